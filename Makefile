@@ -1,0 +1,42 @@
+# make test: bootstrap .venv (if missing), install ragport with its extras, then lint, type-check,
+# check the layering contracts and run every test. make demo: same set-up, then `ragport demo`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: test demo install lint typecheck layers pytest bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: install
+	$(BIN)/ruff check ragport tests bench
+	$(BIN)/ruff format --check ragport tests bench
+
+typecheck: install
+	$(BIN)/mypy
+
+layers: install
+	$(BIN)/lint-imports
+
+pytest: install
+	$(BIN)/pytest -q
+
+test: lint typecheck layers pytest
+
+demo: install
+	$(BIN)/ragport demo
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""ragport: a hexagonal domain core for retrieval-augmented generation."""

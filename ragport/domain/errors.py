@@ -1,0 +1,147 @@
+"""The one error tree of ragport.
+
+Every failure a caller can act on is a subclass of :class:`RagportError`::
+
+    RagportError
+    ├── ValidationError          bad input, or a value past a hard ceiling (names the limit)
+    │   └── ScopeError           a scope that is malformed or does not match the caller
+    ├── CapabilityError          the adapter cannot do this safely (no transactions, no ACL, ...)
+    ├── EmbedderMismatchError    stored vectors come from another embedder or dimension
+    ├── RerankError              a reranker failed, timed out, or answered malformed output
+    ├── ParseError               a parser hit a byte, page or time cap, or bad bytes
+    ├── UrlRejectedError         a URL pointed somewhere ragport refuses to fetch
+    ├── SyncCursorError          a connector checkpoint moved under us (compare-and-set lost)
+    ├── AccessDeniedError        a privileged operation without the grant it needs
+    ├── PropagationError         one or more deletion handlers failed (tombstones stay)
+    └── AbortedError             the caller's abort signal was set
+
+Messages never contain document text, credentials or tokens: they name fields, limits, ids and
+counts. Tests (and callers) should match on the type and its attributes, never on message text.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AbortedError",
+    "AccessDeniedError",
+    "CapabilityError",
+    "EmbedderMismatchError",
+    "ParseError",
+    "PropagationError",
+    "RagportError",
+    "RerankError",
+    "ScopeError",
+    "SyncCursorError",
+    "UrlRejectedError",
+    "ValidationError",
+]
+
+
+class RagportError(Exception):
+    """Root of every error ragport raises on purpose."""
+
+    code: str = "ERR_RAG"
+
+
+class ValidationError(RagportError, ValueError):
+    """Input is malformed or past a hard ceiling.
+
+    ``field`` names the argument or attribute at fault; ``limit`` names the ceiling (a
+    :class:`~ragport.domain.limits.Limits` field) when a ceiling was crossed.
+    """
+
+    code = "ERR_RAG_VALIDATION"
+
+    def __init__(self, message: str, *, field: str | None = None, limit: str | None = None):
+        super().__init__(message)
+        self.field = field
+        self.limit = limit
+
+
+class ScopeError(ValidationError):
+    """A scope is malformed, foreign to the caller's tenant, or not among the requested ones."""
+
+    code = "ERR_RAG_SCOPE"
+
+
+class CapabilityError(RagportError):
+    """The adapter does not offer what the operation needs, so ragport refuses to pretend."""
+
+    code = "ERR_RAG_CAPABILITY"
+
+    def __init__(self, message: str, *, capability: str | None = None):
+        super().__init__(message)
+        self.capability = capability
+
+
+class EmbedderMismatchError(RagportError):
+    """Stored records were embedded by another model or at another dimension.
+
+    Retrieval stops rather than mixing vector spaces. The fix is to re-index the affected
+    sources with ``replace_source`` under the active embedder.
+    """
+
+    code = "ERR_RAG_EMBEDDER_MISMATCH"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected_id: str,
+        expected_dimensions: int,
+        found_id: str | None,
+        found_dimensions: int | None,
+        record_ids: tuple[str, ...] = (),
+    ):
+        super().__init__(message)
+        self.expected_id = expected_id
+        self.expected_dimensions = expected_dimensions
+        self.found_id = found_id
+        self.found_dimensions = found_dimensions
+        self.record_ids = record_ids
+
+
+class RerankError(RagportError):
+    """A reranker failed, timed out, was aborted, or returned something other than a permutation."""
+
+    code = "ERR_RAG_RERANK"
+
+
+class ParseError(RagportError):
+    """A parser refused its input (byte, page or time cap; undecodable or unsupported bytes)."""
+
+    code = "ERR_RAG_PARSE"
+
+
+class UrlRejectedError(RagportError):
+    """A URL points at a scheme or address ragport refuses before any socket opens."""
+
+    code = "ERR_RAG_URL_REJECTED"
+
+
+class SyncCursorError(RagportError):
+    """A connector checkpoint changed between read and write (compare-and-set lost)."""
+
+    code = "ERR_RAG_SYNC_CURSOR"
+
+
+class AccessDeniedError(RagportError):
+    """A privileged operation was attempted without the authorization it needs."""
+
+    code = "ERR_RAG_ACCESS_DENIED"
+
+
+class PropagationError(RagportError):
+    """Deletion handlers failed after the tombstones committed; ``failed_kinds`` names them."""
+
+    code = "ERR_RAG_PROPAGATION"
+
+    def __init__(self, message: str, *, failed_kinds: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.failed_kinds = failed_kinds
+
+
+class AbortedError(RagportError):
+    """The caller's abort signal was set; work stopped between steps and nothing was committed."""
+
+    code = "ERR_RAG_ABORTED"

@@ -1,0 +1,435 @@
+"""Value objects of the domain: scopes, callers, grants, chunks, records, hits and citations.
+
+All are frozen attrs classes validated in their constructors; change them with
+``attrs.evolve``. No vectors live here: vectors travel in port-level types.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, Literal, NewType
+
+import attrs
+
+from ragport.domain.errors import ScopeError, ValidationError
+from ragport.domain.limits import HARD_LIMITS
+
+__all__ = [
+    "AccessDecision",
+    "AccessDenial",
+    "AccessReason",
+    "Authorization",
+    "Capabilities",
+    "Chunk",
+    "Citation",
+    "Grant",
+    "Hit",
+    "Provenance",
+    "Record",
+    "RecordId",
+    "RecordKind",
+    "Rename",
+    "RetrievalLeg",
+    "Scope",
+    "SourceId",
+    "Tombstone",
+    "TombstoneReason",
+    "Trust",
+    "chunk_id",
+    "decide_access",
+    "freeze_metadata",
+    "is_valid_content_hash",
+    "is_visible",
+    "validate_content_hash",
+    "validate_id",
+]
+
+SourceId = NewType("SourceId", str)
+RecordId = NewType("RecordId", str)
+RecordKind = Literal["chunk", "derived"]
+TombstoneReason = Literal["forgotten", "corrected"]
+RetrievalLeg = Literal["vector", "lexical", "hybrid"]
+AccessReason = Literal["granted", "no_grant", "version_mismatch", "check_failed"]
+
+SCOPE_ID_MAX = 256
+ID_MAX = 1_024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def validate_id(value: object, *, field: str, max_length: int = ID_MAX) -> str:
+    """Return ``value`` if it is a non-empty, bounded string without control characters."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string", field=field)
+    if not value or not value.strip():
+        raise ValidationError(f"{field} must not be empty", field=field)
+    if len(value) > max_length:
+        raise ValidationError(f"{field} is longer than {max_length} characters", field=field)
+    if _CONTROL.search(value):
+        raise ValidationError(f"{field} contains control characters", field=field)
+    return value
+
+
+def is_valid_content_hash(value: object) -> bool:
+    """True for a SHA-256 hex digest (64 hexadecimal characters, either case)."""
+    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
+
+
+def validate_content_hash(value: str | None) -> str | None:
+    """Normalise a content hash to lower case, or raise ``ValidationError``."""
+    if value is None:
+        return None
+    if not is_valid_content_hash(value):
+        raise ValidationError("content_hash must be a SHA-256 hex digest", field="content_hash")
+    return value.lower()
+
+
+def freeze_metadata(value: Mapping[str, Any] | None, *, field: str = "metadata") -> dict[str, Any]:
+    """A deep, JSON-round-tripped copy of ``value``: no aliasing, JSON types only."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"{field} must be a mapping", field=field)
+    try:
+        copied = json.loads(json.dumps(dict(value), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"{field} must be JSON-serialisable (finite numbers, str keys)", field=field) from exc
+    if not isinstance(copied, dict):  # pragma: no cover - dict in, dict out
+        raise ValidationError(f"{field} must be a mapping", field=field)
+    return copied
+
+
+def chunk_id(source_id: str, index: int) -> str:
+    """The stable id of chunk ``index`` (zero-based) of ``source_id``: ``source#0001``."""
+    return f"{source_id}#{index + 1:04d}"
+
+
+def _scope_id(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+    try:
+        validate_id(value, field=attribute.name, max_length=SCOPE_ID_MAX)
+    except ValidationError as exc:
+        raise ScopeError(str(exc), field=attribute.name) from None
+
+
+def _tuple_of_ids(field: str) -> Any:
+    def convert(values: Iterable[str] | None) -> tuple[str, ...]:
+        if values is None:
+            return ()
+        if isinstance(values, str):
+            raise ValidationError(f"{field} must be a sequence of ids, not a string", field=field)
+        out: list[str] = []
+        seen: set[str] = set()
+        for v in values:
+            validate_id(v, field=field)
+            if v not in seen:
+                seen.add(v)
+                out.append(v)
+        return tuple(out)
+
+    return convert
+
+
+@attrs.frozen
+class Scope:
+    """The exact ``(tenant_id, resource_id, corpus_id)`` every read and write names."""
+
+    tenant_id: str = attrs.field(validator=_scope_id)
+    resource_id: str = attrs.field(validator=_scope_id)
+    corpus_id: str = attrs.field(validator=_scope_id)
+
+
+@attrs.frozen
+class Authorization:
+    """A host-verified caller. ``group_ids`` holds at most 32 ids."""
+
+    principal_id: str = attrs.field()
+    tenant_id: str = attrs.field()
+    group_ids: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_ids("group_ids"))
+    access_version: int | None = attrs.field(default=None)
+
+    @principal_id.validator
+    def _principal(self, attribute: attrs.Attribute[str], value: str) -> None:
+        validate_id(value, field="principal_id")
+
+    @tenant_id.validator
+    def _tenant(self, attribute: attrs.Attribute[str], value: str) -> None:
+        validate_id(value, field="tenant_id", max_length=SCOPE_ID_MAX)
+
+    @group_ids.validator
+    def _groups(self, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
+        if len(value) > HARD_LIMITS.group_ids:
+            raise ValidationError(
+                f"group_ids holds more than {HARD_LIMITS.group_ids} ids", field="group_ids", limit="group_ids"
+            )
+
+    @access_version.validator
+    def _version(self, attribute: attrs.Attribute[int | None], value: int | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValidationError("access_version must be a non-negative integer", field="access_version")
+
+
+@attrs.frozen
+class Grant:
+    """Who may see one source. Empty principal and group lists revoke all access."""
+
+    source_id: str = attrs.field()
+    principal_ids: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_ids("principal_ids"))
+    group_ids: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_ids("group_ids"))
+    access_version: int = attrs.field(default=1)
+
+    @source_id.validator
+    def _source(self, attribute: attrs.Attribute[str], value: str) -> None:
+        validate_id(value, field="source_id")
+
+    @access_version.validator
+    def _version(self, attribute: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValidationError("access_version must be a non-negative integer", field="access_version")
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.principal_ids and not self.group_ids
+
+
+@attrs.frozen
+class AccessDecision:
+    """The outcome of checking one source against one authorization."""
+
+    source_id: str
+    allowed: bool
+    reason: AccessReason
+
+
+def decide_access(source_id: str, grant: Grant | None, authorization: Authorization) -> AccessDecision:
+    """The grant rule every store implements.
+
+    Allowed only when a grant exists, names the principal or shares a group, and (when the
+    authorization carries ``access_version``) has that same version. No grant or an empty
+    grant is ``no_grant``; a version mismatch is ``version_mismatch``.
+    """
+    if grant is None or grant.is_empty:
+        return AccessDecision(source_id, False, "no_grant")
+    listed = authorization.principal_id in grant.principal_ids or bool(
+        set(authorization.group_ids).intersection(grant.group_ids)
+    )
+    if not listed:
+        return AccessDecision(source_id, False, "no_grant")
+    if authorization.access_version is not None and authorization.access_version != grant.access_version:
+        return AccessDecision(source_id, False, "version_mismatch")
+    return AccessDecision(source_id, True, "granted")
+
+
+def is_visible(generation: int, retired_generation: int | None, pointer: int) -> bool:
+    """The generation visibility rule: written at or below ``pointer`` and not yet retired there."""
+    return generation <= pointer and (retired_generation is None or retired_generation > pointer)
+
+
+def _non_negative(instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(f"{attribute.name} must be a non-negative integer", field=attribute.name)
+
+
+@attrs.frozen
+class Chunk:
+    """A span of one source: ``text == document[start:end]`` and ``id == f"{source_id}#{index+1:04d}"``."""
+
+    id: str
+    source_id: str = attrs.field()
+    index: int = attrs.field(validator=_non_negative)
+    start: int = attrs.field(validator=_non_negative)
+    end: int = attrs.field(validator=_non_negative)
+    text: str = attrs.field()
+    metadata: dict[str, Any] = attrs.field(factory=dict, converter=freeze_metadata, eq=True, hash=False)
+
+    @source_id.validator
+    def _source(self, attribute: attrs.Attribute[str], value: str) -> None:
+        validate_id(value, field="source_id")
+
+    @text.validator
+    def _text(self, attribute: attrs.Attribute[str], value: str) -> None:
+        if not isinstance(value, str):
+            raise ValidationError("chunk text must be a string", field="text")
+        if self.end < self.start or self.end - self.start != len(value):
+            raise ValidationError("chunk offsets must span exactly its text", field="end")
+        if self.id != chunk_id(self.source_id, self.index):
+            raise ValidationError("chunk id must be '<source_id>#<index+1, 4 digits>'", field="id")
+
+    @classmethod
+    def of(
+        cls,
+        source_id: str,
+        index: int,
+        text: str,
+        *,
+        start: int = 0,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Chunk:
+        """Build a chunk whose id and end offset follow from its source, index and text."""
+        return cls(
+            id=chunk_id(source_id, index),
+            source_id=source_id,
+            index=index,
+            start=start,
+            end=start + len(text),
+            text=text,
+            metadata=freeze_metadata(metadata),
+        )
+
+
+@attrs.frozen
+class Record:
+    """A stored chunk or derived artifact, without its vector.
+
+    ``generation`` is the generation it was written at; ``retired_generation`` the one at
+    which a replacement hid it (``None`` while live). ``lineage`` lists what a derived record
+    rests on; ``roots`` the flattened root source ids that decide who may see it.
+    """
+
+    id: str
+    scope: Scope
+    source_id: str
+    kind: RecordKind
+    text: str
+    metadata: dict[str, Any] = attrs.field(factory=dict, hash=False)
+    embedder_id: str | None = None
+    dimensions: int | None = None
+    generation: int = 0
+    retired_generation: int | None = None
+    content_hash: str | None = None
+    lineage: tuple[str, ...] = ()
+    roots: tuple[str, ...] = ()
+    chunk_index: int | None = None
+    start: int | None = None
+    end: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.kind not in ("chunk", "derived"):
+            raise ValidationError("record kind must be 'chunk' or 'derived'", field="kind")
+        validate_id(self.id, field="id")
+        validate_id(self.source_id, field="source_id")
+
+    @property
+    def access_sources(self) -> tuple[str, ...]:
+        """The source ids whose grants decide who may see this record."""
+        if self.kind == "derived":
+            return self.roots
+        return (self.source_id,)
+
+
+@attrs.frozen
+class Tombstone:
+    """A withheld id in one scope. ``forgotten`` withholds it as record id, source id and lineage edge."""
+
+    id: str = attrs.field()
+    reason: TombstoneReason = attrs.field(default="forgotten")
+
+    @id.validator
+    def _id(self, attribute: attrs.Attribute[str], value: str) -> None:
+        validate_id(value, field="id")
+
+    @reason.validator
+    def _reason(self, attribute: attrs.Attribute[str], value: str) -> None:
+        if value not in ("forgotten", "corrected"):
+            raise ValidationError("tombstone reason must be 'forgotten' or 'corrected'", field="reason")
+
+
+@attrs.frozen
+class Trust:
+    """Retrieved text is untrusted, inert data that may carry injection attempts. Always."""
+
+    untrusted: bool = attrs.field(default=True)
+    inert: bool = attrs.field(default=True)
+    injection_capable: bool = attrs.field(default=True)
+
+    def __attrs_post_init__(self) -> None:
+        if not (self.untrusted and self.inert and self.injection_capable):
+            raise ValidationError("retrieved text can never be marked trusted", field="trust")
+
+
+@attrs.frozen
+class Provenance:
+    """Where a hit came from and how it was found."""
+
+    source_id: str
+    chunk_id: str
+    citation_id: str
+    provider: str
+    tenant_id: str
+    resource_id: str
+    corpus_id: str
+    retrieval: RetrievalLeg
+    retrieved_at: datetime
+    lineage: tuple[str, ...] = ()
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(self.tenant_id, self.resource_id, self.corpus_id)
+
+
+@attrs.frozen(eq=False)
+class Hit:
+    """A retrieved record. Compared by identity: rerankers must hand back the same objects."""
+
+    id: str
+    source_id: str
+    text: str
+    metadata: dict[str, Any]
+    score: float
+    retrieval_rank: int
+    provenance: Provenance
+    trust: Trust = attrs.field(factory=Trust)
+
+    @property
+    def scope(self) -> Scope:
+        return self.provenance.scope
+
+
+@attrs.frozen
+class Citation:
+    """What a model's answer cites: ``id`` is the citation id shown in the rendered text."""
+
+    id: str
+    source_id: str
+    chunk_id: str
+    provenance: Provenance
+    trust: Trust = attrs.field(factory=Trust)
+
+
+@attrs.frozen
+class AccessDenial:
+    """One withheld source in one query: reported once per source to ``on_access_denied``."""
+
+    source_id: str
+    scope: Scope
+    reason: AccessReason
+    hits: int
+    error: str | None = None
+
+
+@attrs.frozen
+class Rename:
+    """Re-file every record of ``from_id`` under ``to_id``."""
+
+    from_id: str = attrs.field()
+    to_id: str = attrs.field()
+
+    @from_id.validator
+    def _from(self, attribute: attrs.Attribute[str], value: str) -> None:
+        validate_id(value, field="from_id")
+
+    @to_id.validator
+    def _to(self, attribute: attrs.Attribute[str], value: str) -> None:
+        validate_id(value, field="to_id")
+
+
+@attrs.frozen
+class Capabilities:
+    """What a store can honestly promise."""
+
+    lexical_modes: tuple[str, ...] = ()
+    authorization: Literal["acl", "none"] = "none"
+    generations: bool = False
+    transactions: bool = False

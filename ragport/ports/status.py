@@ -1,0 +1,33 @@
+"""The IngestionStatusStore port."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from ragport.domain.model import Scope
+from ragport.domain.status import IngestionStatus, StatusPage
+
+__all__ = ["IngestionStatusStore"]
+
+
+@runtime_checkable
+class IngestionStatusStore(Protocol):
+    """Per (exact scope, source id) ingestion status.
+
+    Promises (checked by ``IngestionStatusStoreContract``):
+
+    - ``put`` replaces the status of ``(status.scope, status.source_id)``; other scopes are
+      untouched, even for the same source id.
+    - ``list_page`` returns at most ``limit`` items of exactly ``scope``, ordered by source id,
+      with an opaque ``cursor`` for the next page (``None`` on the last). A cursor from another
+      scope, or a malformed one, is a ``ValidationError``; ``limit`` outside 1..200 too.
+    - ``delete`` removes one status and reports whether it existed.
+    """
+
+    def put(self, status: IngestionStatus) -> None: ...
+
+    def get(self, scope: Scope, source_id: str) -> IngestionStatus | None: ...
+
+    def list_page(self, scope: Scope, *, limit: int, cursor: str | None = None) -> StatusPage: ...
+
+    def delete(self, scope: Scope, source_id: str) -> bool: ...

@@ -1,0 +1,237 @@
+"""The ChunkStore port and its unit of work.
+
+A store keeps records (chunks and derived artifacts with their vectors) per exact scope, with
+per-scope generations, grants and tombstones. Everything a caller may not see is filtered by
+the store's own predicate *before* top-k. ``ChunkStoreContract`` checks every promise below.
+
+Generations
+    Each scope has a *counter* (the last generation handed out) and a *pointer* (the current
+    generation). A record is visible at pointer ``p`` when ``generation <= p`` and
+    (``retired_generation is None or retired_generation > p``). Writes happen at a *staged*
+    generation above the pointer and become visible together when the pointer moves to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from ragport.domain.model import (
+    AccessDecision,
+    Authorization,
+    Capabilities,
+    Grant,
+    Record,
+    Scope,
+    Tombstone,
+)
+from ragport.ports.embedder import Vector, VectorMatrix
+
+__all__ = [
+    "ChunkStore",
+    "EmbedderKey",
+    "GenerationRepository",
+    "GrantRepository",
+    "RecordRepository",
+    "ScoredRecord",
+    "TombstoneRepository",
+    "UnitOfWork",
+]
+
+EmbedderKey = tuple[str | None, int | None]
+"""``(embedder_id, dimensions)`` of stored records; ``None`` for legacy rows without one."""
+
+
+@attrs.frozen
+class ScoredRecord:
+    """A record found by a query leg, with its leg score (higher is better)."""
+
+    record: Record
+    score: float
+
+
+class RecordRepository(Protocol):
+    """Records of the unit of work's scope. Nothing is visible to readers before commit."""
+
+    def add(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
+        """Insert ``records`` with ``vectors[i]`` as the vector of ``records[i]``.
+
+        Every record's scope equals the unit of work's scope (``ScopeError`` otherwise).
+        ``vectors`` has one finite row per record and ``records[i].dimensions`` columns
+        (``ValidationError`` otherwise). A record id that is already live (not retired) for a
+        *different* source in this scope is a ``ValidationError``: ids are unique in a scope.
+        """
+        ...
+
+    def list_by_source(self, source_id: str) -> Sequence[Record]:
+        """Records of ``source_id`` visible at the current pointer, ordered by id."""
+        ...
+
+    def retire_source(self, source_id: str, *, generation: int) -> int:
+        """Hide ``source_id``'s live records from ``generation`` on.
+
+        Live records (``retired_generation is None``) written below ``generation`` get
+        ``retired_generation = generation``; records of the source already written *at*
+        ``generation`` (an earlier staged write of the same source) are removed. Returns how
+        many records were visible at the current pointer and are now retired.
+        """
+        ...
+
+    def discard_above(self, generation: int) -> int:
+        """Physically remove records written above ``generation``. Returns the count."""
+        ...
+
+    def restore_above(self, generation: int) -> int:
+        """Clear ``retired_generation`` where it is above ``generation``. Returns the count."""
+        ...
+
+    def purge_retired(self, through: int) -> int:
+        """Physically remove records retired at or below ``through``. Returns the count."""
+        ...
+
+
+class GenerationRepository(Protocol):
+    """The scope's generation counter, pointer and compaction floor."""
+
+    def current(self) -> int:
+        """The pointer (0 for a scope never written)."""
+        ...
+
+    def counter(self) -> int:
+        """The last generation handed out (``>= current()``)."""
+        ...
+
+    def stage(self) -> int:
+        """The open staged generation: ``counter()`` if it is above the pointer, else a new one."""
+        ...
+
+    def publish(self, generation: int) -> None:
+        """Move the pointer forward to ``generation`` (``current() <= generation <= counter()``)."""
+        ...
+
+    def reset(self, generation: int) -> None:
+        """Set pointer and counter to ``generation`` (used by rollback, after the record changes)."""
+        ...
+
+    def floor(self) -> int:
+        """The lowest generation still restorable (compaction raises it; 0 initially)."""
+        ...
+
+    def raise_floor(self, generation: int) -> None:
+        """Record that snapshots below ``generation`` can no longer be restored."""
+        ...
+
+
+class GrantRepository(Protocol):
+    """Per-source grants of the scope. Not versioned by generations."""
+
+    def set(self, grants: Sequence[Grant]) -> None:
+        """Replace the grant of each named source (an empty grant revokes)."""
+        ...
+
+    def get(self, source_ids: Sequence[str]) -> Mapping[str, Grant]:
+        """The grants that exist for ``source_ids`` (absent sources are absent from the map)."""
+        ...
+
+
+class TombstoneRepository(Protocol):
+    """Tombstones of the scope. Not versioned by generations."""
+
+    def add(self, tombstones: Sequence[Tombstone]) -> int:
+        """Insert tombstones; an id already tombstoned keeps one row. Returns how many are new."""
+        ...
+
+    def list(self) -> Sequence[Tombstone]:
+        """Every tombstone of the scope, ordered by id."""
+        ...
+
+
+class UnitOfWork(Protocol):
+    """One transaction over one scope.
+
+    Used as ``with store.unit_of_work(scope) as uow: ...; uow.commit()``. Leaving the block
+    without ``commit()`` (or by an exception) rolls everything back: readers never observe a
+    partial unit of work. Writers on the same scope are serialized, never interleaved.
+    """
+
+    scope: Scope
+    records: RecordRepository
+    generations: GenerationRepository
+    grants: GrantRepository
+    tombstones: TombstoneRepository
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+
+@runtime_checkable
+class ChunkStore(Protocol):
+    """Stores records per exact scope and answers scoped, filtered, top-k queries.
+
+    Promises (checked by ``ChunkStoreContract``):
+
+    - Exact scope: nothing matches by prefix; the same ids in two scopes never meet.
+    - ``capabilities`` tells the truth: ``transactions`` means ``unit_of_work`` is atomic and
+      isolated; ``generations`` means the visibility rule above; ``authorization == "acl"``
+      means ``query`` applies grants before top-k and ``check_source_access`` works.
+    - Queries see one consistent generation of a scope, never a mix.
+    - ``query`` applies, inside its own predicate and before ``limit``: exact scope,
+      visibility at the current pointer, ``forgotten`` tombstones (on record id, source id and
+      every lineage edge), the grant rule when ``authorization`` is given (for derived records:
+      every root source must be allowed), and ``metadata_filter``. Results are ordered by
+      descending score, ties by id, at most ``limit`` of them.
+    """
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def provider(self) -> str:
+        """A short stable name for provenance, e.g. ``"memory"`` or ``"postgres"``."""
+        ...
+
+    def unit_of_work(self, scope: Scope) -> AbstractContextManager[UnitOfWork]: ...
+
+    def current_generation(self, scope: Scope) -> int: ...
+
+    def query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        *,
+        limit: int,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+    ) -> Sequence[ScoredRecord]:
+        """Top ``limit`` visible records by cosine similarity to ``vector``.
+
+        Records whose dimensions differ from ``len(vector)`` are never scored against it;
+        callers check ``list_embedders`` first.
+        """
+        ...
+
+    def get_by_source(self, scope: Scope, source_id: str) -> Sequence[Record]:
+        """Records of ``source_id`` visible at the current pointer, ordered by id."""
+        ...
+
+    def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
+        """Distinct ``(embedder_id, dimensions)`` of the records visible in ``scope``."""
+        ...
+
+    def set_source_access(self, scope: Scope, grants: Sequence[Grant]) -> None:
+        """Replace the grants of the named sources, in one transaction."""
+        ...
+
+    def check_source_access(
+        self, scope: Scope, source_ids: Sequence[str], authorization: Authorization
+    ) -> Mapping[str, AccessDecision]:
+        """One live decision per distinct source id, read in one round trip (the grant rule)."""
+        ...
+
+    def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
+        """Ids the scope withholds now: ids of ``forgotten`` tombstones (``corrected`` do not)."""
+        ...
