@@ -58,7 +58,9 @@ def check_limit(name: str, value: int, ceiling: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(f"{name} must be an integer", field=name, limit=name)
     if value < floor:
-        raise ValidationError(f"{name} must be at least {floor} (got {value})", field=name, limit=name)
+        raise ValidationError(
+            f"{name} must be at least {floor} (got {value})", field=name, limit=name
+        )
     if value > top:
         raise ValidationError(
             f"{name} is past its ceiling of {top} (got {value})", field=name, limit=name
@@ -104,7 +106,9 @@ class Limits:
 
     def __attrs_post_init__(self) -> None:
         if self.overlap >= self.chunk_size:
-            raise ValidationError("overlap must be smaller than chunk_size", field="overlap", limit="overlap")
+            raise ValidationError(
+                "overlap must be smaller than chunk_size", field="overlap", limit="overlap"
+            )
 
 
 DEFAULT_LIMITS = Limits()

@@ -96,7 +96,9 @@ def freeze_metadata(value: Mapping[str, Any] | None, *, field: str = "metadata")
     try:
         copied = json.loads(json.dumps(dict(value), allow_nan=False))
     except (TypeError, ValueError) as exc:
-        raise ValidationError(f"{field} must be JSON-serialisable (finite numbers, str keys)", field=field) from exc
+        raise ValidationError(
+            f"{field} must be JSON-serialisable (finite numbers, str keys)", field=field
+        ) from exc
     if not isinstance(copied, dict):  # pragma: no cover - dict in, dict out
         raise ValidationError(f"{field} must be a mapping", field=field)
     return copied
@@ -114,22 +116,27 @@ def _scope_id(instance: Any, attribute: attrs.Attribute[str], value: str) -> Non
         raise ScopeError(str(exc), field=attribute.name) from None
 
 
-def _tuple_of_ids(field: str) -> Any:
-    def convert(values: Iterable[str] | None) -> tuple[str, ...]:
-        if values is None:
-            return ()
-        if isinstance(values, str):
-            raise ValidationError(f"{field} must be a sequence of ids, not a string", field=field)
-        out: list[str] = []
-        seen: set[str] = set()
-        for v in values:
-            validate_id(v, field=field)
-            if v not in seen:
-                seen.add(v)
-                out.append(v)
-        return tuple(out)
+def _ids(values: Iterable[str] | None, field: str) -> tuple[str, ...]:
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        raise ValidationError(f"{field} must be a sequence of ids, not a string", field=field)
+    out: list[str] = []
+    seen: set[str] = set()
+    for v in values:
+        validate_id(v, field=field)
+        if v not in seen:
+            seen.add(v)
+            out.append(v)
+    return tuple(out)
 
-    return convert
+
+def _group_ids(values: Iterable[str] | None) -> tuple[str, ...]:
+    return _ids(values, "group_ids")
+
+
+def _principal_ids(values: Iterable[str] | None) -> tuple[str, ...]:
+    return _ids(values, "principal_ids")
 
 
 @attrs.frozen
@@ -147,7 +154,7 @@ class Authorization:
 
     principal_id: str = attrs.field()
     tenant_id: str = attrs.field()
-    group_ids: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_ids("group_ids"))
+    group_ids: tuple[str, ...] = attrs.field(default=(), converter=_group_ids)
     access_version: int | None = attrs.field(default=None)
 
     @principal_id.validator
@@ -162,13 +169,19 @@ class Authorization:
     def _groups(self, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
         if len(value) > HARD_LIMITS.group_ids:
             raise ValidationError(
-                f"group_ids holds more than {HARD_LIMITS.group_ids} ids", field="group_ids", limit="group_ids"
+                f"group_ids holds more than {HARD_LIMITS.group_ids} ids",
+                field="group_ids",
+                limit="group_ids",
             )
 
     @access_version.validator
     def _version(self, attribute: attrs.Attribute[int | None], value: int | None) -> None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ValidationError("access_version must be a non-negative integer", field="access_version")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise ValidationError(
+                "access_version must be a non-negative integer", field="access_version"
+            )
 
 
 @attrs.frozen
@@ -176,8 +189,8 @@ class Grant:
     """Who may see one source. Empty principal and group lists revoke all access."""
 
     source_id: str = attrs.field()
-    principal_ids: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_ids("principal_ids"))
-    group_ids: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_ids("group_ids"))
+    principal_ids: tuple[str, ...] = attrs.field(default=(), converter=_principal_ids)
+    group_ids: tuple[str, ...] = attrs.field(default=(), converter=_group_ids)
     access_version: int = attrs.field(default=1)
 
     @source_id.validator
@@ -187,7 +200,9 @@ class Grant:
     @access_version.validator
     def _version(self, attribute: attrs.Attribute[int], value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValidationError("access_version must be a non-negative integer", field="access_version")
+            raise ValidationError(
+                "access_version must be a non-negative integer", field="access_version"
+            )
 
     @property
     def is_empty(self) -> bool:
@@ -203,7 +218,9 @@ class AccessDecision:
     reason: AccessReason
 
 
-def decide_access(source_id: str, grant: Grant | None, authorization: Authorization) -> AccessDecision:
+def decide_access(
+    source_id: str, grant: Grant | None, authorization: Authorization
+) -> AccessDecision:
     """The grant rule every store implements.
 
     Allowed only when a grant exists, names the principal or shares a group, and (when the
@@ -217,7 +234,10 @@ def decide_access(source_id: str, grant: Grant | None, authorization: Authorizat
     )
     if not listed:
         return AccessDecision(source_id, False, "no_grant")
-    if authorization.access_version is not None and authorization.access_version != grant.access_version:
+    if (
+        authorization.access_version is not None
+        and authorization.access_version != grant.access_version
+    ):
         return AccessDecision(source_id, False, "version_mismatch")
     return AccessDecision(source_id, True, "granted")
 
@@ -229,12 +249,17 @@ def is_visible(generation: int, retired_generation: int | None, pointer: int) ->
 
 def _non_negative(instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValidationError(f"{attribute.name} must be a non-negative integer", field=attribute.name)
+        raise ValidationError(
+            f"{attribute.name} must be a non-negative integer", field=attribute.name
+        )
 
 
 @attrs.frozen
 class Chunk:
-    """A span of one source: ``text == document[start:end]`` and ``id == f"{source_id}#{index+1:04d}"``."""
+    """A span of one source.
+
+    ``text == document[start:end]`` and ``id == f"{source_id}#{index + 1:04d}"``.
+    """
 
     id: str
     source_id: str = attrs.field()
@@ -242,7 +267,9 @@ class Chunk:
     start: int = attrs.field(validator=_non_negative)
     end: int = attrs.field(validator=_non_negative)
     text: str = attrs.field()
-    metadata: dict[str, Any] = attrs.field(factory=dict, converter=freeze_metadata, eq=True, hash=False)
+    metadata: dict[str, Any] = attrs.field(
+        factory=dict, converter=freeze_metadata, eq=True, hash=False
+    )
 
     @source_id.validator
     def _source(self, attribute: attrs.Attribute[str], value: str) -> None:
@@ -321,7 +348,10 @@ class Record:
 
 @attrs.frozen
 class Tombstone:
-    """A withheld id in one scope. ``forgotten`` withholds it as record id, source id and lineage edge."""
+    """A withheld id in one scope.
+
+    ``forgotten`` withholds the id as a record id, a source id and a lineage edge.
+    """
 
     id: str = attrs.field()
     reason: TombstoneReason = attrs.field(default="forgotten")
@@ -333,7 +363,9 @@ class Tombstone:
     @reason.validator
     def _reason(self, attribute: attrs.Attribute[str], value: str) -> None:
         if value not in ("forgotten", "corrected"):
-            raise ValidationError("tombstone reason must be 'forgotten' or 'corrected'", field="reason")
+            raise ValidationError(
+                "tombstone reason must be 'forgotten' or 'corrected'", field="reason"
+            )
 
 
 @attrs.frozen

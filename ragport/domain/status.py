@@ -38,7 +38,9 @@ class IngestionStatus:
     @state.validator
     def _state(self, attribute: attrs.Attribute[str], value: str) -> None:
         if value not in ("pending", "indexed", "failed", "partial"):
-            raise ValidationError("state must be pending, indexed, failed or partial", field="state")
+            raise ValidationError(
+                "state must be pending, indexed, failed or partial", field="state"
+            )
 
     @error.validator
     def _error(self, attribute: attrs.Attribute[str | None], value: str | None) -> None:
@@ -48,7 +50,9 @@ class IngestionStatus:
     @freshness.validator
     def _freshness(self, attribute: attrs.Attribute[str | None], value: str | None) -> None:
         if value is not None and value not in ("current", "stale", "unavailable"):
-            raise ValidationError("freshness must be current, stale or unavailable", field="freshness")
+            raise ValidationError(
+                "freshness must be current, stale or unavailable", field="freshness"
+            )
 
 
 @attrs.frozen

@@ -12,7 +12,7 @@ __all__ = ["Abort", "Clock", "NoopTelemetry", "Redactor", "Span", "Telemetry"]
 
 @runtime_checkable
 class Abort(Protocol):
-    """A ``threading.Event``-like signal. Use cases check it between steps and raise ``AbortedError``."""
+    """A ``threading.Event``-like signal; use cases check it between steps (``AbortedError``)."""
 
     def is_set(self) -> bool: ...
 
@@ -30,7 +30,7 @@ class Redactor(Protocol):
 
 
 class Span(Protocol):
-    """An open telemetry span. Attribute keys start with ``rag.``; values never hold document text."""
+    """An open span. Attribute keys start with ``rag.``; values never hold document text."""
 
     def set_attribute(self, key: str, value: str | int | float | bool) -> None: ...
 

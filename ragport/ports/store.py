@@ -75,9 +75,16 @@ class RecordRepository(Protocol):
 
         Live records (``retired_generation is None``) written below ``generation`` get
         ``retired_generation = generation``; records of the source already written *at*
-        ``generation`` (an earlier staged write of the same source) are removed. Returns how
-        many records were visible at the current pointer and are now retired.
+        ``generation`` (an earlier staged write of the same source) are removed, so call it
+        *before* adding the source's new records. Returns how many records were visible at the
+        current pointer and are now retired.
         """
+        ...
+
+    def retire_ids(self, ids: Sequence[str], *, generation: int) -> int:
+        """Like ``retire_source`` but for individual record ids (any source): live records with
+        these ids written below ``generation`` are retired at it, records with these ids written
+        at ``generation`` are removed. Returns how many visible records were retired."""
         ...
 
     def discard_above(self, generation: int) -> int:
@@ -113,7 +120,7 @@ class GenerationRepository(Protocol):
         ...
 
     def reset(self, generation: int) -> None:
-        """Set pointer and counter to ``generation`` (used by rollback, after the record changes)."""
+        """Set pointer and counter to ``generation`` (rollback, after the record changes)."""
         ...
 
     def floor(self) -> int:

@@ -1,1 +1,5 @@
+"""Embedder adapters."""
 
+from ragport.adapters.embedders.hash import HashEmbedder
+
+__all__ = ["HashEmbedder"]

@@ -1,1 +1,6 @@
+"""In-memory adapters: the reference fakes. They pass every contract suite."""
 
+from ragport.adapters.memory.status import InMemoryStatusStore
+from ragport.adapters.memory.store import InMemoryStore
+
+__all__ = ["InMemoryStatusStore", "InMemoryStore"]

@@ -1,0 +1,509 @@
+"""In-memory ChunkStore: copy-on-write snapshots per scope, numpy cosine search.
+
+Each scope holds an immutable snapshot. A unit of work copies the snapshot's indexes (not the
+vectors), mutates the copy, and swaps it in on commit, so readers always see one committed
+snapshot and never wait for a writer. Writers on one scope are serialized by a per-scope lock.
+A snapshot builds its search matrix lazily, once, on the first query after a commit.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ragport.domain.errors import ScopeError, ValidationError
+from ragport.domain.model import (
+    AccessDecision,
+    Authorization,
+    Capabilities,
+    Grant,
+    Record,
+    Scope,
+    Tombstone,
+    decide_access,
+    is_visible,
+)
+from ragport.ports.embedder import Vector, VectorMatrix
+from ragport.ports.store import EmbedderKey, ScoredRecord
+
+__all__ = ["InMemoryStore"]
+
+_Key = tuple[str, int]  # (record id, generation)
+
+
+@attrs.frozen
+class _Row:
+    record: Record
+    vector: Vector
+
+
+@attrs.define
+class _Index:
+    """The visible, non-withheld rows of one snapshot with one vector dimension."""
+
+    rows: list[Record]
+    matrix: VectorMatrix
+    source_pos: np.ndarray  # index into `sources` per row
+    sources: list[str]
+    derived: list[int]  # positions of derived rows (access via roots)
+
+
+@attrs.define
+class _Snapshot:
+    rows: dict[_Key, _Row]
+    by_source: dict[str, frozenset[_Key]]
+    by_id: dict[str, frozenset[_Key]]
+    counter: int = 0
+    pointer: int = 0
+    floor: int = 0
+    grants: dict[str, Grant] = attrs.Factory(dict)
+    tombstones: dict[str, Tombstone] = attrs.Factory(dict)
+    _indexes: dict[int, _Index] = attrs.Factory(dict)
+    _visible: list[Record] | None = None
+    _lock: threading.Lock = attrs.Factory(threading.Lock)
+
+    def copy(self) -> _Snapshot:
+        return _Snapshot(
+            rows=dict(self.rows),
+            by_source=dict(self.by_source),
+            by_id=dict(self.by_id),
+            counter=self.counter,
+            pointer=self.pointer,
+            floor=self.floor,
+            grants=dict(self.grants),
+            tombstones=dict(self.tombstones),
+        )
+
+    def forgotten(self) -> frozenset[str]:
+        return frozenset(t.id for t in self.tombstones.values() if t.reason == "forgotten")
+
+    def source_records(self, source_id: str, pointer: int) -> list[Record]:
+        keys = self.by_source.get(source_id, frozenset())
+        found = [self.rows[k].record for k in keys]
+        visible = [r for r in found if is_visible(r.generation, r.retired_generation, pointer)]
+        return sorted(visible, key=lambda r: r.id)
+
+    def visible(self) -> list[Record]:
+        with self._lock:
+            if self._visible is None:
+                self._visible = sorted(
+                    (
+                        row.record
+                        for row in self.rows.values()
+                        if is_visible(
+                            row.record.generation, row.record.retired_generation, self.pointer
+                        )
+                    ),
+                    key=lambda r: r.id,
+                )
+            return self._visible
+
+    def index(self, dimensions: int) -> _Index:
+        with self._lock:
+            cached = self._indexes.get(dimensions)
+            if cached is not None:
+                return cached
+        withheld = self.forgotten()
+        rows: list[Record] = []
+        vectors: list[Vector] = []
+        for row in self.rows.values():
+            r = row.record
+            if row.vector.shape[0] != dimensions:
+                continue
+            if not is_visible(r.generation, r.retired_generation, self.pointer):
+                continue
+            if withheld and (
+                r.id in withheld or r.source_id in withheld or withheld.intersection(r.lineage)
+            ):
+                continue
+            rows.append(r)
+            vectors.append(row.vector)
+        order = sorted(range(len(rows)), key=lambda i: rows[i].id)
+        rows = [rows[i] for i in order]
+        matrix = (
+            np.stack([vectors[i] for i in order]).astype(np.float32, copy=False)
+            if rows
+            else np.zeros((0, dimensions), dtype=np.float32)
+        )
+        sources = sorted({r.source_id for r in rows})
+        pos = {s: i for i, s in enumerate(sources)}
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        index = _Index(
+            rows=rows,
+            matrix=np.ascontiguousarray(matrix / norms, dtype=np.float32),
+            source_pos=np.fromiter(
+                (pos[r.source_id] for r in rows), dtype=np.int64, count=len(rows)
+            ),
+            sources=sources,
+            derived=[i for i, r in enumerate(rows) if r.kind == "derived"],
+        )
+        with self._lock:
+            self._indexes[dimensions] = index
+        return index
+
+
+class _Records:
+    def __init__(self, uow: _UnitOfWork):
+        self._uow = uow
+
+    def add(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
+        snap = self._uow._snap
+        vectors = np.asarray(vectors)
+        if vectors.ndim != 2 or vectors.shape[0] != len(records):
+            raise ValidationError("vectors must have one row per record", field="vectors")
+        if not np.all(np.isfinite(vectors)):
+            raise ValidationError("vectors must be finite", field="vectors")
+        copied = np.array(vectors, dtype=np.float32, copy=True)
+        staged: list[tuple[_Key, _Row]] = []
+        batch_ids: dict[str, str] = {}
+        for i, record in enumerate(records):
+            if record.scope != self._uow.scope:
+                raise ScopeError(
+                    "record scope differs from the unit of work's scope", field="scope"
+                )
+            if record.dimensions != copied.shape[1]:
+                raise ValidationError(
+                    "record dimensions differ from its vector", field="dimensions"
+                )
+            other = batch_ids.setdefault(record.id, record.source_id)
+            if other != record.source_id or any(k[0] == record.id for k, _ in staged):
+                raise ValidationError("duplicate record id in one write", field="id")
+            staged.append(((record.id, record.generation), _Row(record, copied[i])))
+        live_owner = self._live_owners({k[0] for k, _ in staged})
+        for (rid, _gen), row in staged:
+            owner = live_owner.get(rid)
+            if owner is not None and owner != row.record.source_id:
+                raise ValidationError(
+                    "record id is live for another source in this scope", field="id"
+                )
+        for key, row in staged:
+            if key in snap.rows and snap.rows[key].record.source_id != row.record.source_id:
+                raise ValidationError(
+                    "record id is live for another source in this scope", field="id"
+                )
+        for key, row in staged:
+            snap.rows[key] = row
+            src = row.record.source_id
+            snap.by_source[src] = snap.by_source.get(src, frozenset()) | {key}
+            snap.by_id[key[0]] = snap.by_id.get(key[0], frozenset()) | {key}
+
+    def _live_owners(self, ids: set[str]) -> dict[str, str]:
+        owners: dict[str, str] = {}
+        snap = self._uow._snap
+        for rid in ids:
+            for key in snap.by_id.get(rid, frozenset()):
+                record = snap.rows[key].record
+                if record.retired_generation is None:
+                    owners[rid] = record.source_id
+        return owners
+
+    def list_by_source(self, source_id: str) -> Sequence[Record]:
+        snap = self._uow._snap
+        return snap.source_records(source_id, snap.pointer)
+
+    def retire_source(self, source_id: str, *, generation: int) -> int:
+        return self._retire(set(self._uow._snap.by_source.get(source_id, frozenset())), generation)
+
+    def retire_ids(self, ids: Sequence[str], *, generation: int) -> int:
+        by_id = self._uow._snap.by_id
+        return self._retire({k for rid in ids for k in by_id.get(rid, frozenset())}, generation)
+
+    def _retire(self, keys: set[_Key], generation: int) -> int:
+        snap = self._uow._snap
+        retired = 0
+        removed: dict[str, set[_Key]] = {}
+        for key in keys:
+            record = snap.rows[key].record
+            if record.generation == generation:
+                del snap.rows[key]
+                self._drop_id(key)
+                src = record.source_id
+                removed.setdefault(src, set(snap.by_source.get(src, frozenset()))).discard(key)
+            elif record.retired_generation is None and record.generation < generation:
+                if is_visible(record.generation, record.retired_generation, snap.pointer):
+                    retired += 1
+                snap.rows[key] = _Row(
+                    attrs.evolve(record, retired_generation=generation), snap.rows[key].vector
+                )
+        for src, rest in removed.items():
+            self._set_keys(src, rest)
+        return retired
+
+    def _drop_id(self, key: _Key) -> None:
+        by_id = self._uow._snap.by_id
+        rest = by_id.get(key[0], frozenset()) - {key}
+        if rest:
+            by_id[key[0]] = rest
+        else:
+            by_id.pop(key[0], None)
+
+    def _set_keys(self, source_id: str, keys: set[_Key]) -> None:
+        snap = self._uow._snap
+        if keys:
+            snap.by_source[source_id] = frozenset(keys)
+        else:
+            snap.by_source.pop(source_id, None)
+
+    def _remove_where(self, predicate: Any) -> int:
+        snap = self._uow._snap
+        doomed = [key for key, row in snap.rows.items() if predicate(row.record)]
+        touched: dict[str, set[_Key]] = {}
+        for key in doomed:
+            src = snap.rows.pop(key).record.source_id
+            self._drop_id(key)
+            touched.setdefault(src, set(snap.by_source.get(src, frozenset()))).discard(key)
+        for src, keys in touched.items():
+            self._set_keys(src, keys)
+        return len(doomed)
+
+    def discard_above(self, generation: int) -> int:
+        return self._remove_where(lambda r: r.generation > generation)
+
+    def restore_above(self, generation: int) -> int:
+        snap = self._uow._snap
+        count = 0
+        for key, row in list(snap.rows.items()):
+            retired = row.record.retired_generation
+            if retired is not None and retired > generation:
+                snap.rows[key] = _Row(attrs.evolve(row.record, retired_generation=None), row.vector)
+                count += 1
+        return count
+
+    def purge_retired(self, through: int) -> int:
+        return self._remove_where(
+            lambda r: r.retired_generation is not None and r.retired_generation <= through
+        )
+
+
+class _Generations:
+    def __init__(self, uow: _UnitOfWork):
+        self._uow = uow
+
+    def current(self) -> int:
+        return self._uow._snap.pointer
+
+    def counter(self) -> int:
+        return self._uow._snap.counter
+
+    def stage(self) -> int:
+        snap = self._uow._snap
+        if snap.counter == snap.pointer:
+            snap.counter += 1
+        return snap.counter
+
+    def publish(self, generation: int) -> None:
+        snap = self._uow._snap
+        if not snap.pointer <= generation <= snap.counter:
+            raise ValidationError(
+                "publish needs pointer <= generation <= counter", field="generation"
+            )
+        snap.pointer = generation
+
+    def reset(self, generation: int) -> None:
+        snap = self._uow._snap
+        if generation < 0:
+            raise ValidationError("generation must be non-negative", field="generation")
+        snap.pointer = generation
+        snap.counter = generation
+
+    def floor(self) -> int:
+        return self._uow._snap.floor
+
+    def raise_floor(self, generation: int) -> None:
+        snap = self._uow._snap
+        snap.floor = max(snap.floor, generation)
+
+
+class _Grants:
+    def __init__(self, uow: _UnitOfWork):
+        self._uow = uow
+
+    def set(self, grants: Sequence[Grant]) -> None:
+        for grant in grants:
+            self._uow._snap.grants[grant.source_id] = grant
+
+    def get(self, source_ids: Sequence[str]) -> Mapping[str, Grant]:
+        grants = self._uow._snap.grants
+        return {s: grants[s] for s in source_ids if s in grants}
+
+
+class _Tombstones:
+    def __init__(self, uow: _UnitOfWork):
+        self._uow = uow
+
+    def add(self, tombstones: Sequence[Tombstone]) -> int:
+        existing = self._uow._snap.tombstones
+        new = 0
+        for t in tombstones:
+            if t.id not in existing:
+                new += 1
+            existing[t.id] = t
+        return new
+
+    def list(self) -> Sequence[Tombstone]:
+        return sorted(self._uow._snap.tombstones.values(), key=lambda t: t.id)
+
+
+class _UnitOfWork:
+    def __init__(self, store: InMemoryStore, scope: Scope):
+        self.scope = scope
+        self._store = store
+        self._snap = store._snapshot(scope).copy()
+        self._done = False
+        self.records = _Records(self)
+        self.generations = _Generations(self)
+        self.grants = _Grants(self)
+        self.tombstones = _Tombstones(self)
+
+    def commit(self) -> None:
+        if self._done:
+            raise ValidationError("unit of work already finished", field="unit_of_work")
+        self._store._install(self.scope, self._snap)
+        self._done = True
+
+    def rollback(self) -> None:
+        self._done = True
+
+
+class InMemoryStore:
+    """A thread-safe, transactional ChunkStore held in process memory (the reference fake)."""
+
+    provider = "memory"
+
+    def __init__(self) -> None:
+        self._snapshots: dict[Scope, _Snapshot] = {}
+        self._writers: dict[Scope, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            lexical_modes=(), authorization="acl", generations=True, transactions=True
+        )
+
+    # -- snapshots -----------------------------------------------------------------------------
+    def _snapshot(self, scope: Scope) -> _Snapshot:
+        with self._lock:
+            snap = self._snapshots.get(scope)
+            if snap is None:
+                snap = self._snapshots[scope] = _Snapshot(rows={}, by_source={}, by_id={})
+            return snap
+
+    def _install(self, scope: Scope, snap: _Snapshot) -> None:
+        with self._lock:
+            self._snapshots[scope] = snap
+
+    def _writer(self, scope: Scope) -> threading.Lock:
+        with self._lock:
+            return self._writers.setdefault(scope, threading.Lock())
+
+    @contextmanager
+    def unit_of_work(self, scope: Scope) -> Iterator[_UnitOfWork]:
+        if not isinstance(scope, Scope):
+            raise ScopeError("scope must be a Scope", field="scope")
+        with self._writer(scope):
+            uow = _UnitOfWork(self, scope)
+            try:
+                yield uow
+            finally:
+                if not uow._done:
+                    uow.rollback()
+
+    # -- reads ---------------------------------------------------------------------------------
+    def current_generation(self, scope: Scope) -> int:
+        return self._snapshot(scope).pointer
+
+    def get_by_source(self, scope: Scope, source_id: str) -> Sequence[Record]:
+        snap = self._snapshot(scope)
+        return snap.source_records(source_id, snap.pointer)
+
+    def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
+        return frozenset((r.embedder_id, r.dimensions) for r in self._snapshot(scope).visible())
+
+    def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
+        return self._snapshot(scope).forgotten()
+
+    def query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        *,
+        limit: int,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+    ) -> Sequence[ScoredRecord]:
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if limit <= 0:
+            return ()
+        snap = self._snapshot(scope)
+        index = snap.index(q.shape[0])
+        if not index.rows:
+            return ()
+        mask = self._access_mask(snap, index, authorization)
+        if metadata_filter:
+            wanted = dict(metadata_filter)
+            fmask = np.fromiter(
+                (
+                    all(k in r.metadata and r.metadata[k] == v for k, v in wanted.items())
+                    for r in index.rows
+                ),
+                dtype=bool,
+                count=len(index.rows),
+            )
+            mask = fmask if mask is None else mask & fmask
+        norm = float(np.linalg.norm(q))
+        scores = index.matrix @ (q / norm if norm else q)
+        candidates = np.arange(len(index.rows))
+        if mask is not None:
+            candidates = candidates[mask]
+            scores = scores[mask]
+        if candidates.size == 0:
+            return ()
+        if candidates.size > limit:
+            kth = np.partition(scores, candidates.size - limit)[candidates.size - limit]
+            keep = scores >= kth
+            candidates, scores = candidates[keep], scores[keep]
+        order = sorted(
+            range(candidates.size), key=lambda i: (-float(scores[i]), index.rows[candidates[i]].id)
+        )
+        return tuple(
+            ScoredRecord(index.rows[candidates[i]], float(scores[i])) for i in order[:limit]
+        )
+
+    def _access_mask(
+        self, snap: _Snapshot, index: _Index, authorization: Authorization | None
+    ) -> np.ndarray | None:
+        if authorization is None:
+            return None
+        allowed = np.fromiter(
+            (decide_access(s, snap.grants.get(s), authorization).allowed for s in index.sources),
+            dtype=bool,
+            count=len(index.sources),
+        )
+        mask = allowed[index.source_pos]
+        for pos in index.derived:
+            roots = index.rows[pos].roots
+            mask[pos] = bool(roots) and all(
+                decide_access(s, snap.grants.get(s), authorization).allowed for s in roots
+            )
+        return mask
+
+    # -- grants --------------------------------------------------------------------------------
+    def set_source_access(self, scope: Scope, grants: Sequence[Grant]) -> None:
+        with self.unit_of_work(scope) as uow:
+            uow.grants.set(list(grants))
+            uow.commit()
+
+    def check_source_access(
+        self, scope: Scope, source_ids: Sequence[str], authorization: Authorization
+    ) -> Mapping[str, AccessDecision]:
+        grants = self._snapshot(scope).grants
+        return {
+            s: decide_access(s, grants.get(s), authorization) for s in dict.fromkeys(source_ids)
+        }

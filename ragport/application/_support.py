@@ -1,0 +1,173 @@
+"""Helpers shared by the use cases: abort checks, redaction, embedding, status and clocks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import numpy as np
+
+from ragport.domain.errors import (
+    AbortedError,
+    CapabilityError,
+    RagportError,
+    ScopeError,
+    ValidationError,
+)
+from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
+from ragport.domain.model import Scope
+from ragport.domain.status import ERROR_MAX, IngestionState, IngestionStatus
+from ragport.ports.embedder import Embedder, VectorMatrix
+from ragport.ports.runtime import Abort, Clock, NoopTelemetry, Redactor, Telemetry
+from ragport.ports.status import IngestionStatusStore
+from ragport.ports.store import ChunkStore
+
+REDACTED = "[REDACTED]"
+NOOP_TELEMETRY = NoopTelemetry()
+
+
+class SystemClock:
+    """Wall-clock UTC time."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+SYSTEM_CLOCK = SystemClock()
+
+
+def check_abort(abort: Abort | None) -> None:
+    """Raise ``AbortedError`` when the caller's signal is set."""
+    if abort is not None and abort.is_set():
+        raise AbortedError("aborted by the caller")
+
+
+def require_scope(scope: object, *, field: str = "scope") -> Scope:
+    if not isinstance(scope, Scope):
+        raise ScopeError(f"{field} must be a Scope", field=field)
+    return scope
+
+
+def require_transactions(store: ChunkStore, operation: str) -> None:
+    """Refuse stores that cannot do ``operation`` atomically with generations."""
+    caps = store.capabilities
+    if not caps.transactions:
+        raise CapabilityError(
+            f"{operation} needs a store with transactions; this store cannot replace atomically",
+            capability="transactions",
+        )
+    if not caps.generations:
+        raise CapabilityError(
+            f"{operation} needs a store with generations", capability="generations"
+        )
+
+
+class Redaction:
+    """``secrets`` (literal strings) replaced by ``[REDACTED]``, then the host ``redactor``."""
+
+    def __init__(self, redactor: Redactor | None = None, secrets: Sequence[str] | None = None):
+        if isinstance(secrets, str):
+            raise ValidationError("secrets must be a sequence of strings", field="secrets")
+        cleaned = sorted({s for s in (secrets or ()) if s}, key=len, reverse=True)
+        if any(not isinstance(s, str) for s in cleaned):
+            raise ValidationError("secrets must be strings", field="secrets")
+        self._secrets = tuple(cleaned)
+        self._redactor = redactor
+
+    @property
+    def active(self) -> bool:
+        return bool(self._secrets) or self._redactor is not None
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        if self._redactor is not None:
+            text = self._redactor.redact(text)
+        return text
+
+    def error(self, exc: BaseException) -> str:
+        """A safe description of ``exc``: our own messages (redacted) or just a type name.
+
+        A foreign exception's message may quote document text, so only its type is kept.
+        """
+        text = (
+            f"{type(exc).__name__}: {exc}" if isinstance(exc, RagportError) else type(exc).__name__
+        )
+        return self(text)[:ERROR_MAX]
+
+
+def metadata_bytes(metadata: object) -> int:
+    return len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def embed_batches(
+    embedder: Embedder,
+    texts: Sequence[str],
+    *,
+    batch_size: int,
+    abort: Abort | None,
+    telemetry: Telemetry,
+) -> VectorMatrix:
+    """Embed ``texts`` in bounded batches, checking abort before each batch and the output shape."""
+    check_limit("embed_batch", batch_size)
+    dims = embedder.dimensions
+    out = np.empty((len(texts), dims), dtype=np.float32)
+    for start in range(0, len(texts), batch_size):
+        check_abort(abort)
+        batch = list(texts[start : start + batch_size])
+        with telemetry.span("rag.embed") as span:
+            span.set_attribute("rag.embed.count", len(batch))
+            vectors = check_vectors(embedder.embed(batch), rows=len(batch), dimensions=dims)
+        out[start : start + len(batch)] = vectors
+    check_abort(abort)
+    return out
+
+
+def check_vectors(vectors: object, *, rows: int, dimensions: int) -> VectorMatrix:
+    """Fail closed on an embedder answer of the wrong shape or with non-finite values."""
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.ndim != 2 or array.shape != (rows, dimensions):
+        raise ValidationError(
+            f"embedder returned shape {array.shape}, expected ({rows}, {dimensions})",
+            field="embedder",
+        )
+    if not np.all(np.isfinite(array)):
+        raise ValidationError("embedder returned non-finite values", field="embedder")
+    return array
+
+
+def put_status(
+    status_store: IngestionStatusStore | None,
+    *,
+    scope: Scope,
+    source_id: str,
+    state: IngestionState,
+    clock: Clock,
+    size: int = 0,
+    total: int = 0,
+    indexed: int = 0,
+    error: str | None = None,
+) -> None:
+    if status_store is None:
+        return
+    status_store.put(
+        IngestionStatus(
+            scope=scope,
+            source_id=source_id,
+            state=state,
+            bytes=size,
+            chunks_total=total,
+            chunks_indexed=indexed,
+            error=error,
+            updated_at=clock.now(),
+        )
+    )
+
+
+def resolve_limits(limits: Limits | None) -> Limits:
+    if limits is None:
+        return DEFAULT_LIMITS
+    if not isinstance(limits, Limits):
+        raise ValidationError("limits must be a Limits", field="limits")
+    return limits

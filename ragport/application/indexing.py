@@ -1,0 +1,383 @@
+"""Index chunks, replace a source atomically, delete a source.
+
+replace_source:
+1. Validate the scope, ids, chunk set and caps; refuse stores without transactions.
+2. If ``content_hash`` matches the stored version under the same embedder, skip (no embed).
+3. Redact chunk text, then embed it in bounded batches (reusing vectors whose text matches),
+   checking abort between batches. Nothing touches the store yet.
+4. In one unit of work: stage a generation, retire the source's rows, add the new rows,
+   publish (unless ``advance_generation=False``), commit.
+5. Record ingestion status (``pending`` -> ``indexed`` | ``failed``, errors redacted).
+
+index_chunks embeds and writes batch by batch (each batch its own transaction, visible when
+it commits): a failure leaves earlier batches in place and retrying is idempotent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ragport.application._support import (
+    NOOP_TELEMETRY,
+    SYSTEM_CLOCK,
+    Redaction,
+    check_abort,
+    check_vectors,
+    embed_batches,
+    metadata_bytes,
+    put_status,
+    require_scope,
+    require_transactions,
+    resolve_limits,
+)
+from ragport.application.results import IndexResult, ReplaceResult
+from ragport.domain.errors import ValidationError
+from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
+from ragport.domain.model import Chunk, Record, Scope, validate_content_hash, validate_id
+from ragport.domain.status import IngestionState
+from ragport.ports.embedder import Embedder, VectorMatrix
+from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
+from ragport.ports.status import IngestionStatusStore
+from ragport.ports.store import ChunkStore
+
+__all__ = ["delete_source", "index_chunks", "replace_source"]
+
+ReusableEmbeddings = Mapping[str, tuple[str, Any]]
+
+
+def _check_chunks(chunks: Sequence[Chunk], limits: Limits, *, source_id: str | None) -> list[Chunk]:
+    if isinstance(chunks, (str, bytes)) or not isinstance(chunks, Sequence):
+        raise ValidationError("chunks must be a sequence of Chunk", field="chunks")
+    checked = list(chunks)
+    if len(checked) > limits.chunks_per_source and source_id is not None:
+        raise ValidationError(
+            f"{len(checked)} chunks exceed chunks_per_source={limits.chunks_per_source}",
+            field="chunks",
+            limit="chunks_per_source",
+        )
+    seen: set[str] = set()
+    for chunk in checked:
+        if not isinstance(chunk, Chunk):
+            raise ValidationError("chunks must be Chunk objects", field="chunks")
+        if source_id is not None and chunk.source_id != source_id:
+            raise ValidationError("every chunk must belong to source_id", field="chunks")
+        if chunk.id in seen:
+            raise ValidationError("chunk ids must be unique", field="chunks")
+        seen.add(chunk.id)
+        if metadata_bytes(chunk.metadata) > limits.metadata_bytes:
+            raise ValidationError(
+                f"chunk metadata exceeds metadata_bytes={limits.metadata_bytes}",
+                field="metadata",
+                limit="metadata_bytes",
+            )
+        if len(chunk.text) > limits.document_chars:
+            raise ValidationError(
+                "chunk text exceeds document_chars", field="chunks", limit="document_chars"
+            )
+    return checked
+
+
+def _records(
+    chunks: Sequence[Chunk],
+    texts: Sequence[str],
+    *,
+    scope: Scope,
+    embedder: Embedder,
+    generation: int,
+    content_hash: str | None,
+) -> list[Record]:
+    return [
+        Record(
+            id=chunk.id,
+            scope=scope,
+            source_id=chunk.source_id,
+            kind="chunk",
+            text=text,
+            metadata=chunk.metadata,
+            embedder_id=embedder.id,
+            dimensions=embedder.dimensions,
+            generation=generation,
+            content_hash=content_hash,
+            chunk_index=chunk.index,
+            start=chunk.start,
+            end=chunk.end,
+        )
+        for chunk, text in zip(chunks, texts, strict=True)
+    ]
+
+
+def _embed_with_reuse(
+    embedder: Embedder,
+    chunks: Sequence[Chunk],
+    texts: Sequence[str],
+    reuse: ReusableEmbeddings | None,
+    *,
+    batch_size: int,
+    abort: Abort | None,
+    telemetry: Telemetry,
+) -> VectorMatrix:
+    dims = embedder.dimensions
+    out = np.empty((len(texts), dims), dtype=np.float32)
+    missing: list[int] = []
+    for i, (chunk, text) in enumerate(zip(chunks, texts, strict=True)):
+        entry = reuse.get(chunk.id) if reuse else None
+        if entry is not None:
+            reused_text, vector = entry
+            array = np.asarray(vector, dtype=np.float32).reshape(-1)
+            # Only an exact text match under this embedder's dimension is reusable.
+            if reused_text == text and array.shape == (dims,) and np.all(np.isfinite(array)):
+                out[i] = array
+                continue
+        missing.append(i)
+    if missing:
+        embedded = embed_batches(
+            embedder,
+            [texts[i] for i in missing],
+            batch_size=batch_size,
+            abort=abort,
+            telemetry=telemetry,
+        )
+        out[missing] = embedded
+    return out
+
+
+def replace_source(
+    *,
+    source_id: str,
+    chunks: Sequence[Chunk],
+    embedder: Embedder,
+    store: ChunkStore,
+    scope: Scope,
+    content_hash: str | None = None,
+    skip_if_unchanged: bool | None = None,
+    reuse_embeddings: ReusableEmbeddings | None = None,
+    advance_generation: bool = True,
+    status_store: IngestionStatusStore | None = None,
+    batch_size: int = DEFAULT_LIMITS.embed_batch,
+    telemetry: Telemetry | None = None,
+    abort: Abort | None = None,
+    redactor: Redactor | None = None,
+    secrets: Sequence[str] | None = None,
+    limits: Limits | None = None,
+    clock: Clock | None = None,
+) -> ReplaceResult:
+    """Replace every record of ``source_id`` in ``scope`` with ``chunks``, atomically.
+
+    Embeds first, then swaps old for new in one transaction: a failure anywhere before commit
+    leaves the previous version fully visible. See the module docstring for the steps.
+    """
+    scope = require_scope(scope)
+    validate_id(source_id, field="source_id")
+    lim = resolve_limits(limits)
+    check_limit("embed_batch", batch_size)
+    checked = _check_chunks(chunks, lim, source_id=source_id)
+    content_hash = validate_content_hash(content_hash)
+    require_transactions(store, "replace_source")
+    tel = telemetry or NOOP_TELEMETRY
+    clk = clock or SYSTEM_CLOCK
+    redact = Redaction(redactor, secrets)
+    check_abort(abort)
+
+    skip = content_hash is not None if skip_if_unchanged is None else skip_if_unchanged
+    if skip and content_hash is not None:
+        stored = store.get_by_source(scope, source_id)
+        if stored and all(
+            r.content_hash == content_hash
+            and r.embedder_id == embedder.id
+            and r.dimensions == embedder.dimensions
+            for r in stored
+        ):
+            return ReplaceResult(source_id, 0, 0, True, store.current_generation(scope))
+
+    texts = [redact(c.text) for c in checked] if redact.active else [c.text for c in checked]
+    size = sum(len(t.encode("utf-8")) for t in texts)
+    put_status(
+        status_store,
+        scope=scope,
+        source_id=source_id,
+        state="pending",
+        clock=clk,
+        size=size,
+        total=len(texts),
+    )
+    try:
+        vectors = _embed_with_reuse(
+            embedder,
+            checked,
+            texts,
+            reuse_embeddings,
+            batch_size=batch_size,
+            abort=abort,
+            telemetry=tel,
+        )
+        check_abort(abort)
+        with tel.span("rag.replace") as span, store.unit_of_work(scope) as uow:
+            generation = uow.generations.stage()
+            deleted = uow.records.retire_source(source_id, generation=generation)
+            records = _records(
+                checked,
+                texts,
+                scope=scope,
+                embedder=embedder,
+                generation=generation,
+                content_hash=content_hash,
+            )
+            uow.records.add(records, vectors)
+            if advance_generation:
+                uow.generations.publish(generation)
+            check_abort(abort)
+            uow.commit()
+            span.set_attribute("rag.replace.indexed", len(records))
+    except BaseException as exc:
+        put_status(
+            status_store,
+            scope=scope,
+            source_id=source_id,
+            state="failed",
+            clock=clk,
+            size=size,
+            total=len(texts),
+            error=redact.error(exc),
+        )
+        raise
+    put_status(
+        status_store,
+        scope=scope,
+        source_id=source_id,
+        state="indexed",
+        clock=clk,
+        size=size,
+        total=len(texts),
+        indexed=len(texts),
+    )
+    return ReplaceResult(source_id, deleted, len(records), False, generation)
+
+
+def delete_source(
+    *,
+    source_id: str,
+    store: ChunkStore,
+    scope: Scope,
+    status_store: IngestionStatusStore | None = None,
+    telemetry: Telemetry | None = None,
+    abort: Abort | None = None,
+) -> ReplaceResult:
+    """Retire every record of ``source_id`` in exactly ``scope`` at a new generation.
+
+    Versioned like a replacement with no chunks: ``rollback_generation`` can bring it back
+    until ``compact`` purges it. To forget a source everywhere (derived records included,
+    rows physically removed), use the deletion propagator.
+    """
+    scope = require_scope(scope)
+    validate_id(source_id, field="source_id")
+    require_transactions(store, "delete_source")
+    check_abort(abort)
+    tel = telemetry or NOOP_TELEMETRY
+    with tel.span("rag.delete"), store.unit_of_work(scope) as uow:
+        generation = uow.generations.stage()
+        deleted = uow.records.retire_source(source_id, generation=generation)
+        uow.generations.publish(generation)
+        uow.commit()
+    if status_store is not None:
+        status_store.delete(scope, source_id)
+    return ReplaceResult(source_id, deleted, 0, False, generation)
+
+
+def index_chunks(
+    *,
+    chunks: Sequence[Chunk],
+    embedder: Embedder,
+    store: ChunkStore,
+    scope: Scope,
+    status_store: IngestionStatusStore | None = None,
+    batch_size: int = DEFAULT_LIMITS.embed_batch,
+    telemetry: Telemetry | None = None,
+    abort: Abort | None = None,
+    redactor: Redactor | None = None,
+    secrets: Sequence[str] | None = None,
+    limits: Limits | None = None,
+    clock: Clock | None = None,
+) -> IndexResult:
+    """Embed and upsert ``chunks`` batch by batch; each batch commits (and becomes visible) alone.
+
+    Re-indexing a chunk id replaces its previous row. Not atomic across batches: use
+    ``replace_source`` when a source must change all at once.
+    """
+    scope = require_scope(scope)
+    lim = resolve_limits(limits)
+    check_limit("embed_batch", batch_size)
+    checked = _check_chunks(chunks, lim, source_id=None)
+    require_transactions(store, "index_chunks")
+    tel = telemetry or NOOP_TELEMETRY
+    clk = clock or SYSTEM_CLOCK
+    redact = Redaction(redactor, secrets)
+    sources = list(dict.fromkeys(c.source_id for c in checked))
+    totals = {s: sum(1 for c in checked if c.source_id == s) for s in sources}
+    done = dict.fromkeys(sources, 0)
+    for s in sources:
+        put_status(
+            status_store, scope=scope, source_id=s, state="pending", clock=clk, total=totals[s]
+        )
+    indexed = 0
+    try:
+        for start in range(0, len(checked), batch_size):
+            check_abort(abort)
+            batch = checked[start : start + batch_size]
+            texts = [redact(c.text) for c in batch]
+            with tel.span("rag.embed"):
+                vectors = check_vectors(
+                    embedder.embed(texts), rows=len(texts), dimensions=embedder.dimensions
+                )
+            check_abort(abort)
+            with store.unit_of_work(scope) as uow:
+                generation = uow.generations.stage()
+                uow.records.retire_ids([c.id for c in batch], generation=generation)
+                uow.records.add(
+                    _records(
+                        batch,
+                        texts,
+                        scope=scope,
+                        embedder=embedder,
+                        generation=generation,
+                        content_hash=None,
+                    ),
+                    vectors,
+                )
+                uow.generations.publish(generation)
+                uow.commit()
+            indexed += len(batch)
+            for c in batch:
+                done[c.source_id] += 1
+    except BaseException as exc:
+        error = redact.error(exc)
+        for s in sources:
+            state: IngestionState = (
+                "partial"
+                if 0 < done[s] < totals[s]
+                else ("indexed" if done[s] == totals[s] else "failed")
+            )
+            put_status(
+                status_store,
+                scope=scope,
+                source_id=s,
+                state=state,
+                clock=clk,
+                total=totals[s],
+                indexed=done[s],
+                error=None if state == "indexed" else error,
+            )
+        raise
+    for s in sources:
+        put_status(
+            status_store,
+            scope=scope,
+            source_id=s,
+            state="indexed",
+            clock=clk,
+            total=totals[s],
+            indexed=done[s],
+        )
+    return IndexResult(indexed=indexed, source_ids=tuple(sources))

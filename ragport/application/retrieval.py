@@ -1,0 +1,409 @@
+"""Retrieve cited, access-checked context.
+
+retrieve_context:
+1. Validate arguments against the hard ceilings; exactly one of ``scope``/``scopes``; empty
+   ``scopes`` (or a blank query) returns an empty result with no embed and no store call.
+2. Refuse what the store cannot promise: a lexical mode it does not advertise, or an
+   authorization on a store without ACL (``CapabilityError``); a tenant mismatch (``ScopeError``).
+3. Drift guard: every scope's stored records must come from the active embedder and dimension
+   (``EmbedderMismatchError`` naming the re-index path).
+4. Redact and embed the query once.
+5. Vector leg per scope at that scope's current generation: ``query_candidates`` records, with
+   scope, visibility, tombstones, grants and ``metadata_filter`` inside the store predicate.
+6. Recheck what came back: stored scope among the requested ones, embedder identity; merge
+   across scopes keyed on (scope, record id).
+7. Tombstone guard: drop candidates whose id, source or lineage is forgotten.
+8. Access gate (with an authorization): one ``check_source_access`` per scope with every
+   distinct source; denied or failed checks withhold those sources (``on_access_denied``).
+9. Render ``[citation-id] text`` blocks until top-k, the byte ceiling or the token ceiling.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ragport.application._support import (
+    NOOP_TELEMETRY,
+    SYSTEM_CLOCK,
+    Redaction,
+    check_abort,
+    check_vectors,
+    require_scope,
+)
+from ragport.application.results import RetrievalResult
+from ragport.domain.errors import (
+    AbortedError,
+    CapabilityError,
+    EmbedderMismatchError,
+    ScopeError,
+    ValidationError,
+)
+from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, check_limit
+from ragport.domain.model import (
+    AccessDenial,
+    AccessReason,
+    Authorization,
+    Citation,
+    Hit,
+    Provenance,
+    Record,
+    Scope,
+    Trust,
+)
+from ragport.ports.embedder import Embedder
+from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
+from ragport.ports.store import ChunkStore
+
+__all__ = ["estimate_tokens", "retrieve_context"]
+
+LEXICAL_MODES = ("off", "bm25", "fts")
+BLOCK_SEPARATOR = "\n\n"
+QUERY_MAX_CHARS = HARD_LIMITS.chunk_size
+_TRUST = Trust()
+
+
+def estimate_tokens(text: str) -> int:
+    """The token estimate ragport budgets with: UTF-8 bytes / 4, rounded up."""
+    return math.ceil(len(text.encode("utf-8")) / 4)
+
+
+@attrs.frozen
+class _Candidate:
+    scope: Scope
+    record: Record
+    score: float
+
+
+def _scopes(scope: Scope | None, scopes: Sequence[Scope] | None) -> list[Scope]:
+    if (scope is None) == (scopes is None):
+        raise ValidationError("pass exactly one of scope or scopes", field="scope")
+    if scope is not None:
+        return [require_scope(scope)]
+    assert scopes is not None
+    if isinstance(scopes, Scope) or not isinstance(scopes, Sequence):
+        raise ValidationError("scopes must be a sequence of Scope", field="scopes")
+    unique = list(dict.fromkeys(require_scope(s, field="scopes") for s in scopes))
+    if len(unique) > HARD_LIMITS.scopes_per_retrieve:
+        raise ValidationError(
+            f"at most {HARD_LIMITS.scopes_per_retrieve} scopes per retrieve",
+            field="scopes",
+            limit="scopes_per_retrieve",
+        )
+    return unique
+
+
+def _mismatch(
+    embedder: Embedder, found: tuple[str | None, int | None], ids: tuple[str, ...] = ()
+) -> EmbedderMismatchError:
+    return EmbedderMismatchError(
+        f"stored records were embedded by {found[0] or 'an unknown embedder'} "
+        f"({found[1]} dimensions) but the active embedder is {embedder.id} "
+        f"({embedder.dimensions} dimensions); re-index the affected sources with "
+        "replace_source under the active embedder before retrieving",
+        expected_id=embedder.id,
+        expected_dimensions=embedder.dimensions,
+        found_id=found[0],
+        found_dimensions=found[1],
+        record_ids=ids,
+    )
+
+
+def retrieve_context(
+    query: str,
+    *,
+    embedder: Embedder,
+    store: ChunkStore,
+    scope: Scope | None = None,
+    scopes: Sequence[Scope] | None = None,
+    top_k: int = DEFAULT_LIMITS.top_k,
+    query_candidates: int = DEFAULT_LIMITS.query_candidates,
+    lexical: str = "off",
+    fusion: str = "rrf",
+    rrf_k: int = DEFAULT_LIMITS.rrf_k,
+    metadata_filter: Mapping[str, Any] | None = None,
+    authorization: Authorization | None = None,
+    on_access_denied: Callable[[AccessDenial], None] | None = None,
+    reranker: object | None = None,
+    max_rerank_bytes: int = DEFAULT_LIMITS.rerank_bytes,
+    max_rerank_ms: int = DEFAULT_LIMITS.rerank_ms,
+    rerank_concurrency: int = DEFAULT_LIMITS.rerank_concurrency,
+    max_result_bytes: int = DEFAULT_LIMITS.result_bytes,
+    max_context_tokens: int = DEFAULT_LIMITS.context_tokens,
+    telemetry: Telemetry | None = None,
+    abort: Abort | None = None,
+    redactor: Redactor | None = None,
+    secrets: Sequence[str] | None = None,
+    clock: Clock | None = None,
+) -> RetrievalResult:
+    """Retrieve cited context for ``query``; see the module docstring for the steps."""
+    # 1. arguments
+    if not isinstance(query, str):
+        raise ValidationError("query must be a string", field="query")
+    if len(query) > QUERY_MAX_CHARS:
+        raise ValidationError(f"query is longer than {QUERY_MAX_CHARS} characters", field="query")
+    wanted = _scopes(scope, scopes)
+    check_limit("top_k", top_k)
+    check_limit("query_candidates", query_candidates)
+    check_limit("rrf_k", rrf_k)
+    check_limit("result_bytes", max_result_bytes)
+    check_limit("context_tokens", max_context_tokens)
+    check_limit("rerank_bytes", max_rerank_bytes)
+    check_limit("rerank_ms", max_rerank_ms)
+    check_limit("rerank_concurrency", rerank_concurrency)
+    if lexical not in LEXICAL_MODES:
+        raise ValidationError("lexical must be 'off', 'bm25' or 'fts'", field="lexical")
+    if fusion != "rrf":
+        raise ValidationError("fusion must be 'rrf'", field="fusion")
+    if metadata_filter is not None and not isinstance(metadata_filter, Mapping):
+        raise ValidationError("metadata_filter must be a mapping", field="metadata_filter")
+    if authorization is not None and not isinstance(authorization, Authorization):
+        raise ValidationError("authorization must be an Authorization", field="authorization")
+    redact = Redaction(redactor, secrets)
+    tel = telemetry or NOOP_TELEMETRY
+    clk = clock or SYSTEM_CLOCK
+    empty = RetrievalResult(
+        query=query, trust=_TRUST, text="", hits=(), citations=(), truncated=False
+    )
+    if not wanted or not query.strip():
+        return empty
+
+    # 2. capabilities and tenancy
+    caps = store.capabilities
+    if lexical != "off" and lexical not in caps.lexical_modes:
+        raise CapabilityError(
+            f"this store does not offer lexical mode {lexical!r} "
+            f"(it offers {list(caps.lexical_modes)})",
+            capability="lexical",
+        )
+    if reranker is not None:
+        raise CapabilityError("reranking is not available in this version", capability="rerank")
+    if authorization is not None:
+        if caps.authorization != "acl":
+            raise CapabilityError(
+                "an authorization was given but this store cannot enforce grants",
+                capability="authorization",
+            )
+        for s in wanted:
+            if s.tenant_id != authorization.tenant_id:
+                raise ScopeError(
+                    "authorization tenant differs from a requested scope", field="scopes"
+                )
+
+    with tel.span("rag.retrieve") as root:
+        root.set_attribute("rag.scopes", len(wanted))
+        # 3. drift guard
+        expected = (embedder.id, embedder.dimensions)
+        for s in wanted:
+            for found_key in store.list_embedders(s):
+                if found_key != expected:
+                    raise _mismatch(embedder, found_key)
+        check_abort(abort)
+
+        # 4. embed once
+        with tel.span("rag.embed"):
+            vector = check_vectors(
+                embedder.embed([redact(query)]), rows=1, dimensions=embedder.dimensions
+            )[0]
+        check_abort(abort)
+
+        # 5-6. vector leg per scope, rechecked
+        candidates: dict[tuple[Scope, str], _Candidate] = {}
+        with tel.span("rag.vector") as span:
+            for s in wanted:
+                found = store.query(
+                    s,
+                    vector,
+                    limit=query_candidates,
+                    authorization=authorization,
+                    metadata_filter=metadata_filter,
+                )
+                for item in found:
+                    record = item.record
+                    if record.scope != s:
+                        raise ScopeError(
+                            "the store returned a record from another scope", field="scope"
+                        )
+                    if (record.embedder_id, record.dimensions) != expected:
+                        raise _mismatch(
+                            embedder, (record.embedder_id, record.dimensions), (record.id,)
+                        )
+                    if not math.isfinite(item.score):
+                        raise ValidationError(
+                            "the store returned a non-finite score", field="score"
+                        )
+                    key = (s, record.id)
+                    if key not in candidates or candidates[key].score < item.score:
+                        candidates[key] = _Candidate(s, record, item.score)
+                check_abort(abort)
+            span.set_attribute("rag.vector.candidates", len(candidates))
+        ordered = sorted(
+            candidates.values(),
+            key=lambda c: (
+                -c.score,
+                c.scope.tenant_id,
+                c.scope.resource_id,
+                c.scope.corpus_id,
+                c.record.id,
+            ),
+        )
+
+        # 7. tombstone guard
+        forgotten = {s: store.list_invalidated_ids(s) for s in wanted}
+        ordered = [
+            c
+            for c in ordered
+            if not (
+                forgotten[c.scope]
+                and (
+                    c.record.id in forgotten[c.scope]
+                    or c.record.source_id in forgotten[c.scope]
+                    or forgotten[c.scope].intersection(c.record.lineage)
+                )
+            )
+        ]
+
+        # 8. access gate
+        if authorization is not None:
+            with tel.span("rag.acl_recheck"):
+                ordered = _access_gate(store, ordered, authorization, on_access_denied, redact)
+        check_abort(abort)
+
+        # 9. render
+        with tel.span("rag.render"):
+            return _render(
+                query,
+                ordered,
+                top_k=top_k,
+                max_bytes=max_result_bytes,
+                max_tokens=max_context_tokens,
+                provider=store.provider,
+                retrieved_at=clk.now(),
+                redact=redact,
+            )
+
+
+def _access_gate(
+    store: ChunkStore,
+    ordered: list[_Candidate],
+    authorization: Authorization,
+    on_access_denied: Callable[[AccessDenial], None] | None,
+    redact: Redaction,
+) -> list[_Candidate]:
+    """One ``check_source_access`` per scope; withhold every source not allowed."""
+    by_scope: dict[Scope, list[str]] = {}
+    for c in ordered:
+        sources = by_scope.setdefault(c.scope, [])
+        for source in c.record.access_sources or (c.record.source_id,):
+            if source not in sources:
+                sources.append(source)
+    denied: dict[tuple[Scope, str], tuple[AccessReason, str | None]] = {}
+    for s, sources in by_scope.items():
+        try:
+            decisions = store.check_source_access(s, sources, authorization)
+        except AbortedError:
+            raise
+        except Exception as exc:  # a failed check withholds; it never grants
+            error = redact.error(exc)
+            for source in sources:
+                denied[(s, source)] = ("check_failed", error)
+            continue
+        for source in sources:
+            decision = decisions.get(source)
+            if decision is None or not decision.allowed:
+                reason: AccessReason = decision.reason if decision is not None else "no_grant"
+                denied[(s, source)] = (reason if reason != "granted" else "no_grant", None)
+    if not denied:
+        return ordered
+    kept: list[_Candidate] = []
+    withheld: dict[tuple[Scope, str], int] = {}
+    for c in ordered:
+        blocked = [
+            src
+            for src in (c.record.access_sources or (c.record.source_id,))
+            if (c.scope, src) in denied
+        ]
+        if blocked:
+            for src in blocked:
+                withheld[(c.scope, src)] = withheld.get((c.scope, src), 0) + 1
+        else:
+            kept.append(c)
+    if on_access_denied is not None:
+        for (s, source), count in withheld.items():
+            reason, detail = denied[(s, source)]
+            on_access_denied(
+                AccessDenial(source_id=source, scope=s, reason=reason, hits=count, error=detail)
+            )
+    return kept
+
+
+def _render(
+    query: str,
+    ordered: Sequence[_Candidate],
+    *,
+    top_k: int,
+    max_bytes: int,
+    max_tokens: int,
+    provider: str,
+    retrieved_at: Any,
+    redact: Redaction,
+) -> RetrievalResult:
+    blocks: list[str] = []
+    hits: list[Hit] = []
+    citations: list[Citation] = []
+    used_bytes = 0
+    truncated = False
+    for rank, c in enumerate(ordered[:top_k], start=1):
+        record = c.record
+        text = redact(record.text) if redact.active else record.text
+        block = f"[{record.id}] {text}"
+        extra = len(block.encode("utf-8")) + (len(BLOCK_SEPARATOR) if blocks else 0)
+        if used_bytes + extra > max_bytes or math.ceil((used_bytes + extra) / 4) > max_tokens:
+            truncated = True
+            break
+        used_bytes += extra
+        blocks.append(block)
+        provenance = Provenance(
+            source_id=record.source_id,
+            chunk_id=record.id,
+            citation_id=record.id,
+            provider=provider,
+            tenant_id=c.scope.tenant_id,
+            resource_id=c.scope.resource_id,
+            corpus_id=c.scope.corpus_id,
+            retrieval="vector",
+            retrieved_at=retrieved_at,
+            lineage=record.lineage,
+        )
+        hits.append(
+            Hit(
+                id=record.id,
+                source_id=record.source_id,
+                text=text,
+                metadata=dict(record.metadata),
+                score=c.score,
+                retrieval_rank=rank,
+                provenance=provenance,
+                trust=_TRUST,
+            )
+        )
+        citations.append(
+            Citation(
+                id=record.id,
+                source_id=record.source_id,
+                chunk_id=record.id,
+                provenance=provenance,
+                trust=_TRUST,
+            )
+        )
+    return RetrievalResult(
+        query=query,
+        trust=_TRUST,
+        text=BLOCK_SEPARATOR.join(blocks),
+        hits=tuple(hits),
+        citations=tuple(citations),
+        truncated=truncated,
+    )
