@@ -1,0 +1,214 @@
+"""Foundation benchmarks for the in-memory path.
+
+1. replace_source of a ~1 MB Markdown document (chunk + embed + one transaction), median.
+2. 100 queries through retrieve_context over 10,000 chunks, against a bare numpy
+   matrix-vector top-k over the same normalised matrix. Query vectors are precomputed for
+   both sides, so the ratio measures ragport's own overhead (validation, store predicate,
+   rechecks, rendering), not the embedder.
+
+Run: .venv/bin/python bench/bench_foundation.py [--quick]
+Compare ratios measured in one run: these machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from ragport import Chunk, Scope, chunk_markdown, replace_source, retrieve_context
+from ragport.adapters.embedders import HashEmbedder
+from ragport.adapters.memory import InMemoryStore
+
+WORDS = [
+    "policy",
+    "leave",
+    "payment",
+    "approval",
+    "security",
+    "access",
+    "review",
+    "contract",
+    "warehouse",
+    "shipment",
+    "dispatcher",
+    "manager",
+    "quarter",
+    "password",
+    "key",
+    "rotation",
+    "audit",
+    "ledger",
+    "invoice",
+    "customer",
+    "freight",
+    "carrier",
+    "customs",
+    "border",
+    "pallet",
+    "forklift",
+    "inventory",
+    "safety",
+    "training",
+    "course",
+]
+
+
+def markdown_document(target_chars: int, seed: int = 7) -> str:
+    rng = np.random.default_rng(seed)
+    parts: list[str] = []
+    size = 0
+    section = 0
+    while size < target_chars:
+        section += 1
+        parts.append(f"\n## Section {section}\n\n")
+        for _ in range(int(rng.integers(2, 6))):
+            sentence_count = int(rng.integers(3, 8))
+            sentences = []
+            for _ in range(sentence_count):
+                words = rng.choice(WORDS, size=int(rng.integers(6, 16)))
+                sentences.append(" ".join(words).capitalize() + ".")
+            parts.append(" ".join(sentences) + "\n\n")
+        size = sum(len(p) for p in parts)
+    return ("# Handbook\n" + "".join(parts))[:target_chars]
+
+
+class PrecomputedEmbedder:
+    """Answers repeated texts from a cache, keeping embedding out of the timings."""
+
+    def __init__(self, inner: HashEmbedder):
+        self._inner = inner
+        self._cache: dict[str, np.ndarray] = {}
+
+    @property
+    def id(self) -> str:
+        return self._inner.id
+
+    @property
+    def dimensions(self) -> int:
+        return self._inner.dimensions
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in texts if t not in self._cache]
+        if missing:
+            for text, vector in zip(missing, self._inner.embed(missing), strict=True):
+                self._cache[text] = vector
+        return np.stack([self._cache[t] for t in texts]).astype(np.float32)
+
+
+def bench_replace(runs: int) -> dict[str, float]:
+    doc = markdown_document(1_000_000)
+    embedder = HashEmbedder(256)
+    chunk_times, replace_times = [], []
+    for run in range(runs):
+        store = InMemoryStore()
+        scope = Scope("bench", "replace", f"run-{run}")
+        t0 = time.perf_counter()
+        chunks = chunk_markdown(doc, source_id="handbook")
+        t1 = time.perf_counter()
+        replace_source(
+            source_id="handbook",
+            chunks=chunks,
+            embedder=embedder,
+            store=store,
+            scope=scope,
+            content_hash=hashlib.sha256(doc.encode()).hexdigest(),
+            batch_size=128,
+        )
+        t2 = time.perf_counter()
+        chunk_times.append(t1 - t0)
+        replace_times.append(t2 - t1)
+    return {
+        "doc_chars": len(doc),
+        "chunks": len(chunks),
+        "chunk_ms_median": statistics.median(chunk_times) * 1e3,
+        "replace_ms_median": statistics.median(replace_times) * 1e3,
+    }
+
+
+def bench_retrieve(n_chunks: int, n_queries: int, repeats: int) -> dict[str, float]:
+    rng = np.random.default_rng(11)
+    base = HashEmbedder(256)
+    embedder = PrecomputedEmbedder(base)
+    store = InMemoryStore()
+    scope = Scope("bench", "retrieve", "corpus")
+    per_source = 100
+    texts: list[str] = []
+    for s in range(n_chunks // per_source):
+        chunks = []
+        for i in range(per_source):
+            words = rng.choice(WORDS, size=20)
+            text = " ".join(words) + f" item{s * per_source + i}"
+            chunks.append(Chunk.of(f"src-{s:04d}", i, text))
+            texts.append(text)
+        replace_source(
+            source_id=f"src-{s:04d}",
+            chunks=chunks,
+            embedder=embedder,
+            store=store,
+            scope=scope,
+            batch_size=128,
+        )
+    queries = [" ".join(rng.choice(WORDS, size=4)) for _ in range(n_queries)]
+    embedder.embed(queries)  # precompute
+    matrix = embedder.embed(texts)
+    matrix = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    qvecs = embedder.embed(queries)
+    k = 5
+    retrieve_context(queries[0], embedder=embedder, store=store, scope=scope, top_k=k)  # warm index
+
+    def run_ragport() -> float:
+        t0 = time.perf_counter()
+        for q in queries:
+            retrieve_context(
+                q, embedder=embedder, store=store, scope=scope, top_k=k, query_candidates=20
+            )
+        return (time.perf_counter() - t0) / len(queries)
+
+    def run_numpy() -> float:
+        t0 = time.perf_counter()
+        for qv in qvecs:
+            scores = matrix @ qv
+            top = np.argpartition(scores, -20)[-20:]
+            top[np.argsort(-scores[top])][:k]
+        return (time.perf_counter() - t0) / len(queries)
+
+    ours = [run_ragport() for _ in range(repeats)]
+    bare = [run_numpy() for _ in range(repeats)]
+    return {
+        "chunks": n_chunks,
+        "queries": n_queries,
+        "ragport_ms_median": statistics.median(ours) * 1e3,
+        "numpy_ms_median": statistics.median(bare) * 1e3,
+        "ratio": statistics.median(ours) / statistics.median(bare),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer runs (smoke test)")
+    args = parser.parse_args(argv)
+    runs = 1 if args.quick else 5
+    replace = bench_replace(runs)
+    print(
+        f"replace_source 1 MB Markdown: {replace['doc_chars']:,} chars, "
+        f"{replace['chunks']} chunks; "
+        f"chunking median {replace['chunk_ms_median']:.1f} ms; "
+        f"replace (embed + write) median {replace['replace_ms_median']:.1f} ms over {runs} runs"
+    )
+    retrieve = bench_retrieve(2_000 if args.quick else 10_000, 100, 1 if args.quick else 5)
+    print(
+        f"retrieve_context over {retrieve['chunks']:,} chunks, {retrieve['queries']} queries: "
+        f"median {retrieve['ragport_ms_median']:.3f} ms/query; bare numpy top-k "
+        f"{retrieve['numpy_ms_median']:.3f} ms/query; ratio {retrieve['ratio']:.1f}x"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

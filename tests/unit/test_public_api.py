@@ -1,0 +1,67 @@
+"""The public names of API.md stay importable, and importing ragport has no side effects."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import ragport
+
+API_NAMES = {
+    "Scope", "Authorization", "Grant", "Chunk", "Limits", "DEFAULT_LIMITS", "HARD_LIMITS", "Hit",
+    "Citation", "Provenance", "Trust", "AccessDenial", "Rename", "ValidationError", "ScopeError",
+    "CapabilityError", "EmbedderMismatchError", "RerankError", "ParseError", "UrlRejectedError",
+    "SyncCursorError", "AccessDeniedError", "PropagationError", "AbortedError", "RagportError",
+    "chunk_text", "chunk_markdown", "index_chunks", "replace_source", "delete_source",
+    "retrieve_context", "list_ingestion_status", "rollback_generation", "compact",
+}  # fmt: skip
+
+
+def test_every_api_name_is_exported_from_ragport():
+    """Every name API.md fixes is in ``ragport.__all__`` and resolves.
+
+    If this fails, check ragport/__init__.py against shared/API.md.
+    """
+    missing = API_NAMES - set(ragport.__all__)
+    assert not missing
+    for name in ragport.__all__:
+        assert getattr(ragport, name) is not None
+
+
+def test_names_are_importable_from_the_layer_that_defines_them():
+    """Domain names come from ragport.domain, use cases from ragport.application.
+
+    If this fails, check the re-exports in ragport/domain/__init__.py and application/__init__.py.
+    """
+    from ragport import application, domain
+
+    assert domain.Scope is ragport.Scope and domain.chunk_markdown is ragport.chunk_markdown
+    assert application.replace_source is ragport.replace_source
+    assert domain.errors.EmbedderMismatchError.code == "ERR_RAG_EMBEDDER_MISMATCH"
+
+
+def test_all_errors_share_one_root():
+    """Every exported error class derives from RagportError.
+
+    If this fails, check the class bases in ragport/domain/errors.py.
+    """
+    errors = [getattr(ragport, n) for n in ragport.__all__ if n.endswith("Error")]
+    assert len(errors) >= 11
+    assert all(issubclass(e, ragport.RagportError) for e in errors)
+
+
+def test_import_opens_no_socket_and_reads_no_environment():
+    """Importing ragport (and its in-memory adapters) opens no socket and starts no thread.
+
+    If this fails, look for work done at import time in the module the traceback names.
+    """
+    code = (
+        "import socket, threading\n"
+        "def refuse(*a, **k): raise RuntimeError('socket opened at import')\n"
+        "socket.socket = refuse\n"
+        "before = threading.active_count()\n"
+        "import ragport, ragport.adapters.memory, ragport.adapters.embedders, ragport.bootstrap\n"
+        "assert threading.active_count() == before\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
