@@ -7,8 +7,9 @@ rollback_generation:
    were purged); discard rows written above ``to``; restore rows retired above ``to``; set
    pointer and counter to ``to``; commit.
 
-compact: purge rows retired at or below ``pointer - keep`` so that rollback to any generation
-``>= pointer - keep`` still works, and raise the floor to that generation.
+compact: purge rows retired more than ``keep`` generations ago (``retired_generation <
+pointer - keep``), so rollback to any generation ``>= pointer - keep - 1`` still works, and
+raise the floor to that generation.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def compact(
     check_limit("compact_keep", keep)
     require_transactions(store, "compact")
     with store.unit_of_work(scope) as uow:
-        through = uow.generations.current() - keep
+        through = uow.generations.current() - keep - 1
         if through <= uow.generations.floor():
             return CompactResult(purged=0, floor=uow.generations.floor())
         purged = uow.records.purge_retired(through)
