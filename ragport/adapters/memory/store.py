@@ -65,6 +65,7 @@ class _Snapshot:
     tombstones: dict[str, Tombstone] = attrs.Factory(dict)
     _indexes: dict[int, _Index] = attrs.Factory(dict)
     _visible: list[Record] | None = None
+    _embedders: frozenset[EmbedderKey] | None = None
     _lock: threading.Lock = attrs.Factory(threading.Lock)
 
     def copy(self) -> _Snapshot:
@@ -102,6 +103,11 @@ class _Snapshot:
                     key=lambda r: r.id,
                 )
             return self._visible
+
+    def embedders(self) -> frozenset[EmbedderKey]:
+        if self._embedders is None:
+            self._embedders = frozenset((r.embedder_id, r.dimensions) for r in self.visible())
+        return self._embedders
 
     def index(self, dimensions: int) -> _Index:
         with self._lock:
@@ -424,7 +430,7 @@ class InMemoryStore:
         return snap.source_records(source_id, snap.pointer)
 
     def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
-        return frozenset((r.embedder_id, r.dimensions) for r in self._snapshot(scope).visible())
+        return self._snapshot(scope).embedders()
 
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
         return self._snapshot(scope).forgotten()
