@@ -1,1 +1,46 @@
+"""Contract suites every adapter (ours or a user's) must pass.
 
+Subclass a suite in your own test module and supply its fixture::
+
+    from ragport.contract_tests import ChunkStoreContract
+
+    class TestMyStore(ChunkStoreContract):
+        @pytest.fixture
+        def store(self):
+            ...  # yield an empty store, clean up afterwards
+
+Suites: ``ChunkStoreContract`` (fixture ``store``), ``EmbedderContract`` (``embedder``),
+``IngestionStatusStoreContract`` (``status_store``). Deterministic helpers for your own tests
+live in ``ragport.contract_tests.plugin`` (enable it with
+``pytest_plugins = ["ragport.contract_tests.plugin"]``). Needs the ``contract-tests`` extra
+(pytest).
+"""
+
+import pytest
+
+# Rewrite asserts in the suite modules so an adapter author sees the compared values, not a
+# bare AssertionError. This must happen before the modules are imported.
+pytest.register_assert_rewrite(
+    "ragport.contract_tests._support",
+    "ragport.contract_tests.chunk_store",
+    "ragport.contract_tests.embedder",
+    "ragport.contract_tests.status_store",
+    "ragport.contract_tests.plugin",
+)
+
+from ragport.contract_tests.chunk_store import ChunkStoreContract  # noqa: E402
+from ragport.contract_tests.embedder import EmbedderContract  # noqa: E402
+from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
+
+CONTRACT_VERSION = "1.0"
+# Contract versions (bump the minor for added tests, the major for changed promises):
+# 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
+#      query, capabilities, concurrency, isolation canary, override guard),
+#      EmbedderContract, IngestionStatusStoreContract.
+
+__all__ = [
+    "CONTRACT_VERSION",
+    "ChunkStoreContract",
+    "EmbedderContract",
+    "IngestionStatusStoreContract",
+]

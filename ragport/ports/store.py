@@ -148,7 +148,11 @@ class TombstoneRepository(Protocol):
     """Tombstones of the scope. Not versioned by generations."""
 
     def add(self, tombstones: Sequence[Tombstone]) -> int:
-        """Insert tombstones; an id already tombstoned keeps one row. Returns how many are new."""
+        """Insert tombstones; an id keeps one row. Returns how many ids are new.
+
+        A ``forgotten`` tombstone is never downgraded by a later ``corrected`` one; a
+        ``corrected`` one is upgraded by a later ``forgotten`` one.
+        """
         ...
 
     def list(self) -> Sequence[Tombstone]:
@@ -189,7 +193,8 @@ class ChunkStore(Protocol):
     - ``query`` applies, inside its own predicate and before ``limit``: exact scope,
       visibility at the current pointer, ``forgotten`` tombstones (on record id, source id and
       every lineage edge), the grant rule when ``authorization`` is given (for derived records:
-      every root source must be allowed), and ``metadata_filter``. Results are ordered by
+      every root source must be allowed), and ``metadata_filter`` (every key present with a
+      JSON-equal value: ``true`` is not ``1``). Results are ordered by
       descending score, ties by id, at most ``limit`` of them.
     """
 

@@ -27,6 +27,8 @@ from ragport.domain.model import (
     Tombstone,
     decide_access,
     is_visible,
+    metadata_matches,
+    strongest_tombstone,
 )
 from ragport.ports.embedder import Vector, VectorMatrix
 from ragport.ports.store import EmbedderKey, ScoredRecord
@@ -347,9 +349,10 @@ class _Tombstones:
         existing = self._uow._snap.tombstones
         new = 0
         for t in tombstones:
-            if t.id not in existing:
+            current = existing.get(t.id)
+            if current is None:
                 new += 1
-            existing[t.id] = t
+            existing[t.id] = strongest_tombstone(current, t)
         return new
 
     def list(self) -> Sequence[Tombstone]:
@@ -455,10 +458,7 @@ class InMemoryStore:
         if metadata_filter:
             wanted = dict(metadata_filter)
             fmask = np.fromiter(
-                (
-                    all(k in r.metadata and r.metadata[k] == v for k, v in wanted.items())
-                    for r in index.rows
-                ),
+                (metadata_matches(r.metadata, wanted) for r in index.rows),
                 dtype=bool,
                 count=len(index.rows),
             )

@@ -1,0 +1,174 @@
+"""``EmbedderContract``: the promises of ``ragport.ports.embedder`` as pytest tests.
+
+Subclass it and supply an ``embedder`` fixture::
+
+    class TestMyEmbedder(EmbedderContract):
+        @pytest.fixture
+        def embedder(self):
+            return MyEmbedder(...)
+
+Override a test only by wrapping it in ``pytest.mark.xfail(reason=...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from ragport.contract_tests._support import silent_overrides
+from ragport.ports.embedder import Embedder
+
+__all__ = ["EmbedderContract"]
+
+TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Generations make every replacement visible at once.",
+    "Grants decide who may see a source.",
+    "Zürich, Kraków and Ōsaka – unicode survives embedding ✓",
+    "a",
+    "retrieval augmented generation over owned documents",
+)
+"""Distinct texts, each with features (words), some non-ASCII."""
+
+
+class EmbedderContract:
+    """Shape, dtype, determinism, normalisation and order of an Embedder's vectors."""
+
+    @pytest.fixture
+    def embedder(self) -> Iterator[Embedder]:
+        """The adapter under test. Override it: return or yield a ready Embedder."""
+        pytest.fail(
+            "EmbedderContract needs an `embedder` fixture: override `embedder` in your test "
+            "class to return (or yield, then clean up) the Embedder under test"
+        )
+        yield  # pragma: no cover
+
+    def test_contract_tests_are_not_overridden(self) -> None:
+        """No contract test is replaced except by wrapping it in xfail(reason=...).
+
+        If this fails, check the listed methods of your test class: delete the override, or
+        decorate it with `pytest.mark.xfail(reason="...")`.
+        """
+        found = silent_overrides(type(self))
+        assert not found, f"contract tests overridden without xfail(reason=...): {found}"
+
+    def test_satisfies_the_embedder_protocol(self, embedder: Embedder) -> None:
+        """The adapter has `id`, `dimensions` and `embed`.
+
+        If this fails, check that every member of ragport.ports.Embedder is defined.
+        """
+        assert isinstance(embedder, Embedder)
+
+    def test_id_is_a_stable_non_empty_string(self, embedder: Embedder) -> None:
+        """`id` is a non-empty string that does not change, also after embedding.
+
+        If this fails, check the `id` property: it must name the model and dimension.
+        """
+        first = embedder.id
+        assert isinstance(first, str)
+        assert first.strip()
+        embedder.embed(list(TEXTS))
+        assert embedder.id == first
+
+    def test_dimensions_is_a_positive_int(self, embedder: Embedder) -> None:
+        """`dimensions` is a positive int (not a bool) equal to the width of embed's output.
+
+        If this fails, check the `dimensions` property and the output width of embed.
+        """
+        dimensions = embedder.dimensions
+        assert isinstance(dimensions, int) and not isinstance(dimensions, bool)
+        assert dimensions > 0
+        assert embedder.embed(list(TEXTS[:2])).shape[1] == dimensions
+        assert embedder.dimensions == dimensions
+
+    def test_embed_returns_a_contiguous_finite_float32_matrix(self, embedder: Embedder) -> None:
+        """embed returns a C-contiguous, finite float32 array of shape (len(texts), d).
+
+        If this fails, check the dtype (np.float32), shape and contiguity of embed's result.
+        """
+        out = embedder.embed(list(TEXTS))
+        assert isinstance(out, np.ndarray)
+        assert out.dtype == np.float32
+        assert out.shape == (len(TEXTS), embedder.dimensions)
+        assert out.flags["C_CONTIGUOUS"]
+        assert np.isfinite(out).all()
+
+    def test_embed_accepts_any_sequence(self, embedder: Embedder) -> None:
+        """A tuple and a list of the same texts give the same vectors.
+
+        If this fails, check that embed accepts any Sequence[str], not only a list.
+        """
+        np.testing.assert_allclose(
+            embedder.embed(tuple(TEXTS)), embedder.embed(list(TEXTS)), rtol=0, atol=1e-6
+        )
+
+    def test_empty_input_gives_zero_rows(self, embedder: Embedder) -> None:
+        """embed([]) returns a float32 array of shape (0, d).
+
+        If this fails, check embed's early return for empty input.
+        """
+        out = embedder.embed([])
+        assert isinstance(out, np.ndarray)
+        assert out.dtype == np.float32
+        assert out.shape == (0, embedder.dimensions)
+
+    def test_embed_is_deterministic(self, embedder: Embedder) -> None:
+        """The same texts give the same vectors on every call (within 1e-6).
+
+        If this fails, check for randomness, per-call state or batch-dependent normalisation.
+        """
+        first = embedder.embed(list(TEXTS))
+        for _ in range(2):
+            np.testing.assert_allclose(embedder.embed(list(TEXTS)), first, rtol=0, atol=1e-6)
+
+    def test_rows_are_unit_length_or_zero(self, embedder: Embedder) -> None:
+        """Every row has L2 norm 1 (within 1e-3), or is exactly zero.
+
+        If this fails, check the normalisation step of embed.
+        """
+        out = embedder.embed([*TEXTS, "", "   "]).astype(np.float64)
+        for row, text in zip(out, [*TEXTS, "", "   "], strict=True):
+            norm = float(np.linalg.norm(row))
+            assert norm == pytest.approx(1.0, abs=1e-3) or not row.any(), repr(text)
+        assert all(np.linalg.norm(row) == pytest.approx(1.0, abs=1e-3) for row in out[: len(TEXTS)])
+
+    def test_different_texts_give_different_vectors(self, embedder: Embedder) -> None:
+        """Distinct texts with features map to pairwise distinct vectors.
+
+        If this fails, check that embed uses the text (not only its length or a constant).
+        """
+        out = embedder.embed(list(TEXTS)).astype(np.float64)
+        for i in range(len(TEXTS)):
+            for j in range(i + 1, len(TEXTS)):
+                assert not np.allclose(out[i], out[j], rtol=0, atol=1e-6), (TEXTS[i], TEXTS[j])
+
+    def test_order_is_preserved(self, embedder: Embedder) -> None:
+        """embed([a, b]) equals embed([b, a]) reversed (within 1e-6).
+
+        If this fails, check that results are returned in input order (e.g. after batching or
+        sorting by length).
+        """
+        a, b = TEXTS[0], TEXTS[3]
+        np.testing.assert_allclose(
+            embedder.embed([a, b]), embedder.embed([b, a])[::-1], rtol=0, atol=1e-6
+        )
+
+    def test_batch_equals_one_by_one(self, embedder: Embedder) -> None:
+        """Embedding a batch gives the same rows as embedding each text alone (within 1e-5).
+
+        If this fails, check for padding or batch statistics leaking between texts.
+        """
+        batch = embedder.embed(list(TEXTS))
+        single = np.vstack([embedder.embed([text]) for text in TEXTS])
+        np.testing.assert_allclose(batch, single, rtol=0, atol=1e-5)
+
+    def test_repeated_text_in_a_batch_gives_equal_rows(self, embedder: Embedder) -> None:
+        """The same text twice in one batch gives two equal rows, one per text.
+
+        If this fails, check that embed does not de-duplicate inputs or drop rows.
+        """
+        out = embedder.embed([TEXTS[1], TEXTS[2], TEXTS[1]])
+        assert out.shape[0] == 3
+        np.testing.assert_allclose(out[0], out[2], rtol=0, atol=1e-6)
