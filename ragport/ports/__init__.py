@@ -3,7 +3,10 @@
 Each docstring states the promises an adapter makes; ``ragport.contract_tests`` checks them.
 """
 
+from ragport.ports.derived import DerivedArtifactHandler
+from ragport.ports.documents import DocumentLoader, LoadedDocument, ParsedDocument, Parser
 from ragport.ports.embedder import Embedder, Vector, VectorMatrix
+from ragport.ports.rerank import LocalRerankRuntime, Reranker, RerankScorer
 from ragport.ports.runtime import Abort, Clock, NoopTelemetry, Redactor, Span, Telemetry
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import (
@@ -15,18 +18,30 @@ from ragport.ports.store import (
     TombstoneRepository,
     UnitOfWork,
 )
+from ragport.ports.sync import CheckpointStore, Connector, ConnectorPage
 
 __all__ = [
     "Abort",
+    "CheckpointStore",
     "ChunkStore",
     "Clock",
+    "Connector",
+    "ConnectorPage",
+    "DerivedArtifactHandler",
+    "DocumentLoader",
     "Embedder",
     "GenerationRepository",
     "GrantRepository",
     "IngestionStatusStore",
+    "LoadedDocument",
+    "LocalRerankRuntime",
     "NoopTelemetry",
+    "ParsedDocument",
+    "Parser",
     "RecordRepository",
     "Redactor",
+    "RerankScorer",
+    "Reranker",
     "ScoredRecord",
     "Span",
     "Telemetry",
