@@ -6,6 +6,7 @@ Every failure a caller can act on is a subclass of :class:`RagportError`::
     ├── ValidationError          bad input, or a value past a hard ceiling (names the limit)
     │   └── ScopeError           a scope that is malformed or does not match the caller
     ├── CapabilityError          the adapter cannot do this safely (no transactions, no ACL, ...)
+    ├── StoreError               the storage backend failed (connection lost, schema missing, ...)
     ├── EmbedderMismatchError    stored vectors come from another embedder or dimension
     ├── RerankError              a reranker failed, timed out, or answered malformed output
     ├── ParseError               a parser hit a byte, page or time cap, or bad bytes
@@ -31,6 +32,7 @@ __all__ = [
     "RagportError",
     "RerankError",
     "ScopeError",
+    "StoreError",
     "SyncCursorError",
     "UrlRejectedError",
     "ValidationError",
@@ -72,6 +74,16 @@ class CapabilityError(RagportError):
     def __init__(self, message: str, *, capability: str | None = None):
         super().__init__(message)
         self.capability = capability
+
+
+class StoreError(RagportError):
+    """The storage backend failed or is not set up (connection lost, schema not migrated).
+
+    Carries no SQL parameters, so no document text or vectors; ``__cause__`` keeps the
+    driver's exception for operators.
+    """
+
+    code = "ERR_RAG_STORE"
 
 
 class EmbedderMismatchError(RagportError):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from datetime import datetime
 from typing import Literal
 
@@ -10,7 +13,14 @@ import attrs
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope, validate_id
 
-__all__ = ["Freshness", "IngestionState", "IngestionStatus", "StatusPage"]
+__all__ = [
+    "Freshness",
+    "IngestionState",
+    "IngestionStatus",
+    "StatusPage",
+    "decode_status_cursor",
+    "encode_status_cursor",
+]
 
 IngestionState = Literal["pending", "indexed", "failed", "partial"]
 Freshness = Literal["current", "stale", "unavailable"]
@@ -61,3 +71,22 @@ class StatusPage:
 
     items: tuple[IngestionStatus, ...]
     cursor: str | None = None
+
+
+def encode_status_cursor(scope: Scope, last_source_id: str) -> str:
+    """An opaque cursor bound to ``scope`` that resumes after ``last_source_id``."""
+    payload = json.dumps([scope.tenant_id, scope.resource_id, scope.corpus_id, last_source_id])
+    return base64.urlsafe_b64encode(payload.encode()).decode()
+
+
+def decode_status_cursor(scope: Scope, cursor: str) -> str:
+    """The source id a cursor resumes after; ``ValidationError`` if malformed or foreign."""
+    try:
+        parts = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (binascii.Error, ValueError, UnicodeError, AttributeError) as exc:
+        raise ValidationError("cursor is malformed", field="cursor") from exc
+    if not (isinstance(parts, list) and len(parts) == 4 and all(isinstance(p, str) for p in parts)):
+        raise ValidationError("cursor is malformed", field="cursor")
+    if parts[:3] != [scope.tenant_id, scope.resource_id, scope.corpus_id]:
+        raise ValidationError("cursor belongs to another scope", field="cursor")
+    return str(parts[3])

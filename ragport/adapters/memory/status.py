@@ -2,36 +2,18 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import threading
 
-from ragport.domain.errors import ValidationError
 from ragport.domain.limits import check_limit
 from ragport.domain.model import Scope
-from ragport.domain.status import IngestionStatus, StatusPage
+from ragport.domain.status import (
+    IngestionStatus,
+    StatusPage,
+    decode_status_cursor,
+    encode_status_cursor,
+)
 
-__all__ = ["InMemoryStatusStore", "decode_status_cursor", "encode_status_cursor"]
-
-
-def encode_status_cursor(scope: Scope, last_source_id: str) -> str:
-    """An opaque cursor bound to ``scope`` that resumes after ``last_source_id``."""
-    payload = json.dumps([scope.tenant_id, scope.resource_id, scope.corpus_id, last_source_id])
-    return base64.urlsafe_b64encode(payload.encode()).decode()
-
-
-def decode_status_cursor(scope: Scope, cursor: str) -> str:
-    """The source id a cursor resumes after; ``ValidationError`` if malformed or foreign."""
-    try:
-        parts = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    except (binascii.Error, ValueError, UnicodeError, AttributeError) as exc:
-        raise ValidationError("cursor is malformed", field="cursor") from exc
-    if not (isinstance(parts, list) and len(parts) == 4 and all(isinstance(p, str) for p in parts)):
-        raise ValidationError("cursor is malformed", field="cursor")
-    if parts[:3] != [scope.tenant_id, scope.resource_id, scope.corpus_id]:
-        raise ValidationError("cursor belongs to another scope", field="cursor")
-    return str(parts[3])
+__all__ = ["InMemoryStatusStore"]
 
 
 class InMemoryStatusStore:
