@@ -1,0 +1,175 @@
+"""Versioned, idempotent migrations for the ragport schema.
+
+Every table lives in the schema the host names. Every primary key and unique constraint
+starts with ``tenant_id`` so the tables can be distributed by tenant (Citus or native
+partitioning); ``schema_migrations`` is the one tenant-free bookkeeping table (a reference
+table under Citus). Migrations run only on request (``upgrade`` / ``PostgresStore(create=True)``
+/ ``ragport db upgrade``), each in its own transaction, serialized by an advisory lock.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, text
+
+from ragport.domain.errors import ValidationError
+
+__all__ = ["LATEST_VERSION", "MIGRATIONS", "quote_schema", "upgrade", "validate_schema_name"]
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_TEXT_SEARCH_CONFIG = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def validate_schema_name(name: object) -> str:
+    """Accept lower-case identifiers only: no quoting games, no SQL metacharacters."""
+    if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name) or name.startswith("pg_"):
+        raise ValidationError(
+            "schema must match [a-z_][a-z0-9_]{0,62} and not start with pg_", field="schema"
+        )
+    return name
+
+
+def validate_text_search_config(name: object) -> str:
+    if not isinstance(name, str) or not _TEXT_SEARCH_CONFIG.fullmatch(name):
+        raise ValidationError(
+            "text_search_config must be a plain identifier", field="text_search_config"
+        )
+    return name
+
+
+def quote_schema(name: str) -> str:
+    return '"' + validate_schema_name(name) + '"'
+
+
+def _v1(s: str, ts_config: str) -> Sequence[str]:
+    scope = "tenant_id text NOT NULL, resource_id text NOT NULL, corpus_id text NOT NULL"
+    return (
+        "CREATE EXTENSION IF NOT EXISTS vector",
+        f"CREATE SCHEMA IF NOT EXISTS {s}",
+        f"""CREATE TABLE IF NOT EXISTS {s}.scopes (
+            {scope},
+            counter bigint NOT NULL DEFAULT 0,
+            pointer bigint NOT NULL DEFAULT 0,
+            floor bigint NOT NULL DEFAULT 0,
+            CONSTRAINT scopes_pkey PRIMARY KEY (tenant_id, resource_id, corpus_id),
+            CONSTRAINT scopes_order CHECK (0 <= floor AND floor <= pointer AND pointer <= counter)
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.records (
+            {scope},
+            id text NOT NULL,
+            generation bigint NOT NULL,
+            source_id text NOT NULL,
+            kind text NOT NULL CHECK (kind IN ('chunk', 'derived')),
+            text text NOT NULL,
+            metadata jsonb NOT NULL DEFAULT '{{}}'::jsonb,
+            embedding vector NOT NULL,
+            embedder_id text,
+            dimensions integer NOT NULL CHECK (dimensions > 0),
+            retired_generation bigint,
+            content_hash text,
+            lineage text[] NOT NULL DEFAULT '{{}}',
+            roots text[] NOT NULL DEFAULT '{{}}',
+            chunk_index integer,
+            start_offset integer,
+            end_offset integer,
+            tsv tsvector GENERATED ALWAYS AS (to_tsvector('{ts_config}'::regconfig, text)) STORED,
+            CONSTRAINT records_pkey PRIMARY KEY (tenant_id, resource_id, corpus_id, id, generation),
+            CONSTRAINT records_retired_after_written
+                CHECK (retired_generation IS NULL OR retired_generation > generation)
+        )""",
+        # Exact scans read vectors inline instead of from TOAST (3-4x faster, measured).
+        f"ALTER TABLE {s}.records ALTER COLUMN embedding SET STORAGE PLAIN",
+        f"""CREATE UNIQUE INDEX IF NOT EXISTS records_live_id
+            ON {s}.records (tenant_id, resource_id, corpus_id, id)
+            WHERE retired_generation IS NULL""",
+        f"""CREATE INDEX IF NOT EXISTS records_source
+            ON {s}.records (tenant_id, resource_id, corpus_id, source_id)""",
+        f"""CREATE INDEX IF NOT EXISTS records_generation
+            ON {s}.records (tenant_id, resource_id, corpus_id, generation)""",
+        f"""CREATE INDEX IF NOT EXISTS records_embedders
+            ON {s}.records (tenant_id, resource_id, corpus_id, embedder_id, dimensions)""",
+        f"CREATE INDEX IF NOT EXISTS records_lineage ON {s}.records USING gin (lineage)",
+        f"CREATE INDEX IF NOT EXISTS records_tsv ON {s}.records USING gin (tsv)",
+        f"""CREATE TABLE IF NOT EXISTS {s}.grants (
+            {scope},
+            source_id text NOT NULL,
+            principal_ids text[] NOT NULL DEFAULT '{{}}',
+            group_ids text[] NOT NULL DEFAULT '{{}}',
+            access_version integer NOT NULL DEFAULT 1,
+            CONSTRAINT grants_pkey PRIMARY KEY (tenant_id, resource_id, corpus_id, source_id)
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.tombstones (
+            {scope},
+            id text NOT NULL,
+            reason text NOT NULL CHECK (reason IN ('forgotten', 'corrected')),
+            created_at timestamptz NOT NULL DEFAULT now(),
+            CONSTRAINT tombstones_pkey PRIMARY KEY (tenant_id, resource_id, corpus_id, id)
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.ingestion_status (
+            {scope},
+            source_id text NOT NULL,
+            state text NOT NULL CHECK (state IN ('pending', 'indexed', 'failed', 'partial')),
+            bytes bigint NOT NULL DEFAULT 0,
+            chunks_total integer NOT NULL DEFAULT 0,
+            chunks_indexed integer NOT NULL DEFAULT 0,
+            error text,
+            updated_at timestamptz,
+            freshness text CHECK (freshness IN ('current', 'stale', 'unavailable')),
+            CONSTRAINT ingestion_status_pkey
+                PRIMARY KEY (tenant_id, resource_id, corpus_id, source_id)
+        )""",
+    )
+
+
+MIGRATIONS: dict[int, str] = {1: "records, scopes, grants, tombstones, ingestion status"}
+LATEST_VERSION = max(MIGRATIONS)
+
+
+def current_version(conn: Connection, schema: str) -> int:
+    """The applied version (0 when the schema or its bookkeeping table does not exist)."""
+    exists = conn.execute(
+        text("SELECT to_regclass(:name)"), {"name": f"{quote_schema(schema)}.schema_migrations"}
+    ).scalar()
+    if exists is None:
+        return 0
+    s = quote_schema(schema)
+    return int(
+        conn.execute(text(f"SELECT coalesce(max(version), 0) FROM {s}.schema_migrations")).scalar()
+        or 0
+    )
+
+
+def upgrade(conn: Connection, schema: str, *, text_search_config: str = "english") -> list[int]:
+    """Apply missing migrations inside the caller's transaction; return the versions applied.
+
+    Idempotent: re-running applies nothing. Concurrent upgraders wait on an advisory lock.
+    """
+    s = quote_schema(schema)
+    ts = validate_text_search_config(text_search_config)
+    conn.execute(
+        text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(f"ragport:{schema}".encode())}
+    )
+    applied: list[int] = []
+    version = current_version(conn, schema)
+    steps = {1: _v1(s, ts)}
+    for target in sorted(MIGRATIONS):
+        if target <= version:
+            continue
+        for statement in steps[target]:
+            conn.execute(text(statement))
+        conn.execute(
+            text(
+                f"""CREATE TABLE IF NOT EXISTS {s}.schema_migrations (
+                    version integer PRIMARY KEY, description text NOT NULL,
+                    applied_at timestamptz NOT NULL DEFAULT now())"""
+            )
+        )
+        conn.execute(
+            text(f"INSERT INTO {s}.schema_migrations (version, description) VALUES (:v, :d)"),
+            {"v": target, "d": MIGRATIONS[target]},
+        )
+        applied.append(target)
+    return applied

