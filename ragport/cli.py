@@ -1,13 +1,35 @@
-"""The ``ragport`` command line (composition root for the command line)."""
+"""The ``ragport`` command line (composition root for the command line).
+
+Every command takes ``--store URL`` (or ``RAGPORT_STORE``): ``memory://``, a
+``postgresql://`` URL, or by default an embedded PostgreSQL + pgvector server under the
+user's data directory, started on demand and reused by the next command.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
-from ragport.application import retrieve_context
-from ragport.bootstrap import build_embedder, build_stores, demo_documents, ingest_text
+import cattrs
+
+from ragport.application import (
+    RetrievalResult,
+    delete_source,
+    list_ingestion_status,
+    retrieve_context,
+)
+from ragport.bootstrap import (
+    build_embedder,
+    demo_documents,
+    ingest_text,
+    open_stores,
+    walk_documents,
+)
 from ragport.domain.errors import RagportError
 from ragport.domain.model import Scope
 
@@ -18,59 +40,217 @@ DEMO_QUERIES = (
     "How long is parental leave?",
 )
 
+_json = cattrs.Converter()
+_json.register_unstructure_hook(datetime, lambda d: d.isoformat())
+
+
+def _scope(args: argparse.Namespace) -> Scope:
+    return Scope(args.tenant, args.resource, args.corpus)
+
+
+def _store_url(args: argparse.Namespace) -> str | None:
+    return args.store or os.environ.get("RAGPORT_STORE") or None
+
+
+def _print_result(result: RetrievalResult) -> None:
+    for hit in result.hits:
+        heading = " > ".join(hit.metadata.get("heading", [])) or "(no heading)"
+        print(f"  [{hit.provenance.citation_id}] score={hit.score:.3f}  {heading}")
+    if result.truncated:
+        print("  (context truncated by the byte or token ceiling)")
+    print("context:")
+    for line in result.text.splitlines():
+        print(f"    {line}")
+
 
 def _demo(args: argparse.Namespace) -> int:
-    store, status_store = build_stores("memory://")
-    embedder = build_embedder("hash")
-    scope = Scope("demo-tenant", "handbook", "demo")
-    print(f"ragport demo: in-memory store, embedder {embedder.id}, scope {scope.corpus_id}")
-    for name, text in demo_documents().items():
-        result = ingest_text(
-            name=name,
-            text=text,
-            store=store,
-            status_store=status_store,
-            embedder=embedder,
-            scope=scope,
-            size=args.size,
-            overlap=args.overlap,
+    embedder = build_embedder(args.embedder)
+    scope = Scope(args.tenant, args.resource, "demo")
+    with open_stores(_store_url(args), schema=args.schema) as stores:
+        print(
+            f"ragport demo: {stores.description}, embedder {embedder.id}, corpus {scope.corpus_id}"
         )
-        chunks, gen = result.indexed, result.generation
-        print(f"  ingested {result.source_id}: {chunks} chunks (generation {gen})")
-    for query in args.query or DEMO_QUERIES:
+        for name, text in demo_documents().items():
+            result = ingest_text(
+                name=name,
+                text=text,
+                store=stores.chunks,
+                status_store=stores.status,
+                embedder=embedder,
+                scope=scope,
+                size=args.size,
+                overlap=args.overlap,
+            )
+            state = "unchanged, skipped" if result.skipped else f"{result.indexed} chunks"
+            print(f"  ingested {result.source_id}: {state} (generation {result.generation})")
+        for query in args.query or DEMO_QUERIES:
+            result = retrieve_context(
+                query, embedder=embedder, store=stores.chunks, scope=scope, top_k=args.top_k
+            )
+            print(f"\nquery: {query}")
+            _print_result(result)
+    return 0
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    embedder = build_embedder(args.embedder)
+    scope = _scope(args)
+    documents = walk_documents(args.paths)
+    with open_stores(_store_url(args), schema=args.schema) as stores:
+        for source_id, path in documents:
+            result = ingest_text(
+                name=path.name,
+                text=path.read_text(encoding="utf-8"),
+                source_id=source_id,
+                store=stores.chunks,
+                status_store=stores.status,
+                embedder=embedder,
+                scope=scope,
+                size=args.size,
+                overlap=args.overlap,
+            )
+            state = (
+                "unchanged"
+                if result.skipped
+                else f"{result.indexed} chunks, {result.deleted} replaced"
+            )
+            print(f"{source_id}: {state} (generation {result.generation})")
+    print(f"{len(documents)} document(s) in corpus {scope.corpus_id}")
+    return 0
+
+
+def _query(args: argparse.Namespace) -> int:
+    embedder = build_embedder(args.embedder)
+    with open_stores(_store_url(args), schema=args.schema) as stores:
         result = retrieve_context(
-            query, embedder=embedder, store=store, scope=scope, top_k=args.top_k
+            args.text,
+            embedder=embedder,
+            store=stores.chunks,
+            scope=_scope(args),
+            top_k=args.top_k,
+            lexical=args.lexical or "off",
         )
-        print(f"\nquery: {query}")
-        for hit in result.hits:
-            heading = " > ".join(hit.metadata.get("heading", [])) or "(no heading)"
-            print(f"  [{hit.provenance.citation_id}] score={hit.score:.3f}  {heading}")
-        print("context:")
-        for line in result.text.splitlines():
-            print(f"    {line}")
+    if args.json:
+        print(json.dumps(_json.unstructure(result), indent=2, ensure_ascii=False))
+    else:
+        _print_result(result)
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    with open_stores(_store_url(args), schema=args.schema) as stores:
+        result = delete_source(
+            source_id=args.source_id,
+            store=stores.chunks,
+            scope=_scope(args),
+            status_store=stores.status,
+        )
+    print(
+        f"{result.source_id}: {result.deleted} record(s) retired (generation {result.generation})"
+    )
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    with open_stores(_store_url(args), schema=args.schema) as stores:
+        page = list_ingestion_status(
+            store=stores.status, scope=_scope(args), limit=args.limit, cursor=args.cursor
+        )
+        generation = stores.chunks.current_generation(_scope(args))
+    if args.json:
+        print(json.dumps(_json.unstructure(page), indent=2))
+        return 0
+    print(f"corpus {args.corpus}: generation {generation}")
+    for item in page.items:
+        error = f"  error: {item.error}" if item.error else ""
+        print(
+            f"  {item.source_id}: {item.state} {item.chunks_indexed}/{item.chunks_total} chunks{error}"
+        )
+    if page.cursor:
+        print(f"more: --cursor {page.cursor}")
+    return 0
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    with open_stores(_store_url(args), schema=args.schema, upgrade=True) as stores:
+        print(f"schema {args.schema!r} is up to date ({stores.description})")
+    return 0
+
+
+def _db_stop(args: argparse.Namespace) -> int:
+    from ragport.adapters.postgres import default_data_dir, stop_embedded_server
+
+    stopped = stop_embedded_server(default_data_dir())
+    print("embedded server stopped" if stopped else "no embedded server was running")
     return 0
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ragport", description=__doc__)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store", help="memory://, postgresql://... or embedded (default; env RAGPORT_STORE)"
+    )
+    common.add_argument("--schema", default="ragport", help="PostgreSQL schema (default ragport)")
+    common.add_argument("--tenant", default="local")
+    common.add_argument("--resource", default="default")
+    common.add_argument("--corpus", default="default")
+    common.add_argument("--embedder", default="hash", help="embedder name (default hash)")
+
+    parser = argparse.ArgumentParser(prog="ragport", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+
     demo = sub.add_parser(
-        "demo", help="ingest the bundled corpus in memory and print cited results"
+        "demo", parents=[common], help="ingest the bundled corpus and print cited results"
     )
     demo.add_argument("--query", action="append", help="a query to run (repeatable)")
     demo.add_argument("--top-k", type=int, default=3)
     demo.add_argument("--size", type=int, default=400, help="chunk size in characters")
     demo.add_argument("--overlap", type=int, default=40)
     demo.set_defaults(func=_demo)
+
+    ingest = sub.add_parser(
+        "ingest", parents=[common], help="ingest Markdown and text files (folders walked)"
+    )
+    ingest.add_argument("paths", nargs="+")
+    ingest.add_argument("--size", type=int, default=1000)
+    ingest.add_argument("--overlap", type=int, default=100)
+    ingest.set_defaults(func=_ingest)
+
+    query = sub.add_parser("query", parents=[common], help="retrieve cited context")
+    query.add_argument("text")
+    query.add_argument("--top-k", type=int, default=5)
+    query.add_argument("--lexical", choices=("bm25", "fts"))
+    query.add_argument("--json", action="store_true")
+    query.set_defaults(func=_query)
+
+    delete = sub.add_parser("delete", parents=[common], help="retire every record of a source")
+    delete.add_argument("source_id")
+    delete.set_defaults(func=_delete)
+
+    status = sub.add_parser("status", parents=[common], help="ingestion status of a corpus")
+    status.add_argument("--limit", type=int, default=50)
+    status.add_argument("--cursor")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=_status)
+
+    db = sub.add_parser("db", help="database administration")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_sub.add_parser("upgrade", parents=[common], help="apply schema migrations")
+    upgrade.set_defaults(func=_db_upgrade)
+    stop = db_sub.add_parser("stop", help="stop the embedded PostgreSQL server")
+    stop.set_defaults(func=_db_stop)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args: Any = _parser().parse_args(argv)
     try:
         return int(args.func(args))
     except RagportError as exc:
         print(f"ragport: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"ragport: {type(exc).__name__}: {exc.strerror or exc}", file=sys.stderr)
         return 2
 
 

@@ -14,7 +14,7 @@ def test_demo_prints_cited_results_with_headings_and_scores(capsys):
 
     If this fails, check ragport/cli.py `_demo` and the files under ragport/demo/.
     """
-    assert main(["demo"]) == 0
+    assert main(["demo", "--store", "memory://"]) == 0
     out = capsys.readouterr().out
     assert "ingested security-guide" in out
     citations = re.findall(r"\[([\w-]+#\d{4})\] score=(-?\d\.\d{3})", out)
@@ -29,7 +29,18 @@ def test_demo_answers_the_parental_leave_question_from_the_leave_policy(capsys):
 
     If this fails, check the HashEmbedder features or the demo chunk size in ragport/cli.py.
     """
-    assert main(["demo", "--query", "How many weeks of parental leave at full pay?"]) == 0
+    assert (
+        main(
+            [
+                "demo",
+                "--store",
+                "memory://",
+                "--query",
+                "How many weeks of parental leave at full pay?",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     first = re.search(r"\[([\w-]+)#\d{4}\] score=", out)
     assert first is not None and first.group(1) == "leave-policy"
@@ -42,7 +53,7 @@ def test_console_script_runs_in_a_fresh_process():
     If this fails, check the package data (ragport/demo/*.md) in pyproject.toml.
     """
     done = subprocess.run(
-        [sys.executable, "-m", "ragport.cli", "demo", "--top-k", "1"],
+        [sys.executable, "-m", "ragport.cli", "demo", "--store", "memory://", "--top-k", "1"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -57,6 +68,6 @@ def test_bad_arguments_fail_with_a_typed_error_and_exit_code_2(capsys):
 
     If this fails, check the RagportError handling in ragport/cli.py `main`.
     """
-    assert main(["demo", "--top-k", "99"]) == 2
+    assert main(["demo", "--store", "memory://", "--top-k", "99"]) == 2
     err = capsys.readouterr().err
     assert "ValidationError" in err and "Traceback" not in err

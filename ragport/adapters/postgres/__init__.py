@@ -1,6 +1,11 @@
 """PostgreSQL + pgvector adapters (``pip install 'ragport[postgres]'``)."""
 
-from ragport.adapters.postgres.embedded import EMBEDDED_SETTINGS, default_data_dir, embedded_server
+from ragport.adapters.postgres.embedded import (
+    EMBEDDED_SETTINGS,
+    default_data_dir,
+    embedded_server,
+    stop_embedded_server,
+)
 from ragport.adapters.postgres.status import PostgresStatusStore
 from ragport.adapters.postgres.store import PostgresStore
 
@@ -10,4 +15,5 @@ __all__ = [
     "PostgresStore",
     "default_data_dir",
     "embedded_server",
+    "stop_embedded_server",
 ]

