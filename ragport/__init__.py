@@ -34,6 +34,7 @@ from ragport.domain import (
     Chunk,
     Citation,
     EmbedderMismatchError,
+    FusedCandidate,
     Grant,
     Hit,
     IngestionStatus,
@@ -56,7 +57,9 @@ from ragport.domain import (
     ValidationError,
     chunk_markdown,
     chunk_text,
+    fuse_reciprocal_rank,
     is_valid_content_hash,
+    tokenize_lexical,
 )
 
 __version__ = "0.1.0.dev0"
@@ -75,6 +78,7 @@ __all__ = [
     "Citation",
     "CompactResult",
     "EmbedderMismatchError",
+    "FusedCandidate",
     "Grant",
     "Hit",
     "IndexResult",
@@ -105,6 +109,7 @@ __all__ = [
     "compact",
     "delete_source",
     "estimate_tokens",
+    "fuse_reciprocal_rank",
     "index_chunks",
     "is_valid_content_hash",
     "list_ingestion_status",
@@ -112,4 +117,5 @@ __all__ = [
     "replace_source",
     "retrieve_context",
     "rollback_generation",
+    "tokenize_lexical",
 ]

@@ -42,6 +42,7 @@ from ragport.domain.errors import (
     ScopeError,
     ValidationError,
 )
+from ragport.domain.fusion import fuse_ranked
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, check_limit
 from ragport.domain.model import (
     AccessDenial,
@@ -51,12 +52,13 @@ from ragport.domain.model import (
     Hit,
     Provenance,
     Record,
+    RetrievalLeg,
     Scope,
     Trust,
 )
-from ragport.ports.embedder import Embedder
+from ragport.ports.embedder import Embedder, Vector
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
-from ragport.ports.store import ChunkStore
+from ragport.ports.store import ChunkStore, ScoredRecord, SupportsLexicalSearch
 
 __all__ = ["estimate_tokens", "retrieve_context"]
 
@@ -76,6 +78,105 @@ class _Candidate:
     scope: Scope
     record: Record
     score: float
+    retrieval: RetrievalLeg = "vector"
+
+
+_Key = tuple[Scope, str]
+
+
+def _scope_order(key: _Key) -> tuple[str, str, str, str]:
+    scope, record_id = key
+    return (scope.tenant_id, scope.resource_id, scope.corpus_id, record_id)
+
+
+def _checked(
+    found: Sequence[ScoredRecord],
+    scope: Scope,
+    *,
+    expected: tuple[str, int],
+    embedder: Embedder,
+) -> list[ScoredRecord]:
+    """Recheck what a leg returned: its scope, its embedder, a finite score, no repeats."""
+    out: list[ScoredRecord] = []
+    seen: set[str] = set()
+    for item in found:
+        record = item.record
+        if record.scope != scope:
+            raise ScopeError("the store returned a record from another scope", field="scope")
+        if (record.embedder_id, record.dimensions) != expected:
+            raise _mismatch(embedder, (record.embedder_id, record.dimensions), (record.id,))
+        if not math.isfinite(item.score):
+            raise ValidationError("the store returned a non-finite score", field="score")
+        if record.id not in seen:
+            seen.add(record.id)
+            out.append(item)
+    return out
+
+
+def _search(
+    store: ChunkStore,
+    wanted: Sequence[Scope],
+    vector: Vector,
+    text: str,
+    *,
+    expected: tuple[str, int],
+    embedder: Embedder,
+    lexical: str,
+    limit: int,
+    rrf_k: int,
+    authorization: Authorization | None,
+    metadata_filter: Mapping[str, Any] | None,
+    abort: Abort | None,
+    telemetry: Telemetry,
+) -> list[_Candidate]:
+    """Run each scope's legs and merge them: by cosine with one leg, by RRF with two.
+
+    Each (scope, leg) is its own ranked list in the fusion, so scores from different scopes
+    or legs are never compared; candidates are keyed on (scope, record id).
+    """
+    legs: dict[str, list[_Key]] = {}
+    records: dict[_Key, Record] = {}
+    cosine: dict[_Key, float] = {}
+    for n, s in enumerate(wanted):
+        with telemetry.span("rag.vector"):
+            found = store.query(
+                s, vector, limit=limit, authorization=authorization, metadata_filter=metadata_filter
+            )
+        ranked = _checked(found, s, expected=expected, embedder=embedder)
+        legs[f"vector:{n}"] = [(s, item.record.id) for item in ranked]
+        for item in ranked:
+            records[(s, item.record.id)] = item.record
+            cosine[(s, item.record.id)] = item.score
+        check_abort(abort)
+        if lexical != "off":
+            assert isinstance(store, SupportsLexicalSearch)
+            with telemetry.span("rag.lexical"):
+                found = store.lexical_query(
+                    s,
+                    text,
+                    limit=limit,
+                    mode=lexical,
+                    authorization=authorization,
+                    metadata_filter=metadata_filter,
+                )
+            ranked = _checked(found, s, expected=expected, embedder=embedder)
+            legs[f"lexical:{n}"] = [(s, item.record.id) for item in ranked]
+            for item in ranked:
+                records.setdefault((s, item.record.id), item.record)
+            check_abort(abort)
+    if lexical == "off":
+        keys = sorted(cosine, key=lambda key: (-cosine[key], _scope_order(key)))
+        return [_Candidate(key[0], records[key], cosine[key], "vector") for key in keys]
+    with telemetry.span("rag.fuse"):
+        fused = fuse_ranked(legs, k=rrf_k, tie_key=_scope_order)
+    out = []
+    for key, score, found_by in fused:
+        kinds = {leg.split(":", 1)[0] for leg in found_by}
+        retrieval: RetrievalLeg = (
+            "hybrid" if len(kinds) == 2 else ("vector" if "vector" in kinds else "lexical")
+        )
+        out.append(_Candidate(key[0], records[key], score, retrieval))
+    return out
 
 
 def _scopes(scope: Scope | None, scopes: Sequence[Scope] | None) -> list[Scope]:
@@ -173,7 +274,9 @@ def retrieve_context(
 
     # 2. capabilities and tenancy
     caps = store.capabilities
-    if lexical != "off" and lexical not in caps.lexical_modes:
+    if lexical != "off" and (
+        lexical not in caps.lexical_modes or not isinstance(store, SupportsLexicalSearch)
+    ):
         raise CapabilityError(
             f"this store does not offer lexical mode {lexical!r} "
             f"(it offers {list(caps.lexical_modes)})",
@@ -210,45 +313,21 @@ def retrieve_context(
             )[0]
         check_abort(abort)
 
-        # 5-6. vector leg per scope, rechecked
-        candidates: dict[tuple[Scope, str], _Candidate] = {}
-        with tel.span("rag.vector") as span:
-            for s in wanted:
-                found = store.query(
-                    s,
-                    vector,
-                    limit=query_candidates,
-                    authorization=authorization,
-                    metadata_filter=metadata_filter,
-                )
-                for item in found:
-                    record = item.record
-                    if record.scope != s:
-                        raise ScopeError(
-                            "the store returned a record from another scope", field="scope"
-                        )
-                    if (record.embedder_id, record.dimensions) != expected:
-                        raise _mismatch(
-                            embedder, (record.embedder_id, record.dimensions), (record.id,)
-                        )
-                    if not math.isfinite(item.score):
-                        raise ValidationError(
-                            "the store returned a non-finite score", field="score"
-                        )
-                    key = (s, record.id)
-                    if key not in candidates or candidates[key].score < item.score:
-                        candidates[key] = _Candidate(s, record, item.score)
-                check_abort(abort)
-            span.set_attribute("rag.vector.candidates", len(candidates))
-        ordered = sorted(
-            candidates.values(),
-            key=lambda c: (
-                -c.score,
-                c.scope.tenant_id,
-                c.scope.resource_id,
-                c.scope.corpus_id,
-                c.record.id,
-            ),
+        # 5-6. legs per scope, rechecked, then fused over the union
+        ordered = _search(
+            store,
+            wanted,
+            vector,
+            redact(query),
+            expected=expected,
+            embedder=embedder,
+            lexical=lexical,
+            limit=query_candidates,
+            rrf_k=rrf_k,
+            authorization=authorization,
+            metadata_filter=metadata_filter,
+            abort=abort,
+            telemetry=tel,
         )
 
         # 7. tombstone guard
@@ -374,7 +453,7 @@ def _render(
             tenant_id=c.scope.tenant_id,
             resource_id=c.scope.resource_id,
             corpus_id=c.scope.corpus_id,
-            retrieval="vector",
+            retrieval=c.retrieval,
             retrieved_at=retrieved_at,
             lineage=record.lineage,
         )

@@ -17,6 +17,8 @@ from ragport.domain.errors import (
     UrlRejectedError,
     ValidationError,
 )
+from ragport.domain.fusion import FusedCandidate, fuse_reciprocal_rank
+from ragport.domain.lexical import tokenize_lexical
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, Limits
 from ragport.domain.model import (
     AccessDecision,
@@ -54,6 +56,7 @@ __all__ = [
     "Chunk",
     "Citation",
     "EmbedderMismatchError",
+    "FusedCandidate",
     "Grant",
     "Hit",
     "IngestionStatus",
@@ -80,6 +83,8 @@ __all__ = [
     "chunk_text",
     "decide_access",
     "errors",
+    "fuse_reciprocal_rank",
     "is_valid_content_hash",
     "is_visible",
+    "tokenize_lexical",
 ]

@@ -6,6 +6,7 @@ Each docstring states the promises an adapter makes; ``ragport.contract_tests`` 
 from ragport.ports.derived import DerivedArtifactHandler
 from ragport.ports.documents import DocumentLoader, LoadedDocument, ParsedDocument, Parser
 from ragport.ports.embedder import Embedder, Vector, VectorMatrix
+from ragport.ports.lexical import LexicalIndex
 from ragport.ports.rerank import LocalRerankRuntime, Reranker, RerankScorer
 from ragport.ports.runtime import Abort, Clock, NoopTelemetry, Redactor, Span, Telemetry
 from ragport.ports.status import IngestionStatusStore
@@ -15,6 +16,7 @@ from ragport.ports.store import (
     GrantRepository,
     RecordRepository,
     ScoredRecord,
+    SupportsLexicalSearch,
     TombstoneRepository,
     UnitOfWork,
 )
@@ -33,6 +35,7 @@ __all__ = [
     "GenerationRepository",
     "GrantRepository",
     "IngestionStatusStore",
+    "LexicalIndex",
     "LoadedDocument",
     "LocalRerankRuntime",
     "NoopTelemetry",
@@ -44,6 +47,7 @@ __all__ = [
     "Reranker",
     "ScoredRecord",
     "Span",
+    "SupportsLexicalSearch",
     "Telemetry",
     "TombstoneRepository",
     "UnitOfWork",

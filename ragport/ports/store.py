@@ -37,6 +37,7 @@ __all__ = [
     "GrantRepository",
     "RecordRepository",
     "ScoredRecord",
+    "SupportsLexicalSearch",
     "TombstoneRepository",
     "UnitOfWork",
 ]
@@ -247,3 +248,27 @@ class ChunkStore(Protocol):
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
         """Ids the scope withholds now: ids of ``forgotten`` tombstones (``corrected`` do not)."""
         ...
+
+
+@runtime_checkable
+class SupportsLexicalSearch(Protocol):
+    """A store with a lexical leg; ``capabilities.lexical_modes`` names the modes it offers.
+
+    ``lexical_query`` applies the same predicate as ``query`` (exact scope, visibility at the
+    current pointer, ``forgotten`` tombstones, grants when ``authorization`` is given,
+    ``metadata_filter``) *before* ``limit``, and returns records that contain at least one
+    query term, best first (ties by id). Scores are the mode's own (BM25, ``ts_rank_cd``) and
+    are comparable only within one call. A mode the store does not offer is a
+    ``CapabilityError``.
+    """
+
+    def lexical_query(
+        self,
+        scope: Scope,
+        text: str,
+        *,
+        limit: int,
+        mode: str,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+    ) -> Sequence[ScoredRecord]: ...

@@ -16,7 +16,8 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ragport.domain.errors import ScopeError, ValidationError
+from ragport.adapters.lexical import Bm25Index
+from ragport.domain.errors import CapabilityError, ScopeError, ValidationError
 from ragport.domain.model import (
     AccessDecision,
     Authorization,
@@ -68,6 +69,7 @@ class _Snapshot:
     _indexes: dict[int, _Index] = attrs.Factory(dict)
     _visible: list[Record] | None = None
     _embedders: frozenset[EmbedderKey] | None = None
+    _searchable: dict[str, Record] | None = None
     _lock: threading.Lock = attrs.Factory(threading.Lock)
 
     def copy(self) -> _Snapshot:
@@ -105,6 +107,26 @@ class _Snapshot:
                     key=lambda r: r.id,
                 )
             return self._visible
+
+    def searchable(self) -> dict[str, Record]:
+        """Visible records that no ``forgotten`` tombstone withholds, by id."""
+        with self._lock:
+            if self._searchable is not None:
+                return self._searchable
+        withheld = self.forgotten()
+        found = {
+            r.id: r
+            for r in self.visible()
+            if not (
+                withheld
+                and (
+                    r.id in withheld or r.source_id in withheld or withheld.intersection(r.lineage)
+                )
+            )
+        }
+        with self._lock:
+            self._searchable = found
+        return found
 
     def embedders(self) -> frozenset[EmbedderKey]:
         if self._embedders is None:
@@ -154,6 +176,33 @@ class _Snapshot:
         with self._lock:
             self._indexes[dimensions] = index
         return index
+
+
+class _Lexical:
+    """One scope's BM25 index, kept in step with the installed snapshot on demand."""
+
+    def __init__(self) -> None:
+        self.index = Bm25Index()
+        self.generations: dict[str, int] = {}
+        self.synced: _Snapshot | None = None
+        self.lock = threading.Lock()
+
+    def sync(self, snap: _Snapshot) -> None:
+        """Make the index hold exactly ``snap``'s visible records (called under ``lock``)."""
+        if self.synced is snap:
+            return
+        visible = {r.id: r for r in snap.visible()}
+        gone = [rid for rid in self.generations if rid not in visible]
+        changed = [r for rid, r in visible.items() if self.generations.get(rid) != r.generation]
+        if gone:
+            self.index.remove(gone)
+            for rid in gone:
+                del self.generations[rid]
+        if changed:
+            self.index.add([r.id for r in changed], [r.text for r in changed])
+            for r in changed:
+                self.generations[r.id] = r.generation
+        self.synced = snap
 
 
 class _Records:
@@ -388,12 +437,13 @@ class InMemoryStore:
     def __init__(self) -> None:
         self._snapshots: dict[Scope, _Snapshot] = {}
         self._writers: dict[Scope, threading.Lock] = {}
+        self._lexical: dict[Scope, _Lexical] = {}
         self._lock = threading.Lock()
 
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            lexical_modes=(), authorization="acl", generations=True, transactions=True
+            lexical_modes=("bm25",), authorization="acl", generations=True, transactions=True
         )
 
     # -- snapshots -----------------------------------------------------------------------------
@@ -481,6 +531,58 @@ class InMemoryStore:
         return tuple(
             ScoredRecord(index.rows[candidates[i]], float(scores[i])) for i in order[:limit]
         )
+
+    def lexical_query(
+        self,
+        scope: Scope,
+        text: str,
+        *,
+        limit: int,
+        mode: str = "bm25",
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+    ) -> Sequence[ScoredRecord]:
+        """BM25 (equal to ``rank_bm25.BM25Okapi`` over the scope's visible records)."""
+        if mode != "bm25":
+            raise CapabilityError(
+                f"the in-memory store offers lexical mode 'bm25', not {mode!r}",
+                capability="lexical",
+            )
+        if limit <= 0 or not text.strip():
+            return ()
+        with self._lock:
+            lexical = self._lexical.setdefault(scope, _Lexical())
+        with lexical.lock:
+            snap = self._snapshot(scope)
+            lexical.sync(snap)
+            rows = snap.searchable()
+            if authorization is not None or metadata_filter:
+                wanted = dict(metadata_filter or {})
+                decisions: dict[str, bool] = {}
+
+                def allowed(source: str) -> bool:
+                    assert authorization is not None
+                    if source not in decisions:
+                        decisions[source] = decide_access(
+                            source, snap.grants.get(source), authorization
+                        ).allowed
+                    return decisions[source]
+
+                candidates = [
+                    r.id
+                    for r in rows.values()
+                    if (not wanted or metadata_matches(r.metadata, wanted))
+                    and (
+                        authorization is None
+                        or (
+                            bool(r.access_sources) and all(allowed(src) for src in r.access_sources)
+                        )
+                    )
+                ]
+            else:
+                candidates = list(rows)
+            found = lexical.index.search(text, limit=limit, candidates=candidates)
+        return tuple(ScoredRecord(rows[rid], score) for rid, score in found)
 
     def _access_mask(
         self, snap: _Snapshot, index: _Index, authorization: Authorization | None
