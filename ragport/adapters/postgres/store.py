@@ -34,7 +34,7 @@ from ragport.adapters.postgres.schema import (
     validate_schema_name,
     validate_text_search_config,
 )
-from ragport.domain.errors import ScopeError, StoreError, ValidationError
+from ragport.domain.errors import CapabilityError, ScopeError, StoreError, ValidationError
 from ragport.domain.model import (
     AccessDecision,
     Authorization,
@@ -81,6 +81,7 @@ _COPY_TYPES = [
     "int4", "int8", "text", "text[]", "text[]", "int4", "int4", "int4",
 ]  # fmt: skip
 _SCOPE = "tenant_id = :t AND resource_id = :r AND corpus_id = :c"
+_R_COLUMNS = ", ".join("r." + c.strip() for c in _RECORD_COLUMNS.split(","))
 _RSCOPE = "r.tenant_id = :t AND r.resource_id = :r AND r.corpus_id = :c"
 _VISIBLE = "r.generation <= sc.pointer AND (r.retired_generation IS NULL OR r.retired_generation > sc.pointer)"
 
@@ -460,7 +461,7 @@ class PostgresStore:
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            lexical_modes=(), authorization="acl", generations=True, transactions=True
+            lexical_modes=("fts",), authorization="acl", generations=True, transactions=True
         )
 
     def __repr__(self) -> str:
@@ -601,29 +602,11 @@ class PostgresStore:
             raise ValidationError("query vector must be finite", field="vector")
         dims = int(q.shape[0])
         params = _params(scope, q=q, k=int(limit), d=dims)
-        where = [
-            f"{_RSCOPE} AND r.dimensions = :d",
-            _VISIBLE,
-            "NOT (r.id = ANY(tb.ids) OR r.source_id = ANY(tb.ids) OR r.lineage && tb.ids)",
-        ]
-        if authorization is not None:
-            params.update(
-                principal=authorization.principal_id,
-                groups=list(authorization.group_ids),
-                av=authorization.access_version,
-            )
-            where.append(self._acl_predicate(authorization))
-        for n, (key, value) in enumerate((metadata_filter or {}).items()):
-            params[f"fk{n}"] = key
-            params[f"fv{n}"] = json.dumps(value)
-            where.append(f"r.metadata -> :fk{n} = CAST(:fv{n} AS jsonb)")
+        where = self._predicate(params, authorization, metadata_filter)
         sql = (
-            self._pointer_cte()
-            + f", tb AS (SELECT coalesce(array_agg(id), '{{}}') AS ids FROM {self._s}.tombstones "
-            f"WHERE {_SCOPE} AND reason = 'forgotten') "
-            f"SELECT {', '.join('r.' + c.strip() for c in _RECORD_COLUMNS.split(','))}, "
-            f"(r.embedding::vector({dims}) <=> :q) AS distance "
-            f"FROM {self._s}.records r, sc, tb WHERE {' AND '.join(where)} "
+            self._predicate_ctes()
+            + f"SELECT {_R_COLUMNS}, (r.embedding::vector({dims}) <=> :q) AS distance "
+            f"FROM {self._s}.records r, sc, tb WHERE r.dimensions = :d AND {where} "
             f"ORDER BY r.embedding::vector({dims}) <=> :q LIMIT :k"
         )
         with self._connect("query") as conn:
@@ -639,6 +622,71 @@ class PostgresStore:
             scored.append(ScoredRecord(_record(scope, row), score))
         scored.sort(key=lambda s: (-s.score, s.record.id))
         return tuple(scored)
+
+    def _predicate_ctes(self) -> str:
+        """The scope's pointer and its forgotten ids, read in the same statement (one snapshot)."""
+        return (
+            self._pointer_cte()
+            + f", tb AS (SELECT coalesce(array_agg(id), '{{}}') AS ids FROM {self._s}.tombstones "
+            f"WHERE {_SCOPE} AND reason = 'forgotten') "
+        )
+
+    def _predicate(
+        self,
+        params: dict[str, Any],
+        authorization: Authorization | None,
+        metadata_filter: Mapping[str, Any] | None,
+    ) -> str:
+        """The shared WHERE of both legs: scope, visibility, tombstones, grants, filter."""
+        where = [
+            _RSCOPE,
+            _VISIBLE,
+            "NOT (r.id = ANY(tb.ids) OR r.source_id = ANY(tb.ids) OR r.lineage && tb.ids)",
+        ]
+        if authorization is not None:
+            params.update(
+                principal=authorization.principal_id,
+                groups=list(authorization.group_ids),
+                av=authorization.access_version,
+            )
+            where.append(self._acl_predicate(authorization))
+        for n, (key, value) in enumerate((metadata_filter or {}).items()):
+            params[f"fk{n}"] = key
+            params[f"fv{n}"] = json.dumps(value)
+            where.append(f"r.metadata -> :fk{n} = CAST(:fv{n} AS jsonb)")
+        return " AND ".join(where)
+
+    def lexical_query(
+        self,
+        scope: Scope,
+        text_query: str,
+        *,
+        limit: int,
+        mode: str = "fts",
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+    ) -> Sequence[ScoredRecord]:
+        """Full-text search: ``websearch_to_tsquery`` over the generated tsvector, ``ts_rank_cd``."""
+        if mode != "fts":
+            raise CapabilityError(
+                f"the PostgreSQL store offers lexical mode 'fts', not {mode!r}",
+                capability="lexical",
+            )
+        if limit <= 0 or not text_query.strip():
+            return ()
+        params = _params(scope, k=int(limit), query=text_query)
+        where = self._predicate(params, authorization, metadata_filter)
+        sql = (
+            self._predicate_ctes()
+            + f", q AS (SELECT websearch_to_tsquery('{self._ts_config}'::regconfig, :query) AS query) "
+            f"SELECT {_R_COLUMNS}, ts_rank_cd(r.tsv, q.query) AS rank "
+            f"FROM {self._s}.records r, sc, tb, q WHERE r.tsv @@ q.query AND {where} "
+            'ORDER BY rank DESC, r.id COLLATE "C" LIMIT :k'
+        )
+        with self._connect("lexical query") as conn:
+            rows = conn.execute(text(sql), params).all()
+            conn.rollback()
+        return tuple(ScoredRecord(_record(scope, row), float(row.rank)) for row in rows)
 
     def _acl_predicate(self, authorization: Authorization) -> str:
         version = "" if authorization.access_version is None else " AND g.access_version = :av"
