@@ -18,6 +18,7 @@ from ragport.application import (
     list_ingestion_status,
     publish_generation,
     replace_source,
+    rerank_hits,
     retrieve_context,
     rollback_generation,
 )
@@ -115,6 +116,7 @@ __all__ = [
     "list_ingestion_status",
     "publish_generation",
     "replace_source",
+    "rerank_hits",
     "retrieve_context",
     "rollback_generation",
     "tokenize_lexical",

@@ -2,6 +2,7 @@
 
 from ragport.application.generations import compact, publish_generation, rollback_generation
 from ragport.application.indexing import delete_source, index_chunks, replace_source
+from ragport.application.rerank import rerank_hits
 from ragport.application.results import (
     CompactResult,
     IndexResult,
@@ -25,6 +26,7 @@ __all__ = [
     "list_ingestion_status",
     "publish_generation",
     "replace_source",
+    "rerank_hits",
     "retrieve_context",
     "rollback_generation",
 ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -34,6 +35,7 @@ from ragport.application._support import (
     check_vectors,
     require_scope,
 )
+from ragport.application.rerank import rerank_hits
 from ragport.application.results import RetrievalResult
 from ragport.domain.errors import (
     AbortedError,
@@ -57,6 +59,7 @@ from ragport.domain.model import (
     Trust,
 )
 from ragport.ports.embedder import Embedder, Vector
+from ragport.ports.rerank import Reranker
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
 from ragport.ports.store import ChunkStore, ScoredRecord, SupportsLexicalSearch
 
@@ -228,7 +231,7 @@ def retrieve_context(
     metadata_filter: Mapping[str, Any] | None = None,
     authorization: Authorization | None = None,
     on_access_denied: Callable[[AccessDenial], None] | None = None,
-    reranker: object | None = None,
+    reranker: Reranker | None = None,
     max_rerank_bytes: int = DEFAULT_LIMITS.rerank_bytes,
     max_rerank_ms: int = DEFAULT_LIMITS.rerank_ms,
     rerank_concurrency: int = DEFAULT_LIMITS.rerank_concurrency,
@@ -282,8 +285,8 @@ def retrieve_context(
             f"(it offers {list(caps.lexical_modes)})",
             capability="lexical",
         )
-    if reranker is not None:
-        raise CapabilityError("reranking is not available in this version", capability="rerank")
+    if reranker is not None and not isinstance(reranker, Reranker):
+        raise ValidationError("reranker must have a rerank(query, hits) method", field="reranker")
     if authorization is not None:
         if caps.authorization != "acl":
             raise CapabilityError(
@@ -345,23 +348,51 @@ def retrieve_context(
             )
         ]
 
-        # 8. access gate
+        # 8. first access gate (after fusion, before rerank)
         if authorization is not None:
             with tel.span("rag.acl_recheck"):
                 ordered = _access_gate(store, ordered, authorization, on_access_denied, redact)
         check_abort(abort)
+        retrieved_at = clk.now()
+        hits = [
+            _hit(c, rank, provider=store.provider, retrieved_at=retrieved_at, redact=redact)
+            for rank, c in enumerate(ordered, start=1)
+        ]
+        candidate_of = {id(hit): c for hit, c in zip(hits, ordered, strict=True)}
 
-        # 9. render
+        # 9-10. rerank, then a fresh gate: a revoke that landed meanwhile still withholds
+        if reranker is not None and hits:
+            with tel.span("rag.rerank") as span:
+                span.set_attribute("rag.rerank.candidates", len(hits))
+                hits = list(
+                    rerank_hits(
+                        redact(query),
+                        hits,
+                        reranker=reranker,
+                        max_bytes=max_rerank_bytes,
+                        max_ms=max_rerank_ms,
+                        concurrency=rerank_concurrency,
+                        abort=abort,
+                        redaction=redact,
+                    )
+                )
+            check_abort(abort)
+            if authorization is not None:
+                with tel.span("rag.acl_recheck"):
+                    kept = _access_gate(
+                        store,
+                        [candidate_of[id(h)] for h in hits],
+                        authorization,
+                        on_access_denied,
+                        redact,
+                    )
+                allowed = {id(c) for c in kept}
+                hits = [h for h in hits if id(candidate_of[id(h)]) in allowed]
+
+        # 11. render
         with tel.span("rag.render"):
             return _render(
-                query,
-                ordered,
-                top_k=top_k,
-                max_bytes=max_result_bytes,
-                max_tokens=max_context_tokens,
-                provider=store.provider,
-                retrieved_at=clk.now(),
-                redact=redact,
+                query, hits, top_k=top_k, max_bytes=max_result_bytes, max_tokens=max_context_tokens
             )
 
 
@@ -419,70 +450,66 @@ def _access_gate(
     return kept
 
 
+def _hit(
+    c: _Candidate, rank: int, *, provider: str, retrieved_at: datetime, redact: Redaction
+) -> Hit:
+    """The canonical hit of a candidate; its text is redacted before anyone sees it."""
+    record = c.record
+    provenance = Provenance(
+        source_id=record.source_id,
+        chunk_id=record.id,
+        citation_id=record.id,
+        provider=provider,
+        tenant_id=c.scope.tenant_id,
+        resource_id=c.scope.resource_id,
+        corpus_id=c.scope.corpus_id,
+        retrieval=c.retrieval,
+        retrieved_at=retrieved_at,
+        lineage=record.lineage,
+    )
+    return Hit(
+        id=record.id,
+        source_id=record.source_id,
+        text=redact(record.text) if redact.active else record.text,
+        metadata=dict(record.metadata),
+        score=c.score,
+        retrieval_rank=rank,
+        provenance=provenance,
+        trust=_TRUST,
+    )
+
+
 def _render(
-    query: str,
-    ordered: Sequence[_Candidate],
-    *,
-    top_k: int,
-    max_bytes: int,
-    max_tokens: int,
-    provider: str,
-    retrieved_at: Any,
-    redact: Redaction,
+    query: str, hits: Sequence[Hit], *, top_k: int, max_bytes: int, max_tokens: int
 ) -> RetrievalResult:
+    """``[citation-id] text`` blocks in order until top-k, the byte or the token ceiling."""
     blocks: list[str] = []
-    hits: list[Hit] = []
-    citations: list[Citation] = []
+    shown: list[Hit] = []
     used_bytes = 0
     truncated = False
-    for rank, c in enumerate(ordered[:top_k], start=1):
-        record = c.record
-        text = redact(record.text) if redact.active else record.text
-        block = f"[{record.id}] {text}"
+    for hit in hits[:top_k]:
+        block = f"[{hit.provenance.citation_id}] {hit.text}"
         extra = len(block.encode("utf-8")) + (len(BLOCK_SEPARATOR) if blocks else 0)
         if used_bytes + extra > max_bytes or math.ceil((used_bytes + extra) / 4) > max_tokens:
             truncated = True
             break
         used_bytes += extra
         blocks.append(block)
-        provenance = Provenance(
-            source_id=record.source_id,
-            chunk_id=record.id,
-            citation_id=record.id,
-            provider=provider,
-            tenant_id=c.scope.tenant_id,
-            resource_id=c.scope.resource_id,
-            corpus_id=c.scope.corpus_id,
-            retrieval=c.retrieval,
-            retrieved_at=retrieved_at,
-            lineage=record.lineage,
-        )
-        hits.append(
-            Hit(
-                id=record.id,
-                source_id=record.source_id,
-                text=text,
-                metadata=dict(record.metadata),
-                score=c.score,
-                retrieval_rank=rank,
-                provenance=provenance,
-                trust=_TRUST,
-            )
-        )
-        citations.append(
-            Citation(
-                id=record.id,
-                source_id=record.source_id,
-                chunk_id=record.id,
-                provenance=provenance,
-                trust=_TRUST,
-            )
-        )
+        shown.append(hit)
     return RetrievalResult(
         query=query,
         trust=_TRUST,
         text=BLOCK_SEPARATOR.join(blocks),
-        hits=tuple(hits),
-        citations=tuple(citations),
+        hits=tuple(shown),
+        citations=tuple(
+            Citation(
+                id=h.provenance.citation_id,
+                source_id=h.source_id,
+                chunk_id=h.id,
+                provenance=h.provenance,
+                trust=_TRUST,
+            )
+            for h in shown
+        ),
         truncated=truncated,
     )

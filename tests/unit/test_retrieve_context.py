@@ -333,11 +333,12 @@ def test_unknown_lexical_mode_is_a_validation_error(store: InMemoryStore) -> Non
     assert info.value.field == "lexical"
 
 
-def test_reranker_is_not_available_yet(store: InMemoryStore) -> None:
-    """Any reranker is a CapabilityError at this stage. If this fails, check the reranker guard."""
+def test_an_object_without_rerank_is_refused_before_embedding(store: InMemoryStore) -> None:
+    """A reranker without rerank() is a ValidationError. If this fails, check the reranker guard."""
     embedder = CountingEmbedder()
-    with pytest.raises(ragport.CapabilityError):
+    with pytest.raises(ragport.ValidationError) as info:
         retrieve(store=store, embedder=embedder, reranker=object())
+    assert info.value.field == "reranker"
     assert embedder.calls == []
 
 

@@ -1,0 +1,174 @@
+"""The reranking seam: caps, deadline, concurrency, and a permutation check that fails closed.
+
+rerank_hits:
+1. Validate the caps against their hard ceilings; an empty input returns at once.
+2. Refuse an input over ``max_bytes`` (UTF-8 of the query plus every candidate text).
+3. Take one of ``concurrency`` slots of this reranker object, waiting at most the time
+   budget; then run the reranker in a worker thread and wait until the deadline, checking
+   abort while waiting.
+4. Accept only a permutation of the input objects (optionally with finite scores) and
+   return the same ``Hit`` objects in the new order: provenance and trust cannot be
+   rewritten. Everything else is a ``RerankError``; the original order is never used instead.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from ragport.application._support import Redaction
+from ragport.domain.errors import AbortedError, RerankError, ValidationError
+from ragport.domain.limits import DEFAULT_LIMITS, check_limit
+from ragport.domain.model import Hit
+from ragport.ports.rerank import Reranker
+from ragport.ports.runtime import Abort
+
+__all__ = ["rerank_hits"]
+
+_POLL_S = 0.005
+
+
+class _Slots:
+    """Active-call accounting for one reranker object."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.cond = threading.Condition()
+
+
+_slots: weakref.WeakKeyDictionary[object, _Slots] = weakref.WeakKeyDictionary()
+_slots_by_id: dict[int, _Slots] = {}
+_registry_lock = threading.Lock()
+
+
+def _slots_for(reranker: object) -> _Slots:
+    with _registry_lock:
+        try:
+            found = _slots.get(reranker)
+            if found is None:
+                found = _slots[reranker] = _Slots()
+        except TypeError:  # not weak-referenceable: key by identity for the process lifetime
+            found = _slots_by_id.setdefault(id(reranker), _Slots())
+        return found
+
+
+def _acquire(slots: _Slots, limit: int, deadline: float, abort: Abort | None) -> None:
+    with slots.cond:
+        while slots.active >= limit:
+            if abort is not None and abort.is_set():
+                raise RerankError("rerank aborted while waiting for a slot")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RerankError(
+                    f"no rerank slot became free within the time budget ({limit} active)"
+                )
+            slots.cond.wait(min(remaining, _POLL_S * 4))
+        slots.active += 1
+
+
+def _release(slots: _Slots) -> None:
+    with slots.cond:
+        slots.active -= 1
+        slots.cond.notify()
+
+
+def _order(answer: Any, hits: Sequence[Hit]) -> tuple[Hit, ...]:
+    """The permutation the reranker answered, or ``RerankError``."""
+    if isinstance(answer, (str, bytes)) or not isinstance(answer, Sequence):
+        raise RerankError("the reranker must return a sequence of hits")
+    by_identity = {id(hit): hit for hit in hits}
+    seen: set[int] = set()
+    out: list[Hit] = []
+    for item in answer:
+        if isinstance(item, tuple):
+            if len(item) != 2:
+                raise RerankError("the reranker returned a malformed (hit, score) pair")
+            hit, score = item
+            if (
+                isinstance(score, bool)
+                or not isinstance(score, (int, float))
+                or not math.isfinite(score)
+            ):
+                raise RerankError("the reranker returned a non-finite or non-numeric score")
+        else:
+            hit = item
+        key = id(hit)
+        if key not in by_identity or by_identity[key] is not hit:
+            raise RerankError("the reranker returned a hit it was not given")
+        if key in seen:
+            raise RerankError("the reranker returned a hit twice")
+        seen.add(key)
+        out.append(hit)
+    if len(out) != len(hits):
+        raise RerankError(f"the reranker returned {len(out)} of {len(hits)} hits")
+    return tuple(out)
+
+
+def rerank_hits(
+    query: str,
+    hits: Sequence[Hit],
+    *,
+    reranker: Reranker,
+    max_bytes: int = DEFAULT_LIMITS.rerank_bytes,
+    max_ms: int = DEFAULT_LIMITS.rerank_ms,
+    concurrency: int = DEFAULT_LIMITS.rerank_concurrency,
+    abort: Abort | None = None,
+    redaction: Redaction | None = None,
+) -> tuple[Hit, ...]:
+    """Reorder ``hits`` with ``reranker`` under byte, time and concurrency caps (fail closed)."""
+    check_limit("rerank_bytes", max_bytes)
+    check_limit("rerank_ms", max_ms)
+    check_limit("rerank_concurrency", concurrency)
+    if not isinstance(query, str):
+        raise ValidationError("query must be a string", field="query")
+    if not hasattr(reranker, "rerank"):
+        raise ValidationError("reranker must have a rerank(query, hits) method", field="reranker")
+    hits = tuple(hits)
+    if not hits:
+        return ()
+    if any(not isinstance(h, Hit) for h in hits):
+        raise ValidationError("hits must be Hit objects", field="hits")
+    size = len(query.encode("utf-8")) + sum(len(h.text.encode("utf-8")) for h in hits)
+    if size > max_bytes:
+        raise RerankError(f"rerank input is {size} bytes, over max_bytes={max_bytes}")
+    if abort is not None and abort.is_set():
+        raise RerankError("rerank aborted before it started")
+    deadline = time.monotonic() + max_ms / 1000
+    slots = _slots_for(reranker)
+    _acquire(slots, concurrency, deadline, abort)
+    released = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["answer"] = reranker.rerank(query, hits)
+        except BaseException as exc:  # every failure of the reranker fails the call closed
+            outcome["error"] = exc
+        finally:
+            if not released.is_set():
+                released.set()
+                _release(slots)
+
+    # A timed-out reranker keeps its slot until it really returns: the cap counts calls that
+    # are still running, not calls we stopped waiting for.
+    worker = threading.Thread(target=run, name="ragport-rerank", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        if abort is not None and abort.is_set():
+            raise RerankError("rerank aborted")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RerankError(f"the reranker did not answer within {max_ms} ms")
+        worker.join(min(remaining, _POLL_S))
+    error = outcome.get("error")
+    if error is not None:
+        name = type(error).__name__
+        if isinstance(error, AbortedError):
+            raise RerankError("rerank aborted") from error
+        detail = redaction.error(error) if redaction is not None else name
+        raise RerankError(f"the reranker failed ({detail})") from error
+    return _order(outcome.get("answer"), hits)
