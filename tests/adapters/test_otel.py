@@ -1,0 +1,91 @@
+"""The OpenTelemetry adapter: fixed span names, rag.* attributes, no document text."""
+
+from __future__ import annotations
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ragport import Authorization, Chunk, Grant, Scope, replace_source, retrieve_context
+from ragport.adapters.embedders import HashEmbedder
+from ragport.adapters.memory import InMemoryStore
+from ragport.adapters.rerankers import FakeReranker
+from ragport.adapters.telemetry import SPAN_NAMES, OpenTelemetryTelemetry
+
+SECRET_TEXT = "confidential walrus migration plan"
+
+
+def _telemetry():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return OpenTelemetryTelemetry(provider.get_tracer("test")), exporter
+
+
+def test_retrieve_emits_the_fixed_span_tree_without_document_text():
+    """A hybrid, authorized, reranked retrieve emits only fixed rag.* spans and attributes.
+
+    If this fails, check the span names in ragport/application/retrieval.py and SPAN_NAMES.
+    """
+    telemetry, exporter = _telemetry()
+    store, embedder, scope = InMemoryStore(), HashEmbedder(64), Scope("t", "r", "c")
+    replace_source(
+        source_id="doc",
+        chunks=[Chunk.of("doc", 0, SECRET_TEXT)],
+        embedder=embedder,
+        store=store,
+        scope=scope,
+        telemetry=telemetry,
+    )
+    store.set_source_access(scope, [Grant("doc", principal_ids=("alice",))])
+    result = retrieve_context(
+        "walrus",
+        embedder=embedder,
+        store=store,
+        scope=scope,
+        lexical="bm25",
+        reranker=FakeReranker(),
+        authorization=Authorization("alice", "t"),
+        telemetry=telemetry,
+    )
+    assert result.hits
+    spans = exporter.get_finished_spans()
+    names = {span.name for span in spans}
+    assert {
+        "rag.retrieve",
+        "rag.embed",
+        "rag.vector",
+        "rag.lexical",
+        "rag.fuse",
+        "rag.acl_recheck",
+        "rag.rerank",
+        "rag.render",
+        "rag.replace",
+    } <= names
+    assert names <= SPAN_NAMES
+    root = next(s for s in spans if s.name == "rag.retrieve")
+    children = [
+        s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id
+    ]
+    assert {s.name for s in children} >= {"rag.vector", "rag.render"}
+    for span in spans:
+        for key, value in (span.attributes or {}).items():
+            assert key.startswith("rag.")
+            assert "walrus" not in str(value)
+
+
+def test_unknown_span_names_and_foreign_attributes_are_dropped():
+    """Spans outside the fixed set and attributes not shaped rag.* never reach the tracer.
+
+    If this fails, check `_allowed` and `span` in ragport/adapters/telemetry/otel.py.
+    """
+    telemetry, exporter = _telemetry()
+    with telemetry.span("rag.render") as span:
+        span.set_attribute("rag.count", 3)
+        span.set_attribute("text", SECRET_TEXT)
+        span.set_attribute("rag.text", SECRET_TEXT * 3)
+    with telemetry.span("custom.work") as span:
+        span.set_attribute("rag.count", 1)
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["rag.render"]
+    assert dict(spans[0].attributes) == {"rag.count": 3}
