@@ -47,6 +47,7 @@ from ragport.domain.errors import (
 from ragport.domain.fusion import fuse_ranked
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, check_limit
 from ragport.domain.model import (
+    AccessDecision,
     AccessDenial,
     AccessReason,
     Authorization,
@@ -131,6 +132,7 @@ def _search(
     metadata_filter: Mapping[str, Any] | None,
     abort: Abort | None,
     telemetry: Telemetry,
+    store_denied: dict[tuple[Scope, str], AccessReason] | None = None,
 ) -> list[_Candidate]:
     """Run each scope's legs and merge them: by cosine with one leg, by RRF with two.
 
@@ -141,9 +143,21 @@ def _search(
     records: dict[_Key, Record] = {}
     cosine: dict[_Key, float] = {}
     for n, s in enumerate(wanted):
+
+        def collect(decisions: Sequence[AccessDecision], scope: Scope = s) -> None:
+            assert store_denied is not None
+            for d in decisions:
+                store_denied.setdefault((scope, d.source_id), d.reason)
+
+        on_denied = collect if store_denied is not None else None
         with telemetry.span("rag.vector"):
             found = store.query(
-                s, vector, limit=limit, authorization=authorization, metadata_filter=metadata_filter
+                s,
+                vector,
+                limit=limit,
+                authorization=authorization,
+                metadata_filter=metadata_filter,
+                on_denied=on_denied,
             )
         ranked = _checked(found, s, expected=expected, embedder=embedder)
         legs[f"vector:{n}"] = [(s, item.record.id) for item in ranked]
@@ -161,6 +175,7 @@ def _search(
                     mode=lexical,
                     authorization=authorization,
                     metadata_filter=metadata_filter,
+                    on_denied=on_denied,
                 )
             ranked = _checked(found, s, expected=expected, embedder=embedder)
             legs[f"lexical:{n}"] = [(s, item.record.id) for item in ranked]
@@ -316,6 +331,19 @@ def retrieve_context(
             )[0]
         check_abort(abort)
 
+        # Each withheld source is reported once per query, whoever withheld it.
+        reported: set[tuple[Scope, str]] = set()
+
+        def report(denial: AccessDenial) -> None:
+            key = (denial.scope, denial.source_id)
+            if on_access_denied is not None and key not in reported:
+                reported.add(key)
+                on_access_denied(denial)
+
+        store_denied: dict[tuple[Scope, str], AccessReason] | None = (
+            {} if on_access_denied is not None and authorization is not None else None
+        )
+
         # 5-6. legs per scope, rechecked, then fused over the union
         ordered = _search(
             store,
@@ -331,6 +359,7 @@ def retrieve_context(
             metadata_filter=metadata_filter,
             abort=abort,
             telemetry=tel,
+            store_denied=store_denied,
         )
 
         # 7. tombstone guard
@@ -351,7 +380,7 @@ def retrieve_context(
         # 8. first access gate (after fusion, before rerank)
         if authorization is not None:
             with tel.span("rag.acl_recheck"):
-                ordered = _access_gate(store, ordered, authorization, on_access_denied, redact)
+                ordered = _access_gate(store, ordered, authorization, report, redact)
         check_abort(abort)
         retrieved_at = clk.now()
         hits = [
@@ -383,11 +412,14 @@ def retrieve_context(
                         store,
                         [candidate_of[id(h)] for h in hits],
                         authorization,
-                        on_access_denied,
+                        report,
                         redact,
                     )
                 allowed = {id(c) for c in kept}
                 hits = [h for h in hits if id(candidate_of[id(h)]) in allowed]
+
+        for (denied_scope, source), reason in (store_denied or {}).items():
+            report(AccessDenial(source_id=source, scope=denied_scope, reason=reason, hits=0))
 
         # 11. render
         with tel.span("rag.render"):

@@ -13,7 +13,7 @@ Generations
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
@@ -219,11 +219,15 @@ class ChunkStore(Protocol):
         limit: int,
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         """Top ``limit`` visible records by cosine similarity to ``vector``.
 
         Records whose dimensions differ from ``len(vector)`` are never scored against it;
-        callers check ``list_embedders`` first.
+        callers check ``list_embedders`` first. With an ``authorization`` and ``on_denied``,
+        the store also reports, once, the sources its grant predicate withheld from the top
+        ``limit`` (ids and reasons only, never text), at the cost of at most one extra read;
+        without ``on_denied`` it does no extra work.
         """
         ...
 
@@ -271,4 +275,5 @@ class SupportsLexicalSearch(Protocol):
         mode: str,
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]: ...

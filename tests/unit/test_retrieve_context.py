@@ -556,7 +556,10 @@ def test_authorization_for_another_tenant_is_a_scope_error(store: InMemoryStore)
 
 
 def test_source_without_grant_is_never_returned(store: InMemoryStore) -> None:
-    """Ungranted sources are filtered by the store silently. If this fails, check query grants."""
+    """Ungranted sources are filtered by the store and reported once with hits=0.
+
+    If this fails, check the store's grant predicate and its on_denied report.
+    """
     store.set_source_access(SCOPE, [ragport.Grant("handbook", principal_ids=["alice"])])
     denials: list[ragport.AccessDenial] = []
     result = retrieve(
@@ -568,7 +571,9 @@ def test_source_without_grant_is_never_returned(store: InMemoryStore) -> None:
     )
     assert sources(result) == {"handbook"}
     assert len(result.hits) == 3
-    assert denials == []
+    assert [(d.source_id, d.reason, d.hits, d.scope) for d in denials] == [
+        ("security", "no_grant", 0, SCOPE)
+    ]
     assert sources(retrieve("security badges vacation", store=store, top_k=32)) == {
         "handbook",
         "security",
@@ -683,7 +688,9 @@ def test_derived_record_needs_every_root(store: InMemoryStore) -> None:
     )
     assert "summary-1" not in {h.id for h in denied.hits}
     assert sources(denied) == {"handbook"}
-    assert denials == []  # filtered by the store's predicate, not withheld at the gate
+    # filtered by the store's predicate and reported once (its root and its chunks are one source)
+    assert [(d.source_id, d.reason, d.hits) for d in denials] == [("security", "no_grant", 0)]
+    denials.clear()
 
     store.set_source_access(SCOPE, [ragport.Grant("security", group_ids=["staff"])])
     staff_alice = ragport.Authorization("alice", "tenant-1", group_ids=["staff"])

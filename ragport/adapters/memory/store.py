@@ -9,7 +9,7 @@ A snapshot builds its search matrix lazily, once, on the first query after a com
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -429,6 +429,37 @@ class _UnitOfWork:
         self._done = True
 
 
+def _top(
+    scores: np.ndarray, mask: np.ndarray | None, limit: int, rows: Sequence[Record]
+) -> list[tuple[int, float]]:
+    """Positions and scores of the best ``limit`` rows allowed by ``mask``; ties by id."""
+    positions = np.arange(len(rows))
+    if mask is not None:
+        positions, scores = positions[mask], scores[mask]
+    if positions.size == 0:
+        return []
+    if positions.size > limit:
+        kth = np.partition(scores, positions.size - limit)[positions.size - limit]
+        keep = scores >= kth  # keep every tie at the cut, then order ties by id
+        positions, scores = positions[keep], scores[keep]
+    order = sorted(range(positions.size), key=lambda i: (-float(scores[i]), rows[positions[i]].id))
+    return [(int(positions[i]), float(scores[i])) for i in order[:limit]]
+
+
+def _report_denied(
+    snap: _Snapshot,
+    records: Sequence[Record],
+    authorization: Authorization,
+    on_denied: Callable[[Sequence[AccessDecision]], None],
+) -> None:
+    """Tell the caller which sources the grant predicate withheld among ``records``."""
+    sources = dict.fromkeys(src for r in records for src in (r.access_sources or (r.source_id,)))
+    decisions = [decide_access(src, snap.grants.get(src), authorization) for src in sources]
+    denied = [d for d in decisions if not d.allowed]
+    if denied:
+        on_denied(denied)
+
+
 class InMemoryStore:
     """A thread-safe, transactional ChunkStore held in process memory (the reference fake)."""
 
@@ -496,6 +527,7 @@ class InMemoryStore:
         limit: int,
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         if limit <= 0:
@@ -504,7 +536,7 @@ class InMemoryStore:
         index = snap.index(q.shape[0])
         if not index.rows:
             return ()
-        mask = self._access_mask(snap, index, authorization)
+        fmask = None
         if metadata_filter:
             wanted = dict(metadata_filter)
             fmask = np.fromiter(
@@ -512,24 +544,15 @@ class InMemoryStore:
                 dtype=bool,
                 count=len(index.rows),
             )
-            mask = fmask if mask is None else mask & fmask
+        amask = self._access_mask(snap, index, authorization)
+        mask = amask if fmask is None else (fmask if amask is None else amask & fmask)
         norm = float(np.linalg.norm(q))
         scores = index.matrix @ (q / norm if norm else q)
-        candidates = np.arange(len(index.rows))
-        if mask is not None:
-            candidates = candidates[mask]
-            scores = scores[mask]
-        if candidates.size == 0:
-            return ()
-        if candidates.size > limit:
-            kth = np.partition(scores, candidates.size - limit)[candidates.size - limit]
-            keep = scores >= kth
-            candidates, scores = candidates[keep], scores[keep]
-        order = sorted(
-            range(candidates.size), key=lambda i: (-float(scores[i]), index.rows[candidates[i]].id)
-        )
+        if on_denied is not None and authorization is not None:
+            unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit, index.rows)]
+            _report_denied(snap, unfiltered, authorization, on_denied)
         return tuple(
-            ScoredRecord(index.rows[candidates[i]], float(scores[i])) for i in order[:limit]
+            ScoredRecord(index.rows[i], score) for i, score in _top(scores, mask, limit, index.rows)
         )
 
     def lexical_query(
@@ -541,6 +564,7 @@ class InMemoryStore:
         mode: str = "bm25",
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         """BM25 (equal to ``rank_bm25.BM25Okapi`` over the scope's visible records)."""
         if mode != "bm25":
@@ -582,6 +606,15 @@ class InMemoryStore:
             else:
                 candidates = list(rows)
             found = lexical.index.search(text, limit=limit, candidates=candidates)
+            if on_denied is not None and authorization is not None:
+                wanted = dict(metadata_filter or {})
+                matching = [
+                    r.id
+                    for r in rows.values()
+                    if not wanted or metadata_matches(r.metadata, wanted)
+                ]
+                unfiltered = lexical.index.search(text, limit=limit, candidates=matching)
+                _report_denied(snap, [rows[rid] for rid, _ in unfiltered], authorization, on_denied)
         return tuple(ScoredRecord(rows[rid], score) for rid, score in found)
 
     def _access_mask(

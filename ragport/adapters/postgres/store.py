@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -594,6 +594,7 @@ class PostgresStore:
         limit: int,
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         q = np.ascontiguousarray(np.asarray(vector, dtype=np.float32).reshape(-1))
         if limit <= 0 or q.size == 0:
@@ -603,17 +604,28 @@ class PostgresStore:
         dims = int(q.shape[0])
         params = _params(scope, q=q, k=int(limit), d=dims)
         where = self._predicate(params, authorization, metadata_filter)
+        order = f"ORDER BY r.embedding::vector({dims}) <=> :q LIMIT :k"
         sql = (
             self._predicate_ctes()
             + f"SELECT {_R_COLUMNS}, (r.embedding::vector({dims}) <=> :q) AS distance "
-            f"FROM {self._s}.records r, sc, tb WHERE r.dimensions = :d AND {where} "
-            f"ORDER BY r.embedding::vector({dims}) <=> :q LIMIT :k"
+            f"FROM {self._s}.records r, sc, tb WHERE r.dimensions = :d AND {where} {order}"
         )
         with self._connect("query") as conn:
             # SET LOCAL lasts until the read-only transaction ends with the connection.
             conn.execute(text("SET LOCAL hnsw.iterative_scan = strict_order"))
             conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, int(limit)))}"))
             rows = conn.execute(text(sql), params).all()
+            if on_denied is not None and authorization is not None:
+                self._report_denied(
+                    conn,
+                    scope,
+                    "r.dimensions = :d",
+                    order,
+                    dict(params),
+                    metadata_filter,
+                    authorization,
+                    on_denied,
+                )
             conn.rollback()
         scored = []
         for row in rows:
@@ -665,6 +677,7 @@ class PostgresStore:
         mode: str = "fts",
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         """Full-text search: ``websearch_to_tsquery`` over the generated tsvector, ``ts_rank_cd``."""
         if mode != "fts":
@@ -685,8 +698,69 @@ class PostgresStore:
         )
         with self._connect("lexical query") as conn:
             rows = conn.execute(text(sql), params).all()
+            if on_denied is not None and authorization is not None:
+                self._report_denied(
+                    conn,
+                    scope,
+                    f"r.tsv @@ websearch_to_tsquery('{self._ts_config}'::regconfig, :query)",
+                    f"ORDER BY ts_rank_cd(r.tsv, websearch_to_tsquery('{self._ts_config}'::regconfig, :query)) "
+                    'DESC, r.id COLLATE "C" LIMIT :k',
+                    dict(params),
+                    metadata_filter,
+                    authorization,
+                    on_denied,
+                )
             conn.rollback()
         return tuple(ScoredRecord(_record(scope, row), float(row.rank)) for row in rows)
+
+    def _report_denied(
+        self,
+        conn: Connection,
+        scope: Scope,
+        leg: str,
+        order: str,
+        params: dict[str, Any],
+        metadata_filter: Mapping[str, Any] | None,
+        authorization: Authorization,
+        on_denied: Callable[[Sequence[AccessDecision]], None],
+    ) -> None:
+        """One extra statement: the sources the grant predicate withheld from this leg's top.
+
+        The same leg runs without the grant predicate; the access sources of its top rows are
+        joined with their grants and judged by the domain's access rule.
+        """
+        where = self._predicate(params, None, metadata_filter)
+        rows = conn.execute(
+            text(
+                self._predicate_ctes()
+                + f", top AS (SELECT r.source_id, r.kind, r.roots FROM {self._s}.records r, sc, tb "
+                f"WHERE {leg} AND {where} {order}), "
+                "srcs AS (SELECT DISTINCT unnest(CASE WHEN kind = 'derived' THEN roots "
+                "ELSE ARRAY[source_id] END) AS source_id FROM top) "
+                "SELECT s.source_id, g.principal_ids, g.group_ids, g.access_version "
+                f"FROM srcs s LEFT JOIN {self._s}.grants g ON g.tenant_id = :t "
+                "AND g.resource_id = :r AND g.corpus_id = :c AND g.source_id = s.source_id"
+            ),
+            params,
+        ).all()
+        decisions = [
+            decide_access(
+                row.source_id,
+                None
+                if row.principal_ids is None
+                else Grant(
+                    row.source_id,
+                    principal_ids=tuple(row.principal_ids),
+                    group_ids=tuple(row.group_ids),
+                    access_version=row.access_version,
+                ),
+                authorization,
+            )
+            for row in rows
+        ]
+        denied = sorted((d for d in decisions if not d.allowed), key=lambda d: d.source_id)
+        if denied:
+            on_denied(denied)
 
     def _acl_predicate(self, authorization: Authorization) -> str:
         version = "" if authorization.access_version is None else " AND g.access_version = :av"
