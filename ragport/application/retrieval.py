@@ -44,6 +44,7 @@ from ragport.domain.errors import (
     ScopeError,
     ValidationError,
 )
+from ragport.domain.filters import Filter, parse_filter
 from ragport.domain.fusion import fuse_ranked
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, check_limit
 from ragport.domain.model import (
@@ -129,7 +130,7 @@ def _search(
     limit: int,
     rrf_k: int,
     authorization: Authorization | None,
-    metadata_filter: Mapping[str, Any] | None,
+    metadata_filter: Filter | None,
     abort: Abort | None,
     telemetry: Telemetry,
     store_denied: dict[tuple[Scope, str], AccessReason] | None = None,
@@ -277,8 +278,7 @@ def retrieve_context(
         raise ValidationError("lexical must be 'off', 'bm25' or 'fts'", field="lexical")
     if fusion != "rrf":
         raise ValidationError("fusion must be 'rrf'", field="fusion")
-    if metadata_filter is not None and not isinstance(metadata_filter, Mapping):
-        raise ValidationError("metadata_filter must be a mapping", field="metadata_filter")
+    parsed_filter = parse_filter(metadata_filter)  # ValidationError before any embed or read
     if authorization is not None and not isinstance(authorization, Authorization):
         raise ValidationError("authorization must be an Authorization", field="authorization")
     redact = Redaction(redactor, secrets)
@@ -356,7 +356,7 @@ def retrieve_context(
             limit=query_candidates,
             rrf_k=rrf_k,
             authorization=authorization,
-            metadata_filter=metadata_filter,
+            metadata_filter=parsed_filter,
             abort=abort,
             telemetry=tel,
             store_denied=store_denied,

@@ -43,8 +43,6 @@ __all__ = [
     "freeze_metadata",
     "is_valid_content_hash",
     "is_visible",
-    "json_equal",
-    "metadata_matches",
     "strongest_tombstone",
     "validate_content_hash",
     "validate_id",
@@ -105,26 +103,6 @@ def freeze_metadata(value: Mapping[str, Any] | None, *, field: str = "metadata")
     if not isinstance(copied, dict):  # pragma: no cover - dict in, dict out
         raise ValidationError(f"{field} must be a mapping", field=field)
     return copied
-
-
-def json_equal(left: object, right: object) -> bool:
-    """Equality of JSON values: ``true`` is not ``1``, ``1`` equals ``1.0``, deep for containers."""
-    if isinstance(left, bool) or isinstance(right, bool):
-        return isinstance(left, bool) and isinstance(right, bool) and left == right
-    if isinstance(left, (int, float)) and isinstance(right, (int, float)):
-        return left == right
-    if isinstance(left, list) and isinstance(right, list):
-        return len(left) == len(right) and all(
-            json_equal(a, b) for a, b in zip(left, right, strict=True)
-        )
-    if isinstance(left, dict) and isinstance(right, dict):
-        return left.keys() == right.keys() and all(json_equal(left[k], right[k]) for k in left)
-    return type(left) is type(right) and left == right
-
-
-def metadata_matches(metadata: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    """Shallow filter: every key of ``wanted`` is in ``metadata`` with a JSON-equal value."""
-    return all(k in metadata and json_equal(metadata[k], v) for k, v in wanted.items())
 
 
 def strongest_tombstone(existing: Tombstone | None, new: Tombstone) -> Tombstone:

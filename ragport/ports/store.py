@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from ragport.domain.filters import Filter
 from ragport.domain.model import (
     AccessDecision,
     Authorization,
@@ -194,8 +195,9 @@ class ChunkStore(Protocol):
     - ``query`` applies, inside its own predicate and before ``limit``: exact scope,
       visibility at the current pointer, ``forgotten`` tombstones (on record id, source id and
       every lineage edge), the grant rule when ``authorization`` is given (for derived records:
-      every root source must be allowed), and ``metadata_filter`` (every key present with a
-      JSON-equal value: ``true`` is not ``1``). Results are ordered by
+      every root source must be allowed), and ``metadata_filter`` (the filter language of
+      ``ragport.domain.filters``: a mapping, parsed with ``parse_filter``, or a parsed
+      ``Filter``; it is never authorization). Results are ordered by
       descending score, ties by id, at most ``limit`` of them.
     """
 
@@ -218,7 +220,7 @@ class ChunkStore(Protocol):
         *,
         limit: int,
         authorization: Authorization | None = None,
-        metadata_filter: Mapping[str, Any] | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         """Top ``limit`` visible records by cosine similarity to ``vector``.
@@ -274,6 +276,6 @@ class SupportsLexicalSearch(Protocol):
         limit: int,
         mode: str,
         authorization: Authorization | None = None,
-        metadata_filter: Mapping[str, Any] | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]: ...

@@ -18,6 +18,7 @@ import numpy as np
 
 from ragport.adapters.lexical import Bm25Index
 from ragport.domain.errors import CapabilityError, ScopeError, ValidationError
+from ragport.domain.filters import Filter, parse_filter
 from ragport.domain.model import (
     AccessDecision,
     Authorization,
@@ -28,7 +29,6 @@ from ragport.domain.model import (
     Tombstone,
     decide_access,
     is_visible,
-    metadata_matches,
     strongest_tombstone,
 )
 from ragport.ports.embedder import Vector, VectorMatrix
@@ -526,7 +526,7 @@ class InMemoryStore:
         *,
         limit: int,
         authorization: Authorization | None = None,
-        metadata_filter: Mapping[str, Any] | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
@@ -537,12 +537,10 @@ class InMemoryStore:
         if not index.rows:
             return ()
         fmask = None
-        if metadata_filter:
-            wanted = dict(metadata_filter)
+        flt = parse_filter(metadata_filter)
+        if flt is not None:
             fmask = np.fromiter(
-                (metadata_matches(r.metadata, wanted) for r in index.rows),
-                dtype=bool,
-                count=len(index.rows),
+                (flt.matches(r.metadata) for r in index.rows), dtype=bool, count=len(index.rows)
             )
         amask = self._access_mask(snap, index, authorization)
         mask = amask if fmask is None else (fmask if amask is None else amask & fmask)
@@ -563,7 +561,7 @@ class InMemoryStore:
         limit: int,
         mode: str = "bm25",
         authorization: Authorization | None = None,
-        metadata_filter: Mapping[str, Any] | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         """BM25 (equal to ``rank_bm25.BM25Okapi`` over the scope's visible records)."""
@@ -580,8 +578,8 @@ class InMemoryStore:
             snap = self._snapshot(scope)
             lexical.sync(snap)
             rows = snap.searchable()
-            if authorization is not None or metadata_filter:
-                wanted = dict(metadata_filter or {})
+            flt = parse_filter(metadata_filter)
+            if authorization is not None or flt is not None:
                 decisions: dict[str, bool] = {}
 
                 def allowed(source: str) -> bool:
@@ -595,7 +593,7 @@ class InMemoryStore:
                 candidates = [
                     r.id
                     for r in rows.values()
-                    if (not wanted or metadata_matches(r.metadata, wanted))
+                    if (flt is None or flt.matches(r.metadata))
                     and (
                         authorization is None
                         or (
@@ -607,12 +605,7 @@ class InMemoryStore:
                 candidates = list(rows)
             found = lexical.index.search(text, limit=limit, candidates=candidates)
             if on_denied is not None and authorization is not None:
-                wanted = dict(metadata_filter or {})
-                matching = [
-                    r.id
-                    for r in rows.values()
-                    if not wanted or metadata_matches(r.metadata, wanted)
-                ]
+                matching = [r.id for r in rows.values() if flt is None or flt.matches(r.metadata)]
                 unfiltered = lexical.index.search(text, limit=limit, candidates=matching)
                 _report_denied(snap, [rows[rid] for rid, _ in unfiltered], authorization, on_denied)
         return tuple(ScoredRecord(rows[rid], score) for rid, score in found)

@@ -15,7 +15,6 @@ Quirks worth knowing:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, Engine, text
 
 from ragport.adapters.postgres._driver import driver_connection, make_engine, translate_errors
+from ragport.adapters.postgres.filters import compile_filter
 from ragport.adapters.postgres.schema import (
     LATEST_VERSION,
     current_version,
@@ -35,6 +35,7 @@ from ragport.adapters.postgres.schema import (
     validate_text_search_config,
 )
 from ragport.domain.errors import CapabilityError, ScopeError, StoreError, ValidationError
+from ragport.domain.filters import Filter, parse_filter
 from ragport.domain.model import (
     AccessDecision,
     Authorization,
@@ -593,7 +594,7 @@ class PostgresStore:
         *,
         limit: int,
         authorization: Authorization | None = None,
-        metadata_filter: Mapping[str, Any] | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         q = np.ascontiguousarray(np.asarray(vector, dtype=np.float32).reshape(-1))
@@ -647,7 +648,7 @@ class PostgresStore:
         self,
         params: dict[str, Any],
         authorization: Authorization | None,
-        metadata_filter: Mapping[str, Any] | None,
+        metadata_filter: Mapping[str, Any] | Filter | None,
     ) -> str:
         """The shared WHERE of both legs: scope, visibility, tombstones, grants, filter."""
         where = [
@@ -662,10 +663,11 @@ class PostgresStore:
                 av=authorization.access_version,
             )
             where.append(self._acl_predicate(authorization))
-        for n, (key, value) in enumerate((metadata_filter or {}).items()):
-            params[f"fk{n}"] = key
-            params[f"fv{n}"] = json.dumps(value)
-            where.append(f"r.metadata -> :fk{n} = CAST(:fv{n} AS jsonb)")
+        flt = parse_filter(metadata_filter)
+        if flt is not None:
+            clause, bound = compile_filter(flt, column="r.metadata", prefix="mf")
+            params.update(bound)
+            where.append(clause)
         return " AND ".join(where)
 
     def lexical_query(
@@ -676,7 +678,7 @@ class PostgresStore:
         limit: int,
         mode: str = "fts",
         authorization: Authorization | None = None,
-        metadata_filter: Mapping[str, Any] | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         """Full-text search: ``websearch_to_tsquery`` over the generated tsvector, ``ts_rank_cd``."""
@@ -720,7 +722,7 @@ class PostgresStore:
         leg: str,
         order: str,
         params: dict[str, Any],
-        metadata_filter: Mapping[str, Any] | None,
+        metadata_filter: Mapping[str, Any] | Filter | None,
         authorization: Authorization,
         on_denied: Callable[[Sequence[AccessDecision]], None],
     ) -> None:
