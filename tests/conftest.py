@@ -8,8 +8,11 @@ temporary directory and stops at the end.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,9 +26,14 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     from ragport.adapters.postgres import embedded_server
 
-    data = tmp_path_factory.mktemp("pg") / "data"
-    with embedded_server(data, keep_running=False) as url:
-        yield url
+    # Not under pytest's temp tree: pytest resets it to mode 0700 when a session starts, and
+    # the server runs as its own system user when the tests run as root.
+    base = Path(tempfile.mkdtemp(prefix="ragport-pg-"))
+    try:
+        with embedded_server(base / "data", keep_running=False) as url:
+            yield url
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -41,7 +41,7 @@ from ragport.domain.status import IngestionState
 from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
 from ragport.ports.status import IngestionStatusStore
-from ragport.ports.store import ChunkStore
+from ragport.ports.store import ChunkStore, SupportsPreparation
 
 __all__ = ["delete_source", "index_chunks", "replace_source"]
 
@@ -214,6 +214,8 @@ def replace_source(
             telemetry=tel,
         )
         check_abort(abort)
+        if isinstance(store, SupportsPreparation):
+            store.prepare(scope, dimensions=embedder.dimensions)
         with tel.span("rag.replace") as span, store.unit_of_work(scope) as uow:
             generation = uow.generations.stage()
             deleted = uow.records.retire_source(source_id, generation=generation)
@@ -323,6 +325,8 @@ def index_chunks(
         )
     indexed = 0
     try:
+        if checked and isinstance(store, SupportsPreparation):
+            store.prepare(scope, dimensions=embedder.dimensions)
         for start in range(0, len(checked), batch_size):
             check_abort(abort)
             batch = checked[start : start + batch_size]

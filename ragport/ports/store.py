@@ -39,6 +39,7 @@ __all__ = [
     "RecordRepository",
     "ScoredRecord",
     "SupportsLexicalSearch",
+    "SupportsPreparation",
     "TombstoneRepository",
     "UnitOfWork",
 ]
@@ -279,3 +280,15 @@ class SupportsLexicalSearch(Protocol):
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]: ...
+
+
+@runtime_checkable
+class SupportsPreparation(Protocol):
+    """A store that wants to set up per-dimension structures before a write transaction.
+
+    Use cases call ``prepare(scope, dimensions=d)`` before opening the unit of work that
+    writes vectors of dimension ``d`` (PostgreSQL creates its HNSW index there, where it
+    cannot deadlock with other writers). Idempotent and cheap when nothing is missing.
+    """
+
+    def prepare(self, scope: Scope, *, dimensions: int) -> None: ...

@@ -94,7 +94,7 @@ def _translate(operation: str, orig: BaseException | None) -> RagportError:
         )
     if isinstance(orig, psycopg.OperationalError) and getattr(orig, "sqlstate", None) is None:
         return StoreError(f"{operation}: could not reach the PostgreSQL server ({name})")
-    if isinstance(orig, pg_errors.DataException):
+    if isinstance(orig, psycopg.DataError):  # SQLSTATE class 22: the value itself was refused
         return ValidationError(
             f"{operation}: rejected by PostgreSQL ({name}, SQLSTATE {state})", field="data"
         )

@@ -16,6 +16,7 @@ Quirks worth knowing:
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -494,11 +495,26 @@ class PostgresStore:
             driver_connection(conn)
             yield conn
 
-    def _ensure_vector_index(self, conn: Connection, dimensions: int) -> None:
+    def _has_vector_index(self, conn: Connection, dimensions: int) -> bool:
         if dimensions in self._vector_indexes:
-            return
+            return True
+        found = conn.execute(
+            text("SELECT to_regclass(:name) IS NOT NULL"),
+            {"name": f"{self._s}.records_hnsw_{dimensions}"},
+        ).scalar_one()
+        if found:
+            self._vector_indexes.add(dimensions)
+        return bool(found)
+
+    def _create_vector_index(self, conn: Connection, dimensions: int) -> None:
         if not 1 <= dimensions <= 2000:
             raise ValidationError("HNSW indexes support 1..2000 dimensions", field="dimensions")
+        # Serialize creators of one index; IF NOT EXISTS alone races on the catalog.
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(:k)"),
+            {"k": zlib.crc32(f"ragport:{self._schema}:hnsw:{dimensions}".encode())},
+        )
+        conn.execute(text("SET LOCAL maintenance_work_mem = '1GB'"))
         conn.execute(
             text(
                 f"CREATE INDEX IF NOT EXISTS records_hnsw_{dimensions} ON {self._s}.records "
@@ -507,6 +523,22 @@ class PostgresStore:
             )
         )
         self._vector_indexes.add(dimensions)
+
+    def prepare(self, scope: Scope, *, dimensions: int) -> None:
+        """Create the HNSW index for ``dimensions`` if missing, outside any write transaction.
+
+        Creating an index takes a lock that conflicts with open writers; doing it here, before
+        a unit of work touches ``records``, means two first writers never deadlock.
+        """
+        with self._connect("prepare") as conn:
+            if not self._has_vector_index(conn, dimensions):
+                self._create_vector_index(conn, dimensions)
+            conn.commit()
+
+    def _ensure_vector_index(self, conn: Connection, dimensions: int) -> None:
+        # Fallback for units of work opened without prepare(): inside the write transaction.
+        if not self._has_vector_index(conn, dimensions):
+            self._create_vector_index(conn, dimensions)
 
     # -- unit of work ----------------------------------------------------------------------------
     @contextmanager
