@@ -32,11 +32,13 @@ from ragport.contract_tests.chunk_store import ChunkStoreContract  # noqa: E402
 from ragport.contract_tests.embedder import EmbedderContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.0"
+CONTRACT_VERSION = "1.1"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
 #      EmbedderContract, IngestionStatusStoreContract.
+# 1.1  ChunkStoreFilterContract (the filter language), ChunkStoreLexicalContract (stores
+#      that advertise lexical_modes), ChunkStoreDenialReportContract (on_denied).
 
 __all__ = [
     "CONTRACT_VERSION",

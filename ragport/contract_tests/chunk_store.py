@@ -45,7 +45,8 @@ from ragport.contract_tests._support import (
     silent_overrides,
     visible_pairs,
 )
-from ragport.domain.errors import ScopeError, ValidationError
+from ragport.domain.errors import CapabilityError, ScopeError, ValidationError
+from ragport.domain.filters import parse_filter
 from ragport.domain.model import (
     AccessDecision,
     Authorization,
@@ -56,14 +57,17 @@ from ragport.domain.model import (
     decide_access,
 )
 from ragport.ports.embedder import Vector
-from ragport.ports.store import ChunkStore, ScoredRecord
+from ragport.ports.store import ChunkStore, ScoredRecord, SupportsLexicalSearch
 
 __all__ = [
     "ChunkStoreCapabilityContract",
     "ChunkStoreConcurrencyContract",
     "ChunkStoreContract",
+    "ChunkStoreDenialReportContract",
+    "ChunkStoreFilterContract",
     "ChunkStoreGenerationContract",
     "ChunkStoreGrantContract",
+    "ChunkStoreLexicalContract",
     "ChunkStoreQueryContract",
     "ChunkStoreReplaceContract",
     "ChunkStoreScopeContract",
@@ -103,6 +107,8 @@ WELL_KNOWN_SOURCES = (
     *("doc", "shared-src", "a", "b", "c", "s1", "s2", "keep", "gone-src", "partly", "fixed"),
     *("allowed", "denied-00", "s-principal", "s-group", "s-v2", "shared", "own-left", "wide"),
     *("narrow", "summary-1", "d-ok", "en-faq"),
+    *(f"f-{n}" for n in range(8)),
+    *("lex-walrus", "lex-penguin", "lex-secret", "lex-old", "lex-gone"),
 )
 """Sources the suite writes: the canary checks none has records or grants."""
 
@@ -1535,6 +1541,181 @@ def _one_version(texts: Sequence[str]) -> bool:
 # --------------------------------------------------------------------------- aggregate
 
 
+FILTER_ROWS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("f-0", {"lang": "en", "year": 2024, "draft": False}),
+    ("f-1", {"lang": "de", "year": 2021, "tags": ["a", "b"]}),
+    ("f-2", {"lang": "en", "year": 2019.5, "score": 1}),
+    ("f-3", {"lang": "fr", "year": "2024", "draft": True}),
+    ("f-4", {"year": None, "score": 1.0}),
+    ("f-5", {"lang": "EN", "year": 2030}),
+    ("f-6", {"lang": "en", "nested": {"a": 1}}),
+    ("f-7", {}),
+)
+FILTER_CASES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("equality", {"lang": "en"}),
+    ("two-keys", {"lang": "en", "draft": False}),
+    ("ne-matches-missing", {"lang": {"$ne": "en"}}),
+    ("in", {"lang": {"$in": ["de", "fr"]}}),
+    ("nin-matches-missing", {"lang": {"$nin": ["en"]}}),
+    ("range-numbers-only", {"year": {"$gte": 2020, "$lt": 2030}}),
+    ("string-range", {"lang": {"$gt": "d"}}),
+    ("exists-null", {"year": {"$exists": True}}),
+    ("not-exists", {"lang": {"$exists": False}}),
+    ("one-equals-one-point-zero", {"score": 1}),
+    ("bool-is-not-number", {"draft": {"$eq": 0}}),
+    ("object-equality", {"nested": {"$eq": {"a": 1}}}),
+    ("or", {"$or": [{"lang": "de"}, {"year": {"$gt": 2025}}]}),
+    ("not", {"$not": {"lang": "en"}}),
+    (
+        "and-of-or",
+        {"$and": [{"$or": [{"lang": "en"}, {"lang": "fr"}]}, {"draft": {"$exists": True}}]},
+    ),
+)
+
+
+class ChunkStoreFilterContract(_ChunkStoreContractBase):
+    """The metadata filter language, applied by the store's own predicate before the limit."""
+
+    @pytest.mark.parametrize(("case", "spec"), FILTER_CASES, ids=[c for c, _ in FILTER_CASES])
+    def test_filter_language_conformance(
+        self, store: ChunkStore, case: str, spec: dict[str, Any]
+    ) -> None:
+        """Each filter selects exactly the records ``parse_filter(spec).matches`` selects.
+
+        If this fails, check the store's compilation of the filter operator named by ``case``
+        against the semantics documented in ragport/domain/filters.py.
+        """
+        with store.unit_of_work(SCOPE) as uow:
+            staged = uow.generations.stage()
+            for source_id, metadata in FILTER_ROWS:
+                _add(
+                    uow,
+                    make_batch(SCOPE, source_id, [source_id], generation=staged, metadata=metadata),
+                )
+            uow.generations.publish(staged)
+            uow.commit()
+        parsed = parse_filter(spec)
+        assert parsed is not None
+        expected = {f"{sid}#0001" for sid, md in FILTER_ROWS if parsed.matches(md)}
+        found = store.query(SCOPE, hash_vector("probe"), limit=QUERY_ALL, metadata_filter=spec)
+        assert set(_ids(found)) == expected
+        # A limit smaller than the table still returns only matching records.
+        few = store.query(SCOPE, hash_vector("probe"), limit=1, metadata_filter=spec)
+        assert set(_ids(few)) <= expected and len(few) == min(1, len(expected))
+
+
+class ChunkStoreLexicalContract(_ChunkStoreContractBase):
+    """The lexical leg of stores that advertise ``lexical_modes``."""
+
+    def _modes(self, store: ChunkStore) -> tuple[str, ...]:
+        modes = tuple(store.capabilities.lexical_modes)
+        if not modes:
+            pytest.skip("store advertises no lexical_modes: the lexical section does not apply")
+        assert isinstance(store, SupportsLexicalSearch), (
+            "lexical_modes declared but no lexical_query"
+        )
+        return modes
+
+    def _seed(self, store: ChunkStore) -> None:
+        publish_sources(
+            store,
+            SCOPE,
+            {
+                "lex-walrus": ["walrus colonies haul out on ice floes"],
+                "lex-penguin": ["penguin colonies nest on the ice"],
+                "lex-secret": ["walrus walrus walrus tusks and walrus ivory"],
+                "lex-old": ["walrus herds in the old edition"],
+                "lex-gone": ["walrus research that was forgotten"],
+            },
+        )
+        publish_sources(store, SCOPE, {"lex-old": ["seals in the new edition"]})
+        with store.unit_of_work(SCOPE) as uow:
+            uow.tombstones.add([Tombstone("lex-gone", "forgotten")])
+            uow.commit()
+
+    def test_lexical_query_finds_term_matches_with_the_store_predicate(
+        self, store: ChunkStore
+    ) -> None:
+        """Records containing the term come back; retired versions and forgotten sources do not.
+
+        If this fails, check that lexical_query applies visibility and tombstones like query.
+        """
+        for mode in self._modes(store):
+            self._seed(store)
+            assert isinstance(store, SupportsLexicalSearch)
+            found = store.lexical_query(SCOPE, "walrus", limit=QUERY_ALL, mode=mode)
+            sources = {item.record.source_id for item in found}
+            assert sources == {"lex-walrus", "lex-secret"}
+            assert all(np.isfinite(item.score) for item in found)
+            ordered = [(-item.score, item.record.id) for item in found]
+            assert ordered == sorted(ordered)
+            assert store.lexical_query(OTHER_CORPUS, "walrus", limit=QUERY_ALL, mode=mode) == ()
+            return
+
+    def test_lexical_query_applies_grants_before_the_limit(self, store: ChunkStore) -> None:
+        """With limit 1, a denied better match never crowds out the allowed one.
+
+        If this fails, check that the grant predicate is inside the lexical leg, not after it.
+        """
+        modes = self._modes(store)
+        _require_acl(store)
+        self._seed(store)
+        store.set_source_access(SCOPE, [Grant("lex-walrus", principal_ids=("alice",))])
+        assert isinstance(store, SupportsLexicalSearch)
+        denied: list[AccessDecision] = []
+        found = store.lexical_query(
+            SCOPE, "walrus", limit=1, mode=modes[0], authorization=ALICE, on_denied=denied.extend
+        )
+        assert [item.record.source_id for item in found] == ["lex-walrus"]
+        assert {d.source_id for d in denied} == {"lex-secret"}
+        assert all(not d.allowed for d in denied)
+
+    def test_unknown_lexical_mode_is_a_capability_error(self, store: ChunkStore) -> None:
+        """Asking for a mode the store does not advertise fails closed.
+
+        If this fails, check that lexical_query validates ``mode``.
+        """
+        self._modes(store)
+        assert isinstance(store, SupportsLexicalSearch)
+        with pytest.raises(CapabilityError):
+            store.lexical_query(SCOPE, "walrus", limit=5, mode="no-such-mode")
+
+
+class ChunkStoreDenialReportContract(_ChunkStoreContractBase):
+    """Stores report what their own grant predicate withheld, only when asked."""
+
+    def test_query_reports_sources_its_grant_predicate_withheld(self, store: ChunkStore) -> None:
+        """on_denied receives the denied sources among the unfiltered top, with reasons.
+
+        If this fails, check the extra read behind ``on_denied`` in the store's query.
+        """
+        _require_acl(store)
+        publish_sources(
+            store,
+            SCOPE,
+            {"allowed": ["allowed text"], "denied-00": ["denied text"], "s-v2": ["versioned"]},
+        )
+        store.set_source_access(
+            SCOPE,
+            [
+                Grant("allowed", principal_ids=("alice",)),
+                Grant("s-v2", principal_ids=("alice",), access_version=2),
+            ],
+        )
+        reported: list[AccessDecision] = []
+        caller = Authorization("alice", TENANT, access_version=1)
+        found = store.query(
+            SCOPE,
+            hash_vector("probe"),
+            limit=QUERY_ALL,
+            authorization=caller,
+            on_denied=reported.extend,
+        )
+        assert {item.record.source_id for item in found} == {"allowed"}
+        reasons = {d.source_id: d.reason for d in reported}
+        assert reasons == {"denied-00": "no_grant", "s-v2": "version_mismatch"}
+
+
 class ChunkStoreContract(
     ChunkStoreCapabilityContract,
     ChunkStoreScopeContract,
@@ -1545,6 +1726,9 @@ class ChunkStoreContract(
     ChunkStoreTombstoneContract,
     ChunkStoreQueryContract,
     ChunkStoreConcurrencyContract,
+    ChunkStoreFilterContract,
+    ChunkStoreLexicalContract,
+    ChunkStoreDenialReportContract,
 ):
     """Every ChunkStore promise. Subclass it and override the ``store`` fixture."""
 
