@@ -1,5 +1,12 @@
-"""Embedder adapters."""
+"""Embedder adapters.
+
+``HashEmbedder`` needs nothing beyond numpy. ``MiniLmEmbedder`` needs the ``local`` extra and
+the HTTP embedders the ``http`` extra; their modules import onnxruntime, tokenizers and httpx
+only when an embedder is loaded or built, so importing this package never needs them.
+"""
 
 from ragport.adapters.embedders.hash import HashEmbedder
+from ragport.adapters.embedders.http import OpenAICompatibleEmbedder, TeiEmbedder
+from ragport.adapters.embedders.minilm import MiniLmEmbedder
 
-__all__ = ["HashEmbedder"]
+__all__ = ["HashEmbedder", "MiniLmEmbedder", "OpenAICompatibleEmbedder", "TeiEmbedder"]

@@ -1,0 +1,505 @@
+"""Embedders behind an HTTP API: OpenAI-compatible ``/embeddings`` and Hugging Face TEI ``/embed``.
+
+Both are synchronous httpx clients with the same guard rails:
+
+- ``base_url`` must be ``https://``; plain ``http://`` only to a loopback host (127.0.0.0/8,
+  ::1, ``localhost``) and only with ``allow_loopback=True``. No credentials, query or fragment
+  in the URL. Redirects are not followed.
+- ``dimensions`` is required: the port needs ``id`` and ``dimensions`` before the first call,
+  and every answer must have exactly that width.
+- At most ``batch_size`` texts per request (hard ceiling 128, the ``embed_batch`` limit); a
+  longer input becomes several requests, in order.
+- Every phase of a request (connect, write, each read) waits at most ``timeout_s``, and the
+  whole answer must have arrived by then (checked between body chunks). The body is streamed
+  and counted; past ``max_response_bytes`` (decoded) the request is abandoned.
+- Answers are parsed strictly: the right JSON types, one row per text (OpenAI: every
+  ``index`` exactly once), every row ``dimensions`` wide, every value a finite JSON number
+  (``NaN``/``Infinity`` tokens, strings and booleans are refused).
+- Rows are L2-normalised here, whatever the server did, so the port's unit-length promise
+  holds for every server. A row of zeros stays zero.
+
+Failures:
+
+- ``ValidationError(field=...)`` at construction for a bad argument; ``field="texts"`` for a
+  bad input; ``field="response"`` for a malformed answer or one past the byte ceiling
+  (``limit="max_response_bytes"``).
+- ``CapabilityError(capability="embedding")`` when the server cannot be used: a non-2xx
+  status, a timeout, a connection or protocol failure. The message names the host and the
+  status or the failure's type only: never the API key, the URL path or any input text.
+  httpx's own exception is chained as ``__cause__``.
+- ``CapabilityError`` naming ``ragport[http]`` when httpx is not installed.
+
+The API key travels only in ``Authorization: Bearer``; it never appears in an error, a log
+line or ``repr()``. Pass ``client=`` (an ``httpx.Client``) to own retries, proxies or mTLS;
+ragport then never closes it. The client ragport builds itself ignores proxy and netrc
+settings from the environment (``trust_env=False``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import time
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from ragport.domain.errors import CapabilityError, ValidationError
+from ragport.domain.limits import check_limit
+from ragport.ports.embedder import VectorMatrix
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["OpenAICompatibleEmbedder", "TeiEmbedder"]
+
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+_MAX_RESPONSE_BYTES_CEILING = 256 * 1024 * 1024
+_MAX_TIMEOUT_S = 600.0
+_MAX_DIMENSIONS = 65_536
+_MAX_MODEL_CHARS = 256
+
+
+def _httpx() -> ModuleType:
+    try:
+        import httpx
+    except ImportError as exc:
+        raise CapabilityError(
+            "HTTP embedders need the 'http' extra (httpx is not installed): "
+            "pip install 'ragport[http]'",
+            capability="embedding",
+        ) from exc
+    return httpx
+
+
+class _Secret:
+    """Holds the API key so that no repr, vars() dump or error can show it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<secret>"
+
+    __str__ = __repr__
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_base_url(base_url: object, allow_loopback: bool) -> tuple[str, str]:
+    """Return ``(base_url without trailing slash, host[:port])`` or raise ValidationError."""
+    bad = ValidationError(
+        "base_url must be an https:// URL (or http:// to a loopback host with "
+        "allow_loopback=True) without credentials, query or fragment",
+        field="base_url",
+    )
+    if not isinstance(base_url, str) or not base_url or len(base_url) > 2048:
+        raise bad
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        raise bad from None
+    if (
+        parts.scheme not in ("http", "https")
+        or not host
+        or parts.username is not None
+        or parts.password is not None
+        or parts.query
+        or parts.fragment
+        or any(ch.isspace() or not ch.isprintable() for ch in base_url)
+    ):
+        raise bad
+    if parts.scheme == "http" and not (allow_loopback and _is_loopback(host)):
+        raise bad
+    shown = f"[{host}]" if ":" in host else host
+    if port is not None:
+        shown = f"{shown}:{port}"
+    return base_url.rstrip("/"), shown
+
+
+def _check_int(value: object, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationError(f"{field} must be an integer in {low}..{high}", field=field)
+    return value
+
+
+def _check_batch_size(value: object) -> int:
+    try:
+        return check_limit("embed_batch", value)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ValidationError(str(exc), field="batch_size", limit="embed_batch") from None
+
+
+def _check_timeout(value: object) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= _MAX_TIMEOUT_S
+    ):
+        raise ValidationError(
+            f"timeout_s must be a number in (0, {_MAX_TIMEOUT_S:g}]", field="timeout_s"
+        )
+    return float(value)
+
+
+def _check_model(value: object, required: bool) -> str | None:
+    if value is None and not required:
+        return None
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > _MAX_MODEL_CHARS
+        or not value.isprintable()
+    ):
+        raise ValidationError(
+            f"model must be a non-empty printable string of at most {_MAX_MODEL_CHARS} chars",
+            field="model",
+        )
+    return value
+
+
+def _check_api_key(value: object) -> _Secret | None:
+    if value is None:
+        return None
+    # Printable ASCII only: anything else could split the header or be echoed by httpx.
+    if not isinstance(value, str) or not value or not all(" " < ch < "\x7f" for ch in value):
+        raise ValidationError(
+            "api_key must be a non-empty string of printable ASCII without spaces",
+            field="api_key",
+        )
+    return _Secret(value)
+
+
+def _check_texts(texts: object) -> list[str]:
+    if isinstance(texts, str):
+        raise ValidationError("embed takes a sequence of texts, not one string", field="texts")
+    try:
+        items = list(texts)  # type: ignore[call-overload]
+    except TypeError:
+        raise ValidationError("embed takes a sequence of texts", field="texts") from None
+    if not all(isinstance(text, str) for text in items):
+        raise ValidationError("every text must be a string", field="texts")
+    return items
+
+
+def _refuse_constant(token: str) -> float:
+    raise ValueError("non-finite JSON constant")
+
+
+def _malformed(host: str, what: str) -> ValidationError:
+    return ValidationError(f"malformed embedding response from {host}: {what}", field="response")
+
+
+def _row(value: object, dimensions: int, host: str) -> list[float]:
+    if not isinstance(value, list):
+        raise _malformed(host, "an embedding is not a JSON array")
+    if len(value) != dimensions:
+        raise _malformed(host, f"an embedding has {len(value)} values, expected {dimensions}")
+    for number in value:
+        if type(number) is not float and type(number) is not int:
+            raise _malformed(host, "an embedding holds a value that is not a JSON number")
+    return value
+
+
+def _normalise(rows: list[list[float]], dimensions: int, host: str) -> VectorMatrix:
+    try:
+        matrix = np.array(rows, dtype=np.float64).reshape(len(rows), dimensions)
+    except (OverflowError, ValueError):
+        raise _malformed(host, "an embedding value is out of range") from None
+    if not np.isfinite(matrix).all():
+        raise _malformed(host, "an embedding holds a non-finite value")
+    # Scale by the largest magnitude first so that huge (but finite) values cannot overflow.
+    peak = np.abs(matrix).max(axis=1, keepdims=True)
+    matrix = np.divide(matrix, peak, out=np.zeros_like(matrix), where=peak > 0)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+    return matrix.astype(np.float32)
+
+
+class _HttpEmbedder:
+    """The transport, limits and output checks the two API dialects share."""
+
+    _path: str
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None,
+        model_required: bool,
+        dimensions: int,
+        api_key: str | None,
+        batch_size: int,
+        timeout_s: float,
+        max_response_bytes: int,
+        allow_loopback: bool,
+        client: httpx.Client | None,
+    ):
+        self._base_url, self._host = _check_base_url(base_url, allow_loopback is True)
+        self._model = _check_model(model, model_required)
+        self._dimensions = _check_int(dimensions, "dimensions", 1, _MAX_DIMENSIONS)
+        self._api_key = _check_api_key(api_key)
+        self._batch_size = _check_batch_size(batch_size)
+        self._timeout_s = _check_timeout(timeout_s)
+        self._max_response_bytes = _check_int(
+            max_response_bytes, "max_response_bytes", 1024, _MAX_RESPONSE_BYTES_CEILING
+        )
+        httpx = _httpx()
+        if client is not None and not isinstance(client, httpx.Client):
+            raise ValidationError("client must be an httpx.Client", field="client")
+        self._owns_client = client is None
+        self._client = client or httpx.Client(follow_redirects=False, trust_env=False)
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    def close(self) -> None:
+        """Close the HTTP client if ragport created it (an injected client stays open)."""
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> _HttpEmbedder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        key = "<set>" if self._api_key is not None else None
+        return (
+            f"{type(self).__name__}(base_url={self._base_url!r}, model={self._model!r}, "
+            f"dimensions={self._dimensions}, batch_size={self._batch_size}, "
+            f"timeout_s={self._timeout_s:g}, api_key={key})"
+        )
+
+    def embed(self, texts: Sequence[str]) -> VectorMatrix:
+        items = _check_texts(texts)
+        out = np.zeros((len(items), self._dimensions), dtype=np.float32)
+        for start in range(0, len(items), self._batch_size):
+            batch = items[start : start + self._batch_size]
+            rows = self._parse(self._post(self._payload(batch)), len(batch))
+            out[start : start + len(batch)] = _normalise(rows, self._dimensions, self._host)
+        return out
+
+    def _payload(self, batch: list[str]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _parse(self, body: bytes, count: int) -> list[list[float]]:
+        raise NotImplementedError
+
+    def _post(self, payload: dict[str, Any]) -> bytes:
+        """POST ``payload`` as JSON; return the raw 2xx body, read under the byte ceiling."""
+        httpx = _httpx()
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key.reveal()}"
+        # ensure_ascii: lone surrogates in a text are escaped rather than failing to encode.
+        content = json.dumps(payload, ensure_ascii=True, allow_nan=False).encode("ascii")
+        deadline = time.monotonic() + self._timeout_s
+        try:
+            with self._client.stream(
+                "POST",
+                self._base_url + self._path,
+                content=content,
+                headers=headers,
+                timeout=self._timeout_s,
+            ) as response:
+                if not 200 <= response.status_code < 300:
+                    raise CapabilityError(
+                        f"embedding server {self._host} answered HTTP {response.status_code}",
+                        capability="embedding",
+                    )
+                declared = response.headers.get("content-length")
+                if (
+                    declared is not None
+                    and declared.isdigit()
+                    and (int(declared) > self._max_response_bytes)
+                ):
+                    raise self._too_large()
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > self._max_response_bytes:
+                        raise self._too_large()
+                    if time.monotonic() > deadline:
+                        raise CapabilityError(
+                            f"embedding server {self._host} did not answer within "
+                            f"{self._timeout_s:g} s",
+                            capability="embedding",
+                        )
+                    chunks.append(chunk)
+        except httpx.TimeoutException as exc:
+            raise CapabilityError(
+                f"embedding server {self._host} did not answer within {self._timeout_s:g} s "
+                f"({type(exc).__name__})",
+                capability="embedding",
+            ) from exc
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            raise CapabilityError(
+                f"embedding request to {self._host} failed ({type(exc).__name__})",
+                capability="embedding",
+            ) from exc
+        return b"".join(chunks)
+
+    def _too_large(self) -> ValidationError:
+        return ValidationError(
+            f"embedding response from {self._host} is larger than {self._max_response_bytes} bytes",
+            field="response",
+            limit="max_response_bytes",
+        )
+
+    def _json(self, body: bytes) -> object:
+        try:
+            return json.loads(body, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError):
+            # json's messages quote the body, which may echo input text: keep only our own.
+            raise _malformed(self._host, "not valid JSON") from None
+
+
+class OpenAICompatibleEmbedder(_HttpEmbedder):
+    """``POST {base_url}/embeddings`` with ``{"model", "input": [...]}``, as OpenAI, vLLM,
+    llama.cpp, Ollama and LiteLLM speak it; answer ``{"data": [{"index", "embedding"}]}``.
+
+    ``dimensions`` is the width the answers must have. ``send_dimensions=True`` also sends it
+    as ``"dimensions"`` in the request, for models that shorten their vectors on request
+    (OpenAI's text-embedding-3-*); servers of other models may refuse that field, so it is off
+    by default. ``id`` is ``"openai:<model>:<dimensions>"``.
+    """
+
+    _path = "/embeddings"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        dimensions: int,
+        api_key: str | None = None,
+        send_dimensions: bool = False,
+        batch_size: int = 64,
+        timeout_s: float = 30.0,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        allow_loopback: bool = False,
+        client: httpx.Client | None = None,
+    ):
+        super().__init__(
+            base_url,
+            model=model,
+            model_required=True,
+            dimensions=dimensions,
+            api_key=api_key,
+            batch_size=batch_size,
+            timeout_s=timeout_s,
+            max_response_bytes=max_response_bytes,
+            allow_loopback=allow_loopback,
+            client=client,
+        )
+        self._send_dimensions = send_dimensions is True
+
+    @property
+    def id(self) -> str:
+        return f"openai:{self._model}:{self._dimensions}"
+
+    def _payload(self, batch: list[str]) -> dict[str, Any]:
+        payload: dict[str, Any] = {"model": self._model, "input": batch}
+        if self._send_dimensions:
+            payload["dimensions"] = self._dimensions
+        return payload
+
+    def _parse(self, body: bytes, count: int) -> list[list[float]]:
+        doc = self._json(body)
+        if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+            raise _malformed(self._host, 'expected an object with a "data" array')
+        data = doc["data"]
+        if len(data) != count:
+            raise _malformed(self._host, f"{len(data)} embeddings for {count} texts")
+        rows: list[list[float] | None] = [None] * count
+        for item in data:
+            if not isinstance(item, dict):
+                raise _malformed(self._host, "a data item is not an object")
+            index = item.get("index")
+            if type(index) is not int or not 0 <= index < count:
+                raise _malformed(self._host, "a data item has a missing or out-of-range index")
+            if rows[index] is not None:
+                raise _malformed(self._host, f"index {index} appears more than once")
+            rows[index] = _row(item.get("embedding"), self._dimensions, self._host)
+        # count matched and no index repeated, so every index in 0..count-1 was filled.
+        return rows  # type: ignore[return-value]
+
+
+class TeiEmbedder(_HttpEmbedder):
+    """``POST {base_url}/embed`` with ``{"inputs": [...], "normalize": true, "truncate":
+    false}``, as Hugging Face text-embeddings-inference speaks it; answer ``[[...], ...]``.
+
+    ``truncate`` is false: a text past the server's token limit is refused by the server
+    (HTTP 413/422, a ``CapabilityError``), never silently shortened. TEI serves one model, so
+    ``model`` only names it in ``id`` (``"tei:<model>:<dimensions>"``); without it the id
+    uses the host (``"tei:<host[:port]>:<dimensions>"``), and moving the server then changes
+    the id, which makes retrieval ask for a re-index. Pass ``model=`` to avoid that.
+    TEI refuses more than ``--max-client-batch-size`` (default 32) inputs per request, hence
+    the default ``batch_size=32``.
+    """
+
+    _path = "/embed"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        dimensions: int,
+        model: str | None = None,
+        batch_size: int = 32,
+        timeout_s: float = 30.0,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        allow_loopback: bool = False,
+        api_key: str | None = None,
+        client: httpx.Client | None = None,
+    ):
+        super().__init__(
+            base_url,
+            model=model,
+            model_required=False,
+            dimensions=dimensions,
+            api_key=api_key,
+            batch_size=batch_size,
+            timeout_s=timeout_s,
+            max_response_bytes=max_response_bytes,
+            allow_loopback=allow_loopback,
+            client=client,
+        )
+
+    @property
+    def id(self) -> str:
+        return f"tei:{self._model or self._host}:{self._dimensions}"
+
+    def _payload(self, batch: list[str]) -> dict[str, Any]:
+        return {"inputs": batch, "normalize": True, "truncate": False}
+
+    def _parse(self, body: bytes, count: int) -> list[list[float]]:
+        doc = self._json(body)
+        if not isinstance(doc, list):
+            raise _malformed(self._host, "expected a JSON array of embeddings")
+        if len(doc) != count:
+            raise _malformed(self._host, f"{len(doc)} embeddings for {count} texts")
+        return [_row(item, self._dimensions, self._host) for item in doc]
