@@ -89,11 +89,16 @@ def open_stores(
     raise ValidationError(f"unsupported store URL scheme {scheme!r}", field="store")
 
 
-def build_embedder(name: str = "hash") -> Embedder:
-    """The embedder named ``name``: ``hash`` (deterministic, zero dependencies)."""
+def build_embedder(name: str = "minilm") -> Embedder:
+    """The embedder named ``name``: ``minilm`` (all-MiniLM-L6-v2 int8, offline; the default)
+    or ``hash`` (deterministic, zero dependencies, not semantic)."""
+    if name == "minilm":
+        from ragport.adapters.embedders import MiniLmEmbedder
+
+        return MiniLmEmbedder()
     if name == "hash":
         return HashEmbedder(dimensions=256)
-    raise ValidationError(f"unknown embedder {name!r}", field="embedder")
+    raise ValidationError(f"unknown embedder {name!r} (use minilm or hash)", field="embedder")
 
 
 def demo_documents() -> Mapping[str, str]:

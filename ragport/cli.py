@@ -194,7 +194,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--tenant", default="local")
     common.add_argument("--resource", default="default")
     common.add_argument("--corpus", default="default")
-    common.add_argument("--embedder", default="hash", help="embedder name (default hash)")
+    common.add_argument(
+        "--embedder", default="minilm", choices=("minilm", "hash"), help="embedder (default minilm)"
+    )
 
     parser = argparse.ArgumentParser(prog="ragport", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)

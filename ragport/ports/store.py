@@ -94,6 +94,32 @@ class RecordRepository(Protocol):
         """Physically remove records written above ``generation``. Returns the count."""
         ...
 
+    def list_live(
+        self, source_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> Sequence[Record]:
+        """Live records (``retired_generation is None``, staged ones included) of ``source_id``,
+        ordered by id in code-point order, starting after id ``after``, at most ``limit``."""
+        ...
+
+    def find_dependents(self, ids: Sequence[str]) -> Sequence[Record]:
+        """Live derived records whose ``lineage`` names any of ``ids`` (one indexed read)."""
+        ...
+
+    def rekey(self, moves: Mapping[str, str], *, to_source_id: str) -> int:
+        """Re-file live records: id ``old`` becomes ``moves[old]`` and the source ``to_source_id``;
+        text, vector, offsets and generations are copied verbatim (never re-embedded). A new id
+        that is already live in the scope is a ``ValidationError`` and nothing moves."""
+        ...
+
+    def rewrite_lineage(self, from_id: str, to_id: str) -> int:
+        """Replace ``from_id`` by ``to_id`` in the lineage and roots of live derived records;
+        returns how many lineage edges were rewritten."""
+        ...
+
+    def purge_source(self, source_id: str) -> int:
+        """Physically remove every record of ``source_id`` (all generations). Returns the count."""
+        ...
+
     def restore_above(self, generation: int) -> int:
         """Clear ``retired_generation`` where it is above ``generation``. Returns the count."""
         ...
