@@ -1,5 +1,18 @@
 """Use cases: orchestrate the domain and the ports. No SQL, no HTTP, no file I/O."""
 
+from ragport.application.forgetting import (
+    DeletionPropagator,
+    PropagationResult,
+    RagDeletionHandler,
+    RenameBatchResult,
+    RenameEvent,
+    RenameFailure,
+    RepointResult,
+    apply_source_renames,
+    create_deletion_propagator,
+    index_derived,
+    repoint_source,
+)
 from ragport.application.generations import compact, publish_generation, rollback_generation
 from ragport.application.indexing import delete_source, index_chunks, replace_source
 from ragport.application.rerank import rerank_hits
@@ -15,17 +28,28 @@ from ragport.application.status import list_ingestion_status
 
 __all__ = [
     "CompactResult",
+    "DeletionPropagator",
     "IndexResult",
+    "PropagationResult",
+    "RagDeletionHandler",
+    "RenameBatchResult",
+    "RenameEvent",
+    "RenameFailure",
     "ReplaceResult",
+    "RepointResult",
     "RetrievalResult",
     "RollbackResult",
+    "apply_source_renames",
     "compact",
+    "create_deletion_propagator",
     "delete_source",
     "estimate_tokens",
     "index_chunks",
+    "index_derived",
     "list_ingestion_status",
     "publish_generation",
     "replace_source",
+    "repoint_source",
     "rerank_hits",
     "retrieve_context",
     "rollback_generation",

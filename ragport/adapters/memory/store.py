@@ -322,6 +322,84 @@ class _Records:
     def discard_above(self, generation: int) -> int:
         return self._remove_where(lambda r: r.generation > generation)
 
+    def list_live(
+        self, source_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> Sequence[Record]:
+        snap = self._uow._snap
+        live = sorted(
+            (
+                snap.rows[k].record
+                for k in snap.by_source.get(source_id, frozenset())
+                if snap.rows[k].record.retired_generation is None
+                and (after is None or snap.rows[k].record.id > after)
+            ),
+            key=lambda r: r.id,
+        )
+        return live if limit is None else live[:limit]
+
+    def find_dependents(self, ids: Sequence[str]) -> Sequence[Record]:
+        wanted = set(ids)
+        return sorted(
+            (
+                row.record
+                for row in self._uow._snap.rows.values()
+                if row.record.kind == "derived"
+                and row.record.retired_generation is None
+                and wanted.intersection(row.record.lineage)
+            ),
+            key=lambda r: r.id,
+        )
+
+    def rekey(self, moves: Mapping[str, str], *, to_source_id: str) -> int:
+        snap = self._uow._snap
+        taken = self._live_owners(set(moves.values()))
+        if any(new in taken and new not in moves for new in moves.values()):
+            raise ValidationError(
+                "a destination record id is already live in this scope", field="to_id"
+            )
+        moved: list[tuple[_Key, _Row]] = []
+        for key, row in list(snap.rows.items()):
+            record = row.record
+            if record.retired_generation is None and record.id in moves:
+                moved.append(
+                    (
+                        key,
+                        _Row(
+                            attrs.evolve(record, id=moves[record.id], source_id=to_source_id),
+                            row.vector,
+                        ),
+                    )
+                )
+        for old_key, row in moved:
+            old = snap.rows.pop(old_key).record
+            self._drop_id(old_key)
+            rest = set(snap.by_source.get(old.source_id, frozenset()))
+            rest.discard(old_key)
+            self._set_keys(old.source_id, rest)
+            new_key = (row.record.id, row.record.generation)
+            snap.rows[new_key] = row
+            snap.by_source[to_source_id] = snap.by_source.get(to_source_id, frozenset()) | {new_key}
+            snap.by_id[new_key[0]] = snap.by_id.get(new_key[0], frozenset()) | {new_key}
+        return len(moved)
+
+    def rewrite_lineage(self, from_id: str, to_id: str) -> int:
+        snap = self._uow._snap
+        edges = 0
+        for key, row in list(snap.rows.items()):
+            record = row.record
+            if record.kind != "derived" or record.retired_generation is not None:
+                continue
+            if from_id not in record.lineage and from_id not in record.roots:
+                continue
+            edges += record.lineage.count(from_id)
+            lineage = tuple(dict.fromkeys(to_id if i == from_id else i for i in record.lineage))
+            roots = tuple(dict.fromkeys(to_id if i == from_id else i for i in record.roots))
+            snap.rows[key] = _Row(attrs.evolve(record, lineage=lineage, roots=roots), row.vector)
+        return edges
+
+    def purge_source(self, source_id: str) -> int:
+        return self._remove_where(lambda r: r.source_id == source_id)
+
     def restore_above(self, generation: int) -> int:
         snap = self._uow._snap
         count = 0

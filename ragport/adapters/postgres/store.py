@@ -225,6 +225,106 @@ class _Records:
             result = uow.conn.execute(text(sql), _params(uow.scope, **params))
             return int(result.rowcount)
 
+    def list_live(
+        self, source_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> Sequence[Record]:
+        uow = self._uow
+        with translate_errors("list live records"):
+            rows = uow.conn.execute(
+                text(
+                    f"SELECT {_RECORD_COLUMNS} FROM {uow.s}.records WHERE {_SCOPE} "
+                    "AND source_id = :src AND retired_generation IS NULL "
+                    'AND (CAST(:after AS text) IS NULL OR id COLLATE "C" > :after) '
+                    'ORDER BY id COLLATE "C" LIMIT :n'
+                ),
+                _params(uow.scope, src=source_id, after=after, n=limit),
+            ).all()
+        return [_record(uow.scope, row) for row in rows]
+
+    def find_dependents(self, ids: Sequence[str]) -> Sequence[Record]:
+        uow = self._uow
+        with translate_errors("find dependents"):
+            rows = uow.conn.execute(
+                text(
+                    f"SELECT {_RECORD_COLUMNS} FROM {uow.s}.records WHERE {_SCOPE} "
+                    "AND kind = 'derived' AND retired_generation IS NULL "
+                    'AND lineage && CAST(:ids AS text[]) ORDER BY id COLLATE "C"'
+                ),
+                _params(uow.scope, ids=list(ids)),
+            ).all()
+        return [_record(uow.scope, row) for row in rows]
+
+    def rekey(self, moves: Mapping[str, str], *, to_source_id: str) -> int:
+        uow = self._uow
+        if not moves:
+            return 0
+        old, new = list(moves), [moves[k] for k in moves]
+        with translate_errors("re-key records"):
+            clash = uow.conn.execute(
+                text(
+                    f"SELECT count(*) FROM {uow.s}.records WHERE {_SCOPE} AND id = ANY(:new) "
+                    "AND retired_generation IS NULL AND NOT (id = ANY(:old))"
+                ),
+                _params(uow.scope, new=new, old=old),
+            ).scalar_one()
+            if clash:
+                raise ValidationError(
+                    "a destination record id is already live in this scope", field="to_id"
+                )
+            result = uow.conn.execute(
+                text(
+                    f"UPDATE {uow.s}.records r SET id = m.new_id, source_id = :to "
+                    "FROM unnest(CAST(:old AS text[]), CAST(:new AS text[])) AS m(old_id, new_id) "
+                    f"WHERE {_RSCOPE} AND r.id = m.old_id AND r.retired_generation IS NULL"
+                ),
+                _params(uow.scope, old=old, new=new, to=to_source_id),
+            )
+            return int(result.rowcount)
+
+    def rewrite_lineage(self, from_id: str, to_id: str) -> int:
+        uow = self._uow
+        with translate_errors("rewrite lineage"):
+            rows = uow.conn.execute(
+                text(
+                    f"SELECT id, generation, lineage, roots FROM {uow.s}.records WHERE {_SCOPE} "
+                    "AND kind = 'derived' AND retired_generation IS NULL "
+                    "AND (lineage && ARRAY[CAST(:f AS text)] OR roots && ARRAY[CAST(:f AS text)])"
+                ),
+                _params(uow.scope, f=from_id),
+            ).all()
+            if not rows:
+                return 0
+
+            def swap(ids: Sequence[str]) -> list[str]:
+                return list(dict.fromkeys(to_id if i == from_id else i for i in ids))
+
+            uow.conn.execute(
+                text(
+                    f"UPDATE {uow.s}.records SET lineage = :lineage, roots = :roots "
+                    f"WHERE {_SCOPE} AND id = :id AND generation = :g"
+                ),
+                [
+                    _params(
+                        uow.scope,
+                        id=row.id,
+                        g=row.generation,
+                        lineage=swap(row.lineage),
+                        roots=swap(row.roots),
+                    )
+                    for row in rows
+                ],
+            )
+        return sum(list(row.lineage).count(from_id) for row in rows)
+
+    def purge_source(self, source_id: str) -> int:
+        uow = self._uow
+        with translate_errors("purge source"):
+            result = uow.conn.execute(
+                text(f"DELETE FROM {uow.s}.records WHERE {_SCOPE} AND source_id = :src"),
+                _params(uow.scope, src=source_id),
+            )
+        return int(result.rowcount)
+
     def discard_above(self, generation: int) -> int:
         return self._count(
             f"DELETE FROM {self._uow.s}.records WHERE {_SCOPE} AND generation > :g", g=generation

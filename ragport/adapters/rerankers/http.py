@@ -1,0 +1,509 @@
+"""Rerankers behind an HTTP API: Hugging Face TEI, OpenAI-compatible ``/rerank``, and Voyage AI.
+
+All three are synchronous httpx clients with the same guard rails:
+
+- ``base_url`` must be ``https://``; plain ``http://`` only to a loopback host (127.0.0.0/8,
+  ::1, ``localhost``) and only with ``allow_loopback=True``. No credentials, query or fragment
+  in the URL; checked in the constructor. Redirects are not followed. Only Voyage has a
+  default URL (its own API).
+- One ``POST {base_url}/rerank`` per ``rerank`` call with every candidate; ``top_k`` is never
+  sent, so the server scores them all. ``TeiReranker(max_batch=n)`` is the one exception: it
+  splits a longer candidate list into requests of at most ``n`` and merges the scores.
+- ``timeout_ms`` is the deadline of the whole call: every phase of every request waits at most
+  what is left of it, and it is checked between body chunks (a server that drips its answer
+  cannot stretch it).
+- The body is streamed and counted (``Accept-Encoding: identity`` is asked for); past
+  ``max_response_bytes`` the request is abandoned.
+- Answers are parsed strictly: the right JSON types, every index exactly once and in range
+  (an int, not a bool), every score a finite JSON number (``NaN``/``Infinity`` tokens,
+  strings and booleans are refused). Extra keys in items are ignored.
+
+``rerank(query, hits)`` returns ``(hit, score)`` pairs, highest score first; equal scores keep
+the input order. Every failure is a ``RerankError`` whose message names the host and the HTTP
+status or the failure's type only: never the API key, the URL path, the query or a document.
+httpx's own exception is chained as ``__cause__``. Bad constructor arguments are
+``ValidationError(field=...)``; a missing httpx is ``CapabilityError`` naming ``ragport[http]``.
+
+The API key travels only in ``Authorization: Bearer``; it never appears in an error, a log
+line or ``repr()``. Pass ``client=`` (an ``httpx.Client``, never closed by ragport) or
+``transport=`` (an ``httpx.BaseTransport``) to own retries, proxies or mTLS. A client built
+here ignores proxy and netrc settings from the environment (``trust_env=False``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import time
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from ragport.domain.errors import CapabilityError, RerankError, ValidationError
+from ragport.domain.limits import check_limit
+from ragport.domain.model import Hit
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["OpenAICompatibleReranker", "TeiReranker", "VoyageReranker"]
+
+DEFAULT_MAX_RESPONSE_BYTES = 65_536
+VOYAGE_BASE_URL = "https://api.voyageai.com/v1"
+_MAX_RESPONSE_BYTES_CEILING = 16 * 1024 * 1024
+_MIN_RESPONSE_BYTES = 256
+_MAX_BATCH_CEILING = 4_096
+_MAX_MODEL_CHARS = 256
+
+
+def _httpx() -> ModuleType:
+    try:
+        import httpx
+    except ImportError as exc:
+        raise CapabilityError(
+            "HTTP rerankers need the 'http' extra (httpx is not installed): "
+            "pip install 'ragport[http]'",
+            capability="reranking",
+        ) from exc
+    return httpx
+
+
+class _Secret:
+    """Holds the API key so that no repr, vars() dump or error can show it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<secret>"
+
+    __str__ = __repr__
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_base_url(base_url: object, allow_loopback: bool) -> tuple[str, str]:
+    """Return ``(base_url without trailing slash, host[:port])`` or raise ValidationError."""
+    bad = ValidationError(
+        "base_url must be an https:// URL (or http:// to a loopback host with "
+        "allow_loopback=True) without credentials, query or fragment",
+        field="base_url",
+    )
+    if not isinstance(base_url, str) or not base_url or len(base_url) > 2048:
+        raise bad
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        raise bad from None
+    if (
+        parts.scheme not in ("http", "https")
+        or not host
+        or parts.username is not None
+        or parts.password is not None
+        or parts.query
+        or parts.fragment
+        or "?" in base_url
+        or "#" in base_url
+        or any(ch.isspace() or not ch.isprintable() for ch in base_url)
+    ):
+        raise bad
+    if parts.scheme == "http" and not (allow_loopback and _is_loopback(host)):
+        raise bad
+    shown = f"[{host}]" if ":" in host else host
+    if port is not None:
+        shown = f"{shown}:{port}"
+    return base_url.rstrip("/"), shown
+
+
+def _check_int(value: object, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationError(f"{field} must be an integer in {low}..{high}", field=field)
+    return value
+
+
+def _check_timeout_ms(value: object) -> int:
+    # The seam's hard ceiling: a reranker may never be given longer than rerank_hits allows.
+    try:
+        return check_limit("rerank_ms", value)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ValidationError(str(exc), field="timeout_ms", limit="rerank_ms") from None
+
+
+def _check_model(value: object, required: bool) -> str | None:
+    if value is None and not required:
+        return None
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > _MAX_MODEL_CHARS
+        or not value.isprintable()
+    ):
+        raise ValidationError(
+            f"model must be a non-empty printable string of at most {_MAX_MODEL_CHARS} chars",
+            field="model",
+        )
+    return value
+
+
+def _check_api_key(value: object, required: bool) -> _Secret | None:
+    if value is None and not required:
+        return None
+    # Printable ASCII only: anything else could split the header or be echoed by httpx.
+    if not isinstance(value, str) or not value or not all(" " < ch < "\x7f" for ch in value):
+        raise ValidationError(
+            "api_key must be a non-empty string of printable ASCII without spaces",
+            field="api_key",
+        )
+    return _Secret(value)
+
+
+def _refuse_constant(token: str) -> float:
+    raise ValueError("non-finite JSON constant")
+
+
+def _is_index(value: object, count: int) -> bool:
+    return type(value) is int and 0 <= value < count
+
+
+def _is_score(value: object) -> bool:
+    return (type(value) is float or type(value) is int) and math.isfinite(value)
+
+
+class _HttpReranker:
+    """The transport, limits and output checks the three API dialects share."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None,
+        model_required: bool,
+        api_key: str | None,
+        api_key_required: bool,
+        timeout_ms: int,
+        max_response_bytes: int,
+        allow_loopback: bool,
+        client: httpx.Client | None,
+        transport: httpx.BaseTransport | None,
+    ):
+        self._base_url, self._host = _check_base_url(base_url, allow_loopback is True)
+        self._model = _check_model(model, model_required)
+        self._api_key = _check_api_key(api_key, api_key_required)
+        self._timeout_ms = _check_timeout_ms(timeout_ms)
+        self._max_response_bytes = _check_int(
+            max_response_bytes,
+            "max_response_bytes",
+            _MIN_RESPONSE_BYTES,
+            _MAX_RESPONSE_BYTES_CEILING,
+        )
+        httpx = _httpx()
+        if client is not None and not isinstance(client, httpx.Client):
+            raise ValidationError("client must be an httpx.Client", field="client")
+        if transport is not None and not isinstance(transport, httpx.BaseTransport):
+            raise ValidationError("transport must be an httpx.BaseTransport", field="transport")
+        if client is not None and transport is not None:
+            raise ValidationError(
+                "pass either client= or transport=, not both (the client has its transport)",
+                field="transport",
+            )
+        self._owns_client = client is None
+        self._client = client or httpx.Client(
+            transport=transport, follow_redirects=False, trust_env=False
+        )
+
+    def close(self) -> None:
+        """Close the HTTP client if ragport created it (an injected client stays open)."""
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> _HttpReranker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        key = "<set>" if self._api_key is not None else None
+        return (
+            f"{type(self).__name__}(base_url={self._base_url!r}, model={self._model!r}, "
+            f"timeout_ms={self._timeout_ms}, max_response_bytes={self._max_response_bytes}, "
+            f"api_key={key})"
+        )
+
+    def rerank(self, query: str, hits: Sequence[Hit]) -> list[tuple[Hit, float]]:
+        hits = list(hits)
+        if not hits:
+            return []
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        scores = self._scores(query, [hit.text for hit in hits], deadline)
+        order = sorted(range(len(hits)), key=lambda i: -scores[i])  # stable: ties keep order
+        return [(hits[i], scores[i]) for i in order]
+
+    def _scores(self, query: str, documents: list[str], deadline: float) -> list[float]:
+        body = self._post(self._payload(query, documents), deadline)
+        return self._parse(self._json(body), len(documents))
+
+    def _payload(self, query: str, documents: list[str]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _items(self, doc: object) -> list[Any]:
+        """The list of ``{index, score}`` items inside the answer's JSON document."""
+        raise NotImplementedError
+
+    _score_key: str
+
+    def _parse(self, doc: object, count: int) -> list[float]:
+        items = self._items(doc)
+        if len(items) != count:
+            raise self._malformed(f"{len(items)} scores for {count} documents")
+        scores: list[float | None] = [None] * count
+        for item in items:
+            if not isinstance(item, dict):
+                raise self._malformed("a result is not a JSON object")
+            index = item.get("index")
+            if not _is_index(index, count):
+                raise self._malformed("a result has a missing, non-integer or out-of-range index")
+            if scores[index] is not None:
+                raise self._malformed(f"index {index} appears more than once")
+            score = item.get(self._score_key)
+            if not _is_score(score):
+                raise self._malformed(f'a result has a missing or non-finite "{self._score_key}"')
+            scores[index] = float(score)
+        # The count matched and no index repeated, so every index in 0..count-1 was filled.
+        return scores  # type: ignore[return-value]
+
+    def _malformed(self, what: str) -> RerankError:
+        return RerankError(f"malformed rerank response from {self._host}: {what}")
+
+    def _json(self, body: bytes) -> object:
+        try:
+            return json.loads(body, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError):
+            # json's messages quote the body, which may echo document text: keep only our own.
+            raise self._malformed("not valid JSON") from None
+
+    def _timed_out(self) -> RerankError:
+        return RerankError(f"rerank server {self._host} did not answer within {self._timeout_ms} ms")
+
+    def _post(self, payload: dict[str, Any], deadline: float) -> bytes:
+        """POST ``payload`` as JSON; return the raw 2xx body, read under the byte ceiling."""
+        httpx = _httpx()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._timed_out()
+        headers = {
+            "Accept": "application/json",
+            "Accept-Encoding": "identity",
+            "Content-Type": "application/json",
+        }
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key.reveal()}"
+        # ensure_ascii: lone surrogates in a text are escaped rather than failing to encode.
+        content = json.dumps(payload, ensure_ascii=True, allow_nan=False).encode("ascii")
+        try:
+            with self._client.stream(
+                "POST",
+                self._base_url + "/rerank",
+                content=content,
+                headers=headers,
+                timeout=remaining,
+            ) as response:
+                if not 200 <= response.status_code < 300:
+                    raise RerankError(
+                        f"rerank server {self._host} answered HTTP {response.status_code}"
+                    )
+                declared = response.headers.get("content-length")
+                if declared is not None and declared.isdigit():
+                    if int(declared) > self._max_response_bytes:
+                        raise self._too_large()
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > self._max_response_bytes:
+                        raise self._too_large()
+                    if time.monotonic() > deadline:
+                        raise self._timed_out()
+                    chunks.append(chunk)
+        except httpx.TimeoutException as exc:
+            raise RerankError(
+                f"rerank server {self._host} did not answer within {self._timeout_ms} ms "
+                f"({type(exc).__name__})"
+            ) from exc
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            raise RerankError(
+                f"rerank request to {self._host} failed ({type(exc).__name__})"
+            ) from exc
+        return b"".join(chunks)
+
+    def _too_large(self) -> RerankError:
+        return RerankError(
+            f"rerank response from {self._host} is larger than "
+            f"max_response_bytes={self._max_response_bytes}"
+        )
+
+
+class TeiReranker(_HttpReranker):
+    """``POST {base_url}/rerank`` with ``{"query", "texts", "raw_scores": false}``, as Hugging
+    Face text-embeddings-inference speaks it; answer ``[{"index", "score"}, ...]``.
+
+    TEI serves one model, so ``model`` only names it in ``repr``. TEI refuses more than
+    ``--max-client-batch-size`` (default 32) texts per request with HTTP 413/422, which is a
+    ``RerankError`` here; pass ``max_batch=32`` (or the server's setting) to split a longer
+    candidate list into several requests instead. Their scores are merged as they are: with
+    ``raw_scores`` false each score is a per-pair probability, comparable across requests.
+    All requests of one call share the ``timeout_ms`` deadline.
+    """
+
+    _score_key = "score"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        timeout_ms: int = 2_000,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        api_key: str | None = None,
+        allow_loopback: bool = False,
+        max_batch: int | None = None,
+        client: httpx.Client | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        super().__init__(
+            base_url,
+            model=model,
+            model_required=False,
+            api_key=api_key,
+            api_key_required=False,
+            timeout_ms=timeout_ms,
+            max_response_bytes=max_response_bytes,
+            allow_loopback=allow_loopback,
+            client=client,
+            transport=transport,
+        )
+        self._max_batch = (
+            None if max_batch is None else _check_int(max_batch, "max_batch", 1, _MAX_BATCH_CEILING)
+        )
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, max_batch={self._max_batch})"
+
+    def _scores(self, query: str, documents: list[str], deadline: float) -> list[float]:
+        step = self._max_batch or len(documents)
+        scores: list[float] = []
+        for start in range(0, len(documents), step):
+            scores.extend(super()._scores(query, documents[start : start + step], deadline))
+        return scores
+
+    def _payload(self, query: str, documents: list[str]) -> dict[str, Any]:
+        return {"query": query, "texts": documents, "raw_scores": False}
+
+    def _items(self, doc: object) -> list[Any]:
+        if not isinstance(doc, list):
+            raise self._malformed("expected a JSON array of results")
+        return doc
+
+
+class OpenAICompatibleReranker(_HttpReranker):
+    """``POST {base_url}/rerank`` with ``{"model", "query", "documents"}``; answer
+    ``{"results": [{"index", "relevance_score"}, ...]}``, the shape vLLM, Jina, Cohere-style
+    gateways and LiteLLM speak.
+
+    Servers that echo each document back in its result spend ``max_response_bytes`` on it:
+    raise the ceiling for them.
+    """
+
+    _score_key = "relevance_score"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_ms: int = 2_000,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        allow_loopback: bool = False,
+        client: httpx.Client | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        super().__init__(
+            base_url,
+            model=model,
+            model_required=True,
+            api_key=api_key,
+            api_key_required=False,
+            timeout_ms=timeout_ms,
+            max_response_bytes=max_response_bytes,
+            allow_loopback=allow_loopback,
+            client=client,
+            transport=transport,
+        )
+
+    def _payload(self, query: str, documents: list[str]) -> dict[str, Any]:
+        return {"model": self._model, "query": query, "documents": documents}
+
+    def _items(self, doc: object) -> list[Any]:
+        if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+            raise self._malformed('expected an object with a "results" array')
+        results: list[Any] = doc["results"]
+        return results
+
+
+class VoyageReranker(_HttpReranker):
+    """Voyage AI: ``POST {base_url}/rerank`` with ``{"model", "query", "documents"}``; answer
+    ``{"data": [{"index", "relevance_score"}, ...]}``. ``api_key`` is required.
+    """
+
+    _score_key = "relevance_score"
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        model: str = "rerank-2",
+        base_url: str = VOYAGE_BASE_URL,
+        timeout_ms: int = 2_000,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        allow_loopback: bool = False,
+        client: httpx.Client | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        super().__init__(
+            base_url,
+            model=model,
+            model_required=True,
+            api_key=api_key,
+            api_key_required=True,
+            timeout_ms=timeout_ms,
+            max_response_bytes=max_response_bytes,
+            allow_loopback=allow_loopback,
+            client=client,
+            transport=transport,
+        )
+
+    def _payload(self, query: str, documents: list[str]) -> dict[str, Any]:
+        return {"model": self._model, "query": query, "documents": documents}
+
+    def _items(self, doc: object) -> list[Any]:
+        if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+            raise self._malformed('expected an object with a "data" array')
+        data: list[Any] = doc["data"]
+        return data
