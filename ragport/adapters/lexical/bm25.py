@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from itertools import chain
 from typing import cast
 
@@ -92,12 +92,20 @@ def _check_strings(values: object, name: str) -> Sequence[str]:
 class Bm25Index:
     """Okapi BM25 over ``tokenize_lexical`` tokens; implements ``ragport.ports.LexicalIndex``."""
 
-    def __init__(self, k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25):
+    def __init__(
+        self,
+        k1: float = 1.5,
+        b: float = 0.75,
+        epsilon: float = 0.25,
+        *,
+        analyzer: Callable[[str], list[str]] = tokenize_lexical,
+    ):
         # Bounds keep every score finite: the denominator tf + k1 * (1 - b + b * dl / avgdl)
         # is at least tf >= 1 for a matching document.
         self._k1 = _check_param(k1, "k1", 0.0, math.inf)
         self._b = _check_param(b, "b", 0.0, 1.0)
         self._epsilon = _check_param(epsilon, "epsilon", 0.0, math.inf)
+        self._analyzer = analyzer
         self._lock = threading.Lock()
         self._slot_of: dict[str, int] = {}
         self._slot_ids: list[str | None] = []
@@ -133,7 +141,7 @@ class Bm25Index:
         if len(id_list) != len(text_list):
             raise ValidationError("ids and texts must have the same length", field="texts")
         latest = dict(zip(id_list, text_list, strict=True))  # a repeated id: the last text wins
-        tokenized = [tokenize_lexical(text) for text in latest.values()]
+        tokenized = [self._analyzer(text) for text in latest.values()]
         with self._lock:
             for doc_id in latest:
                 if doc_id in self._slot_of:
@@ -264,7 +272,7 @@ class Bm25Index:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValidationError("limit must be an integer >= 1", field="limit")
         allowed = None if candidates is None else _check_strings(candidates, "candidates")
-        query_counts = Counter(tokenize_lexical(query))
+        query_counts = Counter(self._analyzer(query))
         with self._lock:
             scores, matched = self._score(query_counts)
             if scores is None or matched is None:

@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 
 from ragport.adapters.lexical import Bm25Index
+from ragport.adapters.lexical.analyzers import make_analyzer
 from ragport.domain.errors import CapabilityError, ScopeError, ValidationError
 from ragport.domain.filters import Filter, parse_filter
 from ragport.domain.model import (
@@ -181,8 +182,8 @@ class _Snapshot:
 class _Lexical:
     """One scope's BM25 index, kept in step with the installed snapshot on demand."""
 
-    def __init__(self) -> None:
-        self.index = Bm25Index()
+    def __init__(self, analyzer: Callable[[str], list[str]]) -> None:
+        self.index = Bm25Index(analyzer=analyzer)
         self.generations: dict[str, int] = {}
         self.synced: _Snapshot | None = None
         self.lock = threading.Lock()
@@ -543,7 +544,10 @@ class InMemoryStore:
 
     provider = "memory"
 
-    def __init__(self) -> None:
+    def __init__(self, *, lexical_language: str | None = None) -> None:
+        """``lexical_language``: ``None`` (language-neutral tokens) or ``"english"`` (stop
+        words removed, Snowball-stemmed, like PostgreSQL's ``english`` configuration)."""
+        self._analyzer = make_analyzer(lexical_language)
         self._snapshots: dict[Scope, _Snapshot] = {}
         self._writers: dict[Scope, threading.Lock] = {}
         self._lexical: dict[Scope, _Lexical] = {}
@@ -651,7 +655,9 @@ class InMemoryStore:
         if limit <= 0 or not text.strip():
             return ()
         with self._lock:
-            lexical = self._lexical.setdefault(scope, _Lexical())
+            lexical = self._lexical.get(scope)
+            if lexical is None:
+                lexical = self._lexical[scope] = _Lexical(self._analyzer)
         with lexical.lock:
             snap = self._snapshot(scope)
             lexical.sync(snap)
