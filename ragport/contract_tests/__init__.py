@@ -23,26 +23,34 @@ import pytest
 pytest.register_assert_rewrite(
     "ragport.contract_tests._support",
     "ragport.contract_tests.chunk_store",
+    "ragport.contract_tests.derived",
     "ragport.contract_tests.embedder",
+    "ragport.contract_tests.reranker",
     "ragport.contract_tests.status_store",
     "ragport.contract_tests.plugin",
 )
 
 from ragport.contract_tests.chunk_store import ChunkStoreContract  # noqa: E402
+from ragport.contract_tests.derived import DerivedArtifactHandlerContract  # noqa: E402
 from ragport.contract_tests.embedder import EmbedderContract  # noqa: E402
+from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.1"
+CONTRACT_VERSION = "1.3"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
 #      EmbedderContract, IngestionStatusStoreContract.
 # 1.1  ChunkStoreFilterContract (the filter language), ChunkStoreLexicalContract (stores
 #      that advertise lexical_modes), ChunkStoreDenialReportContract (on_denied).
+# 1.2  RerankerContract (empty input, permutation of the same objects, determinism, caps).
+# 1.3  ChunkStoreLineageContract, ChunkStoreRepointContract, DerivedArtifactHandlerContract.
 
 __all__ = [
     "CONTRACT_VERSION",
     "ChunkStoreContract",
+    "DerivedArtifactHandlerContract",
     "EmbedderContract",
     "IngestionStatusStoreContract",
+    "RerankerContract",
 ]

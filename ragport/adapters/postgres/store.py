@@ -813,7 +813,15 @@ class PostgresStore:
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
-        """Full-text search: ``websearch_to_tsquery`` over the generated tsvector, ``ts_rank_cd``."""
+        """Full-text search over the generated tsvector, ranked by ``ts_rank_cd``.
+
+        The query is parsed by ``websearch_to_tsquery`` (quoted phrases, ``or``, ``-word``);
+        its plain terms are then OR-ed instead of AND-ed, so a question matches documents that
+        share some of its words (those sharing more rank higher). A query with an exclusion
+        (``-word``) keeps websearch's AND semantics, where the exclusion is meaningful. The rank
+        is ``ts_rank_cd`` normalised by document length (flag 2): PostgreSQL's ranking has no
+        idf, so it is a weaker lexical signal than BM25 (see bench/RESULTS.md).
+        """
         if mode != "fts":
             raise CapabilityError(
                 f"the PostgreSQL store offers lexical mode 'fts', not {mode!r}",
@@ -824,9 +832,8 @@ class PostgresStore:
         params = _params(scope, k=int(limit), query=text_query)
         where = self._predicate(params, authorization, metadata_filter)
         sql = (
-            self._predicate_ctes()
-            + f", q AS (SELECT websearch_to_tsquery('{self._ts_config}'::regconfig, :query) AS query) "
-            f"SELECT {_R_COLUMNS}, ts_rank_cd(r.tsv, q.query) AS rank "
+            self._predicate_ctes() + f", q AS (SELECT {self._tsquery()} AS query) "
+            f"SELECT {_R_COLUMNS}, ts_rank_cd(r.tsv, q.query, 2) AS rank "
             f"FROM {self._s}.records r, sc, tb, q WHERE r.tsv @@ q.query AND {where} "
             'ORDER BY rank DESC, r.id COLLATE "C" LIMIT :k'
         )
@@ -836,8 +843,8 @@ class PostgresStore:
                 self._report_denied(
                     conn,
                     scope,
-                    f"r.tsv @@ websearch_to_tsquery('{self._ts_config}'::regconfig, :query)",
-                    f"ORDER BY ts_rank_cd(r.tsv, websearch_to_tsquery('{self._ts_config}'::regconfig, :query)) "
+                    f"r.tsv @@ {self._tsquery()}",
+                    f"ORDER BY ts_rank_cd(r.tsv, {self._tsquery()}, 2) "
                     'DESC, r.id COLLATE "C" LIMIT :k',
                     dict(params),
                     metadata_filter,
@@ -895,6 +902,13 @@ class PostgresStore:
         denied = sorted((d for d in decisions if not d.allowed), key=lambda d: d.source_id)
         if denied:
             on_denied(denied)
+
+    def _tsquery(self) -> str:
+        web = f"websearch_to_tsquery('{self._ts_config}'::regconfig, :query)"
+        return (
+            f"(CASE WHEN strpos(CAST({web} AS text), '!') > 0 THEN {web} "
+            f"ELSE CAST(replace(CAST({web} AS text), ' & ', ' | ') AS tsquery) END)"
+        )
 
     def _acl_predicate(self, authorization: Authorization) -> str:
         version = "" if authorization.access_version is None else " AND g.access_version = :av"

@@ -177,12 +177,15 @@ def _refuse_constant(token: str) -> float:
     raise ValueError("non-finite JSON constant")
 
 
-def _is_index(value: object, count: int) -> bool:
-    return type(value) is int and 0 <= value < count
-
-
-def _is_score(value: object) -> bool:
-    return (type(value) is float or type(value) is int) and math.isfinite(value)
+def _finite(value: object) -> float | None:
+    """``value`` as a float if it is a finite JSON number (not a bool), else None."""
+    if type(value) is not float and type(value) is not int:
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer with hundreds of digits
+        return None
+    return number if math.isfinite(number) else None
 
 
 class _HttpReranker:
@@ -277,14 +280,14 @@ class _HttpReranker:
             if not isinstance(item, dict):
                 raise self._malformed("a result is not a JSON object")
             index = item.get("index")
-            if not _is_index(index, count):
+            if type(index) is not int or not 0 <= index < count:
                 raise self._malformed("a result has a missing, non-integer or out-of-range index")
             if scores[index] is not None:
                 raise self._malformed(f"index {index} appears more than once")
-            score = item.get(self._score_key)
-            if not _is_score(score):
+            score = _finite(item.get(self._score_key))
+            if score is None:
                 raise self._malformed(f'a result has a missing or non-finite "{self._score_key}"')
-            scores[index] = float(score)
+            scores[index] = score
         # The count matched and no index repeated, so every index in 0..count-1 was filled.
         return scores  # type: ignore[return-value]
 
@@ -299,7 +302,9 @@ class _HttpReranker:
             raise self._malformed("not valid JSON") from None
 
     def _timed_out(self) -> RerankError:
-        return RerankError(f"rerank server {self._host} did not answer within {self._timeout_ms} ms")
+        return RerankError(
+            f"rerank server {self._host} did not answer within {self._timeout_ms} ms"
+        )
 
     def _post(self, payload: dict[str, Any], deadline: float) -> bytes:
         """POST ``payload`` as JSON; return the raw 2xx body, read under the byte ceiling."""
@@ -329,9 +334,12 @@ class _HttpReranker:
                         f"rerank server {self._host} answered HTTP {response.status_code}"
                     )
                 declared = response.headers.get("content-length")
-                if declared is not None and declared.isdigit():
-                    if int(declared) > self._max_response_bytes:
-                        raise self._too_large()
+                if (
+                    declared is not None
+                    and declared.isdigit()
+                    and int(declared) > self._max_response_bytes
+                ):
+                    raise self._too_large()
                 chunks: list[bytes] = []
                 size = 0
                 for chunk in response.iter_bytes():

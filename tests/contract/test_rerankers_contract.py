@@ -1,0 +1,138 @@
+"""RerankerContract against every reranker: the network-free ones, the local ONNX one, and the
+three HTTP ones through a real server on 127.0.0.1 that speaks each API."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import threading
+import zlib
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragport.adapters.embedders import HashEmbedder
+from ragport.adapters.rerankers import (
+    EmbeddingReranker,
+    FakeReranker,
+    LocalReranker,
+    OpenAICompatibleReranker,
+    TeiReranker,
+    VoyageReranker,
+)
+from ragport.contract_tests import RerankerContract
+
+API_KEY = "sk-contract-key"
+
+
+def _relevance(query: str, document: str) -> float:
+    shared = len(set(query.lower().split()) & set(document.lower().split()))
+    return shared + (zlib.crc32(document.encode()) % 1000) / 10_000
+
+
+class _RerankApis(BaseHTTPRequestHandler):
+    """Answers /tei/rerank, /openai/rerank and /voyage/rerank as each API does."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        dialect = self.path.split("/")[1]
+        documents = request["texts" if dialect == "tei" else "documents"]
+        key = "score" if dialect == "tei" else "relevance_score"
+        items = [
+            {"index": i, key: _relevance(request["query"], doc)} for i, doc in enumerate(documents)
+        ]
+        items.sort(key=lambda item: -item[key])
+        answer: Any = {
+            "tei": items,
+            "openai": {"results": items},
+            "voyage": {"object": "list", "data": items, "model": "rerank-2"},
+        }[dialect]
+        body = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def rerank_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RerankApis)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+class TestFakeReranker(RerankerContract):
+    @pytest.fixture
+    def reranker(self) -> FakeReranker:
+        return FakeReranker()
+
+
+class TestEmbeddingReranker(RerankerContract):
+    @pytest.fixture
+    def reranker(self) -> EmbeddingReranker:
+        return EmbeddingReranker(HashEmbedder())
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # The ONNX graph builder lives with the adapter tests; load it by path (tests are not a
+    # package, and --import-mode=importlib keeps them off sys.path).
+    path = Path(__file__).resolve().parents[1] / "adapters" / "test_local_reranker.py"
+    spec = importlib.util.spec_from_file_location("_ragport_tiny_cross_encoder", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    built: Path = module.build_tiny_cross_encoder(tmp_path_factory.mktemp("tiny-cross-encoder"))
+    return built
+
+
+class TestLocalReranker(RerankerContract):
+    @pytest.fixture
+    def reranker(self, tiny_model: Path) -> LocalReranker:
+        return LocalReranker(str(tiny_model))
+
+
+class TestTeiReranker(RerankerContract):
+    @pytest.fixture
+    def reranker(self, rerank_server: str) -> Iterator[TeiReranker]:
+        with TeiReranker(rerank_server + "/tei", allow_loopback=True) as reranker:
+            yield reranker
+
+
+class TestTeiRerankerInBatches(RerankerContract):
+    @pytest.fixture
+    def reranker(self, rerank_server: str) -> Iterator[TeiReranker]:
+        with TeiReranker(rerank_server + "/tei", allow_loopback=True, max_batch=3) as reranker:
+            yield reranker
+
+
+class TestOpenAICompatibleReranker(RerankerContract):
+    @pytest.fixture
+    def reranker(self, rerank_server: str) -> Iterator[OpenAICompatibleReranker]:
+        with OpenAICompatibleReranker(
+            rerank_server + "/openai", "test-reranker", api_key=API_KEY, allow_loopback=True
+        ) as reranker:
+            yield reranker
+
+
+class TestVoyageReranker(RerankerContract):
+    @pytest.fixture
+    def reranker(self, rerank_server: str) -> Iterator[VoyageReranker]:
+        with VoyageReranker(
+            API_KEY, base_url=rerank_server + "/voyage", allow_loopback=True
+        ) as reranker:
+            yield reranker
