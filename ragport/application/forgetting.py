@@ -88,20 +88,40 @@ TOMBSTONE_BATCH = 1_024
 def _roots(
     uow: UnitOfWork, record_id: str, lineage: Sequence[str], limits: Limits
 ) -> tuple[str, ...]:
-    """Flatten ``lineage`` to root source ids; derived ids contribute their stored roots."""
+    """Flatten ``lineage`` to root source ids, refusing cycles and lineage deeper than allowed.
+
+    A lineage id with derived records contributes their stored roots; walking their own
+    lineage (breadth first) proves the new record is not among its ancestors.
+    """
     roots: dict[str, None] = {}
     for item in lineage:
-        if item == record_id:
-            raise ValidationError("a derived record cannot rest on itself", field="lineage")
-        found = uow.records.list_by_source(item)
-        derived = [r for r in found if r.kind == "derived"]
-        if derived:
-            for record in derived:
-                if record_id in record.roots or record_id in record.lineage:
-                    raise ValidationError("lineage would form a cycle", field="lineage")
-                roots.update(dict.fromkeys(record.roots))
-        else:
+        derived = [r for r in uow.records.list_by_source(item) if r.kind == "derived"]
+        if not derived:
             roots[item] = None
+        for record in derived:
+            roots.update(dict.fromkeys(record.roots))
+    seen: set[str] = set()
+    frontier = list(lineage)
+    depth = 0
+    while frontier:
+        depth += 1
+        if depth > limits.lineage_depth:
+            raise ValidationError(
+                f"lineage is deeper than {limits.lineage_depth}",
+                field="lineage",
+                limit="lineage_depth",
+            )
+        next_frontier: list[str] = []
+        for item in frontier:
+            if item == record_id:
+                raise ValidationError("lineage would form a cycle", field="lineage")
+            if item in seen:
+                continue
+            seen.add(item)
+            for record in uow.records.list_by_source(item):
+                if record.kind == "derived":
+                    next_frontier.extend(record.lineage)
+        frontier = next_frontier
     return tuple(roots)
 
 
