@@ -371,6 +371,13 @@ class _Records:
                         ),
                     )
                 )
+        for _, row in moved:
+            new_key = (row.record.id, row.record.generation)
+            if new_key in snap.rows and new_key[0] not in moves:
+                # A retired row of the destination shares this generation: never overwrite history.
+                raise ValidationError(
+                    "the destination id already has a record at this generation", field="to_id"
+                )
         for old_key, row in moved:
             old = snap.rows.pop(old_key).record
             self._drop_id(old_key)

@@ -1,0 +1,95 @@
+"""RagDeletionHandler against the shipped DerivedArtifactHandlerContract, on both stores.
+
+Each fixture seeds ``SOURCE_ID`` with chunk rows and an ingestion status, so the first
+``on_propagate`` has rows to remove and the later calls prove idempotence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ragport import Chunk, RagDeletionHandler, Scope, replace_source
+from ragport.adapters.embedders import HashEmbedder
+from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
+from ragport.contract_tests import DerivedArtifactHandlerContract
+from ragport.contract_tests.derived import SOURCE_ID
+from ragport.ports.derived import DerivedArtifactHandler
+from ragport.ports.status import IngestionStatusStore
+from ragport.ports.store import ChunkStore
+
+EMB = HashEmbedder(32)
+
+
+def _seed(store: ChunkStore, status: IngestionStatusStore, scope: Scope) -> None:
+    replace_source(
+        source_id=SOURCE_ID,
+        chunks=[Chunk.of(SOURCE_ID, i, f"contract handler chunk {i}") for i in range(3)],
+        embedder=EMB,
+        store=store,
+        scope=scope,
+        status_store=status,
+    )
+
+
+class TestRagDeletionHandlerInMemory(DerivedArtifactHandlerContract):
+    @pytest.fixture
+    def handler(self, handler_scope: Scope) -> Iterator[DerivedArtifactHandler]:
+        store, status = InMemoryStore(), InMemoryStatusStore()
+        _seed(store, status, handler_scope)
+        yield RagDeletionHandler(store=store, scope=handler_scope, status_store=status)
+
+
+class TestRagDeletionHandlerPostgres(DerivedArtifactHandlerContract):
+    @pytest.fixture
+    def handler(
+        self, handler_scope: Scope, pg_engine, pg_schema
+    ) -> Iterator[DerivedArtifactHandler]:
+        from ragport.adapters.postgres import PostgresStatusStore, PostgresStore
+
+        store = PostgresStore(pg_engine, schema=pg_schema, create=True)
+        status = PostgresStatusStore(pg_engine, schema=pg_schema, create=True)
+        _seed(store, status, handler_scope)
+        yield RagDeletionHandler(store=store, scope=handler_scope, status_store=status)
+
+
+def test_seeded_rows_are_removed_by_the_first_propagate_only() -> None:
+    """The fixture's seed is what on_propagate removes: 3 rows, then 0. If this fails, check RagDeletionHandler.on_propagate / purge_source."""
+    scope = Scope("contract-tenant", "contract-resource", "contract-derived")
+    store, status = InMemoryStore(), InMemoryStatusStore()
+    _seed(store, status, scope)
+    handler = RagDeletionHandler(store=store, scope=scope, status_store=status)
+    assert handler.on_propagate(SOURCE_ID, (SOURCE_ID,), scope) == 3
+    assert handler.on_propagate(SOURCE_ID, (SOURCE_ID,), scope) == 0
+    assert status.get(scope, SOURCE_ID) is None
+    assert not store.get_by_source(scope, SOURCE_ID)
+
+
+class _LeakyHandler:
+    """Echoes its input in errors and answers with a bool: everything the contract forbids."""
+
+    kind = "leaky"
+
+    def on_propagate(self, source_id: str, ids, scope: Scope) -> int:
+        if scope.corpus_id != "contract-derived" or "CANARY" in source_id:
+            raise RuntimeError(f"cannot forget {source_id}")
+        return True  # type: ignore[return-value]
+
+    def on_repoint(self, from_id: str, to_id: str, scope: Scope) -> int:
+        return -1
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "test_on_propagate_returns_a_non_negative_int",
+        "test_on_repoint_returns_a_non_negative_int",
+        "test_errors_never_contain_the_text_they_were_given",
+    ],
+)
+def test_the_contract_catches_a_leaky_handler(name: str) -> None:
+    """Each of these contract tests fails on a handler that breaks its promise. If this fails, check ragport/contract_tests/derived.py."""
+    scope = Scope("contract-tenant", "contract-resource", "contract-derived")
+    with pytest.raises(AssertionError):
+        getattr(DerivedArtifactHandlerContract(), name)(_LeakyHandler(), scope)
