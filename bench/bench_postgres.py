@@ -21,7 +21,7 @@ is part of the write cost); every chunk carries ``{"tag": "tNN"}``, 20 equally l
    ``retrieve_context(top_k=10, query_candidates=20)``, interleaved with the raw SQL top-10
    (``SELECT id ... WHERE scope AND dimensions = 384 ORDER BY embedding::vector(384) <=> q
    LIMIT 10``; the ``dimensions`` term lets the planner use the partial HNSW index) on a plain
-   psycopg connection, and with ``store.query`` and ``store.list_embedders`` alone.
+   psycopg connection, and with ``store.query`` and ``store.foreign_embedders`` alone.
 3. Recall@10 of ``store.query`` against exact answers computed with numpy, for three
    predicates: ACL (grants to 10% of sources) + metadata filter (5% of chunks), ACL only, and
    none. The store's own statement (captured with a ``before_cursor_execute`` listener) is
@@ -406,6 +406,12 @@ def bench_retrieve(
     qvecs = corpus.queries(N_QUERIES, rng)
     queries = [f"query {i}" for i in range(N_QUERIES)]
     embedder.add(queries, qvecs)
+    # Hybrid queries: a few words of a random chunk (so the FTS leg has real matches), mapped
+    # to the same query vectors.
+    picks = rng.integers(0, len(corpus.texts), N_QUERIES)
+    hybrid_queries = [" ".join(corpus.texts[p].split()[:4]) + f" h{i}" for i, p in enumerate(picks)]
+    embedder.add(hybrid_queries, qvecs)
+    hybrid: list[float] = []
     raw_sql = (
         f'SELECT id FROM "{store.schema}".records WHERE tenant_id = %s AND resource_id = %s '
         f"AND corpus_id = %s AND dimensions = {DIMS} "
@@ -434,8 +440,19 @@ def bench_retrieve(
             t2 = time.perf_counter()
             store.query(SCOPE, qv, limit=CANDIDATES)
             t3 = time.perf_counter()
-            store.list_embedders(SCOPE)
-            drift.append(time.perf_counter() - t3)
+            store.foreign_embedders(SCOPE, embedder.id, embedder.dimensions)
+            t4 = time.perf_counter()
+            drift.append(t4 - t3)
+            retrieve_context(
+                hybrid_queries[len(hybrid)],
+                embedder=embedder,
+                store=store,
+                scope=SCOPE,
+                top_k=TOP_K,
+                query_candidates=CANDIDATES,
+                lexical="fts",
+            )
+            hybrid.append(time.perf_counter() - t4)
             ours.append(t1 - t0)
             bare.append(t2 - t1)
             store_only.append(t3 - t2)
@@ -450,6 +467,8 @@ def bench_retrieve(
         "store_p50": pct(store_only, 50) * 1e3,
         "store_p95": pct(store_only, 95) * 1e3,
         "drift_p50": pct(drift, 50) * 1e3,
+        "hybrid_p50": pct(hybrid, 50) * 1e3,
+        "hybrid_p95": pct(hybrid, 95) * 1e3,
         "ratio_p50": pct(ours, 50) / pct(bare, 50),
         "ratio_p95": pct(ours, 95) / pct(bare, 95),
         "overlap": statistics.mean(overlap),
@@ -650,8 +669,9 @@ def run(url: str, rows: int, *, isotropic: bool = False) -> None:
             f"{retrieve['rp_p95']:.2f} ms; raw SQL top-{TOP_K} p50 {retrieve['raw_p50']:.2f} "
             f"ms, p95 {retrieve['raw_p95']:.2f} ms; ratio p50 {retrieve['ratio_p50']:.2f}x, "
             f"p95 {retrieve['ratio_p95']:.2f}x (target <= 1.5x); store.query alone p50 "
-            f"{retrieve['store_p50']:.2f} ms, p95 {retrieve['store_p95']:.2f} ms; store.list_embedders "
-            f"(drift guard) alone p50 {retrieve['drift_p50']:.2f} ms; raw plan uses "
+            f"{retrieve['store_p50']:.2f} ms, p95 {retrieve['store_p95']:.2f} ms; store.foreign_embedders "
+            f"(drift guard) alone p50 {retrieve['drift_p50']:.2f} ms; hybrid retrieve_context "
+            f"(lexical='fts') p50 {retrieve['hybrid_p50']:.2f} ms, p95 {retrieve['hybrid_p95']:.2f} ms; raw plan uses "
             f"HNSW: {retrieve['uses_hnsw']}; top-{TOP_K} overlap {retrieve['overlap']:.3f}",
             flush=True,
         )

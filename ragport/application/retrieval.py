@@ -319,9 +319,10 @@ def retrieve_context(
         # 3. drift guard
         expected = (embedder.id, embedder.dimensions)
         for s in wanted:
-            for found_key in store.list_embedders(s):
-                if found_key != expected:
-                    raise _mismatch(embedder, found_key)
+            for found_key in sorted(
+                store.foreign_embedders(s, embedder.id, embedder.dimensions), key=repr
+            ):
+                raise _mismatch(embedder, found_key)
         check_abort(abort)
 
         # 4. embed once

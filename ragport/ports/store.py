@@ -264,6 +264,17 @@ class ChunkStore(Protocol):
         """Records of ``source_id`` visible at the current pointer, ordered by id."""
         ...
 
+    def foreign_embedders(
+        self, scope: Scope, embedder_id: str, dimensions: int
+    ) -> frozenset[EmbedderKey]:
+        """The ``(embedder_id, dimensions)`` of visible records that differ from the given
+        pair (legacy rows without an embedder included); empty when the scope is consistent.
+
+        Retrieval calls it for every scope before searching, so it must stay cheap on a large,
+        consistent scope (PostgreSQL answers it from an index).
+        """
+        ...
+
     def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
         """Distinct ``(embedder_id, dimensions)`` of the records visible in ``scope``."""
         ...

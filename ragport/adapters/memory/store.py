@@ -605,6 +605,13 @@ class InMemoryStore:
     def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
         return self._snapshot(scope).embedders()
 
+    def foreign_embedders(
+        self, scope: Scope, embedder_id: str, dimensions: int
+    ) -> frozenset[EmbedderKey]:
+        return frozenset(
+            k for k in self._snapshot(scope).embedders() if k != (embedder_id, dimensions)
+        )
+
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
         return self._snapshot(scope).forgotten()
 

@@ -548,6 +548,7 @@ class PostgresStore:
         self._ts_config = validate_text_search_config(text_search_config)
         self._engine = make_engine(url_or_engine)
         self._vector_indexes: set[int] = set()
+        self._analyzed = False
         self._checked = False
         if create:
             self.upgrade()
@@ -634,6 +635,31 @@ class PostgresStore:
             if not self._has_vector_index(conn, dimensions):
                 self._create_vector_index(conn, dimensions)
             conn.commit()
+            self._analyze_once(conn)
+
+    def _analyze_once(self, conn: Connection) -> None:
+        """ANALYZE ``records`` the first time it holds data but was never analysed.
+
+        A never-analysed table makes the planner assume one row per scope, so per-source
+        lookups scan the whole scope until autovacuum catches up (measured: half the load time
+        of a fresh 100k-row corpus).
+        """
+        if self._analyzed:
+            return
+        row = conn.execute(
+            text(
+                "SELECT coalesce(n_live_tup, 0) AS live, last_analyze IS NOT NULL "
+                "OR last_autoanalyze IS NOT NULL AS analysed FROM pg_stat_user_tables "
+                "WHERE relid = to_regclass(:name)"
+            ),
+            {"name": f"{self._s}.records"},
+        ).one_or_none()
+        if row is not None and row.analysed:
+            self._analyzed = True
+        elif row is not None and row.live >= 1_000:
+            conn.execute(text(f"ANALYZE {self._s}.records"))
+            conn.commit()
+            self._analyzed = True
 
     def _ensure_vector_index(self, conn: Connection, dimensions: int) -> None:
         # Fallback for units of work opened without prepare(): inside the write transaction.
@@ -709,6 +735,25 @@ class PostgresStore:
             ).all()
         return frozenset((row.embedder_id, row.dimensions) for row in rows)
 
+    def foreign_embedders(
+        self, scope: Scope, embedder_id: str, dimensions: int
+    ) -> frozenset[EmbedderKey]:
+        # Written as ranges so the (scope, embedder_id, dimensions) index answers it: on a
+        # consistent scope no heap row is visited at all.
+        with self._connect("check embedders") as conn:
+            rows = conn.execute(
+                text(
+                    self._pointer_cte() + "SELECT DISTINCT x.embedder_id, x.dimensions FROM ("
+                    f"SELECT r.embedder_id, r.dimensions FROM {self._s}.records r, sc "
+                    f"WHERE {_RSCOPE} AND {_VISIBLE} AND (r.embedder_id IS NULL "
+                    "OR r.embedder_id < :e OR r.embedder_id > :e "
+                    "OR (r.embedder_id = :e AND (r.dimensions < :d OR r.dimensions > :d))) "
+                    "LIMIT 64) x"
+                ),
+                _params(scope, e=embedder_id, d=dimensions),
+            ).all()
+        return frozenset((row.embedder_id, row.dimensions) for row in rows)
+
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
         with self._connect("list tombstones") as conn:
             rows = conn.execute(
@@ -745,8 +790,16 @@ class PostgresStore:
         )
         with self._connect("query") as conn:
             # SET LOCAL lasts until the read-only transaction ends with the connection.
-            conn.execute(text("SET LOCAL hnsw.iterative_scan = strict_order"))
-            conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, int(limit)))}"))
+            # Filters and grants thin the graph walk out: search wider then (measured: recall@10
+            # 0.89 at ef_search 40, 0.95 at 400 with a grant predicate and a 5% filter).
+            ef = 400 if authorization is not None or metadata_filter else 200
+            conn.execute(
+                text(
+                    "SELECT set_config('hnsw.iterative_scan', 'strict_order', true), "
+                    "set_config('hnsw.ef_search', :ef, true)"
+                ),
+                {"ef": str(max(ef, min(1000, int(limit))))},
+            )
             rows = conn.execute(text(sql), params).all()
             if on_denied is not None and authorization is not None:
                 self._report_denied(
