@@ -489,7 +489,7 @@ def test_errors_never_carry_the_api_key_or_the_text(serve, failure):
 def test_repr_never_shows_the_api_key(serve):
     """repr() and vars() of both embedders show that a key is set, never the key.
 
-    If this fails, check __repr__ and the _Secret holder in the http adapter.
+    If this fails, check __repr__ and the Secret holder in ragport/adapters/_http.py.
     """
     server = serve(tei_answer)
     for embedder in (openai(server, api_key=API_KEY), tei(server, api_key=API_KEY)):
@@ -521,7 +521,7 @@ def test_repr_never_shows_the_api_key(serve):
 def test_unsafe_base_urls_are_refused(url):
     """Non-loopback http, other schemes, credentials, queries and junk raise at construction.
 
-    If this fails, check _check_base_url.
+    If this fails, check check_base_url in ragport/adapters/_http.py.
     """
     for build in (
         lambda: OpenAICompatibleEmbedder(url, "m", dimensions=DIMS, allow_loopback=True),

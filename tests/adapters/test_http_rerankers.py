@@ -619,7 +619,7 @@ def test_base_url_must_be_https_or_allowed_loopback(api, url, allow_loopback):
 def test_loopback_hosts_are_accepted_with_allow_loopback(url):
     """127.0.0.0/8, ::1 and localhost are loopback; https:// needs no permission.
 
-    If this fails, check _is_loopback in ragport/adapters/rerankers/http.py.
+    If this fails, check is_loopback in ragport/adapters/_http.py.
     """
     TeiReranker(url, allow_loopback=True).close()
     TeiReranker("https://rerank.example.com/v1").close()

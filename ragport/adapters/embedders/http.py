@@ -37,17 +37,22 @@ settings from the environment (``trust_env=False``).
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import time
 from collections.abc import Sequence
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
+from ragport.adapters._http import (
+    check_api_key,
+    check_base_url,
+    check_int,
+    check_model,
+    import_httpx,
+    refuse_constant,
+)
 from ragport.domain.errors import CapabilityError, ValidationError
 from ragport.domain.limits import check_limit
 from ragport.ports.embedder import VectorMatrix
@@ -61,84 +66,6 @@ DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 _MAX_RESPONSE_BYTES_CEILING = 256 * 1024 * 1024
 _MAX_TIMEOUT_S = 600.0
 _MAX_DIMENSIONS = 65_536
-_MAX_MODEL_CHARS = 256
-
-
-def _httpx() -> ModuleType:
-    try:
-        import httpx
-    except ImportError as exc:
-        raise CapabilityError(
-            "HTTP embedders need the 'http' extra (httpx is not installed): "
-            "pip install 'ragport[http]'",
-            capability="embedding",
-        ) from exc
-    return httpx
-
-
-class _Secret:
-    """Holds the API key so that no repr, vars() dump or error can show it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str):
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "<secret>"
-
-    __str__ = __repr__
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _check_base_url(base_url: object, allow_loopback: bool) -> tuple[str, str]:
-    """Return ``(base_url without trailing slash, host[:port])`` or raise ValidationError."""
-    bad = ValidationError(
-        "base_url must be an https:// URL (or http:// to a loopback host with "
-        "allow_loopback=True) without credentials, query or fragment",
-        field="base_url",
-    )
-    if not isinstance(base_url, str) or not base_url or len(base_url) > 2048:
-        raise bad
-    try:
-        parts = urlsplit(base_url)
-        host = parts.hostname
-        port = parts.port
-    except ValueError:
-        raise bad from None
-    if (
-        parts.scheme not in ("http", "https")
-        or not host
-        or parts.username is not None
-        or parts.password is not None
-        or parts.query
-        or parts.fragment
-        or any(ch.isspace() or not ch.isprintable() for ch in base_url)
-    ):
-        raise bad
-    if parts.scheme == "http" and not (allow_loopback and _is_loopback(host)):
-        raise bad
-    shown = f"[{host}]" if ":" in host else host
-    if port is not None:
-        shown = f"{shown}:{port}"
-    return base_url.rstrip("/"), shown
-
-
-def _check_int(value: object, field: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValidationError(f"{field} must be an integer in {low}..{high}", field=field)
-    return value
 
 
 def _check_batch_size(value: object) -> int:
@@ -161,34 +88,6 @@ def _check_timeout(value: object) -> float:
     return float(value)
 
 
-def _check_model(value: object, required: bool) -> str | None:
-    if value is None and not required:
-        return None
-    if (
-        not isinstance(value, str)
-        or not value.strip()
-        or len(value) > _MAX_MODEL_CHARS
-        or not value.isprintable()
-    ):
-        raise ValidationError(
-            f"model must be a non-empty printable string of at most {_MAX_MODEL_CHARS} chars",
-            field="model",
-        )
-    return value
-
-
-def _check_api_key(value: object) -> _Secret | None:
-    if value is None:
-        return None
-    # Printable ASCII only: anything else could split the header or be echoed by httpx.
-    if not isinstance(value, str) or not value or not all(" " < ch < "\x7f" for ch in value):
-        raise ValidationError(
-            "api_key must be a non-empty string of printable ASCII without spaces",
-            field="api_key",
-        )
-    return _Secret(value)
-
-
 def _check_texts(texts: object) -> list[str]:
     if isinstance(texts, str):
         raise ValidationError("embed takes a sequence of texts, not one string", field="texts")
@@ -199,10 +98,6 @@ def _check_texts(texts: object) -> list[str]:
     if not all(isinstance(text, str) for text in items):
         raise ValidationError("every text must be a string", field="texts")
     return items
-
-
-def _refuse_constant(token: str) -> float:
-    raise ValueError("non-finite JSON constant")
 
 
 def _malformed(host: str, what: str) -> ValidationError:
@@ -254,16 +149,16 @@ class _HttpEmbedder:
         allow_loopback: bool,
         client: httpx.Client | None,
     ):
-        self._base_url, self._host = _check_base_url(base_url, allow_loopback is True)
-        self._model = _check_model(model, model_required)
-        self._dimensions = _check_int(dimensions, "dimensions", 1, _MAX_DIMENSIONS)
-        self._api_key = _check_api_key(api_key)
+        self._base_url, self._host = check_base_url(base_url, allow_loopback is True)
+        self._model = check_model(model, model_required)
+        self._dimensions = check_int(dimensions, "dimensions", 1, _MAX_DIMENSIONS)
+        self._api_key = check_api_key(api_key)
         self._batch_size = _check_batch_size(batch_size)
         self._timeout_s = _check_timeout(timeout_s)
-        self._max_response_bytes = _check_int(
+        self._max_response_bytes = check_int(
             max_response_bytes, "max_response_bytes", 1024, _MAX_RESPONSE_BYTES_CEILING
         )
-        httpx = _httpx()
+        httpx = import_httpx("HTTP embedders", "embedding")
         if client is not None and not isinstance(client, httpx.Client):
             raise ValidationError("client must be an httpx.Client", field="client")
         self._owns_client = client is None
@@ -309,7 +204,7 @@ class _HttpEmbedder:
 
     def _post(self, payload: dict[str, Any]) -> bytes:
         """POST ``payload`` as JSON; return the raw 2xx body, read under the byte ceiling."""
-        httpx = _httpx()
+        httpx = import_httpx("HTTP embedders", "embedding")
         headers = {"Accept": "application/json", "Content-Type": "application/json"}
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key.reveal()}"
@@ -371,7 +266,7 @@ class _HttpEmbedder:
 
     def _json(self, body: bytes) -> object:
         try:
-            return json.loads(body, parse_constant=_refuse_constant)
+            return json.loads(body, parse_constant=refuse_constant)
         except (ValueError, RecursionError):
             # json's messages quote the body, which may echo input text: keep only our own.
             raise _malformed(self._host, "not valid JSON") from None

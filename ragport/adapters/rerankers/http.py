@@ -32,16 +32,21 @@ here ignores proxy and netrc settings from the environment (``trust_env=False``)
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import time
 from collections.abc import Sequence
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-from ragport.domain.errors import CapabilityError, RerankError, ValidationError
+from ragport.adapters._http import (
+    check_api_key,
+    check_base_url,
+    check_int,
+    check_model,
+    import_httpx,
+    refuse_constant,
+)
+from ragport.domain.errors import RerankError, ValidationError
 from ragport.domain.limits import check_limit
 from ragport.domain.model import Hit
 
@@ -55,86 +60,6 @@ VOYAGE_BASE_URL = "https://api.voyageai.com/v1"
 _MAX_RESPONSE_BYTES_CEILING = 16 * 1024 * 1024
 _MIN_RESPONSE_BYTES = 256
 _MAX_BATCH_CEILING = 4_096
-_MAX_MODEL_CHARS = 256
-
-
-def _httpx() -> ModuleType:
-    try:
-        import httpx
-    except ImportError as exc:
-        raise CapabilityError(
-            "HTTP rerankers need the 'http' extra (httpx is not installed): "
-            "pip install 'ragport[http]'",
-            capability="reranking",
-        ) from exc
-    return httpx
-
-
-class _Secret:
-    """Holds the API key so that no repr, vars() dump or error can show it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str):
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "<secret>"
-
-    __str__ = __repr__
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _check_base_url(base_url: object, allow_loopback: bool) -> tuple[str, str]:
-    """Return ``(base_url without trailing slash, host[:port])`` or raise ValidationError."""
-    bad = ValidationError(
-        "base_url must be an https:// URL (or http:// to a loopback host with "
-        "allow_loopback=True) without credentials, query or fragment",
-        field="base_url",
-    )
-    if not isinstance(base_url, str) or not base_url or len(base_url) > 2048:
-        raise bad
-    try:
-        parts = urlsplit(base_url)
-        host = parts.hostname
-        port = parts.port
-    except ValueError:
-        raise bad from None
-    if (
-        parts.scheme not in ("http", "https")
-        or not host
-        or parts.username is not None
-        or parts.password is not None
-        or parts.query
-        or parts.fragment
-        or "?" in base_url
-        or "#" in base_url
-        or any(ch.isspace() or not ch.isprintable() for ch in base_url)
-    ):
-        raise bad
-    if parts.scheme == "http" and not (allow_loopback and _is_loopback(host)):
-        raise bad
-    shown = f"[{host}]" if ":" in host else host
-    if port is not None:
-        shown = f"{shown}:{port}"
-    return base_url.rstrip("/"), shown
-
-
-def _check_int(value: object, field: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValidationError(f"{field} must be an integer in {low}..{high}", field=field)
-    return value
 
 
 def _check_timeout_ms(value: object) -> int:
@@ -143,38 +68,6 @@ def _check_timeout_ms(value: object) -> int:
         return check_limit("rerank_ms", value)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise ValidationError(str(exc), field="timeout_ms", limit="rerank_ms") from None
-
-
-def _check_model(value: object, required: bool) -> str | None:
-    if value is None and not required:
-        return None
-    if (
-        not isinstance(value, str)
-        or not value.strip()
-        or len(value) > _MAX_MODEL_CHARS
-        or not value.isprintable()
-    ):
-        raise ValidationError(
-            f"model must be a non-empty printable string of at most {_MAX_MODEL_CHARS} chars",
-            field="model",
-        )
-    return value
-
-
-def _check_api_key(value: object, required: bool) -> _Secret | None:
-    if value is None and not required:
-        return None
-    # Printable ASCII only: anything else could split the header or be echoed by httpx.
-    if not isinstance(value, str) or not value or not all(" " < ch < "\x7f" for ch in value):
-        raise ValidationError(
-            "api_key must be a non-empty string of printable ASCII without spaces",
-            field="api_key",
-        )
-    return _Secret(value)
-
-
-def _refuse_constant(token: str) -> float:
-    raise ValueError("non-finite JSON constant")
 
 
 def _finite(value: object) -> float | None:
@@ -205,17 +98,17 @@ class _HttpReranker:
         client: httpx.Client | None,
         transport: httpx.BaseTransport | None,
     ):
-        self._base_url, self._host = _check_base_url(base_url, allow_loopback is True)
-        self._model = _check_model(model, model_required)
-        self._api_key = _check_api_key(api_key, api_key_required)
+        self._base_url, self._host = check_base_url(base_url, allow_loopback is True)
+        self._model = check_model(model, model_required)
+        self._api_key = check_api_key(api_key, api_key_required)
         self._timeout_ms = _check_timeout_ms(timeout_ms)
-        self._max_response_bytes = _check_int(
+        self._max_response_bytes = check_int(
             max_response_bytes,
             "max_response_bytes",
             _MIN_RESPONSE_BYTES,
             _MAX_RESPONSE_BYTES_CEILING,
         )
-        httpx = _httpx()
+        httpx = import_httpx("HTTP rerankers", "reranking")
         if client is not None and not isinstance(client, httpx.Client):
             raise ValidationError("client must be an httpx.Client", field="client")
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
@@ -296,7 +189,7 @@ class _HttpReranker:
 
     def _json(self, body: bytes) -> object:
         try:
-            return json.loads(body, parse_constant=_refuse_constant)
+            return json.loads(body, parse_constant=refuse_constant)
         except (ValueError, RecursionError):
             # json's messages quote the body, which may echo document text: keep only our own.
             raise self._malformed("not valid JSON") from None
@@ -308,7 +201,7 @@ class _HttpReranker:
 
     def _post(self, payload: dict[str, Any], deadline: float) -> bytes:
         """POST ``payload`` as JSON; return the raw 2xx body, read under the byte ceiling."""
-        httpx = _httpx()
+        httpx = import_httpx("HTTP rerankers", "reranking")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise self._timed_out()
@@ -407,7 +300,7 @@ class TeiReranker(_HttpReranker):
             transport=transport,
         )
         self._max_batch = (
-            None if max_batch is None else _check_int(max_batch, "max_batch", 1, _MAX_BATCH_CEILING)
+            None if max_batch is None else check_int(max_batch, "max_batch", 1, _MAX_BATCH_CEILING)
         )
 
     def __repr__(self) -> str:

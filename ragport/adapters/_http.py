@@ -1,0 +1,143 @@
+"""Helpers shared by the HTTP adapters (embedders, rerankers): URL policy, secrets, checks.
+
+Not an adapter of its own: the small validation rules every httpx-based adapter applies
+before any socket opens.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from types import ModuleType
+from urllib.parse import urlsplit
+
+from ragport.domain.errors import CapabilityError, ValidationError
+
+__all__ = [
+    "MAX_MODEL_CHARS",
+    "Secret",
+    "check_api_key",
+    "check_base_url",
+    "check_int",
+    "check_model",
+    "import_httpx",
+    "is_loopback",
+    "refuse_constant",
+]
+
+MAX_MODEL_CHARS = 256
+
+
+def import_httpx(what: str, capability: str) -> ModuleType:
+    """httpx, or a ``CapabilityError`` naming the ``http`` extra."""
+    try:
+        import httpx
+    except ImportError as exc:
+        raise CapabilityError(
+            f"{what} need the 'http' extra (httpx is not installed): pip install 'ragport[http]'",
+            capability=capability,
+        ) from exc
+    return httpx
+
+
+class Secret:
+    """Holds an API key so that no repr, vars() dump or error can show it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "<secret>"
+
+    __str__ = __repr__
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_base_url(base_url: object, allow_loopback: bool) -> tuple[str, str]:
+    """Return ``(base_url without trailing slash, host[:port])`` or raise ValidationError.
+
+    https only, or plain http to a loopback host (127.0.0.0/8, ::1, localhost) when
+    ``allow_loopback`` is set; no credentials, query or fragment in the URL.
+    """
+    bad = ValidationError(
+        "base_url must be an https:// URL (or http:// to a loopback host with "
+        "allow_loopback=True) without credentials, query or fragment",
+        field="base_url",
+    )
+    if not isinstance(base_url, str) or not base_url or len(base_url) > 2048:
+        raise bad
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        raise bad from None
+    if (
+        parts.scheme not in ("http", "https")
+        or not host
+        or parts.username is not None
+        or parts.password is not None
+        or parts.query
+        or parts.fragment
+        or "?" in base_url
+        or "#" in base_url
+        or any(ch.isspace() or not ch.isprintable() for ch in base_url)
+    ):
+        raise bad
+    if parts.scheme == "http" and not (allow_loopback and is_loopback(host)):
+        raise bad
+    shown = f"[{host}]" if ":" in host else host
+    if port is not None:
+        shown = f"{shown}:{port}"
+    return base_url.rstrip("/"), shown
+
+
+def check_int(value: object, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationError(f"{field} must be an integer in {low}..{high}", field=field)
+    return value
+
+
+def check_model(value: object, required: bool) -> str | None:
+    if value is None and not required:
+        return None
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > MAX_MODEL_CHARS
+        or not value.isprintable()
+    ):
+        raise ValidationError(
+            f"model must be a non-empty printable string of at most {MAX_MODEL_CHARS} chars",
+            field="model",
+        )
+    return value
+
+
+def check_api_key(value: object, required: bool = False) -> Secret | None:
+    if value is None and not required:
+        return None
+    # Printable ASCII only: anything else could split the header or be echoed by httpx.
+    if not isinstance(value, str) or not value or not all(" " < ch < "\x7f" for ch in value):
+        raise ValidationError(
+            "api_key must be a non-empty string of printable ASCII without spaces",
+            field="api_key",
+        )
+    return Secret(value)
+
+
+def refuse_constant(token: str) -> float:
+    """``json.loads(parse_constant=...)``: NaN and Infinity are not JSON numbers."""
+    raise ValueError("non-finite JSON constant")
