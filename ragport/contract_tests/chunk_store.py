@@ -110,6 +110,7 @@ WELL_KNOWN_SOURCES = (
     *("allowed", "denied-00", "s-principal", "s-group", "s-v2", "shared", "own-left", "wide"),
     *("narrow", "summary-1", "d-ok", "en-faq"),
     *(f"f-{n}" for n in range(8)),
+    "d",
     *("lex-walrus", "lex-penguin", "lex-secret", "lex-old", "lex-gone"),
     *("lin-src", "lin-other", "lin-moved", *(f"lin-d{n}" for n in range(1, 7))),
     *("rp-from", "rp-to", "rp-other"),
@@ -1388,6 +1389,28 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
             uow.commit()
         if store.capabilities.generations:
             assert store.list_embedders(SCOPE) == frozenset({("emb-b:8", DIMS)})
+
+    def test_foreign_embedders_reports_only_visible_rows_that_differ(
+        self, store: ChunkStore
+    ) -> None:
+        """foreign_embedders is empty for a consistent scope and names every visible stranger.
+
+        If this fails, check the drift-guard read: other ids, other dimensions and rows
+        without an embedder id must be reported; retired rows and other scopes must not.
+        """
+        publish_sources(store, SCOPE, {"a": ["one", "two"]}, embedder_id="emb-a:8")
+        assert store.foreign_embedders(SCOPE, "emb-a:8", DIMS) == frozenset()
+        publish_sources(store, SCOPE, {"b": ["three"]}, embedder_id="emb-b:8")
+        publish_sources(store, SCOPE, {"c": ["four"]}, embedder_id=None)
+        publish_sources(store, OTHER_CORPUS, {"d": ["five"]}, embedder_id="emb-d:8")
+        assert store.foreign_embedders(SCOPE, "emb-a:8", DIMS) == frozenset(
+            {("emb-b:8", DIMS), (None, DIMS)}
+        )
+        assert store.foreign_embedders(SCOPE, "emb-a:8", DIMS + 1) == frozenset(
+            {("emb-a:8", DIMS), ("emb-b:8", DIMS), (None, DIMS)}
+        )
+        publish_sources(store, SCOPE, {"b": None, "c": None})
+        assert store.foreign_embedders(SCOPE, "emb-a:8", DIMS) == frozenset()
 
     def test_get_by_source_orders_by_id_and_keeps_fields(self, store: ChunkStore) -> None:
         """get_by_source returns the source's records ordered by id with their stored fields.
