@@ -548,7 +548,12 @@ def apply_source_renames(
         except Exception as exc:
             error = redact.error(exc)[:ERROR_MAX]
             if on_renamed is not None:
-                on_renamed(RenameEvent(rename.from_id, rename.to_id, "failed", error=error))
+                # Pages that committed before the failure stay moved: report them.
+                on_renamed(
+                    RenameEvent(
+                        rename.from_id, rename.to_id, "failed", moved, edges, dict(layers), error
+                    )
+                )
             if not continue_on_error:
                 raise
             failures.append(RenameFailure(rename.from_id, rename.to_id, error))

@@ -2040,6 +2040,21 @@ class ChunkStoreRepointContract(_ChunkStoreContractBase):
             written["rp-from"].pairs | written["rp-other"].pairs
         )
 
+    def test_rekey_never_overwrites_a_destination_record_of_the_same_generation(
+        self, store: ChunkStore
+    ) -> None:
+        """A retired destination row written at a moved row's generation blocks the rekey.
+
+        If this fails, check that rekey refuses instead of overwriting history that a
+        rollback could still restore (the (id, generation) pair must stay unique).
+        """
+        _require_generations(store)
+        _, written = publish_sources(store, SCOPE, {"rp-from": ["from one"], "rp-to": ["to one"]})
+        publish_sources(store, SCOPE, {"rp-to": None})
+        with store.unit_of_work(SCOPE) as uow, pytest.raises(ValidationError):
+            uow.records.rekey({"rp-from#0001": "rp-to#0001"}, to_source_id="rp-to")
+        assert visible_pairs(store, SCOPE, ["rp-from"]) == written["rp-from"].pairs
+
 
 class ChunkStoreContract(
     ChunkStoreCapabilityContract,

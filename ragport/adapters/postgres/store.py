@@ -271,6 +271,24 @@ class _Records:
                 raise ValidationError(
                     "a destination record id is already live in this scope", field="to_id"
                 )
+            history = uow.conn.execute(
+                text(
+                    f"SELECT count(*) FROM {uow.s}.records d JOIN {uow.s}.records m "
+                    "ON m.tenant_id = d.tenant_id AND m.resource_id = d.resource_id "
+                    "AND m.corpus_id = d.corpus_id AND m.generation = d.generation "
+                    "JOIN unnest(CAST(:old AS text[]), CAST(:new AS text[])) AS x(old_id, new_id) "
+                    "ON m.id = x.old_id AND d.id = x.new_id "
+                    "WHERE d.tenant_id = :t AND d.resource_id = :r AND d.corpus_id = :c "
+                    "AND m.retired_generation IS NULL"
+                ),
+                _params(uow.scope, new=new, old=old),
+            ).scalar_one()
+            if history:
+                # A retired row of the destination shares a moved row's generation: never
+                # overwrite history (the in-memory store refuses the same way).
+                raise ValidationError(
+                    "the destination id already has a record at this generation", field="to_id"
+                )
             result = uow.conn.execute(
                 text(
                     f"UPDATE {uow.s}.records r SET id = m.new_id, source_id = :to "
