@@ -7,13 +7,18 @@ before any socket opens.
 from __future__ import annotations
 
 import ipaddress
+import json
+import time
+from collections.abc import Mapping
 from types import ModuleType
+from typing import Any
 from urllib.parse import urlsplit
 
 from ragport.domain.errors import CapabilityError, ValidationError
 
 __all__ = [
     "MAX_MODEL_CHARS",
+    "HttpFailure",
     "Secret",
     "check_api_key",
     "check_base_url",
@@ -21,6 +26,7 @@ __all__ = [
     "check_model",
     "import_httpx",
     "is_loopback",
+    "post_json",
     "refuse_constant",
 ]
 
@@ -141,3 +147,68 @@ def check_api_key(value: object, required: bool = False) -> Secret | None:
 def refuse_constant(token: str) -> float:
     """``json.loads(parse_constant=...)``: NaN and Infinity are not JSON numbers."""
     raise ValueError("non-finite JSON constant")
+
+
+class HttpFailure(Exception):
+    """What went wrong with one POST, for the calling adapter to map to its own error.
+
+    ``kind`` is ``status`` (non-2xx; ``status`` set), ``too_large`` (body past the byte
+    ceiling), ``timeout`` or ``transport``; ``detail`` is an exception type name at most.
+    Carries no URL path, key, request or response text.
+    """
+
+    def __init__(self, kind: str, *, status: int | None = None, detail: str = ""):
+        super().__init__(kind)
+        self.kind = kind
+        self.status = status
+        self.detail = detail
+
+
+def post_json(
+    client: Any,
+    url: str,
+    payload: Mapping[str, Any],
+    *,
+    api_key: Secret | None,
+    timeout_s: float,
+    deadline: float,
+    max_bytes: int,
+) -> bytes:
+    """POST ``payload`` as JSON and return the 2xx body, read under ``max_bytes`` by streaming.
+
+    The deadline is checked between body chunks too (httpx's timeout is per read). Raises
+    :class:`HttpFailure`; never follows redirects (the clients are built without them).
+    """
+    httpx = import_httpx("HTTP adapters", "http")
+    headers = {
+        "Accept": "application/json",
+        "Accept-Encoding": "identity",  # the byte ceiling counts what arrives on the wire
+        "Content-Type": "application/json",
+    }
+    if api_key is not None:
+        headers["Authorization"] = f"Bearer {api_key.reveal()}"
+    # ensure_ascii: lone surrogates in a text are escaped rather than failing to encode.
+    content = json.dumps(payload, ensure_ascii=True, allow_nan=False).encode("ascii")
+    chunks: list[bytes] = []
+    try:
+        with client.stream(
+            "POST", url, content=content, headers=headers, timeout=timeout_s
+        ) as response:
+            if not 200 <= response.status_code < 300:
+                raise HttpFailure("status", status=response.status_code)
+            declared = response.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+                raise HttpFailure("too_large")
+            size = 0
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise HttpFailure("too_large")
+                if time.monotonic() > deadline:
+                    raise HttpFailure("timeout")
+                chunks.append(chunk)
+    except httpx.TimeoutException as exc:
+        raise HttpFailure("timeout", detail=type(exc).__name__) from exc
+    except (httpx.HTTPError, httpx.StreamError) as exc:
+        raise HttpFailure("transport", detail=type(exc).__name__) from exc
+    return b"".join(chunks)

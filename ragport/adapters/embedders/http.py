@@ -46,11 +46,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragport.adapters._http import (
+    HttpFailure,
     check_api_key,
     check_base_url,
     check_int,
     check_model,
     import_httpx,
+    post_json,
     refuse_constant,
 )
 from ragport.domain.errors import CapabilityError, ValidationError
@@ -204,58 +206,27 @@ class _HttpEmbedder:
 
     def _post(self, payload: dict[str, Any]) -> bytes:
         """POST ``payload`` as JSON; return the raw 2xx body, read under the byte ceiling."""
-        httpx = import_httpx("HTTP embedders", "embedding")
-        headers = {"Accept": "application/json", "Content-Type": "application/json"}
-        if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key.reveal()}"
-        # ensure_ascii: lone surrogates in a text are escaped rather than failing to encode.
-        content = json.dumps(payload, ensure_ascii=True, allow_nan=False).encode("ascii")
-        deadline = time.monotonic() + self._timeout_s
         try:
-            with self._client.stream(
-                "POST",
+            return post_json(
+                self._client,
                 self._base_url + self._path,
-                content=content,
-                headers=headers,
-                timeout=self._timeout_s,
-            ) as response:
-                if not 200 <= response.status_code < 300:
-                    raise CapabilityError(
-                        f"embedding server {self._host} answered HTTP {response.status_code}",
-                        capability="embedding",
-                    )
-                declared = response.headers.get("content-length")
-                if (
-                    declared is not None
-                    and declared.isdigit()
-                    and (int(declared) > self._max_response_bytes)
-                ):
-                    raise self._too_large()
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > self._max_response_bytes:
-                        raise self._too_large()
-                    if time.monotonic() > deadline:
-                        raise CapabilityError(
-                            f"embedding server {self._host} did not answer within "
-                            f"{self._timeout_s:g} s",
-                            capability="embedding",
-                        )
-                    chunks.append(chunk)
-        except httpx.TimeoutException as exc:
-            raise CapabilityError(
-                f"embedding server {self._host} did not answer within {self._timeout_s:g} s "
-                f"({type(exc).__name__})",
-                capability="embedding",
-            ) from exc
-        except (httpx.HTTPError, httpx.StreamError) as exc:
-            raise CapabilityError(
-                f"embedding request to {self._host} failed ({type(exc).__name__})",
-                capability="embedding",
-            ) from exc
-        return b"".join(chunks)
+                payload,
+                api_key=self._api_key,
+                timeout_s=self._timeout_s,
+                deadline=time.monotonic() + self._timeout_s,
+                max_bytes=self._max_response_bytes,
+            )
+        except HttpFailure as failure:
+            if failure.kind == "too_large":
+                raise self._too_large() from failure
+            if failure.kind == "status":
+                message = f"embedding server {self._host} answered HTTP {failure.status}"
+            elif failure.kind == "timeout":
+                detail = f" ({failure.detail})" if failure.detail else ""
+                message = f"embedding server {self._host} did not answer within {self._timeout_s:g} s{detail}"
+            else:
+                message = f"embedding request to {self._host} failed ({failure.detail})"
+            raise CapabilityError(message, capability="embedding") from failure.__cause__
 
     def _too_large(self) -> ValidationError:
         return ValidationError(

@@ -39,11 +39,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ragport.adapters._http import (
+    HttpFailure,
     check_api_key,
     check_base_url,
     check_int,
     check_model,
     import_httpx,
+    post_json,
     refuse_constant,
 )
 from ragport.domain.errors import RerankError, ValidationError
@@ -201,57 +203,36 @@ class _HttpReranker:
 
     def _post(self, payload: dict[str, Any], deadline: float) -> bytes:
         """POST ``payload`` as JSON; return the raw 2xx body, read under the byte ceiling."""
-        httpx = import_httpx("HTTP rerankers", "reranking")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise self._timed_out()
-        headers = {
-            "Accept": "application/json",
-            "Accept-Encoding": "identity",
-            "Content-Type": "application/json",
-        }
-        if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key.reveal()}"
-        # ensure_ascii: lone surrogates in a text are escaped rather than failing to encode.
-        content = json.dumps(payload, ensure_ascii=True, allow_nan=False).encode("ascii")
         try:
-            with self._client.stream(
-                "POST",
+            return post_json(
+                self._client,
                 self._base_url + "/rerank",
-                content=content,
-                headers=headers,
-                timeout=remaining,
-            ) as response:
-                if not 200 <= response.status_code < 300:
-                    raise RerankError(
-                        f"rerank server {self._host} answered HTTP {response.status_code}"
-                    )
-                declared = response.headers.get("content-length")
-                if (
-                    declared is not None
-                    and declared.isdigit()
-                    and int(declared) > self._max_response_bytes
-                ):
-                    raise self._too_large()
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > self._max_response_bytes:
-                        raise self._too_large()
-                    if time.monotonic() > deadline:
-                        raise self._timed_out()
-                    chunks.append(chunk)
-        except httpx.TimeoutException as exc:
+                payload,
+                api_key=self._api_key,
+                timeout_s=remaining,
+                deadline=deadline,
+                max_bytes=self._max_response_bytes,
+            )
+        except HttpFailure as failure:
+            if failure.kind == "too_large":
+                raise self._too_large() from failure
+            if failure.kind == "status":
+                raise RerankError(
+                    f"rerank server {self._host} answered HTTP {failure.status}"
+                ) from failure
+            if failure.kind == "timeout":
+                if not failure.detail:
+                    raise self._timed_out() from failure
+                raise RerankError(
+                    f"rerank server {self._host} did not answer within {self._timeout_ms} ms "
+                    f"({failure.detail})"
+                ) from failure.__cause__
             raise RerankError(
-                f"rerank server {self._host} did not answer within {self._timeout_ms} ms "
-                f"({type(exc).__name__})"
-            ) from exc
-        except (httpx.HTTPError, httpx.StreamError) as exc:
-            raise RerankError(
-                f"rerank request to {self._host} failed ({type(exc).__name__})"
-            ) from exc
-        return b"".join(chunks)
+                f"rerank request to {self._host} failed ({failure.detail})"
+            ) from failure.__cause__
 
     def _too_large(self) -> RerankError:
         return RerankError(
