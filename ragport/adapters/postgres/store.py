@@ -565,6 +565,7 @@ class PostgresStore:
         self._s = quote_schema(schema)
         self._ts_config = validate_text_search_config(text_search_config)
         self._engine = make_engine(url_or_engine)
+        self._read_engine = self._engine.execution_options(isolation_level="AUTOCOMMIT")
         self._vector_indexes: set[int] = set()
         self._analyzed = False
         self._checked = False
@@ -608,8 +609,11 @@ class PostgresStore:
         self._checked = True
 
     @contextmanager
-    def _connect(self, operation: str) -> Iterator[Connection]:
-        with translate_errors(operation), self._engine.connect() as conn:
+    def _connect(self, operation: str, *, read: bool = False) -> Iterator[Connection]:
+        # Reads are single statements (one snapshot each), so they run in autocommit: no
+        # BEGIN/ROLLBACK round trips around them.
+        engine = self._read_engine if read else self._engine
+        with translate_errors(operation), engine.connect() as conn:
             self._check_schema(conn)
             driver_connection(conn)
             yield conn
@@ -717,7 +721,7 @@ class PostgresStore:
 
     # -- reads -----------------------------------------------------------------------------------
     def current_generation(self, scope: Scope) -> int:
-        with self._connect("read generation") as conn:
+        with self._connect("read generation", read=True) as conn:
             value = conn.execute(
                 text(f"SELECT pointer FROM {self._s}.scopes WHERE {_SCOPE}"), _params(scope)
             ).scalar()
@@ -730,7 +734,7 @@ class PostgresStore:
         )
 
     def get_by_source(self, scope: Scope, source_id: str) -> Sequence[Record]:
-        with self._connect("read source") as conn:
+        with self._connect("read source", read=True) as conn:
             rows = conn.execute(
                 text(
                     self._pointer_cte() + f"SELECT {_RECORD_COLUMNS} FROM {self._s}.records r, sc "
@@ -742,7 +746,7 @@ class PostgresStore:
         return [_record(scope, row) for row in rows]
 
     def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
-        with self._connect("list embedders") as conn:
+        with self._connect("list embedders", read=True) as conn:
             rows = conn.execute(
                 text(
                     self._pointer_cte() + f"SELECT DISTINCT r.embedder_id, r.dimensions "
@@ -758,7 +762,7 @@ class PostgresStore:
     ) -> frozenset[EmbedderKey]:
         # Written as ranges so the (scope, embedder_id, dimensions) index answers it: on a
         # consistent scope no heap row is visited at all.
-        with self._connect("check embedders") as conn:
+        with self._connect("check embedders", read=True) as conn:
             rows = conn.execute(
                 text(
                     self._pointer_cte() + "SELECT DISTINCT x.embedder_id, x.dimensions FROM ("
@@ -773,7 +777,7 @@ class PostgresStore:
         return frozenset((row.embedder_id, row.dimensions) for row in rows)
 
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
-        with self._connect("list tombstones") as conn:
+        with self._connect("list tombstones", read=True) as conn:
             rows = conn.execute(
                 text(
                     f"SELECT id FROM {self._s}.tombstones WHERE {_SCOPE} AND reason = 'forgotten'"
@@ -806,20 +810,23 @@ class PostgresStore:
             + f"SELECT {_R_COLUMNS}, (r.embedding::vector({dims}) <=> :q) AS distance "
             f"FROM {self._s}.records r, sc, tb WHERE r.dimensions = :d AND {where} {order}"
         )
-        with self._connect("query") as conn:
-            # SET LOCAL lasts until the read-only transaction ends with the connection.
+        with self._connect("query", read=True) as conn:
             # Filters and grants thin the graph walk out: search wider then (measured at 100k
             # rows: recall@10 with grants alone 0.954 at ef_search 400; with grants and a 0.5%
-            # filter 0.90 at 40, 0.941 at 400, so both together get 800).
+            # filter 0.90 at 40, 0.941 at 400, so both together get 800). The settings are
+            # session-level on the connections ragport uses, sent only when they change.
             predicates = (authorization is not None) + bool(metadata_filter)
-            ef = (200, 400, 800)[predicates]
-            conn.execute(
-                text(
-                    "SELECT set_config('hnsw.iterative_scan', 'strict_order', true), "
-                    "set_config('hnsw.ef_search', :ef, true)"
-                ),
-                {"ef": str(max(ef, min(1000, int(limit))))},
-            )
+            ef = str(max((200, 400, 800)[predicates], min(1000, int(limit))))
+            info = conn.connection.info
+            if info.get("ragport_ef_search") != ef:
+                conn.execute(
+                    text(
+                        "SELECT set_config('hnsw.iterative_scan', 'strict_order', false), "
+                        "set_config('hnsw.ef_search', :ef, false)"
+                    ),
+                    {"ef": ef},
+                )
+                info["ragport_ef_search"] = ef
             rows = conn.execute(text(sql), params).all()
             if on_denied is not None and authorization is not None:
                 self._report_denied(
@@ -910,7 +917,7 @@ class PostgresStore:
             f"FROM {self._s}.records r, sc, tb, q WHERE r.tsv @@ q.query AND {where} "
             'ORDER BY rank DESC, r.id COLLATE "C" LIMIT :k'
         )
-        with self._connect("lexical query") as conn:
+        with self._connect("lexical query", read=True) as conn:
             rows = conn.execute(text(sql), params).all()
             if on_denied is not None and authorization is not None:
                 self._report_denied(
@@ -1011,6 +1018,6 @@ class PostgresStore:
         wanted = list(dict.fromkeys(source_ids))
         if not wanted:
             return {}
-        with self._connect("check access") as conn:
+        with self._connect("check access", read=True) as conn:
             grants = _read_grants(conn, self._s, scope, wanted)
         return {s: decide_access(s, grants.get(s), authorization) for s in wanted}
