@@ -303,7 +303,25 @@ class TeiReranker(_HttpReranker):
         return doc
 
 
-class OpenAICompatibleReranker(_HttpReranker):
+class _DocumentsReranker(_HttpReranker):
+    """The hosted shape: ``{"model", "query", "documents"}`` in, a list of
+    ``{"index", "relevance_score"}`` under ``_results_key`` out."""
+
+    _score_key = "relevance_score"
+    _results_key: str
+
+    def _payload(self, query: str, documents: list[str]) -> dict[str, Any]:
+        return {"model": self._model, "query": query, "documents": documents}
+
+    def _items(self, doc: object) -> list[Any]:
+        key = self._results_key
+        if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
+            raise self._malformed(f'expected an object with a "{key}" array')
+        items: list[Any] = doc[key]
+        return items
+
+
+class OpenAICompatibleReranker(_DocumentsReranker):
     """``POST {base_url}/rerank`` with ``{"model", "query", "documents"}``; answer
     ``{"results": [{"index", "relevance_score"}, ...]}``, the shape vLLM, Jina, Cohere-style
     gateways and LiteLLM speak.
@@ -312,7 +330,7 @@ class OpenAICompatibleReranker(_HttpReranker):
     raise the ceiling for them.
     """
 
-    _score_key = "relevance_score"
+    _results_key = "results"
 
     def __init__(
         self,
@@ -339,22 +357,13 @@ class OpenAICompatibleReranker(_HttpReranker):
             transport=transport,
         )
 
-    def _payload(self, query: str, documents: list[str]) -> dict[str, Any]:
-        return {"model": self._model, "query": query, "documents": documents}
 
-    def _items(self, doc: object) -> list[Any]:
-        if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
-            raise self._malformed('expected an object with a "results" array')
-        results: list[Any] = doc["results"]
-        return results
-
-
-class VoyageReranker(_HttpReranker):
+class VoyageReranker(_DocumentsReranker):
     """Voyage AI: ``POST {base_url}/rerank`` with ``{"model", "query", "documents"}``; answer
     ``{"data": [{"index", "relevance_score"}, ...]}``. ``api_key`` is required.
     """
 
-    _score_key = "relevance_score"
+    _results_key = "data"
 
     def __init__(
         self,
@@ -380,12 +389,3 @@ class VoyageReranker(_HttpReranker):
             client=client,
             transport=transport,
         )
-
-    def _payload(self, query: str, documents: list[str]) -> dict[str, Any]:
-        return {"model": self._model, "query": query, "documents": documents}
-
-    def _items(self, doc: object) -> list[Any]:
-        if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
-            raise self._malformed('expected an object with a "data" array')
-        data: list[Any] = doc["data"]
-        return data
