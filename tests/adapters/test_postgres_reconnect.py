@@ -1,0 +1,130 @@
+"""Pooled connections that lost their server: reads recover, nothing is reported as found.
+
+The store's own engine pings a connection only after it sat idle (``IDLE_PING_SECONDS``), not
+on every checkout; a connection killed while in steady use fails one statement, which the
+store retries once on a fresh connection (reads only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import ragport
+from ragport.adapters.embedders import HashEmbedder
+from ragport.adapters.postgres import PostgresStore, _driver
+from ragport.adapters.postgres import store as store_module
+from ragport.domain.errors import StoreError
+
+SCOPE = ragport.Scope("tenant-1", "kb", "docs")
+EMB = HashEmbedder(dimensions=16)
+
+
+@pytest.fixture
+def admin(pg_url: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        yield conn
+
+
+def _store(pg_url: str, schema: str) -> PostgresStore:
+    store = PostgresStore(pg_url, schema=schema, create=True)
+    ragport.replace_source(
+        source_id="doc",
+        chunks=[ragport.Chunk.of("doc", 0, "alpha beta gamma")],
+        embedder=EMB,
+        store=store,
+        scope=SCOPE,
+    )
+    return store
+
+
+def _backend_pid(store: PostgresStore) -> int:
+    rows = store._read("pid", lambda conn: store_module._fetch(conn, "SELECT pg_backend_pid()", {}))
+    return int(rows[0][0])
+
+
+def _kill(admin: psycopg.Connection, pid: int) -> None:
+    assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+
+
+def test_a_read_on_a_killed_pooled_connection_is_retried_once(pg_url, pg_schema, admin) -> None:
+    store = _store(pg_url, pg_schema)
+    try:
+        pid = _backend_pid(store)
+        assert _backend_pid(store) == pid, "the pool must hand back the same connection"
+        _kill(admin, pid)
+        connect, attempts = store._connect, []
+
+        def counting(operation, *, read=False):  # type: ignore[no-untyped-def]
+            attempts.append(operation)
+            return connect(operation, read=read)
+
+        store._connect = counting  # type: ignore[method-assign]
+        # No idle ping (the connection was just used): the first statement fails, the store
+        # discards the connection and reads again on a fresh one.
+        records = store.get_by_source(SCOPE, "doc")
+        assert [r.text for r in records] == ["alpha beta gamma"]
+        assert attempts == ["read source", "read source"]
+        assert _backend_pid(store) != pid
+    finally:
+        store.engine.dispose()
+
+
+def test_an_idle_connection_is_pinged_and_replaced(pg_url, pg_schema, admin, monkeypatch) -> None:
+    monkeypatch.setattr(_driver, "IDLE_PING_SECONDS", 0.0)
+    store = _store(pg_url, pg_schema)
+    reads: list[str] = []
+    original = store._read
+
+    def counting(operation, run):  # type: ignore[no-untyped-def]
+        reads.append(operation)
+        return original(operation, run)
+
+    try:
+        pid = _backend_pid(store)
+        _kill(admin, pid)
+        monkeypatch.setattr(store, "_connect", _no_retry(store._connect))
+        monkeypatch.setattr(store, "_read", counting)
+        # The checkout ping finds the dead connection first: the read itself never fails.
+        assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["alpha beta gamma"]
+        assert reads == ["read source"]
+    finally:
+        store.engine.dispose()
+
+
+def _no_retry(connect):  # type: ignore[no-untyped-def]
+    """Fails the test if a statement hits a dead connection (the ping should have caught it)."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def wrapped(operation, *, read=False):  # type: ignore[no-untyped-def]
+        with connect(operation, read=read) as conn:
+            try:
+                yield conn
+            except StoreError as exc:  # pragma: no cover - only on a regression
+                pytest.fail(f"a statement ran on a dead connection: {exc}")
+
+    return wrapped
+
+
+def test_a_write_on_a_killed_connection_fails_loudly_and_the_next_one_works(
+    pg_url, pg_schema, admin
+) -> None:
+    store = _store(pg_url, pg_schema)
+    try:
+        _kill(admin, _backend_pid(store))
+        chunks = [ragport.Chunk.of("doc", 0, "delta epsilon")]
+        # Writes are not retried behind the caller's back: the error is typed, nothing half done.
+        with pytest.raises(StoreError):
+            ragport.replace_source(
+                source_id="doc", chunks=chunks, embedder=EMB, store=store, scope=SCOPE
+            )
+        assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["alpha beta gamma"]
+        ragport.replace_source(
+            source_id="doc", chunks=chunks, embedder=EMB, store=store, scope=SCOPE
+        )
+        assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["delta epsilon"]
+    finally:
+        store.engine.dispose()
