@@ -63,7 +63,12 @@ from ragport.domain.model import (
 from ragport.ports.embedder import Embedder, Vector
 from ragport.ports.rerank import Reranker
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
-from ragport.ports.store import ChunkStore, ScoredRecord, SupportsLexicalSearch
+from ragport.ports.store import (
+    ChunkStore,
+    ScoredRecord,
+    SupportsGuardedQuery,
+    SupportsLexicalSearch,
+)
 
 __all__ = ["estimate_tokens", "retrieve_context"]
 
@@ -118,6 +123,15 @@ def _checked(
     return out
 
 
+def _is_guarded(store: ChunkStore) -> bool:
+    """Whether the store's own class declares ``guarded_query``.
+
+    Not ``isinstance(store, SupportsGuardedQuery)``: a wrapper that delegates unknown
+    attributes (``__getattr__``) would pass it and have its own ``query`` bypassed.
+    """
+    return callable(getattr(type(store), "guarded_query", None))
+
+
 def _search(
     store: ChunkStore,
     wanted: Sequence[Scope],
@@ -127,6 +141,7 @@ def _search(
     expected: tuple[str, int],
     embedder: Embedder,
     lexical: str,
+    guarded: bool,
     limit: int,
     rrf_k: int,
     authorization: Authorization | None,
@@ -138,7 +153,8 @@ def _search(
     """Run each scope's legs and merge them: by cosine with one leg, by RRF with two.
 
     Each (scope, leg) is its own ranked list in the fusion, so scores from different scopes
-    or legs are never compared; candidates are keyed on (scope, record id).
+    or legs are never compared; candidates are keyed on (scope, record id). A store with
+    ``guarded_query`` answers the drift guard with the vector leg: a mismatch raises here.
     """
     legs: dict[str, list[_Key]] = {}
     records: dict[_Key, Record] = {}
@@ -152,14 +168,30 @@ def _search(
 
         on_denied = collect if store_denied is not None else None
         with telemetry.span("rag.vector"):
-            found = store.query(
-                s,
-                vector,
-                limit=limit,
-                authorization=authorization,
-                metadata_filter=metadata_filter,
-                on_denied=on_denied,
-            )
+            if guarded:
+                assert isinstance(store, SupportsGuardedQuery)
+                answer = store.guarded_query(
+                    s,
+                    vector,
+                    embedder_id=embedder.id,
+                    dimensions=embedder.dimensions,
+                    limit=limit,
+                    authorization=authorization,
+                    metadata_filter=metadata_filter,
+                    on_denied=on_denied,
+                )
+                for found_key in sorted(answer.foreign_embedders, key=repr):
+                    raise _mismatch(embedder, found_key)
+                found = answer.records
+            else:
+                found = store.query(
+                    s,
+                    vector,
+                    limit=limit,
+                    authorization=authorization,
+                    metadata_filter=metadata_filter,
+                    on_denied=on_denied,
+                )
         ranked = _checked(found, s, expected=expected, embedder=embedder)
         legs[f"vector:{n}"] = [(s, item.record.id) for item in ranked]
         for item in ranked:
@@ -316,9 +348,10 @@ def retrieve_context(
 
     with tel.span("rag.retrieve") as root:
         root.set_attribute("rag.scopes", len(wanted))
-        # 3. drift guard
+        # 3. drift guard (a guarded store answers it with the vector leg instead: step 5)
         expected = (embedder.id, embedder.dimensions)
-        for s in wanted:
+        guarded = _is_guarded(store)
+        for s in [] if guarded else wanted:
             for found_key in sorted(
                 store.foreign_embedders(s, embedder.id, embedder.dimensions), key=repr
             ):
@@ -354,6 +387,7 @@ def retrieve_context(
             expected=expected,
             embedder=embedder,
             lexical=lexical,
+            guarded=guarded,
             limit=query_candidates,
             rrf_k=rrf_k,
             authorization=authorization,

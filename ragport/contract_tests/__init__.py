@@ -36,7 +36,7 @@ from ragport.contract_tests.embedder import EmbedderContract  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.3"
+CONTRACT_VERSION = "1.4"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -45,6 +45,7 @@ CONTRACT_VERSION = "1.3"
 #      that advertise lexical_modes), ChunkStoreDenialReportContract (on_denied).
 # 1.2  RerankerContract (empty input, permutation of the same objects, determinism, caps).
 # 1.3  ChunkStoreLineageContract, ChunkStoreRepointContract, DerivedArtifactHandlerContract.
+# 1.4  ChunkStoreGuardedQueryContract (stores that implement SupportsGuardedQuery).
 
 __all__ = [
     "CONTRACT_VERSION",

@@ -36,8 +36,10 @@ __all__ = [
     "EmbedderKey",
     "GenerationRepository",
     "GrantRepository",
+    "GuardedQuery",
     "RecordRepository",
     "ScoredRecord",
+    "SupportsGuardedQuery",
     "SupportsLexicalSearch",
     "SupportsPreparation",
     "TombstoneRepository",
@@ -54,6 +56,14 @@ class ScoredRecord:
 
     record: Record
     score: float
+
+
+@attrs.frozen
+class GuardedQuery:
+    """A vector leg answered together with its drift guard (``SupportsGuardedQuery``)."""
+
+    foreign_embedders: frozenset[EmbedderKey]
+    records: Sequence[ScoredRecord]
 
 
 class RecordRepository(Protocol):
@@ -317,6 +327,35 @@ class SupportsLexicalSearch(Protocol):
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]: ...
+
+
+@runtime_checkable
+class SupportsGuardedQuery(Protocol):
+    """A store that answers the drift guard inside its vector leg's own statement.
+
+    ``guarded_query`` returns what ``foreign_embedders(scope, embedder_id, dimensions)`` and
+    ``query(scope, vector, ...)`` would return, read from one snapshot (one statement on
+    PostgreSQL). ``retrieve_context`` then skips its separate drift-guard read and raises the
+    mismatch from the leg's answer instead, before anything is fused or returned: one round
+    trip less per scope. The tombstone guard after the legs is never skipped: it is what
+    catches a store (or a wrapper around one) whose legs miss a tombstone.
+
+    Retrieval uses it only when the store's own class defines ``guarded_query``: a wrapper
+    that delegates unknown attributes keeps the plain path, so its own ``query`` still runs.
+    """
+
+    def guarded_query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        *,
+        embedder_id: str,
+        dimensions: int,
+        limit: int,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
+    ) -> GuardedQuery: ...
 
 
 @runtime_checkable

@@ -34,6 +34,7 @@ from ragport import (
 )
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
+from ragport.ports.store import GuardedQuery
 
 SCOPE = Scope("tenant-1", "kb", "docs")
 OTHER_CORPUS = Scope("tenant-1", "kb", "archive")
@@ -197,6 +198,11 @@ class StaleStore(CountingStore):
         if not self.frozen:
             self.stale[key] = self._inner.query(scope, vector, **kwargs)
         return self.stale[key]
+
+    def guarded_query(self, scope: Scope, vector: Any, **kwargs: Any) -> Any:
+        guard = {k: kwargs.pop(k) for k in ("embedder_id", "dimensions")}
+        foreign = self._inner.foreign_embedders(scope, guard["embedder_id"], guard["dimensions"])
+        return GuardedQuery(foreign_embedders=foreign, records=self.query(scope, vector, **kwargs))
 
     def lexical_query(self, scope: Scope, text: str, **kwargs: Any) -> Any:
         key = ("lexical", str(kwargs.get("authorization")))

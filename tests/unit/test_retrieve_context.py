@@ -14,7 +14,7 @@ import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.domain.model import AccessDecision
-from ragport.ports.store import ScoredRecord
+from ragport.ports.store import ScoredRecord, SupportsGuardedQuery
 
 SCOPE = ragport.Scope("tenant-1", "kb", "docs")
 SCOPE_B = ragport.Scope("tenant-1", "kb", "notes")
@@ -504,6 +504,57 @@ def test_mismatch_in_one_of_several_scopes_stops_retrieval(store: InMemoryStore)
     with pytest.raises(ragport.EmbedderMismatchError) as info:
         retrieve(scopes=[SCOPE, SCOPE_B], store=store)
     assert info.value.found_id == "hash-v1:64"
+
+
+class CallLog:
+    """Delegates to a store (``__getattr__``) and logs the store methods retrieval calls.
+
+    Delegation alone does not make it a guarded store: ``guarded_query`` must be declared on
+    the class, so a wrapper's own ``query`` is never bypassed.
+    """
+
+    def __init__(self, inner: InMemoryStore) -> None:
+        self._inner = inner
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def logged(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return logged
+
+
+class GuardedCallLog(CallLog):
+    def guarded_query(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("guarded_query")
+        return self._inner.guarded_query(*args, **kwargs)
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["guarded", "plain"])
+def test_drift_guard_reads_once_per_scope_on_either_path(
+    store: InMemoryStore, guarded: bool
+) -> None:
+    """A guarded store answers the drift guard with its vector leg; a plain one gets a read
+    first. Both still get the tombstone re-read and still refuse another embedder. If this
+    fails, check steps 3, 5 and 7 of retrieve_context."""
+    log = GuardedCallLog(store) if guarded else CallLog(store)
+    assert isinstance(log, SupportsGuardedQuery), "delegation answers isinstance either way"
+    assert sources(retrieve(store=log)) == {"handbook", "security"}
+    legs = ["guarded_query"] if guarded else ["foreign_embedders", "query"]
+    assert [c for c in log.calls if c != "capabilities"] == [*legs, "list_invalidated_ids"]
+    log.calls.clear()
+    other = CountingEmbedder(HashEmbedder(256), id="other:256")
+    with pytest.raises(ragport.EmbedderMismatchError) as info:
+        retrieve(store=log, embedder=other)
+    assert info.value.found_id == "hash-v1:256"
+    # Nothing was fused or returned: the mismatch is raised from the leg's own answer.
+    assert "list_invalidated_ids" not in log.calls
+    assert other.calls == ([["vacation days approval"]] if guarded else [])
 
 
 # -- filters and scope guards --------------------------------------------------------------------

@@ -33,7 +33,7 @@ from ragport.domain.model import (
     strongest_tombstone,
 )
 from ragport.ports.embedder import Vector, VectorMatrix
-from ragport.ports.store import EmbedderKey, ScoredRecord
+from ragport.ports.store import EmbedderKey, GuardedQuery, ScoredRecord
 
 __all__ = ["InMemoryStore"]
 
@@ -625,10 +625,40 @@ class InMemoryStore:
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
+        return self._query(
+            self._snapshot(scope), vector, limit, authorization, metadata_filter, on_denied
+        )
+
+    def guarded_query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        *,
+        embedder_id: str,
+        dimensions: int,
+        limit: int,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
+    ) -> GuardedQuery:
+        """``foreign_embedders`` and ``query`` over one snapshot."""
+        snap = self._snapshot(scope)
+        foreign = frozenset(k for k in snap.embedders() if k != (embedder_id, dimensions))
+        found = self._query(snap, vector, limit, authorization, metadata_filter, on_denied)
+        return GuardedQuery(foreign_embedders=foreign, records=found)
+
+    def _query(
+        self,
+        snap: _Snapshot,
+        vector: Vector,
+        limit: int,
+        authorization: Authorization | None,
+        metadata_filter: Mapping[str, Any] | Filter | None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None,
+    ) -> tuple[ScoredRecord, ...]:
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         if limit <= 0:
             return ()
-        snap = self._snapshot(scope)
         index = snap.index(q.shape[0])
         if not index.rows:
             return ()

@@ -53,7 +53,7 @@ from ragport.domain.model import (
     strongest_tombstone,
 )
 from ragport.ports.embedder import Vector, VectorMatrix
-from ragport.ports.store import EmbedderKey, ScoredRecord
+from ragport.ports.store import EmbedderKey, GuardedQuery, ScoredRecord
 
 __all__ = ["PostgresStore"]
 
@@ -825,19 +825,25 @@ class PostgresStore:
     def foreign_embedders(
         self, scope: Scope, embedder_id: str, dimensions: int
     ) -> frozenset[EmbedderKey]:
-        # Written as ranges so the (scope, embedder_id, dimensions) index answers it: on a
-        # consistent scope no heap row is visited at all.
-        sql = (
-            self._pointer_cte() + "SELECT DISTINCT x.embedder_id, x.dimensions FROM ("
+        sql = self._pointer_cte() + f"SELECT * FROM ({self._foreign_sql()}) x"
+        params = _params(scope, e=embedder_id, ed=dimensions)
+        rows = self._read("check embedders", lambda conn: _fetch(conn, sql, params))
+        return frozenset((row.embedder_id, row.dimensions) for row in rows)
+
+    def _foreign_sql(self) -> str:
+        """Distinct (embedder_id, dimensions) of visible rows other than (:e, :ed); needs ``sc``.
+
+        Written as ranges so the (scope, embedder_id, dimensions) index answers it: on a
+        consistent scope no heap row is visited at all.
+        """
+        return (
+            "SELECT DISTINCT y.embedder_id, y.dimensions FROM ("
             f"SELECT r.embedder_id, r.dimensions FROM {self._s}.records r, sc "
             f"WHERE {_RSCOPE} AND {_VISIBLE} AND (r.embedder_id IS NULL "
             "OR r.embedder_id < :e OR r.embedder_id > :e "
-            "OR (r.embedder_id = :e AND (r.dimensions < :d OR r.dimensions > :d))) "
-            "LIMIT 64) x"
+            "OR (r.embedder_id = :e AND (r.dimensions < :ed OR r.dimensions > :ed))) "
+            "LIMIT 64) y"
         )
-        params = _params(scope, e=embedder_id, d=dimensions)
-        rows = self._read("check embedders", lambda conn: _fetch(conn, sql, params))
-        return frozenset((row.embedder_id, row.dimensions) for row in rows)
 
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
         sql = f"SELECT id FROM {self._s}.tombstones WHERE {_SCOPE} AND reason = 'forgotten'"
@@ -854,22 +860,74 @@ class PostgresStore:
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
+        _, scored = self._vector_leg(
+            scope, vector, None, limit, authorization, metadata_filter, on_denied
+        )
+        return scored
+
+    def guarded_query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        *,
+        embedder_id: str,
+        dimensions: int,
+        limit: int,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
+    ) -> GuardedQuery:
+        """``foreign_embedders`` and ``query`` in one statement (one snapshot, one round trip)."""
+        foreign, scored = self._vector_leg(
+            scope,
+            vector,
+            (embedder_id, dimensions),
+            limit,
+            authorization,
+            metadata_filter,
+            on_denied,
+        )
+        return GuardedQuery(foreign_embedders=foreign, records=scored)
+
+    def _vector_leg(
+        self,
+        scope: Scope,
+        vector: Vector,
+        guard: tuple[str, int] | None,
+        limit: int,
+        authorization: Authorization | None,
+        metadata_filter: Mapping[str, Any] | Filter | None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None,
+    ) -> tuple[frozenset[EmbedderKey], tuple[ScoredRecord, ...]]:
         q = np.ascontiguousarray(np.asarray(vector, dtype=np.float32).reshape(-1))
-        if limit <= 0 or q.size == 0:
-            return ()
         if not np.all(np.isfinite(q)):
             raise ValidationError("query vector must be finite", field="vector")
+        if limit <= 0 or q.size == 0:
+            if guard is None:
+                return frozenset(), ()
+            return self.foreign_embedders(scope, *guard), ()
         dims = int(q.shape[0])
         # Dimensions and limit are integers written into the statement: a cached generic plan
         # must still see that the partial HNSW index (WHERE dimensions = N) applies.
         params = _params(scope, q=q)
         where = self._predicate(params, authorization, metadata_filter)
         order = f"ORDER BY r.embedding::vector({dims}) <=> :q LIMIT {int(limit)}"
-        sql = (
-            self._predicate_ctes()
-            + f"SELECT {_R_COLUMNS}, (r.embedding::vector({dims}) <=> :q) AS distance "
+        leg = (
+            f"SELECT {_R_COLUMNS}, (r.embedding::vector({dims}) <=> :q) AS distance "
             f"FROM {self._s}.records r, sc, tb WHERE r.dimensions = {dims} AND {where} {order}"
         )
+        if guard is None:
+            sql = self._predicate_ctes() + leg
+        else:
+            # The drift guard rides along: one aggregate row (never empty) joined with the leg.
+            params.update(e=guard[0], ed=int(guard[1]))
+            sql = (
+                self._predicate_ctes()
+                + ", fe AS (SELECT array_agg(f.embedder_id) AS ids, array_agg(f.dimensions) "
+                f"AS dims FROM ({self._foreign_sql()}) f) "
+                f"SELECT fe.ids AS fe_ids, fe.dims AS fe_dims, v.* FROM fe "
+                f"LEFT JOIN LATERAL ({leg}) v ON true"
+            )
         # Filters and grants thin the graph walk out: search wider then (measured at 100k
         # rows: recall@10 with grants alone 0.954 at ef_search 400; with grants and a 0.5%
         # filter 0.90 at 40, 0.941 at 400, so both together get 800). The settings are
@@ -899,13 +957,18 @@ class PostgresStore:
             return found
 
         rows = self._read("query", run)
+        foreign: frozenset[EmbedderKey] = frozenset()
+        if guard is not None and rows and rows[0].fe_ids is not None:
+            foreign = frozenset(zip(rows[0].fe_ids, rows[0].fe_dims, strict=True))
         scored = []
         for row in rows:
+            if row.id is None:  # the guard's row when the leg found nothing
+                continue
             distance = float(row.distance)
             score = 1.0 - distance if math.isfinite(distance) else 0.0
             scored.append(ScoredRecord(_record(scope, row), score))
         scored.sort(key=lambda s: (-s.score, s.record.id))
-        return tuple(scored)
+        return foreign, tuple(scored)
 
     def _predicate_ctes(self) -> str:
         """The scope's pointer and its forgotten ids, read in the same statement (one snapshot)."""
