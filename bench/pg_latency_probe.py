@@ -1,0 +1,141 @@
+"""Retrieve latency on a quiet, already-loaded PostgreSQL store (a probe, not the full bench).
+
+``bench_postgres.py`` rebuilds 100k rows and interleaves the vector retrieve with a hybrid
+one; on a 2-core machine shared with other work its multi-round-trip path suffers most from
+contention. This probe loads the same corpus once into an embedded server under ``--data``
+(kept running between invocations), then times, interleaved over 200 queries:
+
+- ``bare``: ``SELECT id ... ORDER BY embedding <=> q LIMIT 10`` at pgvector's default ef_search 40;
+- ``eq``: the equivalent hand-written query: the same 20 rows and columns with distance, scope
+  and live rows, ef_search 200, iterative scans on;
+- ``query``: ``store.query(limit=20)``; ``drift``: ``store.foreign_embedders``;
+- ``tomb``: ``store.list_invalidated_ids``;
+- ``retrieve``: ``retrieve_context(top_k=10, query_candidates=20)``.
+
+Run: .venv/bin/python bench/pg_latency_probe.py --data /tmp/ragport-probe [--rows 100000]
+(the first run loads the rows, about 4 min for 100k; stop the server afterwards with
+``ragport db stop --data-dir DIR/data`` or pg_ctl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+
+sys.path.insert(0, str(Path(__file__).parent))
+import bench_postgres as B
+
+from ragport import replace_source, retrieve_context
+from ragport.adapters.postgres import PostgresStore, embedded_server
+from ragport.adapters.postgres.store import _R_COLUMNS
+
+SCHEMA = "probe"  # --schema overrides it
+
+
+def load(url: str, rows: int, out: Path) -> None:
+    corpus = B.Corpus(rows)
+    emb = B.PrecomputedEmbedder()
+    emb.add(corpus.texts, corpus.vectors)
+    store = PostgresStore(url, schema=SCHEMA, create=True)
+    store.prepare(B.SCOPE, dimensions=B.DIMS)
+    for s in range(len(corpus.sources)):
+        replace_source(
+            source_id=corpus.sources[s],
+            chunks=corpus.chunks(s),
+            embedder=emb,
+            store=store,
+            scope=B.SCOPE,
+            batch_size=128,
+        )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"VACUUM ANALYZE {SCHEMA}.records")
+        conn.execute("CHECKPOINT")
+    np.save(out, corpus.queries(200, np.random.default_rng(B.SEED + 1)))
+    store.engine.dispose()
+
+
+class Precomputed:
+    id = B.EMBEDDER_ID
+    dimensions = B.DIMS
+
+    def __init__(self, queries: list[str], vectors: np.ndarray) -> None:
+        self.vectors = dict(zip(queries, vectors, strict=True))
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self.vectors[t] for t in texts])
+
+
+def measure(url: str, qv: np.ndarray) -> None:
+    store = PostgresStore(url, schema=SCHEMA)
+    queries = [f"q{i}" for i in range(len(qv))]
+    emb = Precomputed(queries, qv)
+    bare = psycopg.connect(url, autocommit=True)
+    eq = psycopg.connect(url, autocommit=True)
+    for conn in (bare, eq):
+        register_vector(conn)
+    eq.execute("SET hnsw.ef_search = 200")
+    eq.execute("SET hnsw.iterative_scan = strict_order")
+    scope = (B.SCOPE.tenant_id, B.SCOPE.resource_id, B.SCOPE.corpus_id)
+    where = "r.tenant_id = %s AND r.resource_id = %s AND r.corpus_id = %s AND r.dimensions = 384"
+    bare_sql = f"SELECT r.id FROM {SCHEMA}.records r WHERE {where} ORDER BY r.embedding::vector(384) <=> %s LIMIT 10"
+    eq_sql = (
+        f"SELECT {_R_COLUMNS}, (r.embedding::vector(384) <=> %s) AS distance FROM {SCHEMA}.records r "
+        f"WHERE {where} AND r.retired_generation IS NULL ORDER BY r.embedding::vector(384) <=> %s LIMIT 20"
+    )
+    times: dict[str, list[float]] = {
+        k: [] for k in ("bare", "eq", "query", "drift", "tomb", "retrieve")
+    }
+    for rep in range(2):  # the first pass warms caches and prepared statements
+        for q, v in zip(queries, qv, strict=True):
+            marks = [time.perf_counter()]
+            bare.execute(bare_sql, (*scope, v)).fetchall()
+            marks.append(time.perf_counter())
+            eq.execute(eq_sql, (v, *scope, v)).fetchall()
+            marks.append(time.perf_counter())
+            store.query(B.SCOPE, v, limit=20)
+            marks.append(time.perf_counter())
+            store.foreign_embedders(B.SCOPE, emb.id, emb.dimensions)
+            marks.append(time.perf_counter())
+            store.list_invalidated_ids(B.SCOPE)
+            marks.append(time.perf_counter())
+            retrieve_context(
+                q, embedder=emb, store=store, scope=B.SCOPE, top_k=10, query_candidates=20
+            )
+            marks.append(time.perf_counter())
+            if rep:
+                for name, a, b in zip(times, marks, marks[1:], strict=False):
+                    times[name].append((b - a) * 1e3)
+    p50 = {k: float(np.percentile(v, 50)) for k, v in times.items()}
+    p95 = {k: float(np.percentile(v, 95)) for k, v in times.items()}
+    for k in times:
+        print(f"{k:9s} p50 {p50[k]:.3f} ms  p95 {p95[k]:.3f} ms")
+    print(
+        f"retrieve / equivalent raw: p50 {p50['retrieve'] / p50['eq']:.2f}x, p95 "
+        f"{p95['retrieve'] / p95['eq']:.2f}x; retrieve / bare: p50 {p50['retrieve'] / p50['bare']:.2f}x"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--schema", default=SCHEMA)
+    args = parser.parse_args()
+    globals()["SCHEMA"] = args.schema
+    args.data.mkdir(parents=True, exist_ok=True)
+    queries = args.data / f"queries-{args.rows}.npy"
+    with embedded_server(args.data / "data", keep_running=True) as url:
+        if not queries.exists():
+            load(url, args.rows, queries)
+        measure(url, np.load(queries))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
