@@ -1259,6 +1259,25 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
         assert answer.foreign_embedders == frozenset()
         assert _ids(answer.records) == ["a#0001"]
 
+    def test_guarded_query_names_a_lone_legacy_row_or_other_dimension(
+        self, store: ChunkStore
+    ) -> None:
+        """One row without an embedder id (or of another dimension) among consistent ones.
+
+        If this fails, check any shortcut the guard takes (PostgreSQL probes the first and last
+        (embedder_id, dimensions) in index order, where rows without an id sort last).
+        """
+        publish_sources(store, SCOPE, {"a": ["alpha", "alpha two"]})
+        publish_sources(store, SCOPE, {"z": ["zeta"]}, embedder_id=None)
+        vector = hash_vector("alpha")
+        answer = self._guarded(store, SCOPE, vector, limit=QUERY_ALL)
+        assert answer.foreign_embedders == frozenset({(None, DIMS)})
+        publish_sources(store, SCOPE, {"z": None})
+        publish_sources(store, SCOPE, {"y": ["eta"]}, dimensions=DIMS + 1)
+        answer = self._guarded(store, SCOPE, vector, limit=QUERY_ALL)
+        assert answer.foreign_embedders == frozenset({(CONTRACT_EMBEDDER_ID, DIMS + 1)})
+        assert sorted(_ids(answer.records)) == ["a#0001", "a#0002"]
+
     def test_guarded_query_on_an_empty_or_foreign_only_scope(self, store: ChunkStore) -> None:
         """No rows: nothing foreign, nothing found. Only foreign rows: they are named.
 

@@ -910,23 +910,32 @@ class PostgresStore:
         # Dimensions and limit are integers written into the statement: a cached generic plan
         # must still see that the partial HNSW index (WHERE dimensions = N) applies.
         params = _params(scope, q=q)
-        where = self._predicate(params, authorization, metadata_filter)
+        # The pointer and the tombstones enter as scalar subqueries (InitPlans), not joins, so
+        # the HNSW scan filters and projects each row itself (measured: 0.3 ms per query).
+        where = self._predicate(params, authorization, metadata_filter, scalar=True)
         order = f"ORDER BY r.embedding::vector({dims}) <=> :q LIMIT {int(limit)}"
         leg = (
             f"SELECT {_R_COLUMNS}, (r.embedding::vector({dims}) <=> :q) AS distance "
-            f"FROM {self._s}.records r, sc, tb WHERE r.dimensions = {dims} AND {where} {order}"
+            f"FROM {self._s}.records r WHERE r.dimensions = {dims} AND {where} {order}"
         )
         if guard is None:
             sql = self._predicate_ctes() + leg
         else:
-            # The drift guard rides along: one aggregate row (never empty) joined with the leg.
+            # The drift guard rides along as two index probes: the first and the last
+            # (embedder_id, dimensions) of every row of the scope, in index order (NULL ids
+            # sort last, so a legacy row without one is the last). Both equal to the active
+            # pair: no row of the scope, visible or not, can be foreign. Otherwise the exact
+            # check over visible rows runs as a second statement.
             params.update(e=guard[0], ed=int(guard[1]))
+            probe = (
+                "(SELECT r.embedder_id IS NOT DISTINCT FROM :e AND r.dimensions = :ed "
+                f"FROM {self._s}.records r WHERE {_RSCOPE} "
+                "ORDER BY r.embedder_id {o}, r.dimensions {o} LIMIT 1)"
+            )
             sql = (
-                self._predicate_ctes()
-                + ", fe AS (SELECT array_agg(f.embedder_id) AS ids, array_agg(f.dimensions) "
-                f"AS dims FROM ({self._foreign_sql()}) f) "
-                f"SELECT fe.ids AS fe_ids, fe.dims AS fe_dims, v.* FROM fe "
-                f"LEFT JOIN LATERAL ({leg}) v ON true"
+                self._predicate_ctes() + f", ek AS (SELECT {probe.format(o='ASC')} AS first_ok, "
+                f"{probe.format(o='DESC')} AS last_ok) "
+                f"SELECT ek.first_ok, ek.last_ok, v.* FROM ek LEFT JOIN LATERAL ({leg}) v ON true"
             )
         # Filters and grants thin the graph walk out: search wider then (measured at 100k
         # rows: recall@10 with grants alone 0.954 at ef_search 400; with grants and a 0.5%
@@ -958,8 +967,8 @@ class PostgresStore:
 
         rows = self._read("query", run)
         foreign: frozenset[EmbedderKey] = frozenset()
-        if guard is not None and rows and rows[0].fe_ids is not None:
-            foreign = frozenset(zip(rows[0].fe_ids, rows[0].fe_dims, strict=True))
+        if guard is not None and rows and False in (rows[0].first_ok, rows[0].last_ok):
+            foreign = self.foreign_embedders(scope, *guard)
         scored = []
         for row in rows:
             if row.id is None:  # the guard's row when the leg found nothing
@@ -983,12 +992,21 @@ class PostgresStore:
         params: dict[str, Any],
         authorization: Authorization | None,
         metadata_filter: Mapping[str, Any] | Filter | None,
+        *,
+        scalar: bool = False,
     ) -> str:
-        """The shared WHERE of both legs: scope, visibility, tombstones, grants, filter."""
+        """The shared WHERE of both legs: scope, visibility, tombstones, grants, filter.
+
+        It reads the ``sc`` and ``tb`` CTEs of ``_predicate_ctes``: joined into the FROM list
+        by default, or (``scalar=True``) as scalar subqueries, with no join at all.
+        """
+        pointer, ids = ("(SELECT pointer FROM sc)", "CAST((SELECT ids FROM tb) AS text[])")
+        if not scalar:
+            pointer, ids = "sc.pointer", "tb.ids"
         where = [
             _RSCOPE,
-            _VISIBLE,
-            "NOT (r.id = ANY(tb.ids) OR r.source_id = ANY(tb.ids) OR r.lineage && tb.ids)",
+            _VISIBLE.replace("sc.pointer", pointer),
+            f"NOT (r.id = ANY({ids}) OR r.source_id = ANY({ids}) OR r.lineage && {ids})",
         ]
         if authorization is not None:
             params.update(
