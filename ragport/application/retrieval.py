@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -169,8 +169,8 @@ def _search(
         on_denied = collect if store_denied is not None else None
         with telemetry.span("rag.vector"):
             if guarded:
-                assert isinstance(store, SupportsGuardedQuery)
-                answer = store.guarded_query(
+                # _is_guarded checked the class; a runtime Protocol check costs ~20 us a call.
+                answer = cast(SupportsGuardedQuery, store).guarded_query(
                     s,
                     vector,
                     embedder_id=embedder.id,
