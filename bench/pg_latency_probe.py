@@ -12,6 +12,8 @@ contention. This probe loads the same corpus once into an embedded server under 
 - ``tomb``: ``store.list_invalidated_ids``;
 - ``retrieve``: ``retrieve_context(top_k=10, query_candidates=20)``.
 
+Each query runs the six calls in a fresh random order.
+
 Run: .venv/bin/python bench/pg_latency_probe.py --data /tmp/ragport-probe [--rows 100000]
 (the first run loads the rows, about 4 min for 100k; stop the server afterwards with
 ``ragport db stop --data-dir DIR/data`` or pg_ctl).
@@ -91,26 +93,25 @@ def measure(url: str, qv: np.ndarray) -> None:
     times: dict[str, list[float]] = {
         k: [] for k in ("bare", "eq", "query", "drift", "tomb", "retrieve")
     }
+    rng = np.random.default_rng(7)
     for rep in range(2):  # the first pass warms caches and prepared statements
         for q, v in zip(queries, qv, strict=True):
-            marks = [time.perf_counter()]
-            bare.execute(bare_sql, (*scope, v)).fetchall()
-            marks.append(time.perf_counter())
-            eq.execute(eq_sql, (v, *scope, v)).fetchall()
-            marks.append(time.perf_counter())
-            store.query(B.SCOPE, v, limit=20)
-            marks.append(time.perf_counter())
-            store.foreign_embedders(B.SCOPE, emb.id, emb.dimensions)
-            marks.append(time.perf_counter())
-            store.list_invalidated_ids(B.SCOPE)
-            marks.append(time.perf_counter())
-            retrieve_context(
-                q, embedder=emb, store=store, scope=B.SCOPE, top_k=10, query_candidates=20
-            )
-            marks.append(time.perf_counter())
-            if rep:
-                for name, a, b in zip(times, marks, marks[1:], strict=False):
-                    times[name].append((b - a) * 1e3)
+            calls = {
+                "bare": lambda v=v: bare.execute(bare_sql, (*scope, v)).fetchall(),
+                "eq": lambda v=v: eq.execute(eq_sql, (v, *scope, v)).fetchall(),
+                "query": lambda v=v: store.query(B.SCOPE, v, limit=20),
+                "drift": lambda: store.foreign_embedders(B.SCOPE, emb.id, emb.dimensions),
+                "tomb": lambda: store.list_invalidated_ids(B.SCOPE),
+                "retrieve": lambda q=q: retrieve_context(
+                    q, embedder=emb, store=store, scope=B.SCOPE, top_k=10, query_candidates=20
+                ),
+            }
+            # A fresh random order per query: the first call pays for cold HNSW pages.
+            for name in rng.permutation(list(calls)):
+                t0 = time.perf_counter()
+                calls[name]()
+                if rep:
+                    times[name].append((time.perf_counter() - t0) * 1e3)
     p50 = {k: float(np.percentile(v, 50)) for k, v in times.items()}
     p95 = {k: float(np.percentile(v, 95)) for k, v in times.items()}
     for k in times:

@@ -397,20 +397,24 @@ def retrieve_context(
             store_denied=store_denied,
         )
 
-        # 7. tombstone guard
-        forgotten = {s: store.list_invalidated_ids(s) for s in wanted}
-        ordered = [
-            c
-            for c in ordered
-            if not (
-                forgotten[c.scope]
-                and (
-                    c.record.id in forgotten[c.scope]
-                    or c.record.source_id in forgotten[c.scope]
-                    or forgotten[c.scope].intersection(c.record.lineage)
+        # 7. tombstone guard. Skipped only where it can add nothing: every candidate came from
+        # one guarded statement per scope (no lexical leg), which applied the forgotten
+        # tombstones in the same snapshot it read the rows in (the SupportsGuardedQuery
+        # promise, checked by the contract suite). Two legs are two snapshots: re-read.
+        if not (guarded and lexical == "off"):
+            forgotten = {s: store.list_invalidated_ids(s) for s in wanted}
+            ordered = [
+                c
+                for c in ordered
+                if not (
+                    forgotten[c.scope]
+                    and (
+                        c.record.id in forgotten[c.scope]
+                        or c.record.source_id in forgotten[c.scope]
+                        or forgotten[c.scope].intersection(c.record.lineage)
+                    )
                 )
-            )
-        ]
+            ]
 
         # 8. first access gate (after fusion, before rerank)
         if authorization is not None:

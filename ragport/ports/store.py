@@ -331,14 +331,17 @@ class SupportsLexicalSearch(Protocol):
 
 @runtime_checkable
 class SupportsGuardedQuery(Protocol):
-    """A store that answers the drift guard inside its vector leg's own statement.
+    """A store that answers the retrieval guards inside its vector leg's own statement.
 
     ``guarded_query`` returns what ``foreign_embedders(scope, embedder_id, dimensions)`` and
     ``query(scope, vector, ...)`` would return, read from one snapshot (one statement on
-    PostgreSQL). ``retrieve_context`` then skips its separate drift-guard read and raises the
-    mismatch from the leg's answer instead, before anything is fused or returned: one round
-    trip less per scope. The tombstone guard after the legs is never skipped: it is what
-    catches a store (or a wrapper around one) whose legs miss a tombstone.
+    PostgreSQL), with ``forgotten`` tombstones (record id, source id, lineage) applied in that
+    same snapshot. ``retrieve_context`` then skips its separate drift-guard read (a mismatch is
+    raised from the leg's answer, before anything is fused or returned) and, when the vector
+    leg is the only leg, its tombstone re-read after the legs: the candidates already come
+    from one snapshot that saw every tombstone committed before it. With a lexical leg (a
+    second statement, a second snapshot) the re-read still runs, as it always does for stores
+    without this method: that is what catches a store whose legs miss a tombstone.
 
     Retrieval uses it only when the store's own class defines ``guarded_query``: a wrapper
     that delegates unknown attributes keeps the plain path, so its own ``query`` still runs.
