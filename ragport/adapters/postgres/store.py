@@ -108,7 +108,11 @@ def _pyformat(sql: str) -> str:
 
 
 def _fetch(
-    conn: Connection, sql: str, params: Mapping[str, Any], *, prepare: bool | None = None
+    conn: Connection | _RawRead,
+    sql: str,
+    params: Mapping[str, Any],
+    *,
+    prepare: bool | None = None,
 ) -> list[Any]:
     """Run one read straight on the psycopg connection: rows as named tuples.
 
@@ -117,9 +121,18 @@ def _fetch(
     parameters every time; ``None`` lets psycopg prepare it after a few runs, and PostgreSQL
     then reuse a generic plan.
     """
-    with driver_connection(conn).cursor(row_factory=namedtuple_row) as cur:
+    with driver_connection(conn).cursor(row_factory=namedtuple_row) as cur:  # type: ignore[arg-type]
         cur.execute(_pyformat(sql), params, prepare=prepare)
         return cur.fetchall()
+
+
+class _RawRead:
+    """A pooled DBAPI connection lent to one read: ``.connection`` mirrors SQLAlchemy's."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, fairy: Any) -> None:
+        self.connection = fairy
 
 
 def _lost_connection(exc: BaseException | None) -> bool:
@@ -496,7 +509,7 @@ class _Grants:
 
 
 def _read_grants(
-    conn: Connection, s: str, scope: Scope, source_ids: Sequence[str]
+    conn: Connection | _RawRead, s: str, scope: Scope, source_ids: Sequence[str]
 ) -> dict[str, Grant]:
     with translate_errors("read grants"):
         rows = _fetch(
@@ -610,7 +623,6 @@ class PostgresStore:
         self._s = quote_schema(schema)
         self._ts_config = validate_text_search_config(text_search_config)
         self._engine = make_engine(url_or_engine)
-        self._read_engine = self._engine.execution_options(isolation_level="AUTOCOMMIT")
         self._vector_indexes: set[int] = set()
         self._analyzed = False
         self._checked = False
@@ -654,29 +666,56 @@ class PostgresStore:
         self._checked = True
 
     @contextmanager
-    def _connect(self, operation: str, *, read: bool = False) -> Iterator[Connection]:
-        # Reads are single statements (one snapshot each), so they run in autocommit: no
-        # BEGIN/ROLLBACK round trips around them.
-        engine = self._read_engine if read else self._engine
-        with translate_errors(operation), engine.connect() as conn:
-            dbapi = conn.connection.driver_connection
+    def _connect(self, operation: str, *, read: bool = False) -> Iterator[Any]:
+        """A pooled connection: a SQLAlchemy ``Connection`` for writes, a ``_RawRead`` for reads.
+
+        Reads are single statements (one snapshot each), so they run in autocommit: no
+        BEGIN/ROLLBACK round trips around them. They take the pooled DBAPI connection itself
+        (no SQLAlchemy ``Connection`` around it) and hand it back in its default mode.
+        """
+        if read:
+            with self._raw_read(operation) as raw:
+                yield raw
+            return
+        with translate_errors(operation), self._engine.connect() as conn:
+            self._check_schema(conn)
+            driver_connection(conn)
+            yield conn
+
+    @contextmanager
+    def _raw_read(self, operation: str) -> Iterator[_RawRead]:
+        with translate_errors(operation):
+            if not self._checked:
+                with self._engine.connect() as conn:
+                    self._check_schema(conn)
+            fairy = self._engine.raw_connection()
+            dbapi = fairy.driver_connection
+            assert isinstance(dbapi, psycopg.Connection)
             try:
-                self._check_schema(conn)
-                driver_connection(conn)
-                if read and not conn.connection.info.get("ragport_session"):
+                dbapi.autocommit = True
+                raw = _RawRead(fairy)
+                driver_connection(raw)  # type: ignore[arg-type]
+                if not fairy.info.get("ragport_session"):
                     _fetch(
-                        conn, "SELECT set_config('hnsw.iterative_scan', 'strict_order', false)", {}
+                        raw, "SELECT set_config('hnsw.iterative_scan', 'strict_order', false)", {}
                     )
-                    conn.connection.info["ragport_session"] = True
-                yield conn
+                    fairy.info["ragport_session"] = True
+                yield raw
             except psycopg.Error:
                 # Statements run straight on psycopg bypass SQLAlchemy's disconnect detection:
                 # a connection that lost its server must not go back into the pool.
-                if isinstance(dbapi, psycopg.Connection) and (dbapi.closed or dbapi.broken):
-                    conn.invalidate()
+                if dbapi.closed or dbapi.broken:
+                    fairy.invalidate()
                 raise
+            finally:
+                if not (dbapi.closed or dbapi.broken):
+                    try:
+                        dbapi.autocommit = False  # the pool's default mode, for writers
+                    except psycopg.Error:
+                        fairy.invalidate()
+                fairy.close()  # back to the pool (or discarded if invalidated)
 
-    def _read(self, operation: str, run: Callable[[Connection], _T]) -> _T:
+    def _read(self, operation: str, run: Callable[[_RawRead], _T]) -> _T:
         """One read on an autocommit connection, retried once if that connection was dead.
 
         A pooled connection that lost its server (a restart, an idle timeout) fails its
@@ -944,7 +983,7 @@ class PostgresStore:
         predicates = (authorization is not None) + bool(metadata_filter)
         ef = str(max((200, 400, 800)[predicates], min(1000, int(limit))))
 
-        def run(conn: Connection) -> list[Any]:
+        def run(conn: _RawRead) -> list[Any]:
             info = conn.connection.info
             if info.get("ragport_ef_search") != ef:
                 _fetch(conn, "SELECT set_config('hnsw.ef_search', :ef, false)", {"ef": ef})
@@ -1079,7 +1118,7 @@ class PostgresStore:
             'ORDER BY x.rank DESC, r.id COLLATE "C"'
         )
 
-        def run(conn: Connection) -> list[Any]:
+        def run(conn: _RawRead) -> list[Any]:
             # Planned for its own tsquery every time: a cached generic plan cannot see how
             # common the query's terms are (measured: a 4x slower lexical leg).
             found = _fetch(conn, sql, params, prepare=False)
@@ -1102,7 +1141,7 @@ class PostgresStore:
 
     def _report_denied(
         self,
-        conn: Connection,
+        conn: _RawRead,
         scope: Scope,
         leg: str,
         order: str,
