@@ -128,3 +128,35 @@ def test_a_write_on_a_killed_connection_fails_loudly_and_the_next_one_works(
         assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["delta epsilon"]
     finally:
         store.engine.dispose()
+
+
+def test_hnsw_settings_follow_the_predicates(pg_url, pg_schema) -> None:
+    """Plain vector legs scan in strict order at ef_search 200; with a filter, relaxed at 400.
+
+    The settings live on the pooled connection and are re-sent only when they change.
+    """
+    store = _store(pg_url, pg_schema)
+
+    def settings() -> tuple[str, str]:
+        rows = store._read(
+            "settings",
+            lambda conn: store_module._fetch(
+                conn,
+                "SELECT current_setting('hnsw.ef_search') AS ef, "
+                "current_setting('hnsw.iterative_scan') AS scan",
+                {},
+            ),
+        )
+        return rows[0].ef, rows[0].scan
+
+    try:
+        vector = EMB.embed(["alpha"])[0]
+        assert [r.record.source_id for r in store.query(SCOPE, vector, limit=5)] == ["doc"]
+        assert settings() == ("200", "strict_order")
+        found = store.query(SCOPE, vector, limit=5, metadata_filter={"missing": 1})
+        assert list(found) == []
+        assert settings() == ("400", "relaxed_order")
+        store.query(SCOPE, vector, limit=5)
+        assert settings() == ("200", "strict_order")
+    finally:
+        store.engine.dispose()
