@@ -1,9 +1,8 @@
 """Retrieve latency on a quiet, already-loaded PostgreSQL store (a probe, not the full bench).
 
-``bench_postgres.py`` rebuilds 100k rows and interleaves the vector retrieve with a hybrid
-one; on a 2-core machine shared with other work its multi-round-trip path suffers most from
-contention. This probe loads the same corpus once into an embedded server under ``--data``
-(kept running between invocations), then times, interleaved over 200 queries:
+``bench_postgres.py`` rebuilds 100k rows on every run (about 9 minutes). This probe loads the
+same corpus once into an embedded server under ``--data`` (the data stays on disk between
+invocations; the server is stopped at the end), then times over 200 queries:
 
 - ``bare``: ``SELECT id ... ORDER BY embedding <=> q LIMIT 10`` at pgvector's default ef_search 40;
 - ``eq``: the equivalent hand-written query: the same 20 rows and columns with distance, scope
@@ -12,11 +11,11 @@ contention. This probe loads the same corpus once into an embedded server under 
 - ``tomb``: ``store.list_invalidated_ids``;
 - ``retrieve``: ``retrieve_context(top_k=10, query_candidates=20)``.
 
-Each query runs the six calls in a fresh random order.
+Each query runs the six calls in a fresh random order (the first pays for that query
+vector's cold HNSW pages); the first of two passes only warms caches and prepared statements.
 
 Run: .venv/bin/python bench/pg_latency_probe.py --data /tmp/ragport-probe [--rows 100000]
-(the first run loads the rows, about 4 min for 100k; stop the server afterwards with
-``ragport db stop --data-dir DIR/data`` or pg_ctl).
+(the first run loads the rows: about 4 minutes for 100k).
 """
 
 from __future__ import annotations
@@ -131,7 +130,7 @@ def main() -> int:
     globals()["SCHEMA"] = args.schema
     args.data.mkdir(parents=True, exist_ok=True)
     queries = args.data / f"queries-{args.rows}.npy"
-    with embedded_server(args.data / "data", keep_running=True) as url:
+    with embedded_server(args.data / "data", keep_running=False) as url:
         if not queries.exists():
             load(url, args.rows, queries)
         measure(url, np.load(queries))
