@@ -160,3 +160,21 @@ def test_hnsw_settings_follow_the_predicates(pg_url, pg_schema) -> None:
         assert settings() == ("200", "strict_order")
     finally:
         store.engine.dispose()
+
+
+def test_a_read_hands_the_pooled_connection_back_in_its_own_mode(pg_url, pg_schema) -> None:
+    """Reads borrow the pooled connection in autocommit and give it back as they found it.
+
+    A connection left in autocommit would make the next unit of work non-transactional.
+    """
+    store = _store(pg_url, pg_schema)
+    try:
+        pid = _backend_pid(store)
+        assert store.get_by_source(SCOPE, "doc")
+        with store.engine.connect() as conn:
+            dbapi = conn.connection.driver_connection
+            assert isinstance(dbapi, psycopg.Connection)
+            assert dbapi.autocommit is False
+            assert dbapi.info.backend_pid == pid, "the same pooled connection"
+    finally:
+        store.engine.dispose()

@@ -692,6 +692,7 @@ class PostgresStore:
             fairy = self._engine.raw_connection()
             dbapi = fairy.driver_connection
             assert isinstance(dbapi, psycopg.Connection)
+            mode = dbapi.autocommit  # False unless the host's Engine is AUTOCOMMIT itself
             try:
                 dbapi.autocommit = True
                 raw = _RawRead(fairy)
@@ -706,7 +707,7 @@ class PostgresStore:
             finally:
                 if not (dbapi.closed or dbapi.broken):
                     try:
-                        dbapi.autocommit = False  # the pool's default mode, for writers
+                        dbapi.autocommit = mode  # as the pool lent it, for the next user
                     except psycopg.Error:
                         fairy.invalidate()
                 fairy.close()  # back to the pool (or discarded if invalidated)
