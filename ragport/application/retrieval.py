@@ -422,6 +422,9 @@ def retrieve_context(
                 ordered = _access_gate(store, ordered, authorization, report, redact)
         check_abort(abort)
         retrieved_at = clk.now()
+        # Rendering shows at most top_k hits in order; only a reranker looks further down.
+        if reranker is None:
+            ordered = ordered[:top_k]
         hits = [
             _hit(c, rank, provider=store.provider, retrieved_at=retrieved_at, redact=redact)
             for rank, c in enumerate(ordered, start=1)

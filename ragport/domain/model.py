@@ -147,7 +147,7 @@ def _principal_ids(values: Iterable[str] | None) -> tuple[str, ...]:
     return _ids(values, "principal_ids")
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Scope:
     """The exact ``(tenant_id, resource_id, corpus_id)`` every read and write names."""
 
