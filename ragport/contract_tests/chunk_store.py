@@ -139,17 +139,36 @@ class _Boom(Exception):
 
 def _require_transactions(store: ChunkStore) -> None:
     if not store.capabilities.transactions:
-        pytest.skip("store does not declare transactions: atomic unit-of-work tests do not apply")
+        pytest.skip(
+            f"{type(store).__name__} declares capabilities.transactions = False, so it promises "
+            "no atomic unit of work to test; declare it and this test must pass"
+        )
 
 
 def _require_generations(store: ChunkStore) -> None:
     if not store.capabilities.generations:
-        pytest.skip("store does not declare generations: snapshot tests do not apply")
+        pytest.skip(
+            f"{type(store).__name__} declares capabilities.generations = False, so it promises "
+            "no generation snapshots to test; declare it and this test must pass"
+        )
 
 
 def _require_acl(store: ChunkStore) -> None:
     if store.capabilities.authorization != "acl":
-        pytest.skip("store does not declare acl: grant checks and authorized queries do not apply")
+        pytest.skip(
+            f"{type(store).__name__} declares capabilities.authorization = "
+            f"{store.capabilities.authorization!r}, not 'acl', so it promises no grant "
+            "enforcement to test; declare 'acl' and this test must pass"
+        )
+
+
+def _require_guarded_query(store: ChunkStore) -> None:
+    if not callable(getattr(type(store), "guarded_query", None)):
+        pytest.skip(
+            f"{type(store).__name__} defines no guarded_query (the optional "
+            "SupportsGuardedQuery), so retrieval reads its drift guard and tombstones "
+            "separately; define it and this test must pass"
+        )
 
 
 def _pairs(results: Sequence[ScoredRecord]) -> frozenset[tuple[str, str]]:
@@ -1206,8 +1225,7 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
 
     @pytest.fixture(autouse=True)
     def _needs_guarded_query(self, store: ChunkStore) -> None:
-        if not isinstance(store, SupportsGuardedQuery):
-            pytest.skip("the store does not implement SupportsGuardedQuery")
+        _require_guarded_query(store)
 
     def _guarded(self, store: ChunkStore, scope: Scope, vector: Vector, **kwargs: Any) -> Any:
         assert isinstance(store, SupportsGuardedQuery)
@@ -1342,8 +1360,7 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
 
         If this fails, check that the guarded statement shares query's predicate.
         """
-        if store.capabilities.authorization != "acl":
-            pytest.skip("the store does not enforce grants")
+        _require_acl(store)
         publish_sources(
             store,
             SCOPE,
