@@ -311,8 +311,8 @@ class SupportsLexicalSearch(Protocol):
     ``lexical_query`` applies the same predicate as ``query`` (exact scope, visibility at the
     current pointer, ``forgotten`` tombstones, grants when ``authorization`` is given,
     ``metadata_filter``) *before* ``limit``, and returns records that contain at least one
-    query term, best first (ties by id). Scores are the mode's own (BM25 in both built-in stores) and
-    are comparable only within one call. A mode the store does not offer is a
+    query term, best first (ties by id). Scores are the mode's own (BM25 in both built-in
+    stores) and are comparable only within one call. A mode the store does not offer is a
     ``CapabilityError``.
     """
 
