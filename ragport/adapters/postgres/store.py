@@ -1000,13 +1000,15 @@ class PostgresStore:
             if on_denied is not None and authorization is not None:
                 self._report_denied(
                     conn,
-                    scope,
-                    f"r.dimensions = {dims}",
-                    order,
                     dict(params),
                     metadata_filter,
                     authorization,
                     on_denied,
+                    top=lambda where: (
+                        ", top AS (SELECT r.source_id, r.kind, r.roots "
+                        f"FROM {self._s}.records r, sc, tb "
+                        f"WHERE r.dimensions = {dims} AND {where} {order})"
+                    ),
                 )
             return found
 
@@ -1131,9 +1133,6 @@ class PostgresStore:
             if on_denied is not None and authorization is not None:
                 self._report_denied(
                     conn,
-                    scope,
-                    "",
-                    "",
                     dict(params),
                     metadata_filter,
                     authorization,
@@ -1148,36 +1147,25 @@ class PostgresStore:
     def _report_denied(
         self,
         conn: _RawRead,
-        scope: Scope,
-        leg: str,
-        order: str,
         params: dict[str, Any],
         metadata_filter: Mapping[str, Any] | Filter | None,
         authorization: Authorization,
         on_denied: Callable[[Sequence[AccessDecision]], None],
         *,
-        top: Callable[[str], str] | None = None,
+        top: Callable[[str], str],
     ) -> None:
         """One extra statement: the sources the grant predicate withheld from this leg's top.
 
-        The same leg runs without the grant predicate; the access sources of its top rows are
-        joined with their grants and judged by the domain's access rule. A leg that ranks
-        with CTEs of its own passes ``top`` instead of ``leg`` and ``order``: given the WHERE
-        without grants, it returns those CTEs (``", name AS (...)"``), the last one named
-        ``top`` with the columns ``source_id``, ``kind`` and ``roots``.
+        The same leg runs without the grant predicate: ``top``, given that WHERE, returns the
+        leg's ranking as CTEs after ``_predicate_ctes()`` (``", name AS (...)"``), the last one
+        named ``top`` with the columns ``source_id``, ``kind`` and ``roots``. The access
+        sources of those rows are joined with their grants and judged by the domain's access
+        rule.
         """
-        where = self._predicate(params, None, metadata_filter)
-        if top is None:
-            tops = (
-                f", top AS (SELECT r.source_id, r.kind, r.roots FROM {self._s}.records r, sc, tb "
-                f"WHERE {leg} AND {where} {order})"
-            )
-        else:
-            tops = top(where)
         rows = _fetch(
             conn,
             self._predicate_ctes()
-            + tops
+            + top(self._predicate(params, None, metadata_filter))
             + ", srcs AS (SELECT DISTINCT unnest(CASE WHEN kind = 'derived' THEN roots "
             "ELSE ARRAY[source_id] END) AS source_id FROM top) "
             "SELECT s.source_id, g.principal_ids, g.group_ids, g.access_version "
