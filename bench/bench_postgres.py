@@ -271,6 +271,31 @@ def raw_connection(url: str, *, prepare: bool = True) -> psycopg.Connection[Any]
     return conn
 
 
+_SCOPE_SQL = "tenant_id = %s AND resource_id = %s AND corpus_id = %s AND dimensions = 384"
+_COLUMNS = (
+    "id, source_id, kind, text, metadata, embedder_id, dimensions, generation, "
+    "retired_generation, content_hash, lineage, roots, chunk_index, start_offset, end_offset"
+)
+
+
+def bare_topk_sql(schema: str) -> str:
+    """The cheapest raw top-10: ids only (params: tenant, resource, corpus, vector)."""
+    return (
+        f'SELECT id FROM "{schema}".records WHERE {_SCOPE_SQL} '
+        f"ORDER BY embedding::vector({DIMS}) <=> %s LIMIT {TOP_K}"
+    )
+
+
+def equivalent_topk_sql(schema: str) -> str:
+    """The raw query for retrieve's answer: the candidate rows with the store's columns and
+    distance, live rows of the scope (params: vector, tenant, resource, corpus, vector)."""
+    return (
+        f"SELECT {_COLUMNS}, embedding::vector({DIMS}) <=> %s AS distance "
+        f'FROM "{schema}".records WHERE {_SCOPE_SQL} AND retired_generation IS NULL '
+        f"ORDER BY embedding::vector({DIMS}) <=> %s LIMIT {CANDIDATES}"
+    )
+
+
 def hnsw_ddl(schema: str) -> str:
     """The adapter's own partial HNSW index (PostgresStore._ensure_vector_index)."""
     return (
@@ -444,20 +469,7 @@ def bench_retrieve(
     hybrid_queries = [" ".join(corpus.texts[p].split()[:4]) + f" h{i}" for i, p in enumerate(picks)]
     embedder.add(hybrid_queries, qvecs)
     hybrid: list[float] = []
-    scope_sql = "tenant_id = %s AND resource_id = %s AND corpus_id = %s AND dimensions = 384"
-    bare_sql = (
-        f'SELECT id FROM "{store.schema}".records WHERE {scope_sql} '
-        f"ORDER BY embedding::vector({DIMS}) <=> %s LIMIT {TOP_K}"
-    )
-    columns = (
-        "id, source_id, kind, text, metadata, embedder_id, dimensions, generation, "
-        "retired_generation, content_hash, lineage, roots, chunk_index, start_offset, end_offset"
-    )
-    raw_sql = (
-        f"SELECT {columns}, embedding::vector({DIMS}) <=> %s AS distance "
-        f'FROM "{store.schema}".records WHERE {scope_sql} AND retired_generation IS NULL '
-        f"ORDER BY embedding::vector({DIMS}) <=> %s LIMIT {CANDIDATES}"
-    )
+    bare_sql, raw_sql = bare_topk_sql(store.schema), equivalent_topk_sql(store.schema)
     scope_args = (SCOPE.tenant_id, SCOPE.resource_id, SCOPE.corpus_id)
     overlap: list[float] = []
     bare_recall, raw_recall = [], []
@@ -569,10 +581,7 @@ def bench_recall(url: str, store: PostgresStore, corpus: Corpus) -> list[dict[st
         ("ACL only", auth, None, acl),
         ("no predicate", None, None, np.ones(len(acl), dtype=bool)),
     ]
-    ids = [
-        f"{corpus.sources[s]}#{k + 1:04d}"
-        for s, k in zip(corpus.source_of, corpus.chunk_index, strict=True)
-    ]
+    ids = [corpus.chunk_id(i) for i in range(len(corpus.texts))]
     qvecs = corpus.queries(N_RECALL_QUERIES, rng)
     captured: list[tuple[str, Any]] = []
 

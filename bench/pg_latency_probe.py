@@ -34,7 +34,6 @@ import bench_postgres as B
 
 from ragport import replace_source, retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server
-from ragport.adapters.postgres.store import _R_COLUMNS
 
 SCHEMA = "probe"  # --schema overrides it
 
@@ -61,21 +60,11 @@ def load(url: str, rows: int, out: Path) -> None:
     store.engine.dispose()
 
 
-class Precomputed:
-    id = B.EMBEDDER_ID
-    dimensions = B.DIMS
-
-    def __init__(self, queries: list[str], vectors: np.ndarray) -> None:
-        self.vectors = dict(zip(queries, vectors, strict=True))
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        return np.stack([self.vectors[t] for t in texts])
-
-
 def measure(url: str, qv: np.ndarray) -> None:
     store = PostgresStore(url, schema=SCHEMA)
     queries = [f"q{i}" for i in range(len(qv))]
-    emb = Precomputed(queries, qv)
+    emb = B.PrecomputedEmbedder()
+    emb.add(queries, qv)
     bare = psycopg.connect(url, autocommit=True)
     eq = psycopg.connect(url, autocommit=True)
     for conn in (bare, eq):
@@ -83,12 +72,7 @@ def measure(url: str, qv: np.ndarray) -> None:
     eq.execute("SET hnsw.ef_search = 200")
     eq.execute("SET hnsw.iterative_scan = strict_order")
     scope = (B.SCOPE.tenant_id, B.SCOPE.resource_id, B.SCOPE.corpus_id)
-    where = "r.tenant_id = %s AND r.resource_id = %s AND r.corpus_id = %s AND r.dimensions = 384"
-    bare_sql = f"SELECT r.id FROM {SCHEMA}.records r WHERE {where} ORDER BY r.embedding::vector(384) <=> %s LIMIT 10"
-    eq_sql = (
-        f"SELECT {_R_COLUMNS}, (r.embedding::vector(384) <=> %s) AS distance FROM {SCHEMA}.records r "
-        f"WHERE {where} AND r.retired_generation IS NULL ORDER BY r.embedding::vector(384) <=> %s LIMIT 20"
-    )
+    bare_sql, eq_sql = B.bare_topk_sql(SCHEMA), B.equivalent_topk_sql(SCHEMA)
     times: dict[str, list[float]] = {
         k: [] for k in ("bare", "eq", "query", "drift", "tomb", "retrieve")
     }
