@@ -506,7 +506,7 @@ def test_mismatch_in_one_of_several_scopes_stops_retrieval(store: InMemoryStore)
     assert info.value.found_id == "hash-v1:64"
 
 
-class CallLog:
+class CallLog(StoreWrapper):
     """Delegates to a store (``__getattr__``) and logs the store methods retrieval calls.
 
     Delegation alone does not make it a guarded store: ``guarded_query`` must be declared on
@@ -514,11 +514,11 @@ class CallLog:
     """
 
     def __init__(self, inner: InMemoryStore) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self.calls: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
+        attr = super().__getattr__(name)
         if not callable(attr):
             return attr
 

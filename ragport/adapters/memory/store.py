@@ -546,6 +546,11 @@ def _report_denied(
         on_denied(denied)
 
 
+def _foreign(snap: _Snapshot, embedder_id: str, dimensions: int) -> frozenset[EmbedderKey]:
+    """The snapshot's visible (embedder_id, dimensions) pairs other than the given one."""
+    return frozenset(k for k in snap.embedders() if k != (embedder_id, dimensions))
+
+
 class InMemoryStore:
     """A thread-safe, transactional ChunkStore held in process memory (the reference fake)."""
 
@@ -608,9 +613,7 @@ class InMemoryStore:
     def foreign_embedders(
         self, scope: Scope, embedder_id: str, dimensions: int
     ) -> frozenset[EmbedderKey]:
-        return frozenset(
-            k for k in self._snapshot(scope).embedders() if k != (embedder_id, dimensions)
-        )
+        return _foreign(self._snapshot(scope), embedder_id, dimensions)
 
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
         return self._snapshot(scope).forgotten()
@@ -643,9 +646,8 @@ class InMemoryStore:
     ) -> GuardedQuery:
         """``foreign_embedders`` and ``query`` over one snapshot."""
         snap = self._snapshot(scope)
-        foreign = frozenset(k for k in snap.embedders() if k != (embedder_id, dimensions))
         found = self._query(snap, vector, limit, authorization, metadata_filter, on_denied)
-        return GuardedQuery(foreign_embedders=foreign, records=found)
+        return GuardedQuery(_foreign(snap, embedder_id, dimensions), found)
 
     def _query(
         self,
