@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 from ragport.domain.errors import CapabilityError, ValidationError
@@ -19,6 +19,7 @@ from ragport.domain.errors import CapabilityError, ValidationError
 __all__ = [
     "MAX_MODEL_CHARS",
     "HttpFailure",
+    "OwnedClient",
     "Secret",
     "check_api_key",
     "check_base_url",
@@ -43,6 +44,45 @@ def import_httpx(what: str, capability: str) -> ModuleType:
             capability=capability,
         ) from exc
     return httpx
+
+
+class OwnedClient:
+    """The adapter's ``httpx.Client``: its own (closed by ``close``) or the host's (left open).
+
+    ``client=`` hands one in (retries, proxies, mTLS stay the host's); ``transport=`` builds
+    ragport's client on the host's transport. Redirects are never followed and proxy
+    environment variables never read.
+    """
+
+    _client: Any
+    _owns_client: bool
+
+    def _init_client(self, client: Any, transport: Any, *, what: str, capability: str) -> None:
+        httpx = import_httpx(what, capability)
+        if client is not None and not isinstance(client, httpx.Client):
+            raise ValidationError("client must be an httpx.Client", field="client")
+        if transport is not None and not isinstance(transport, httpx.BaseTransport):
+            raise ValidationError("transport must be an httpx.BaseTransport", field="transport")
+        if client is not None and transport is not None:
+            raise ValidationError(
+                "pass either client= or transport=, not both (the client has its transport)",
+                field="transport",
+            )
+        self._owns_client = client is None
+        self._client = client or httpx.Client(
+            transport=transport, follow_redirects=False, trust_env=False
+        )
+
+    def close(self) -> None:
+        """Close the HTTP client if ragport created it (an injected client stays open)."""
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class Secret:

@@ -47,11 +47,11 @@ import numpy as np
 
 from ragport.adapters._http import (
     HttpFailure,
+    OwnedClient,
     check_api_key,
     check_base_url,
     check_int,
     check_model,
-    import_httpx,
     post_json,
     refuse_constant,
 )
@@ -132,7 +132,7 @@ def _normalise(rows: list[list[float]], dimensions: int, host: str) -> VectorMat
     return matrix.astype(np.float32)
 
 
-class _HttpEmbedder:
+class _HttpEmbedder(OwnedClient):
     """The transport, limits and output checks the two API dialects share."""
 
     _path: str
@@ -160,26 +160,11 @@ class _HttpEmbedder:
         self._max_response_bytes = check_int(
             max_response_bytes, "max_response_bytes", 1024, _MAX_RESPONSE_BYTES_CEILING
         )
-        httpx = import_httpx("HTTP embedders", "embedding")
-        if client is not None and not isinstance(client, httpx.Client):
-            raise ValidationError("client must be an httpx.Client", field="client")
-        self._owns_client = client is None
-        self._client = client or httpx.Client(follow_redirects=False, trust_env=False)
+        self._init_client(client, None, what="HTTP embedders", capability="embedding")
 
     @property
     def dimensions(self) -> int:
         return self._dimensions
-
-    def close(self) -> None:
-        """Close the HTTP client if ragport created it (an injected client stays open)."""
-        if self._owns_client:
-            self._client.close()
-
-    def __enter__(self) -> _HttpEmbedder:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         key = "<set>" if self._api_key is not None else None

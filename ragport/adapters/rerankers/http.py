@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 
 from ragport.adapters._http import (
     HttpFailure,
+    OwnedClient,
     check_api_key,
     check_base_url,
     check_int,
     check_model,
-    import_httpx,
     post_json,
     refuse_constant,
 )
@@ -83,7 +83,7 @@ def _finite(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
-class _HttpReranker:
+class _HttpReranker(OwnedClient):
     """The transport, limits and output checks the three API dialects share."""
 
     def __init__(
@@ -110,31 +110,7 @@ class _HttpReranker:
             _MIN_RESPONSE_BYTES,
             _MAX_RESPONSE_BYTES_CEILING,
         )
-        httpx = import_httpx("HTTP rerankers", "reranking")
-        if client is not None and not isinstance(client, httpx.Client):
-            raise ValidationError("client must be an httpx.Client", field="client")
-        if transport is not None and not isinstance(transport, httpx.BaseTransport):
-            raise ValidationError("transport must be an httpx.BaseTransport", field="transport")
-        if client is not None and transport is not None:
-            raise ValidationError(
-                "pass either client= or transport=, not both (the client has its transport)",
-                field="transport",
-            )
-        self._owns_client = client is None
-        self._client = client or httpx.Client(
-            transport=transport, follow_redirects=False, trust_env=False
-        )
-
-    def close(self) -> None:
-        """Close the HTTP client if ragport created it (an injected client stays open)."""
-        if self._owns_client:
-            self._client.close()
-
-    def __enter__(self) -> _HttpReranker:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+        self._init_client(client, transport, what="HTTP rerankers", capability="reranking")
 
     def __repr__(self) -> str:
         key = "<set>" if self._api_key is not None else None
