@@ -55,3 +55,20 @@ def pg_schema(pg_engine) -> Iterator[str]:
     yield name
     with pg_engine.begin() as conn:
         conn.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+
+
+@pytest.fixture
+def serve():
+    """Start loopback FakeServers (tests/support/fake_http.py); all stop after the test."""
+    from fake_http import start, stop
+
+    started = []
+
+    def serve_with(respond):
+        server = start(respond)
+        started.append(server)
+        return server
+
+    yield serve_with
+    for server in started:
+        stop(server)

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import httpx
 import numpy as np
 import pytest
+from fake_http import FakeServer, Reply
 
 from ragport.adapters.embedders import HashEmbedder, OpenAICompatibleEmbedder, TeiEmbedder
 from ragport.domain.errors import CapabilityError, RagportError, ValidationError
@@ -23,18 +21,6 @@ DIMS = 16
 API_KEY = "sk-test-9f8e7d6c5b4a-DO-NOT-LEAK"
 SECRET_TEXT = "CONFIDENTIAL-merger-plan-zebra"
 _HASH = HashEmbedder(dimensions=DIMS)
-
-
-@attrs.define
-class Reply:
-    """What the fake server sends: status, body, and how (delay, drip, chunked)."""
-
-    status: int = 200
-    body: bytes = b""
-    delay_s: float = 0.0
-    drip_s: float = 0.0  # pause between single-byte chunks (forces chunked encoding)
-    chunked: bool = False
-    headers: dict[str, str] = attrs.Factory(dict)
 
 
 def vectors(texts: list[str]) -> list[list[float]]:
@@ -52,80 +38,6 @@ def openai_answer(request: dict[str, Any]) -> Reply:
 
 def tei_answer(request: dict[str, Any]) -> Reply:
     return Reply(body=json.dumps(vectors(request["json"]["inputs"])).encode())
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: FakeServer
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        request = {"path": self.path, "headers": dict(self.headers), "json": json.loads(body)}
-        self.server.requests.append(request)
-        reply = self.server.respond(request)
-        try:
-            time.sleep(reply.delay_s)
-            self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json")
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            if reply.chunked or reply.drip_s:
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                pieces = (
-                    [reply.body[i : i + 1] for i in range(len(reply.body))]
-                    if reply.drip_s
-                    else [reply.body[i : i + 512] for i in range(0, len(reply.body), 512)]
-                )
-                for piece in pieces:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-                    self.wfile.flush()
-                    time.sleep(reply.drip_s)
-                self.wfile.write(b"0\r\n\r\n")
-            else:
-                self.send_header("Content-Length", str(len(reply.body)))
-                self.end_headers()
-                self.wfile.write(reply.body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (timeout, byte ceiling): that is the point of the test
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class FakeServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, respond: Callable[[dict[str, Any]], Reply]):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.respond = respond
-        self.requests: list[dict[str, Any]] = []
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that hung up mid-answer is what several tests provoke; anything else is a
-        # bug in the fake server and must stay loud.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Callable[[dict[str, Any]], Reply]], FakeServer]]:
-    started: list[FakeServer] = []
-
-    def start(respond: Callable[[dict[str, Any]], Reply]) -> FakeServer:
-        server = FakeServer(respond)
-        threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.shutdown()
-        server.server_close()
 
 
 def openai(server: FakeServer, **kwargs: Any) -> OpenAICompatibleEmbedder:

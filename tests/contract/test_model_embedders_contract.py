@@ -7,12 +7,11 @@ vectors with HashEmbedder, so the contract sees deterministic, text-dependent an
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from fake_http import Reply, start, stop
 
 from ragport.adapters.embedders import (
     HashEmbedder,
@@ -26,38 +25,22 @@ DIMS = 64
 _HASH = HashEmbedder(dimensions=DIMS)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:
-        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.path == "/v1/embeddings":
-            rows = _HASH.embed(request["input"]).tolist()
-            data = [{"index": i, "embedding": row} for i, row in enumerate(rows)]
-            body = json.dumps({"object": "list", "data": data[::-1]}).encode()
-        elif self.path == "/embed":
-            body = json.dumps(_HASH.embed(request["inputs"]).tolist()).encode()
-        else:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+def _answer(request: dict[str, Any]) -> Reply:
+    """Answers /v1/embeddings (OpenAI-compatible, rows out of order) and /embed (TEI)."""
+    if request["path"] == "/v1/embeddings":
+        rows = _HASH.embed(request["json"]["input"]).tolist()
+        data = [{"index": i, "embedding": row} for i, row in enumerate(rows)]
+        return Reply(body=json.dumps({"object": "list", "data": data[::-1]}).encode())
+    if request["path"] == "/embed":
+        return Reply(body=json.dumps(_HASH.embed(request["json"]["inputs"]).tolist()).encode())
+    return Reply(status=404)
 
 
 @pytest.fixture(scope="module")
 def loopback_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    server = start(_answer)
+    yield server.url
+    stop(server)
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-import threading
-import zlib
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_http import Reply, relevance, start, stop
 
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.rerankers import (
@@ -29,49 +27,27 @@ from ragport.contract_tests import RerankerContract
 API_KEY = "sk-contract-key"
 
 
-def _relevance(query: str, document: str) -> float:
-    shared = len(set(query.lower().split()) & set(document.lower().split()))
-    return shared + (zlib.crc32(document.encode()) % 1000) / 10_000
-
-
-class _RerankApis(BaseHTTPRequestHandler):
+def _answer(request: dict[str, Any]) -> Reply:
     """Answers /tei/rerank, /openai/rerank and /voyage/rerank as each API does."""
-
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:
-        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-        dialect = self.path.split("/")[1]
-        documents = request["texts" if dialect == "tei" else "documents"]
-        key = "score" if dialect == "tei" else "relevance_score"
-        items = [
-            {"index": i, key: _relevance(request["query"], doc)} for i, doc in enumerate(documents)
-        ]
-        items.sort(key=lambda item: -item[key])
-        answer: Any = {
-            "tei": items,
-            "openai": {"results": items},
-            "voyage": {"object": "list", "data": items, "model": "rerank-2"},
-        }[dialect]
-        body = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+    dialect = request["path"].split("/")[1]
+    body = request["json"]
+    documents = body["texts" if dialect == "tei" else "documents"]
+    key = "score" if dialect == "tei" else "relevance_score"
+    items = [{"index": i, key: relevance(body["query"], doc)} for i, doc in enumerate(documents)]
+    items.sort(key=lambda item: -item[key])
+    answer: Any = {
+        "tei": items,
+        "openai": {"results": items},
+        "voyage": {"object": "list", "data": items, "model": "rerank-2"},
+    }[dialect]
+    return Reply(body=json.dumps(answer).encode())
 
 
 @pytest.fixture(scope="module")
 def rerank_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _RerankApis)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    server = start(_answer)
+    yield server.url
+    stop(server)
 
 
 class TestFakeReranker(RerankerContract):
