@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from child_process import Child, fault_env
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
@@ -172,53 +167,6 @@ except ragport.RagportError as exc:
 )
 
 
-class Child:
-    """A ``python -c`` child with a line queue on its stdout and stderr kept in a file."""
-
-    def __init__(self, code: str, args: list[str], env: dict[str, str], log: Path):
-        self.log = log
-        self._stderr = log.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            env=env,
-        )
-        self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line)
-
-    def expect(self, timeout: float = 30.0) -> dict:
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(
-                f"child sent nothing in {timeout}s; stderr:\n{self.stderr()}"
-            ) from None
-        return json.loads(line)
-
-    def send(self, line: str = "go") -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def stderr(self) -> str:
-        self._stderr.flush()
-        return self.log.read_text()[-4000:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        self._stderr.close()
-
-
 @pytest.fixture
 def spawn(pg_url, pg_schema, tmp_path) -> Iterator:
     children: list[Child] = []
@@ -226,14 +174,7 @@ def spawn(pg_url, pg_schema, tmp_path) -> Iterator:
     def start(
         code: str, *args: str, app: str = "ragport-fault-child", scope: ragport.Scope = SCOPE
     ) -> Child:
-        url = make_url(pg_url).update_query_dict({"application_name": app})
-        env = {
-            **os.environ,
-            "FAULT_URL": url.render_as_string(hide_password=False),
-            "FAULT_SCHEMA": pg_schema,
-            "FAULT_SCOPE": json.dumps([scope.tenant_id, scope.resource_id, scope.corpus_id]),
-            "FAULT_SOURCE": SOURCE,
-        }
+        env = fault_env(pg_url, app=app, schema=pg_schema, scope=scope, source=SOURCE)
         child = Child(code, list(args), env, tmp_path / f"child-{len(children)}.log")
         children.append(child)
         return child

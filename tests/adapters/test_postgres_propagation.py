@@ -8,22 +8,16 @@ the propagator's path and reports over stdout, then the test sends SIGKILL.
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
+from child_process import Child, fault_env
 from sqlalchemy import event, text
-from sqlalchemy.engine import make_url
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
@@ -93,58 +87,12 @@ say({"error": "not killed"})
 """
 
 
-class Child:
-    """A ``python -c`` child with a line queue on its stdout and stderr kept in a file."""
-
-    def __init__(self, code: str, args: list[str], env: dict[str, str], log: Path):
-        self.log = log
-        self._stderr = log.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            env=env,
-        )
-        self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line)
-
-    def expect(self, timeout: float = 60.0) -> dict:
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            self._stderr.flush()
-            raise AssertionError(
-                f"child sent nothing in {timeout}s; stderr:\n{self.log.read_text()[-4000:]}"
-            ) from None
-        return json.loads(line)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        self._stderr.close()
-
-
 @pytest.fixture
 def spawn(pg_url, pg_schema, tmp_path) -> Iterator:
     children: list[Child] = []
 
     def start(code: str, *args: str, app: str) -> Child:
-        url = make_url(pg_url).update_query_dict({"application_name": app})
-        env = {
-            **os.environ,
-            "FAULT_URL": url.render_as_string(hide_password=False),
-            "FAULT_SCHEMA": pg_schema,
-            "FAULT_SCOPE": json.dumps([SCOPE.tenant_id, SCOPE.resource_id, SCOPE.corpus_id]),
-            "FAULT_SOURCE": SOURCE,
-        }
+        env = fault_env(pg_url, app=app, schema=pg_schema, scope=SCOPE, source=SOURCE)
         child = Child(code, list(args), env, tmp_path / f"child-{len(children)}.log")
         children.append(child)
         return child
@@ -239,7 +187,7 @@ def test_sigkilled_propagation_leaves_everything_or_nothing_tombstoned(
     closure = {SOURCE, *derived}
     app = f"propagate-{kill_point}-{pg_schema}"
     child = spawn(CHILD, kill_point, app=app)
-    ready = child.expect()
+    ready = child.expect(timeout=60)
     if kill_point == "mid-batches":
         assert ready == {"ready": [TOMBSTONE_BATCH], "pending": TOMBSTONE_BATCH}, ready
     elif kill_point == "before-commit":
