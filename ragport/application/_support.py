@@ -16,12 +16,12 @@ from ragport.domain.errors import (
     ValidationError,
 )
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
-from ragport.domain.model import Scope
+from ragport.domain.model import RecordKind, Scope
 from ragport.domain.status import ERROR_MAX, IngestionState, IngestionStatus
 from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort, Clock, NoopTelemetry, Redactor, Telemetry
 from ragport.ports.status import IngestionStatusStore
-from ragport.ports.store import ChunkStore
+from ragport.ports.store import ChunkStore, UnitOfWork
 
 REDACTED = "[REDACTED]"
 NOOP_TELEMETRY = NoopTelemetry()
@@ -171,3 +171,20 @@ def resolve_limits(limits: Limits | None) -> Limits:
     if not isinstance(limits, Limits):
         raise ValidationError("limits must be a Limits", field="limits")
     return limits
+
+
+def require_kind(uow: UnitOfWork, source_id: str, kind: RecordKind, *, field: str) -> None:
+    """Refuse to write ``kind`` records under an id whose live records are of the other kind.
+
+    A chunk source and a derived record never share an id: replacing one must not silently
+    retire the other (``ValidationError``, nothing written).
+    """
+    for record in uow.records.list_live(source_id, limit=1):
+        if record.kind != kind:
+            other = "a derived record" if record.kind == "derived" else "a source of chunks"
+            raise ValidationError(f"{field} already names {other} in this scope", field=field)
+
+
+def forgotten_ids(uow: UnitOfWork) -> frozenset[str]:
+    """The ids a ``forgotten`` tombstone withholds in the unit of work's scope."""
+    return frozenset(t.id for t in uow.tombstones.list() if t.reason == "forgotten")

@@ -41,7 +41,9 @@ from ragport.application._support import (
     Redaction,
     check_abort,
     check_vectors,
+    forgotten_ids,
     metadata_bytes,
+    require_kind,
     require_scope,
     require_transactions,
     resolve_limits,
@@ -56,6 +58,7 @@ from ragport.domain.model import (
     Scope,
     Tombstone,
     freeze_metadata,
+    is_forgotten,
     validate_id,
 )
 from ragport.domain.status import ERROR_MAX
@@ -88,10 +91,12 @@ TOMBSTONE_BATCH = 1_024
 def _roots(
     uow: UnitOfWork, record_id: str, lineage: Sequence[str], limits: Limits
 ) -> tuple[str, ...]:
-    """Flatten ``lineage`` to root source ids, refusing cycles and lineage deeper than allowed.
+    """Flatten ``lineage`` to root source ids, refusing cycles, lineage deeper than allowed and
+    anything that rests on forgotten content.
 
     A lineage id with derived records contributes their stored roots; walking their own
-    lineage (breadth first) proves the new record is not among its ancestors.
+    lineage (breadth first) proves the new record is not among its ancestors and that no
+    ancestor, at any depth, or root is withheld by a ``forgotten`` tombstone.
     """
     roots: dict[str, None] = {}
     for item in lineage:
@@ -122,6 +127,11 @@ def _roots(
                 if record.kind == "derived":
                     next_frontier.extend(record.lineage)
         frontier = next_frontier
+    forgotten = forgotten_ids(uow)
+    if forgotten and not forgotten.isdisjoint(seen | roots.keys()):
+        raise ValidationError(
+            "lineage rests on forgotten content: nothing was written", field="lineage"
+        )
     return tuple(roots)
 
 
@@ -167,6 +177,7 @@ def index_derived(
     if isinstance(store, SupportsPreparation):
         store.prepare(scope, dimensions=embedder.dimensions)
     with store.unit_of_work(scope) as uow:
+        require_kind(uow, record_id, "derived", field="record_id")
         roots = _roots(uow, record_id, ids, lim)
         generation = uow.generations.stage()
         deleted = uow.records.retire_source(record_id, generation=generation)
@@ -205,7 +216,12 @@ class PropagationResult:
 
 
 def _closure(uow: UnitOfWork, source_id: str, limits: Limits) -> list[str]:
-    """The source and every derived record resting on it, transitively (breadth first)."""
+    """The source and every derived record resting on it, transitively (breadth first).
+
+    It walks every stored version (``find_dependents`` includes retired and staged rows, which
+    a rollback or a publish could make visible) and follows both a dependent's record id and
+    its source id, so a lineage edge naming either is followed.
+    """
     closure: dict[str, None] = {source_id: None}
     frontier = [source_id]
     edges = 0
@@ -223,10 +239,13 @@ def _closure(uow: UnitOfWork, source_id: str, limits: Limits) -> list[str]:
             )
         frontier = []
         for record in dependents:
-            edges += sum(1 for i in record.lineage if i in closure or i in frontier)
-            if record.id not in closure:
-                closure[record.id] = None
-                frontier.append(record.id)
+            if record.id in closure:  # another stored version of a record already counted
+                continue
+            edges += sum(1 for i in record.lineage if i in closure)
+            for name in (record.id, record.source_id):
+                if name not in closure:
+                    closure[name] = None
+                    frontier.append(name)
         if edges > limits.propagation_edges:
             raise ValidationError(
                 f"lineage closure has more than {limits.propagation_edges} edges: nothing was tombstoned",
@@ -394,12 +413,15 @@ def _decode_cursor(cursor: str, scope: Scope, from_id: str, to_id: str) -> str:
     return str(parts[6])
 
 
-def _new_id(record_id: str, from_id: str, to_id: str) -> str:
+def _new_id(record: Record, from_id: str, to_id: str) -> str:
+    """``from#0001`` becomes ``to#0001``; a derived record (id == source id) becomes ``to_id``."""
+    if record.kind == "derived" and record.id == from_id:
+        return to_id
     prefix = from_id + "#"
     return (
-        to_id + record_id[len(from_id) :]
-        if record_id.startswith(prefix)
-        else to_id + "#" + record_id
+        to_id + record.id[len(from_id) :]
+        if record.id.startswith(prefix)
+        else to_id + "#" + record.id
     )
 
 
@@ -443,7 +465,15 @@ def repoint_source(
         page = page[:page_size]
         if not page:
             return RepointResult(from_id, to_id, 0, 0, {}, 0, None)
-        moves = {r.id: _new_id(r.id, from_id, to_id) for r in page}
+        forgotten = forgotten_ids(uow)
+        if to_id in forgotten or any(is_forgotten(r, forgotten) for r in page):
+            # Moving withheld rows to a new id would serve forgotten content again; moving
+            # rows onto a forgotten id would hide them for good.
+            raise ValidationError(
+                "a forgotten id cannot be re-pointed from or to: nothing moved", field="from_id"
+            )
+        require_kind(uow, to_id, page[0].kind, field="to_id")
+        moves = {r.id: _new_id(r, from_id, to_id) for r in page}
         moved = uow.records.rekey(moves, to_source_id=to_id)
         edges = uow.records.rewrite_lineage(from_id, to_id)
         uow.commit()

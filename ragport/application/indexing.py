@@ -29,6 +29,7 @@ from ragport.application._support import (
     embed_batches,
     metadata_bytes,
     put_status,
+    require_kind,
     require_scope,
     require_transactions,
     resolve_limits,
@@ -217,6 +218,7 @@ def replace_source(
         if isinstance(store, SupportsPreparation):
             store.prepare(scope, dimensions=embedder.dimensions)
         with tel.span("rag.replace") as span, store.unit_of_work(scope) as uow:
+            require_kind(uow, source_id, "chunk", field="source_id")
             generation = uow.generations.stage()
             deleted = uow.records.retire_source(source_id, generation=generation)
             records = _records(
@@ -337,6 +339,8 @@ def index_chunks(
                 )
             check_abort(abort)
             with store.unit_of_work(scope) as uow:
+                for src in dict.fromkeys(c.source_id for c in batch):
+                    require_kind(uow, src, "chunk", field="source_id")
                 generation = uow.generations.stage()
                 uow.records.retire_ids([c.id for c in batch], generation=generation)
                 uow.records.add(

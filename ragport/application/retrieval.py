@@ -59,6 +59,7 @@ from ragport.domain.model import (
     RetrievalLeg,
     Scope,
     Trust,
+    is_forgotten,
 )
 from ragport.ports.embedder import Embedder, Vector
 from ragport.ports.rerank import Reranker
@@ -403,18 +404,7 @@ def retrieve_context(
         # promise, checked by the contract suite). Two legs are two snapshots: re-read.
         if not (guarded and lexical == "off"):
             forgotten = {s: store.list_invalidated_ids(s) for s in wanted}
-            ordered = [
-                c
-                for c in ordered
-                if not (
-                    forgotten[c.scope]
-                    and (
-                        c.record.id in forgotten[c.scope]
-                        or c.record.source_id in forgotten[c.scope]
-                        or forgotten[c.scope].intersection(c.record.lineage)
-                    )
-                )
-            ]
+            ordered = [c for c in ordered if not is_forgotten(c.record, forgotten[c.scope])]
 
         # 8. first access gate (after fusion, before rerank)
         if authorization is not None:

@@ -23,6 +23,7 @@ import pytest
 pytest.register_assert_rewrite(
     "ragport.contract_tests._support",
     "ragport.contract_tests.chunk_store",
+    "ragport.contract_tests.chunk_store_forgetting",
     "ragport.contract_tests.derived",
     "ragport.contract_tests.embedder",
     "ragport.contract_tests.reranker",

@@ -70,6 +70,7 @@ __all__ = [
     "ChunkStoreContract",
     "ChunkStoreDenialReportContract",
     "ChunkStoreFilterContract",
+    "ChunkStoreForgettingContract",
     "ChunkStoreGenerationContract",
     "ChunkStoreGrantContract",
     "ChunkStoreGuardedQueryContract",
@@ -78,6 +79,7 @@ __all__ = [
     "ChunkStoreQueryContract",
     "ChunkStoreReplaceContract",
     "ChunkStoreRepointContract",
+    "ChunkStoreRepointUniquenessContract",
     "ChunkStoreScopeContract",
     "ChunkStoreTombstoneContract",
     "ChunkStoreUnitOfWorkContract",
@@ -120,6 +122,7 @@ WELL_KNOWN_SOURCES = (
     *("lex-walrus", "lex-penguin", "lex-secret", "lex-old", "lex-gone"),
     *("lin-src", "lin-other", "lin-moved", *(f"lin-d{n}" for n in range(1, 7))),
     *("rp-from", "rp-to", "rp-other"),
+    *("fg-s", "fg-d1", "fg-d1b", "fg-d2", "fg-d3", "fg-x", "uq-a", "uq-b", "uq-c"),
 )
 """Sources the suite writes: the canary checks none has records or grants."""
 
@@ -2020,21 +2023,22 @@ class ChunkStoreLineageContract(_ChunkStoreContractBase):
             uow.generations.publish(g)
             uow.commit()
 
-    def test_find_dependents_returns_live_derived_records_whose_lineage_overlaps(
+    def test_find_dependents_returns_derived_records_of_every_generation_whose_lineage_overlaps(
         self, store: ChunkStore
     ) -> None:
-        """find_dependents returns the live (staged included) derived records naming any id.
+        """find_dependents returns every stored derived record naming any id: live, staged and
+        retired versions (a rollback could bring a retired one back).
 
-        If this fails, check find_dependents: kind 'derived', retired_generation IS NULL (no
-        pointer test), array overlap on lineage (not roots), exact scope, no duplicates.
+        If this fails, check find_dependents: kind 'derived', no pointer or retirement test,
+        array overlap on lineage (not roots), exact scope, one row per stored version.
         """
         self._seed_lineage(store)
         with store.unit_of_work(SCOPE) as uow:
             cases = {
-                ("lin-src",): {"lin-d1", "lin-d4", "lin-d5"},
+                ("lin-src",): {"lin-d1", "lin-d4", "lin-d5", "lin-d6"},
                 ("lin-d1",): {"lin-d2"},
                 ("lin-other",): {"lin-d3", "lin-d4", "lin-d6"},
-                ("lin-src", "lin-d1"): {"lin-d1", "lin-d2", "lin-d4", "lin-d5"},
+                ("lin-src", "lin-d1"): {"lin-d1", "lin-d2", "lin-d4", "lin-d5", "lin-d6"},
                 ("lin-src#0001",): set(),
                 ("no-such-id",): set(),
             }
@@ -2044,7 +2048,9 @@ class ChunkStoreLineageContract(_ChunkStoreContractBase):
                 assert len(got) == len(set(got)), f"duplicates for {ids}: {got}"
                 assert set(got) == expected, ids
                 assert all(r.kind == "derived" and r.scope == SCOPE for r in found), ids
-                assert all(r.retired_generation is None for r in found), ids
+            (d6,) = [r for r in uow.records.find_dependents(["lin-src"]) if r.id == "lin-d6"]
+            assert d6.retired_generation is not None, "the retired first version of lin-d6"
+            assert tuple(d6.lineage) == ("lin-src",)
             (d4,) = [r for r in uow.records.find_dependents(["lin-src"]) if r.id == "lin-d4"]
             assert tuple(d4.lineage) == ("lin-src", "lin-other")
             assert set(d4.roots) == {"lin-src", "lin-other"}
@@ -2056,15 +2062,18 @@ class ChunkStoreLineageContract(_ChunkStoreContractBase):
     def test_rewrite_lineage_rewrites_lineage_and_roots_and_counts_edges(
         self, store: ChunkStore
     ) -> None:
-        """rewrite_lineage swaps one id in lineage and roots of live derived records.
+        """rewrite_lineage swaps one id in lineage and roots of derived records of every
+        generation (retired versions included).
 
         If this fails, check rewrite_lineage: it replaces ``from_id`` in both arrays (order
-        kept), returns the number of lineage entries replaced, and touches nothing else.
+        kept) on live, staged and retired rows, returns the number of lineage entries replaced,
+        and touches nothing else.
         """
         self._seed_lineage(store)
         with store.unit_of_work(SCOPE) as uow:
-            # lineage edges on lin-src: d1, d4 and the staged d5 (d2 has it in roots only)
-            assert uow.records.rewrite_lineage("lin-src", "lin-moved") == 3
+            # lineage edges on lin-src: d1, d4, the staged d5 and the retired first version of
+            # d6 (d2 has it in roots only)
+            assert uow.records.rewrite_lineage("lin-src", "lin-moved") == 4
             assert uow.records.rewrite_lineage("no-such-id", "lin-moved") == 0
             uow.commit()
 
@@ -2089,6 +2098,9 @@ class ChunkStoreLineageContract(_ChunkStoreContractBase):
             (d5,) = [r for r in uow.records.list_live("lin-d5")]
             assert tuple(d5.lineage) == ("lin-moved",)
             assert _derived_ids(uow.records.find_dependents(["lin-src"])) == []
+            (d6,) = [r for r in uow.records.find_dependents(["lin-moved"]) if r.id == "lin-d6"]
+            assert d6.retired_generation is not None
+            assert (tuple(d6.lineage), tuple(d6.roots)) == (("lin-moved",), ("lin-moved",))
         assert tuple(record("lin-d1", OTHER_CORPUS).lineage) == ("lin-src",)
 
     def test_purge_source_removes_every_generation_of_one_source_only(
@@ -2266,6 +2278,14 @@ class ChunkStoreRepointContract(_ChunkStoreContractBase):
         assert visible_pairs(store, SCOPE, ["rp-from"]) == written["rp-from"].pairs
 
 
+# Mixins in modules of their own build on this one's helpers, so they are imported here, once
+# everything above exists (the package imports this module first).
+from ragport.contract_tests.chunk_store_forgetting import (  # noqa: E402
+    ChunkStoreForgettingContract,
+    ChunkStoreRepointUniquenessContract,
+)
+
+
 class ChunkStoreContract(
     ChunkStoreCapabilityContract,
     ChunkStoreScopeContract,
@@ -2282,6 +2302,8 @@ class ChunkStoreContract(
     ChunkStoreDenialReportContract,
     ChunkStoreLineageContract,
     ChunkStoreRepointContract,
+    ChunkStoreForgettingContract,
+    ChunkStoreRepointUniquenessContract,
 ):
     """Every ChunkStore promise. Subclass it and override the ``store`` fixture."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any, Literal, NewType
 
@@ -41,6 +42,7 @@ __all__ = [
     "chunk_id",
     "decide_access",
     "freeze_metadata",
+    "is_forgotten",
     "is_valid_content_hash",
     "is_visible",
     "strongest_tombstone",
@@ -253,6 +255,20 @@ def decide_access(
 def is_visible(generation: int, retired_generation: int | None, pointer: int) -> bool:
     """The generation visibility rule: written at or below ``pointer`` and not yet retired there."""
     return generation <= pointer and (retired_generation is None or retired_generation > pointer)
+
+
+def is_forgotten(record: Record, forgotten: AbstractSet[str]) -> bool:
+    """Whether ``forgotten`` ids withhold ``record``: its id, its source, a lineage edge or a root.
+
+    The roots make this hold at any depth: a derived record resting on a derived record that
+    rests on a forgotten source carries that source among its flattened roots.
+    """
+    return bool(forgotten) and (
+        record.id in forgotten
+        or record.source_id in forgotten
+        or not forgotten.isdisjoint(record.lineage)
+        or not forgotten.isdisjoint(record.roots)
+    )
 
 
 def _non_negative(instance: Any, attribute: attrs.Attribute[int], value: int) -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "SupportsPreparation",
     "TombstoneRepository",
     "UnitOfWork",
+    "rekey_collides",
 ]
 
 EmbedderKey = tuple[str | None, int | None]
@@ -112,18 +113,29 @@ class RecordRepository(Protocol):
         ...
 
     def find_dependents(self, ids: Sequence[str]) -> Sequence[Record]:
-        """Live derived records whose ``lineage`` names any of ``ids`` (one indexed read)."""
+        """Derived records whose ``lineage`` names any of ``ids``, of every generation: live,
+        staged and retired ones alike (one row per stored version; one indexed read).
+
+        Retired versions count because a rollback can bring them back: deletion propagation
+        tombstones everything that any restorable snapshot could still serve.
+        """
         ...
 
     def rekey(self, moves: Mapping[str, str], *, to_source_id: str) -> int:
         """Re-file live records: id ``old`` becomes ``moves[old]`` and the source ``to_source_id``;
-        text, vector, offsets and generations are copied verbatim (never re-embedded). A new id
-        that is already live in the scope is a ``ValidationError`` and nothing moves."""
+        text, vector, offsets and generations are copied verbatim (never re-embedded).
+
+        Ids stay unique at every pointer a scope can reach (the current one, a staged publish,
+        any rollback target down to the floor): when a stored row of a new id (live, staged or
+        retired, of any source, other than the rows being moved) could be visible at a pointer
+        where the moved row is (``rekey_collides``), it is a ``ValidationError`` and nothing
+        moves."""
         ...
 
     def rewrite_lineage(self, from_id: str, to_id: str) -> int:
-        """Replace ``from_id`` by ``to_id`` in the lineage and roots of live derived records;
-        returns how many lineage edges were rewritten."""
+        """Replace ``from_id`` by ``to_id`` in the lineage and roots of derived records of every
+        generation (retired versions too: a rollback must bring them back resting on the id
+        that now holds the content); returns how many lineage edges were rewritten."""
         ...
 
     def purge_source(self, source_id: str) -> int:
@@ -137,6 +149,19 @@ class RecordRepository(Protocol):
     def purge_retired(self, through: int) -> int:
         """Physically remove records retired at or below ``through``. Returns the count."""
         ...
+
+
+def rekey_collides(moved_generation: int, existing: Record, floor: int) -> bool:
+    """Whether a row moved onto ``existing``'s id could be visible at one pointer with it.
+
+    The moved row (written at ``moved_generation``, live) is visible at every reachable pointer
+    from ``max(moved_generation, floor)`` on; ``existing`` until its ``retired_generation``
+    (forever when live or staged). Rollback cannot go below ``floor``. The same generation is a
+    collision too: a store keys rows on (id, generation) and never overwrites history.
+    """
+    if existing.generation == moved_generation or existing.retired_generation is None:
+        return True
+    return existing.retired_generation > max(moved_generation, floor)
 
 
 class GenerationRepository(Protocol):

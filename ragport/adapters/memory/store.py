@@ -29,11 +29,12 @@ from ragport.domain.model import (
     Scope,
     Tombstone,
     decide_access,
+    is_forgotten,
     is_visible,
     strongest_tombstone,
 )
 from ragport.ports.embedder import Vector, VectorMatrix
-from ragport.ports.store import EmbedderKey, GuardedQuery, ScoredRecord
+from ragport.ports.store import EmbedderKey, GuardedQuery, ScoredRecord, rekey_collides
 
 __all__ = ["InMemoryStore"]
 
@@ -115,16 +116,7 @@ class _Snapshot:
             if self._searchable is not None:
                 return self._searchable
         withheld = self.forgotten()
-        found = {
-            r.id: r
-            for r in self.visible()
-            if not (
-                withheld
-                and (
-                    r.id in withheld or r.source_id in withheld or withheld.intersection(r.lineage)
-                )
-            )
-        }
+        found = {r.id: r for r in self.visible() if not is_forgotten(r, withheld)}
         with self._lock:
             self._searchable = found
         return found
@@ -148,9 +140,7 @@ class _Snapshot:
                 continue
             if not is_visible(r.generation, r.retired_generation, self.pointer):
                 continue
-            if withheld and (
-                r.id in withheld or r.source_id in withheld or withheld.intersection(r.lineage)
-            ):
+            if is_forgotten(r, withheld):
                 continue
             rows.append(r)
             vectors.append(row.vector)
@@ -344,20 +334,27 @@ class _Records:
             (
                 row.record
                 for row in self._uow._snap.rows.values()
-                if row.record.kind == "derived"
-                and row.record.retired_generation is None
-                and wanted.intersection(row.record.lineage)
+                if row.record.kind == "derived" and wanted.intersection(row.record.lineage)
             ),
             key=lambda r: r.id,
         )
 
     def rekey(self, moves: Mapping[str, str], *, to_source_id: str) -> int:
         snap = self._uow._snap
-        taken = self._live_owners(set(moves.values()))
-        if any(new in taken and new not in moves for new in moves.values()):
-            raise ValidationError(
-                "a destination record id is already live in this scope", field="to_id"
-            )
+        moving = {
+            key: row.record
+            for key, row in snap.rows.items()
+            if row.record.retired_generation is None and row.record.id in moves
+        }
+        for record in moving.values():
+            for key in snap.by_id.get(moves[record.id], frozenset()):
+                if key not in moving and rekey_collides(
+                    record.generation, snap.rows[key].record, snap.floor
+                ):
+                    raise ValidationError(
+                        "a destination record id is visible in a restorable snapshot of this scope",
+                        field="to_id",
+                    )
         moved: list[tuple[_Key, _Row]] = []
         for key, row in list(snap.rows.items()):
             record = row.record
@@ -370,13 +367,6 @@ class _Records:
                             row.vector,
                         ),
                     )
-                )
-        for _, row in moved:
-            new_key = (row.record.id, row.record.generation)
-            if new_key in snap.rows and new_key[0] not in moves:
-                # A retired row of the destination shares this generation: never overwrite history.
-                raise ValidationError(
-                    "the destination id already has a record at this generation", field="to_id"
                 )
         for old_key, row in moved:
             old = snap.rows.pop(old_key).record
@@ -395,7 +385,7 @@ class _Records:
         edges = 0
         for key, row in list(snap.rows.items()):
             record = row.record
-            if record.kind != "derived" or record.retired_generation is not None:
+            if record.kind != "derived":
                 continue
             if from_id not in record.lineage and from_id not in record.roots:
                 continue

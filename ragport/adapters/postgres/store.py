@@ -307,8 +307,8 @@ class _Records:
             rows = uow.conn.execute(
                 text(
                     f"SELECT {_RECORD_COLUMNS} FROM {uow.s}.records WHERE {_SCOPE} "
-                    "AND kind = 'derived' AND retired_generation IS NULL "
-                    'AND lineage && CAST(:ids AS text[]) ORDER BY id COLLATE "C"'
+                    "AND kind = 'derived' "
+                    'AND lineage && CAST(:ids AS text[]) ORDER BY id COLLATE "C", generation'
                 ),
                 _params(uow.scope, ids=list(ids)),
             ).all()
@@ -320,34 +320,29 @@ class _Records:
             return 0
         old, new = list(moves), [moves[k] for k in moves]
         with translate_errors("re-key records"):
+            # rekey_collides in SQL: a stored row of a destination id, other than a live row
+            # being moved, that shares a moved row's generation or could be visible at a
+            # pointer where the moved row is (live, staged, or retired above both the moved
+            # row's generation and the floor).
             clash = uow.conn.execute(
                 text(
-                    f"SELECT count(*) FROM {uow.s}.records WHERE {_SCOPE} AND id = ANY(:new) "
-                    "AND retired_generation IS NULL AND NOT (id = ANY(:old))"
+                    f"SELECT count(*) FROM {uow.s}.records d "
+                    "JOIN unnest(CAST(:old AS text[]), CAST(:new AS text[])) AS x(old_id, new_id) "
+                    f"ON d.id = x.new_id JOIN {uow.s}.records m "
+                    "ON m.tenant_id = d.tenant_id AND m.resource_id = d.resource_id "
+                    "AND m.corpus_id = d.corpus_id AND m.id = x.old_id "
+                    "AND m.retired_generation IS NULL "
+                    "WHERE d.tenant_id = :t AND d.resource_id = :r AND d.corpus_id = :c "
+                    "AND NOT (d.id = ANY(:old) AND d.retired_generation IS NULL) "
+                    "AND (d.generation = m.generation OR d.retired_generation IS NULL "
+                    "OR d.retired_generation > greatest(m.generation, :floor))"
                 ),
-                _params(uow.scope, new=new, old=old),
+                _params(uow.scope, new=new, old=old, floor=uow.floor),
             ).scalar_one()
             if clash:
                 raise ValidationError(
-                    "a destination record id is already live in this scope", field="to_id"
-                )
-            history = uow.conn.execute(
-                text(
-                    f"SELECT count(*) FROM {uow.s}.records d JOIN {uow.s}.records m "
-                    "ON m.tenant_id = d.tenant_id AND m.resource_id = d.resource_id "
-                    "AND m.corpus_id = d.corpus_id AND m.generation = d.generation "
-                    "JOIN unnest(CAST(:old AS text[]), CAST(:new AS text[])) AS x(old_id, new_id) "
-                    "ON m.id = x.old_id AND d.id = x.new_id "
-                    "WHERE d.tenant_id = :t AND d.resource_id = :r AND d.corpus_id = :c "
-                    "AND m.retired_generation IS NULL"
-                ),
-                _params(uow.scope, new=new, old=old),
-            ).scalar_one()
-            if history:
-                # A retired row of the destination shares a moved row's generation: never
-                # overwrite history (the in-memory store refuses the same way).
-                raise ValidationError(
-                    "the destination id already has a record at this generation", field="to_id"
+                    "a destination record id is visible in a restorable snapshot of this scope",
+                    field="to_id",
                 )
             result = uow.conn.execute(
                 text(
@@ -365,7 +360,7 @@ class _Records:
             rows = uow.conn.execute(
                 text(
                     f"SELECT id, generation, lineage, roots FROM {uow.s}.records WHERE {_SCOPE} "
-                    "AND kind = 'derived' AND retired_generation IS NULL "
+                    "AND kind = 'derived' "
                     "AND (lineage && ARRAY[CAST(:f AS text)] OR roots && ARRAY[CAST(:f AS text)])"
                 ),
                 _params(uow.scope, f=from_id),
@@ -1053,7 +1048,7 @@ class PostgresStore:
         where = [
             _RSCOPE,
             _VISIBLE.replace("sc.pointer", pointer),
-            f"NOT (r.id = ANY({ids}) OR r.source_id = ANY({ids}) OR r.lineage && {ids})",
+            f"NOT (r.id = ANY({ids}) OR r.source_id = ANY({ids}) OR r.lineage && {ids} OR r.roots && {ids})",
         ]
         if authorization is not None:
             params.update(

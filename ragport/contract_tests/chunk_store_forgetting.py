@@ -1,0 +1,361 @@
+"""Forgetting at depth and ids that stay unique: promises that span several use cases.
+
+``ChunkStoreForgettingContract`` drives a store through the use cases (``index_derived``,
+deletion propagation, ``repoint_source``, ``delete_source``, ``rollback_generation``) and
+checks what ``retrieve_context`` serves afterwards, on the vector leg and (when the store
+offers one) the hybrid path, to a trusted caller and to an authorized one:
+
+- nothing resting on a forgotten source, at any depth, through re-points, deletes and
+  rollbacks, is served again; deriving from forgotten content is refused;
+- a chunk source and a derived record never share an id;
+- re-pointing keeps ids unique at every pointer the scope can reach (a staged publish, a
+  rollback down to the floor), or refuses the move.
+
+Part of ``ChunkStoreContract``; needs ``transactions`` and ``generations``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from ragport.application.forgetting import (
+    RagDeletionHandler,
+    create_deletion_propagator,
+    index_derived,
+    repoint_source,
+)
+from ragport.application.generations import compact, rollback_generation
+from ragport.application.indexing import delete_source, replace_source
+from ragport.application.retrieval import retrieve_context
+from ragport.contract_tests._support import ContractEmbedder
+from ragport.contract_tests.chunk_store import (
+    QUERY_ALL,
+    SCOPE,
+    TENANT,
+    _ChunkStoreContractBase,
+    _require_generations,
+    _require_transactions,
+)
+from ragport.domain.errors import ValidationError
+from ragport.domain.model import Authorization, Chunk, Grant, Scope, Tombstone
+from ragport.ports.store import ChunkStore
+
+__all__ = ["ChunkStoreForgettingContract", "ChunkStoreRepointUniquenessContract"]
+
+EMBEDDER = ContractEmbedder()
+ADMIN = Authorization("fg-admin", TENANT)
+WORD = "fgword"
+"""Every text of this module holds it, so the lexical leg matches every record."""
+
+
+def _source(store: ChunkStore, source_id: str, *texts: str) -> None:
+    replace_source(
+        source_id=source_id,
+        chunks=[Chunk.of(source_id, i, f"{t} {WORD}") for i, t in enumerate(texts)],
+        embedder=EMBEDDER,
+        store=store,
+        scope=SCOPE,
+    )
+
+
+def _derived(store: ChunkStore, record_id: str, lineage: Sequence[str]) -> None:
+    index_derived(
+        record_id=record_id,
+        text=f"{record_id} rests on {' '.join(lineage)} {WORD}",
+        lineage=lineage,
+        embedder=EMBEDDER,
+        store=store,
+        scope=SCOPE,
+    )
+
+
+def _grant_all(store: ChunkStore, *sources: str) -> None:
+    if store.capabilities.authorization == "acl":
+        store.set_source_access(
+            SCOPE, [Grant(s, principal_ids=(ADMIN.principal_id,)) for s in sources]
+        )
+
+
+def _forget(store: ChunkStore, source_id: str) -> tuple[str, ...]:
+    propagator = create_deletion_propagator(
+        scope=SCOPE,
+        store=store,
+        authorization=ADMIN,
+        handlers=[RagDeletionHandler(store=store, scope=SCOPE)],
+    )
+    return propagator.propagate(source_id).ids
+
+
+def _served(store: ChunkStore) -> dict[str, set[str]]:
+    """Record ids retrieval serves, per (path, caller), with every candidate asked for."""
+    lexical = store.capabilities.lexical_modes
+    callers: list[tuple[str, Authorization | None]] = [("trusted", None)]
+    if store.capabilities.authorization == "acl":
+        callers.append(("authorized", ADMIN))
+    served: dict[str, set[str]] = {}
+    for mode in ("off", *lexical[:1]):
+        for name, who in callers:
+            result = retrieve_context(
+                f"{WORD} rests on",
+                embedder=EMBEDDER,
+                store=store,
+                scope=SCOPE,
+                top_k=QUERY_ALL,
+                query_candidates=QUERY_ALL * 4,
+                lexical=mode,
+                authorization=who,
+                max_context_tokens=8_000,
+                max_result_bytes=32_000,
+            )
+            served[f"{mode}/{name}"] = {h.id for h in result.hits}
+    return served
+
+
+def _assert_never_served(store: ChunkStore, ids: Sequence[str], what: str) -> None:
+    for path, seen in _served(store).items():
+        leaked = sorted(seen.intersection(ids))
+        assert not leaked, f"{what}: retrieval ({path}) served {leaked}"
+
+
+def _ids_unique_everywhere(store: ChunkStore, scope: Scope, sources: Sequence[str]) -> None:
+    ids = [r.id for s in sources for r in store.get_by_source(scope, s)]
+    assert len(ids) == len(set(ids)), f"duplicate visible ids: {sorted(ids)}"
+    found = [s.record.id for s in store.query(scope, EMBEDDER.embed([WORD])[0], limit=QUERY_ALL)]
+    assert len(found) == len(set(found)), f"query returned duplicate ids: {sorted(found)}"
+
+
+class ChunkStoreForgettingContract(_ChunkStoreContractBase):
+    """Nothing resting on a forgotten source is served again, at any depth."""
+
+    @pytest.fixture(autouse=True)
+    def _capable(self, store: ChunkStore) -> None:
+        _require_transactions(store)
+        _require_generations(store)
+
+    def test_the_predicate_withholds_a_derived_record_by_its_roots(self, store: ChunkStore) -> None:
+        """A derived record whose only forgotten id is a root (two levels up) is never served.
+
+        If this fails, check the store's tombstone predicate (``query``, ``lexical_query``,
+        ``guarded_query``): besides id, source and lineage it must test ``roots`` against
+        the forgotten ids (``ragport.domain.model.is_forgotten``).
+        """
+        _source(store, "fg-s", "the forgotten source")
+        _derived(store, "fg-d1", ["fg-s"])
+        _derived(store, "fg-d2", ["fg-d1"])
+        (d2,) = store.get_by_source(SCOPE, "fg-d2")
+        assert tuple(d2.roots) == ("fg-s",), "index_derived flattens roots through fg-d1"
+        _grant_all(store, "fg-s")
+        # Only the root is tombstoned, behind the use cases' back: neither fg-d2's id, its
+        # source nor its lineage (fg-d1) is forgotten.
+        with store.unit_of_work(SCOPE) as uow:
+            uow.tombstones.add([Tombstone("fg-s")])
+            uow.commit()
+        _assert_never_served(store, ["fg-s#0001", "fg-d1", "fg-d2"], "after forgetting fg-s")
+
+    def test_deriving_from_forgotten_content_is_refused(self, store: ChunkStore) -> None:
+        """After a forget, index_derived on the source, or on what rested on it, is refused.
+
+        If this fails, check ``forgetting._roots``: every ancestor and root of the new record
+        is tested against the scope's forgotten tombstones before anything is written.
+        """
+        _source(store, "fg-s", "the forgotten source")
+        _derived(store, "fg-d1", ["fg-s"])
+        _source(store, "fg-x", "an unrelated source")
+        _grant_all(store, "fg-s", "fg-x")
+        _forget(store, "fg-s")
+        generation = store.current_generation(SCOPE)
+        for lineage in (["fg-s"], ["fg-d1"], ["fg-x", "fg-d1"]):
+            with pytest.raises(ValidationError) as caught:
+                _derived(store, "fg-d2", lineage)
+            assert caught.value.field == "lineage", lineage
+        assert store.current_generation(SCOPE) == generation, "a refused derivation wrote"
+        assert not store.get_by_source(SCOPE, "fg-d2")
+        _derived(store, "fg-d3", ["fg-x"])  # unrelated content still derives
+        _assert_never_served(store, ["fg-s#0001", "fg-d1", "fg-d2"], "after forgetting fg-s")
+
+    def test_forget_follows_a_repointed_derived_record(self, store: ChunkStore) -> None:
+        """D1 -> S, D2 -> D1, re-point D1 to D1b, forget S: D1b and D2 are never served.
+
+        If this fails, check that repoint_source files a derived record under exactly the new
+        id and rewrites lineage, and that the propagation closure follows dependents by record
+        id and source id (``forgetting._closure``).
+        """
+        _source(store, "fg-s", "the forgotten source")
+        _derived(store, "fg-d1", ["fg-s"])
+        _derived(store, "fg-d2", ["fg-d1"])
+        _grant_all(store, "fg-s", "fg-d1", "fg-d1b")
+        repoint_source(scope=SCOPE, store=store, from_id="fg-d1", to_id="fg-d1b")
+        (moved,) = store.get_by_source(SCOPE, "fg-d1b")
+        assert moved.id == "fg-d1b", "a re-pointed derived record keeps id == source id"
+        (d2,) = store.get_by_source(SCOPE, "fg-d2")
+        assert tuple(d2.lineage) == ("fg-d1b",)
+        closure = _forget(store, "fg-s")
+        assert {"fg-s", "fg-d1b", "fg-d2"} <= set(closure)
+        _assert_never_served(store, ["fg-s#0001", "fg-d1b", "fg-d2"], "after forgetting fg-s")
+
+    def test_rollback_never_brings_back_a_dependent_of_a_forgotten_source(
+        self, store: ChunkStore
+    ) -> None:
+        """D1 -> S, D2 -> D1, D3 -> D2; delete D3 and D2; forget S; roll back before the
+        deletes: D2 and D3 come back as rows but are never served.
+
+        If this fails, check that ``find_dependents`` returns retired versions too (the
+        closure must tombstone what a rollback can restore) and the roots test of the store
+        predicate.
+        """
+        _source(store, "fg-s", "the forgotten source")
+        _derived(store, "fg-d1", ["fg-s"])
+        _derived(store, "fg-d2", ["fg-d1"])
+        _derived(store, "fg-d3", ["fg-d2"])
+        _grant_all(store, "fg-s")
+        before_deletes = store.current_generation(SCOPE)
+        delete_source(source_id="fg-d3", store=store, scope=SCOPE)
+        delete_source(source_id="fg-d2", store=store, scope=SCOPE)
+        closure = _forget(store, "fg-s")
+        assert {"fg-s", "fg-d1", "fg-d2", "fg-d3"} <= set(closure)
+        rollback_generation(store=store, scope=SCOPE, to=before_deletes)
+        assert [r.id for r in store.get_by_source(SCOPE, "fg-d3")] == ["fg-d3"]
+        _assert_never_served(store, ["fg-s#0001", "fg-d1", "fg-d2", "fg-d3"], "after the rollback")
+
+    def test_forgetting_a_derived_record_withholds_its_dependents_after_rollback(
+        self, store: ChunkStore
+    ) -> None:
+        """Forget the middle of D1 -> S, D2 -> D1, D3 -> D2 while D3 is deleted; roll back:
+        D3 (whose roots do not name D1) is still never served; S still is.
+
+        If this fails, check that the closure walks retired versions (``find_dependents``).
+        """
+        _source(store, "fg-s", "the source that stays")
+        _derived(store, "fg-d1", ["fg-s"])
+        _derived(store, "fg-d2", ["fg-d1"])
+        _derived(store, "fg-d3", ["fg-d2"])
+        _grant_all(store, "fg-s", "fg-d1")
+        before_delete = store.current_generation(SCOPE)
+        delete_source(source_id="fg-d3", store=store, scope=SCOPE)
+        assert set(_forget(store, "fg-d1")) >= {"fg-d1", "fg-d2", "fg-d3"}
+        rollback_generation(store=store, scope=SCOPE, to=before_delete)
+        _assert_never_served(store, ["fg-d1", "fg-d2", "fg-d3"], "after the rollback")
+        assert all("fg-s#0001" in seen for seen in _served(store).values())
+
+    def test_a_forgotten_id_is_never_re_pointed(self, store: ChunkStore) -> None:
+        """Re-pointing from a forgotten source (its rows would be served under the new id) or
+        onto a forgotten id is refused and moves nothing.
+
+        If this fails, check repoint_source's tombstone check before ``rekey``.
+        """
+        _source(store, "fg-s", "the forgotten source")
+        _source(store, "fg-x", "another source")
+        _grant_all(store, "fg-s", "fg-x", "fg-d1")
+        propagator = create_deletion_propagator(scope=SCOPE, store=store, authorization=ADMIN)
+        propagator.propagate("fg-s")  # no rag handler: the rows stay, withheld
+        for from_id, to_id in (("fg-s", "fg-d1"), ("fg-x", "fg-s")):
+            with pytest.raises(ValidationError):
+                repoint_source(scope=SCOPE, store=store, from_id=from_id, to_id=to_id)
+        assert [r.id for r in store.get_by_source(SCOPE, "fg-x")] == ["fg-x#0001"]
+        assert not store.get_by_source(SCOPE, "fg-d1")
+        _assert_never_served(store, ["fg-s#0001", "fg-d1#0001"], "after the refused moves")
+
+    def test_a_chunk_source_and_a_derived_record_never_share_an_id(self, store: ChunkStore) -> None:
+        """index_derived on a chunk source's id, and replace_source on a derived record's id,
+        are refused; neither retires the other.
+
+        If this fails, check ``require_kind`` in the use cases before they retire anything.
+        """
+        _source(store, "fg-s", "a source of chunks")
+        _derived(store, "fg-d1", ["fg-s"])
+        generation = store.current_generation(SCOPE)
+        with pytest.raises(ValidationError) as caught:
+            _derived(store, "fg-s", ["fg-d1"])
+        assert caught.value.field == "record_id"
+        with pytest.raises(ValidationError) as caught:
+            _source(store, "fg-d1", "chunks under a derived record's id")
+        assert caught.value.field == "source_id"
+        assert store.current_generation(SCOPE) == generation
+        assert [r.kind for r in store.get_by_source(SCOPE, "fg-s")] == ["chunk"]
+        assert [r.kind for r in store.get_by_source(SCOPE, "fg-d1")] == ["derived"]
+
+
+class ChunkStoreRepointUniquenessContract(_ChunkStoreContractBase):
+    """Re-pointing keeps record ids unique at every pointer a scope can reach."""
+
+    @pytest.fixture(autouse=True)
+    def _capable(self, store: ChunkStore) -> None:
+        _require_transactions(store)
+        _require_generations(store)
+
+    def _refused(self, store: ChunkStore, from_id: str, to_id: str) -> None:
+        before = {s: list(store.get_by_source(SCOPE, s)) for s in (from_id, to_id)}
+        with pytest.raises(ValidationError) as caught:
+            repoint_source(scope=SCOPE, store=store, from_id=from_id, to_id=to_id)
+        assert caught.value.field == "to_id"
+        assert {s: list(store.get_by_source(SCOPE, s)) for s in (from_id, to_id)} == before
+
+    def test_repoint_onto_a_deleted_id_that_rollback_can_restore_is_refused(
+        self, store: ChunkStore
+    ) -> None:
+        """a (gen 1), b (gen 2), delete b, re-point a -> b: refused, since rolling back to 2
+        would show two ``b#0001``; the rollback itself still works and ids stay unique.
+
+        If this fails, check ``rekey``: a retired row of the destination id retired above
+        max(moved row's generation, floor) collides (``ragport.ports.store.rekey_collides``).
+        """
+        _source(store, "uq-a", "text of a")
+        _source(store, "uq-b", "text of b")
+        two = store.current_generation(SCOPE)
+        delete_source(source_id="uq-b", store=store, scope=SCOPE)
+        self._refused(store, "uq-a", "uq-b")
+        rollback_generation(store=store, scope=SCOPE, to=two)
+        _ids_unique_everywhere(store, SCOPE, ["uq-a", "uq-b"])
+        assert [r.text for r in store.get_by_source(SCOPE, "uq-b")] == [f"text of b {WORD}"]
+
+    def test_repoint_onto_a_staged_delete_is_refused(self, store: ChunkStore) -> None:
+        """A staged (unpublished) delete of c, then re-point a -> c: refused, since c's rows
+        are still visible at the current pointer.
+
+        If this fails, check ``rekey``: a row retired at a generation above the pointer is
+        still visible there.
+        """
+        _source(store, "uq-a", "text of a")
+        _source(store, "uq-c", "text of c")
+        replace_source(
+            source_id="uq-c",
+            chunks=[],
+            embedder=EMBEDDER,
+            store=store,
+            scope=SCOPE,
+            advance_generation=False,
+        )
+        self._refused(store, "uq-a", "uq-c")
+        _ids_unique_everywhere(store, SCOPE, ["uq-a", "uq-c"])
+
+    def test_repoint_onto_an_id_no_reachable_pointer_shows_is_allowed(
+        self, store: ChunkStore
+    ) -> None:
+        """b deleted, then a (re)written after the delete: a -> b moves, and every pointer
+        from the floor up shows unique ids. Once compaction raises the floor past a deletion,
+        the move that was refused is allowed.
+
+        If this fails, check ``rekey_collides``: the moved row is only visible from its own
+        generation on, and nothing below the floor can come back.
+        """
+        _source(store, "uq-b", "old b")
+        delete_source(source_id="uq-b", store=store, scope=SCOPE)
+        _source(store, "uq-a", "text of a")  # written after b's deletion
+        result = repoint_source(scope=SCOPE, store=store, from_id="uq-a", to_id="uq-b")
+        assert result.moved_chunks == 1
+        top = store.current_generation(SCOPE)
+        for pointer in range(top, 0, -1):
+            rollback_generation(store=store, scope=SCOPE, to=pointer)
+            _ids_unique_everywhere(store, SCOPE, ["uq-a", "uq-b"])
+
+        _source(store, "uq-c", "text of c")
+        _source(store, "uq-a", "a again")
+        delete_source(source_id="uq-c", store=store, scope=SCOPE)
+        self._refused(store, "uq-a", "uq-c")  # c's rows are restorable
+        _source(store, "uq-b", "b later")  # one generation past the deletion of c ...
+        compact(store=store, scope=SCOPE, keep=0)  # ... so compaction can raise the floor past it
+        moved = repoint_source(scope=SCOPE, store=store, from_id="uq-a", to_id="uq-c")
+        assert moved.moved_chunks == 1
+        _ids_unique_everywhere(store, SCOPE, ["uq-a", "uq-c"])
