@@ -10,9 +10,11 @@ retrieve_context:
 4. Redact and embed the query once.
 5. Vector leg per scope at that scope's current generation: ``query_candidates`` records, with
    scope, visibility, tombstones, grants and ``metadata_filter`` inside the store predicate.
+   With a lexical mode, both legs come from one ``hybrid_query`` per scope: one snapshot, so
+   fused results never mix two versions of a source.
 6. Recheck what came back: stored scope among the requested ones, embedder identity; merge
    across scopes keyed on (scope, record id).
-7. Tombstone guard: drop candidates whose id, source or lineage is forgotten.
+7. Tombstone guard: drop candidates whose id, source, lineage or roots are forgotten.
 8. Access gate (with an authorization): one ``check_source_access`` per scope with every
    distinct source; denied or failed checks withhold those sources (``on_access_denied``).
 9. Render ``[citation-id] text`` blocks until top-k, the byte ceiling or the token ceiling.
@@ -168,8 +170,28 @@ def _search(
                 store_denied.setdefault((scope, d.source_id), d.reason)
 
         on_denied = collect if store_denied is not None else None
-        with telemetry.span("rag.vector"):
-            if guarded:
+        lexical_found: Sequence[ScoredRecord] = ()
+        if lexical != "off":
+            # Both legs from one snapshot: a replacement committed meanwhile is seen by both
+            # or by neither, so the fused list never mixes two versions of a source.
+            with telemetry.span("rag.hybrid"):
+                hybrid = cast(SupportsLexicalSearch, store).hybrid_query(
+                    s,
+                    vector,
+                    text,
+                    embedder_id=embedder.id,
+                    dimensions=embedder.dimensions,
+                    limit=limit,
+                    mode=lexical,
+                    authorization=authorization,
+                    metadata_filter=metadata_filter,
+                    on_denied=on_denied,
+                )
+            for found_key in sorted(hybrid.foreign_embedders, key=repr):
+                raise _mismatch(embedder, found_key)
+            found, lexical_found = hybrid.vector, hybrid.lexical
+        elif guarded:
+            with telemetry.span("rag.vector"):
                 # _is_guarded checked the class; a runtime Protocol check costs ~20 us a call.
                 answer = cast(SupportsGuardedQuery, store).guarded_query(
                     s,
@@ -181,10 +203,11 @@ def _search(
                     metadata_filter=metadata_filter,
                     on_denied=on_denied,
                 )
-                for found_key in sorted(answer.foreign_embedders, key=repr):
-                    raise _mismatch(embedder, found_key)
-                found = answer.records
-            else:
+            for found_key in sorted(answer.foreign_embedders, key=repr):
+                raise _mismatch(embedder, found_key)
+            found = answer.records
+        else:
+            with telemetry.span("rag.vector"):
                 found = store.query(
                     s,
                     vector,
@@ -198,24 +221,12 @@ def _search(
         for item in ranked:
             records[(s, item.record.id)] = item.record
             cosine[(s, item.record.id)] = item.score
-        check_abort(abort)
         if lexical != "off":
-            assert isinstance(store, SupportsLexicalSearch)
-            with telemetry.span("rag.lexical"):
-                found = store.lexical_query(
-                    s,
-                    text,
-                    limit=limit,
-                    mode=lexical,
-                    authorization=authorization,
-                    metadata_filter=metadata_filter,
-                    on_denied=on_denied,
-                )
-            ranked = _checked(found, s, expected=expected, embedder=embedder)
+            ranked = _checked(lexical_found, s, expected=expected, embedder=embedder)
             legs[f"lexical:{n}"] = [(s, item.record.id) for item in ranked]
             for item in ranked:
                 records.setdefault((s, item.record.id), item.record)
-            check_abort(abort)
+        check_abort(abort)
     if lexical == "off":
         keys = sorted(cosine, key=lambda key: (-cosine[key], _scope_order(key)))
         return [_Candidate(key[0], records[key], cosine[key], "vector") for key in keys]
@@ -349,10 +360,11 @@ def retrieve_context(
 
     with tel.span("rag.retrieve") as root:
         root.set_attribute("rag.scopes", len(wanted))
-        # 3. drift guard (a guarded store answers it with the vector leg instead: step 5)
+        # 3. drift guard (a guarded store answers it with the vector leg, a hybrid query with
+        # its legs, in step 5)
         expected = (embedder.id, embedder.dimensions)
         guarded = _is_guarded(store)
-        for s in [] if guarded else wanted:
+        for s in [] if guarded or lexical != "off" else wanted:
             for found_key in sorted(
                 store.foreign_embedders(s, embedder.id, embedder.dimensions), key=repr
             ):

@@ -24,6 +24,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests._support",
     "ragport.contract_tests.chunk_store",
     "ragport.contract_tests.chunk_store_forgetting",
+    "ragport.contract_tests.chunk_store_hybrid",
     "ragport.contract_tests.derived",
     "ragport.contract_tests.embedder",
     "ragport.contract_tests.reranker",
@@ -37,7 +38,7 @@ from ragport.contract_tests.embedder import EmbedderContract  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.4"
+CONTRACT_VERSION = "1.5"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -47,6 +48,11 @@ CONTRACT_VERSION = "1.4"
 # 1.2  RerankerContract (empty input, permutation of the same objects, determinism, caps).
 # 1.3  ChunkStoreLineageContract, ChunkStoreRepointContract, DerivedArtifactHandlerContract.
 # 1.4  ChunkStoreGuardedQueryContract (stores that implement SupportsGuardedQuery).
+# 1.5  ChunkStoreForgettingContract (forgetting at any depth through re-points, deletes and
+#      rollbacks; chunk and derived ids never shared), ChunkStoreRepointUniquenessContract
+#      (ids unique at every reachable pointer), ChunkStoreHybridSnapshotContract (hybrid_query:
+#      both legs from one snapshot). find_dependents and rewrite_lineage cover every stored
+#      version; lexical_modes now also promises hybrid_query.
 
 __all__ = [
     "CONTRACT_VERSION",

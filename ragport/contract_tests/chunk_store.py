@@ -74,6 +74,7 @@ __all__ = [
     "ChunkStoreGenerationContract",
     "ChunkStoreGrantContract",
     "ChunkStoreGuardedQueryContract",
+    "ChunkStoreHybridSnapshotContract",
     "ChunkStoreLexicalContract",
     "ChunkStoreLineageContract",
     "ChunkStoreQueryContract",
@@ -122,7 +123,7 @@ WELL_KNOWN_SOURCES = (
     *("lex-walrus", "lex-penguin", "lex-secret", "lex-old", "lex-gone"),
     *("lin-src", "lin-other", "lin-moved", *(f"lin-d{n}" for n in range(1, 7))),
     *("rp-from", "rp-to", "rp-other"),
-    *("fg-s", "fg-d1", "fg-d1b", "fg-d2", "fg-d3", "fg-x", "uq-a", "uq-b", "uq-c"),
+    *("fg-s", "fg-d1", "fg-d1b", "fg-d2", "fg-d3", "fg-x", "uq-a", "uq-b", "uq-c", "hy-s"),
 )
 """Sources the suite writes: the canary checks none has records or grants."""
 
@@ -1852,7 +1853,7 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
         if not modes:
             pytest.skip("store advertises no lexical_modes: the lexical section does not apply")
         assert isinstance(store, SupportsLexicalSearch), (
-            "lexical_modes declared but no lexical_query"
+            "lexical_modes declared but no lexical_query and hybrid_query"
         )
         return modes
 
@@ -2284,6 +2285,9 @@ from ragport.contract_tests.chunk_store_forgetting import (  # noqa: E402
     ChunkStoreForgettingContract,
     ChunkStoreRepointUniquenessContract,
 )
+from ragport.contract_tests.chunk_store_hybrid import (  # noqa: E402
+    ChunkStoreHybridSnapshotContract,
+)
 
 
 class ChunkStoreContract(
@@ -2304,6 +2308,7 @@ class ChunkStoreContract(
     ChunkStoreRepointContract,
     ChunkStoreForgettingContract,
     ChunkStoreRepointUniquenessContract,
+    ChunkStoreHybridSnapshotContract,
 ):
     """Every ChunkStore promise. Subclass it and override the ``store`` fixture."""
 

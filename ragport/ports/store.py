@@ -37,6 +37,7 @@ __all__ = [
     "GenerationRepository",
     "GrantRepository",
     "GuardedQuery",
+    "HybridAnswer",
     "RecordRepository",
     "ScoredRecord",
     "SupportsGuardedQuery",
@@ -65,6 +66,15 @@ class GuardedQuery:
 
     foreign_embedders: frozenset[EmbedderKey]
     records: Sequence[ScoredRecord]
+
+
+@attrs.frozen
+class HybridAnswer:
+    """Both legs of a hybrid query and the drift guard, read from one snapshot."""
+
+    foreign_embedders: frozenset[EmbedderKey]
+    vector: Sequence[ScoredRecord]
+    lexical: Sequence[ScoredRecord]
 
 
 class RecordRepository(Protocol):
@@ -339,6 +349,11 @@ class SupportsLexicalSearch(Protocol):
     query term, best first (ties by id). Scores are the mode's own (BM25 in both built-in
     stores) and are comparable only within one call. A mode the store does not offer is a
     ``CapabilityError``.
+
+    ``hybrid_query`` is what hybrid retrieval calls: what ``foreign_embedders``, ``query`` and
+    ``lexical_query`` would return, all read from *one* snapshot (one pointer, one set of
+    tombstones and grants), so a replacement committed meanwhile is seen by both legs or by
+    neither: fused results never mix two versions of a source.
     """
 
     def lexical_query(
@@ -352,6 +367,21 @@ class SupportsLexicalSearch(Protocol):
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]: ...
+
+    def hybrid_query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        text: str,
+        *,
+        embedder_id: str,
+        dimensions: int,
+        limit: int,
+        mode: str,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
+    ) -> HybridAnswer: ...
 
 
 @runtime_checkable

@@ -54,8 +54,7 @@ def test_retrieve_emits_the_fixed_span_tree_without_document_text():
     assert {
         "rag.retrieve",
         "rag.embed",
-        "rag.vector",
-        "rag.lexical",
+        "rag.hybrid",
         "rag.fuse",
         "rag.acl_recheck",
         "rag.rerank",
@@ -67,7 +66,7 @@ def test_retrieve_emits_the_fixed_span_tree_without_document_text():
     children = [
         s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id
     ]
-    assert {s.name for s in children} >= {"rag.vector", "rag.render"}
+    assert {s.name for s in children} >= {"rag.hybrid", "rag.render"}
     for span in spans:
         for key, value in (span.attributes or {}).items():
             assert key.startswith("rag.")

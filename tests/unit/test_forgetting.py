@@ -34,7 +34,7 @@ from ragport import (
 )
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
-from ragport.ports.store import GuardedQuery
+from ragport.ports.store import GuardedQuery, HybridAnswer
 
 SCOPE = Scope("tenant-1", "kb", "docs")
 OTHER_CORPUS = Scope("tenant-1", "kb", "archive")
@@ -209,6 +209,16 @@ class StaleStore(CountingStore):
         if not self.frozen:
             self.stale[key] = self._inner.lexical_query(scope, text, **kwargs)
         return self.stale[key]
+
+    def hybrid_query(self, scope: Scope, vector: Any, text: str, **kwargs: Any) -> Any:
+        guard = {k: kwargs.pop(k) for k in ("embedder_id", "dimensions")}
+        mode = kwargs.pop("mode")
+        foreign = self._inner.foreign_embedders(scope, guard["embedder_id"], guard["dimensions"])
+        return HybridAnswer(
+            foreign_embedders=foreign,
+            vector=self.query(scope, vector, **kwargs),
+            lexical=self.lexical_query(scope, text, mode=mode, **kwargs),
+        )
 
 
 class RecordingHandler:

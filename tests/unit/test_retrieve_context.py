@@ -540,9 +540,9 @@ def test_drift_guard_reads_once_per_scope_on_either_path(
     store: InMemoryStore, guarded: bool
 ) -> None:
     """A guarded store answers the drift guard with its vector leg; a plain one gets a read
-    first. A plain store always gets the tombstone re-read, a guarded one whenever a lexical
-    leg adds a second snapshot; both refuse another embedder. If this fails, check steps 3,
-    5 and 7 of retrieve_context."""
+    first; a hybrid query answers it with its legs. A plain store always gets the tombstone
+    re-read, a guarded one whenever a lexical leg is involved; both refuse another embedder.
+    If this fails, check steps 3, 5 and 7 of retrieve_context."""
     log = GuardedCallLog(store) if guarded else CallLog(store)
     assert isinstance(log, SupportsGuardedQuery), "delegation answers isinstance either way"
     assert sources(retrieve(store=log)) == {"handbook", "security"}
@@ -553,9 +553,9 @@ def test_drift_guard_reads_once_per_scope_on_either_path(
         assert calls == ["foreign_embedders", "query", "list_invalidated_ids"]
     log.calls.clear()
     assert sources(retrieve(store=log, lexical="bm25")) == {"handbook", "security"}
-    legs = ["guarded_query"] if guarded else ["foreign_embedders", "query"]
     calls = [c for c in log.calls if c != "capabilities"]
-    assert calls == [*legs, "lexical_query", "list_invalidated_ids"]
+    # Hybrid: the guard and both legs come from one snapshot (hybrid_query), on either path.
+    assert calls == ["hybrid_query", "list_invalidated_ids"]
     log.calls.clear()
     other = CountingEmbedder(HashEmbedder(256), id="other:256")
     with pytest.raises(ragport.EmbedderMismatchError) as info:

@@ -34,7 +34,13 @@ from ragport.domain.model import (
     strongest_tombstone,
 )
 from ragport.ports.embedder import Vector, VectorMatrix
-from ragport.ports.store import EmbedderKey, GuardedQuery, ScoredRecord, rekey_collides
+from ragport.ports.store import (
+    EmbedderKey,
+    GuardedQuery,
+    HybridAnswer,
+    ScoredRecord,
+    rekey_collides,
+)
 
 __all__ = ["InMemoryStore"]
 
@@ -536,6 +542,13 @@ def _report_denied(
         on_denied(denied)
 
 
+def _check_mode(mode: str) -> None:
+    if mode != "bm25":
+        raise CapabilityError(
+            f"the in-memory store offers lexical mode 'bm25', not {mode!r}", capability="lexical"
+        )
+
+
 def _foreign(snap: _Snapshot, embedder_id: str, dimensions: int) -> frozenset[EmbedderKey]:
     """The snapshot's visible (embedder_id, dimensions) pairs other than the given one."""
     return frozenset(k for k in snap.embedders() if k != (embedder_id, dimensions))
@@ -683,11 +696,45 @@ class InMemoryStore:
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         """BM25 (equal to ``rank_bm25.BM25Okapi`` over the scope's visible records)."""
-        if mode != "bm25":
-            raise CapabilityError(
-                f"the in-memory store offers lexical mode 'bm25', not {mode!r}",
-                capability="lexical",
-            )
+        _check_mode(mode)
+        return self._lexical_query(
+            scope, None, text, limit, authorization, metadata_filter, on_denied
+        )
+
+    def hybrid_query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        text: str,
+        *,
+        embedder_id: str,
+        dimensions: int,
+        limit: int,
+        mode: str,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
+    ) -> HybridAnswer:
+        """The drift guard, ``query`` and ``lexical_query`` over one snapshot."""
+        _check_mode(mode)
+        snap = self._snapshot(scope)
+        found = self._query(snap, vector, limit, authorization, metadata_filter, on_denied)
+        lexical = self._lexical_query(
+            scope, snap, text, limit, authorization, metadata_filter, on_denied
+        )
+        return HybridAnswer(_foreign(snap, embedder_id, dimensions), found, lexical)
+
+    def _lexical_query(
+        self,
+        scope: Scope,
+        pinned: _Snapshot | None,
+        text: str,
+        limit: int,
+        authorization: Authorization | None,
+        metadata_filter: Mapping[str, Any] | Filter | None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None,
+    ) -> tuple[ScoredRecord, ...]:
+        """BM25 over ``pinned`` (or the scope's current snapshot when ``None``)."""
         if limit <= 0 or not text.strip():
             return ()
         with self._lock:
@@ -695,7 +742,7 @@ class InMemoryStore:
             if lexical is None:
                 lexical = self._lexical[scope] = _Lexical(self._analyzer)
         with lexical.lock:
-            snap = self._snapshot(scope)
+            snap = pinned if pinned is not None else self._snapshot(scope)
             lexical.sync(snap)
             rows = snap.searchable()
             flt = parse_filter(metadata_filter)

@@ -20,7 +20,7 @@ import math
 import re
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 import numpy as np
@@ -54,7 +54,7 @@ from ragport.domain.model import (
     strongest_tombstone,
 )
 from ragport.ports.embedder import Vector, VectorMatrix
-from ragport.ports.store import EmbedderKey, GuardedQuery, ScoredRecord
+from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredRecord
 
 __all__ = ["PostgresStore"]
 
@@ -134,6 +134,27 @@ class _RawRead:
 
     def __init__(self, fairy: Any) -> None:
         self.connection = fairy
+
+
+@contextmanager
+def _one_snapshot(conn: _RawRead) -> Iterator[None]:
+    """Run the block's reads in one REPEATABLE READ, READ ONLY transaction (one snapshot).
+
+    The lent connection is in autocommit, so the transaction is opened and closed by hand. If
+    the block fails, the session-level HNSW settings it may have changed are rolled back too,
+    so their cache on the connection is dropped.
+    """
+    dbapi = driver_connection(conn)  # type: ignore[arg-type]
+    dbapi.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        yield
+    except BaseException:
+        conn.connection.info.pop("ragport_hnsw", None)
+        if not (dbapi.closed or dbapi.broken):
+            with suppress(psycopg.Error):
+                dbapi.execute("ROLLBACK")
+        raise
+    dbapi.execute("COMMIT")
 
 
 def _lost_connection(exc: BaseException | None) -> bool:
@@ -856,10 +877,8 @@ class PostgresStore:
     def foreign_embedders(
         self, scope: Scope, embedder_id: str, dimensions: int
     ) -> frozenset[EmbedderKey]:
-        sql = self._pointer_cte() + f"SELECT * FROM ({self._foreign_sql()}) x"
-        params = _params(scope, e=embedder_id, ed=dimensions)
-        rows = self._read("check embedders", lambda conn: _fetch(conn, sql, params))
-        return frozenset((row.embedder_id, row.dimensions) for row in rows)
+        guard = (embedder_id, dimensions)
+        return self._read("check embedders", lambda conn: self._foreign_rows(conn, scope, guard))
 
     def _foreign_sql(self) -> str:
         """Distinct (embedder_id, dimensions) of visible rows other than (:e, :ed); needs ``sc``.
@@ -930,13 +949,33 @@ class PostgresStore:
         metadata_filter: Mapping[str, Any] | Filter | None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None,
     ) -> tuple[frozenset[EmbedderKey], tuple[ScoredRecord, ...]]:
+        run = self._vector_run(
+            scope, vector, guard, limit, authorization, metadata_filter, on_denied
+        )
+        return self._read("query", run)
+
+    def _vector_run(
+        self,
+        scope: Scope,
+        vector: Vector,
+        guard: tuple[str, int] | None,
+        limit: int,
+        authorization: Authorization | None,
+        metadata_filter: Mapping[str, Any] | Filter | None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None,
+    ) -> Callable[[_RawRead], tuple[frozenset[EmbedderKey], tuple[ScoredRecord, ...]]]:
+        """The vector leg (and its drift guard) as a function of one connection."""
         q = np.ascontiguousarray(np.asarray(vector, dtype=np.float32).reshape(-1))
         if not np.all(np.isfinite(q)):
             raise ValidationError("query vector must be finite", field="vector")
         if limit <= 0 or q.size == 0:
-            if guard is None:
-                return frozenset(), ()
-            return self.foreign_embedders(scope, *guard), ()
+
+            def guard_only(conn: _RawRead) -> tuple[frozenset[EmbedderKey], tuple[()]]:
+                if guard is None:
+                    return frozenset(), ()
+                return self._foreign_rows(conn, scope, guard), ()
+
+            return guard_only
         dims = int(q.shape[0])
         # Dimensions and limit are integers written into the statement: a cached generic plan
         # must still see that the partial HNSW index (WHERE dimensions = N) applies.
@@ -979,7 +1018,7 @@ class PostgresStore:
         ef = str(max((200, 400, 800)[predicates], min(1000, int(limit))))
         scan = "relaxed_order" if predicates else "strict_order"
 
-        def run(conn: _RawRead) -> list[Any]:
+        def run(conn: _RawRead) -> tuple[frozenset[EmbedderKey], tuple[ScoredRecord, ...]]:
             info = conn.connection.info
             if info.get("ragport_hnsw") != (ef, scan):
                 _fetch(
@@ -991,7 +1030,7 @@ class PostgresStore:
                 info["ragport_hnsw"] = (ef, scan)
             # A statement with grants or a filter is planned for its own values (how selective
             # they are decides the plan); the plain one may settle on a cached generic plan.
-            found = _fetch(conn, sql, params, prepare=False if predicates else None)
+            rows = _fetch(conn, sql, params, prepare=False if predicates else None)
             if on_denied is not None and authorization is not None:
                 self._report_denied(
                     conn,
@@ -1005,21 +1044,27 @@ class PostgresStore:
                         f"WHERE r.dimensions = {dims} AND {where} {order})"
                     ),
                 )
-            return found
+            foreign: frozenset[EmbedderKey] = frozenset()
+            if guard is not None and rows and False in (rows[0].first_ok, rows[0].last_ok):
+                foreign = self._foreign_rows(conn, scope, guard)
+            scored = []
+            for row in rows:
+                if row.id is None:  # the guard's row when the leg found nothing
+                    continue
+                distance = float(row.distance)
+                score = 1.0 - distance if math.isfinite(distance) else 0.0
+                scored.append(ScoredRecord(_record(scope, row), score))
+            scored.sort(key=lambda s: (-s.score, s.record.id))
+            return foreign, tuple(scored)
 
-        rows = self._read("query", run)
-        foreign: frozenset[EmbedderKey] = frozenset()
-        if guard is not None and rows and False in (rows[0].first_ok, rows[0].last_ok):
-            foreign = self.foreign_embedders(scope, *guard)
-        scored = []
-        for row in rows:
-            if row.id is None:  # the guard's row when the leg found nothing
-                continue
-            distance = float(row.distance)
-            score = 1.0 - distance if math.isfinite(distance) else 0.0
-            scored.append(ScoredRecord(_record(scope, row), score))
-        scored.sort(key=lambda s: (-s.score, s.record.id))
-        return foreign, tuple(scored)
+        return run
+
+    def _foreign_rows(
+        self, conn: _RawRead, scope: Scope, guard: tuple[str, int]
+    ) -> frozenset[EmbedderKey]:
+        sql = self._pointer_cte() + f"SELECT * FROM ({self._foreign_sql()}) x"
+        rows = _fetch(conn, sql, _params(scope, e=guard[0], ed=int(guard[1])))
+        return frozenset((row.embedder_id, row.dimensions) for row in rows)
 
     def _predicate_ctes(self) -> str:
         """The scope's pointer and its forgotten ids, read in the same statement (one snapshot)."""
@@ -1104,13 +1149,31 @@ class PostgresStore:
         tsvector once (most are TOASTed next to the inline embedding). Measured at 10k rows:
         1.1-1.4x ``ts_rank_cd`` when most rows match, 2.8x for a term in a third of them.
         """
+        return self._read(
+            "lexical query",
+            self._lexical_run(
+                scope, text_query, limit, mode, authorization, metadata_filter, on_denied
+            ),
+        )
+
+    def _lexical_run(
+        self,
+        scope: Scope,
+        text_query: str,
+        limit: int,
+        mode: str,
+        authorization: Authorization | None,
+        metadata_filter: Mapping[str, Any] | Filter | None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None,
+    ) -> Callable[[_RawRead], tuple[ScoredRecord, ...]]:
+        """The lexical leg of ``lexical_query`` as a function of one connection."""
         if mode != "fts":
             raise CapabilityError(
                 f"the PostgreSQL store offers lexical mode 'fts', not {mode!r}",
                 capability="lexical",
             )
         if limit <= 0 or not text_query.strip():
-            return ()
+            return lambda conn: ()
         params = _params(scope, k=int(limit), query=text_query)
         where = self._predicate(params, authorization, metadata_filter)
         sql = (
@@ -1121,10 +1184,10 @@ class PostgresStore:
             'ORDER BY x.rank DESC, r.id COLLATE "C"'
         )
 
-        def run(conn: _RawRead) -> list[Any]:
+        def run(conn: _RawRead) -> tuple[ScoredRecord, ...]:
             # Planned for its own tsquery every time: a cached generic plan cannot see how
             # common the query's terms are (measured: a 4x slower lexical leg).
-            found = _fetch(conn, sql, params, prepare=False)
+            rows = _fetch(conn, sql, params, prepare=False)
             if on_denied is not None and authorization is not None:
                 self._report_denied(
                     conn,
@@ -1134,10 +1197,41 @@ class PostgresStore:
                     on_denied,
                     top=self._bm25_top,
                 )
-            return found
+            return tuple(ScoredRecord(_record(scope, row), float(row.rank)) for row in rows)
 
-        rows = self._read("lexical query", run)
-        return tuple(ScoredRecord(_record(scope, row), float(row.rank)) for row in rows)
+        return run
+
+    def hybrid_query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        text_query: str,
+        *,
+        embedder_id: str,
+        dimensions: int,
+        limit: int,
+        mode: str,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
+    ) -> HybridAnswer:
+        """Both legs and the drift guard in one REPEATABLE READ, READ ONLY transaction: every
+        statement reads the same snapshot (one pointer, one set of tombstones and grants)."""
+        guard = (embedder_id, dimensions)
+        vector_run = self._vector_run(
+            scope, vector, guard, limit, authorization, metadata_filter, on_denied
+        )
+        lexical_run = self._lexical_run(
+            scope, text_query, limit, mode, authorization, metadata_filter, on_denied
+        )
+
+        def run(conn: _RawRead) -> HybridAnswer:
+            with _one_snapshot(conn):
+                foreign, vector_records = vector_run(conn)
+                lexical_records = lexical_run(conn)
+            return HybridAnswer(foreign, vector_records, lexical_records)
+
+        return self._read("hybrid query", run)
 
     def _report_denied(
         self,

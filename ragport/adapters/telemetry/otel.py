@@ -19,6 +19,7 @@ SPAN_NAMES = frozenset(
         "rag.embed",
         "rag.vector",
         "rag.lexical",
+        "rag.hybrid",
         "rag.fuse",
         "rag.acl_recheck",
         "rag.rerank",

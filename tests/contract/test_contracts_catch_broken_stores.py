@@ -1,0 +1,117 @@
+"""The shipped store contracts fail against deliberately broken adapters.
+
+Each broken store below reintroduces one defect the contracts exist to catch; running the
+relevant contract test against it must fail. A contract that passed here would be a check
+that cannot fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+import ragport.adapters.memory.store as memory_store
+import ragport.application.retrieval as retrieval
+from ragport.adapters.memory import InMemoryStore
+from ragport.adapters.postgres import PostgresStore
+from ragport.contract_tests.chunk_store_forgetting import (
+    ChunkStoreForgettingContract,
+    ChunkStoreRepointUniquenessContract,
+)
+from ragport.contract_tests.chunk_store_hybrid import ChunkStoreHybridSnapshotContract
+from ragport.domain.model import Record
+from ragport.ports.store import HybridAnswer
+
+
+def _two_snapshots(store: Any, scope: Any, vector: Any, text: str, **kw: Any) -> HybridAnswer:
+    """The defect of issue 10 item 2: each leg reads its own snapshot."""
+    guard = (kw.pop("embedder_id"), kw.pop("dimensions"))
+    mode = kw.pop("mode")
+    vector_leg = store.query(scope, vector, **kw)
+    lexical_leg = store.lexical_query(scope, text, mode=mode, **kw)
+    return HybridAnswer(store.foreign_embedders(scope, *guard), vector_leg, lexical_leg)
+
+
+class TwoSnapshotMemoryStore(InMemoryStore):
+    def hybrid_query(self, scope: Any, vector: Any, text: str, **kw: Any) -> HybridAnswer:
+        return _two_snapshots(self, scope, vector, text, **kw)
+
+
+class TwoSnapshotPostgresStore(PostgresStore):
+    def hybrid_query(self, scope: Any, vector: Any, text: str, **kw: Any) -> HybridAnswer:
+        return _two_snapshots(self, scope, vector, text, **kw)
+
+
+class ShortRace(ChunkStoreHybridSnapshotContract):
+    hybrid_snapshot_seconds = 2.0
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def two_snapshot_store(request: pytest.FixtureRequest) -> Iterator[Any]:
+    if request.param == "memory":
+        yield TwoSnapshotMemoryStore()
+        return
+    engine, schema = request.getfixturevalue("pg_engine"), request.getfixturevalue("pg_schema")
+    yield TwoSnapshotPostgresStore(engine, schema=schema, create=True)
+
+
+def test_hybrid_snapshot_contract_catches_legs_that_read_two_snapshots(two_snapshot_store):
+    """Legs read in two snapshots mix versions while a writer replaces the source: the
+    contract must see it. If this fails, the race in ChunkStoreHybridSnapshotContract no
+    longer exercises the window between the two legs."""
+    with pytest.raises(AssertionError, match="mixed two versions"):
+        ShortRace().test_hybrid_answers_never_mix_two_versions_of_a_source(two_snapshot_store)
+
+
+def _ignore_roots(record: Record, forgotten: Any) -> bool:
+    return bool(forgotten) and (
+        record.id in forgotten
+        or record.source_id in forgotten
+        or not forgotten.isdisjoint(record.lineage)
+    )
+
+
+def test_forgetting_contract_catches_a_predicate_that_ignores_roots(monkeypatch):
+    """With the roots test removed from the predicate and the retrieval guard, the
+    forgetting contract fails. If this fails, the contract no longer builds a record whose
+    only forgotten id is a root two levels up."""
+    monkeypatch.setattr(memory_store, "is_forgotten", _ignore_roots)
+    monkeypatch.setattr(retrieval, "is_forgotten", _ignore_roots)
+    contract = ChunkStoreForgettingContract()
+    with pytest.raises(AssertionError, match="served"):
+        contract.test_the_predicate_withholds_a_derived_record_by_its_roots(InMemoryStore())
+
+
+def test_forgetting_contract_catches_a_closure_that_skips_retired_versions(monkeypatch):
+    """find_dependents that ignores retired versions lets a rollback bring back a dependent
+    of a forgotten derived record. If this fails, the contract no longer deletes a dependent
+    before forgetting and rolls back afterwards."""
+    original = memory_store._Records.find_dependents
+
+    def live_only(self: Any, ids: Sequence[str]) -> list[Record]:
+        return [r for r in original(self, ids) if r.retired_generation is None]
+
+    monkeypatch.setattr(memory_store._Records, "find_dependents", live_only)
+    contract = ChunkStoreForgettingContract()
+    with pytest.raises(AssertionError):
+        contract.test_forgetting_a_derived_record_withholds_its_dependents_after_rollback(
+            InMemoryStore()
+        )
+
+
+def test_uniqueness_contract_catches_a_rekey_that_checks_live_rows_only(monkeypatch):
+    """A rekey that only looks at live destination rows lets a rollback show two rows with
+    one id: the move must have been refused. If this fails, the contract no longer deletes
+    the destination before the move."""
+
+    def live_only(moved_generation: int, existing: Record, floor: int) -> bool:
+        return existing.retired_generation is None or existing.generation == moved_generation
+
+    monkeypatch.setattr(memory_store, "rekey_collides", live_only)
+    contract = ChunkStoreRepointUniquenessContract()
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        contract.test_repoint_onto_a_deleted_id_that_rollback_can_restore_is_refused(
+            InMemoryStore()
+        )
