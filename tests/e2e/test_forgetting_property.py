@@ -9,6 +9,8 @@ cannot be built through ``index_derived``; a second property tries to close one 
 
 from __future__ import annotations
 
+import contextlib
+import re
 import uuid
 from typing import Any
 
@@ -24,9 +26,12 @@ from ragport import (
     Scope,
     ValidationError,
     create_deletion_propagator,
+    delete_source,
     index_derived,
     replace_source,
+    repoint_source,
     retrieve_context,
+    rollback_generation,
 )
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
@@ -262,3 +267,180 @@ def test_postgres_index_derived_refuses_every_cycle(pg_store, case, pick, extra)
     if not graph[1]:
         return
     _check_cycle_refused(pg_store, graph, pick, extra)
+
+
+# -- sequences: re-points, deletes, rollbacks and derivations around forgets ---------------------
+
+SEQ_SOURCES = ("src0", "src1")
+SEQ_DERIVED = ("der0", "der1", "der2", "der3")
+SEQ_NAMES = tuple(n + suffix for n in SEQ_SOURCES + SEQ_DERIVED for suffix in ("", "-m"))
+_TOKEN = re.compile(r"\bct(\d+)\b")
+
+# One step: (operation, a, b) where a and b pick among what exists at that point.
+Step = tuple[str, int, int]
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["derive", "derive", "replace", "delete", "repoint", "rollback", "forget"]),
+        st.integers(0, 63),
+        st.integers(0, 63),
+    ),
+    min_size=1,
+    max_size=9,
+)
+
+
+class _Model:
+    """Contents and what they rest on; which contents a forget withheld (with descendants)."""
+
+    def __init__(self) -> None:
+        self.parents: dict[int, set[int]] = {}
+        self.forgotten_roots: set[int] = set()
+        self.next = 0
+
+    def new(self, parents: set[int]) -> int:
+        self.next += 1
+        self.parents[self.next] = set(parents)
+        return self.next
+
+    def forgotten(self) -> set[int]:
+        out = set(self.forgotten_roots)
+        changed = True
+        while changed:
+            changed = False
+            for content, parents in self.parents.items():
+                if content not in out and parents & out:
+                    out.add(content)
+                    changed = True
+        return out
+
+
+def _tokens(text: str) -> set[int]:
+    return {int(m) for m in _TOKEN.findall(text)}
+
+
+def _visible(store: Any, scope: Scope) -> dict[str, set[int]]:
+    """Each visible name and the content tokens its visible records carry."""
+    out: dict[str, set[int]] = {}
+    for name in SEQ_NAMES:
+        records = store.get_by_source(scope, name)
+        if records:
+            out[name] = set().union(*(_tokens(r.text) for r in records))
+    return out
+
+
+def _floor(store: Any, scope: Scope) -> int:
+    with store.unit_of_work(scope) as uow:
+        return uow.generations.floor()
+
+
+def _run_sequence(store: Any, lexical: str, program: list[Step]) -> None:
+    scope = Scope(TENANT, "kb", "q-" + uuid.uuid4().hex[:12])
+    model = _Model()
+    store.set_source_access(scope, [Grant(n, principal_ids=("admin", "reader")) for n in SEQ_NAMES])
+    for k, source in enumerate(SEQ_SOURCES):
+        token = model.new(set())
+        replace_source(
+            source_id=source,
+            chunks=[Chunk.of(source, 0, f"{source} chunk ct{token} {WORDS[k]}")],
+            embedder=EMB,
+            store=store,
+            scope=scope,
+        )
+    for op, a, b in program:
+        visible = _visible(store, scope)
+        names = sorted(visible)
+        if op == "derive":
+            record_id = SEQ_DERIVED[a % len(SEQ_DERIVED)]
+            if not names or any(n.startswith(record_id) for n in names if n != record_id):
+                continue
+            lineage = sorted({names[a % len(names)], names[b % len(names)]} - {record_id})
+            if not lineage:
+                continue
+            token = model.new(set().union(*(visible[n] for n in lineage)))
+            try:
+                index_derived(
+                    record_id=record_id,
+                    text=f"{record_id} derived ct{token} {WORDS[a % len(WORDS)]}",
+                    lineage=lineage,
+                    embedder=EMB,
+                    store=store,
+                    scope=scope,
+                )
+            except ValidationError:
+                model.parents.pop(token)  # refused (a cycle, or forgotten content): nothing new
+        elif op == "replace":
+            source = SEQ_SOURCES[a % len(SEQ_SOURCES)]
+            token = model.new(set())
+            try:
+                replace_source(
+                    source_id=source,
+                    chunks=[Chunk.of(source, 0, f"{source} again ct{token} {WORDS[b % 8]}")],
+                    embedder=EMB,
+                    store=store,
+                    scope=scope,
+                )
+            except ValidationError:
+                model.parents.pop(token)  # the id names a re-pointed derived record now
+        elif op == "delete" and names:
+            delete_source(source_id=names[a % len(names)], store=store, scope=scope)
+        elif op == "repoint" and names:
+            name = names[a % len(names)]
+            if name.endswith("-m"):
+                continue
+            # Refused (the destination is restorable or forgotten): nothing moved.
+            with contextlib.suppress(ValidationError):
+                repoint_source(scope=scope, store=store, from_id=name, to_id=name + "-m")
+        elif op == "rollback":
+            floor, top = _floor(store, scope), store.current_generation(scope)
+            rollback_generation(store=store, scope=scope, to=floor + a % (top - floor + 1))
+        elif op == "forget" and names:
+            name = names[a % len(names)]
+            model.forgotten_roots |= visible[name]
+            handlers = [RagDeletionHandler(store=store, scope=scope)] if b % 2 else []
+            create_deletion_propagator(
+                scope=scope, store=store, authorization=ADMIN, handlers=handlers
+            ).propagate(name)
+        withheld = model.forgotten()
+        for who in (None, READER):
+            for mode in ("off", lexical):
+                seen = _seen(store, scope, mode, " ".join(WORDS) + " derived chunk", who)
+                leaked = {t for _, _, text in seen for t in _tokens(text)} & withheld
+                assert not leaked, (op, a, b, who, mode, sorted(leaked))
+
+
+@MEMORY
+@given(program=steps)
+@example(program=[("derive", 0, 0), ("derive", 1, 4), ("forget", 4, 0), ("derive", 2, 1)])
+@example(program=[("derive", 0, 0), ("derive", 1, 0), ("repoint", 0, 0), ("forget", 3, 1)])
+@example(
+    program=[
+        ("derive", 0, 0),
+        ("derive", 1, 0),
+        ("derive", 2, 1),
+        ("delete", 2, 0),
+        ("delete", 1, 0),
+        ("forget", 3, 0),
+        ("rollback", 4, 0),
+    ]
+)
+def test_memory_nothing_resting_on_forgotten_content_is_served_after_any_sequence(program):
+    """In memory, random sequences of derivations, replacements, deletes, re-points,
+    rollbacks and forgets never serve content that rests on forgotten content. If this
+    fails, check forgetting._closure, _roots, repoint_source and the roots test of the
+    predicate (is_forgotten)."""
+    _run_sequence(InMemoryStore(), "bm25", program)
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(program=steps)
+def test_postgres_nothing_resting_on_forgotten_content_is_served_after_any_sequence(
+    pg_store, program
+):
+    """On PostgreSQL, the same sequences never serve content resting on forgotten content.
+    If this fails, check find_dependents, rewrite_lineage, rekey and the predicate in
+    postgres/store.py."""
+    _run_sequence(pg_store, "fts", program)
