@@ -32,7 +32,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import attrs
 
@@ -66,7 +66,7 @@ from ragport.ports.derived import DerivedArtifactHandler
 from ragport.ports.embedder import Embedder
 from ragport.ports.runtime import Abort, Redactor, Telemetry
 from ragport.ports.status import IngestionStatusStore
-from ragport.ports.store import ChunkStore, SupportsPreparation, UnitOfWork
+from ragport.ports.store import ChunkStore, SupportsPreparation, UnitOfWork, supports
 
 __all__ = [
     "DeletionPropagator",
@@ -174,8 +174,8 @@ def index_derived(
     with tel.span("rag.embed"):
         vectors = check_vectors(embedder.embed([clean]), rows=1, dimensions=embedder.dimensions)
     check_abort(abort)
-    if isinstance(store, SupportsPreparation):
-        store.prepare(scope, dimensions=embedder.dimensions)
+    if supports(store, "preparation"):
+        cast(SupportsPreparation, store).prepare(scope, dimensions=embedder.dimensions)
     with store.unit_of_work(scope) as uow:
         require_kind(uow, record_id, "derived", field="record_id")
         roots = _roots(uow, record_id, ids, lim)

@@ -16,7 +16,7 @@ it commits): a failure leaves earlier batches in place and retrying is idempoten
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from ragport.domain.status import IngestionState
 from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
 from ragport.ports.status import IngestionStatusStore
-from ragport.ports.store import ChunkStore, SupportsPreparation
+from ragport.ports.store import ChunkStore, SupportsPreparation, supports
 
 __all__ = ["delete_source", "index_chunks", "replace_source"]
 
@@ -215,8 +215,8 @@ def replace_source(
             telemetry=tel,
         )
         check_abort(abort)
-        if isinstance(store, SupportsPreparation):
-            store.prepare(scope, dimensions=embedder.dimensions)
+        if supports(store, "preparation"):
+            cast(SupportsPreparation, store).prepare(scope, dimensions=embedder.dimensions)
         with tel.span("rag.replace") as span, store.unit_of_work(scope) as uow:
             require_kind(uow, source_id, "chunk", field="source_id")
             generation = uow.generations.stage()
@@ -327,8 +327,8 @@ def index_chunks(
         )
     indexed = 0
     try:
-        if checked and isinstance(store, SupportsPreparation):
-            store.prepare(scope, dimensions=embedder.dimensions)
+        if checked and supports(store, "preparation"):
+            cast(SupportsPreparation, store).prepare(scope, dimensions=embedder.dimensions)
         for start in range(0, len(checked), batch_size):
             check_abort(abort)
             batch = checked[start : start + batch_size]

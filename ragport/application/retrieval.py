@@ -71,6 +71,7 @@ from ragport.ports.store import (
     ScoredRecord,
     SupportsGuardedQuery,
     SupportsLexicalSearch,
+    supports,
 )
 
 __all__ = ["estimate_tokens", "retrieve_context"]
@@ -124,15 +125,6 @@ def _checked(
             seen.add(record.id)
             out.append(item)
     return out
-
-
-def _is_guarded(store: ChunkStore) -> bool:
-    """Whether the store's own class declares ``guarded_query``.
-
-    Not ``isinstance(store, SupportsGuardedQuery)``: a wrapper that delegates unknown
-    attributes (``__getattr__``) would pass it and have its own ``query`` bypassed.
-    """
-    return callable(getattr(type(store), "guarded_query", None))
 
 
 def _search(
@@ -192,7 +184,7 @@ def _search(
             found, lexical_found = hybrid.vector, hybrid.lexical
         elif guarded:
             with telemetry.span("rag.vector"):
-                # _is_guarded checked the class; a runtime Protocol check costs ~20 us a call.
+                # supports() checked the class; a runtime Protocol check costs ~20 us a call.
                 answer = cast(SupportsGuardedQuery, store).guarded_query(
                     s,
                     vector,
@@ -336,12 +328,16 @@ def retrieve_context(
 
     # 2. capabilities and tenancy
     caps = store.capabilities
-    if lexical != "off" and (
-        lexical not in caps.lexical_modes or not isinstance(store, SupportsLexicalSearch)
-    ):
+    if lexical != "off" and lexical not in caps.lexical_modes:
         raise CapabilityError(
             f"this store does not offer lexical mode {lexical!r} "
             f"(it offers {list(caps.lexical_modes)})",
+            capability="lexical",
+        )
+    if lexical != "off" and not supports(store, "lexical", caps):
+        raise CapabilityError(
+            f"this store declares lexical mode {lexical!r} but its class does not define "
+            "lexical_query and hybrid_query",
             capability="lexical",
         )
     if reranker is not None and not isinstance(reranker, Reranker):
@@ -363,7 +359,7 @@ def retrieve_context(
         # 3. drift guard (a guarded store answers it with the vector leg, a hybrid query with
         # its legs, in step 5)
         expected = (embedder.id, embedder.dimensions)
-        guarded = _is_guarded(store)
+        guarded = supports(store, "guarded_query", caps)
         for s in [] if guarded or lexical != "off" else wanted:
             for found_key in sorted(
                 store.foreign_embedders(s, embedder.id, embedder.dimensions), key=repr

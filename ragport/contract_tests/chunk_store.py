@@ -59,9 +59,13 @@ from ragport.domain.model import (
 from ragport.ports.embedder import Vector
 from ragport.ports.store import (
     ChunkStore,
+    OptionalCapability,
     ScoredRecord,
     SupportsGuardedQuery,
     SupportsLexicalSearch,
+    declared,
+    missing_methods,
+    supports,
 )
 
 __all__ = [
@@ -167,12 +171,21 @@ def _require_acl(store: ChunkStore) -> None:
 
 
 def _require_guarded_query(store: ChunkStore) -> None:
-    if not callable(getattr(type(store), "guarded_query", None)):
+    if not store.capabilities.guarded_query:
         pytest.skip(
-            f"{type(store).__name__} defines no guarded_query (the optional "
+            f"{type(store).__name__} declares capabilities.guarded_query = False (the optional "
             "SupportsGuardedQuery), so retrieval reads its drift guard and tombstones "
-            "separately; define it and this test must pass"
+            "separately; declare and define it and this test must pass"
         )
+    _require_implemented(store, "guarded_query")
+
+
+def _require_implemented(store: ChunkStore, capability: OptionalCapability) -> None:
+    missing = missing_methods(store).get(capability)
+    assert not missing, (
+        f"{type(store).__name__} declares the {capability!r} capability but its class defines "
+        f"no {', '.join(missing or ())}: implement them or stop declaring it"
+    )
 
 
 def _pairs(results: Sequence[ScoredRecord]) -> frozenset[tuple[str, str]]:
@@ -305,8 +318,26 @@ class ChunkStoreCapabilityContract(_ChunkStoreContractBase):
         assert isinstance(caps.transactions, bool)
         assert isinstance(caps.generations, bool)
         assert isinstance(caps.lexical_modes, tuple)
+        assert isinstance(caps.guarded_query, bool)
+        assert isinstance(caps.preparation, bool)
         assert all(isinstance(mode, str) and mode for mode in caps.lexical_modes)
         assert store.capabilities == caps
+
+    def test_declared_capabilities_are_implemented(self, store: ChunkStore) -> None:
+        """Every optional capability the store declares is defined by its class.
+
+        If this fails, check the listed methods: ``lexical_modes`` promises ``lexical_query``
+        and ``hybrid_query``, ``guarded_query=True`` promises ``guarded_query``,
+        ``preparation=True`` promises ``prepare``. Define them on the store's class (not
+        through ``__getattr__``), or stop declaring the capability.
+        """
+        missing = missing_methods(store)
+        assert not missing, (
+            f"{type(store).__name__} declares capabilities its class does not implement: "
+            + "; ".join(f"{cap} needs {', '.join(methods)}" for cap, methods in missing.items())
+        )
+        for capability in declared(store.capabilities):
+            assert supports(store, capability), capability
 
     def test_provider_is_a_stable_non_empty_string(self, store: ChunkStore) -> None:
         """`provider` is a short non-empty string that does not change.
@@ -1852,9 +1883,7 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
         modes = tuple(store.capabilities.lexical_modes)
         if not modes:
             pytest.skip("store advertises no lexical_modes: the lexical section does not apply")
-        assert isinstance(store, SupportsLexicalSearch), (
-            "lexical_modes declared but no lexical_query and hybrid_query"
-        )
+        _require_implemented(store, "lexical")
         return modes
 
     def _seed(self, store: ChunkStore) -> None:

@@ -32,6 +32,7 @@ from ragport.contract_tests.chunk_store import (
     WRITER_TIMEOUT_S,
     _ChunkStoreContractBase,
     _require_generations,
+    _require_implemented,
     _require_transactions,
 )
 from ragport.domain.model import Record
@@ -76,9 +77,8 @@ class ChunkStoreHybridSnapshotContract(_ChunkStoreContractBase):
                 f"{type(store).__name__} declares no lexical_modes, so it makes no hybrid "
                 "promise; declare one and this test must pass"
             )
-        assert isinstance(store, SupportsLexicalSearch), (
-            "lexical_modes declared but no lexical_query and hybrid_query"
-        )
+        _require_implemented(store, "lexical")
+        assert isinstance(store, SupportsLexicalSearch)
         mode = modes[0]
         publish_sources(store, SCOPE, {SOURCE: _texts(0)})
         probe = hash_vector(WORD)

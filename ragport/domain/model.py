@@ -483,9 +483,17 @@ class Rename:
 
 @attrs.frozen
 class Capabilities:
-    """What a store can honestly promise."""
+    """What a store can honestly promise: the one place a store declares what it offers.
+
+    ``lexical_modes`` (non-empty: ``lexical_query`` and ``hybrid_query``), ``guarded_query``
+    (``SupportsGuardedQuery``) and ``preparation`` (``SupportsPreparation``) name optional
+    methods; ``ragport.ports.store.supports`` is the one check the use cases make, and the
+    contract suite fails a store that declares what its class does not define.
+    """
 
     lexical_modes: tuple[str, ...] = ()
     authorization: Literal["acl", "none"] = "none"
     generations: bool = False
     transactions: bool = False
+    guarded_query: bool = False
+    preparation: bool = False

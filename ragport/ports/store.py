@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
@@ -38,6 +38,7 @@ __all__ = [
     "GrantRepository",
     "GuardedQuery",
     "HybridAnswer",
+    "OptionalCapability",
     "RecordRepository",
     "ScoredRecord",
     "SupportsGuardedQuery",
@@ -45,7 +46,10 @@ __all__ = [
     "SupportsPreparation",
     "TombstoneRepository",
     "UnitOfWork",
+    "declared",
+    "missing_methods",
     "rekey_collides",
+    "supports",
 ]
 
 EmbedderKey = tuple[str | None, int | None]
@@ -398,8 +402,9 @@ class SupportsGuardedQuery(Protocol):
     second statement, a second snapshot) the re-read still runs, as it always does for stores
     without this method: that is what catches a store whose legs miss a tombstone.
 
-    Retrieval uses it only when the store's own class defines ``guarded_query``: a wrapper
-    that delegates unknown attributes keeps the plain path, so its own ``query`` still runs.
+    Retrieval uses it only when ``capabilities.guarded_query`` is declared and the store's own
+    class defines ``guarded_query`` (``supports``): a wrapper that delegates unknown
+    attributes keeps the plain path, so its own ``query`` still runs.
     """
 
     def guarded_query(
@@ -418,7 +423,8 @@ class SupportsGuardedQuery(Protocol):
 
 @runtime_checkable
 class SupportsPreparation(Protocol):
-    """A store that wants to set up per-dimension structures before a write transaction.
+    """A store that wants to set up per-dimension structures before a write transaction
+    (declared as ``capabilities.preparation``).
 
     Use cases call ``prepare(scope, dimensions=d)`` before opening the unit of work that
     writes vectors of dimension ``d`` (PostgreSQL creates its HNSW index there, where it
@@ -426,3 +432,54 @@ class SupportsPreparation(Protocol):
     """
 
     def prepare(self, scope: Scope, *, dimensions: int) -> None: ...
+
+
+OptionalCapability = Literal["lexical", "guarded_query", "preparation"]
+
+_METHODS: dict[OptionalCapability, tuple[str, ...]] = {
+    "lexical": ("lexical_query", "hybrid_query"),
+    "guarded_query": ("guarded_query",),
+    "preparation": ("prepare",),
+}
+
+
+def declared(capabilities: Capabilities) -> tuple[OptionalCapability, ...]:
+    """The optional capabilities a ``Capabilities`` value declares."""
+    flags: dict[OptionalCapability, bool] = {
+        "lexical": bool(capabilities.lexical_modes),
+        "guarded_query": capabilities.guarded_query,
+        "preparation": capabilities.preparation,
+    }
+    return tuple(name for name, on in flags.items() if on)
+
+
+def missing_methods(store: object) -> dict[OptionalCapability, tuple[str, ...]]:
+    """Per declared optional capability, the methods the store's *class* does not define.
+
+    The class, not the instance: a wrapper that delegates unknown attributes to another store
+    (``__getattr__``) does not implement ``guarded_query`` or ``hybrid_query`` itself, and
+    calling the wrapped store's would bypass the wrapper's own ``query``.
+    """
+    caps = getattr(store, "capabilities", None)
+    if not isinstance(caps, Capabilities):
+        return {}
+    out: dict[OptionalCapability, tuple[str, ...]] = {}
+    for name in declared(caps):
+        absent = tuple(m for m in _METHODS[name] if not callable(getattr(type(store), m, None)))
+        if absent:
+            out[name] = absent
+    return out
+
+
+def supports(
+    store: object, capability: OptionalCapability, capabilities: Capabilities | None = None
+) -> bool:
+    """Whether ``store`` both declares ``capability`` and its class defines its methods.
+
+    The one capability check of the use cases. A declared capability whose methods are
+    missing counts as absent here (the safe path) and fails the contract suite.
+    """
+    caps = capabilities if capabilities is not None else getattr(store, "capabilities", None)
+    if not isinstance(caps, Capabilities) or capability not in declared(caps):
+        return False
+    return all(callable(getattr(type(store), m, None)) for m in _METHODS[capability])

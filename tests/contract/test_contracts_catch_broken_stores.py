@@ -16,6 +16,7 @@ import ragport.adapters.memory.store as memory_store
 import ragport.application.retrieval as retrieval
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.postgres import PostgresStore
+from ragport.contract_tests.chunk_store import ChunkStoreCapabilityContract
 from ragport.contract_tests.chunk_store_forgetting import (
     ChunkStoreForgettingContract,
     ChunkStoreRepointUniquenessContract,
@@ -115,3 +116,39 @@ def test_uniqueness_contract_catches_a_rekey_that_checks_live_rows_only(monkeypa
         contract.test_repoint_onto_a_deleted_id_that_rollback_can_restore_is_refused(
             InMemoryStore()
         )
+
+
+class DeclaresPreparation(InMemoryStore):
+    """Declares ``preparation`` without defining ``prepare``."""
+
+    @property
+    def capabilities(self) -> Any:
+        import attrs
+
+        return attrs.evolve(super().capabilities, preparation=True)
+
+
+class Delegating:
+    """Delegates every attribute to an in-memory store: declares what its class lacks."""
+
+    def __init__(self) -> None:
+        self._inner = InMemoryStore()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize(
+    ("store", "missing"),
+    [
+        (DeclaresPreparation, "preparation needs prepare"),
+        (Delegating, "lexical needs lexical_query, hybrid_query"),
+    ],
+    ids=["preparation", "delegating-wrapper"],
+)
+def test_capability_contract_catches_a_declared_but_missing_capability(store, missing):
+    """A store declaring an optional capability its class does not define fails the
+    capability contract, with a message naming the missing methods. If this fails, check
+    ports.store.missing_methods."""
+    with pytest.raises(AssertionError, match=missing):
+        ChunkStoreCapabilityContract().test_declared_capabilities_are_implemented(store())

@@ -528,6 +528,15 @@ class CallLog(StoreWrapper):
 
         return logged
 
+    # Optional capabilities count only when the class defines them (ports.store.supports).
+    def lexical_query(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("lexical_query")
+        return self._inner.lexical_query(*args, **kwargs)
+
+    def hybrid_query(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("hybrid_query")
+        return self._inner.hybrid_query(*args, **kwargs)
+
 
 class GuardedCallLog(CallLog):
     def guarded_query(self, *args: Any, **kwargs: Any) -> Any:

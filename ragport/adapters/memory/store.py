@@ -571,7 +571,11 @@ class InMemoryStore:
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            lexical_modes=("bm25",), authorization="acl", generations=True, transactions=True
+            lexical_modes=("bm25",),
+            authorization="acl",
+            generations=True,
+            transactions=True,
+            guarded_query=True,
         )
 
     # -- snapshots -----------------------------------------------------------------------------

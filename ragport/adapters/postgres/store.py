@@ -657,7 +657,12 @@ class PostgresStore:
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            lexical_modes=("fts",), authorization="acl", generations=True, transactions=True
+            lexical_modes=("fts",),
+            authorization="acl",
+            generations=True,
+            transactions=True,
+            guarded_query=True,
+            preparation=True,
         )
 
     def __repr__(self) -> str:
