@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -95,10 +94,6 @@ class Redaction:
             f"{type(exc).__name__}: {exc}" if isinstance(exc, RagportError) else type(exc).__name__
         )
         return self(text)[:ERROR_MAX]
-
-
-def metadata_bytes(metadata: object) -> int:
-    return len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 def embed_batches(

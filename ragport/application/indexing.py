@@ -27,7 +27,6 @@ from ragport.application._support import (
     check_abort,
     check_vectors,
     embed_batches,
-    metadata_bytes,
     put_status,
     require_kind,
     require_scope,
@@ -37,7 +36,14 @@ from ragport.application._support import (
 from ragport.application.results import IndexResult, ReplaceResult
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
-from ragport.domain.model import Chunk, Record, Scope, validate_content_hash, validate_id
+from ragport.domain.model import (
+    Chunk,
+    Record,
+    Scope,
+    metadata_bytes,
+    validate_content_hash,
+    validate_id,
+)
 from ragport.domain.status import IngestionState
 from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry

@@ -23,7 +23,7 @@ from typing import Any
 from ragport.application._support import Redaction
 from ragport.domain.errors import AbortedError, RerankError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
-from ragport.domain.model import Hit
+from ragport.domain.model import Hit, validate_text
 from ragport.ports.rerank import Reranker
 from ragport.ports.runtime import Abort
 
@@ -123,8 +123,7 @@ def rerank_hits(
     check_limit("rerank_bytes", max_bytes)
     check_limit("rerank_ms", max_ms)
     check_limit("rerank_concurrency", concurrency)
-    if not isinstance(query, str):
-        raise ValidationError("query must be a string", field="query")
+    validate_text(query, field="query")
     if not hasattr(reranker, "rerank"):
         raise ValidationError("reranker must have a rerank(query, hits) method", field="reranker")
     hits = tuple(hits)

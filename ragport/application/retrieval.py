@@ -62,6 +62,7 @@ from ragport.domain.model import (
     Scope,
     Trust,
     is_forgotten,
+    validate_text,
 )
 from ragport.ports.embedder import Embedder, Vector
 from ragport.ports.rerank import Reranker
@@ -305,8 +306,7 @@ def retrieve_context(
 ) -> RetrievalResult:
     """Retrieve cited context for ``query``; see the module docstring for the steps."""
     # 1. arguments
-    if not isinstance(query, str):
-        raise ValidationError("query must be a string", field="query")
+    validate_text(query, field="query")
     if len(query) > QUERY_MAX_CHARS:
         raise ValidationError(f"query is longer than {QUERY_MAX_CHARS} characters", field="query")
     wanted = _scopes(scope, scopes)
