@@ -171,7 +171,7 @@ def index_derived(
     require_transactions(store, "index_derived")
     redact = Redaction(redactor, secrets)
     tel = telemetry or NOOP_TELEMETRY
-    clean = redact(text)
+    clean = validate_text(redact(text), field="text")
     check_abort(abort)
     with tel.span("rag.embed"):
         vectors = check_vectors(embedder.embed([clean]), rows=1, dimensions=embedder.dimensions)

@@ -43,6 +43,7 @@ from ragport.domain.model import (
     metadata_bytes,
     validate_content_hash,
     validate_id,
+    validate_text,
 )
 from ragport.domain.status import IngestionState
 from ragport.ports.embedder import Embedder, VectorMatrix
@@ -199,7 +200,12 @@ def replace_source(
         ):
             return ReplaceResult(source_id, 0, 0, True, store.current_generation(scope))
 
-    texts = [redact(c.text) for c in checked] if redact.active else [c.text for c in checked]
+    # A host redactor runs after the chunks were validated: its output is checked again.
+    texts = (
+        [validate_text(redact(c.text), field="text") for c in checked]
+        if redact.active
+        else [c.text for c in checked]
+    )
     size = sum(len(t.encode("utf-8")) for t in texts)
     put_status(
         status_store,

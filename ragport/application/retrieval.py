@@ -22,6 +22,7 @@ retrieve_context:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -446,7 +447,6 @@ def retrieve_context(
                         max_ms=max_rerank_ms,
                         concurrency=rerank_concurrency,
                         abort=abort,
-                        redaction=redact,
                     )
                 )
             check_abort(abort)
@@ -529,7 +529,12 @@ def _access_gate(
 def _hit(
     c: _Candidate, rank: int, *, provider: str, retrieved_at: datetime, redact: Redaction
 ) -> Hit:
-    """The canonical hit of a candidate; its text is redacted before anyone sees it."""
+    """The canonical hit of a candidate; its text is redacted before anyone sees it.
+
+    Built from the store's record and shared with nobody: a reranker gets copies (see
+    rerank_hits), and the metadata is a deep copy, so writing to a returned hit's nested
+    metadata cannot change a stored record (the in-memory store hands out its own rows).
+    """
     record = c.record
     provenance = Provenance(
         source_id=record.source_id,
@@ -547,7 +552,7 @@ def _hit(
         id=record.id,
         source_id=record.source_id,
         text=redact(record.text) if redact.active else record.text,
-        metadata=dict(record.metadata),
+        metadata=copy.deepcopy(record.metadata),
         score=c.score,
         retrieval_rank=rank,
         provenance=provenance,

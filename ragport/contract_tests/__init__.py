@@ -25,6 +25,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.chunk_store",
     "ragport.contract_tests.chunk_store_forgetting",
     "ragport.contract_tests.chunk_store_hybrid",
+    "ragport.contract_tests.chunk_store_boundary",
     "ragport.contract_tests.derived",
     "ragport.contract_tests.embedder",
     "ragport.contract_tests.reranker",
