@@ -230,8 +230,7 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
             scope=SCOPE,
             limits=fits,
         )
-        derived = dict(record_id="bd-sum", text="a summary", lineage=["bd-doc"], metadata=EXACT)
-        index_derived(**derived, embedder=EMBEDDER, store=store, scope=SCOPE, limits=fits)  # type: ignore[arg-type]
+        _derive_with(store, EXACT, fits)
         assert [r.metadata for r in store.get_by_source(SCOPE, "bd-doc")] == [EXACT]
         refusals = [
             lambda: chunk_text("text", source_id="bd-doc", metadata=EXACT, limits=short),
@@ -243,13 +242,7 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
                 scope=SCOPE,
                 limits=short,
             ),
-            lambda: index_derived(
-                **derived,  # type: ignore[arg-type]
-                embedder=EMBEDDER,
-                store=store,
-                scope=SCOPE,
-                limits=short,
-            ),
+            lambda: _derive_with(store, EXACT, short),
         ]
         for refusal in refusals:
             with pytest.raises(ValidationError) as info:
@@ -348,6 +341,19 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
         }
         again = retrieve_context("bdword", embedder=EMBEDDER, store=store, scope=SCOPE)
         assert again.text == plain.text
+
+
+def _derive_with(store: ChunkStore, metadata: dict[str, Any], limits: Limits) -> None:
+    index_derived(
+        record_id="bd-sum",
+        text="a summary",
+        lineage=["bd-doc"],
+        metadata=metadata,
+        embedder=EMBEDDER,
+        store=store,
+        scope=SCOPE,
+        limits=limits,
+    )
 
 
 def _write_metadata(store: ChunkStore, metadata: dict[str, Any]) -> None:
