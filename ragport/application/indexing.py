@@ -134,7 +134,10 @@ def _embed_with_reuse(
         entry = reuse.get(chunk.id) if reuse else None
         if entry is not None:
             reused_text, vector = entry
-            array = np.asarray(vector, dtype=np.float32).reshape(-1)
+            try:
+                array = np.asarray(vector, dtype=np.float32).reshape(-1)
+            except (TypeError, ValueError, OverflowError):  # ragged or not numbers: re-embed
+                array = np.empty(0, dtype=np.float32)
             # Only an exact text match under this embedder's dimension is reusable.
             if reused_text == text and array.shape == (dims,) and np.all(np.isfinite(array)):
                 out[i] = array
