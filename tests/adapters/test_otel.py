@@ -118,8 +118,18 @@ def _everything_recorded(spans) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(parts)
 
 
-def test_an_exception_in_a_span_is_recorded_by_type_only():
-    """A failure quoting document text leaves only its type name in the trace.
+@pytest.fixture(params=["memory", "postgres"])
+def any_store(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    if request.param == "memory":
+        return InMemoryStore()
+    from ragport.adapters.postgres import PostgresStore
+
+    engine = request.getfixturevalue("pg_engine")
+    return PostgresStore(engine, schema=request.getfixturevalue("pg_schema"), create=True)
+
+
+def test_an_exception_in_a_span_is_recorded_by_type_only(any_store):
+    """A failure quoting document text leaves only its type name in the trace (both stores).
 
     No `exception` event, no message or stack trace, no status description: the span has
     `rag.error.type` and status ERROR. If this fails, check `span` in
@@ -128,7 +138,7 @@ def test_an_exception_in_a_span_is_recorded_by_type_only():
     from opentelemetry.trace import StatusCode
 
     telemetry, exporter = _telemetry()
-    store, scope, embedder = InMemoryStore(), Scope("t", "r", "c"), _QuotingEmbedder()
+    store, scope, embedder = any_store, Scope("t", "r", "c"), _QuotingEmbedder()
     chunks = [Chunk.of("doc", 0, SECRET_TEXT)]
     replace_source(source_id="doc", chunks=chunks, embedder=embedder, store=store, scope=scope)
     embedder.fail = True
