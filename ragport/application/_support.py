@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -14,6 +13,7 @@ from ragport.domain.errors import (
     RagportError,
     ScopeError,
     ValidationError,
+    raise_unchained,
 )
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
 from ragport.domain.model import RecordKind, Scope
@@ -97,10 +97,6 @@ class Redaction:
         return self(text)[:ERROR_MAX]
 
 
-def metadata_bytes(metadata: object) -> int:
-    return len(json.dumps(metadata, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
-
-
 def embed_batches(
     embedder: Embedder,
     texts: Sequence[str],
@@ -125,8 +121,19 @@ def embed_batches(
 
 
 def check_vectors(vectors: object, *, rows: int, dimensions: int) -> VectorMatrix:
-    """Fail closed on an embedder answer of the wrong shape or with non-finite values."""
-    array = np.asarray(vectors, dtype=np.float32)
+    """Fail closed on an embedder answer of the wrong shape or with non-finite values.
+
+    Ragged rows or values numpy cannot turn into float32 are a ``ValidationError`` too (by
+    type only: numpy's message may quote the values).
+    """
+    try:
+        array = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError, OverflowError) as exc:
+        error = ValidationError(
+            f"embedder returned rows numpy cannot stack as float32 ({type(exc).__name__})",
+            field="embedder",
+        )
+        raise_unchained(error)
     if array.ndim != 2 or array.shape != (rows, dimensions):
         raise ValidationError(
             f"embedder returned shape {array.shape}, expected ({rows}, {dimensions})",

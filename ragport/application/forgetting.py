@@ -42,7 +42,6 @@ from ragport.application._support import (
     check_abort,
     check_vectors,
     forgotten_ids,
-    metadata_bytes,
     require_kind,
     require_scope,
     require_transactions,
@@ -59,7 +58,9 @@ from ragport.domain.model import (
     Tombstone,
     freeze_metadata,
     is_forgotten,
+    metadata_bytes,
     validate_id,
+    validate_text,
 )
 from ragport.domain.status import ERROR_MAX
 from ragport.ports.derived import DerivedArtifactHandler
@@ -156,6 +157,7 @@ def index_derived(
     lim = resolve_limits(limits)
     if not isinstance(text, str) or not text.strip():
         raise ValidationError("text must be a non-empty string", field="text")
+    validate_text(text, field="text")
     if len(text) > lim.document_chars:
         raise ValidationError("text exceeds document_chars", field="text", limit="document_chars")
     if isinstance(lineage, str) or not lineage:
@@ -169,7 +171,7 @@ def index_derived(
     require_transactions(store, "index_derived")
     redact = Redaction(redactor, secrets)
     tel = telemetry or NOOP_TELEMETRY
-    clean = redact(text)
+    clean = validate_text(redact(text), field="text")
     check_abort(abort)
     with tel.span("rag.embed"):
         vectors = check_vectors(embedder.embed([clean]), rows=1, dimensions=embedder.dimensions)

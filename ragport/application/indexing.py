@@ -27,7 +27,6 @@ from ragport.application._support import (
     check_abort,
     check_vectors,
     embed_batches,
-    metadata_bytes,
     put_status,
     require_kind,
     require_scope,
@@ -37,7 +36,15 @@ from ragport.application._support import (
 from ragport.application.results import IndexResult, ReplaceResult
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
-from ragport.domain.model import Chunk, Record, Scope, validate_content_hash, validate_id
+from ragport.domain.model import (
+    Chunk,
+    Record,
+    Scope,
+    metadata_bytes,
+    validate_content_hash,
+    validate_id,
+    validate_text,
+)
 from ragport.domain.status import IngestionState
 from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
@@ -127,7 +134,10 @@ def _embed_with_reuse(
         entry = reuse.get(chunk.id) if reuse else None
         if entry is not None:
             reused_text, vector = entry
-            array = np.asarray(vector, dtype=np.float32).reshape(-1)
+            try:
+                array = np.asarray(vector, dtype=np.float32).reshape(-1)
+            except (TypeError, ValueError, OverflowError):  # ragged or not numbers: re-embed
+                array = np.empty(0, dtype=np.float32)
             # Only an exact text match under this embedder's dimension is reusable.
             if reused_text == text and array.shape == (dims,) and np.all(np.isfinite(array)):
                 out[i] = array
@@ -193,7 +203,12 @@ def replace_source(
         ):
             return ReplaceResult(source_id, 0, 0, True, store.current_generation(scope))
 
-    texts = [redact(c.text) for c in checked] if redact.active else [c.text for c in checked]
+    # A host redactor runs after the chunks were validated: its output is checked again.
+    texts = (
+        [validate_text(redact(c.text), field="text") for c in checked]
+        if redact.active
+        else [c.text for c in checked]
+    )
     size = sum(len(t.encode("utf-8")) for t in texts)
     put_status(
         status_store,

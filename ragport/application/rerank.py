@@ -6,13 +6,19 @@ rerank_hits:
 3. Take one of ``concurrency`` slots of this reranker object, waiting at most the time
    budget; then run the reranker in a worker thread and wait until the deadline, checking
    abort while waiting.
-4. Accept only a permutation of the input objects (optionally with finite scores) and
-   return the same ``Hit`` objects in the new order: provenance and trust cannot be
-   rewritten. Everything else is a ``RerankError``; the original order is never used instead.
+4. The reranker works on copies (own metadata, provenance and trust objects), so even one
+   that writes to a frozen ``Hit`` with ``object.__setattr__`` changes nothing the caller
+   sees. Accept only a permutation of those copies (optionally with finite scores) and
+   return the caller's own ``Hit`` objects in the new order: text, metadata, provenance and
+   trust cannot be rewritten. Everything else is a ``RerankError``; the original order is
+   never used instead.
+5. A reranker's own exception is reported by its type only and chained to nothing: its
+   message or arguments may quote the query or a hit's text.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import time
@@ -20,10 +26,11 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ragport.application._support import Redaction
+import attrs
+
 from ragport.domain.errors import AbortedError, RerankError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
-from ragport.domain.model import Hit
+from ragport.domain.model import Hit, Trust, validate_text
 from ragport.ports.rerank import Reranker
 from ragport.ports.runtime import Abort
 
@@ -108,6 +115,16 @@ def _order(answer: Any, hits: Sequence[Hit]) -> tuple[Hit, ...]:
     return tuple(out)
 
 
+def _copy_for_reranker(hit: Hit) -> Hit:
+    """A hit the reranker may scribble on: nothing in it is shared with ``hit``."""
+    return attrs.evolve(
+        hit,
+        metadata=copy.deepcopy(hit.metadata),
+        provenance=attrs.evolve(hit.provenance),
+        trust=Trust(),
+    )
+
+
 def rerank_hits(
     query: str,
     hits: Sequence[Hit],
@@ -117,14 +134,12 @@ def rerank_hits(
     max_ms: int = DEFAULT_LIMITS.rerank_ms,
     concurrency: int = DEFAULT_LIMITS.rerank_concurrency,
     abort: Abort | None = None,
-    redaction: Redaction | None = None,
 ) -> tuple[Hit, ...]:
     """Reorder ``hits`` with ``reranker`` under byte, time and concurrency caps (fail closed)."""
     check_limit("rerank_bytes", max_bytes)
     check_limit("rerank_ms", max_ms)
     check_limit("rerank_concurrency", concurrency)
-    if not isinstance(query, str):
-        raise ValidationError("query must be a string", field="query")
+    validate_text(query, field="query")
     if not hasattr(reranker, "rerank"):
         raise ValidationError("reranker must have a rerank(query, hits) method", field="reranker")
     hits = tuple(hits)
@@ -142,10 +157,11 @@ def rerank_hits(
     _acquire(slots, concurrency, deadline, abort)
     released = threading.Event()
     outcome: dict[str, Any] = {}
+    given = tuple(_copy_for_reranker(hit) for hit in hits)
 
     def run() -> None:
         try:
-            outcome["answer"] = reranker.rerank(query, hits)
+            outcome["answer"] = reranker.rerank(query, given)
         except BaseException as exc:  # every failure of the reranker fails the call closed
             outcome["error"] = exc
         finally:
@@ -166,9 +182,10 @@ def rerank_hits(
         worker.join(min(remaining, _POLL_S))
     error = outcome.get("error")
     if error is not None:
-        name = type(error).__name__
+        # Not inside an except block, so ``from None`` leaves no cause and no context.
         if isinstance(error, AbortedError):
-            raise RerankError("rerank aborted") from error
-        detail = redaction.error(error) if redaction is not None else name
-        raise RerankError(f"the reranker failed ({detail})") from error
-    return _order(outcome.get("answer"), hits)
+            raise RerankError("rerank aborted") from None
+        raise RerankError(f"the reranker failed ({type(error).__name__})") from None
+    ordered = _order(outcome.get("answer"), given)
+    caller_hit = {id(copied): hit for copied, hit in zip(given, hits, strict=True)}
+    return tuple(caller_hit[id(copied)] for copied in ordered)

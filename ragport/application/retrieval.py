@@ -22,6 +22,7 @@ retrieve_context:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -62,6 +63,7 @@ from ragport.domain.model import (
     Scope,
     Trust,
     is_forgotten,
+    validate_text,
 )
 from ragport.ports.embedder import Embedder, Vector
 from ragport.ports.rerank import Reranker
@@ -297,8 +299,7 @@ def retrieve_context(
 ) -> RetrievalResult:
     """Retrieve cited context for ``query``; see the module docstring for the steps."""
     # 1. arguments
-    if not isinstance(query, str):
-        raise ValidationError("query must be a string", field="query")
+    validate_text(query, field="query")
     if len(query) > QUERY_MAX_CHARS:
         raise ValidationError(f"query is longer than {QUERY_MAX_CHARS} characters", field="query")
     wanted = _scopes(scope, scopes)
@@ -442,7 +443,6 @@ def retrieve_context(
                         max_ms=max_rerank_ms,
                         concurrency=rerank_concurrency,
                         abort=abort,
-                        redaction=redact,
                     )
                 )
             check_abort(abort)
@@ -525,7 +525,12 @@ def _access_gate(
 def _hit(
     c: _Candidate, rank: int, *, provider: str, retrieved_at: datetime, redact: Redaction
 ) -> Hit:
-    """The canonical hit of a candidate; its text is redacted before anyone sees it."""
+    """The canonical hit of a candidate; its text is redacted before anyone sees it.
+
+    Built from the store's record and shared with nobody: a reranker gets copies (see
+    rerank_hits), and the metadata is a deep copy, so writing to a returned hit's nested
+    metadata cannot change a stored record (the in-memory store hands out its own rows).
+    """
     record = c.record
     provenance = Provenance(
         source_id=record.source_id,
@@ -543,7 +548,7 @@ def _hit(
         id=record.id,
         source_id=record.source_id,
         text=redact(record.text) if redact.active else record.text,
-        metadata=dict(record.metadata),
+        metadata=copy.deepcopy(record.metadata),
         score=c.score,
         retrieval_rank=rank,
         provenance=provenance,

@@ -25,6 +25,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.chunk_store",
     "ragport.contract_tests.chunk_store_forgetting",
     "ragport.contract_tests.chunk_store_hybrid",
+    "ragport.contract_tests.chunk_store_boundary",
     "ragport.contract_tests.derived",
     "ragport.contract_tests.embedder",
     "ragport.contract_tests.reranker",
@@ -38,7 +39,7 @@ from ragport.contract_tests.embedder import EmbedderContract  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.5"
+CONTRACT_VERSION = "1.6"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -53,6 +54,8 @@ CONTRACT_VERSION = "1.5"
 #      (ids unique at every reachable pointer), ChunkStoreHybridSnapshotContract (hybrid_query:
 #      both legs from one snapshot). find_dependents and rewrite_lineage cover every stored
 #      version; lexical_modes now also promises hybrid_query.
+# 1.6  ChunkStoreBoundaryContract (NUL and lone surrogates refused before any write, errors
+#      chain nothing, one metadata_bytes, ragged embedder rows, reranker errors and copies).
 
 __all__ = [
     "CONTRACT_VERSION",

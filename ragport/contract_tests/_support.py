@@ -29,6 +29,8 @@ __all__ = [
     "VectorFactory",
     "derived_batch",
     "direction",
+    "error_chain",
+    "error_mentions",
     "hash_vector",
     "make_batch",
     "publish_sources",
@@ -292,3 +294,47 @@ def silent_overrides(cls: type) -> list[str]:
         if not declared:
             found.append(f"{owner.__qualname__}.{name}")
     return found
+
+
+def error_chain(error: BaseException) -> list[BaseException]:
+    """``error`` and every exception reachable from it through ``__cause__`` and ``__context__``.
+
+    Both links are followed, whether or not ``__suppress_context__`` hides the context from a
+    printed traceback: a logger, an error reporter or a debugger can still reach it.
+    """
+    found: list[BaseException] = []
+    pending: list[BaseException] = [error]
+    while pending:
+        current = pending.pop()
+        if any(current is seen for seen in found):
+            continue
+        found.append(current)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                pending.append(linked)
+    return found
+
+
+def error_mentions(error: BaseException, needle: str) -> list[str]:
+    """Where ``needle`` shows in ``error``'s chain: message, repr, args and instance attributes.
+
+    Returns a description per hit (empty when nothing leaks). Attributes are searched one
+    level deep, as ``repr`` shows them, plus ``str``/``bytes`` values themselves (a
+    ``JSONDecodeError`` keeps the whole body in ``.doc``, a ``UnicodeError`` the text in
+    ``.object``).
+    """
+    raw = needle.encode("utf-8")
+    hits: list[str] = []
+    for link in error_chain(error):
+        shown = [str(link), repr(link), repr(link.args)]
+        for name, value in getattr(link, "__dict__", {}).items():
+            shown.append(f"{name}={value!r}")
+            if isinstance(value, bytes) and raw in value:
+                hits.append(f"{type(link).__name__}.{name}")
+        for attr in ("doc", "object", "params", "statement"):
+            value = getattr(link, attr, None)
+            if value is not None:
+                shown.append(repr(value))
+        if any(needle in piece for piece in shown):
+            hits.append(type(link).__name__)
+    return hits

@@ -2310,6 +2310,9 @@ class ChunkStoreRepointContract(_ChunkStoreContractBase):
 
 # Mixins in modules of their own build on this one's helpers, so they are imported here, once
 # everything above exists (the package imports this module first).
+from ragport.contract_tests.chunk_store_boundary import (  # noqa: E402
+    ChunkStoreBoundaryContract,
+)
 from ragport.contract_tests.chunk_store_forgetting import (  # noqa: E402
     ChunkStoreForgettingContract,
     ChunkStoreRepointUniquenessContract,
@@ -2338,6 +2341,7 @@ class ChunkStoreContract(
     ChunkStoreForgettingContract,
     ChunkStoreRepointUniquenessContract,
     ChunkStoreHybridSnapshotContract,
+    ChunkStoreBoundaryContract,
 ):
     """Every ChunkStore promise. Subclass it and override the ``store`` fixture."""
 

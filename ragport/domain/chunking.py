@@ -24,7 +24,6 @@ linear in the document length.
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import unicodedata
 from bisect import bisect_left, bisect_right
@@ -34,7 +33,13 @@ from typing import Any
 
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
-from ragport.domain.model import Chunk, freeze_metadata, validate_id
+from ragport.domain.model import (
+    Chunk,
+    freeze_metadata,
+    metadata_bytes,
+    validate_id,
+    validate_text,
+)
 
 __all__ = ["chunk_markdown", "chunk_text"]
 
@@ -122,8 +127,7 @@ def _validate(
     limits: object,
 ) -> dict[str, Any]:
     """Check every argument before any work; return the frozen caller metadata."""
-    if not isinstance(text, str):
-        raise ValidationError(f"{name} must be a string", field=name)
+    text = validate_text(text, field=name)
     validate_id(source_id, field="source_id")
     if not isinstance(limits, Limits):
         raise ValidationError("limits must be a Limits instance", field="limits")
@@ -143,10 +147,10 @@ def _validate(
 
 
 def _check_metadata_bytes(metadata: Mapping[str, Any], limits: Limits) -> None:
-    encoded = json.dumps(metadata, separators=(",", ":")).encode("utf-8")
-    if len(encoded) > limits.metadata_bytes:
+    size = metadata_bytes(metadata)
+    if size > limits.metadata_bytes:
         raise ValidationError(
-            f"chunk metadata is {len(encoded)} bytes, over {limits.metadata_bytes}",
+            f"chunk metadata is {size} bytes, over {limits.metadata_bytes}",
             field="metadata_bytes",
             limit="metadata_bytes",
         )

@@ -18,9 +18,16 @@ Every failure a caller can act on is a subclass of :class:`RagportError`::
 
 Messages never contain document text, credentials or tokens: they name fields, limits, ids and
 counts. Tests (and callers) should match on the type and its attributes, never on message text.
+
+Chains: an error ragport translates at a boundary (a driver, HTTP or reranker failure) is raised
+with :func:`raise_unchained`, so its ``__cause__`` and ``__context__`` are both ``None``: the
+foreign exception (whose message, parameters, request or diagnostics may quote document text)
+is dropped, and what an operator needs is kept as fields (``sqlstate``, ``lost_connection``).
 """
 
 from __future__ import annotations
+
+from typing import NoReturn
 
 __all__ = [
     "AbortedError",
@@ -36,7 +43,25 @@ __all__ = [
     "SyncCursorError",
     "UrlRejectedError",
     "ValidationError",
+    "raise_unchained",
 ]
+
+
+def raise_unchained(error: BaseException) -> NoReturn:
+    """Raise ``error`` with no ``__cause__`` and no ``__context__``.
+
+    ``raise error from None`` only hides the context from tracebacks: ``__context__`` still
+    holds the exception being handled, and ``logging``, Sentry-style reporters or a debugger
+    reach it (and its arguments) through the chain. Python sets the context at the ``raise``,
+    so it is cleared here once the error is in flight and then re-raised unchanged.
+    """
+    try:
+        raise error
+    except BaseException:
+        error.__cause__ = None
+        error.__context__ = None
+        error.__suppress_context__ = True
+        raise
 
 
 class RagportError(Exception):
@@ -49,15 +74,24 @@ class ValidationError(RagportError, ValueError):
     """Input is malformed or past a hard ceiling.
 
     ``field`` names the argument or attribute at fault; ``limit`` names the ceiling (a
-    :class:`~ragport.domain.limits.Limits` field) when a ceiling was crossed.
+    :class:`~ragport.domain.limits.Limits` field) when a ceiling was crossed; ``sqlstate`` the
+    PostgreSQL SQLSTATE when the server refused the value (``None`` otherwise).
     """
 
     code = "ERR_RAG_VALIDATION"
 
-    def __init__(self, message: str, *, field: str | None = None, limit: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        limit: str | None = None,
+        sqlstate: str | None = None,
+    ):
         super().__init__(message)
         self.field = field
         self.limit = limit
+        self.sqlstate = sqlstate
 
 
 class ScopeError(ValidationError):
@@ -71,19 +105,27 @@ class CapabilityError(RagportError):
 
     code = "ERR_RAG_CAPABILITY"
 
-    def __init__(self, message: str, *, capability: str | None = None):
+    def __init__(self, message: str, *, capability: str | None = None, sqlstate: str | None = None):
         super().__init__(message)
         self.capability = capability
+        self.sqlstate = sqlstate
 
 
 class StoreError(RagportError):
     """The storage backend failed or is not set up (connection lost, schema not migrated).
 
-    Carries no SQL parameters, so no document text or vectors; ``__cause__`` keeps the
-    driver's exception for operators.
+    Carries no SQL parameters, so no document text or vectors, and chains nothing (the
+    driver's exception may quote parameters): ``sqlstate`` keeps the server's SQLSTATE (``None``
+    when there was no server answer) and ``lost_connection`` says the connection itself was
+    gone (a read may be retried on a fresh one; a write may or may not have committed).
     """
 
     code = "ERR_RAG_STORE"
+
+    def __init__(self, message: str, *, sqlstate: str | None = None, lost_connection: bool = False):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.lost_connection = lost_connection
 
 
 class EmbedderMismatchError(RagportError):

@@ -7,6 +7,7 @@ All are frozen attrs classes validated in their constructors; change them with
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
@@ -45,9 +46,11 @@ __all__ = [
     "is_forgotten",
     "is_valid_content_hash",
     "is_visible",
+    "metadata_bytes",
     "strongest_tombstone",
     "validate_content_hash",
     "validate_id",
+    "validate_text",
 ]
 
 SourceId = NewType("SourceId", str)
@@ -61,6 +64,31 @@ SCOPE_ID_MAX = 256
 ID_MAX = 1_024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unencodable(value: str) -> str | None:
+    """What keeps ``value`` from being stored as UTF-8 text: a NUL or a lone surrogate."""
+    if "\x00" in value:
+        return "NUL characters"
+    if not value.isascii() and _SURROGATE.search(value):
+        return "lone surrogates (not valid Unicode)"
+    return None
+
+
+def validate_text(value: object, *, field: str) -> str:
+    """Return ``value`` if it is a string that every store can hold: no NUL, no lone surrogate.
+
+    PostgreSQL refuses NUL in text and psycopg cannot encode a lone surrogate; the in-memory
+    store would accept both and then fail later. Refusing them where values enter the domain
+    makes both stores give the same answer. Empty strings pass (callers decide emptiness).
+    """
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string", field=field)
+    problem = _unencodable(value)
+    if problem is not None:
+        raise ValidationError(f"{field} must not contain {problem}", field=field)
+    return value
 
 
 def validate_id(value: object, *, field: str, max_length: int = ID_MAX) -> str:
@@ -73,6 +101,8 @@ def validate_id(value: object, *, field: str, max_length: int = ID_MAX) -> str:
         raise ValidationError(f"{field} is longer than {max_length} characters", field=field)
     if _CONTROL.search(value):
         raise ValidationError(f"{field} contains control characters", field=field)
+    if not value.isascii() and _SURROGATE.search(value):
+        raise ValidationError(f"{field} contains lone surrogates (not valid Unicode)", field=field)
     return value
 
 
@@ -91,20 +121,96 @@ def validate_content_hash(value: str | None) -> str | None:
 
 
 def freeze_metadata(value: Mapping[str, Any] | None, *, field: str = "metadata") -> dict[str, Any]:
-    """A deep, JSON-round-tripped copy of ``value``: no aliasing, JSON types only."""
+    """A deep copy of ``value`` holding JSON types only: no aliasing, nothing coerced.
+
+    Keys must be strings (``json.dumps`` would turn ``1`` and ``None`` into ``"1"`` and
+    ``"null"`` and silently drop a colliding value); numbers must be finite; strings (keys and
+    values, at any depth) must not hold NUL or lone surrogates. Tuples become lists and
+    subclasses of str, int and float their base type, as a JSON round trip would make them.
+    """
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise ValidationError(f"{field} must be a mapping", field=field)
     try:
-        copied = json.loads(json.dumps(dict(value), allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(
-            f"{field} must be JSON-serialisable (finite numbers, str keys)", field=field
-        ) from exc
-    if not isinstance(copied, dict):  # pragma: no cover - dict in, dict out
-        raise ValidationError(f"{field} must be a mapping", field=field)
-    return copied
+        return _freeze_object(value, field, set())
+    except RecursionError:
+        raise ValidationError(f"{field} is nested too deeply", field=field) from None
+
+
+def _freeze_object(value: Mapping[Any, Any], field: str, path: set[int]) -> dict[str, Any]:
+    if id(value) in path:
+        raise ValidationError(f"{field} must not contain itself", field=field)
+    path.add(id(value))
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise ValidationError(f"{field} keys must be strings", field=field)
+        problem = _unencodable(key)
+        if problem is not None:
+            raise ValidationError(f"{field} keys must not contain {problem}", field=field)
+        out[str.__str__(key)] = _freeze_value(item, field, path)
+    path.discard(id(value))
+    return out
+
+
+def _freeze_value(value: object, field: str, path: set[int]) -> Any:
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        problem = _unencodable(value)
+        if problem is not None:
+            raise ValidationError(f"{field} strings must not contain {problem}", field=field)
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError(f"{field} numbers must be finite", field=field)
+        return float(value)
+    if isinstance(value, Mapping):
+        return _freeze_object(value, field, path)
+    if isinstance(value, (list, tuple)):
+        if id(value) in path:
+            raise ValidationError(f"{field} must not contain itself", field=field)
+        path.add(id(value))
+        items = [_freeze_value(item, field, path) for item in value]
+        path.discard(id(value))
+        return items
+    raise ValidationError(
+        f"{field} values must be JSON values (str, number, bool, None, list, mapping), "
+        f"not {type(value).__name__}",
+        field=field,
+    )
+
+
+def _check_strings(value: object) -> None:
+    """Refuse NUL and lone surrogates anywhere in an already-JSON value (keys included)."""
+    if isinstance(value, str):
+        if _unencodable(value) is not None:
+            raise ValidationError(
+                "metadata strings must not contain NUL or lone surrogates", field="metadata"
+            )
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError("metadata keys must be strings", field="metadata")
+            _check_strings(key)
+            _check_strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_strings(item)
+
+
+def metadata_bytes(metadata: Mapping[str, Any]) -> int:
+    """The size the ``metadata_bytes`` cap measures: UTF-8 bytes of compact JSON.
+
+    ``json.dumps(metadata, separators=(",", ":"), ensure_ascii=False)`` encoded as UTF-8:
+    "é" counts 2 bytes, never the 6 of its ``\\u00e9`` escape. The one definition the
+    chunkers and the use cases share.
+    """
+    text = json.dumps(metadata, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return len(text.encode("utf-8"))
 
 
 def strongest_tombstone(existing: Tombstone | None, new: Tombstone) -> Tombstone:
@@ -301,8 +407,7 @@ class Chunk:
 
     @text.validator
     def _text(self, attribute: attrs.Attribute[str], value: str) -> None:
-        if not isinstance(value, str):
-            raise ValidationError("chunk text must be a string", field="text")
+        validate_text(value, field="text")
         if self.end < self.start or self.end - self.start != len(value):
             raise ValidationError("chunk offsets must span exactly its text", field="end")
         if self.id != chunk_id(self.source_id, self.index):
@@ -361,6 +466,14 @@ class Record:
             raise ValidationError("record kind must be 'chunk' or 'derived'", field="kind")
         validate_id(self.id, field="id")
         validate_id(self.source_id, field="source_id")
+        validate_text(self.text, field="text")
+        for edge in self.lineage:
+            validate_id(edge, field="lineage")
+        for root in self.roots:
+            validate_id(root, field="roots")
+        if not isinstance(self.metadata, Mapping):
+            raise ValidationError("metadata must be a mapping", field="metadata")
+        _check_strings(self.metadata)
 
     @property
     def access_sources(self) -> tuple[str, ...]:

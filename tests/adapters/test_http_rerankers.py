@@ -17,6 +17,7 @@ from fake_http import FakeServer, Reply, relevance
 
 from ragport.adapters.rerankers import OpenAICompatibleReranker, TeiReranker, VoyageReranker
 from ragport.application.rerank import rerank_hits
+from ragport.contract_tests._support import error_mentions
 from ragport.contract_tests.reranker import contract_hits
 from ragport.domain.errors import RerankError, ValidationError
 
@@ -126,6 +127,10 @@ def assert_nothing_leaks(error: BaseException) -> None:
     shown = "".join(traceback.format_exception(error)) + "".join(repr(e) for e in chain(error))
     assert API_KEY not in shown
     assert SECRET_TEXT not in shown
+    # The whole chain, attributes included (a JSONDecodeError keeps the body in .doc).
+    assert error_mentions(error, API_KEY) == []
+    assert error_mentions(error, SECRET_TEXT) == []
+    assert error.__cause__ is None and error.__context__ is None
 
 
 def hits(n: int = 6) -> tuple[Any, ...]:
@@ -315,8 +320,11 @@ def test_http_errors_name_status_and_host_only(serve, api, status):
 
     If this fails, check the status branch in _HttpReranker._post.
     """
-    echo = json.dumps({"error": f"bad key {API_KEY} for {SECRET_TEXT}"}).encode()
-    server = serve(fixed(Reply(status=status, body=echo)))
+    server = serve(
+        lambda request: Reply(
+            status=status, body=json.dumps({"error": API_KEY, "echo": request["json"]}).encode()
+        )
+    )
     with pytest.raises(RerankError) as info:
         api.build(server, api_key=API_KEY).rerank(QUERY, hits())
     message = str(info.value)

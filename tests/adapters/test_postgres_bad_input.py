@@ -11,17 +11,17 @@ import threading
 import time
 import uuid
 
+import attrs
 import numpy as np
 import pytest
-from psycopg import errors as pg_errors
 from sqlalchemy import create_engine, event, text
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore
 from ragport.adapters.postgres import PostgresStatusStore, PostgresStore
+from ragport.contract_tests._support import error_mentions
 from ragport.domain.errors import (
     CapabilityError,
     EmbedderMismatchError,
@@ -418,9 +418,8 @@ def test_unique_violation_from_a_concurrent_insert_does_not_leak_text(store, pg_
     assert isinstance(error, RagportError), f"expected a ragport error, got {error!r}"
     assert isinstance(error, ValidationError)
     assert error.field == "id"
-    assert isinstance(error.__cause__, (pg_errors.UniqueViolation, sa_exc.IntegrityError)), (
-        "the violation came from the server, not from the adapter's pre-check"
-    )
+    assert error.sqlstate == "23505", "the violation came from the server, not a pre-check"
+    assert error.__cause__ is None and error.__context__ is None, "the driver error is dropped"
     _assert_no_leak(error, SECRET_TEXT, "zebra")
     failed = status.get(SCOPE, "doc")
     assert failed is not None and failed.state == "failed"
@@ -432,26 +431,77 @@ def test_unique_violation_from_a_concurrent_insert_does_not_leak_text(store, pg_
 
 
 @pytest.mark.parametrize(
-    ("chunk_text", "metadata"),
+    ("attribute", "value", "sqlstate"),
     [
-        (SECRET_TEXT + " \x00 nul byte", None),
-        (SECRET_TEXT, {"note": SECRET_TEXT + " \u0000"}),
+        ("text", SECRET_TEXT + " \x00 nul byte", "22021"),  # character_not_in_repertoire
+        ("metadata", {"note": SECRET_TEXT + " \u0000"}, "22P05"),  # the server's CONTEXT quotes it
+        ("text", SECRET_TEXT + " \udfff", None),  # not encodable: UnicodeEncodeError.object
     ],
-    ids=["nul-in-text", "nul-in-jsonb"],
+    ids=["nul-in-text", "nul-in-jsonb", "surrogate-in-text"],
 )
-def test_data_rejected_by_postgres_is_typed_and_quotes_nothing(
-    store, pg_engine, pg_schema, chunk_text, metadata
+def test_data_rejected_by_postgres_is_typed_and_chains_nothing(
+    store, pg_engine, pg_schema, attribute, value, sqlstate
 ):
-    """Server-rejected values: ValidationError without the values, nothing written. If this fails, check _driver.py."""
+    """A value the domain refuses, slipped past it, is a ValidationError with no chain.
+
+    The domain refuses NUL and lone surrogates (see test_domain_boundary); here a record is
+    altered after validation so the driver sees the value. The translated error keeps the
+    SQLSTATE as a field and chains nothing: psycopg's error quotes the JSON in its CONTEXT,
+    SQLAlchemy's holds the parameters. If this fails, check translate_errors in _driver.py.
+    """
     _replace(store, "doc", ["previous version"])
-    chunk = ragport.Chunk.of("doc", 0, chunk_text, metadata=metadata)
-    with pytest.raises(RagportError) as info:
-        ragport.replace_source(
-            source_id="doc", chunks=[chunk], embedder=EMB, store=store, scope=SCOPE
-        )
+    [record] = _records(SCOPE, 1, EMB.dimensions)
+    record = attrs.evolve(record, embedder_id=EMB.id)
+    with pytest.raises(RagportError) as info, store.unit_of_work(SCOPE) as uow:
+        generation = uow.generations.stage()
+        uow.records.retire_source("doc", generation=generation)
+        record = attrs.evolve(record, generation=generation)
+        object.__setattr__(record, attribute, value)
+        uow.records.add([record], EMB.embed(["x"]))
+        uow.commit()
     assert isinstance(info.value, ValidationError)
     assert info.value.field == "data"
+    assert info.value.sqlstate == sqlstate
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    for needle in (SECRET_TEXT, "nul byte"):
+        assert error_mentions(info.value, needle) == []
     _assert_no_leak(info.value, SECRET_TEXT, "zebra", "nul byte")
     assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["previous version"]
     assert _record_rows(pg_engine, pg_schema) == 1
     assert store.current_generation(SCOPE) == 1
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{"note": SECRET_TEXT + " \x00"}, {"note": {SECRET_TEXT + " \udfff": 1}}],
+    ids=["nul-in-metadata", "surrogate-in-metadata-key"],
+)
+def test_bad_metadata_through_replace_source_chains_no_driver_error(store, metadata):
+    """NUL in metadata (the issue's scenario) is refused by the domain: nothing is chained.
+
+    Before, the ValidationError's __cause__ was psycopg's error quoting the metadata JSON.
+    If this fails, check freeze_metadata in domain/model.py and translate_errors.
+    """
+    _replace(store, "doc", ["previous version"])
+    with pytest.raises(ValidationError) as info:
+        ragport.replace_source(
+            source_id="doc",
+            chunks=[
+                ragport.Chunk(
+                    id="doc#0001",
+                    source_id="doc",
+                    index=0,
+                    start=0,
+                    end=1,
+                    text="x",
+                    metadata=metadata,
+                )
+            ],
+            embedder=EMB,
+            store=store,
+            scope=SCOPE,
+        )
+    assert info.value.field == "metadata"
+    assert error_mentions(info.value, SECRET_TEXT) == []
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["previous version"]

@@ -359,6 +359,28 @@ def test_reuse_entry_with_different_text_is_reembedded(store: InMemoryStore) -> 
     assert sorted(embedder.texts) == sorted([V1[1], V1[2]])
 
 
+def test_reuse_entry_numpy_cannot_read_is_reembedded(store: InMemoryStore) -> None:
+    """A ragged or non-numeric reuse vector is not reusable: re-embedded, never numpy's error.
+
+    If this fails, check the np.asarray guard in _embed_with_reuse.
+    """
+    chunks = make_chunks("policy", V1)
+    reuse = {
+        chunks[0].id: (chunks[0].text, [[0.1, 0.2], [0.3]]),
+        chunks[1].id: (chunks[1].text, [object()] * 256),
+    }
+    embedder = CountingEmbedder()
+    ragport.replace_source(
+        source_id="policy",
+        chunks=chunks,
+        embedder=embedder,
+        store=store,
+        scope=SCOPE,
+        reuse_embeddings=reuse,
+    )
+    assert sorted(embedder.texts) == sorted(V1)
+
+
 # -- replace_source: fail-closed validation -----------------------------------------------------
 
 

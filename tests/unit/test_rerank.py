@@ -114,6 +114,31 @@ def test_a_raising_reranker_is_a_rerank_error_without_its_message():
     with pytest.raises(RerankError) as info:
         rerank_hits("q", _hits(), reranker=Answer(boom))
     assert "secret document text" not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__context__ is None
+
+
+def test_a_reranker_writing_to_its_hits_changes_none_of_the_callers():
+    """rerank_hits gives the reranker copies and returns the caller's own, untouched hits.
+
+    If this fails, check _copy_for_reranker and the mapping back at the end of rerank_hits.
+    """
+    hits = _hits()
+    before = [(h.text, h.source_id, dict(h.metadata), h.provenance.citation_id) for h in hits]
+
+    def scribble(given):
+        for hit in given:
+            object.__setattr__(hit, "text", "INJECTED")
+            object.__setattr__(hit, "source_id", "INJECTED")
+            hit.metadata["x"] = "INJECTED"
+            object.__setattr__(hit.provenance, "citation_id", "INJECTED")
+            object.__setattr__(hit.trust, "untrusted", False)
+        return list(reversed(given))
+
+    out = rerank_hits("q", hits, reranker=Answer(scribble))
+    assert [id(h) for h in out] == [id(h) for h in reversed(hits)]
+    after = [(h.text, h.source_id, dict(h.metadata), h.provenance.citation_id) for h in hits]
+    assert after == before
+    assert all(h.trust.untrusted for h in hits) and ragport.Trust().untrusted
 
 
 def test_input_over_max_bytes_is_refused_before_the_reranker_runs():

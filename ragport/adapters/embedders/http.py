@@ -26,7 +26,8 @@ Failures:
 - ``CapabilityError(capability="embedding")`` when the server cannot be used: a non-2xx
   status, a timeout, a connection or protocol failure. The message names the host and the
   status or the failure's type only: never the API key, the URL path or any input text.
-  httpx's own exception is chained as ``__cause__``.
+  Nothing is chained (``__cause__`` and ``__context__`` are ``None``): httpx's exceptions
+  hold the request, whose body is the input text.
 - ``CapabilityError`` naming ``ragport[http]`` when httpx is not installed.
 
 The API key travels only in ``Authorization: Bearer``; it never appears in an error, a log
@@ -55,7 +56,7 @@ from ragport.adapters._http import (
     post_json,
     refuse_constant,
 )
-from ragport.domain.errors import CapabilityError, ValidationError
+from ragport.domain.errors import CapabilityError, ValidationError, raise_unchained
 from ragport.domain.limits import check_limit
 from ragport.ports.embedder import VectorMatrix
 
@@ -203,7 +204,7 @@ class _HttpEmbedder(OwnedClient):
             )
         except HttpFailure as failure:
             if failure.kind == "too_large":
-                raise self._too_large() from failure
+                raise_unchained(self._too_large())
             if failure.kind == "status":
                 message = f"embedding server {self._host} answered HTTP {failure.status}"
             elif failure.kind == "timeout":
@@ -211,7 +212,7 @@ class _HttpEmbedder(OwnedClient):
                 message = f"embedding server {self._host} did not answer within {self._timeout_s:g} s{detail}"
             else:
                 message = f"embedding request to {self._host} failed ({failure.detail})"
-            raise CapabilityError(message, capability="embedding") from failure.__cause__
+            raise_unchained(CapabilityError(message, capability="embedding"))
 
     def _too_large(self) -> ValidationError:
         return ValidationError(
@@ -224,8 +225,8 @@ class _HttpEmbedder(OwnedClient):
         try:
             return json.loads(body, parse_constant=refuse_constant)
         except (ValueError, RecursionError):
-            # json's messages quote the body, which may echo input text: keep only our own.
-            raise _malformed(self._host, "not valid JSON") from None
+            # json's errors hold the body (JSONDecodeError.doc), which may echo input text.
+            raise_unchained(_malformed(self._host, "not valid JSON"))
 
 
 class OpenAICompatibleEmbedder(_HttpEmbedder):

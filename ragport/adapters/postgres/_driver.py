@@ -13,9 +13,21 @@ from psycopg import errors as pg_errors
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 
-from ragport.domain.errors import CapabilityError, RagportError, StoreError, ValidationError
+from ragport.domain.errors import (
+    CapabilityError,
+    RagportError,
+    StoreError,
+    ValidationError,
+    raise_unchained,
+)
 
-__all__ = ["IDLE_PING_SECONDS", "driver_connection", "make_engine", "translate_errors"]
+__all__ = [
+    "IDLE_PING_SECONDS",
+    "driver_connection",
+    "lost_connection",
+    "make_engine",
+    "translate_errors",
+]
 
 # A pooled connection idle for longer than this is pinged before use (one round trip); one in
 # steady use is not. A connection that dies while in steady use fails one statement, which the
@@ -91,44 +103,81 @@ _NO_EXTENSION = (pg_errors.UndefinedFile, pg_errors.FeatureNotSupported, pg_erro
 
 @contextmanager
 def translate_errors(operation: str) -> Iterator[None]:
-    """Map driver exceptions to ragport errors (never quoting SQL parameters)."""
+    """Map driver exceptions to ragport errors that quote no SQL parameters and chain nothing.
+
+    A driver error carries the statement's parameters (SQLAlchemy) and the server's
+    diagnostics, whose CONTEXT may quote the refused value (a metadata JSON, a text); so the
+    translated error is raised unchained, with the SQLSTATE and whether the connection was
+    lost kept as fields. A value Python cannot encode (a lone surrogate that slipped past the
+    domain) is a ``ValidationError`` too; ``UnicodeEncodeError.object`` holds the whole text.
+    """
     try:
         yield
     except RagportError:
         raise
     except sa_exc.DBAPIError as exc:
-        raise _translate(operation, exc.orig) from exc
+        error = _translate(operation, exc.orig, lost=lost_connection(exc))
     except psycopg.Error as exc:
-        raise _translate(operation, exc) from exc
+        error = _translate(operation, exc, lost=lost_connection(exc))
     except sqlalchemy.exc.SQLAlchemyError as exc:
-        raise StoreError(f"{operation} failed: {type(exc).__name__}") from exc
+        error = StoreError(f"{operation} failed: {type(exc).__name__}")
+    except UnicodeError as exc:
+        error = ValidationError(
+            f"{operation}: a value is not encodable as UTF-8 ({type(exc).__name__})", field="data"
+        )
+    else:
+        return
+    raise_unchained(error)
 
 
-def _translate(operation: str, orig: BaseException | None) -> RagportError:
-    state = getattr(orig, "sqlstate", None) or "unknown"
+def lost_connection(exc: BaseException | None) -> bool:
+    """Whether ``exc`` says the connection itself is gone (not that the statement failed)."""
+    if isinstance(exc, sa_exc.DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        exc = exc.orig
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith(("08", "57P"))
+
+
+def _translate(operation: str, orig: BaseException | None, *, lost: bool) -> RagportError:
+    sqlstate = getattr(orig, "sqlstate", None)
+    state = sqlstate or "unknown"
     name = type(orig).__name__
     if isinstance(orig, pg_errors.UniqueViolation):
         return ValidationError(
-            f"{operation}: a record id is already live in this scope", field="id"
+            f"{operation}: a record id is already live in this scope", field="id", sqlstate=sqlstate
         )
     if isinstance(orig, _MISSING_SCHEMA):
         return StoreError(
             f"{operation}: the ragport schema is missing or out of date; run `ragport db upgrade` "
-            f"(SQLSTATE {state})"
+            f"(SQLSTATE {state})",
+            sqlstate=sqlstate,
         )
     if isinstance(orig, pg_errors.InsufficientPrivilege):
         return CapabilityError(
-            f"{operation}: permission denied (SQLSTATE {state})", capability="privilege"
+            f"{operation}: permission denied (SQLSTATE {state})",
+            capability="privilege",
+            sqlstate=sqlstate,
         )
     if isinstance(orig, _NO_EXTENSION):
         return CapabilityError(
             f"{operation}: the pgvector extension is not available on this server (SQLSTATE {state})",
             capability="vector",
+            sqlstate=sqlstate,
         )
-    if isinstance(orig, psycopg.OperationalError) and getattr(orig, "sqlstate", None) is None:
-        return StoreError(f"{operation}: could not reach the PostgreSQL server ({name})")
+    if isinstance(orig, psycopg.OperationalError) and sqlstate is None:
+        return StoreError(
+            f"{operation}: could not reach the PostgreSQL server ({name})", lost_connection=lost
+        )
     if isinstance(orig, psycopg.DataError):  # SQLSTATE class 22: the value itself was refused
         return ValidationError(
-            f"{operation}: rejected by PostgreSQL ({name}, SQLSTATE {state})", field="data"
+            f"{operation}: rejected by PostgreSQL ({name}, SQLSTATE {state})",
+            field="data",
+            sqlstate=sqlstate,
         )
-    return StoreError(f"{operation} failed ({name}, SQLSTATE {state})")
+    return StoreError(
+        f"{operation} failed ({name}, SQLSTATE {state})", sqlstate=sqlstate, lost_connection=lost
+    )

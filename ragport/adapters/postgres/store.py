@@ -28,7 +28,6 @@ import psycopg
 from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy import exc as sa_exc
 
 from ragport.adapters.postgres._driver import driver_connection, make_engine, translate_errors
 from ragport.adapters.postgres.filters import compile_filter
@@ -155,18 +154,6 @@ def _one_snapshot(conn: _RawRead) -> Iterator[None]:
                 dbapi.execute("ROLLBACK")
         raise
     dbapi.execute("COMMIT")
-
-
-def _lost_connection(exc: BaseException | None) -> bool:
-    """Whether ``exc`` says the connection itself is gone (not that the statement failed)."""
-    if isinstance(exc, sa_exc.DBAPIError):
-        if exc.connection_invalidated:
-            return True
-        exc = exc.orig
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    state = exc.sqlstate
-    return state is None or state.startswith(("08", "57P"))
 
 
 def _params(scope: Scope, **extra: Any) -> dict[str, Any]:
@@ -744,7 +731,7 @@ class PostgresStore:
             with self._connect(operation, read=True) as conn:
                 return run(conn)
         except StoreError as exc:
-            if not _lost_connection(exc.__cause__):
+            if not exc.lost_connection:
                 raise
         with self._connect(operation, read=True) as conn:
             return run(conn)

@@ -21,7 +21,8 @@ All three are synchronous httpx clients with the same guard rails:
 ``rerank(query, hits)`` returns ``(hit, score)`` pairs, highest score first; equal scores keep
 the input order. Every failure is a ``RerankError`` whose message names the host and the HTTP
 status or the failure's type only: never the API key, the URL path, the query or a document.
-httpx's own exception is chained as ``__cause__``. Bad constructor arguments are
+Nothing is chained (``__cause__`` and ``__context__`` are ``None``): httpx's exceptions hold
+the request, whose body is the query and the documents. Bad constructor arguments are
 ``ValidationError(field=...)``; a missing httpx is ``CapabilityError`` naming ``ragport[http]``.
 
 The API key travels only in ``Authorization: Bearer``; it never appears in an error, a log
@@ -48,7 +49,7 @@ from ragport.adapters._http import (
     post_json,
     refuse_constant,
 )
-from ragport.domain.errors import RerankError, ValidationError
+from ragport.domain.errors import RerankError, ValidationError, raise_unchained
 from ragport.domain.limits import check_limit
 from ragport.domain.model import Hit
 
@@ -169,8 +170,8 @@ class _HttpReranker(OwnedClient):
         try:
             return json.loads(body, parse_constant=refuse_constant)
         except (ValueError, RecursionError):
-            # json's messages quote the body, which may echo document text: keep only our own.
-            raise self._malformed("not valid JSON") from None
+            # json's errors hold the body (JSONDecodeError.doc), which may echo document text.
+            raise_unchained(self._malformed("not valid JSON"))
 
     def _timed_out(self) -> RerankError:
         return RerankError(
@@ -193,22 +194,22 @@ class _HttpReranker(OwnedClient):
                 max_bytes=self._max_response_bytes,
             )
         except HttpFailure as failure:
-            if failure.kind == "too_large":
-                raise self._too_large() from failure
-            if failure.kind == "status":
-                raise RerankError(
-                    f"rerank server {self._host} answered HTTP {failure.status}"
-                ) from failure
-            if failure.kind == "timeout":
-                if not failure.detail:
-                    raise self._timed_out() from failure
-                raise RerankError(
-                    f"rerank server {self._host} did not answer within {self._timeout_ms} ms "
-                    f"({failure.detail})"
-                ) from failure.__cause__
-            raise RerankError(
-                f"rerank request to {self._host} failed ({failure.detail})"
-            ) from failure.__cause__
+            raise_unchained(self._failed(failure))
+
+    def _failed(self, failure: HttpFailure) -> RerankError:
+        """The error for a failed POST, by kind only: httpx's exception holds the request body."""
+        if failure.kind == "too_large":
+            return self._too_large()
+        if failure.kind == "status":
+            return RerankError(f"rerank server {self._host} answered HTTP {failure.status}")
+        if failure.kind == "timeout":
+            if not failure.detail:
+                return self._timed_out()
+            return RerankError(
+                f"rerank server {self._host} did not answer within {self._timeout_ms} ms "
+                f"({failure.detail})"
+            )
+        return RerankError(f"rerank request to {self._host} failed ({failure.detail})")
 
     def _too_large(self) -> RerankError:
         return RerankError(

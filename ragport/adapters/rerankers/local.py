@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ragport.domain.errors import RerankError, ValidationError
+from ragport.domain.errors import RerankError, ValidationError, raise_unchained
 from ragport.domain.model import Hit
 from ragport.ports.rerank import LocalRerankRuntime, RerankScorer
 
@@ -312,9 +312,12 @@ class LocalReranker:
         except RerankError:
             raise
         except Exception as exc:
-            raise RerankError(
-                f"reranker model {self._model!r} failed while scoring ({type(exc).__name__})"
-            ) from exc
+            # By type only, unchained: a runtime's error may quote the documents it scored.
+            raise_unchained(
+                RerankError(
+                    f"reranker model {self._model!r} failed while scoring ({type(exc).__name__})"
+                )
+            )
         scores = self._check(answer, len(hits))
         order = sorted(range(len(hits)), key=lambda i: -scores[i])  # stable: ties keep order
         return [(hits[i], scores[i]) for i in order]

@@ -3,6 +3,11 @@
 Only the fixed span names below are emitted and only attribute keys of the form ``rag.*``
 with numeric, boolean or short string values pass; anything else is dropped, so document
 text can never reach a trace even if a caller tried.
+
+An exception that leaves a span is recorded by its type only: the span gets
+``rag.error.type`` (the class name) and status ERROR without a description. No ``exception``
+event, message, stack trace or chained cause is recorded: an embedder or driver error may
+quote the text it was given.
 """
 
 from __future__ import annotations
@@ -70,8 +75,19 @@ class OpenTelemetryTelemetry:
         if name not in SPAN_NAMES:
             yield _Dropped()
             return
-        with self._tracer.start_as_current_span(name) as span:
-            yield _Span(span)
+        with self._tracer.start_as_current_span(
+            name, record_exception=False, set_status_on_exception=False
+        ) as span:
+            wrapped = _Span(span)
+            try:
+                yield wrapped
+            except BaseException as exc:
+                if not isinstance(exc, GeneratorExit):
+                    from opentelemetry.trace import Status, StatusCode
+
+                    wrapped.set_attribute("rag.error.type", type(exc).__name__)
+                    span.set_status(Status(StatusCode.ERROR))
+                raise
 
     def count(self, name: str, value: int = 1) -> None:
         if self._meter is None or not name.startswith("rag."):
