@@ -14,6 +14,7 @@ API_NAMES = {
     "SyncCursorError", "AccessDeniedError", "PropagationError", "AbortedError", "RagportError",
     "chunk_text", "chunk_markdown", "index_chunks", "replace_source", "delete_source",
     "retrieve_context", "list_ingestion_status", "rollback_generation", "compact",
+    "RagContextProvider", "ContextBlock", "Evidence", "evidence_from_citation",
 }  # fmt: skip
 
 
@@ -37,6 +38,8 @@ def test_names_are_importable_from_the_layer_that_defines_them():
 
     assert domain.Scope is ragport.Scope and domain.chunk_markdown is ragport.chunk_markdown
     assert application.replace_source is ragport.replace_source
+    assert application.RagContextProvider is ragport.RagContextProvider
+    assert application.evidence_from_citation is ragport.evidence_from_citation
     assert domain.errors.EmbedderMismatchError.code == "ERR_RAG_EMBEDDER_MISMATCH"
 
 
