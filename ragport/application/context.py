@@ -46,6 +46,8 @@ __all__ = [
     "ContextBlock",
     "Evidence",
     "RagContextProvider",
+    "check_binding",
+    "check_retrieve_options",
     "evidence_from_citation",
     "latest_user_text",
     "render_untrusted",

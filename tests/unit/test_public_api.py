@@ -68,3 +68,17 @@ def test_import_opens_no_socket_and_reads_no_environment():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_import_loads_no_framework():
+    """``import ragport`` (and ``ragport.integrations``) imports no LangChain, LlamaIndex or MCP.
+
+    If this fails, look for a framework import outside ragport/integrations/<framework>.py.
+    """
+    code = (
+        "import sys, ragport, ragport.integrations, ragport.bootstrap\n"
+        "loaded = [m for m in ('langchain_core', 'llama_index', 'mcp', 'pydantic') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
