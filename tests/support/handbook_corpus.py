@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ragport
 from ragport.ports.embedder import Embedder
+from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
 
 SCOPE = ragport.Scope("acme", "kb", "handbook")
@@ -34,13 +35,23 @@ DOCUMENTS = {
 }
 
 
-def build_handbook(store: ChunkStore, embedder: Embedder, scope: ragport.Scope = SCOPE) -> None:
+def build_handbook(
+    store: ChunkStore,
+    embedder: Embedder,
+    scope: ragport.Scope = SCOPE,
+    status_store: IngestionStatusStore | None = None,
+) -> None:
     """Index every document (small Markdown chunks) and grant it: staff may read all but the
     merger plans, which only the principal ``ceo`` may read."""
     for source_id, text in DOCUMENTS.items():
         chunks = ragport.chunk_markdown(text, source_id=source_id, size=120, overlap=0)
         ragport.replace_source(
-            source_id=source_id, chunks=chunks, embedder=embedder, store=store, scope=scope
+            source_id=source_id,
+            chunks=chunks,
+            embedder=embedder,
+            store=store,
+            scope=scope,
+            status_store=status_store,
         )
     store.set_source_access(
         scope,
