@@ -162,7 +162,12 @@ def build_server(
             result = bound.run(query, top_k=top_k, lexical=lexical)
         except RagportError as exc:
             raise _tool_error(exc) from exc
-        text = render_untrusted(result) if result.hits else "No passages found."
+        if result.hits:
+            text = render_untrusted(result)
+        elif result.truncated:
+            text = "No passage fits the server's byte or token ceiling."
+        else:
+            text = "No passages found."
         output = SearchOutput(
             citations=[CitationOut.model_validate(hit_metadata(h)) for h in result.hits],
             trust=TrustLabels(untrusted=True, inert=True, injection_capable=True),
