@@ -146,3 +146,26 @@ def test_bad_server_options_are_refused(parts):
     with pytest.raises(ragport.ValidationError) as info:
         build_server(**parts, principal_id="ceo")
     assert info.value.field == "principal_id"
+
+
+def test_an_unreachable_store_is_a_store_error_per_call():
+    """A PostgreSQL store nobody listens on answers each tool call with StoreError, no crash.
+
+    If this fails, check the OperationalError mapping in ragport/adapters/postgres/_driver.py
+    and _tool_error in ragport/integrations/mcp.py.
+    """
+    from ragport.adapters.postgres import PostgresStatusStore, PostgresStore
+
+    store = PostgresStore("postgresql://nobody@127.0.0.1:1/none", schema="x", create=False)
+    server = build_server(
+        store=store,
+        status_store=PostgresStatusStore(store.engine, schema="x"),
+        embedder=HashEmbedder(),
+        scope=SCOPE,
+    )
+    try:
+        results = _calls(server, ("search", {"query": "leave"}), ("list_sources", {}))
+    finally:
+        store.engine.dispose()
+    for result in results:
+        assert result.is_error and "StoreError [ERR_RAG_STORE]" in result.content[0].text
