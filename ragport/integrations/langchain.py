@@ -13,14 +13,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.callbacks import (
-    AsyncCallbackManagerForRetrieverRun,
-    CallbackManagerForRetrieverRun,
-)
-from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables.config import run_in_executor
-from pydantic import ConfigDict
+try:
+    from langchain_core.callbacks import (
+        AsyncCallbackManagerForRetrieverRun,
+        CallbackManagerForRetrieverRun,
+    )
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables.config import run_in_executor
+    from pydantic import ConfigDict
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "ragport.integrations.langchain needs the langchain extra: pip install 'ragport[langchain]'"
+    ) from exc
 
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS

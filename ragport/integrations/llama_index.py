@@ -16,9 +16,14 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.callbacks import CallbackManager
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+try:
+    from llama_index.core.base.base_retriever import BaseRetriever
+    from llama_index.core.callbacks import CallbackManager
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "ragport.integrations.llama_index needs the llama-index extra: pip install 'ragport[llama-index]'"
+    ) from exc
 
 from ragport.domain.limits import DEFAULT_LIMITS
 from ragport.domain.model import Authorization, Hit, Scope

@@ -24,12 +24,17 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.tools import Tool
-from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+try:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.tools import Tool
+    from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+    from pydantic import BaseModel, ConfigDict, Field
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "ragport.integrations.mcp needs the mcp extra: pip install 'ragport[mcp]'"
+    ) from exc
 
 from ragport.application.context import render_untrusted
 from ragport.application.retrieval import QUERY_MAX_CHARS
