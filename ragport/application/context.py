@@ -157,7 +157,7 @@ def render_untrusted(result: RetrievalResult) -> str:
 def _part_text(part: object) -> str | None:
     if isinstance(part, str):
         return part
-    if isinstance(part, Mapping) and part.get("type", "text") == "text":
+    if isinstance(part, Mapping) and part.get("type", "text") in ("text", "input_text"):
         text = part.get("text")
         return text if isinstance(text, str) else None
     return None  # images, audio, tool calls: no query text
@@ -173,8 +173,8 @@ def _check_messages(messages: object) -> None:
 def latest_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
     """The text of the latest ``user`` message ("" when there is none).
 
-    Content may be a string or a list of parts (strings or ``{"type": "text", "text": ...}``);
-    non-text parts are skipped and text parts joined by newlines.
+    Content may be a string or a list of parts (strings or ``{"type": "text", "text": ...}``,
+    ``"input_text"`` too); non-text parts are skipped and text parts joined by newlines.
     """
     _check_messages(messages)
     for message in reversed(messages):

@@ -82,11 +82,13 @@ def test_list_content_parts_contribute_their_text_only(store, embedder):
             "content": [
                 {"type": "image_url", "image_url": {"url": "data:..."}},
                 {"type": "text", "text": "parental leave"},
-                "weeks",
+                {"type": "tool_use", "text": "ignored: not a text part"},
+                {"type": "input_text", "text": "weeks"},
             ],
         }
     ]
     assert provider.query_for(messages) == "parental leave\nweeks"
+    assert provider.query_for([{"role": "user", "content": ["a", "b"]}]) == "a\nb"
     block = provider.provide(messages)
     assert block is not None and block.citations[0].source_id == "leave-policy"
 
