@@ -185,6 +185,35 @@ def _db_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    import contextlib
+
+    from ragport.domain.errors import ValidationError
+    from ragport.domain.model import Authorization
+    from ragport.integrations.mcp import build_server, stdout_to_stderr
+
+    if args.group and args.principal is None:
+        raise ValidationError("--group needs --principal", field="group")
+    authorization = (
+        Authorization(args.principal, args.tenant, group_ids=args.group or ())
+        if args.principal is not None
+        else None
+    )
+    # stdout is the MCP channel: nothing started while opening the stores may write to it.
+    with contextlib.ExitStack() as stack:
+        with stdout_to_stderr():
+            stores = stack.enter_context(open_stores(_store_url(args), schema=args.schema))
+            embedder = build_embedder(args.embedder)
+        build_server(
+            store=stores.chunks,
+            status_store=stores.status,
+            embedder=embedder,
+            scope=_scope(args),
+            authorization=authorization,
+        ).run("stdio")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -234,6 +263,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--cursor")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_status)
+
+    mcp = sub.add_parser("mcp", parents=[common], help="serve search over MCP (stdio)")
+    mcp.add_argument("--principal", help="the caller every search runs as (grants enforced)")
+    mcp.add_argument("--group", action="append", help="a group of the principal (repeatable)")
+    mcp.set_defaults(func=_mcp)
 
     db = sub.add_parser("db", help="database administration")
     db_sub = db.add_subparsers(dest="db_command", required=True)

@@ -1,5 +1,11 @@
 """Use cases: orchestrate the domain and the ports. No SQL, no HTTP, no file I/O."""
 
+from ragport.application.context import (
+    ContextBlock,
+    Evidence,
+    RagContextProvider,
+    evidence_from_citation,
+)
 from ragport.application.forgetting import (
     DeletionPropagator,
     PropagationResult,
@@ -28,9 +34,12 @@ from ragport.application.status import list_ingestion_status
 
 __all__ = [
     "CompactResult",
+    "ContextBlock",
     "DeletionPropagator",
+    "Evidence",
     "IndexResult",
     "PropagationResult",
+    "RagContextProvider",
     "RagDeletionHandler",
     "RenameBatchResult",
     "RenameEvent",
@@ -44,6 +53,7 @@ __all__ = [
     "create_deletion_propagator",
     "delete_source",
     "estimate_tokens",
+    "evidence_from_citation",
     "index_chunks",
     "index_derived",
     "list_ingestion_status",

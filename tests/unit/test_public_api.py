@@ -14,6 +14,7 @@ API_NAMES = {
     "SyncCursorError", "AccessDeniedError", "PropagationError", "AbortedError", "RagportError",
     "chunk_text", "chunk_markdown", "index_chunks", "replace_source", "delete_source",
     "retrieve_context", "list_ingestion_status", "rollback_generation", "compact",
+    "RagContextProvider", "ContextBlock", "Evidence", "evidence_from_citation",
 }  # fmt: skip
 
 
@@ -37,6 +38,8 @@ def test_names_are_importable_from_the_layer_that_defines_them():
 
     assert domain.Scope is ragport.Scope and domain.chunk_markdown is ragport.chunk_markdown
     assert application.replace_source is ragport.replace_source
+    assert application.RagContextProvider is ragport.RagContextProvider
+    assert application.evidence_from_citation is ragport.evidence_from_citation
     assert domain.errors.EmbedderMismatchError.code == "ERR_RAG_EMBEDDER_MISMATCH"
 
 
@@ -62,6 +65,20 @@ def test_import_opens_no_socket_and_reads_no_environment():
         "before = threading.active_count()\n"
         "import ragport, ragport.adapters.memory, ragport.adapters.embedders, ragport.bootstrap\n"
         "assert threading.active_count() == before\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_import_loads_no_framework():
+    """``import ragport`` (and ``ragport.integrations``) imports no LangChain, LlamaIndex or MCP.
+
+    If this fails, look for a framework import outside ragport/integrations/<framework>.py.
+    """
+    code = (
+        "import sys, ragport, ragport.integrations, ragport.bootstrap\n"
+        "loaded = [m for m in ('langchain_core', 'llama_index', 'mcp', 'pydantic') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr

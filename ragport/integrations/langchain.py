@@ -1,0 +1,122 @@
+"""A LangChain retriever over ``retrieve_context`` (extra ``ragport[langchain]``).
+
+``RagportRetriever(store=, embedder=, scope= | scopes=, authorization=None, top_k=5,
+**retrieve options)`` returns ``Document``s whose ``page_content`` is the hit's text and whose
+metadata carries ``citation_id, source_id, chunk_id, page, heading, score, retrieval, trust``
+(and the scope's ``tenant_id, resource_id, corpus_id``). ``k`` is an alias of ``top_k`` in the
+constructor and in ``invoke``. Store, embedder, scope(s), authorization and options are fixed
+at construction; ``invoke`` takes only a result count, anything else is a ``ValidationError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    from langchain_core.callbacks import (
+        AsyncCallbackManagerForRetrieverRun,
+        CallbackManagerForRetrieverRun,
+    )
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables.config import run_in_executor
+    from pydantic import ConfigDict
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "ragport.integrations.langchain needs the langchain extra: pip install 'ragport[langchain]'"
+    ) from exc
+
+from ragport.domain.errors import ValidationError
+from ragport.domain.limits import DEFAULT_LIMITS
+from ragport.domain.model import Authorization, Scope
+from ragport.integrations._common import BoundRetrieval, hit_metadata, pick_top_k
+from ragport.ports.embedder import Embedder
+from ragport.ports.store import ChunkStore
+
+__all__ = ["RagportRetriever"]
+
+# LangChain's own run options that may reach _get_relevant_documents; they select nothing.
+_IGNORED_CALL_KWARGS = frozenset({"verbose"})
+
+
+class RagportRetriever(BaseRetriever):
+    """Cited, access-checked retrieval as a LangChain retriever (see the module docstring)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    bound: BoundRetrieval
+
+    def __init__(
+        self,
+        *,
+        store: ChunkStore,
+        embedder: Embedder,
+        scope: Scope | None = None,
+        scopes: Sequence[Scope] | None = None,
+        authorization: Authorization | None = None,
+        top_k: int | None = None,
+        k: int | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        bound = BoundRetrieval.bind(
+            store=store,
+            embedder=embedder,
+            scope=scope,
+            scopes=scopes,
+            authorization=authorization,
+            top_k=pick_top_k(k, top_k, DEFAULT_LIMITS.top_k),
+            options=options,
+        )
+        # A pydantic field: mypy runs without the pydantic plugin, so it cannot see it.
+        super().__init__(bound=bound, tags=tags, metadata=metadata)  # type: ignore[call-arg]
+
+    @property
+    def top_k(self) -> int:
+        return self.bound.top_k
+
+    @property
+    def authorization(self) -> Authorization | None:
+        return self.bound.authorization
+
+    def _documents(self, query: str, top_k: int) -> list[Document]:
+        result = self.bound.run(query, top_k=top_k)
+        return [
+            Document(
+                page_content=hit.text, metadata=hit_metadata(hit), id=hit.provenance.citation_id
+            )
+            for hit in result.hits
+        ]
+
+    def _count(self, k: int | None, top_k: int | None, extra: dict[str, Any]) -> int:
+        unknown = sorted(set(extra) - _IGNORED_CALL_KWARGS)
+        if unknown:
+            # Scope, authorization and options are fixed at construction, never per call.
+            raise ValidationError(f"invoke does not take {unknown[0]!r}", field=unknown[0])
+        return pick_top_k(k, top_k, self.bound.top_k)
+
+    def _get_relevant_documents(
+        self,
+        query: str,
+        *,
+        run_manager: CallbackManagerForRetrieverRun,
+        k: int | None = None,
+        top_k: int | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        return self._documents(query, self._count(k, top_k, kwargs))
+
+    async def _aget_relevant_documents(
+        self,
+        query: str,
+        *,
+        run_manager: AsyncCallbackManagerForRetrieverRun,
+        k: int | None = None,
+        top_k: int | None = None,
+        **kwargs: Any,
+    ) -> list[Document]:
+        count = self._count(k, top_k, kwargs)
+        # The store and embedder are synchronous: run them off the event loop.
+        return await run_in_executor(None, self._documents, query, count)
