@@ -201,7 +201,13 @@ def replace_source(
             and r.dimensions == embedder.dimensions
             for r in stored
         ):
-            return ReplaceResult(source_id, 0, 0, True, store.current_generation(scope))
+            return ReplaceResult(
+                source_id=source_id,
+                deleted=0,
+                indexed=0,
+                skipped=True,
+                generation=store.current_generation(scope),
+            )
 
     # A host redactor runs after the chunks were validated: its output is checked again.
     texts = (
@@ -272,7 +278,13 @@ def replace_source(
         total=len(texts),
         indexed=len(texts),
     )
-    return ReplaceResult(source_id, deleted, len(records), False, generation)
+    return ReplaceResult(
+        source_id=source_id,
+        deleted=deleted,
+        indexed=len(records),
+        skipped=False,
+        generation=generation,
+    )
 
 
 def delete_source(
@@ -302,7 +314,9 @@ def delete_source(
         uow.commit()
     if status_store is not None:
         status_store.delete(scope, source_id)
-    return ReplaceResult(source_id, deleted, 0, False, generation)
+    return ReplaceResult(
+        source_id=source_id, deleted=deleted, indexed=0, skipped=False, generation=generation
+    )
 
 
 def index_chunks(

@@ -28,11 +28,12 @@ from typing import Any
 
 import attrs
 
+from ragport.application._support import Redaction
 from ragport.domain.errors import AbortedError, RerankError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
 from ragport.domain.model import Hit, Trust, validate_text
 from ragport.ports.rerank import Reranker
-from ragport.ports.runtime import Abort
+from ragport.ports.runtime import Abort, Redactor
 
 __all__ = ["rerank_hits"]
 
@@ -115,10 +116,12 @@ def _order(answer: Any, hits: Sequence[Hit]) -> tuple[Hit, ...]:
     return tuple(out)
 
 
-def _copy_for_reranker(hit: Hit) -> Hit:
-    """A hit the reranker may scribble on: nothing in it is shared with ``hit``."""
+def _copy_for_reranker(hit: Hit, redact: Redaction) -> Hit:
+    """A hit the reranker may scribble on: nothing in it is shared with ``hit``; its text is
+    redacted when a redactor or secrets were given."""
     return attrs.evolve(
         hit,
+        text=redact(hit.text) if redact.active else hit.text,
         metadata=copy.deepcopy(hit.metadata),
         provenance=attrs.evolve(hit.provenance),
         trust=Trust(),
@@ -134,8 +137,14 @@ def rerank_hits(
     max_ms: int = DEFAULT_LIMITS.rerank_ms,
     concurrency: int = DEFAULT_LIMITS.rerank_concurrency,
     abort: Abort | None = None,
+    redactor: Redactor | None = None,
+    secrets: Sequence[str] | None = None,
 ) -> tuple[Hit, ...]:
-    """Reorder ``hits`` with ``reranker`` under byte, time and concurrency caps (fail closed)."""
+    """Reorder ``hits`` with ``reranker`` under byte, time and concurrency caps (fail closed).
+
+    With ``redactor`` / ``secrets``, the query and every text the reranker sees are redacted
+    first (the byte cap counts what is sent); the hits handed back are the caller's own.
+    """
     check_limit("rerank_bytes", max_bytes)
     check_limit("rerank_ms", max_ms)
     check_limit("rerank_concurrency", concurrency)
@@ -147,7 +156,10 @@ def rerank_hits(
         return ()
     if any(not isinstance(h, Hit) for h in hits):
         raise ValidationError("hits must be Hit objects", field="hits")
-    size = len(query.encode("utf-8")) + sum(len(h.text.encode("utf-8")) for h in hits)
+    redact = Redaction(redactor, secrets)
+    given = tuple(_copy_for_reranker(hit, redact) for hit in hits)
+    query = redact(query) if redact.active else query
+    size = len(query.encode("utf-8")) + sum(len(h.text.encode("utf-8")) for h in given)
     if size > max_bytes:
         raise RerankError(f"rerank input is {size} bytes, over max_bytes={max_bytes}")
     if abort is not None and abort.is_set():
@@ -157,7 +169,6 @@ def rerank_hits(
     _acquire(slots, concurrency, deadline, abort)
     released = threading.Event()
     outcome: dict[str, Any] = {}
-    given = tuple(_copy_for_reranker(hit) for hit in hits)
 
     def run() -> None:
         try:

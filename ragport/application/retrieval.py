@@ -37,6 +37,7 @@ from ragport.application._support import (
     check_abort,
     check_vectors,
     require_scope,
+    resolve_limits,
 )
 from ragport.application.rerank import rerank_hits
 from ragport.application.results import RetrievalResult
@@ -49,7 +50,7 @@ from ragport.domain.errors import (
 )
 from ragport.domain.filters import Filter, parse_filter
 from ragport.domain.fusion import fuse_ranked
-from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, check_limit
+from ragport.domain.limits import HARD_LIMITS, Limits, check_limit
 from ragport.domain.model import (
     AccessDecision,
     AccessDenial,
@@ -129,20 +130,34 @@ def _checked(
     return out
 
 
+@attrs.frozen
+class _Request:
+    """The validated arguments of one ``retrieve_context`` call (step 1)."""
+
+    query: str
+    text: str  # the query as the store and the reranker see it (redacted)
+    scopes: tuple[Scope, ...]
+    top_k: int
+    candidates: int
+    lexical: str
+    rrf_k: int
+    metadata_filter: Filter | None
+    authorization: Authorization | None
+    reranker: Reranker | None
+    rerank_bytes: int
+    rerank_ms: int
+    rerank_concurrency: int
+    result_bytes: int
+    context_tokens: int
+
+
 def _search(
     store: ChunkStore,
-    wanted: Sequence[Scope],
+    req: _Request,
     vector: Vector,
-    text: str,
     *,
-    expected: tuple[str, int],
     embedder: Embedder,
-    lexical: str,
     guarded: bool,
-    limit: int,
-    rrf_k: int,
-    authorization: Authorization | None,
-    metadata_filter: Filter | None,
     abort: Abort | None,
     telemetry: Telemetry,
     store_denied: dict[tuple[Scope, str], AccessReason] | None = None,
@@ -153,10 +168,17 @@ def _search(
     or legs are never compared; candidates are keyed on (scope, record id). A store with
     ``guarded_query`` answers the drift guard with the vector leg: a mismatch raises here.
     """
+    expected = (embedder.id, embedder.dimensions)
+    lexical, limit, authorization, metadata_filter = (
+        req.lexical,
+        req.candidates,
+        req.authorization,
+        req.metadata_filter,
+    )
     legs: dict[str, list[_Key]] = {}
     records: dict[_Key, Record] = {}
     cosine: dict[_Key, float] = {}
-    for n, s in enumerate(wanted):
+    for n, s in enumerate(req.scopes):
 
         def collect(decisions: Sequence[AccessDecision], scope: Scope = s) -> None:
             assert store_denied is not None
@@ -172,7 +194,7 @@ def _search(
                 hybrid = cast(SupportsLexicalSearch, store).hybrid_query(
                     s,
                     vector,
-                    text,
+                    req.text,
                     embedder_id=embedder.id,
                     dimensions=embedder.dimensions,
                     limit=limit,
@@ -225,7 +247,7 @@ def _search(
         keys = sorted(cosine, key=lambda key: (-cosine[key], _scope_order(key)))
         return [_Candidate(key[0], records[key], cosine[key], "vector") for key in keys]
     with telemetry.span("rag.fuse"):
-        fused = fuse_ranked(legs, k=rrf_k, tie_key=_scope_order)
+        fused = fuse_ranked(legs, k=req.rrf_k, tie_key=_scope_order)
     out = []
     for key, score, found_by in fused:
         kinds = {leg.split(":", 1)[0] for leg in found_by}
@@ -270,47 +292,28 @@ def _mismatch(
     )
 
 
-def retrieve_context(
+def _request(
     query: str,
     *,
-    embedder: Embedder,
-    store: ChunkStore,
-    scope: Scope | None = None,
-    scopes: Sequence[Scope] | None = None,
-    top_k: int = DEFAULT_LIMITS.top_k,
-    query_candidates: int = DEFAULT_LIMITS.query_candidates,
-    lexical: str = "off",
-    fusion: str = "rrf",
-    rrf_k: int = DEFAULT_LIMITS.rrf_k,
-    metadata_filter: Mapping[str, Any] | None = None,
-    authorization: Authorization | None = None,
-    on_access_denied: Callable[[AccessDenial], None] | None = None,
-    reranker: Reranker | None = None,
-    max_rerank_bytes: int = DEFAULT_LIMITS.rerank_bytes,
-    max_rerank_ms: int = DEFAULT_LIMITS.rerank_ms,
-    rerank_concurrency: int = DEFAULT_LIMITS.rerank_concurrency,
-    max_result_bytes: int = DEFAULT_LIMITS.result_bytes,
-    max_context_tokens: int = DEFAULT_LIMITS.context_tokens,
-    telemetry: Telemetry | None = None,
-    abort: Abort | None = None,
-    redactor: Redactor | None = None,
-    secrets: Sequence[str] | None = None,
-    clock: Clock | None = None,
-) -> RetrievalResult:
-    """Retrieve cited context for ``query``; see the module docstring for the steps."""
-    # 1. arguments
+    scope: Scope | None,
+    scopes: Sequence[Scope] | None,
+    lexical: str,
+    fusion: str,
+    metadata_filter: Mapping[str, Any] | None,
+    authorization: Authorization | None,
+    reranker: Reranker | None,
+    redact: Redaction,
+    limits: Limits,
+    given: Mapping[str, int | None],
+) -> _Request:
+    """Step 1: every argument checked once; per-call numbers default to ``limits``."""
     validate_text(query, field="query")
     if len(query) > QUERY_MAX_CHARS:
         raise ValidationError(f"query is longer than {QUERY_MAX_CHARS} characters", field="query")
     wanted = _scopes(scope, scopes)
-    check_limit("top_k", top_k)
-    check_limit("query_candidates", query_candidates)
-    check_limit("rrf_k", rrf_k)
-    check_limit("result_bytes", max_result_bytes)
-    check_limit("context_tokens", max_context_tokens)
-    check_limit("rerank_bytes", max_rerank_bytes)
-    check_limit("rerank_ms", max_rerank_ms)
-    check_limit("rerank_concurrency", rerank_concurrency)
+    numbers: dict[str, int] = {}
+    for name, value in given.items():
+        numbers[name] = check_limit(name, getattr(limits, name) if value is None else value)
     if lexical not in LEXICAL_MODES:
         raise ValidationError("lexical must be 'off', 'bm25' or 'fts'", field="lexical")
     if fusion != "rrf":
@@ -318,13 +321,94 @@ def retrieve_context(
     parsed_filter = parse_filter(metadata_filter)  # ValidationError before any embed or read
     if authorization is not None and not isinstance(authorization, Authorization):
         raise ValidationError("authorization must be an Authorization", field="authorization")
+    if reranker is not None and not isinstance(reranker, Reranker):
+        raise ValidationError("reranker must have a rerank(query, hits) method", field="reranker")
+    text = query
+    if redact.active:
+        text = validate_text(redact(query), field="query")  # a host redactor's output too
+    return _Request(
+        query=query,
+        text=text,
+        scopes=tuple(wanted),
+        top_k=numbers["top_k"],
+        candidates=numbers["query_candidates"],
+        lexical=lexical,
+        rrf_k=numbers["rrf_k"],
+        metadata_filter=parsed_filter,
+        authorization=authorization,
+        reranker=reranker,
+        rerank_bytes=numbers["rerank_bytes"],
+        rerank_ms=numbers["rerank_ms"],
+        rerank_concurrency=numbers["rerank_concurrency"],
+        result_bytes=numbers["result_bytes"],
+        context_tokens=numbers["context_tokens"],
+    )
+
+
+def retrieve_context(
+    query: str,
+    *,
+    embedder: Embedder,
+    store: ChunkStore,
+    scope: Scope | None = None,
+    scopes: Sequence[Scope] | None = None,
+    top_k: int | None = None,
+    query_candidates: int | None = None,
+    lexical: str = "off",
+    fusion: str = "rrf",
+    rrf_k: int | None = None,
+    metadata_filter: Mapping[str, Any] | None = None,
+    authorization: Authorization | None = None,
+    on_access_denied: Callable[[AccessDenial], None] | None = None,
+    reranker: Reranker | None = None,
+    max_rerank_bytes: int | None = None,
+    max_rerank_ms: int | None = None,
+    rerank_concurrency: int | None = None,
+    max_result_bytes: int | None = None,
+    max_context_tokens: int | None = None,
+    telemetry: Telemetry | None = None,
+    abort: Abort | None = None,
+    redactor: Redactor | None = None,
+    secrets: Sequence[str] | None = None,
+    clock: Clock | None = None,
+    limits: Limits | None = None,
+) -> RetrievalResult:
+    """Retrieve cited context for ``query``; see the module docstring for the steps.
+
+    A number left at ``None`` takes its default from ``limits`` (``DEFAULT_LIMITS``: top-k
+    5, 20 candidates, rrf_k 60, 65,536 result bytes, 2,000 context tokens, ...); every value
+    is checked against ``HARD_LIMITS``.
+    """
+    # 1. arguments
     redact = Redaction(redactor, secrets)
+    req = _request(
+        query,
+        scope=scope,
+        scopes=scopes,
+        lexical=lexical,
+        fusion=fusion,
+        metadata_filter=metadata_filter,
+        authorization=authorization,
+        reranker=reranker,
+        redact=redact,
+        limits=resolve_limits(limits),
+        given={
+            "top_k": top_k,
+            "query_candidates": query_candidates,
+            "rrf_k": rrf_k,
+            "result_bytes": max_result_bytes,
+            "context_tokens": max_context_tokens,
+            "rerank_bytes": max_rerank_bytes,
+            "rerank_ms": max_rerank_ms,
+            "rerank_concurrency": rerank_concurrency,
+        },
+    )
     tel = telemetry or NOOP_TELEMETRY
     clk = clock or SYSTEM_CLOCK
     empty = RetrievalResult(
         query=query, trust=_TRUST, text="", hits=(), citations=(), truncated=False
     )
-    if not wanted or not query.strip():
+    if not req.scopes or not query.strip():
         return empty
 
     # 2. capabilities and tenancy
@@ -341,27 +425,24 @@ def retrieve_context(
             "lexical_query and hybrid_query",
             capability="lexical",
         )
-    if reranker is not None and not isinstance(reranker, Reranker):
-        raise ValidationError("reranker must have a rerank(query, hits) method", field="reranker")
     if authorization is not None:
         if caps.authorization != "acl":
             raise CapabilityError(
                 "an authorization was given but this store cannot enforce grants",
                 capability="authorization",
             )
-        for s in wanted:
+        for s in req.scopes:
             if s.tenant_id != authorization.tenant_id:
                 raise ScopeError(
                     "authorization tenant differs from a requested scope", field="scopes"
                 )
 
     with tel.span("rag.retrieve") as root:
-        root.set_attribute("rag.scopes", len(wanted))
+        root.set_attribute("rag.scopes", len(req.scopes))
         # 3. drift guard (a guarded store answers it with the vector leg, a hybrid query with
         # its legs, in step 5)
-        expected = (embedder.id, embedder.dimensions)
         guarded = supports(store, "guarded_query", caps)
-        for s in [] if guarded or lexical != "off" else wanted:
+        for s in [] if guarded or lexical != "off" else req.scopes:
             for found_key in sorted(
                 store.foreign_embedders(s, embedder.id, embedder.dimensions), key=repr
             ):
@@ -371,7 +452,7 @@ def retrieve_context(
         # 4. embed once
         with tel.span("rag.embed"):
             vector = check_vectors(
-                embedder.embed([redact(query)]), rows=1, dimensions=embedder.dimensions
+                embedder.embed([req.text]), rows=1, dimensions=embedder.dimensions
             )[0]
         check_abort(abort)
 
@@ -391,17 +472,10 @@ def retrieve_context(
         # 5-6. legs per scope, rechecked, then fused over the union
         ordered = _search(
             store,
-            wanted,
+            req,
             vector,
-            redact(query),
-            expected=expected,
             embedder=embedder,
-            lexical=lexical,
             guarded=guarded,
-            limit=query_candidates,
-            rrf_k=rrf_k,
-            authorization=authorization,
-            metadata_filter=parsed_filter,
             abort=abort,
             telemetry=tel,
             store_denied=store_denied,
@@ -410,9 +484,10 @@ def retrieve_context(
         # 7. tombstone guard. Skipped only where it can add nothing: every candidate came from
         # one guarded statement per scope (no lexical leg), which applied the forgotten
         # tombstones in the same snapshot it read the rows in (the SupportsGuardedQuery
-        # promise, checked by the contract suite). Two legs are two snapshots: re-read.
+        # promise, checked by the contract suite). A hybrid query or a plain store is
+        # re-read: that is what catches a store whose legs miss a tombstone.
         if not (guarded and lexical == "off"):
-            forgotten = {s: store.list_invalidated_ids(s) for s in wanted}
+            forgotten = {s: store.list_invalidated_ids(s) for s in req.scopes}
             ordered = [c for c in ordered if not is_forgotten(c.record, forgotten[c.scope])]
 
         # 8. first access gate (after fusion, before rerank)
@@ -423,7 +498,7 @@ def retrieve_context(
         retrieved_at = clk.now()
         # Rendering shows at most top_k hits in order; only a reranker looks further down.
         if reranker is None:
-            ordered = ordered[:top_k]
+            ordered = ordered[: req.top_k]
         hits = [
             _hit(c, rank, provider=store.provider, retrieved_at=retrieved_at, redact=redact)
             for rank, c in enumerate(ordered, start=1)
@@ -431,17 +506,17 @@ def retrieve_context(
         candidate_of = {id(hit): c for hit, c in zip(hits, ordered, strict=True)}
 
         # 9-10. rerank, then a fresh gate: a revoke that landed meanwhile still withholds
-        if reranker is not None and hits:
+        if req.reranker is not None and hits:
             with tel.span("rag.rerank") as span:
                 span.set_attribute("rag.rerank.candidates", len(hits))
                 hits = list(
                     rerank_hits(
-                        redact(query),
+                        req.text,
                         hits,
-                        reranker=reranker,
-                        max_bytes=max_rerank_bytes,
-                        max_ms=max_rerank_ms,
-                        concurrency=rerank_concurrency,
+                        reranker=req.reranker,
+                        max_bytes=req.rerank_bytes,
+                        max_ms=req.rerank_ms,
+                        concurrency=req.rerank_concurrency,
                         abort=abort,
                     )
                 )
@@ -464,7 +539,11 @@ def retrieve_context(
         # 11. render
         with tel.span("rag.render"):
             return _render(
-                query, hits, top_k=top_k, max_bytes=max_result_bytes, max_tokens=max_context_tokens
+                query,
+                hits,
+                top_k=req.top_k,
+                max_bytes=req.result_bytes,
+                max_tokens=req.context_tokens,
             )
 
 

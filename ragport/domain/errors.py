@@ -27,6 +27,7 @@ is dropped, and what an operator needs is kept as fields (``sqlstate``, ``lost_c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NoReturn
 
 __all__ = [
@@ -186,13 +187,22 @@ class AccessDeniedError(RagportError):
 
 
 class PropagationError(RagportError):
-    """Deletion handlers failed after the tombstones committed; ``failed_kinds`` names them."""
+    """Deletion handlers failed after the tombstones committed; ``failed_kinds`` names them and
+    ``errors`` maps each to a safe description (a foreign exception's type name, or ragport's
+    own message with secrets redacted), never document text."""
 
     code = "ERR_RAG_PROPAGATION"
 
-    def __init__(self, message: str, *, failed_kinds: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        message: str,
+        *,
+        failed_kinds: tuple[str, ...] = (),
+        errors: Mapping[str, str] | None = None,
+    ):
         super().__init__(message)
         self.failed_kinds = failed_kinds
+        self.errors: Mapping[str, str] = dict(errors or {})
 
 
 class AbortedError(RagportError):

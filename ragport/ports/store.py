@@ -246,15 +246,39 @@ class UnitOfWork(Protocol):
     partial unit of work. Writers on the same scope are serialized, never interleaved.
     """
 
-    scope: Scope
-    records: RecordRepository
-    generations: GenerationRepository
-    grants: GrantRepository
-    tombstones: TombstoneRepository
+    # Read-only: an adapter may hold plain attributes or properties.
+    @property
+    def scope(self) -> Scope:
+        """The one scope every repository of this unit of work reads and writes."""
+        ...
 
-    def commit(self) -> None: ...
+    @property
+    def records(self) -> RecordRepository:
+        """The scope's records (chunks and derived artifacts)."""
+        ...
 
-    def rollback(self) -> None: ...
+    @property
+    def generations(self) -> GenerationRepository:
+        """The scope's generation counter, pointer and floor."""
+        ...
+
+    @property
+    def grants(self) -> GrantRepository:
+        """The scope's per-source grants."""
+        ...
+
+    @property
+    def tombstones(self) -> TombstoneRepository:
+        """The scope's tombstones."""
+        ...
+
+    def commit(self) -> None:
+        """Make every change of the unit visible at once; the unit is finished afterwards."""
+        ...
+
+    def rollback(self) -> None:
+        """Discard every change of the unit; the unit is finished afterwards."""
+        ...
 
 
 @runtime_checkable

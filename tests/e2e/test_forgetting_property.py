@@ -211,7 +211,7 @@ MEMORY = settings(max_examples=100, deadline=None, suppress_health_check=[Health
 @MEMORY
 @given(case=graphs())
 def test_memory_propagation_withholds_exactly_the_closure(case):
-    """In memory, nobody retrieves the closure and everything else is unchanged. If this fails, check forgetting._closure, the store predicate and the tombstone guard."""
+    """In memory, nobody retrieves the closure and everything else is unchanged. If this fails, check propagation._closure, the store predicate and the tombstone guard."""
     graph, target = case
     _check_propagation(InMemoryStore(), "bm25", graph, target)
 
@@ -220,7 +220,7 @@ def test_memory_propagation_withholds_exactly_the_closure(case):
 @given(case=graphs(), pick=PICKS, extra=EXTRAS)
 @example(case=DEEP_CYCLE, pick=2, extra=[])
 def test_memory_index_derived_refuses_every_cycle(case, pick, extra):
-    """In memory, re-indexing a derived record onto itself or a descendant raises and changes nothing. If this fails, check forgetting._roots."""
+    """In memory, re-indexing a derived record onto itself or a descendant raises and changes nothing. If this fails, check derived._roots."""
     graph, _ = case
     if not graph[1]:
         return  # no derived record to re-index
@@ -262,7 +262,7 @@ def test_postgres_propagation_withholds_exactly_the_closure(pg_store, case):
 @given(case=graphs(), pick=PICKS, extra=EXTRAS)
 @example(case=DEEP_CYCLE, pick=2, extra=[])
 def test_postgres_index_derived_refuses_every_cycle(pg_store, case, pick, extra):
-    """On PostgreSQL, re-indexing a derived record onto itself or a descendant raises and changes nothing. If this fails, check forgetting._roots."""
+    """On PostgreSQL, re-indexing a derived record onto itself or a descendant raises and changes nothing. If this fails, check derived._roots."""
     graph, _ = case
     if not graph[1]:
         return
@@ -426,7 +426,7 @@ def _run_sequence(store: Any, lexical: str, program: list[Step]) -> None:
 def test_memory_nothing_resting_on_forgotten_content_is_served_after_any_sequence(program):
     """In memory, random sequences of derivations, replacements, deletes, re-points,
     rollbacks and forgets never serve content that rests on forgotten content. If this
-    fails, check forgetting._closure, _roots, repoint_source and the roots test of the
+    fails, check propagation._closure, _roots, repoint_source and the roots test of the
     predicate (is_forgotten)."""
     _run_sequence(InMemoryStore(), "bm25", program)
 

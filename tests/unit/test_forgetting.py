@@ -318,7 +318,7 @@ def test_derived_record_is_visible_only_when_every_root_is_granted(store):
 
 
 def test_derived_on_derived_roots_flatten(store):
-    """A derived record resting on another contributes that one's roots. If this fails, check forgetting._roots."""
+    """A derived record resting on another contributes that one's roots. If this fails, check derived._roots."""
     for s in ("a", "b", "c"):
         _source(store, s, [f"{s} text"])
     _derived(store, "sum-1", ["a", "b"])
@@ -333,7 +333,7 @@ def test_derived_on_derived_roots_flatten(store):
 
 
 def test_index_derived_rejects_self_lineage(store):
-    """A record resting on itself is a ValidationError and nothing is written. If this fails, check forgetting._roots."""
+    """A record resting on itself is a ValidationError and nothing is written. If this fails, check derived._roots."""
     _source(store, "a", ["alpha"])
     with pytest.raises(ValidationError) as info:
         _derived(store, "x", ["a", "x"])
@@ -342,7 +342,7 @@ def test_index_derived_rejects_self_lineage(store):
 
 
 def test_index_derived_rejects_a_two_record_cycle(store):
-    """Re-indexing a record on its own dependent is refused. If this fails, check the cycle test in forgetting._roots."""
+    """Re-indexing a record on its own dependent is refused. If this fails, check the cycle test in derived._roots."""
     _source(store, "src", ["source"])
     _derived(store, "a", ["src"])
     _derived(store, "b", ["a"])
@@ -352,7 +352,7 @@ def test_index_derived_rejects_a_two_record_cycle(store):
 
 
 def test_index_derived_rejects_a_longer_cycle(store):
-    """c <- b <- a, then c on a would close a three-record cycle: refused. If this fails, check forgetting._roots (it only looks one level down)."""
+    """c <- b <- a, then c on a would close a three-record cycle: refused. If this fails, check derived._roots (it only looks one level down)."""
     _source(store, "src", ["source"])
     _derived(store, "c", ["src"])
     _derived(store, "b", ["c"])
@@ -373,7 +373,7 @@ def test_index_derived_rejects_empty_or_non_sequence_lineage(store, lineage):
 
 
 def test_index_derived_rejects_lineage_deeper_than_8(store):
-    """Eight derived levels are fine; a ninth is a ValidationError (limit lineage_depth). If this fails, check forgetting._roots (limits.lineage_depth is unused)."""
+    """Eight derived levels are fine; a ninth is a ValidationError (limit lineage_depth). If this fails, check derived._roots (limits.lineage_depth is unused)."""
     _source(store, "src", ["source"])
     previous = "src"
     for level in range(1, 9):
@@ -394,7 +394,7 @@ def test_index_derived_rejects_lineage_deeper_than_8(store):
     ids=["none", "other-tenant", "no-grant"],
 )
 def test_propagate_needs_a_privileged_authorization(store, authorization):
-    """No authorization, another tenant or no grant: AccessDeniedError, nothing tombstoned. If this fails, check forgetting._require_privilege."""
+    """No authorization, another tenant or no grant: AccessDeniedError, nothing tombstoned. If this fails, check propagation.require_privilege."""
     _source(store, "doc", [DOC_TEXT])
     _derived(store, "sum", ["doc"])
     _grant(store, ["admin"], "doc")
@@ -431,7 +431,7 @@ def _closure_fixture(store: Any) -> None:
 
 
 def test_propagate_tombstones_the_transitive_closure(store):
-    """The closure is the source and every derived record resting on it, transitively. If this fails, check forgetting._closure."""
+    """The closure is the source and every derived record resting on it, transitively. If this fails, check propagation._closure."""
     _closure_fixture(store)
     result = _propagator(store).propagate("a")
     assert result.source_id == "a"
@@ -449,7 +449,7 @@ def test_propagate_tombstones_the_transitive_closure(store):
 
 
 def test_propagate_rejects_more_edges_than_the_limit(store):
-    """11 edges with Limits(propagation_edges=10): ValidationError naming the limit, nothing tombstoned. If this fails, check forgetting._closure."""
+    """11 edges with Limits(propagation_edges=10): ValidationError naming the limit, nothing tombstoned. If this fails, check propagation._closure."""
     _source(store, "a", ["alpha"])
     _grant(store, ["admin"], "a")
     _write_derived(store, [(f"d{n:02d}", ["a"], ["a"]) for n in range(11)])
@@ -464,7 +464,7 @@ def test_propagate_rejects_more_edges_than_the_limit(store):
 
 
 def test_propagate_accepts_exactly_the_edge_limit(store):
-    """10 edges with Limits(propagation_edges=10) pass. If this fails, check the > comparison in forgetting._closure."""
+    """10 edges with Limits(propagation_edges=10) pass. If this fails, check the > comparison in propagation._closure."""
     _source(store, "a", ["alpha"])
     _grant(store, ["admin"], "a")
     _write_derived(store, [(f"d{n:02d}", ["a"], ["a"]) for n in range(10)])
@@ -474,7 +474,7 @@ def test_propagate_accepts_exactly_the_edge_limit(store):
 
 @pytest.mark.parametrize(("derived", "ok"), [(4096, True), (4097, False)], ids=["4096", "4097"])
 def test_propagate_at_the_real_edge_ceiling(store, derived, ok):
-    """4,096 edges pass and 4,097 are refused with the default limits, quickly. If this fails, check forgetting._closure and DEFAULT_LIMITS."""
+    """4,096 edges pass and 4,097 are refused with the default limits, quickly. If this fails, check propagation._closure and DEFAULT_LIMITS."""
     _source(store, "a", ["alpha"])
     _grant(store, ["admin"], "a")
     _write_derived(store, [(f"d{n:05d}", ["a"], ["a"]) for n in range(derived)])
@@ -493,7 +493,7 @@ def test_propagate_at_the_real_edge_ceiling(store, derived, ok):
 
 
 def test_propagate_rejects_lineage_deeper_than_8(store):
-    """A chain nine derived records deep is refused whole (limit lineage_depth). If this fails, check the depth count in forgetting._closure."""
+    """A chain nine derived records deep is refused whole (limit lineage_depth). If this fails, check the depth count in propagation._closure."""
     _source(store, "a", ["alpha"])
     _grant(store, ["admin"], "a")
     chain = [(f"d{n}", ["a" if n == 1 else f"d{n - 1}"], ["a"]) for n in range(1, 10)]
@@ -505,7 +505,7 @@ def test_propagate_rejects_lineage_deeper_than_8(store):
 
 
 def test_propagate_accepts_lineage_exactly_8_deep(store):
-    """A chain of eight derived records is tombstoned whole. If this fails, check the depth count in forgetting._closure."""
+    """A chain of eight derived records is tombstoned whole. If this fails, check the depth count in propagation._closure."""
     _source(store, "a", ["alpha"])
     _grant(store, ["admin"], "a")
     chain = [(f"d{n}", ["a" if n == 1 else f"d{n - 1}"], ["a"]) for n in range(1, 9)]
@@ -515,7 +515,7 @@ def test_propagate_accepts_lineage_exactly_8_deep(store):
 
 
 def test_propagate_follows_a_cycle_written_behind_its_back(store):
-    """Even a cycle written directly into the store ends with a finite closure. If this fails, check the visited set in forgetting._closure."""
+    """Even a cycle written directly into the store ends with a finite closure. If this fails, check the visited set in propagation._closure."""
     _source(store, "a", ["alpha"])
     _grant(store, ["admin"], "a")
     _write_derived(store, [("x", ["a", "z"], ["a"]), ("y", ["x"], ["a"]), ("z", ["y"], ["a"])])
@@ -1007,7 +1007,7 @@ def _three(store: Any) -> None:
     ],
 )
 def test_rename_batch_is_validated_as_a_set_before_any_read(store, renames):
-    """Duplicates, chains, overlaps, from == to, empty ids: ValidationError, zero store calls. If this fails, check forgetting._validate_batch."""
+    """Duplicates, chains, overlaps, from == to, empty ids: ValidationError, zero store calls. If this fails, check repoint._validate_batch."""
     _three(store)
     counting = CountingStore(store)
     with pytest.raises(ValidationError):

@@ -31,6 +31,7 @@ SPAN_NAMES = frozenset(
         "rag.render",
         "rag.replace",
         "rag.delete",
+        "rag.repoint",
     }
 )
 _MAX_STRING = 64

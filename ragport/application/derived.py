@@ -1,0 +1,157 @@
+"""Derived records: summaries, notes and answers stored with the ids they rest on.
+
+index_derived:
+1. Validate ids, text, metadata and lineage.
+2. Redact and embed the text.
+3. In one transaction: refuse an id that names a source of chunks; resolve each lineage id to
+   root sources (a derived record contributes its own roots), refusing cycles, lineage deeper
+   than 8 and anything resting on forgotten content; replace the derived record and publish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from ragport.application._support import (
+    NOOP_TELEMETRY,
+    Redaction,
+    check_abort,
+    check_vectors,
+    forgotten_ids,
+    require_kind,
+    require_scope,
+    require_transactions,
+    resolve_limits,
+)
+from ragport.application.results import ReplaceResult
+from ragport.domain.errors import ValidationError
+from ragport.domain.limits import Limits
+from ragport.domain.model import (
+    Record,
+    Scope,
+    freeze_metadata,
+    metadata_bytes,
+    validate_id,
+    validate_text,
+)
+from ragport.ports.embedder import Embedder
+from ragport.ports.runtime import Abort, Redactor, Telemetry
+from ragport.ports.store import ChunkStore, SupportsPreparation, UnitOfWork, supports
+
+__all__ = ["index_derived"]
+
+
+def _roots(
+    uow: UnitOfWork, record_id: str, lineage: Sequence[str], limits: Limits
+) -> tuple[str, ...]:
+    """Flatten ``lineage`` to root source ids, refusing cycles, lineage deeper than allowed and
+    anything that rests on forgotten content.
+
+    A lineage id with derived records contributes their stored roots; walking their own
+    lineage (breadth first) proves the new record is not among its ancestors and that no
+    ancestor, at any depth, or root is withheld by a ``forgotten`` tombstone.
+    """
+    roots: dict[str, None] = {}
+    for item in lineage:
+        derived = [r for r in uow.records.list_by_source(item) if r.kind == "derived"]
+        if not derived:
+            roots[item] = None
+        for record in derived:
+            roots.update(dict.fromkeys(record.roots))
+    seen: set[str] = set()
+    frontier = list(lineage)
+    depth = 0
+    while frontier:
+        depth += 1
+        if depth > limits.lineage_depth:
+            raise ValidationError(
+                f"lineage is deeper than {limits.lineage_depth}",
+                field="lineage",
+                limit="lineage_depth",
+            )
+        next_frontier: list[str] = []
+        for item in frontier:
+            if item == record_id:
+                raise ValidationError("lineage would form a cycle", field="lineage")
+            if item in seen:
+                continue
+            seen.add(item)
+            for record in uow.records.list_by_source(item):
+                if record.kind == "derived":
+                    next_frontier.extend(record.lineage)
+        frontier = next_frontier
+    forgotten = forgotten_ids(uow)
+    if forgotten and not forgotten.isdisjoint(seen | roots.keys()):
+        raise ValidationError(
+            "lineage rests on forgotten content: nothing was written", field="lineage"
+        )
+    return tuple(roots)
+
+
+def index_derived(
+    *,
+    record_id: str,
+    text: str,
+    lineage: Sequence[str],
+    embedder: Embedder,
+    store: ChunkStore,
+    scope: Scope,
+    metadata: Mapping[str, Any] | None = None,
+    telemetry: Telemetry | None = None,
+    abort: Abort | None = None,
+    redactor: Redactor | None = None,
+    secrets: Sequence[str] | None = None,
+    limits: Limits | None = None,
+) -> ReplaceResult:
+    """Store a derived artifact (summary, note) with the ids it rests on; replaces an older one."""
+    scope = require_scope(scope)
+    validate_id(record_id, field="record_id")
+    lim = resolve_limits(limits)
+    if not isinstance(text, str) or not text.strip():
+        raise ValidationError("text must be a non-empty string", field="text")
+    validate_text(text, field="text")
+    if len(text) > lim.document_chars:
+        raise ValidationError("text exceeds document_chars", field="text", limit="document_chars")
+    if isinstance(lineage, str) or not lineage:
+        raise ValidationError("lineage must be a non-empty sequence of ids", field="lineage")
+    ids = list(dict.fromkeys(validate_id(i, field="lineage") for i in lineage))
+    frozen = freeze_metadata(metadata)
+    if metadata_bytes(frozen) > lim.metadata_bytes:
+        raise ValidationError(
+            "metadata exceeds metadata_bytes", field="metadata", limit="metadata_bytes"
+        )
+    require_transactions(store, "index_derived")
+    redact = Redaction(redactor, secrets)
+    tel = telemetry or NOOP_TELEMETRY
+    clean = validate_text(redact(text), field="text")
+    check_abort(abort)
+    with tel.span("rag.embed"):
+        vectors = check_vectors(embedder.embed([clean]), rows=1, dimensions=embedder.dimensions)
+    check_abort(abort)
+    if supports(store, "preparation"):
+        cast(SupportsPreparation, store).prepare(scope, dimensions=embedder.dimensions)
+    with store.unit_of_work(scope) as uow:
+        require_kind(uow, record_id, "derived", field="record_id")
+        roots = _roots(uow, record_id, ids, lim)
+        generation = uow.generations.stage()
+        deleted = uow.records.retire_source(record_id, generation=generation)
+        record = Record(
+            id=record_id,
+            scope=scope,
+            source_id=record_id,
+            kind="derived",
+            text=clean,
+            metadata=frozen,
+            embedder_id=embedder.id,
+            dimensions=embedder.dimensions,
+            generation=generation,
+            lineage=tuple(ids),
+            roots=roots,
+        )
+        uow.records.add([record], vectors)
+        uow.generations.publish(generation)
+        uow.commit()
+    return ReplaceResult(
+        source_id=record_id, deleted=deleted, indexed=1, skipped=False, generation=generation
+    )
