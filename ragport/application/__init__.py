@@ -6,6 +6,7 @@ from ragport.application.context import (
     RagContextProvider,
     evidence_from_citation,
 )
+from ragport.application.facade import Rag
 from ragport.application.forgetting import (
     DeletionPropagator,
     PropagationResult,
@@ -39,6 +40,7 @@ __all__ = [
     "Evidence",
     "IndexResult",
     "PropagationResult",
+    "Rag",
     "RagContextProvider",
     "RagDeletionHandler",
     "RenameBatchResult",

@@ -8,6 +8,7 @@ Every failure a caller can act on is a subclass of :class:`RagportError`::
     ├── CapabilityError          the adapter cannot do this safely (no transactions, no ACL, ...)
     ├── StoreError               the storage backend failed (connection lost, schema missing, ...)
     ├── EmbedderMismatchError    stored vectors come from another embedder or dimension
+    ├── EmbedderError            an embedder failed or answered malformed vectors (.retryable)
     ├── RerankError              a reranker failed, timed out, or answered malformed output
     ├── ParseError               a parser hit a byte, page or time cap, or bad bytes
     ├── UrlRejectedError         a URL pointed somewhere ragport refuses to fetch
@@ -34,6 +35,7 @@ __all__ = [
     "AbortedError",
     "AccessDeniedError",
     "CapabilityError",
+    "EmbedderError",
     "EmbedderMismatchError",
     "ParseError",
     "PropagationError",
@@ -156,10 +158,34 @@ class EmbedderMismatchError(RagportError):
         self.record_ids = record_ids
 
 
+class EmbedderError(RagportError):
+    """An embedder failed (unreachable, timed out, refused the request) or answered something
+    that is not one finite vector of its dimension per text.
+
+    ``retryable`` says whether the same call may succeed later (a timeout, a lost connection,
+    HTTP 429 or 5xx) or will fail again until something changes (credentials, the request,
+    a malformed answer).
+    """
+
+    code = "ERR_RAG_EMBEDDER"
+
+    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
 class RerankError(RagportError):
-    """A reranker failed, timed out, was aborted, or returned something other than a permutation."""
+    """A reranker failed, timed out, was aborted, or returned something other than a permutation.
+
+    ``retryable`` as on ``EmbedderError``.
+    """
 
     code = "ERR_RAG_RERANK"
+
+    def __init__(self, message: str, *, retryable: bool = False):
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class ParseError(RagportError):

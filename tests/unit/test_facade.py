@@ -1,0 +1,70 @@
+"""ragport.Rag: the use cases bound to one store, embedder and scope (issue 11, item 6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragport import (
+    CapabilityError,
+    Chunk,
+    Rag,
+    Scope,
+    ValidationError,
+    retrieve_context,
+)
+from ragport.adapters.embedders import HashEmbedder
+from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
+
+A, B = Scope("t", "r", "a"), Scope("t", "r", "b")
+EMB = HashEmbedder(64)
+
+
+def _chunks(source: str, *texts: str) -> list[Chunk]:
+    return [Chunk.of(source, i, t) for i, t in enumerate(texts)]
+
+
+def test_a_bound_rag_runs_the_lifecycle_like_the_functions() -> None:
+    """replace, derive, retrieve, delete, rollback and status through one bound object give
+    what the functions give. If this fails, check ragport/application/facade.py."""
+    store, status = InMemoryStore(), InMemoryStatusStore()
+    rag = Rag(store=store, embedder=EMB, scope=A, status_store=status)
+    first = rag.replace_source(source_id="doc", chunks=_chunks("doc", "walrus colonies", "ice"))
+    assert (first.indexed, first.generation) == (2, 1)
+    rag.index_derived(record_id="sum", text="summary of walrus colonies", lineage=["doc"])
+    result = rag.retrieve("walrus", top_k=3)
+    direct = retrieve_context("walrus", embedder=EMB, store=store, scope=A, top_k=3)
+    assert [h.id for h in result.hits] == [h.id for h in direct.hits]
+    assert {h.id for h in result.hits} == {"doc#0001", "doc#0002", "sum"}
+    assert [item.source_id for item in rag.status().items] == ["doc"]
+    deleted = rag.delete_source(source_id="doc")
+    assert deleted.deleted == 2
+    assert {h.id for h in rag.retrieve("walrus").hits} == {"sum"}
+    rag.rollback(to=first.generation)
+    assert {h.id for h in rag.retrieve("walrus").hits} == {"doc#0001", "doc#0002"}
+
+
+def test_a_rag_over_several_scopes_retrieves_from_all_and_refuses_writes() -> None:
+    """Bound to scopes=, retrieve searches every scope; a write needs one scope. If this
+    fails, check Rag._write_scope."""
+    store = InMemoryStore()
+    for scope, text in ((A, "walrus in a"), (B, "walrus in b")):
+        Rag(store=store, embedder=EMB, scope=scope).replace_source(
+            source_id="doc", chunks=_chunks("doc", text)
+        )
+    both = Rag(store=store, embedder=EMB, scopes=[A, B])
+    assert {h.scope for h in both.retrieve("walrus").hits} == {A, B}
+    assert both.scopes == (A, B)
+    with pytest.raises(ValidationError) as caught:
+        both.replace_source(source_id="x", chunks=_chunks("x", "text"))
+    assert caught.value.field == "scope"
+
+
+def test_a_rag_refuses_ambiguous_binding_and_status_without_a_store() -> None:
+    """Exactly one of scope / scopes; status needs a status store. If this fails, check
+    Rag.__init__ and Rag.status."""
+    store = InMemoryStore()
+    for bad in ({}, {"scope": A, "scopes": [B]}):
+        with pytest.raises(ValidationError):
+            Rag(store=store, embedder=EMB, **bad)
+    with pytest.raises(CapabilityError):
+        Rag(store=store, embedder=EMB, scope=A).status()
