@@ -1,26 +1,67 @@
 """Ports: the typing.Protocol interfaces the application needs from the outside world.
 
 Each docstring states the promises an adapter makes; ``ragport.contract_tests`` checks them.
+Every public name of every port module is re-exported here (a test pins it).
 """
 
-from ragport.ports.derived import DerivedArtifactHandler
-from ragport.ports.documents import DocumentLoader, LoadedDocument, ParsedDocument, Parser
-from ragport.ports.embedder import Embedder, Vector, VectorMatrix
-from ragport.ports.lexical import LexicalIndex
-from ragport.ports.rerank import LocalRerankRuntime, Reranker, RerankScorer
-from ragport.ports.runtime import Abort, Clock, NoopTelemetry, Redactor, Span, Telemetry
-from ragport.ports.status import IngestionStatusStore
+from ragport.ports.derived import (
+    DerivedArtifactHandler,
+)
+from ragport.ports.documents import (
+    DocumentLoader,
+    LoadedDocument,
+    ParsedDocument,
+    Parser,
+)
+from ragport.ports.embedder import (
+    Embedder,
+    Vector,
+    VectorMatrix,
+)
+from ragport.ports.lexical import (
+    LexicalIndex,
+)
+from ragport.ports.rerank import (
+    LocalRerankRuntime,
+    Reranker,
+    RerankScorer,
+)
+from ragport.ports.runtime import (
+    Abort,
+    Clock,
+    NoopTelemetry,
+    Redactor,
+    Span,
+    Telemetry,
+)
+from ragport.ports.status import (
+    IngestionStatusStore,
+)
 from ragport.ports.store import (
     ChunkStore,
+    EmbedderKey,
     GenerationRepository,
     GrantRepository,
+    GuardedQuery,
+    HybridAnswer,
+    OptionalCapability,
     RecordRepository,
     ScoredRecord,
+    SupportsGuardedQuery,
     SupportsLexicalSearch,
+    SupportsPreparation,
     TombstoneRepository,
     UnitOfWork,
+    declared,
+    missing_methods,
+    rekey_collides,
+    supports,
 )
-from ragport.ports.sync import CheckpointStore, Connector, ConnectorPage
+from ragport.ports.sync import (
+    CheckpointStore,
+    Connector,
+    ConnectorPage,
+)
 
 __all__ = [
     "Abort",
@@ -32,13 +73,17 @@ __all__ = [
     "DerivedArtifactHandler",
     "DocumentLoader",
     "Embedder",
+    "EmbedderKey",
     "GenerationRepository",
     "GrantRepository",
+    "GuardedQuery",
+    "HybridAnswer",
     "IngestionStatusStore",
     "LexicalIndex",
     "LoadedDocument",
     "LocalRerankRuntime",
     "NoopTelemetry",
+    "OptionalCapability",
     "ParsedDocument",
     "Parser",
     "RecordRepository",
@@ -47,10 +92,16 @@ __all__ = [
     "Reranker",
     "ScoredRecord",
     "Span",
+    "SupportsGuardedQuery",
     "SupportsLexicalSearch",
+    "SupportsPreparation",
     "Telemetry",
     "TombstoneRepository",
     "UnitOfWork",
     "Vector",
     "VectorMatrix",
+    "declared",
+    "missing_methods",
+    "rekey_collides",
+    "supports",
 ]

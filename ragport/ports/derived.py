@@ -14,7 +14,7 @@ __all__ = ["DerivedArtifactHandler"]
 class DerivedArtifactHandler(Protocol):
     """A layer of derived artifacts (summaries, notes, caches) kept consistent with sources.
 
-    Promises (checked by ``DerivedArtifactHandlerContract`` once propagation lands):
+    Promises (checked by ``DerivedArtifactHandlerContract``):
 
     - ``kind`` is a short stable name used as the key in result ``layers``.
     - ``on_propagate(source_id, ids, scope)`` stops serving everything in ``ids`` (the
@@ -26,8 +26,16 @@ class DerivedArtifactHandler(Protocol):
     """
 
     @property
-    def kind(self) -> str: ...
+    def kind(self) -> str:
+        """A short stable name: the key of this layer's count in ``layers``."""
+        ...
 
-    def on_propagate(self, source_id: str, ids: Sequence[str], scope: Scope) -> int: ...
+    def on_propagate(self, source_id: str, ids: Sequence[str], scope: Scope) -> int:
+        """Stop serving every id of ``ids`` (the closure of ``source_id``) in ``scope``;
+        returns how many artifacts it touched. Idempotent."""
+        ...
 
-    def on_repoint(self, from_id: str, to_id: str, scope: Scope) -> int: ...
+    def on_repoint(self, from_id: str, to_id: str, scope: Scope) -> int:
+        """Re-file the artifacts of ``from_id`` under ``to_id`` in ``scope`` (never
+        re-embedding); returns how many moved."""
+        ...

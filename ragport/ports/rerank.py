@@ -14,7 +14,7 @@ __all__ = ["LocalRerankRuntime", "RerankScorer", "Reranker"]
 class Reranker(Protocol):
     """Reorders retrieved hits by relevance to a query.
 
-    Promises (checked by ``RerankerContract`` once reranking lands):
+    Promises (checked by ``RerankerContract``):
 
     - ``rerank(query, hits)`` returns either the same ``Hit`` objects (a permutation: every
       input exactly once, nothing else) in preferred order, or ``(hit, score)`` pairs with
@@ -25,16 +25,22 @@ class Reranker(Protocol):
       ``RerankError`` (fail closed: the original order is never silently used instead).
     """
 
-    def rerank(self, query: str, hits: Sequence[Hit]) -> Sequence[Hit | tuple[Hit, float]]: ...
+    def rerank(self, query: str, hits: Sequence[Hit]) -> Sequence[Hit | tuple[Hit, float]]:
+        """The same hit objects in preferred order, or ``(hit, score)`` pairs (finite)."""
+        ...
 
 
 class RerankScorer(Protocol):
     """A loaded cross-encoder: one score per document, in input order, in one call."""
 
-    def score(self, query: str, documents: Sequence[str]) -> Sequence[float]: ...
+    def score(self, query: str, documents: Sequence[str]) -> Sequence[float]:
+        """One finite relevance score per document of ``documents``, in input order."""
+        ...
 
 
 class LocalRerankRuntime(Protocol):
     """Loads a cross-encoder by model id: local files only unless remote loading is allowed."""
 
-    def load(self, model: str) -> RerankScorer: ...
+    def load(self, model: str) -> RerankScorer:
+        """The scorer for ``model`` (local files unless remote loading is allowed)."""
+        ...

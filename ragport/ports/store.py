@@ -302,16 +302,22 @@ class ChunkStore(Protocol):
     """
 
     @property
-    def capabilities(self) -> Capabilities: ...
+    def capabilities(self) -> Capabilities:
+        """What the store promises (and, for optional methods, implements); never changes."""
+        ...
 
     @property
     def provider(self) -> str:
         """A short stable name for provenance, e.g. ``"memory"`` or ``"postgres"``."""
         ...
 
-    def unit_of_work(self, scope: Scope) -> AbstractContextManager[UnitOfWork]: ...
+    def unit_of_work(self, scope: Scope) -> AbstractContextManager[UnitOfWork]:
+        """One transaction over exactly ``scope`` (see ``UnitOfWork``)."""
+        ...
 
-    def current_generation(self, scope: Scope) -> int: ...
+    def current_generation(self, scope: Scope) -> int:
+        """The scope's pointer (0 for a scope never written)."""
+        ...
 
     def query(
         self,
@@ -394,7 +400,10 @@ class SupportsLexicalSearch(Protocol):
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
-    ) -> Sequence[ScoredRecord]: ...
+    ) -> Sequence[ScoredRecord]:
+        """Top ``limit`` visible records containing a query term, best first (the mode's
+        score), with the same predicate as ``query`` applied before the limit."""
+        ...
 
     def hybrid_query(
         self,
@@ -409,7 +418,9 @@ class SupportsLexicalSearch(Protocol):
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
-    ) -> HybridAnswer: ...
+    ) -> HybridAnswer:
+        """The drift guard, the vector leg and the lexical leg read from one snapshot."""
+        ...
 
 
 @runtime_checkable
@@ -442,7 +453,9 @@ class SupportsGuardedQuery(Protocol):
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
-    ) -> GuardedQuery: ...
+    ) -> GuardedQuery:
+        """``foreign_embedders`` and ``query`` answered from one snapshot."""
+        ...
 
 
 @runtime_checkable
@@ -455,7 +468,9 @@ class SupportsPreparation(Protocol):
     cannot deadlock with other writers). Idempotent and cheap when nothing is missing.
     """
 
-    def prepare(self, scope: Scope, *, dimensions: int) -> None: ...
+    def prepare(self, scope: Scope, *, dimensions: int) -> None:
+        """Create what writing vectors of ``dimensions`` needs; idempotent."""
+        ...
 
 
 OptionalCapability = Literal["lexical", "guarded_query", "preparation"]

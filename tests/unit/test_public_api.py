@@ -82,3 +82,22 @@ def test_import_loads_no_framework():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_ragport_ports_exports_every_public_name_of_every_port_module():
+    """``ragport.ports.__all__`` is exactly the union of the port modules' ``__all__``.
+
+    If this fails, re-export the new port name in ragport/ports/__init__.py.
+    """
+    import importlib
+    import pkgutil
+
+    import ragport.ports
+
+    expected: set[str] = set()
+    for info in pkgutil.iter_modules(ragport.ports.__path__):
+        module = importlib.import_module(f"ragport.ports.{info.name}")
+        expected.update(module.__all__)
+    assert set(ragport.ports.__all__) == expected
+    for name in expected:
+        assert getattr(ragport.ports, name) is not None, name
