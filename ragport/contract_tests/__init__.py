@@ -10,7 +10,8 @@ Subclass a suite in your own test module and supply its fixture::
             ...  # yield an empty store, clean up afterwards
 
 Suites: ``ChunkStoreContract`` (fixture ``store``), ``EmbedderContract`` (``embedder``),
-``IngestionStatusStoreContract`` (``status_store``). Deterministic helpers for your own tests
+``IngestionStatusStoreContract`` (``status_store``), ``ParserContract`` (``parser``, plus
+``parser_sample`` giving valid input for the format). Deterministic helpers for your own tests
 live in ``ragport.contract_tests.plugin`` (enable it with
 ``pytest_plugins = ["ragport.contract_tests.plugin"]``). Needs the ``contract-tests`` extra
 (pytest).
@@ -28,6 +29,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.chunk_store_boundary",
     "ragport.contract_tests.derived",
     "ragport.contract_tests.embedder",
+    "ragport.contract_tests.parser",
     "ragport.contract_tests.reranker",
     "ragport.contract_tests.status_store",
     "ragport.contract_tests.plugin",
@@ -36,10 +38,11 @@ pytest.register_assert_rewrite(
 from ragport.contract_tests.chunk_store import ChunkStoreContract  # noqa: E402
 from ragport.contract_tests.derived import DerivedArtifactHandlerContract  # noqa: E402
 from ragport.contract_tests.embedder import EmbedderContract  # noqa: E402
+from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.6"
+CONTRACT_VERSION = "1.7"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -56,6 +59,7 @@ CONTRACT_VERSION = "1.6"
 #      version; lexical_modes now also promises hybrid_query.
 # 1.6  ChunkStoreBoundaryContract (NUL and lone surrogates refused before any write, errors
 #      chain nothing, one metadata_bytes, ragged embedder rows, reranker errors and copies).
+# 1.7  ParserContract (caps, strict decoding, abort, determinism, no text in errors).
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -63,5 +67,7 @@ __all__ = [
     "DerivedArtifactHandlerContract",
     "EmbedderContract",
     "IngestionStatusStoreContract",
+    "ParserContract",
     "RerankerContract",
+    "Sample",
 ]

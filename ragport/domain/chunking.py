@@ -10,7 +10,8 @@ Invariants every chunk keeps (pinned by property tests):
 - starts strictly increase, ``index`` runs 0..n-1 and ids are ``f"{source_id}#{index + 1:04d}"``.
 
 A window ``[start, start + size]`` is cut at the latest boundary of the best class: for Markdown
-an ATX heading first (always acceptable), then for both functions a blank line, a sentence end,
+a heading first (ATX ``# Title`` or setext, a paragraph underlined with ``===`` or ``---`` as
+CommonMark defines it; always acceptable), then for both functions a blank line, a sentence end,
 any whitespace and finally a hard cut at ``size``. Non-heading boundaries are looked for in the
 second half of the window first and only then in its second quarter, so chunks are not tiny.
 The next chunk starts ``overlap`` characters before the previous end, moved forward to the
@@ -59,6 +60,14 @@ _FIRST_HEADING = re.compile(r" {0,3}(#{1,6})(?=[ \t\r\n]|\Z)")
 _FENCE = re.compile(r"[\r\n] {0,3}(`{3,}|~{3,})([^\r\n]*)")
 _FIRST_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})([^\r\n]*)")
 _LINE_BREAK = re.compile(r"[\r\n]")
+# A setext underline line (up to 3 spaces of indent, only ``=`` or only ``-``, trailing blanks).
+_SETEXT = re.compile(r"(?<=[\r\n]) {0,3}(=+|-+)[ \t]*(?=\r\n|\r|\n|\Z)")
+# A line that cannot be (part of) a setext heading's text: blank, indented code, a list item,
+# a block quote, an ATX heading, a fence, a thematic break or another underline.
+_NOT_SETEXT_TEXT = re.compile(
+    r"[ \t]*$| {4}|\t| {0,3}(?:[-+*][ \t]|[-+*]$|\d{1,9}[.)](?:[ \t]|$)|>|#{1,6}(?:[ \t]|$)"
+    r"|`{3}|~{3}|(?:[-*_][ \t]*){3,}$|=+[ \t]*$)"
+)
 # The rest of a line plus every heading line that directly follows it (only whitespace
 # between). Each repetition starts with a line break, so it cannot loop on empty input.
 _HEADING_CHAIN = re.compile(
@@ -317,10 +326,11 @@ class _Engine:
 
 
 class _Outline:
-    """The ATX headings of one Markdown document outside fenced code, in document order.
+    """The headings of one Markdown document outside fenced code, in document order.
 
-    ``positions`` holds each heading's first ``#``; ``by_level[k]`` the positions of level-``k``
-    headings. Texts and stacks are only worked out for the few headings chunks carry.
+    ``positions`` holds each heading's start (an ATX heading's first ``#``, a setext heading's
+    first text character); ``by_level[k]`` the positions of level-``k`` headings. Texts and
+    stacks are only worked out for the few headings chunks carry.
     """
 
     def __init__(self, markdown: str) -> None:
@@ -329,6 +339,12 @@ class _Outline:
         first = _FIRST_HEADING.match(markdown)
         if first:
             spans.insert(0, first.span(1))
+        # Setext headings: position -> (level, end of the heading text).
+        self.setext: dict[int, tuple[int, int]] = {}
+        self.setext = _setext_headings(markdown)
+        if self.setext:
+            setext_spans = [(a, a + level) for a, (level, _end) in self.setext.items()]
+            spans = sorted({*spans, *setext_spans})
         fences = _fenced_ranges(markdown)
         if fences:
             spans = _outside(spans, fences)
@@ -336,6 +352,15 @@ class _Outline:
         self.by_level: list[list[int]] = [[] for _ in range(7)]
         for a, b in spans:
             self.by_level[b - a].append(a)
+
+    def text_at(self, position: int, level: int) -> str:
+        """The text of the heading that starts at ``position``."""
+        setext = self.setext.get(position)
+        if setext is not None:
+            return " ".join(
+                line.strip() for line in self.markdown[position : setext[1]].splitlines()
+            )
+        return _heading_text(self.markdown[position + level : _line_end(self.markdown, position)])
 
     def lead(self, start: int, end: int) -> int:
         """Position of the heading whose stack the chunk ``[start, end)`` carries, or -1.
@@ -367,10 +392,48 @@ class _Outline:
             i = bisect_right(found, at) - 1
             if i >= 0 and found[i] > latest:
                 latest = found[i]
-                titles.append(
-                    _heading_text(self.markdown[latest + level : _line_end(self.markdown, latest)])
-                )
+                titles.append(self.text_at(latest, level))
         return titles
+
+
+def _setext_headings(markdown: str) -> dict[int, tuple[int, int]]:
+    """Setext headings: start of the text -> (level, end of the text before the underline).
+
+    The text is the paragraph directly above an underline of ``=`` (level 1) or ``-`` (level 2):
+    the run of lines back to a blank line or a line that cannot continue a paragraph. With no
+    such line above, the underline is a thematic break (or stray), not a heading. Underlines
+    in fenced code are dropped later, with the ATX headings.
+    """
+    found: dict[int, tuple[int, int]] = {}
+    for m in _SETEXT.finditer(markdown):
+        text_end = _break_before(markdown, m.start())
+        first = -1
+        line_end = text_end
+        while True:
+            line_start = _line_start(markdown, line_end)
+            if _NOT_SETEXT_TEXT.match(markdown, line_start, line_end):
+                break
+            first = line_start
+            if line_start == 0:
+                break
+            line_end = _break_before(markdown, line_start)
+        if first < 0:
+            continue
+        first += len(markdown[first:text_end]) - len(markdown[first:text_end].lstrip())
+        found[first] = (1 if m.group(1)[0] == "=" else 2, text_end)
+    return found
+
+
+def _break_before(text: str, line_start: int) -> int:
+    """Where the line break before the line starting at ``line_start`` begins (CRLF aware)."""
+    if line_start >= 2 and text[line_start - 1] == "\n" and text[line_start - 2] == "\r":
+        return line_start - 2
+    return line_start - 1
+
+
+def _line_start(text: str, line_end: int) -> int:
+    """Start of the line that ends (before its break) at ``line_end``."""
+    return max(text.rfind("\n", 0, line_end), text.rfind("\r", 0, line_end)) + 1
 
 
 def _line_end(text: str, pos: int) -> int:

@@ -10,8 +10,9 @@ Every failure a caller can act on is a subclass of :class:`RagportError`::
     ├── EmbedderMismatchError    stored vectors come from another embedder or dimension
     ├── EmbedderError            an embedder failed or answered malformed vectors (.retryable)
     ├── RerankError              a reranker failed, timed out, or answered malformed output
-    ├── ParseError               a parser hit a byte, page or time cap, or bad bytes
-    ├── UrlRejectedError         a URL pointed somewhere ragport refuses to fetch
+    ├── ParseError               a parser hit a byte, page or time cap, or bad bytes (.reason)
+    ├── LoadError                a loader could not fetch a document (.reason)
+    ├── UrlRejectedError         a URL pointed somewhere ragport refuses to fetch (.reason)
     ├── SyncCursorError          a connector checkpoint moved under us (compare-and-set lost)
     ├── AccessDeniedError        a privileged operation without the grant it needs
     ├── PropagationError         one or more deletion handlers failed (tombstones stay)
@@ -37,6 +38,7 @@ __all__ = [
     "CapabilityError",
     "EmbedderError",
     "EmbedderMismatchError",
+    "LoadError",
     "ParseError",
     "PropagationError",
     "RagportError",
@@ -189,15 +191,45 @@ class RerankError(RagportError):
 
 
 class ParseError(RagportError):
-    """A parser refused its input (byte, page or time cap; undecodable or unsupported bytes)."""
+    """A parser refused its input (byte, page or time cap; undecodable or unsupported bytes).
+
+    ``reason`` names the rule (``too_large``, ``timeout``, ``decode``, ``too_many_pages``,
+    ``encrypted``, ``no_text``, ``bomb``, ``too_deep``, ``malformed``, ``unsupported_type``,
+    ...; docs/documents.md lists them all). The message never quotes the document, and no
+    library exception that could is chained as its cause.
+    """
 
     code = "ERR_RAG_PARSE"
 
+    def __init__(self, message: str, *, reason: str = "malformed", media_type: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.media_type = media_type
+
+
+class LoadError(RagportError):
+    """A loader could not fetch a document: missing, outside its root, too large, refused type,
+    an HTTP error status, a transport failure. ``reason`` names which."""
+
+    code = "ERR_RAG_LOAD"
+
+    def __init__(self, message: str, *, reason: str = "failed"):
+        super().__init__(message)
+        self.reason = reason
+
 
 class UrlRejectedError(RagportError):
-    """A URL points at a scheme or address ragport refuses before any socket opens."""
+    """A URL points at a scheme or address ragport refuses before any socket opens.
+
+    ``reason`` names the rule: ``scheme``, ``credentials``, ``localhost``, ``ip_literal``,
+    ``address`` (resolves to a non-public address), ``unresolvable``, ``redirects``, ``malformed``.
+    """
 
     code = "ERR_RAG_URL_REJECTED"
+
+    def __init__(self, message: str, *, reason: str = "malformed"):
+        super().__init__(message)
+        self.reason = reason
 
 
 class SyncCursorError(RagportError):

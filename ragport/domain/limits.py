@@ -40,7 +40,10 @@ _TABLE: dict[str, tuple[int, int, int]] = {
     "rerank_concurrency": (2, 8, 1),
     "status_page": (50, 200, 1),
     "parse_ms": (30_000, 30_000, 1),
-    "pdf_pages": (256, 256, 1),
+    "pdf_pages": (256, 4_096, 1),
+    "parse_bytes": (1_048_576, 8_388_608, 1),
+    "inflated_bytes": (33_554_432, 134_217_728, 1),
+    "html_depth": (512, 2_000, 1),
     "lineage_depth": (8, 8, 1),
     "propagation_edges": (4_096, 4_096, 1),
     "repoint_page": (4_096, 4_096, 1),
@@ -99,6 +102,9 @@ class Limits:
     status_page: int = _field("status_page")
     parse_ms: int = _field("parse_ms")
     pdf_pages: int = _field("pdf_pages")
+    parse_bytes: int = _field("parse_bytes")
+    inflated_bytes: int = _field("inflated_bytes")
+    html_depth: int = _field("html_depth")
     lineage_depth: int = _field("lineage_depth")
     propagation_edges: int = _field("propagation_edges")
     repoint_page: int = _field("repoint_page")

@@ -24,11 +24,19 @@ class LoadedDocument:
 
 @attrs.frozen
 class ParsedDocument:
-    """Text a parser extracted, with metadata (e.g. title, page boundaries)."""
+    """Text a parser extracted, with metadata (e.g. title, lang).
+
+    ``markdown`` is true when ``text`` is Markdown (headings as ``#`` lines), so it is chunked
+    with ``chunk_markdown``. ``pages`` is set by page-oriented parsers (PDF): the text of each
+    page, in order, with ``text == "\f".join(pages)``; such a document is chunked page by page
+    and a chunk never spans two pages.
+    """
 
     text: str
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
     media_type: str | None = None
+    markdown: bool = False
+    pages: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -46,10 +54,26 @@ class DocumentLoader(Protocol):
 class Parser(Protocol):
     """Turns bytes into text, bounded by byte, page and time caps.
 
-    Promises (checked by ``ParserContract`` once parsers land): strict decoding; input past
-    ``max_bytes``, a page cap or ``timeout_s`` raises ``ParseError`` and returns nothing (no
-    partial text); abort is checked before and after parsing; errors carry no document text.
+    Promises (checked by ``ParserContract``):
+
+    - ``id`` names the parser and its version (``"html-v1+lxml-6.1"``); it changes whenever
+      the same bytes could parse to different text, so ``replace_document`` re-indexes.
+    - ``max_bytes`` is the input cap: longer input raises ``ParseError(reason="too_large")``
+      before any parsing.
+    - Strict decoding: bytes that do not decode raise ``ParseError(reason="decode")``; nothing
+      is guessed or replaced.
+    - Input past a page, depth, inflation or time cap, or that the library cannot read, raises
+      ``ParseError`` (``reason`` names the rule) and returns nothing: no partial text.
+    - ``abort`` is checked before and after parsing (``AbortedError``).
+    - Deterministic: the same bytes give an equal ``ParsedDocument``.
+    - Errors carry no document text, neither in the message nor in a chained cause.
     """
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def max_bytes(self) -> int: ...
 
     def parse(
         self, data: bytes, *, media_type: str | None = None, abort: Abort | None = None

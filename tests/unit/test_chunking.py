@@ -538,3 +538,28 @@ def test_a_run_of_headings_is_never_left_dangling_at_a_chunk_end():
         assert not last_line.lstrip().startswith("#"), chunk.text
     assert any(c.text.startswith("## B\n\n### B.1") for c in chunks)
     assert any(c.metadata["heading"] == ["A", "B", "B.1"] for c in chunks)
+
+
+def test_setext_headings_join_the_heading_stack() -> None:
+    """``===`` / ``---`` underlined paragraphs are level 1 / 2 headings, CRLF too.
+
+    If this fails, check _setext_headings and _Outline.text_at.
+    """
+    doc = "Project\n=======\n\nIntro.\n\nUsage\r\nguide\r\n-----\r\n\r\nRun it.\n"
+    chunks = chunk_markdown(doc, source_id="readme", size=20, overlap=0)
+    stacks = {c.text.splitlines()[0]: c.metadata["heading"] for c in chunks}
+    assert stacks["Project"] == ["Project"]
+    assert stacks["Usage"] == ["Project", "Usage guide"]
+    assert chunks[-1].metadata["heading"] == ["Project", "Usage guide"]
+
+
+def test_thematic_breaks_lists_and_fences_are_not_setext_headings() -> None:
+    """``---`` after a blank line, under a list item or inside a fence is no heading.
+
+    If this fails, check _NOT_SETEXT_TEXT and the fence filter in _Outline.
+    """
+    doc = "# Top\n\ntext\n\n---\n\n- item\n---\n```\ncode\n---\n```\n> quote\n===\nend"
+    (chunk,) = chunk_markdown(doc, source_id="d")
+    assert chunk.metadata["heading"] == ["Top"]
+    tail = chunk_markdown(doc, source_id="d", size=12, overlap=0)
+    assert all(c.metadata["heading"] == ["Top"] for c in tail)

@@ -1,0 +1,61 @@
+"""Parsers: bytes in, text and metadata out, under byte, page, depth and time caps.
+
+``TextParser`` and ``MarkdownParser`` need nothing extra (front matter needs ``ragport[yaml]``);
+``HtmlParser`` needs ``ragport[html]``, ``PdfParser`` ``ragport[pdf]``, ``DocxParser``
+``ragport[docx]``, ``RstParser`` ``ragport[rst]``. Libraries are imported on first parse.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragport.adapters.parsers._common import BaseParser
+from ragport.adapters.parsers.docx import DocxParser
+from ragport.adapters.parsers.html import HtmlParser
+from ragport.adapters.parsers.pdf import PdfParser
+from ragport.adapters.parsers.rst import RstParser
+from ragport.adapters.parsers.text import MarkdownParser, TextParser
+from ragport.domain.documents import base_media_type, media_type_for
+from ragport.domain.errors import ParseError
+
+__all__ = [
+    "PARSERS",
+    "DocxParser",
+    "HtmlParser",
+    "MarkdownParser",
+    "PdfParser",
+    "RstParser",
+    "TextParser",
+    "parser_for",
+]
+
+PARSERS: tuple[type[BaseParser], ...] = (
+    TextParser,
+    MarkdownParser,
+    HtmlParser,
+    PdfParser,
+    DocxParser,
+    RstParser,
+)
+_BY_TYPE = {media_type: cls for cls in PARSERS for media_type in cls.media_types}
+
+
+def parser_for(media_type_or_name: str, **options: Any) -> BaseParser:
+    """A parser for a media type (``"text/html; charset=utf-8"``) or a file name (``"a.pdf"``).
+
+    ``options`` go to the parser's constructor (``max_bytes=``, ``timeout_s=``, ...). An unknown
+    type is a ``ParseError(reason="unsupported_type")`` naming it: ragport never guesses.
+    """
+    if not isinstance(media_type_or_name, str) or not media_type_or_name.strip():
+        raise ParseError("no media type or file name to pick a parser", reason="unsupported_type")
+    value = media_type_or_name.strip()
+    media_type: str | None = base_media_type(value)
+    if media_type not in _BY_TYPE:
+        media_type = media_type_for(value) or (media_type if "/" in (media_type or "") else None)
+    cls = _BY_TYPE.get(media_type or "")
+    if cls is None:
+        shown = (media_type or value)[:100]
+        raise ParseError(
+            f"no parser for {shown!r}", reason="unsupported_type", media_type=media_type
+        )
+    return cls(**options)

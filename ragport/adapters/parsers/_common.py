@@ -1,0 +1,151 @@
+"""What every parser shares: constructor caps, the byte check, abort, deadlines, decoding."""
+
+from __future__ import annotations
+
+import math
+import time
+from importlib import metadata as _metadata
+from typing import ClassVar
+
+from ragport.domain.errors import AbortedError, ParseError, ValidationError
+from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, check_limit
+from ragport.ports.documents import ParsedDocument
+from ragport.ports.runtime import Abort
+
+DEFAULT_TIMEOUT_S = DEFAULT_LIMITS.parse_ms / 1000
+MAX_TIMEOUT_S = HARD_LIMITS.parse_ms / 1000
+
+
+def check_abort(abort: Abort | None) -> None:
+    if abort is not None and abort.is_set():
+        raise AbortedError("aborted by the caller")
+
+
+def library_version(distribution: str) -> str:
+    """``major.minor`` of an installed distribution (part of a parser's ``id``)."""
+    try:
+        version = _metadata.version(distribution)
+    except _metadata.PackageNotFoundError:
+        return "missing"
+    return ".".join(version.split(".")[:2])
+
+
+def check_timeout(timeout_s: object) -> float:
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+        raise ValidationError("timeout_s must be a number", field="timeout_s", limit="parse_ms")
+    value = float(timeout_s)
+    if not math.isfinite(value) or value <= 0 or value > MAX_TIMEOUT_S:
+        raise ValidationError(
+            f"timeout_s must be above 0 and at most {MAX_TIMEOUT_S:g}",
+            field="timeout_s",
+            limit="parse_ms",
+        )
+    return value
+
+
+class Deadline:
+    """A monotonic deadline; ``check()`` raises ``ParseError(reason="timeout")`` once past it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise ParseError(f"parsing took longer than {self.seconds:g} s", reason="timeout")
+
+
+class BaseParser:
+    """Caps and the parse skeleton; subclasses implement ``_parse`` for one format.
+
+    ``parse`` checks the type and size of the input and ``abort`` before calling ``_parse``,
+    and ``abort`` and the deadline after it, so a result is returned whole or not at all.
+    Libraries that cannot be interrupted run to completion in process (the deadline is checked
+    between stages and during tree walks); only the PDF parser runs in a worker it can kill.
+    """
+
+    name: ClassVar[str] = "base"
+    version: ClassVar[int] = 1
+    library: ClassVar[str | None] = None
+    media_types: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int = DEFAULT_LIMITS.parse_bytes,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self._max_bytes = check_limit("parse_bytes", max_bytes)
+        self._timeout_s = check_timeout(timeout_s)
+
+    @property
+    def id(self) -> str:
+        """Parser name and version, plus the library's ``major.minor`` when one is used."""
+        base = f"{self.name}-v{self.version}"
+        return f"{base}+{self.library}-{library_version(self.library)}" if self.library else base
+
+    @property
+    def max_bytes(self) -> int:
+        return self._max_bytes
+
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_bytes={self._max_bytes}, timeout_s={self._timeout_s:g})"
+
+    def parse(
+        self, data: bytes, *, media_type: str | None = None, abort: Abort | None = None
+    ) -> ParsedDocument:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise ValidationError("data must be bytes", field="data")
+        raw = bytes(data)
+        if len(raw) > self._max_bytes:
+            raise ParseError(
+                f"document is {len(raw)} bytes, over max_bytes={self._max_bytes}",
+                reason="too_large",
+                media_type=media_type,
+            )
+        check_abort(abort)
+        deadline = Deadline(self._timeout_s)
+        document = self._parse(raw, media_type=media_type, deadline=deadline, abort=abort)
+        check_abort(abort)
+        deadline.check()
+        if not document.text.strip():
+            raise ParseError("the document has no text", reason="empty", media_type=media_type)
+        return document
+
+    def _parse(
+        self, data: bytes, *, media_type: str | None, deadline: Deadline, abort: Abort | None
+    ) -> ParsedDocument:
+        raise NotImplementedError
+
+
+def decode_utf8(data: bytes, *, media_type: str | None = None) -> str:
+    """Strict UTF-8 with a leading BOM dropped; ``ParseError(reason="decode")`` otherwise."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ParseError(
+            f"the bytes are not valid UTF-8 (first bad byte at offset {exc.start})",
+            reason="decode",
+            media_type=media_type,
+        ) from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def normalise_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def failed(library: str, exc: BaseException, *, media_type: str | None) -> ParseError:
+    """The one translation of a library exception: its type name, never its message."""
+    return ParseError(
+        f"{library} could not read the document ({type(exc).__name__})",
+        reason="malformed",
+        media_type=media_type,
+    )

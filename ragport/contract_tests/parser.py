@@ -1,0 +1,233 @@
+"""``ParserContract``: the promises of ``ragport.ports.documents.Parser`` as pytest tests.
+
+Subclass it and supply a ``parser`` fixture; override ``parser_sample`` with valid input for
+your format (bytes and media type), and ``make_parser`` if your constructor differs from
+``YourParser(max_bytes=..., timeout_s=...)``::
+
+    class TestMyParser(ParserContract):
+        @pytest.fixture
+        def parser(self):
+            return MyParser()
+
+        @pytest.fixture
+        def parser_sample(self):
+            return Sample(b"...valid bytes...", "application/x-mine")
+
+Override a test only by wrapping it in ``pytest.mark.xfail(reason=...)``.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+import pytest
+
+from ragport.contract_tests._support import silent_overrides
+from ragport.domain.errors import AbortedError, ParseError, ValidationError
+from ragport.domain.limits import HARD_LIMITS
+from ragport.ports.documents import ParsedDocument, Parser
+
+__all__ = ["CANARY", "ParserContract", "Sample"]
+
+CANARY = "QX7-CANARY-do-not-echo"
+"""A marker put into refused input: it must not appear in any error, message or cause."""
+
+INVALID = b"\xc3\x28 caf\xe9 \x80\x81 " + CANARY.encode() + b" \xff"
+"""Bytes no format ragport reads accepts: invalid UTF-8, not a PDF, not a zip."""
+
+
+@attrs.frozen
+class Sample:
+    """Valid input for the parser under test."""
+
+    data: bytes
+    media_type: str | None = None
+
+
+class _FlipAbort:
+    """Not set on its first ``is_set()`` call (the check before parsing), set afterwards."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def is_set(self) -> bool:
+        self.calls += 1
+        return self.calls > 1
+
+
+class _SetAbort:
+    def is_set(self) -> bool:
+        return True
+
+
+def _chain_text(exc: BaseException) -> str:
+    """Everything a traceback of ``exc`` would print, causes and shown contexts included."""
+    return "".join(traceback.format_exception(exc)) + repr(exc.args)
+
+
+class ParserContract:
+    """Caps, strict decoding, abort, determinism, no text in errors, no partial result."""
+
+    @pytest.fixture
+    def parser(self) -> Iterator[Parser]:
+        """The adapter under test. Override it: return or yield a ready Parser."""
+        pytest.fail(
+            "ParserContract needs a `parser` fixture: override `parser` in your test class to "
+            "return (or yield, then clean up) the Parser under test"
+        )
+        yield  # pragma: no cover
+
+    @pytest.fixture
+    def parser_sample(self) -> Sample:
+        """Valid input for the parser: UTF-8 text by default. Override it for your format."""
+        return Sample(
+            "# Leave policy\n\nParental leave lasts sixteen weeks. Zürich ✓\n".encode(),
+            "text/plain",
+        )
+
+    @pytest.fixture
+    def make_parser(self, parser: Parser) -> Callable[..., Parser]:
+        """Builds the parser with other caps: ``make_parser(max_bytes=..., timeout_s=...)``."""
+        return lambda **caps: type(parser)(**caps)
+
+    def test_contract_tests_are_not_overridden(self) -> None:
+        """No contract test is replaced except by wrapping it in xfail(reason=...).
+
+        If this fails, check the listed methods of your test class: delete the override, or
+        decorate it with `pytest.mark.xfail(reason="...")`.
+        """
+        found = silent_overrides(type(self))
+        assert not found, f"contract tests overridden without xfail(reason=...): {found}"
+
+    def test_satisfies_the_parser_protocol(self, parser: Parser) -> None:
+        """The adapter has `id`, `max_bytes` and `parse`; `id` is a non-empty string.
+
+        If this fails, check every member of ragport.ports.documents.Parser.
+        """
+        assert isinstance(parser, Parser)
+        assert isinstance(parser.id, str) and parser.id.strip()
+        assert isinstance(parser.max_bytes, int) and parser.max_bytes > 0
+
+    def test_sample_parses_to_text_and_json_metadata(
+        self, parser: Parser, parser_sample: Sample
+    ) -> None:
+        """The sample gives a ParsedDocument with text, `\\n` line breaks and JSON metadata.
+
+        If this fails, check `parser_sample` (is it valid input?), then the parse result: text
+        must be a non-empty str without `\\r` or NUL, metadata a JSON-serialisable mapping,
+        and `pages`, when set, must join with form feeds to `text`.
+        """
+        doc = parser.parse(parser_sample.data, media_type=parser_sample.media_type)
+        assert isinstance(doc, ParsedDocument)
+        assert isinstance(doc.text, str) and doc.text.strip()
+        assert "\r" not in doc.text and "\x00" not in doc.text
+        json.dumps(dict(doc.metadata))
+        if doc.pages:
+            assert "\f".join(doc.pages) == doc.text
+
+    def test_parse_is_deterministic_and_leaves_the_input_alone(
+        self, parser: Parser, parser_sample: Sample
+    ) -> None:
+        """The same bytes give an equal result every time; a bytearray input is not changed.
+
+        If this fails, check for per-call state, randomness, dict-order or time in the result.
+        """
+        first = parser.parse(parser_sample.data, media_type=parser_sample.media_type)
+        data = bytearray(parser_sample.data)
+        again = parser.parse(bytes(data), media_type=parser_sample.media_type)
+        assert again == first
+        assert bytes(data) == parser_sample.data
+        assert parser.id == parser.id
+
+    def test_input_past_max_bytes_is_refused_whole(
+        self, parser: Parser, parser_sample: Sample
+    ) -> None:
+        """Input one byte over `max_bytes` raises ParseError(reason="too_large"), no text.
+
+        If this fails, check that the size is checked before parsing and that nothing is
+        truncated to fit.
+        """
+        data = parser_sample.data * (parser.max_bytes // max(1, len(parser_sample.data)) + 1)
+        data = (data + b" " * parser.max_bytes)[: parser.max_bytes + 1]
+        with pytest.raises(ParseError) as info:
+            parser.parse(data, media_type=parser_sample.media_type)
+        assert info.value.reason == "too_large"
+
+    def test_a_cap_just_below_the_sample_refuses_it(
+        self, make_parser: Callable[..., Parser], parser_sample: Sample
+    ) -> None:
+        """With `max_bytes` one below the sample's size the sample is refused, not cut.
+
+        If this fails, check the byte check in parse (`len(data) > max_bytes`) and `make_parser`.
+        """
+        small = make_parser(max_bytes=len(parser_sample.data) - 1)
+        with pytest.raises(ParseError) as info:
+            small.parse(parser_sample.data, media_type=parser_sample.media_type)
+        assert info.value.reason == "too_large"
+        exact = make_parser(max_bytes=len(parser_sample.data))
+        assert exact.parse(parser_sample.data, media_type=parser_sample.media_type).text.strip()
+
+    def test_caps_are_validated(self, make_parser: Callable[..., Parser]) -> None:
+        """`max_bytes` past the hard ceiling and a non-positive `timeout_s` are ValidationErrors.
+
+        If this fails, check the constructor's validation (ragport.domain.limits.check_limit).
+        """
+        with pytest.raises(ValidationError):
+            make_parser(max_bytes=HARD_LIMITS.parse_bytes + 1)
+        with pytest.raises(ValidationError):
+            make_parser(max_bytes=0)
+        with pytest.raises(ValidationError):
+            make_parser(timeout_s=0)
+
+    def test_undecodable_bytes_are_refused(self, parser: Parser, parser_sample: Sample) -> None:
+        """Bytes that are not valid input raise ParseError; nothing is guessed or replaced.
+
+        If this fails, check the decoding: `errors="strict"`, no fallback charset, no
+        replacement characters, and that an unreadable file is an error, not empty text.
+        """
+        with pytest.raises(ParseError):
+            parser.parse(INVALID, media_type=parser_sample.media_type)
+
+    def test_empty_input_is_refused(self, parser: Parser, parser_sample: Sample) -> None:
+        """Empty input raises ParseError: an empty document is never an empty index.
+
+        If this fails, check that parse refuses input without text.
+        """
+        with pytest.raises(ParseError):
+            parser.parse(b"", media_type=parser_sample.media_type)
+
+    def test_errors_carry_no_document_text(self, parser: Parser, parser_sample: Sample) -> None:
+        """Refusals do not quote the input: not in the message, args, causes or contexts.
+
+        If this fails, check error messages and chaining: translate library exceptions with
+        `raise ParseError(...) from None` when their message could quote the document.
+        """
+        oversized = (CANARY.encode() + b" ") * (parser.max_bytes // (len(CANARY) + 1) + 2)
+        for data in (INVALID, oversized):
+            with pytest.raises(ParseError) as info:
+                parser.parse(data, media_type=parser_sample.media_type)
+            assert CANARY not in _chain_text(info.value)
+
+    def test_abort_is_checked_before_parsing(self, parser: Parser, parser_sample: Sample) -> None:
+        """A set abort signal raises AbortedError before any work.
+
+        If this fails, check that parse calls `abort.is_set()` first.
+        """
+        with pytest.raises(AbortedError):
+            parser.parse(parser_sample.data, media_type=parser_sample.media_type, abort=_SetAbort())
+
+    def test_abort_set_during_parsing_returns_nothing(
+        self, parser: Parser, parser_sample: Sample
+    ) -> None:
+        """An abort set while parsing raises AbortedError instead of returning a result.
+
+        If this fails, check that parse looks at `abort.is_set()` again after parsing.
+        """
+        abort: Any = _FlipAbort()
+        with pytest.raises(AbortedError):
+            parser.parse(parser_sample.data, media_type=parser_sample.media_type, abort=abort)
+        assert abort.calls >= 2
