@@ -2,7 +2,8 @@
 
 A test gives ``FakeServer`` a ``respond(request) -> Reply`` function; the server records every
 request (path, headers, parsed JSON body) and answers as the ``Reply`` says: status, body,
-headers, a delay, a byte-by-byte drip or chunked encoding. ``start`` runs one in a daemon
+headers (a ``Content-Type`` there replaces the JSON default), a delay, a byte-by-byte drip or
+chunked encoding. GET requests are recorded with ``json`` set to None. ``start`` runs one in a daemon
 thread; ``stop`` shuts it down. The ``serve`` fixture in tests/conftest.py wraps both.
 """
 
@@ -40,14 +41,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        request = {"path": self.path, "headers": dict(self.headers), "json": json.loads(body)}
+        self._answer({"path": self.path, "headers": dict(self.headers), "json": json.loads(body)})
+
+    def do_GET(self) -> None:
+        self._answer({"path": self.path, "headers": dict(self.headers), "json": None})
+
+    def _answer(self, request: dict[str, Any]) -> None:
         with self.server.lock:
             self.server.requests.append(request)
         reply = self.server.respond(request)
         try:
             time.sleep(reply.delay_s)
             self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json")
+            if "Content-Type" not in reply.headers:
+                self.send_header("Content-Type", "application/json")
             for name, value in reply.headers.items():
                 self.send_header(name, value)
             if reply.chunked or reply.drip_s:
