@@ -6,6 +6,7 @@ from ragport.application.context import (
     RagContextProvider,
     evidence_from_citation,
 )
+from ragport.application.documents import document_skip_key, replace_document
 from ragport.application.facade import Rag
 from ragport.application.forgetting import (
     DeletionPropagator,
@@ -54,12 +55,14 @@ __all__ = [
     "compact",
     "create_deletion_propagator",
     "delete_source",
+    "document_skip_key",
     "estimate_tokens",
     "evidence_from_citation",
     "index_chunks",
     "index_derived",
     "list_ingestion_status",
     "publish_generation",
+    "replace_document",
     "replace_source",
     "repoint_source",
     "rerank_hits",

@@ -13,6 +13,7 @@ API_NAMES = {
     "CapabilityError", "EmbedderMismatchError", "RerankError", "ParseError", "UrlRejectedError",
     "SyncCursorError", "AccessDeniedError", "PropagationError", "AbortedError", "RagportError",
     "chunk_text", "chunk_markdown", "index_chunks", "replace_source", "delete_source",
+    "replace_document", "LoadError",
     "retrieve_context", "list_ingestion_status", "rollback_generation", "compact",
     "RagContextProvider", "ContextBlock", "Evidence", "evidence_from_citation",
 }  # fmt: skip
@@ -40,6 +41,7 @@ def test_names_are_importable_from_the_layer_that_defines_them():
     assert application.replace_source is ragport.replace_source
     assert application.RagContextProvider is ragport.RagContextProvider
     assert application.evidence_from_citation is ragport.evidence_from_citation
+    assert application.replace_document is ragport.replace_document
     assert domain.errors.EmbedderMismatchError.code == "ERR_RAG_EMBEDDER_MISMATCH"
 
 

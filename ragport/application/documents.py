@@ -1,0 +1,296 @@
+"""replace_document: load, parse, chunk and replace one document atomically.
+
+1. Validate the scope, chunking settings and ``source_id`` (when given); record ``pending``.
+2. Load the bytes with ``loader.load(uri)``; the source id is ``source_id``, else the
+   loader's, else ``uri`` (``pending`` is recorded now if it was not yet).
+3. Compute the skip key: SHA-256 over the bytes, the embedder id and dimensions, the chunking
+   settings and the parser id. If every stored row of the source carries it, stop: unchanged
+   (nothing parsed, nothing embedded).
+4. Parse under the parser's caps (``ParseError`` on any of them; never partial text).
+5. Chunk: page by page for a paged document (PDF: a chunk never spans pages and carries
+   ``metadata["page"]``, 1-based), ``chunk_markdown`` for Markdown output (Markdown, HTML,
+   DOCX, reST), ``chunk_text`` otherwise. Loader and parser metadata (title, url, untrusted,
+   lang, ...) and ``media_type`` go onto every chunk.
+6. ``replace_source`` with the skip key as content hash: embed first, then swap in one
+   transaction, so any failure up to the commit leaves the previous version fully visible.
+7. Record ``indexed`` (bytes, chunks) or ``failed`` with a redacted error of at most 256
+   characters, then re-raise.
+
+The application layer does not know the parser adapters: pass ``parser=`` a ``Parser``, or
+a selector such as ``ragport.adapters.parsers.parser_for`` that maps a media type or file
+name to one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ragport.application._support import (
+    SYSTEM_CLOCK,
+    Redaction,
+    check_abort,
+    put_status,
+    require_scope,
+    require_transactions,
+    resolve_limits,
+)
+from ragport.application.indexing import replace_source
+from ragport.application.results import ReplaceResult
+from ragport.domain.chunking import chunk_markdown, chunk_text
+from ragport.domain.documents import base_media_type
+from ragport.domain.errors import ParseError, ValidationError
+from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
+from ragport.domain.model import Chunk, Scope, validate_id
+from ragport.ports.documents import DocumentLoader, LoadedDocument, ParsedDocument, Parser
+from ragport.ports.embedder import Embedder
+from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
+from ragport.ports.status import IngestionStatusStore
+from ragport.ports.store import ChunkStore
+
+__all__ = ["CHUNKER_VERSION", "document_skip_key", "replace_document"]
+
+CHUNKER_VERSION = "chunk-v2"  # v2: setext headings; bump when the same text chunks differently
+ParserSelector = Callable[[str], Parser]
+
+
+def document_skip_key(
+    data: bytes, *, embedder: Embedder, parser_id: str, size: int, overlap: int
+) -> str:
+    """The content hash ``replace_document`` stores: changes when any input of the result does."""
+    digest = hashlib.sha256()
+    settings = {
+        "embedder": embedder.id,
+        "dimensions": embedder.dimensions,
+        "parser": parser_id,
+        "chunker": CHUNKER_VERSION,
+        "size": size,
+        "overlap": overlap,
+    }
+    digest.update(json.dumps(settings, sort_keys=True).encode())
+    digest.update(b"\0")
+    digest.update(data)
+    return digest.hexdigest()
+
+
+def _pick_parser(
+    parser: Parser | ParserSelector | None, loaded: LoadedDocument, uri: str
+) -> Parser:
+    if parser is None:
+        raise ValidationError(
+            "replace_document needs parser=: a Parser, or a selector such as "
+            "ragport.adapters.parsers.parser_for",
+            field="parser",
+        )
+    if isinstance(parser, Parser):
+        return parser
+    if callable(parser):
+        chosen = parser(loaded.media_type or uri)
+        if not isinstance(chosen, Parser):
+            raise ValidationError("the parser selector did not return a Parser", field="parser")
+        return chosen
+    raise ValidationError("parser must be a Parser or a selector", field="parser")
+
+
+def _chunks(
+    parsed: ParsedDocument,
+    *,
+    source_id: str,
+    size: int,
+    overlap: int,
+    metadata: Mapping[str, Any],
+    limits: Limits,
+) -> tuple[Chunk, ...]:
+    if not parsed.pages:
+        chunker = chunk_markdown if parsed.markdown else chunk_text
+        return chunker(
+            parsed.text,
+            source_id=source_id,
+            size=size,
+            overlap=overlap,
+            metadata=metadata,
+            limits=limits,
+        )
+    if len(parsed.text) > limits.document_chars:
+        raise ValidationError(
+            f"document is longer than {limits.document_chars} characters",
+            field="document_chars",
+            limit="document_chars",
+        )
+    out: list[Chunk] = []
+    offset = 0
+    for number, page in enumerate(parsed.pages, start=1):
+        for chunk in chunk_text(
+            page,
+            source_id=source_id,
+            size=size,
+            overlap=overlap,
+            metadata={**metadata, "page": number},
+            limits=limits,
+        ):
+            out.append(
+                Chunk.of(
+                    source_id,
+                    len(out),
+                    chunk.text,
+                    start=offset + chunk.start,
+                    metadata=chunk.metadata,
+                )
+            )
+        offset += len(page) + 1  # the form feed between pages
+    return tuple(out)
+
+
+def replace_document(
+    *,
+    uri: str,
+    loader: DocumentLoader,
+    parser: Parser | ParserSelector | None = None,
+    embedder: Embedder,
+    store: ChunkStore,
+    scope: Scope,
+    source_id: str | None = None,
+    size: int = DEFAULT_LIMITS.chunk_size,
+    overlap: int = DEFAULT_LIMITS.overlap,
+    status_store: IngestionStatusStore | None = None,
+    batch_size: int = DEFAULT_LIMITS.embed_batch,
+    telemetry: Telemetry | None = None,
+    abort: Abort | None = None,
+    redactor: Redactor | None = None,
+    secrets: Sequence[str] | None = None,
+    limits: Limits | None = None,
+    clock: Clock | None = None,
+) -> ReplaceResult:
+    """Load ``uri``, parse, chunk and replace its source atomically; see the module steps.
+
+    Returns ``ReplaceResult(skipped=True)`` when the bytes, embedder, chunking settings and
+    parser are all unchanged. Raises what the failing step raised (``LoadError``,
+    ``UrlRejectedError``, ``ParseError``, ``ValidationError``, ...) after recording ``failed``.
+    """
+    scope = require_scope(scope)
+    if not isinstance(uri, str) or not uri:
+        raise ValidationError("uri must be a non-empty string", field="uri")
+    lim = resolve_limits(limits)
+    check_limit("chunk_size", size)
+    check_limit("overlap", overlap)
+    if overlap >= size:
+        raise ValidationError("overlap must be smaller than size", field="overlap", limit="overlap")
+    if source_id is not None:
+        validate_id(source_id, field="source_id")
+    require_transactions(store, "replace_document")
+    clk = clock or SYSTEM_CLOCK
+    redact = Redaction(redactor, secrets)
+    check_abort(abort)
+
+    sid = source_id
+    size_bytes = 0
+    if sid is not None:
+        put_status(status_store, scope=scope, source_id=sid, state="pending", clock=clk)
+    try:
+        loaded = loader.load(uri)
+        if not isinstance(loaded, LoadedDocument):
+            raise ValidationError("the loader did not return a LoadedDocument", field="loader")
+        size_bytes = len(loaded.data)
+        if sid is None:
+            sid = validate_id(loaded.source_id or uri, field="source_id")
+            put_status(
+                status_store,
+                scope=scope,
+                source_id=sid,
+                state="pending",
+                clock=clk,
+                size=size_bytes,
+            )
+        chosen = _pick_parser(parser, loaded, uri)
+        key = document_skip_key(
+            loaded.data, embedder=embedder, parser_id=chosen.id, size=size, overlap=overlap
+        )
+        stored = store.get_by_source(scope, sid)
+        if stored and all(
+            r.content_hash == key
+            and r.embedder_id == embedder.id
+            and r.dimensions == embedder.dimensions
+            for r in stored
+        ):
+            total = len(stored)
+            put_status(
+                status_store,
+                scope=scope,
+                source_id=sid,
+                state="indexed",
+                clock=clk,
+                size=size_bytes,
+                total=total,
+                indexed=total,
+            )
+            return ReplaceResult(sid, 0, 0, True, store.current_generation(scope))
+        check_abort(abort)
+        parsed = chosen.parse(loaded.data, media_type=loaded.media_type, abort=abort)
+        media_type = base_media_type(parsed.media_type or loaded.media_type or "") or None
+        metadata: dict[str, Any] = {**loaded.metadata, **parsed.metadata}
+        metadata.pop("pages", None)
+        if media_type:
+            metadata["media_type"] = media_type
+        chunks = _chunks(
+            parsed, source_id=sid, size=size, overlap=overlap, metadata=metadata, limits=lim
+        )
+        if not chunks:
+            raise ParseError("the document has no text to index", reason="empty")
+        put_status(
+            status_store,
+            scope=scope,
+            source_id=sid,
+            state="pending",
+            clock=clk,
+            size=size_bytes,
+            total=len(chunks),
+        )
+        result = replace_source(
+            source_id=sid,
+            chunks=chunks,
+            embedder=embedder,
+            store=store,
+            scope=scope,
+            content_hash=key,
+            skip_if_unchanged=False,
+            batch_size=batch_size,
+            telemetry=telemetry,
+            abort=abort,
+            redactor=redactor,
+            secrets=secrets,
+            limits=lim,
+            clock=clk,
+        )
+    except BaseException as exc:
+        failed_id = sid if sid is not None else _id_or_none(uri)
+        if failed_id is not None:
+            put_status(
+                status_store,
+                scope=scope,
+                source_id=failed_id,
+                state="failed",
+                clock=clk,
+                size=size_bytes,
+                error=redact.error(exc),
+            )
+        raise
+    put_status(
+        status_store,
+        scope=scope,
+        source_id=sid,
+        state="indexed",
+        clock=clk,
+        size=size_bytes,
+        total=result.indexed,
+        indexed=result.indexed,
+    )
+    return result
+
+
+def _id_or_none(uri: str) -> str | None:
+    try:
+        return validate_id(uri, field="source_id")
+    except ValidationError:
+        return None
