@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import time
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import cattrs
@@ -24,13 +27,19 @@ from ragport.application import (
     retrieve_context,
 )
 from ragport.bootstrap import (
+    CorpusRoots,
+    FileOutcome,
     build_embedder,
+    collect_documents,
+    default_root,
     demo_documents,
+    ingest_files,
     ingest_text,
     open_stores,
-    walk_documents,
 )
-from ragport.domain.errors import RagportError
+from ragport.domain.documents import DOCUMENT_SUFFIXES
+from ragport.domain.errors import RagportError, ValidationError
+from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS
 from ragport.domain.model import Scope
 
 __all__ = ["main"]
@@ -92,31 +101,119 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _corpus_root(args: argparse.Namespace) -> Path:
+    """``--root``, else the root recorded with the corpus, else the paths' common folder.
+
+    The chosen root is recorded (except for ``memory://``), so later runs name every file
+    the same way however its path is typed.
+    """
+    url = _store_url(args)
+    key = "|".join([url or "embedded", args.schema, args.tenant, args.resource, args.corpus])
+    roots = None if url in ("memory://", "memory") else CorpusRoots()
+    recorded = roots.get(key) if roots is not None else None
+    if args.root:
+        root = Path(args.root).resolve()
+        if not root.is_dir():
+            raise ValidationError("--root must be an existing folder", field="root")
+        if recorded is not None and recorded != root:
+            print(f"note: corpus root changed from {recorded} to {root}", file=sys.stderr)
+    else:
+        root = recorded or default_root(args.paths)
+    if roots is not None and root != recorded:
+        roots.set(key, root)
+    return root
+
+
+class _Progress:
+    """A one-line bar (files done / total, rate, current file) on a terminal, else nothing."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total = total
+        self.enabled = enabled and total > 0
+        self.done = 0
+        self.started = time.perf_counter()
+
+    def show(self, current: str) -> None:
+        if not self.enabled:
+            return
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        width = 24
+        filled = int(width * self.done / self.total)
+        bar = "#" * filled + "-" * (width - filled)
+        line = f"[{bar}] {self.done}/{self.total} {self.done / elapsed:.1f} files/s {current}"
+        columns = shutil.get_terminal_size().columns
+        sys.stdout.write("\r" + line[: columns - 1].ljust(columns - 1))
+        sys.stdout.flush()
+
+    def clear(self) -> None:
+        if self.enabled:
+            sys.stdout.write("\r" + " " * (shutil.get_terminal_size().columns - 1) + "\r")
+            sys.stdout.flush()
+
+
+def _outcome_line(n: int, total: int, outcome: FileOutcome) -> str:
+    name = outcome.source_id or outcome.path
+    if outcome.state == "failed":
+        detail = f"FAILED ({outcome.reason}) {outcome.error or ''}".rstrip()
+    elif outcome.state == "unchanged":
+        detail = f"unchanged (generation {outcome.generation})"
+    else:
+        detail = f"{outcome.chunks} chunks, {outcome.replaced} replaced (generation {outcome.generation})"
+    return f"[{n}/{total}] {name}: {detail}"
+
+
 def _ingest(args: argparse.Namespace) -> int:
     embedder = build_embedder(args.embedder)
     scope = _scope(args)
-    documents = walk_documents(args.paths)
+    root = _corpus_root(args)
+    candidates = collect_documents(args.paths, root=root)
+    total = len(candidates)
+    progress = _Progress(total, sys.stdout.isatty() and not args.json)
+    outcomes: list[FileOutcome] = []
+    started = time.perf_counter()
     with open_stores(_store_url(args), schema=args.schema) as stores:
-        for source_id, path in documents:
-            result = ingest_text(
-                name=path.name,
-                text=path.read_text(encoding="utf-8"),
-                source_id=source_id,
-                store=stores.chunks,
-                status_store=stores.status,
-                embedder=embedder,
-                scope=scope,
-                size=args.size,
-                overlap=args.overlap,
-            )
-            state = (
-                "unchanged"
-                if result.skipped
-                else f"{result.indexed} chunks, {result.deleted} replaced"
-            )
-            print(f"{source_id}: {state} (generation {result.generation})")
-    print(f"{len(documents)} document(s) in corpus {scope.corpus_id}")
-    return 0
+        results = ingest_files(
+            candidates,
+            root=root,
+            store=stores.chunks,
+            status_store=stores.status,
+            embedder=embedder,
+            scope=scope,
+            size=args.size,
+            overlap=args.overlap,
+            max_bytes=args.max_bytes,
+        )
+        for n, outcome in enumerate(results, start=1):
+            outcomes.append(outcome)
+            progress.done = n
+            if args.json:
+                print(json.dumps(_json.unstructure(outcome), ensure_ascii=False), flush=True)
+                continue
+            if progress.enabled:
+                progress.clear()
+                if outcome.state == "failed":
+                    print(_outcome_line(n, total, outcome))
+                progress.show(outcome.source_id or outcome.path)
+            else:
+                print(_outcome_line(n, total, outcome), flush=True)
+    progress.clear()
+    failed = [o for o in outcomes if o.state == "failed"]
+    if not args.json:
+        counts = {
+            state: sum(o.state == state for o in outcomes)
+            for state in ("indexed", "unchanged", "failed")
+        }
+        seconds = time.perf_counter() - started
+        print(f"{total} document(s) in corpus {scope.corpus_id} (root {root}) in {seconds:.1f} s")
+        print(f"  {'indexed':<10}{counts['indexed']:>6}")
+        print(f"  {'unchanged':<10}{counts['unchanged']:>6}")
+        print(f"  {'failed':<10}{counts['failed']:>6}")
+        if failed:
+            width = max(len(o.source_id or o.path) for o in failed)
+            print("failed:")
+            for o in failed:
+                print(f"  {(o.source_id or o.path):<{width}}  {o.reason or '':<16} {o.error or ''}")
+    return 1 if failed else 0
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -161,11 +258,23 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(_json.unstructure(page), indent=2))
         return 0
     print(f"corpus {args.corpus}: generation {generation}")
+    rows = [("SOURCE", "STATE", "CHUNKS", "BYTES", "UPDATED", "ERROR")]
     for item in page.items:
-        error = f"  error: {item.error}" if item.error else ""
-        print(
-            f"  {item.source_id}: {item.state} {item.chunks_indexed}/{item.chunks_total} chunks{error}"
+        updated = item.updated_at.strftime("%Y-%m-%d %H:%M:%S") if item.updated_at else ""
+        rows.append(
+            (
+                item.source_id,
+                item.state,
+                f"{item.chunks_indexed}/{item.chunks_total}",
+                str(item.bytes),
+                updated,
+                item.error or "",
+            )
         )
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True)]
+        print("  " + "  ".join([*cells, row[5]]).rstrip())
     if page.cursor:
         print(f"more: --cursor {page.cursor}")
     return 0
@@ -240,11 +349,24 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     ingest = sub.add_parser(
-        "ingest", parents=[common], help="ingest Markdown and text files (folders walked)"
+        "ingest",
+        parents=[common],
+        help="ingest documents (" + " ".join(DOCUMENT_SUFFIXES) + "; folders walked)",
     )
     ingest.add_argument("paths", nargs="+")
+    ingest.add_argument(
+        "--root",
+        help="corpus root: ids are paths relative to it (default: recorded, or common folder)",
+    )
     ingest.add_argument("--size", type=int, default=1000)
     ingest.add_argument("--overlap", type=int, default=100)
+    ingest.add_argument(
+        "--max-bytes",
+        type=int,
+        default=DEFAULT_LIMITS.parse_bytes,
+        help=f"document byte cap (default {DEFAULT_LIMITS.parse_bytes}, at most {HARD_LIMITS.parse_bytes})",
+    )
+    ingest.add_argument("--json", action="store_true", help="one JSON result object per file")
     ingest.set_defaults(func=_ingest)
 
     query = sub.add_parser("query", parents=[common], help="retrieve cited context")
