@@ -64,6 +64,8 @@ def _store_url(args: argparse.Namespace) -> str | None:
 def _print_result(result: RetrievalResult) -> None:
     for hit in result.hits:
         heading = " > ".join(hit.metadata.get("heading", [])) or "(no heading)"
+        if hit.metadata.get("page") is not None:
+            heading = f"page {hit.metadata['page']}  {heading}"
         print(f"  [{hit.provenance.citation_id}] score={hit.score:.3f}  {heading}")
     if result.truncated:
         print("  (context truncated by the byte or token ceiling)")

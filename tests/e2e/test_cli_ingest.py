@@ -112,5 +112,8 @@ def test_ids_do_not_depend_on_how_the_path_is_typed(
     hits = json.loads(capsys.readouterr().out)["hits"]
     pdf_hits = [h for h in hits if h["source_id"] == "nodejs/travel-policy.pdf"]
     assert pdf_hits and pdf_hits[0]["metadata"]["page"] == 3
+    assert main(["query", "hotel costs thirty days", "--top-k", "1", *store]) == 0
+    shown = capsys.readouterr().out
+    assert "[nodejs/travel-policy.pdf#0003]" in shown and "page 3" in shown
     assert main(["status", *store]) == 0
     assert "nodejs/bad.txt" in capsys.readouterr().out
