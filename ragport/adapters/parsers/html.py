@@ -49,6 +49,43 @@ DROP = frozenset(
         "base",
     ]
 )
+# Inline markup whose tags are removed (text and children kept) in C before the Python walk:
+# most elements of a real page are links and emphasis, and the walk would only concatenate them.
+INLINE = [
+    "a",
+    "abbr",
+    "b",
+    "bdi",
+    "bdo",
+    "cite",
+    "code",
+    "data",
+    "del",
+    "dfn",
+    "em",
+    "font",
+    "i",
+    "ins",
+    "kbd",
+    "mark",
+    "q",
+    "s",
+    "samp",
+    "small",
+    "span",
+    "strong",
+    "sub",
+    "sup",
+    "time",
+    "u",
+    "var",
+    "wbr",
+    "label",
+    "nobr",
+    "tt",
+    "big",
+    "strike",
+]
 HEADINGS = {f"h{n}": n for n in range(1, 7)}
 BLOCKS = frozenset(
     [
@@ -121,12 +158,13 @@ class HtmlParser(BaseParser):
         self, data: bytes, *, media_type: str | None, deadline: Deadline, abort: Abort | None
     ) -> ParsedDocument:
         import lxml.etree
-        import lxml.html
 
         text = _decode(data, media_type)
         if not text.strip():
             return ParsedDocument("", {}, "text/html", markdown=True)
-        parser = lxml.html.HTMLParser(
+        # Plain etree elements, not lxml.html's: its per-element class lookup cost more than
+        # the whole walk below.
+        parser = lxml.etree.HTMLParser(
             remove_comments=True,
             remove_pis=True,
             no_network=True,
@@ -136,9 +174,11 @@ class HtmlParser(BaseParser):
         try:
             # Bytes we re-encoded plus an explicit encoding: lxml refuses str input that
             # carries an XML encoding declaration, and must not re-guess the charset.
-            root = lxml.html.document_fromstring(text.encode("utf-8"), parser=parser)
+            root = lxml.etree.fromstring(text.encode("utf-8"), parser=parser)
         except (lxml.etree.LxmlError, ValueError) as exc:
             raise failed("lxml", exc, media_type=media_type) from None
+        if root is None:
+            return ParsedDocument("", {}, "text/html", markdown=True)
         if any(e.type_name == "ERR_RESOURCE_LIMIT" for e in parser.error_log):
             raise ParseError(
                 f"the document nests deeper than {self._max_depth} elements",
@@ -156,6 +196,8 @@ class HtmlParser(BaseParser):
         if lang and lang.strip():
             metadata["lang"] = lang.strip()
         content = _content_root(root)
+        _prune(content)
+        deadline.check()
         out = _Walker(self._max_depth, deadline, abort, media_type).walk(content)
         if len(out) > self._max_bytes:
             raise ParseError(
@@ -211,6 +253,32 @@ def _content_root(root: Any) -> Any:
     return root
 
 
+def _prune(content: Any) -> None:
+    """Drop chrome and hidden elements (tails kept), then unwrap inline tags, in place."""
+    import lxml.etree
+
+    lxml.etree.strip_elements(content, *DROP, with_tail=False)
+    for element in content.xpath(".//*[@hidden or @aria-hidden or @style]"):
+        if not _visible(element):
+            _drop(element)
+    lxml.etree.strip_tags(content, *INLINE)
+
+
+def _drop(element: Any) -> None:
+    """Remove ``element`` and its subtree, keeping its tail text in place."""
+    parent = element.getparent()
+    if parent is None:
+        return
+    tail = element.tail
+    if tail:
+        previous = element.getprevious()
+        if previous is not None:
+            previous.tail = (previous.tail or "") + tail
+        else:
+            parent.text = (parent.text or "") + tail
+    parent.remove(element)
+
+
 def _visible(element: Any) -> bool:
     if element.get("hidden") is not None:
         return False
@@ -235,7 +303,6 @@ class _Walker:
         # Open list items: [prefix, indent, prefix already used]
         self.items: list[list[Any]] = []
         self.lists: list[list[Any]] = []  # [ordered, counter]
-        self.row: list[str] | None = None
         self.steps = 0
 
     def walk(self, top: Any) -> str:
@@ -257,10 +324,15 @@ class _Walker:
                     reason="too_deep",
                     media_type=self.media_type,
                 )
-            tag = element.tag if isinstance(element.tag, str) else None
-            tag = tag.lower() if tag else None
-            if tag is None or tag in DROP or not _visible(element):
+            tag = element.tag  # libxml2's HTML parser gives lower-case names
+            if not isinstance(tag, str) or tag in DROP:
                 if element.tail and element is not top:
+                    self.inline.append(element.tail)
+                continue
+            if tag == "tr":
+                self.flush()
+                self.table_row(element)
+                if element.tail:
                     self.inline.append(element.tail)
                 continue
             if tag == "pre":
@@ -269,6 +341,13 @@ class _Walker:
                     self.inline.append(element.tail)
                 continue
             self.open(tag, element)
+            if len(element) == 0:  # a leaf: no need to come back for it
+                if element.text:
+                    self.inline.append(element.text)
+                self.close(element)
+                if element.tail:
+                    self.inline.append(element.tail)
+                continue
             stack.append((1, element, depth))
             if element.text:
                 self.inline.append(element.text)
@@ -284,9 +363,6 @@ class _Walker:
         self.inline.clear()
         if not text:
             return
-        if self.row is not None:
-            self.row.append(text)
-            return
         if self.items:
             item = self.items[-1]
             text = (item[0] if not item[2] else " " * len(item[0])) + text
@@ -295,7 +371,7 @@ class _Walker:
         self.lines.append(text)
 
     def blank(self) -> None:
-        if self.lines and self.lines[-1] != "" and not self.items and self.row is None:
+        if self.lines and self.lines[-1] != "" and not self.items:
             self.lines.append("")
 
     def open(self, tag: str, element: Any) -> None:
@@ -313,14 +389,11 @@ class _Walker:
             marker = f"{self.lists[-1][1]}. " if ordered else "- "
             indent = "  " * max(0, len(self.lists) - 1)
             self.items.append([marker, indent, False])
-        elif tag == "tr":
-            self.flush()
-            self.row = []
         elif tag in ("td", "th") or tag == "br":
             self.flush()
 
     def close(self, element: Any) -> None:
-        tag = element.tag.lower()
+        tag = element.tag
         if tag in HEADINGS:
             text = " ".join("".join(self.inline).split())
             self.inline.clear()
@@ -333,20 +406,24 @@ class _Walker:
             self.items.pop()
         elif tag in ("td", "th"):
             self.flush()
-        elif tag == "tr":
-            self.flush()
-            row, self.row = self.row, None
-            if row:
-                prefix = ""
-                if self.items:
-                    prefix = self.items[-1][1] + " " * len(self.items[-1][0])
-                self.lines.append(prefix + " | ".join(row))
         elif tag in BLOCKS:
             self.flush()
             if tag in ("ul", "ol") and self.lists:
                 self.lists.pop()
             if tag not in ("dt", "dd"):
                 self.blank()
+
+    def table_row(self, row: Any) -> None:
+        cells = [
+            " ".join((cell.text or "" if len(cell) == 0 else "".join(cell.itertext())).split())
+            for cell in row
+            if cell.tag in ("td", "th")
+        ]
+        if any(cells):
+            prefix = ""
+            if self.items:
+                prefix = self.items[-1][1] + " " * len(self.items[-1][0])
+            self.lines.append(prefix + " | ".join(cells))
 
     def pre(self, element: Any) -> None:
         self.flush()
