@@ -12,7 +12,8 @@ Deterministic, realistic documents are built in memory (nothing downloaded):
   ``docx.Document(...)`` plus a walk of ``paragraphs`` and table cells.
 - Markdown and reST for reference: bare calls ``bytes.decode`` and docutils ``publish_doctree``.
 
-Each figure is the median of ``--repeat`` runs (default 5). Also ``ragport ingest`` of 200
+Each figure is the median of ``--repeat`` runs (default 5), ragport and the bare call
+alternating. Also ``ragport ingest`` of 200
 mixed files (in-memory store, hash embedder) split into parse, embed and write time.
 
 Run: .venv/bin/python bench/bench_parsers.py [--repeat N] [--skip-ingest]
@@ -200,6 +201,21 @@ def median_seconds(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
+def paired_seconds(
+    ours: Callable[[], object], bare: Callable[[], object], repeat: int
+) -> tuple[float, float]:
+    """Medians of ``ours`` and ``bare``, run alternately so machine noise hits both alike."""
+    ours()
+    bare()
+    a, b = [], []
+    for _ in range(repeat):
+        for fn, out in ((ours, a), (bare, b)):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(a), statistics.median(b)
+
+
 def parse_figures(repeat: int) -> list[tuple[str, int, float, float]]:
     from ragport.adapters.parsers import (
         DocxParser,
@@ -218,8 +234,9 @@ def parse_figures(repeat: int) -> list[tuple[str, int, float, float]]:
     ]
     rows = []
     for name, data, parser, bare in cases:
-        ours = median_seconds(lambda p=parser, d=data: p.parse(d), repeat)
-        theirs = median_seconds(lambda b=bare, d=data: b(d), repeat)
+        ours, theirs = paired_seconds(
+            lambda p=parser, d=data: p.parse(d), lambda b=bare, d=data: b(d), repeat
+        )
         rows.append((name, len(data), len(data) / ours / 1e6, len(data) / theirs / 1e6))
     return rows
 
