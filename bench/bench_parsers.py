@@ -315,7 +315,7 @@ def main() -> int:
     print("| Parser | Document | ragport MB/s | bare call MB/s | ratio |")
     print("|---|---|---|---|---|")
     for name, size, ours, bare in parse_figures(args.repeat):
-        print(f"| {name} | {size / 1e3:,.0f} KB | {ours:.2f} | {bare:.2f} | {ours / bare:.2f}x |")
+        print(f"| {name} | {size / 1e3:,.0f} KB | {ours:.3g} | {bare:.3g} | {ours / bare:.2f}x |")
     if not args.skip_ingest:
         f = ingest_figures()
         print(
