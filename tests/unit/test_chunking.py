@@ -563,3 +563,36 @@ def test_thematic_breaks_lists_and_fences_are_not_setext_headings() -> None:
     assert chunk.metadata["heading"] == ["Top"]
     tail = chunk_markdown(doc, source_id="d", size=12, overlap=0)
     assert all(c.metadata["heading"] == ["Top"] for c in tail)
+
+
+_SETEXT_PIECES = [
+    *_MARKDOWN_PIECES,
+    "\n===\n",
+    "\n---\n",
+    "\nTitle line\n=====\n",
+    "\nSub title\r\n---\r\n",
+    "\n- item\n---\n",
+    "\n> quote\n===\n",
+    "=",
+    "-",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=_docs(_SETEXT_PIECES), params=_size_and_overlap())
+def test_chunk_markdown_invariants_with_setext_underlines(
+    doc: str, params: tuple[int, int]
+) -> None:
+    """Setext underlines anywhere keep every invariant; heading texts are single lines.
+
+    If this fails, check _setext_headings (positions must be sorted, unique, inside the text).
+    """
+    size, overlap = params
+    chunks = chunk_markdown(doc, source_id="md", size=size, overlap=overlap)
+    _assert_invariants(doc, chunks, size, "md")
+    for chunk in chunks:
+        assert all(
+            isinstance(t, str) and "\n" not in t and "\r" not in t
+            for t in chunk.metadata["heading"]
+        )
+    assert chunk_markdown(doc, source_id="md", size=size, overlap=overlap) == chunks
