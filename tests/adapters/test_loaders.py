@@ -296,3 +296,53 @@ def test_unresolvable_hosts_are_refused():
         with pytest.raises(UrlRejectedError) as info:
             WebFetchDocumentLoader(resolver=resolver).load("http://nowhere.example.test/")
         assert info.value.reason == "unresolvable"
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """A loopback HTTPS FakeServer whose certificate names docs.example.test only."""
+    import shutil
+    import ssl
+    import subprocess
+    import threading
+
+    from fake_http import FakeServer, stop
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+         "-subj", "/CN=docs.example.test", "-addext", "subjectAltName=DNS:docs.example.test"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server = FakeServer(lambda r: Reply(body=b"secure", headers={"Content-Type": "text/plain"}))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+    yield server, cert
+    stop(server)
+
+
+def test_https_connects_to_the_checked_address_but_verifies_the_original_name(tls_server):
+    """TLS goes to the resolved 127.0.0.1 yet checks the certificate against the URL's host.
+
+    If this fails, check the sni_hostname extension in WebFetchDocumentLoader.load.
+    """
+    import ssl
+
+    import httpx
+
+    server, cert = tls_server
+    trust = ssl.create_default_context(cafile=str(cert))
+    with httpx.Client(verify=trust, trust_env=False) as client:
+        loader = WebFetchDocumentLoader(
+            client=client, resolver=Resolver("127.0.0.1"), allow_loopback=True
+        )
+        doc = loader.load(f"https://docs.example.test:{_port(server)}/")
+        assert doc.data == b"secure"
+        with pytest.raises(LoadError) as info:  # the certificate does not name this host
+            loader.load(f"https://other.example.test:{_port(server)}/")
+        assert info.value.reason == "transport"

@@ -5,7 +5,8 @@ Per hop: the URL is parsed once (httpx.URL) and checked (scheme, credentials, ``
 IP literals); the host is resolved once with ``resolver``; every address must be public
 (IPv4-mapped IPv6 unwrapped first); the request then goes to that address, with the original
 ``Host`` header and, for https, the original name as TLS SNI and certificate name (the
-``sni_hostname`` extension of httpcore), so no second DNS lookup can rebind it. Redirects are
+``sni_hostname`` extension of httpcore), so no second DNS lookup can rebind it; no connection
+is kept alive, since the pool would reuse one verified for another name on the same address. Redirects are
 followed by hand (at most ``max_redirects``), each hop checked again. The body streams under
 ``max_bytes``; no proxy from the environment is used.
 """
@@ -127,7 +128,12 @@ class WebFetchDocumentLoader:
         if client is None:
             import httpx
 
-            client = httpx.Client(timeout=self._timeout_s, trust_env=False, follow_redirects=False)
+            client = httpx.Client(
+                timeout=self._timeout_s,
+                trust_env=False,
+                follow_redirects=False,
+                limits=httpx.Limits(max_keepalive_connections=0),
+            )
         self._client = client
 
     def close(self) -> None:
@@ -153,7 +159,14 @@ class WebFetchDocumentLoader:
         for _hop in range(self._max_redirects + 1):
             host, address = self._check(url)
             target = url.copy_with(host=str(address))
-            headers = {"Host": url.netloc.decode("ascii"), "Accept-Encoding": "identity"}
+            # Connection: close, because the pool keys connections by (scheme, address, port):
+            # a kept-alive TLS connection verified for one host name would otherwise carry
+            # the next request for another name on the same address, unverified.
+            headers = {
+                "Host": url.netloc.decode("ascii"),
+                "Accept-Encoding": "identity",
+                "Connection": "close",
+            }
             extensions: dict[str, Any] = {}
             if url.scheme == "https":
                 extensions["sni_hostname"] = host
