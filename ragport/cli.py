@@ -8,6 +8,7 @@ user's data directory, started on demand and reused by the next command.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -110,7 +111,9 @@ def _corpus_root(args: argparse.Namespace) -> Path:
     the same way however its path is typed.
     """
     url = _store_url(args)
-    key = "|".join([url or "embedded", args.schema, args.tenant, args.resource, args.corpus])
+    # A store URL may carry a password: the file keeps only a digest of it.
+    store = hashlib.sha256(url.encode()).hexdigest()[:16] if url else "embedded"
+    key = "|".join([store, args.schema, args.tenant, args.resource, args.corpus])
     roots = None if url in ("memory://", "memory") else CorpusRoots()
     recorded = roots.get(key) if roots is not None else None
     if args.root:

@@ -282,3 +282,14 @@ def test_parser_for_picks_by_media_type_or_name_and_never_guesses():
         with pytest.raises(ParseError) as info:
             parser_for(unknown)
         assert info.value.reason == "unsupported_type"
+
+
+def test_pdf_worker_that_cannot_start_is_a_parse_error(monkeypatch):
+    """No usable interpreter for the worker is ParseError(worker), not an OSError.
+
+    If this fails, check the Popen guard in PdfParser._extract.
+    """
+    import sys
+
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python3")
+    assert _reason(PdfParser(), pdf(["text"])) == "worker"

@@ -89,12 +89,19 @@ class PdfParser(BaseParser):
             "max_memory": _BASE_MEMORY + 4 * self._max_inflated,
         }
         payload: bytes | None = json.dumps(settings).encode() + b"\n" + data
-        process = subprocess.Popen(
-            [sys.executable, "-I", str(_WORKER)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-I", str(_WORKER)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError as exc:  # no usable interpreter (an embedded host's sys.executable)
+            raise ParseError(
+                f"the PDF worker could not start ({type(exc).__name__})",
+                reason="worker",
+                media_type=media_type,
+            ) from None
         try:
             while True:
                 remaining = deadline.remaining()
