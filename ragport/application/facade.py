@@ -13,6 +13,7 @@ from typing import Any
 
 from ragport.application._support import require_scope, resolve_limits
 from ragport.application.derived import index_derived
+from ragport.application.documents import ParserSelector, replace_document
 from ragport.application.generations import rollback_generation
 from ragport.application.indexing import delete_source, replace_source
 from ragport.application.results import ReplaceResult, RetrievalResult, RollbackResult
@@ -22,6 +23,7 @@ from ragport.domain.errors import CapabilityError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits
 from ragport.domain.model import Chunk, Scope
 from ragport.domain.status import StatusPage
+from ragport.ports.documents import DocumentLoader, Parser
 from ragport.ports.embedder import Embedder
 from ragport.ports.runtime import Redactor, Telemetry
 from ragport.ports.status import IngestionStatusStore
@@ -96,6 +98,29 @@ class Rag:
         return replace_source(
             source_id=source_id,
             chunks=chunks,
+            embedder=self._embedder,
+            store=self._store,
+            scope=self._write_scope(),
+            telemetry=self._telemetry,
+            redactor=self._redactor,
+            limits=self._limits,
+            **options,
+        )
+
+    def replace_document(
+        self,
+        *,
+        uri: str,
+        loader: DocumentLoader,
+        parser: Parser | ParserSelector | None = None,
+        **options: Any,
+    ) -> ReplaceResult:
+        """``replace_document`` in the bound scope (``parser`` a Parser or e.g. ``parser_for``)."""
+        options.setdefault("status_store", self._status)
+        return replace_document(
+            uri=uri,
+            loader=loader,
+            parser=parser,
             embedder=self._embedder,
             store=self._store,
             scope=self._write_scope(),

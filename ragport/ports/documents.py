@@ -47,7 +47,9 @@ class DocumentLoader(Protocol):
     ``UrlRejectedError`` *before* any socket opens; never returns partial bytes as complete.
     """
 
-    def load(self, uri: str) -> LoadedDocument: ...
+    def load(self, uri: str) -> LoadedDocument:
+        """The bytes ``uri`` names, whole, with media type, source id and metadata if known."""
+        ...
 
 
 @runtime_checkable
@@ -70,11 +72,17 @@ class Parser(Protocol):
     """
 
     @property
-    def id(self) -> str: ...
+    def id(self) -> str:
+        """Parser name and version (with its library's), part of the re-index skip key."""
+        ...
 
     @property
-    def max_bytes(self) -> int: ...
+    def max_bytes(self) -> int:
+        """The input cap in bytes."""
+        ...
 
     def parse(
         self, data: bytes, *, media_type: str | None = None, abort: Abort | None = None
-    ) -> ParsedDocument: ...
+    ) -> ParsedDocument:
+        """The text and metadata of ``data``, whole, or ``ParseError``: never partial."""
+        ...

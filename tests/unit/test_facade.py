@@ -68,3 +68,23 @@ def test_a_rag_refuses_ambiguous_binding_and_status_without_a_store() -> None:
             Rag(store=store, embedder=EMB, **bad)
     with pytest.raises(CapabilityError):
         Rag(store=store, embedder=EMB, scope=A).status()
+
+
+def test_a_bound_rag_replaces_documents() -> None:
+    """Rag.replace_document loads, parses and indexes in the bound scope, with status.
+
+    If this fails, check Rag.replace_document in ragport/application/facade.py.
+    """
+    from ragport.adapters.loaders import ResourceDocumentLoader
+    from ragport.adapters.parsers import parser_for
+    from ragport.ports.documents import LoadedDocument
+
+    store, status = InMemoryStore(), InMemoryStatusStore()
+    rag = Rag(store=store, embedder=EMB, scope=A, status_store=status)
+    loader = ResourceDocumentLoader(
+        loader=lambda uri: LoadedDocument(b"# Leave\n\nSixteen weeks.\n", "text/markdown")
+    )
+    first = rag.replace_document(uri="kb/leave.md", loader=loader, parser=parser_for)
+    assert first.indexed == 1 and status.get(A, "kb/leave.md").state == "indexed"
+    assert rag.replace_document(uri="kb/leave.md", loader=loader, parser=parser_for).skipped
+    assert not store.get_by_source(B, "kb/leave.md")
