@@ -22,7 +22,7 @@ from sqlalchemy import event, text
 import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.postgres import PostgresStore
-from ragport.application.forgetting import TOMBSTONE_BATCH
+from ragport.application.propagation import TOMBSTONE_BATCH
 
 SCOPE = ragport.Scope("tenant-propagation", "kb", "docs")
 EMB = HashEmbedder(dimensions=32)
