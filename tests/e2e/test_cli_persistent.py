@@ -44,11 +44,13 @@ def test_ingest_then_query_in_new_processes_uses_the_embedded_server(cli_env, tm
     (docs / "guides" / "zebra.md").write_text("# Zebras\n\nZebras have black and white stripes.\n")
     (docs / "notes.txt").write_text("Penguins live in the southern hemisphere.\n")
     (docs / "ignored.bin").write_bytes(b"\x00\x01")
+    data = Path(__file__).resolve().parents[1] / "data"
+    (docs / "travel-policy.pdf").write_bytes((data / "travel-policy.pdf").read_bytes())
 
     ingest = _run(cli_env, "ingest", str(docs), "--corpus", "animals")
     assert ingest.returncode == 0, ingest.stderr
     assert "guides/zebra.md: 1 chunks" in ingest.stdout
-    assert "2 document(s)" in ingest.stdout
+    assert "3 document(s)" in ingest.stdout
     assert "ignored.bin" not in ingest.stdout
 
     query = _run(cli_env, "query", "zebra stripes", "--corpus", "animals", "--json")
@@ -57,6 +59,13 @@ def test_ingest_then_query_in_new_processes_uses_the_embedded_server(cli_env, tm
     assert result["hits"][0]["source_id"] == "guides/zebra.md"
     assert result["hits"][0]["provenance"]["provider"] == "postgres"
     assert result["text"].startswith("[guides/zebra.md#0001] ")
+
+    expenses = _run(
+        cli_env, "query", "hotel costs within thirty days", "--corpus", "animals", "--json"
+    )
+    top = json.loads(expenses.stdout)["hits"][0]
+    assert top["source_id"] == "travel-policy.pdf" and top["metadata"]["page"] == 3
+    assert top["provenance"]["citation_id"] == "travel-policy.pdf#0003"
 
     again = _run(cli_env, "ingest", str(docs), "--corpus", "animals")
     assert "guides/zebra.md: unchanged" in again.stdout
