@@ -18,7 +18,6 @@ rerank_hits:
 
 from __future__ import annotations
 
-import copy
 import math
 import threading
 import time
@@ -122,7 +121,6 @@ def _copy_for_reranker(hit: Hit, redact: Redaction) -> Hit:
     return attrs.evolve(
         hit,
         text=redact(hit.text) if redact.active else hit.text,
-        metadata=copy.deepcopy(hit.metadata),
         provenance=attrs.evolve(hit.provenance),
         trust=Trust(),
     )

@@ -22,7 +22,6 @@ retrieve_context:
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -627,7 +626,7 @@ def _hit(
         id=record.id,
         source_id=record.source_id,
         text=redact(record.text) if redact.active else record.text,
-        metadata=copy.deepcopy(record.metadata),
+        metadata=record.metadata,  # Hit copies it (freeze_metadata)
         score=c.score,
         retrieval_rank=rank,
         provenance=provenance,

@@ -184,24 +184,6 @@ def _freeze_value(value: object, field: str, path: set[int]) -> Any:
     )
 
 
-def _check_strings(value: object) -> None:
-    """Refuse NUL and lone surrogates anywhere in an already-JSON value (keys included)."""
-    if isinstance(value, str):
-        if _unencodable(value) is not None:
-            raise ValidationError(
-                "metadata strings must not contain NUL or lone surrogates", field="metadata"
-            )
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValidationError("metadata keys must be strings", field="metadata")
-            _check_strings(key)
-            _check_strings(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _check_strings(item)
-
-
 def metadata_bytes(metadata: Mapping[str, Any]) -> int:
     """The size the ``metadata_bytes`` cap measures: UTF-8 bytes of compact JSON.
 
@@ -442,6 +424,8 @@ class Record:
     ``generation`` is the generation it was written at; ``retired_generation`` the one at
     which a replacement hid it (``None`` while live). ``lineage`` lists what a derived record
     rests on; ``roots`` the flattened root source ids that decide who may see it.
+    ``metadata`` is a deep copy of what the constructor got (``freeze_metadata``): the caller's
+    mapping and the record never share a dict or list.
     """
 
     id: str
@@ -449,7 +433,7 @@ class Record:
     source_id: str
     kind: RecordKind
     text: str
-    metadata: dict[str, Any] = attrs.field(factory=dict, hash=False)
+    metadata: dict[str, Any] = attrs.field(factory=dict, converter=freeze_metadata, hash=False)
     embedder_id: str | None = None
     dimensions: int | None = None
     generation: int = 0
@@ -471,9 +455,6 @@ class Record:
             validate_id(edge, field="lineage")
         for root in self.roots:
             validate_id(root, field="roots")
-        if not isinstance(self.metadata, Mapping):
-            raise ValidationError("metadata must be a mapping", field="metadata")
-        _check_strings(self.metadata)
 
     @property
     def access_sources(self) -> tuple[str, ...]:
@@ -540,14 +521,17 @@ class Provenance:
 
 @attrs.frozen(eq=False)
 class Hit:
-    """A retrieved record. Compared by identity: rerankers must hand back the same objects."""
+    """A retrieved record. Compared by identity: rerankers must hand back the same objects.
+
+    ``metadata`` is a deep copy (``freeze_metadata``): writing to it never reaches the store.
+    """
 
     id: str
     source_id: str
     text: str
-    metadata: dict[str, Any]
-    score: float
-    retrieval_rank: int
+    metadata: dict[str, Any] = attrs.field(converter=freeze_metadata)
+    score: float = attrs.field()
+    retrieval_rank: int = attrs.field()
     provenance: Provenance
     trust: Trust = attrs.field(factory=Trust)
 
