@@ -22,11 +22,25 @@ import pytest
 # Rewrite asserts in the suite modules so an adapter author sees the compared values, not a
 # bare AssertionError. This must happen before the modules are imported.
 pytest.register_assert_rewrite(
+    "ragport.contract_tests._base",
     "ragport.contract_tests._support",
+    # The package and each of its modules: register_assert_rewrite does not reach submodules.
     "ragport.contract_tests.chunk_store",
-    "ragport.contract_tests.chunk_store_forgetting",
-    "ragport.contract_tests.chunk_store_hybrid",
-    "ragport.contract_tests.chunk_store_boundary",
+    "ragport.contract_tests.chunk_store._base",
+    "ragport.contract_tests.chunk_store._helpers",
+    "ragport.contract_tests.chunk_store.access",
+    "ragport.contract_tests.chunk_store.boundary",
+    "ragport.contract_tests.chunk_store.capabilities",
+    "ragport.contract_tests.chunk_store.concurrency",
+    "ragport.contract_tests.chunk_store.forgetting",
+    "ragport.contract_tests.chunk_store.generations",
+    "ragport.contract_tests.chunk_store.guarded_query",
+    "ragport.contract_tests.chunk_store.hybrid",
+    "ragport.contract_tests.chunk_store.lineage",
+    "ragport.contract_tests.chunk_store.query",
+    "ragport.contract_tests.chunk_store.scope",
+    "ragport.contract_tests.chunk_store.tombstones",
+    "ragport.contract_tests.chunk_store.unit_of_work",
     "ragport.contract_tests.derived",
     "ragport.contract_tests.embedder",
     "ragport.contract_tests.parser",

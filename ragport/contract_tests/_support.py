@@ -1,22 +1,27 @@
 """Deterministic helpers shared by the contract suites and the opt-in plugin.
 
-Everything here is a pure function of its arguments: vectors come from SHA-256, never from a
-random generator, so a failing contract test fails the same way on every machine and numpy
-version. Only ``ragport.domain``, ``ragport.ports``, numpy and attrs are imported: the suites
-must never depend on an adapter.
+Everything here is deterministic: vectors come from SHA-256, never from a random generator, so
+a failing contract test fails the same way on every machine and numpy version. The one piece
+of state is the record of what the builders wrote (:class:`WrittenSources`): while a suite
+test runs, ``make_batch``, ``derived_batch``, ``publish_sources`` and ``granted`` note every
+(scope, source id) they touch, so the isolation canary checks exactly what the suite wrote.
+Only ``ragport.domain``, ``ragport.ports``, numpy and attrs are imported: the suites must
+never depend on an adapter.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
 import numpy as np
 
-from ragport.domain.model import Record, Scope, chunk_id
+from ragport.domain.model import Grant, Record, Scope, chunk_id
 from ragport.ports.embedder import Vector, VectorMatrix
 from ragport.ports.store import ChunkStore
 
@@ -27,13 +32,17 @@ __all__ = [
     "ContractEmbedder",
     "FixedClock",
     "VectorFactory",
+    "WrittenSources",
     "derived_batch",
     "direction",
     "error_chain",
     "error_mentions",
+    "granted",
     "hash_vector",
     "make_batch",
     "publish_sources",
+    "record_written",
+    "recording",
     "scope_for",
     "silent_overrides",
     "visible_pairs",
@@ -134,6 +143,67 @@ def scope_for(key: str, *, prefix: str = "contract") -> Scope:
     return Scope(f"{prefix}-tenant-{digest}", f"{prefix}-resource", f"{prefix}-corpus-{digest}")
 
 
+class WrittenSources:
+    """The (scope, source id) pairs a suite wrote, per scope in first-write order; thread-safe.
+
+    The builders below add to the log that :func:`recording` made current, so a test that
+    writes through them is covered by the isolation canary without listing its sources.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_scope: dict[Scope, dict[str, None]] = {}
+
+    def add(self, scope: Scope, source_ids: Iterable[str]) -> None:
+        with self._lock:
+            self._by_scope.setdefault(scope, {}).update(dict.fromkeys(source_ids))
+
+    def scopes(self) -> tuple[Scope, ...]:
+        with self._lock:
+            return tuple(self._by_scope)
+
+    def sources(self, scope: Scope) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._by_scope.get(scope, ()))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(ids) for ids in self._by_scope.values())
+
+
+_CURRENT: list[WrittenSources] = []
+"""The logs being recorded into, innermost last. Module state, not a context variable, so
+that writer threads a test starts record into the same log."""
+
+
+@contextmanager
+def recording(log: WrittenSources) -> Iterator[WrittenSources]:
+    """Make ``log`` the one the builders record into until the block ends."""
+    _CURRENT.append(log)
+    try:
+        yield log
+    finally:
+        _CURRENT.remove(log)
+
+
+def record_written(scope: Scope, *source_ids: str) -> None:
+    """Note that ``source_ids`` of ``scope`` were (or may have been) written.
+
+    The builders call it; call it yourself only for a write no builder makes (a source a
+    ``rekey`` or ``repoint_source`` moves records to, a use case called directly).
+    """
+    for log in _CURRENT:
+        log.add(scope, source_ids)
+
+
+def granted(scope: Scope, grants: Iterable[Grant]) -> list[Grant]:
+    """``grants`` as a list, recorded as written to ``scope``: wrap what you pass to
+    ``grants.set`` or ``set_source_access`` so the canary checks those sources too."""
+    listed = list(grants)
+    record_written(scope, *(grant.source_id for grant in listed))
+    return listed
+
+
 @attrs.frozen
 class Batch:
     """Records and their vectors, row ``i`` of ``vectors`` belonging to ``records[i]``."""
@@ -179,6 +249,7 @@ def make_batch(
         per_record = [dict(m) for m in metadata]
     if len(per_record) != len(texts):
         raise ValueError("give one metadata mapping per text")
+    record_written(scope, source_id)
     records = tuple(
         Record(
             id=chunk_id(source_id, index),
@@ -218,6 +289,7 @@ def derived_batch(
     vector: Vector | None = None,
 ) -> Batch:
     """One derived record (its ``source_id`` is its own id) resting on ``lineage``/``roots``."""
+    record_written(scope, record_id, *roots, *(lineage or ()))
     record = Record(
         id=record_id,
         scope=scope,
@@ -247,6 +319,7 @@ def publish_sources(
     deletes the source. Returns the published generation and the batches written.
     """
     written: dict[str, Batch] = {}
+    record_written(scope, *versions)
     with store.unit_of_work(scope) as uow:
         generation = uow.generations.stage()
         for source_id, texts in versions.items():

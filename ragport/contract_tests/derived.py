@@ -19,11 +19,11 @@ that carries no text it was given. Everything is deterministic; nothing here imp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from ragport.contract_tests._support import silent_overrides
+from ragport.contract_tests._base import ContractSuite, required_fixture
 from ragport.domain.model import Scope
 from ragport.ports.derived import DerivedArtifactHandler
 
@@ -59,7 +59,7 @@ def _assert_clean(exc: BaseException, given: tuple[str, ...], what: str) -> None
             )
 
 
-class DerivedArtifactHandlerContract:
+class DerivedArtifactHandlerContract(ContractSuite):
     """Every DerivedArtifactHandler promise. Subclass it and override the ``handler`` fixture."""
 
     @pytest.fixture
@@ -67,23 +67,11 @@ class DerivedArtifactHandlerContract:
         """The scope the handler serves; override it if your handler needs another one."""
         return Scope("contract-tenant", "contract-resource", "contract-derived")
 
-    @pytest.fixture
-    def handler(self, handler_scope: Scope) -> Iterator[DerivedArtifactHandler]:
-        """The handler under test. Override it: yield a handler serving ``handler_scope``."""
-        pytest.fail(
-            "DerivedArtifactHandlerContract needs a `handler` fixture: override `handler` in "
-            "your test class to yield a DerivedArtifactHandler serving `handler_scope`"
-        )
-        yield  # pragma: no cover
-
-    def test_contract_tests_are_not_overridden(self) -> None:
-        """No contract test is replaced except by wrapping it in xfail(reason=...).
-
-        If this fails, check the listed methods of your test class: delete the override, or
-        decorate it with `pytest.mark.xfail(reason="...")` so the gap is visible.
-        """
-        found = silent_overrides(type(self))
-        assert not found, f"contract tests overridden without xfail(reason=...): {found}"
+    handler = required_fixture(
+        "DerivedArtifactHandlerContract",
+        "handler",
+        "yield a DerivedArtifactHandler serving `handler_scope`",
+    )
 
     def test_handler_satisfies_the_protocol(self, handler: DerivedArtifactHandler) -> None:
         """The handler has `kind`, `on_propagate` and `on_repoint`.

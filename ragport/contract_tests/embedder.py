@@ -12,12 +12,10 @@ Override a test only by wrapping it in ``pytest.mark.xfail(reason=...)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
-from ragport.contract_tests._support import silent_overrides
+from ragport.contract_tests._base import ContractSuite, required_fixture
 from ragport.ports.embedder import Embedder
 
 __all__ = ["EmbedderContract"]
@@ -33,26 +31,14 @@ TEXTS = (
 """Distinct texts, each with features (words), some non-ASCII."""
 
 
-class EmbedderContract:
+class EmbedderContract(ContractSuite):
     """Shape, dtype, determinism, normalisation and order of an Embedder's vectors."""
 
-    @pytest.fixture
-    def embedder(self) -> Iterator[Embedder]:
-        """The adapter under test. Override it: return or yield a ready Embedder."""
-        pytest.fail(
-            "EmbedderContract needs an `embedder` fixture: override `embedder` in your test "
-            "class to return (or yield, then clean up) the Embedder under test"
-        )
-        yield  # pragma: no cover
-
-    def test_contract_tests_are_not_overridden(self) -> None:
-        """No contract test is replaced except by wrapping it in xfail(reason=...).
-
-        If this fails, check the listed methods of your test class: delete the override, or
-        decorate it with `pytest.mark.xfail(reason="...")`.
-        """
-        found = silent_overrides(type(self))
-        assert not found, f"contract tests overridden without xfail(reason=...): {found}"
+    embedder = required_fixture(
+        "EmbedderContract",
+        "embedder",
+        "return (or yield, then clean up) the Embedder under test",
+    )
 
     def test_satisfies_the_embedder_protocol(self, embedder: Embedder) -> None:
         """The adapter has `id`, `dimensions` and `embed`.

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from ragport.application.rerank import rerank_hits
-from ragport.contract_tests._support import silent_overrides
+from ragport.contract_tests._base import ContractSuite, required_fixture
 from ragport.domain.errors import RerankError
 from ragport.domain.model import Hit, Provenance
 from ragport.ports.rerank import Reranker
@@ -113,26 +113,14 @@ class _DropsLast:
         return list(self.inner.rerank(query, hits))[:-1]
 
 
-class RerankerContract:
+class RerankerContract(ContractSuite):
     """Empty input, permutation of the same objects, determinism, caps, provenance intact."""
 
-    @pytest.fixture
-    def reranker(self) -> Iterator[Reranker]:
-        """The adapter under test. Override it: return or yield a ready Reranker."""
-        pytest.fail(
-            "RerankerContract needs a `reranker` fixture: override `reranker` in your test "
-            "class to return (or yield, then clean up) the Reranker under test"
-        )
-        yield  # pragma: no cover
-
-    def test_contract_tests_are_not_overridden(self) -> None:
-        """No contract test is replaced except by wrapping it in xfail(reason=...).
-
-        If this fails, check the listed methods of your test class: delete the override, or
-        decorate it with `pytest.mark.xfail(reason="...")`.
-        """
-        found = silent_overrides(type(self))
-        assert not found, f"contract tests overridden without xfail(reason=...): {found}"
+    reranker = required_fixture(
+        "RerankerContract",
+        "reranker",
+        "return (or yield, then clean up) the Reranker under test",
+    )
 
     def test_satisfies_the_reranker_protocol(self, reranker: Reranker) -> None:
         """The adapter has a `rerank(query, hits)` method.

@@ -14,13 +14,13 @@ Override a test only by wrapping it in ``pytest.mark.xfail(reason=...)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import attrs
 import pytest
 
-from ragport.contract_tests._support import FixedClock, silent_overrides
+from ragport.contract_tests._base import ContractSuite, required_fixture
+from ragport.contract_tests._support import FixedClock
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
 from ragport.domain.status import IngestionState, IngestionStatus, StatusPage
@@ -72,27 +72,14 @@ def _pages(store: IngestionStatusStore, scope: Scope, limit: int) -> list[Status
     return pages
 
 
-class IngestionStatusStoreContract:
+class IngestionStatusStoreContract(ContractSuite):
     """Put/get/delete per exact scope and stable, scope-bound paging by source id."""
 
-    @pytest.fixture
-    def status_store(self) -> Iterator[IngestionStatusStore]:
-        """The adapter under test. Override it: yield an empty store, clean up afterwards."""
-        pytest.fail(
-            "IngestionStatusStoreContract needs a `status_store` fixture: override "
-            "`status_store` in your test class to yield an empty IngestionStatusStore and remove "
-            "whatever the test wrote afterwards"
-        )
-        yield  # pragma: no cover
-
-    def test_contract_tests_are_not_overridden(self) -> None:
-        """No contract test is replaced except by wrapping it in xfail(reason=...).
-
-        If this fails, check the listed methods of your test class: delete the override, or
-        decorate it with `pytest.mark.xfail(reason="...")`.
-        """
-        found = silent_overrides(type(self))
-        assert not found, f"contract tests overridden without xfail(reason=...): {found}"
+    status_store = required_fixture(
+        "IngestionStatusStoreContract",
+        "status_store",
+        "yield an empty IngestionStatusStore and remove whatever the test wrote afterwards",
+    )
 
     def test_fixture_yields_an_empty_store(self, status_store: IngestionStatusStore) -> None:
         """A fresh store lists nothing in any scope the suite uses.
@@ -133,7 +120,8 @@ class IngestionStatusStoreContract:
         If this fails, check that put, get, list_page and delete key on the exact scope
         (no prefix match).
         """
-        states = dict(zip(ALL_SCOPES, ("indexed", "failed", "pending", "partial"), strict=True))
+        cycle: tuple[IngestionState, ...] = ("indexed", "failed", "pending", "partial")
+        states = dict(zip(ALL_SCOPES, cycle, strict=True))
         for scope, state in states.items():
             status_store.put(_status(scope, "doc", state))
         for scope, state in states.items():

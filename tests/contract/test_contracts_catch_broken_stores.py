@@ -16,12 +16,12 @@ import ragport.adapters.memory.store as memory_store
 import ragport.application.retrieval as retrieval
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.postgres import PostgresStore
-from ragport.contract_tests.chunk_store import ChunkStoreCapabilityContract
-from ragport.contract_tests.chunk_store_forgetting import (
+from ragport.contract_tests.chunk_store import (
+    ChunkStoreCapabilityContract,
     ChunkStoreForgettingContract,
+    ChunkStoreHybridSnapshotContract,
     ChunkStoreRepointUniquenessContract,
 )
-from ragport.contract_tests.chunk_store_hybrid import ChunkStoreHybridSnapshotContract
 from ragport.domain.model import Record
 from ragport.ports.store import HybridAnswer
 

@@ -3,7 +3,7 @@
 Every string a store keeps (ids, texts, metadata keys and values at any depth) is refused at
 the domain boundary when it holds a NUL or a lone surrogate, so the in-memory store and
 PostgreSQL (which cannot hold either) give the same ``ValidationError``. The store-facing half
-of these promises runs on both stores in ``ragport.contract_tests.chunk_store_boundary``.
+of these promises runs on both stores in ``ragport.contract_tests.chunk_store.boundary``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Part of ``ChunkStoreContract``; needs ``transactions`` and ``generations``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -27,10 +27,10 @@ import pytest
 from ragport.application.forgetting import index_derived
 from ragport.application.indexing import replace_source
 from ragport.application.retrieval import retrieve_context
-from ragport.contract_tests._support import ContractEmbedder, error_mentions
-from ragport.contract_tests.chunk_store import (
+from ragport.contract_tests._support import ContractEmbedder, error_mentions, record_written
+from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
+from ragport.contract_tests.chunk_store._helpers import (
     SCOPE,
-    _ChunkStoreContractBase,
     _require_generations,
     _require_transactions,
 )
@@ -56,6 +56,8 @@ EXACT_BYTES = len('{"k":""}') + 12_000
 def _ready(store: ChunkStore) -> None:
     _require_transactions(store)
     _require_generations(store)
+    # The use cases below write these two ids only; no _support builder sees those writes.
+    record_written(SCOPE, "bd-doc", "bd-sum")
 
 
 def _write(store: ChunkStore, source_id: str, *texts: str, **options: Any) -> None:
@@ -136,7 +138,7 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
         """
         _ready(store)
         _write(store, "bd-doc", "the previous version")
-        attempts = [
+        attempts: list[Callable[[], object]] = [
             lambda: _write(store, "bd-doc", f"a {bad} b"),
             lambda: _write(store, "bd-doc", "clean text", redactor=_Injecting(bad)),
             lambda: index_derived(
@@ -232,7 +234,7 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
         )
         _derive_with(store, EXACT, fits)
         assert [r.metadata for r in store.get_by_source(SCOPE, "bd-doc")] == [EXACT]
-        refusals = [
+        refusals: list[Callable[[], object]] = [
             lambda: chunk_text("text", source_id="bd-doc", metadata=EXACT, limits=short),
             lambda: replace_source(
                 source_id="bd-doc",
@@ -269,7 +271,7 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
         _ready(store)
         _write(store, "bd-doc", "the previous version")
         ragged = _RaggedEmbedder(rows)
-        attempts = [
+        attempts: list[Callable[[], object]] = [
             lambda: replace_source(
                 source_id="bd-doc",
                 chunks=[Chunk.of("bd-doc", 0, "one"), Chunk.of("bd-doc", 1, "two")],

@@ -26,11 +26,11 @@ from ragport.contract_tests._support import (
     hash_vector,
     publish_sources,
 )
-from ragport.contract_tests.chunk_store import (
+from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
+from ragport.contract_tests.chunk_store._helpers import (
     QUERY_ALL,
     SCOPE,
     WRITER_TIMEOUT_S,
-    _ChunkStoreContractBase,
     _require_generations,
     _require_implemented,
     _require_transactions,

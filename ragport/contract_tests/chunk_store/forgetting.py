@@ -29,12 +29,12 @@ from ragport.application.forgetting import (
 from ragport.application.generations import compact, rollback_generation
 from ragport.application.indexing import delete_source, replace_source
 from ragport.application.retrieval import retrieve_context
-from ragport.contract_tests._support import ContractEmbedder
-from ragport.contract_tests.chunk_store import (
+from ragport.contract_tests._support import ContractEmbedder, granted, record_written
+from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
+from ragport.contract_tests.chunk_store._helpers import (
     QUERY_ALL,
     SCOPE,
     TENANT,
-    _ChunkStoreContractBase,
     _require_generations,
     _require_transactions,
 )
@@ -51,6 +51,7 @@ WORD = "fgword"
 
 
 def _source(store: ChunkStore, source_id: str, *texts: str) -> None:
+    record_written(SCOPE, source_id)
     replace_source(
         source_id=source_id,
         chunks=[Chunk.of(source_id, i, f"{t} {WORD}") for i, t in enumerate(texts)],
@@ -61,6 +62,7 @@ def _source(store: ChunkStore, source_id: str, *texts: str) -> None:
 
 
 def _derived(store: ChunkStore, record_id: str, lineage: Sequence[str]) -> None:
+    record_written(SCOPE, record_id, *lineage)
     index_derived(
         record_id=record_id,
         text=f"{record_id} rests on {' '.join(lineage)} {WORD}",
@@ -74,7 +76,7 @@ def _derived(store: ChunkStore, record_id: str, lineage: Sequence[str]) -> None:
 def _grant_all(store: ChunkStore, *sources: str) -> None:
     if store.capabilities.authorization == "acl":
         store.set_source_access(
-            SCOPE, [Grant(s, principal_ids=(ADMIN.principal_id,)) for s in sources]
+            SCOPE, granted(SCOPE, [Grant(s, principal_ids=(ADMIN.principal_id,)) for s in sources])
         )
 
 
@@ -186,6 +188,7 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
         _derived(store, "fg-d1", ["fg-s"])
         _derived(store, "fg-d2", ["fg-d1"])
         _grant_all(store, "fg-s", "fg-d1", "fg-d1b")
+        record_written(SCOPE, "fg-d1b")
         repoint_source(scope=SCOPE, store=store, from_id="fg-d1", to_id="fg-d1b")
         (moved,) = store.get_by_source(SCOPE, "fg-d1b")
         assert moved.id == "fg-d1b", "a re-pointed derived record keeps id == source id"

@@ -1,0 +1,122 @@
+"""``ChunkStoreContract``: the promises of ``ragport.ports.store`` as pytest tests.
+
+Use it by subclassing and supplying a ``store`` fixture that yields an *empty* store and
+cleans up afterwards::
+
+    class TestMyStore(ChunkStoreContract):
+        @pytest.fixture
+        def store(self):
+            store = MyStore(...)
+            yield store
+            store.drop_everything()
+
+Each capability is a mixin of its own (``ChunkStoreScopeContract``,
+``ChunkStoreUnitOfWorkContract``, ...) so an adapter can adopt them one by one;
+``ChunkStoreContract`` is all of them plus an isolation canary. One module per capability
+group: ``capabilities``, ``scope``, ``unit_of_work``, ``generations`` (replace and
+generations), ``access`` (grants, denial reports), ``tombstones``, ``query`` (query, filters,
+lexical), ``guarded_query``, ``concurrency``, ``lineage`` (lineage, re-pointing),
+``forgetting`` (forgetting, re-point uniqueness), ``hybrid`` and ``boundary``; the shared base
+class is in ``_base`` and the constants and helpers in ``_helpers``. Tests that depend on a
+declared capability (``transactions``, ``generations``, ``authorization == "acl"``) skip with
+a reason when the store does not declare it, and must pass when it does. To record a known gap,
+override a test only by wrapping it in ``pytest.mark.xfail(reason=...)``; any other override
+fails ``test_contract_tests_are_not_overridden``.
+
+Everything goes through the port: ``store.unit_of_work(scope)`` and the store's read methods.
+All data is deterministic (vectors come from SHA-256, see ``_support``). The builders of
+``_support`` record every (scope, source) they write, so the emptiness checks and the canary
+cover whatever the tests wrote.
+"""
+
+from __future__ import annotations
+
+from ragport.contract_tests.chunk_store._base import written_by
+from ragport.contract_tests.chunk_store._helpers import _assert_store_empty
+from ragport.contract_tests.chunk_store.access import (
+    ChunkStoreDenialReportContract,
+    ChunkStoreGrantContract,
+)
+from ragport.contract_tests.chunk_store.boundary import ChunkStoreBoundaryContract
+from ragport.contract_tests.chunk_store.capabilities import ChunkStoreCapabilityContract
+from ragport.contract_tests.chunk_store.concurrency import ChunkStoreConcurrencyContract
+from ragport.contract_tests.chunk_store.forgetting import (
+    ChunkStoreForgettingContract,
+    ChunkStoreRepointUniquenessContract,
+)
+from ragport.contract_tests.chunk_store.generations import (
+    ChunkStoreGenerationContract,
+    ChunkStoreReplaceContract,
+)
+from ragport.contract_tests.chunk_store.guarded_query import ChunkStoreGuardedQueryContract
+from ragport.contract_tests.chunk_store.hybrid import ChunkStoreHybridSnapshotContract
+from ragport.contract_tests.chunk_store.lineage import (
+    ChunkStoreLineageContract,
+    ChunkStoreRepointContract,
+)
+from ragport.contract_tests.chunk_store.query import (
+    ChunkStoreFilterContract,
+    ChunkStoreLexicalContract,
+    ChunkStoreQueryContract,
+)
+from ragport.contract_tests.chunk_store.scope import ChunkStoreScopeContract
+from ragport.contract_tests.chunk_store.tombstones import ChunkStoreTombstoneContract
+from ragport.contract_tests.chunk_store.unit_of_work import ChunkStoreUnitOfWorkContract
+from ragport.ports.store import ChunkStore
+
+__all__ = [
+    "ChunkStoreBoundaryContract",
+    "ChunkStoreCapabilityContract",
+    "ChunkStoreConcurrencyContract",
+    "ChunkStoreContract",
+    "ChunkStoreDenialReportContract",
+    "ChunkStoreFilterContract",
+    "ChunkStoreForgettingContract",
+    "ChunkStoreGenerationContract",
+    "ChunkStoreGrantContract",
+    "ChunkStoreGuardedQueryContract",
+    "ChunkStoreHybridSnapshotContract",
+    "ChunkStoreLexicalContract",
+    "ChunkStoreLineageContract",
+    "ChunkStoreQueryContract",
+    "ChunkStoreReplaceContract",
+    "ChunkStoreRepointContract",
+    "ChunkStoreRepointUniquenessContract",
+    "ChunkStoreScopeContract",
+    "ChunkStoreTombstoneContract",
+    "ChunkStoreUnitOfWorkContract",
+]
+
+
+class ChunkStoreContract(
+    ChunkStoreCapabilityContract,
+    ChunkStoreScopeContract,
+    ChunkStoreUnitOfWorkContract,
+    ChunkStoreReplaceContract,
+    ChunkStoreGenerationContract,
+    ChunkStoreGrantContract,
+    ChunkStoreTombstoneContract,
+    ChunkStoreGuardedQueryContract,
+    ChunkStoreQueryContract,
+    ChunkStoreConcurrencyContract,
+    ChunkStoreFilterContract,
+    ChunkStoreLexicalContract,
+    ChunkStoreDenialReportContract,
+    ChunkStoreLineageContract,
+    ChunkStoreRepointContract,
+    ChunkStoreForgettingContract,
+    ChunkStoreRepointUniquenessContract,
+    ChunkStoreHybridSnapshotContract,
+    ChunkStoreBoundaryContract,
+):
+    """Every ChunkStore promise. Subclass it and override the ``store`` fixture."""
+
+    def test_isolation_canary(self, store: ChunkStore) -> None:
+        """Collected after every other contract test: the fixture still yields an empty store.
+
+        Checked: every scope of the suite's constants and every (scope, source) the tests of
+        this class recorded writing (the builders of ``_support`` record them). If this fails,
+        check that the `store` fixture does not share state between tests (a module-level
+        store, a database not truncated, a class attribute).
+        """
+        _assert_store_empty(store, written_by(type(self)))

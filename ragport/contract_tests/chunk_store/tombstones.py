@@ -1,0 +1,152 @@
+"""``ChunkStoreTombstoneContract``: tombstones round-trip; ``forgotten`` ones withhold ids, sources, lineage."""
+
+from __future__ import annotations
+
+from ragport.contract_tests._support import (
+    derived_batch,
+    hash_vector,
+    make_batch,
+    publish_sources,
+)
+from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
+from ragport.contract_tests.chunk_store._helpers import (
+    OTHER_CORPUS,
+    QUERY_ALL,
+    SCOPE,
+    _add,
+    _ids,
+    _query_pairs,
+)
+from ragport.domain.model import (
+    Tombstone,
+)
+from ragport.ports.store import (
+    ChunkStore,
+)
+
+__all__ = ["ChunkStoreTombstoneContract"]
+
+
+class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
+    """Tombstones round-trip, and ``forgotten`` ones withhold ids, sources and lineage."""
+
+    def test_tombstone_add_counts_new_rows_and_lists_by_id(self, store: ChunkStore) -> None:
+        """tombstones.add returns how many are new; list() has one row per id, ordered by id.
+
+        If this fails, check duplicate handling (within a call and across calls) and ordering.
+        """
+        with store.unit_of_work(SCOPE) as uow:
+            assert (
+                uow.tombstones.add([Tombstone("b"), Tombstone("a"), Tombstone("c", "corrected")])
+                == 3
+            )
+            assert uow.tombstones.add([Tombstone("a"), Tombstone("d"), Tombstone("d")]) == 1
+            uow.commit()
+        with store.unit_of_work(SCOPE) as uow:
+            assert uow.tombstones.add([Tombstone("b")]) == 0
+            listed = [(t.id, t.reason) for t in uow.tombstones.list()]
+        assert listed == [
+            ("a", "forgotten"),
+            ("b", "forgotten"),
+            ("c", "corrected"),
+            ("d", "forgotten"),
+        ]
+
+    def test_forgotten_id_stays_forgotten(self, store: ChunkStore) -> None:
+        """A later `corrected` tombstone for a forgotten id neither adds a row nor un-forgets it.
+
+        If this fails, check that tombstones.add keeps the existing row for an id (insert-if-absent,
+        not upsert): replacing the reason would make a forgotten id visible again.
+        """
+        with store.unit_of_work(SCOPE) as uow:
+            assert uow.tombstones.add([Tombstone("doc")]) == 1
+            uow.commit()
+        with store.unit_of_work(SCOPE) as uow:
+            assert uow.tombstones.add([Tombstone("doc", "corrected")]) == 0
+            uow.commit()
+        assert store.list_invalidated_ids(SCOPE) == frozenset({"doc"})
+        with store.unit_of_work(SCOPE) as uow:
+            assert [(t.id, t.reason) for t in uow.tombstones.list()] == [("doc", "forgotten")]
+
+    def test_list_invalidated_ids_reports_forgotten_only(self, store: ChunkStore) -> None:
+        """list_invalidated_ids returns the ids of forgotten tombstones, not corrected ones.
+
+        If this fails, check the reason filter of list_invalidated_ids.
+        """
+        with store.unit_of_work(SCOPE) as uow:
+            uow.tombstones.add(
+                [Tombstone("doc#0001"), Tombstone("src"), Tombstone("fixed#0001", "corrected")]
+            )
+            uow.commit()
+        assert store.list_invalidated_ids(SCOPE) == frozenset({"doc#0001", "src"})
+        assert store.list_invalidated_ids(OTHER_CORPUS) == frozenset()
+
+    def test_query_withholds_forgotten_ids_sources_and_lineage(self, store: ChunkStore) -> None:
+        """query drops records whose id, source id or any lineage entry is forgotten, before top-k.
+
+        If this fails, check the tombstone predicate of query: record id, source_id and every
+        lineage element, reason 'forgotten' only, applied before the limit.
+        """
+        with store.unit_of_work(SCOPE) as uow:
+            staged = uow.generations.stage()
+            for source_id in ("keep", "gone-src", "partly"):
+                _add(
+                    uow,
+                    make_batch(
+                        SCOPE,
+                        source_id,
+                        [f"{source_id} one", f"{source_id} two"],
+                        generation=staged,
+                    ),
+                )
+            _add(uow, make_batch(SCOPE, "fixed", ["fixed one"], generation=staged))
+            _add(
+                uow, derived_batch(SCOPE, "d-ok", "derived ok", roots=("keep",), generation=staged)
+            )
+            _add(
+                uow,
+                derived_batch(
+                    SCOPE,
+                    "d-lineage",
+                    "derived on gone",
+                    roots=("keep",),
+                    lineage=("keep", "gone-root"),
+                    generation=staged,
+                ),
+            )
+            _add(
+                uow,
+                derived_batch(SCOPE, "d-self", "derived self", roots=("keep",), generation=staged),
+            )
+            uow.generations.publish(staged)
+            uow.tombstones.add(
+                [
+                    Tombstone("gone-src"),
+                    Tombstone("partly#0001"),
+                    Tombstone("gone-root"),
+                    Tombstone("d-self"),
+                    Tombstone("fixed#0001", "corrected"),
+                ]
+            )
+            uow.commit()
+        visible = {"keep#0001", "keep#0002", "partly#0002", "fixed#0001", "d-ok"}
+        for text in ("keep one", "gone-src one", "derived on gone", "derived self"):
+            assert set(_ids(store.query(SCOPE, hash_vector(text), limit=QUERY_ALL))) == visible, (
+                text
+            )
+        for text in ("gone-src two", "partly one", "derived on gone", "derived self"):
+            top = store.query(SCOPE, hash_vector(text), limit=1)
+            assert len(top) == 1 and top[0].record.id in visible, text
+
+    def test_tombstones_apply_to_their_scope_only(self, store: ChunkStore) -> None:
+        """A forgotten tombstone in one corpus does not hide the same ids in another.
+
+        If this fails, check that the query's tombstone predicate is keyed by exact scope.
+        """
+        _, kept = publish_sources(store, OTHER_CORPUS, {"doc": ["alpha"]})
+        publish_sources(store, SCOPE, {"doc": ["alpha"]})
+        with store.unit_of_work(SCOPE) as uow:
+            uow.tombstones.add([Tombstone("doc")])
+            uow.commit()
+        assert not store.query(SCOPE, hash_vector("alpha"), limit=QUERY_ALL)
+        assert _query_pairs(store, OTHER_CORPUS, hash_vector("alpha")) == kept["doc"].pairs
