@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+# The shipped deterministic fixtures (contract_clock, contract_embedder, ...) and pytester, with
+# which tests/contract runs the suites against adapters that must fail them.
+pytest_plugins = ["pytester", "ragport.contract_tests.plugin"]
+
 
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

@@ -64,6 +64,13 @@ def _shuffled(items: list[str]) -> list[str]:
     return [items[(i * stride) % n] for i in range(n)]
 
 
+def _assert_empty(store: IngestionStatusStore) -> None:
+    """Every scope the suite writes to lists nothing (``list_page`` sees every source)."""
+    for scope in ALL_SCOPES:
+        page = store.list_page(scope, limit=200)
+        assert (tuple(page.items), page.cursor) == ((), None), f"{scope} lists statuses"
+
+
 def _pages(store: IngestionStatusStore, scope: Scope, limit: int) -> list[StatusPage]:
     pages = [store.list_page(scope, limit=limit)]
     while pages[-1].cursor is not None:
@@ -87,9 +94,7 @@ class IngestionStatusStoreContract(ContractSuite):
         If this fails, check that the `status_store` fixture yields a new or emptied store.
         """
         assert isinstance(status_store, IngestionStatusStore)
-        for scope in ALL_SCOPES:
-            page = status_store.list_page(scope, limit=200)
-            assert (tuple(page.items), page.cursor) == ((), None), scope
+        _assert_empty(status_store)
 
     def test_put_then_get_round_trips(self, status_store: IngestionStatusStore) -> None:
         """get returns exactly the status put, field for field; an unknown source gives None.
@@ -244,3 +249,12 @@ class IngestionStatusStoreContract(ContractSuite):
         assert status_store.get(SCOPE, "doc") is None
         assert status_store.get(SCOPE, "other") is not None
         assert status_store.delete(OTHER_CORPUS, "other") is False
+
+    def test_isolation_canary(self, status_store: IngestionStatusStore) -> None:
+        """Collected after every other contract test: the fixture still yields an empty store.
+
+        Every test above writes only to the suite's scopes, which ``list_page`` lists whole. If
+        this fails, check that the `status_store` fixture does not share state between tests
+        (a module-level store, a table not truncated, a class attribute).
+        """
+        _assert_empty(status_store)
