@@ -11,15 +11,25 @@ needs a scope of its own)::
             yield handler
             handler.drop_everything()
 
-The suite calls the handler with the ids below; seed artifacts for ``SOURCE_ID`` in the
-fixture if you want ``on_propagate`` and ``on_repoint`` to find something to do (the promises
-hold either way). A handler may refuse a scope it does not serve, but only by raising an error
-that carries no text it was given. Everything is deterministic; nothing here imports an adapter.
+The suite calls the handler with the ids below. To let it see what the calls *do*, override
+``handler_serves`` too: a callable ``(scope, source_id) -> collection`` of whatever identifies
+each artifact the handler still serves for that source (ids, keys, texts), and seed artifacts
+for ``SOURCE_ID`` in the ``handler`` fixture::
+
+        @pytest.fixture
+        def handler_serves(self, handler):
+            return lambda scope, source_id: set(handler.artifact_ids(scope, source_id))
+
+Then ``on_propagate`` must stop serving every id it is given, and ``on_repoint`` must move
+exactly as many artifacts as it reports. Without ``handler_serves`` those two tests skip
+with that reason (a handler that does nothing would otherwise pass). A handler may refuse a
+scope it does not serve, but only by raising an error that carries no text it was given.
+Everything is deterministic; nothing here imports an adapter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Hashable
 
 import pytest
 
@@ -29,6 +39,7 @@ from ragport.ports.derived import DerivedArtifactHandler
 
 __all__ = [
     "CANARY",
+    "PROPAGATED_IDS",
     "RENAMED_ID",
     "SOURCE_ID",
     "DerivedArtifactHandlerContract",
@@ -40,7 +51,22 @@ RENAMED_ID = "contract-derived-renamed"
 """Where the suite re-points ``SOURCE_ID`` to."""
 CANARY = "CANARY-derived-7f3a9c"
 """Marks text handed to the handler: it must never come back inside an error."""
+PROPAGATED_IDS = (SOURCE_ID, f"{SOURCE_ID}-summary")
+"""The closure the suite hands ``on_propagate`` for ``SOURCE_ID``."""
 FOREIGN_SCOPE = Scope("contract-tenant-2", "contract-resource", "contract-derived")
+
+
+Served = Callable[[Scope, str], Collection[Hashable]]
+"""``handler_serves``: the artifacts a handler serves for a source id in a scope."""
+
+
+def _observer(serves: Served | None) -> Served:
+    if serves is None:
+        pytest.skip(
+            "override `handler_serves` (what the handler still serves for a source id) and "
+            "seed SOURCE_ID in `handler`, so the suite can see what the handler did"
+        )
+    return serves
 
 
 def _count(value: object, what: str) -> int:
@@ -73,6 +99,13 @@ class DerivedArtifactHandlerContract(ContractSuite):
         "yield a DerivedArtifactHandler serving `handler_scope`",
     )
 
+    @pytest.fixture
+    def handler_serves(self) -> Served | None:
+        """What the handler still serves: ``(scope, source_id) -> collection``, one item per
+        artifact. Override it (and seed ``SOURCE_ID``) so the suite can check the effect of
+        ``on_propagate`` and ``on_repoint``; ``None`` skips those checks."""
+        return None
+
     def test_handler_satisfies_the_protocol(self, handler: DerivedArtifactHandler) -> None:
         """The handler has `kind`, `on_propagate` and `on_repoint`.
 
@@ -104,8 +137,7 @@ class DerivedArtifactHandlerContract(ContractSuite):
 
         If this fails, check that on_propagate returns a plain int count, never None or bool.
         """
-        ids = (SOURCE_ID, f"{SOURCE_ID}-summary")
-        _count(handler.on_propagate(SOURCE_ID, ids, handler_scope), "on_propagate")
+        _count(handler.on_propagate(SOURCE_ID, PROPAGATED_IDS, handler_scope), "on_propagate")
 
     def test_on_propagate_is_idempotent(
         self, handler: DerivedArtifactHandler, handler_scope: Scope
@@ -115,10 +147,43 @@ class DerivedArtifactHandlerContract(ContractSuite):
         If this fails, check that on_propagate tolerates artifacts that are already gone
         (deletion propagation re-runs every handler after a failure).
         """
-        ids = (SOURCE_ID, f"{SOURCE_ID}-summary")
+        ids = PROPAGATED_IDS
         _count(handler.on_propagate(SOURCE_ID, ids, handler_scope), "on_propagate")
         _count(handler.on_propagate(SOURCE_ID, ids, handler_scope), "a second on_propagate")
         _count(handler.on_propagate(SOURCE_ID, ids, handler_scope), "a third on_propagate")
+
+    def test_on_propagate_stops_serving_every_id_it_is_given(
+        self,
+        handler: DerivedArtifactHandler,
+        handler_scope: Scope,
+        handler_serves: Served | None,
+    ) -> None:
+        """After on_propagate(source_id, ids, scope) nothing is served for any of ``ids``,
+        the count covers what vanished, and a second call keeps it so.
+
+        If this fails, check that on_propagate removes (or withholds) every artifact of every
+        id in ``ids`` in exactly ``scope``; if it fails before on_propagate is called, seed
+        artifacts for SOURCE_ID in the `handler` fixture.
+        """
+        serves = _observer(handler_serves)
+        before = {i: set(serves(handler_scope, i)) for i in PROPAGATED_IDS}
+        assert before[SOURCE_ID], (
+            "the handler serves nothing for SOURCE_ID before on_propagate: seed artifacts for "
+            "it in the `handler` fixture, or the suite cannot see what on_propagate does"
+        )
+        touched = _count(
+            handler.on_propagate(SOURCE_ID, PROPAGATED_IDS, handler_scope), "on_propagate"
+        )
+        still = {i: sorted(map(repr, serves(handler_scope, i))) for i in PROPAGATED_IDS}
+        assert not any(still.values()), f"still served after on_propagate: {still}"
+        vanished = sum(len(items) for items in before.values())
+        assert touched >= vanished, (
+            f"on_propagate stopped serving {vanished} artifacts but reported {touched}"
+        )
+        _count(handler.on_propagate(SOURCE_ID, PROPAGATED_IDS, handler_scope), "a second call")
+        assert not any(serves(handler_scope, i) for i in PROPAGATED_IDS), (
+            "a second on_propagate brought artifacts back"
+        )
 
     def test_on_repoint_returns_a_non_negative_int(
         self, handler: DerivedArtifactHandler, handler_scope: Scope
@@ -130,6 +195,29 @@ class DerivedArtifactHandlerContract(ContractSuite):
         """
         _count(handler.on_repoint(SOURCE_ID, RENAMED_ID, handler_scope), "on_repoint")
         _count(handler.on_repoint(SOURCE_ID, RENAMED_ID, handler_scope), "a second on_repoint")
+
+    def test_on_repoint_moves_as_many_artifacts_as_it_reports(
+        self,
+        handler: DerivedArtifactHandler,
+        handler_scope: Scope,
+        handler_serves: Served | None,
+    ) -> None:
+        """on_repoint(from_id, to_id, scope) moves exactly the count it returns from ``from_id``
+        to ``to_id`` (0 is honest for a layer whose artifacts repoint_source itself moves).
+
+        If this fails, check that on_repoint re-files each artifact it counts under ``to_id``
+        and no longer serves it under ``from_id``, and counts nothing it did not move.
+        """
+        serves = _observer(handler_serves)
+        from_before = len(serves(handler_scope, SOURCE_ID))
+        to_before = len(serves(handler_scope, RENAMED_ID))
+        moved = _count(handler.on_repoint(SOURCE_ID, RENAMED_ID, handler_scope), "on_repoint")
+        assert moved <= from_before, f"on_repoint reported {moved} of {from_before} artifacts"
+        after = (len(serves(handler_scope, SOURCE_ID)), len(serves(handler_scope, RENAMED_ID)))
+        assert after == (from_before - moved, to_before + moved), (
+            f"on_repoint reported {moved} moved; served (from, to) went from "
+            f"{(from_before, to_before)} to {after}"
+        )
 
     def test_errors_never_contain_the_text_they_were_given(
         self, handler: DerivedArtifactHandler, handler_scope: Scope

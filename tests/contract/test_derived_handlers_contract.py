@@ -1,12 +1,13 @@
 """RagDeletionHandler against the shipped DerivedArtifactHandlerContract, on both stores.
 
 Each fixture seeds ``SOURCE_ID`` with chunk rows and an ingestion status, so the first
-``on_propagate`` has rows to remove and the later calls prove idempotence.
+``on_propagate`` has rows to remove and the later calls prove idempotence; ``handler_serves``
+reports the rows the chunk store still serves per source, so the suite sees the effect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 
 import pytest
 
@@ -14,7 +15,7 @@ from ragport import Chunk, RagDeletionHandler, Scope, replace_source
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
 from ragport.contract_tests import DerivedArtifactHandlerContract
-from ragport.contract_tests.derived import SOURCE_ID
+from ragport.contract_tests.derived import SOURCE_ID, Served
 from ragport.ports.derived import DerivedArtifactHandler
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
@@ -33,25 +34,53 @@ def _seed(store: ChunkStore, status: IngestionStatusStore, scope: Scope) -> None
     )
 
 
+def _served_by(store: ChunkStore) -> Served:
+    """The record ids ``store`` serves for a source: what RagDeletionHandler must remove."""
+
+    def served(scope: Scope, source_id: str) -> Collection[str]:
+        return {record.id for record in store.get_by_source(scope, source_id)}
+
+    return served
+
+
 class TestRagDeletionHandlerInMemory(DerivedArtifactHandlerContract):
     @pytest.fixture
-    def handler(self, handler_scope: Scope) -> Iterator[DerivedArtifactHandler]:
-        store, status = InMemoryStore(), InMemoryStatusStore()
-        _seed(store, status, handler_scope)
-        yield RagDeletionHandler(store=store, scope=handler_scope, status_store=status)
+    def chunk_store(self) -> ChunkStore:
+        return InMemoryStore()
+
+    @pytest.fixture
+    def handler(
+        self, handler_scope: Scope, chunk_store: ChunkStore
+    ) -> Iterator[DerivedArtifactHandler]:
+        status = InMemoryStatusStore()
+        _seed(chunk_store, status, handler_scope)
+        yield RagDeletionHandler(store=chunk_store, scope=handler_scope, status_store=status)
+
+    @pytest.fixture
+    def handler_serves(self, chunk_store: ChunkStore) -> Served:
+        return _served_by(chunk_store)
 
 
 class TestRagDeletionHandlerPostgres(DerivedArtifactHandlerContract):
     @pytest.fixture
-    def handler(
-        self, handler_scope: Scope, pg_engine, pg_schema
-    ) -> Iterator[DerivedArtifactHandler]:
-        from ragport.adapters.postgres import PostgresStatusStore, PostgresStore
+    def chunk_store(self, pg_engine, pg_schema) -> ChunkStore:
+        from ragport.adapters.postgres import PostgresStore
 
-        store = PostgresStore(pg_engine, schema=pg_schema, create=True)
+        return PostgresStore(pg_engine, schema=pg_schema, create=True)
+
+    @pytest.fixture
+    def handler(
+        self, handler_scope: Scope, chunk_store: ChunkStore, pg_engine, pg_schema
+    ) -> Iterator[DerivedArtifactHandler]:
+        from ragport.adapters.postgres import PostgresStatusStore
+
         status = PostgresStatusStore(pg_engine, schema=pg_schema, create=True)
-        _seed(store, status, handler_scope)
-        yield RagDeletionHandler(store=store, scope=handler_scope, status_store=status)
+        _seed(chunk_store, status, handler_scope)
+        yield RagDeletionHandler(store=chunk_store, scope=handler_scope, status_store=status)
+
+    @pytest.fixture
+    def handler_serves(self, chunk_store: ChunkStore) -> Served:
+        return _served_by(chunk_store)
 
 
 def test_seeded_rows_are_removed_by_the_first_propagate_only() -> None:
@@ -93,3 +122,42 @@ def test_the_contract_catches_a_leaky_handler(name: str) -> None:
     scope = Scope("contract-tenant", "contract-resource", "contract-derived")
     with pytest.raises(AssertionError):
         getattr(DerivedArtifactHandlerContract(), name)(_LeakyHandler(), scope)
+
+
+class _DoNothing:
+    """Counts nothing and removes nothing: it passed every test before handler_serves."""
+
+    kind = "nothing"
+
+    def on_propagate(self, source_id: str, ids: Sequence[str], scope: Scope) -> int:
+        return 0
+
+    def on_repoint(self, from_id: str, to_id: str, scope: Scope) -> int:
+        return 0
+
+
+class _ClaimsToMove(_DoNothing):
+    """Reports moves it never made."""
+
+    kind = "claims"
+
+    def on_repoint(self, from_id: str, to_id: str, scope: Scope) -> int:
+        return 3
+
+
+@pytest.mark.parametrize(
+    ("handler", "name"),
+    [
+        (_DoNothing(), "test_on_propagate_stops_serving_every_id_it_is_given"),
+        (_ClaimsToMove(), "test_on_repoint_moves_as_many_artifacts_as_it_reports"),
+    ],
+    ids=["does-nothing", "claims-to-move"],
+)
+def test_the_contract_sees_what_a_handler_did(handler: DerivedArtifactHandler, name: str) -> None:
+    """With handler_serves, a handler that removes nothing, or counts moves it did not make,
+    fails. If this fails, check the effect tests of ragport/contract_tests/derived.py."""
+    scope = Scope("contract-tenant", "contract-resource", "contract-derived")
+    store = InMemoryStore()
+    _seed(store, InMemoryStatusStore(), scope)
+    with pytest.raises(AssertionError):
+        getattr(DerivedArtifactHandlerContract(), name)(handler, scope, _served_by(store))

@@ -24,7 +24,7 @@ def _outcomes(reports: list[pytest.TestReport]) -> dict[str, tuple[str, str]]:
     found: dict[str, tuple[str, str]] = {}
     for report in reports:
         name = report.nodeid.rpartition("::")[2]
-        if report.failed or report.when == "call" and name not in found:
+        if report.failed or (report.when == "call" and name not in found):
             found[name] = (report.when, report.outcome)
     return found
 
