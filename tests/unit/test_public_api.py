@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import ragport
 
@@ -26,8 +29,8 @@ def test_every_api_name_is_exported_from_ragport():
     """
     missing = API_NAMES - set(ragport.__all__)
     assert not missing
-    for name in ragport.__all__:
-        assert getattr(ragport, name) is not None
+    unresolved = [name for name in ragport.__all__ if not hasattr(ragport, name)]
+    assert not unresolved
 
 
 def test_names_are_importable_from_the_layer_that_defines_them():
@@ -35,8 +38,16 @@ def test_names_are_importable_from_the_layer_that_defines_them():
 
     If this fails, check the re-exports in ragport/domain/__init__.py and application/__init__.py.
     """
-    from ragport import application, domain
+    from ragport import application, domain, ports
 
+    layers = (domain, ports, application)
+    homeless = [
+        name
+        for name in ragport.__all__
+        if name != "__version__"
+        and not any(getattr(layer, name, None) is getattr(ragport, name) for layer in layers)
+    ]
+    assert not homeless
     assert domain.Scope is ragport.Scope and domain.chunk_markdown is ragport.chunk_markdown
     assert application.replace_source is ragport.replace_source
     assert application.RagContextProvider is ragport.RagContextProvider
@@ -55,21 +66,98 @@ def test_all_errors_share_one_root():
     assert all(issubclass(e, ragport.RagportError) for e in errors)
 
 
-def test_import_opens_no_socket_and_reads_no_environment():
-    """Importing ragport (and its in-memory adapters) opens no socket and starts no thread.
+ENV_READ = 3
+"""The probe's exit status when a module under its root read the environment."""
+_IMPORT_PROBE = """
+import os, socket, sys, threading
 
-    If this fails, look for work done at import time in the module the traceback names.
-    """
-    code = (
-        "import socket, threading\n"
-        "def refuse(*a, **k): raise RuntimeError('socket opened at import')\n"
-        "socket.socket = refuse\n"
-        "before = threading.active_count()\n"
-        "import ragport, ragport.adapters.memory, ragport.adapters.embedders, ragport.bootstrap\n"
-        "assert threading.active_count() == before\n"
+ROOT = {root!r}
+ENV_READ = {env_read}
+reads = []
+getitem, iterate = os._Environ.__getitem__, os._Environ.__iter__
+skipped = ("os.py", "_collections_abc.py", "<frozen os>", "<frozen _collections_abc>")
+
+
+def caller():
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.endswith(skipped):
+        frame = frame.f_back
+    return "" if frame is None else frame.f_code.co_filename
+
+
+def watched_getitem(self, key):
+    if caller().startswith(ROOT):
+        reads.append(key)
+    return getitem(self, key)
+
+
+def watched_iter(self):
+    if caller().startswith(ROOT):
+        reads.append("*")
+    return iterate(self)
+
+
+os._Environ.__getitem__, os._Environ.__iter__ = watched_getitem, watched_iter
+sys.path.insert(0, {extra_path!r})
+
+
+def refuse(*a, **k):
+    raise RuntimeError("socket opened at import")
+
+
+socket.socket = refuse
+before = threading.active_count()
+import {modules}
+if threading.active_count() != before:
+    sys.exit("a thread started at import")
+if reads:
+    print(f"environment read at import: {{reads}}", file=sys.stderr)
+    sys.exit(ENV_READ)
+"""
+
+
+def _import_probe(modules: str, *, root: str, extra_path: str = "") -> subprocess.CompletedProcess:
+    """Import ``modules`` in a fresh interpreter: no socket, no thread, no environment read by
+    any module under ``root``."""
+    code = _IMPORT_PROBE.format(
+        root=root, extra_path=extra_path, modules=modules, env_read=ENV_READ
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+
+
+def test_import_opens_no_socket_and_reads_no_environment():
+    """Importing ragport (and its in-memory adapters) opens no socket, starts no thread and
+    reads no environment variable from any ragport module.
+
+    If this fails, look for work done at import time in the module the traceback names (an
+    environment read belongs in bootstrap or the CLI, at call time).
+    """
+    root = str(Path(ragport.__file__).parent)
+    done = _import_probe(
+        "ragport, ragport.adapters.memory, ragport.adapters.embedders, ragport.bootstrap, "
+        "ragport.cli",
+        root=root,
+    )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "import os\nos.environ.get('HOME')\n",
+        "import os\nos.getenv('HOME')\n",
+        "import os\ndict(os.environ)\n",
+    ],
+    ids=["environ-get", "getenv", "copy"],
+)
+def test_the_import_probe_sees_an_environment_read(tmp_path: Path, body: str):
+    """The probe behind the test above fails on a module that reads the environment at import.
+
+    If this fails, check _IMPORT_PROBE's hooks on os._Environ.
+    """
+    (tmp_path / "reads_env_at_import.py").write_text(body)
+    done = _import_probe("reads_env_at_import", root=str(tmp_path), extra_path=str(tmp_path))
+    assert done.returncode == ENV_READ, done.stderr
 
 
 def test_import_loads_no_framework():
@@ -101,5 +189,5 @@ def test_ragport_ports_exports_every_public_name_of_every_port_module():
         module = importlib.import_module(f"ragport.ports.{info.name}")
         expected.update(module.__all__)
     assert set(ragport.ports.__all__) == expected
-    for name in expected:
-        assert getattr(ragport.ports, name) is not None, name
+    unresolved = [name for name in expected if not hasattr(ragport.ports, name)]
+    assert not unresolved
