@@ -7,7 +7,9 @@ Enable it in a ``conftest.py``::
 Fixtures: ``contract_clock`` (a :class:`FixedClock` at 2024-01-02T03:04:05Z),
 ``contract_vectors`` (a :class:`VectorFactory` of 8-dimensional SHA-256 vectors),
 ``contract_embedder`` (a tiny deterministic Embedder on the same vectors) and
-``contract_scope`` (a Scope unique to the requesting test, the same on every run).
+``contract_scope`` (a Scope unique to the requesting test, the same on every run). The classes
+behind them (:class:`FixedClock`, :class:`VectorFactory`, :class:`ContractEmbedder`) are
+importable from here for module-level use.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ from ragport.contract_tests._support import (
 )
 from ragport.domain.model import Scope
 
-__all__ = ["contract_clock", "contract_embedder", "contract_scope", "contract_vectors"]
+__all__ = [
+    "ContractEmbedder",
+    "FixedClock",
+    "VectorFactory",
+    "contract_clock",
+    "contract_embedder",
+    "contract_scope",
+    "contract_vectors",
+]
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
 from ragport.adapters.postgres import PostgresStatusStore, PostgresStore
+from ragport.contract_tests.plugin import FixedClock
 
 DOCS = ragport.Scope("acme", "kb", "docs")
 NOTES = ragport.Scope("acme", "kb", "notes")
@@ -40,12 +41,7 @@ SECURITY = [
 ]
 
 
-class FixedClock:
-    def now(self) -> datetime:
-        return NOW
-
-
-CLOCK = FixedClock()
+CLOCK = FixedClock(NOW)
 
 
 def chunks(source: str, texts: list[str], **metadata: Any) -> list[ragport.Chunk]:

@@ -6,24 +6,14 @@ import hashlib
 
 import attrs
 import pytest
+from doubles import CountingEmbedder
 from handbook_corpus import ALICE, DENIED_SOURCE, MALLORY, SCOPE, SECRET_WORD, build_handbook
 
 import ragport
-from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.application.context import EVIDENCE_EXCERPT_CHARS
 
 HASH = hashlib.sha256(b"leave policy v3").hexdigest()
-
-
-class CountingEmbedder(HashEmbedder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-
-    def embed(self, texts):  # type: ignore[no-untyped-def]
-        self.calls += 1
-        return super().embed(texts)
 
 
 @pytest.fixture
@@ -35,7 +25,7 @@ def embedder() -> CountingEmbedder:
 def store(embedder) -> InMemoryStore:
     store = InMemoryStore()
     build_handbook(store, embedder)
-    embedder.calls = 0
+    embedder.calls.clear()
     return store
 
 
@@ -128,7 +118,7 @@ def test_no_query_gives_no_block_and_no_embed(store, embedder, messages):
     If this fails, check the blank-query early return in RagContextProvider.provide.
     """
     assert _provider(store, embedder).provide(messages) is None
-    assert embedder.calls == 0
+    assert embedder.calls == []
 
 
 def test_no_hits_gives_no_block(embedder):

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from doubles import CallLog
 
 import ragport
 from ragport import (
@@ -145,47 +146,7 @@ def _write_derived(store: Any, specs: Sequence[tuple[str, Sequence[str], Sequenc
         uow.commit()
 
 
-class CountingStore:
-    """Delegates to a store and counts every call that reads or writes it."""
-
-    CALLS = (
-        "unit_of_work",
-        "query",
-        "lexical_query",
-        "get_by_source",
-        "check_source_access",
-        "set_source_access",
-        "list_invalidated_ids",
-        "list_embedders",
-        "current_generation",
-        "prepare",
-    )
-
-    def __init__(self, inner: InMemoryStore) -> None:
-        self._inner = inner
-        self.calls: list[str] = []
-
-    @property
-    def capabilities(self) -> ragport.Capabilities:
-        return self._inner.capabilities
-
-    @property
-    def provider(self) -> str:
-        return self._inner.provider
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name not in self.CALLS:
-            return attr
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(name)
-            return attr(*args, **kwargs)
-
-        return counted
-
-
-class StaleStore(CountingStore):
+class StaleStore(CallLog):
     """query/lexical_query answer with rows captured before a propagation landed."""
 
     def __init__(self, inner: InMemoryStore) -> None:
@@ -733,7 +694,7 @@ def test_repoint_rejects_bad_arguments_before_any_store_read(store, bad):
     }
     if bad.get("cursor") in cursors:
         bad = {"cursor": cursors[bad["cursor"]]}
-    counting = CountingStore(store)
+    counting = CallLog(store)
     with pytest.raises(ValidationError):
         _repoint(counting, authorization=Authorization("mallory", "tenant-2"), **bad)
     assert counting.calls == []
@@ -755,7 +716,7 @@ def test_repoint_needs_grants_on_both_ids_before_the_first_read(store, grants, a
     _five(store)
     for source in grants:
         _grant(store, ["alice"], source)
-    counting = CountingStore(store)
+    counting = CallLog(store)
     with pytest.raises(AccessDeniedError):
         _repoint(counting, authorization=authorization)
     assert "unit_of_work" not in counting.calls
@@ -1009,7 +970,7 @@ def _three(store: Any) -> None:
 def test_rename_batch_is_validated_as_a_set_before_any_read(store, renames):
     """Duplicates, chains, overlaps, from == to, empty ids: ValidationError, zero store calls. If this fails, check repoint._validate_batch."""
     _three(store)
-    counting = CountingStore(store)
+    counting = CallLog(store)
     with pytest.raises(ValidationError):
         batch = (
             renames
@@ -1023,7 +984,7 @@ def test_rename_batch_is_validated_as_a_set_before_any_read(store, renames):
 
 def test_empty_rename_batch_is_a_noop(store):
     """An empty list returns empty results and touches nothing. If this fails, check apply_source_renames."""
-    counting = CountingStore(store)
+    counting = CallLog(store)
     events: list[RenameEvent] = []
     result = apply_source_renames(scope=SCOPE, store=counting, renames=[], on_renamed=events.append)
     assert (result.results, result.failures) == ((), ())
@@ -1056,7 +1017,7 @@ def test_fail_fast_raises_and_later_renames_never_start(store):
     _three(store)
     _collide_b(store)
     events: list[RenameEvent] = []
-    counting = CountingStore(store)
+    counting = CallLog(store)
     with pytest.raises(ValidationError):
         apply_source_renames(
             scope=SCOPE,

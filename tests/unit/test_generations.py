@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from doubles import NoTransactionsStore
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
@@ -16,22 +17,6 @@ OTHER = ragport.Scope("tenant-1", "kb", "archive")
 ALICE = ragport.Authorization("alice", "tenant-1")
 QUERY = "policy handbook guide rules"
 SOURCES = ("a", "b", "c")
-
-
-class NoTransactionsStore:
-    """Delegates to InMemoryStore but reports no transactions."""
-
-    def __init__(self, inner: InMemoryStore) -> None:
-        self._inner = inner
-
-    @property
-    def capabilities(self) -> ragport.Capabilities:
-        return ragport.Capabilities(
-            lexical_modes=(), authorization="acl", generations=True, transactions=False
-        )
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 def put(store: Any, source_id: str, version: str, n: int = 2, **kwargs: Any) -> Any:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from doubles import CountingEmbedder, NoTransactionsStore
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
@@ -19,65 +20,6 @@ SECRET = "sk-SECRET"
 
 
 # -- fakes ---------------------------------------------------------------------------------------
-
-
-class CountingEmbedder:
-    """Wraps HashEmbedder; records every batch; can fail or set an event on a given call."""
-
-    def __init__(
-        self,
-        inner: HashEmbedder | None = None,
-        *,
-        fail_on_call: int | None = None,
-        set_after_call: int | None = None,
-        event: threading.Event | None = None,
-        id: str | None = None,
-    ) -> None:
-        self._inner = inner or HashEmbedder()
-        self._fail_on_call = fail_on_call
-        self._set_after_call = set_after_call
-        self._event = event
-        self._id = id
-        self.calls: list[list[str]] = []
-
-    @property
-    def id(self) -> str:
-        return self._id or self._inner.id
-
-    @property
-    def dimensions(self) -> int:
-        return self._inner.dimensions
-
-    @property
-    def texts(self) -> list[str]:
-        return [t for call in self.calls for t in call]
-
-    def embed(self, texts: Sequence[str]) -> Any:
-        self.calls.append(list(texts))
-        if self._fail_on_call is not None and len(self.calls) == self._fail_on_call:
-            # A foreign error that quotes document text: it must never reach status or logs.
-            raise RuntimeError(f"embedding service choked on {texts[0]!r}")
-        out = self._inner.embed(texts)
-        if self._set_after_call is not None and len(self.calls) == self._set_after_call:
-            assert self._event is not None
-            self._event.set()
-        return out
-
-
-class NoTransactionsStore:
-    """Delegates to InMemoryStore but honestly reports that it has no transactions."""
-
-    def __init__(self, inner: InMemoryStore) -> None:
-        self._inner = inner
-
-    @property
-    def capabilities(self) -> ragport.Capabilities:
-        return ragport.Capabilities(
-            lexical_modes=(), authorization="acl", generations=True, transactions=False
-        )
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 # -- helpers -------------------------------------------------------------------------------------

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from doubles import CallLog, CountingEmbedder, CountingStore, Delegating, GuardedCallLog
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
+from ragport.contract_tests.plugin import FixedClock
 from ragport.domain.model import AccessDecision
 from ragport.ports.store import ScoredRecord, SupportsGuardedQuery
 
@@ -38,70 +39,7 @@ QUERY = "vacation days approval"
 # -- fakes ---------------------------------------------------------------------------------------
 
 
-class FixedClock:
-    def now(self) -> datetime:
-        return NOW
-
-
-class CountingEmbedder:
-    """Wraps HashEmbedder, records each call; ``id`` may be overridden to fake another model."""
-
-    def __init__(self, inner: HashEmbedder | None = None, *, id: str | None = None) -> None:
-        self._inner = inner or HashEmbedder()
-        self._id = id
-        self.calls: list[list[str]] = []
-
-    @property
-    def id(self) -> str:
-        return self._id or self._inner.id
-
-    @property
-    def dimensions(self) -> int:
-        return self._inner.dimensions
-
-    def embed(self, texts: Sequence[str]) -> Any:
-        self.calls.append(list(texts))
-        return self._inner.embed(texts)
-
-
-class StoreWrapper:
-    """Delegates everything to an InMemoryStore; subclasses override one behaviour."""
-
-    def __init__(self, inner: InMemoryStore) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-class CountingStore(StoreWrapper):
-    """Counts the read calls retrieval makes, by method and scope."""
-
-    def __init__(self, inner: InMemoryStore) -> None:
-        super().__init__(inner)
-        self.calls: Counter[tuple[str, ragport.Scope]] = Counter()
-
-    def query(self, scope: ragport.Scope, vector: Any, **kwargs: Any) -> Any:
-        self.calls[("query", scope)] += 1
-        return self._inner.query(scope, vector, **kwargs)
-
-    def list_embedders(self, scope: ragport.Scope) -> Any:
-        self.calls[("list_embedders", scope)] += 1
-        return self._inner.list_embedders(scope)
-
-    def list_invalidated_ids(self, scope: ragport.Scope) -> Any:
-        self.calls[("list_invalidated_ids", scope)] += 1
-        return self._inner.list_invalidated_ids(scope)
-
-    def check_source_access(self, scope: ragport.Scope, source_ids: Any, auth: Any) -> Any:
-        self.calls[("check_source_access", scope)] += 1
-        return self._inner.check_source_access(scope, source_ids, auth)
-
-    def count(self, method: str) -> int:
-        return sum(n for (m, _), n in self.calls.items() if m == method)
-
-
-class CrossScopeStore(StoreWrapper):
+class CrossScopeStore(Delegating):
     """A broken store whose query answers from another scope."""
 
     def __init__(self, inner: InMemoryStore, leak_from: ragport.Scope) -> None:
@@ -112,7 +50,7 @@ class CrossScopeStore(StoreWrapper):
         return self._inner.query(self._leak_from, vector, **kwargs)
 
 
-class NoAclStore(StoreWrapper):
+class NoAclStore(Delegating):
     """A store that does not declare ACL support."""
 
     @property
@@ -122,7 +60,7 @@ class NoAclStore(StoreWrapper):
         )
 
 
-class GateStore(StoreWrapper):
+class GateStore(Delegating):
     """check_source_access denies ``revoked`` sources (a revocation after the query) or raises."""
 
     def __init__(
@@ -150,7 +88,7 @@ class GateStore(StoreWrapper):
         return decisions
 
 
-class StaleQueryStore(StoreWrapper):
+class StaleQueryStore(Delegating):
     """A store whose query serves a stale answer captured earlier (ignores later tombstones)."""
 
     def __init__(self, inner: InMemoryStore) -> None:
@@ -431,7 +369,7 @@ def test_multibyte_text_respects_byte_ceiling() -> None:
 
 def test_provenance_and_trust_on_every_hit(store: InMemoryStore) -> None:
     """Hits and citations carry full provenance and trust. If this fails, check _render."""
-    result = retrieve(store=store, top_k=32, clock=FixedClock())
+    result = retrieve(store=store, top_k=32, clock=FixedClock(NOW))
     assert result.hits
     assert (result.trust.untrusted, result.trust.inert, result.trust.injection_capable) == (
         True,
@@ -504,44 +442,6 @@ def test_mismatch_in_one_of_several_scopes_stops_retrieval(store: InMemoryStore)
     with pytest.raises(ragport.EmbedderMismatchError) as info:
         retrieve(scopes=[SCOPE, SCOPE_B], store=store)
     assert info.value.found_id == "hash-v1:64"
-
-
-class CallLog(StoreWrapper):
-    """Delegates to a store (``__getattr__``) and logs the store methods retrieval calls.
-
-    Delegation alone does not make it a guarded store: ``guarded_query`` must be declared on
-    the class, so a wrapper's own ``query`` is never bypassed.
-    """
-
-    def __init__(self, inner: InMemoryStore) -> None:
-        super().__init__(inner)
-        self.calls: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        attr = super().__getattr__(name)
-        if not callable(attr):
-            return attr
-
-        def logged(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(name)
-            return attr(*args, **kwargs)
-
-        return logged
-
-    # Optional capabilities count only when the class defines them (ports.store.supports).
-    def lexical_query(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls.append("lexical_query")
-        return self._inner.lexical_query(*args, **kwargs)
-
-    def hybrid_query(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls.append("hybrid_query")
-        return self._inner.hybrid_query(*args, **kwargs)
-
-
-class GuardedCallLog(CallLog):
-    def guarded_query(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls.append("guarded_query")
-        return self._inner.guarded_query(*args, **kwargs)
 
 
 @pytest.mark.parametrize("guarded", [True, False], ids=["guarded", "plain"])

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from doubles import Delegating
 
 import ragport
 from ragport.adapters.memory import InMemoryStatusStore
@@ -26,19 +27,16 @@ def status(scope: ragport.Scope, source_id: str, state: str = "indexed") -> ragp
     )
 
 
-class LeakyStatusStore:
+class LeakyStatusStore(Delegating):
     """A broken status store whose pages include another scope's item."""
 
     def __init__(self, inner: InMemoryStatusStore, leak: ragport.IngestionStatus) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._leak = leak
 
     def list_page(self, scope: ragport.Scope, *, limit: int, cursor: str | None = None) -> Any:
         page = self._inner.list_page(scope, limit=limit, cursor=cursor)
         return ragport.StatusPage(items=(*page.items[:-1], self._leak), cursor=page.cursor)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 @pytest.fixture
