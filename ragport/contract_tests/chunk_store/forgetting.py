@@ -159,8 +159,8 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
     def test_deriving_from_forgotten_content_is_refused(self, store: ChunkStore) -> None:
         """After a forget, index_derived on the source, or on what rested on it, is refused.
 
-        If this fails, check ``forgetting._roots``: every ancestor and root of the new record
-        is tested against the scope's forgotten tombstones before anything is written.
+        If this fails, check ``application.derived._roots``: every ancestor and root of the new
+        record is tested against the scope's forgotten tombstones before anything is written.
         """
         _source(store, "fg-s", "the forgotten source")
         _derived(store, "fg-d1", ["fg-s"])
@@ -182,7 +182,7 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
 
         If this fails, check that repoint_source files a derived record under exactly the new
         id and rewrites lineage, and that the propagation closure follows dependents by record
-        id and source id (``forgetting._closure``).
+        id and source id (``application.propagation._closure``).
         """
         _source(store, "fg-s", "the forgotten source")
         _derived(store, "fg-d1", ["fg-s"])
