@@ -9,9 +9,13 @@ Subclass a suite in your own test module and supply its fixture::
         def store(self):
             ...  # yield an empty store, clean up afterwards
 
-Suites: ``ChunkStoreContract`` (fixture ``store``), ``EmbedderContract`` (``embedder``),
-``IngestionStatusStoreContract`` (``status_store``), ``ParserContract`` (``parser``, plus
-``parser_sample`` giving valid input for the format). Deterministic helpers for your own tests
+Suites: ``ChunkStoreContract`` (fixture ``store``; a package, one module per capability
+group), ``EmbedderContract`` (``embedder``), ``RerankerContract`` (``reranker``),
+``DerivedArtifactHandlerContract`` (``handler``, plus ``handler_serves`` to observe what it
+did), ``IngestionStatusStoreContract`` (``status_store``), ``ParserContract`` (``parser``, plus
+``parser_sample`` giving valid input for the format). Every suite derives from
+``_base.ContractSuite`` (the override guard) and declares its required fixture with
+``_base.required_fixture``. Deterministic helpers for your own tests
 live in ``ragport.contract_tests.plugin`` (enable it with
 ``pytest_plugins = ["ragport.contract_tests.plugin"]``). Needs the ``contract-tests`` extra
 (pytest).
@@ -24,7 +28,8 @@ import pytest
 pytest.register_assert_rewrite(
     "ragport.contract_tests._base",
     "ragport.contract_tests._support",
-    # The package and each of its modules: register_assert_rewrite does not reach submodules.
+    # The package name alone covers its modules; each is named too, so this list reads as the
+    # index of every suite module.
     "ragport.contract_tests.chunk_store",
     "ragport.contract_tests.chunk_store._base",
     "ragport.contract_tests.chunk_store._helpers",
@@ -56,7 +61,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.7"
+CONTRACT_VERSION = "1.8"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -74,6 +79,13 @@ CONTRACT_VERSION = "1.7"
 # 1.6  ChunkStoreBoundaryContract (NUL and lone surrogates refused before any write, errors
 #      chain nothing, one metadata_bytes, ragged embedder rows, reranker errors and copies).
 # 1.7  ParserContract (caps, strict decoding, abort, determinism, no text in errors).
+# 1.8  ragport.contract_tests.chunk_store is a package, one module per capability group (same
+#      import path and names). The emptiness test and the isolation canary check every
+#      (scope, source) the builders recorded writing (_support.record_written, granted)
+#      instead of a hand-kept source list. IngestionStatusStoreContract gains the isolation
+#      canary. DerivedArtifactHandlerContract gains the handler_serves fixture and two effect
+#      tests (on_propagate stops serving every id; on_repoint moves what it counts), which skip
+#      with a reason until handler_serves is overridden.
 
 __all__ = [
     "CONTRACT_VERSION",
