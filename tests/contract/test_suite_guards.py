@@ -3,12 +3,17 @@
 Each case runs a small test module in a pytester sandbox: a suite without its required fixture
 errors at setup, and the chunk-store canary fails when the fixture hands every test the same
 store, including for writes to a scope none of the suite's constants names (the builders
-recorded them).
+recorded them), and a scan checks that every grant the chunk-store suite writes is recorded.
 """
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
+
+from ragport.contract_tests import chunk_store
 
 SUITES = [
     ("ChunkStoreContract", "test_store_satisfies_the_chunk_store_protocol"),
@@ -149,3 +154,58 @@ def test_the_status_store_canary_catches_a_fixture_that_leaks_state(
         "test_put_then_get_round_trips": ("call", "passed"),
         "test_isolation_canary": ("call", canary),
     }
+
+
+def _grant_writes_not_recorded(path: Path) -> list[str]:
+    """``grants.set(...)``/``set_source_access(scope, ...)`` calls whose grants are not wrapped
+    in ``granted(...)``, as ``file:line``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        func = node.func
+        if func.attr == "set_source_access" and len(node.args) == 2:
+            grants = node.args[1]
+        elif func.attr == "set" and isinstance(func.value, ast.Attribute):
+            if func.value.attr != "grants" or len(node.args) != 1:
+                continue
+            grants = node.args[0]
+        else:
+            continue
+        wrapped = (
+            isinstance(grants, ast.Call)
+            and isinstance(grants.func, ast.Name)
+            and grants.func.id == "granted"
+        )
+        if not wrapped:
+            found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_every_grant_the_chunk_store_suite_writes_is_recorded() -> None:
+    """Every grant write in the chunk-store suite goes through ``granted``, so the canary and
+    the emptiness test check those sources.
+
+    If this fails, wrap the grants at the listed lines: ``uow.grants.set(granted(uow.scope,
+    [...]))`` or ``store.set_source_access(scope, granted(scope, [...]))``.
+    """
+    package = Path(chunk_store.__file__).parent
+    found = [
+        hit for path in sorted(package.glob("*.py")) for hit in _grant_writes_not_recorded(path)
+    ]
+    assert not found
+
+
+def test_the_grant_scan_sees_an_unrecorded_write(tmp_path: Path) -> None:
+    """The scan behind the test above flags both ways of writing a grant unwrapped.
+
+    If this fails, check _grant_writes_not_recorded.
+    """
+    module = tmp_path / "suite.py"
+    module.write_text(
+        "def t(store, uow, scope, grants):\n"
+        "    uow.grants.set(grants)\n"
+        "    store.set_source_access(scope, grants)\n"
+        "    uow.grants.set(granted(uow.scope, grants))\n"
+    )
+    assert _grant_writes_not_recorded(module) == ["suite.py:2", "suite.py:3"]
