@@ -1,4 +1,4 @@
-"""``ChunkStoreCapabilityContract``: ``capabilities`` and ``provider`` are honest, typed and stable."""
+"""``ChunkStoreCapabilityContract``: ``capabilities`` and ``provider`` are honest and typed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``ChunkStoreConcurrencyContract``: concurrent writers are serialized; readers see whole versions."""
+"""``ChunkStoreConcurrencyContract``: writers are serialized; readers see whole versions."""
 
 from __future__ import annotations
 

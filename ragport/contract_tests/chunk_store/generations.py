@@ -1,4 +1,8 @@
-"""Replacement visibility and generations: ``ChunkStoreReplaceContract``, ``ChunkStoreGenerationContract``."""
+"""Replacement visibility and generations.
+
+``ChunkStoreReplaceContract`` (a replacement is seen whole or not at all) and
+``ChunkStoreGenerationContract`` (counter, pointer, staging, retirement, rollback, compaction).
+"""
 
 from __future__ import annotations
 

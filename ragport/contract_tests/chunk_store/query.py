@@ -1,5 +1,9 @@
-"""Query, filters and the lexical leg: ``ChunkStoreQueryContract``, ``ChunkStoreFilterContract``,
-``ChunkStoreLexicalContract``."""
+"""Query, filters and the lexical leg.
+
+``ChunkStoreQueryContract`` (ordering, cosine scores, shallow filters, dimensions, embedder
+listing), ``ChunkStoreFilterContract`` (the filter language) and ``ChunkStoreLexicalContract``
+(stores that advertise ``lexical_modes``).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``ChunkStoreTombstoneContract``: tombstones round-trip; ``forgotten`` ones withhold ids, sources, lineage."""
+"""``ChunkStoreTombstoneContract``: tombstones round-trip; ``forgotten`` ones withhold records."""
 
 from __future__ import annotations
 
