@@ -1,4 +1,4 @@
-"""``ChunkStoreUnitOfWorkContract``: a unit of work is all or nothing; ``records.add`` validates first."""
+"""``ChunkStoreUnitOfWorkContract``: all or nothing; ``records.add`` validates before writing."""
 
 from __future__ import annotations
 
