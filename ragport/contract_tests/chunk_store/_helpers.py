@@ -15,17 +15,9 @@ from ragport.contract_tests._support import (
     direction,
     visible_pairs,
 )
-from ragport.domain.model import (
-    Authorization,
-    Scope,
-)
+from ragport.domain.model import Authorization, Scope
 from ragport.ports.embedder import Vector
-from ragport.ports.store import (
-    ChunkStore,
-    OptionalCapability,
-    ScoredRecord,
-    missing_methods,
-)
+from ragport.ports.store import ChunkStore, OptionalCapability, ScoredRecord, missing_methods
 
 DIMS = CONTRACT_DIMENSIONS
 TENANT = "contract-tenant"

@@ -25,15 +25,8 @@ from ragport.contract_tests.chunk_store._helpers import (
     _ids,
     _require_acl,
 )
-from ragport.domain.model import (
-    AccessDecision,
-    Authorization,
-    Grant,
-    decide_access,
-)
-from ragport.ports.store import (
-    ChunkStore,
-)
+from ragport.domain.model import AccessDecision, Authorization, Grant, decide_access
+from ragport.ports.store import ChunkStore
 
 __all__ = ["ChunkStoreDenialReportContract", "ChunkStoreGrantContract"]
 

@@ -3,18 +3,9 @@
 from __future__ import annotations
 
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
-from ragport.contract_tests.chunk_store._helpers import (
-    SCOPE,
-)
-from ragport.domain.model import (
-    Capabilities,
-)
-from ragport.ports.store import (
-    ChunkStore,
-    declared,
-    missing_methods,
-    supports,
-)
+from ragport.contract_tests.chunk_store._helpers import SCOPE
+from ragport.domain.model import Capabilities
+from ragport.ports.store import ChunkStore, declared, missing_methods, supports
 
 __all__ = ["ChunkStoreCapabilityContract"]
 

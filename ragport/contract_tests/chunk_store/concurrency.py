@@ -5,10 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from ragport.contract_tests._support import (
-    hash_vector,
-    publish_sources,
-)
+from ragport.contract_tests._support import hash_vector, publish_sources
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import (
     QUERY_ALL,
@@ -18,9 +15,7 @@ from ragport.contract_tests.chunk_store._helpers import (
     _ids,
     _require_transactions,
 )
-from ragport.ports.store import (
-    ChunkStore,
-)
+from ragport.ports.store import ChunkStore
 
 __all__ = ["ChunkStoreConcurrencyContract"]
 

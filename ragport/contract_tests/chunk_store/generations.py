@@ -8,12 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragport.contract_tests._support import (
-    hash_vector,
-    make_batch,
-    publish_sources,
-    visible_pairs,
-)
+from ragport.contract_tests._support import hash_vector, make_batch, publish_sources, visible_pairs
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import (
     OTHER_CORPUS,
@@ -30,9 +25,7 @@ from ragport.contract_tests.chunk_store._helpers import (
     _run_in_thread,
     _snapshot,
 )
-from ragport.ports.store import (
-    ChunkStore,
-)
+from ragport.ports.store import ChunkStore
 
 __all__ = ["ChunkStoreGenerationContract", "ChunkStoreReplaceContract"]
 

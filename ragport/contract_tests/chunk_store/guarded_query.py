@@ -25,17 +25,9 @@ from ragport.contract_tests.chunk_store._helpers import (
     _require_acl,
     _require_guarded_query,
 )
-from ragport.domain.model import (
-    Authorization,
-    Grant,
-    Scope,
-    Tombstone,
-)
+from ragport.domain.model import Authorization, Grant, Scope, Tombstone
 from ragport.ports.embedder import Vector
-from ragport.ports.store import (
-    ChunkStore,
-    SupportsGuardedQuery,
-)
+from ragport.ports.store import ChunkStore, SupportsGuardedQuery
 
 __all__ = ["ChunkStoreGuardedQueryContract"]
 

@@ -26,12 +26,8 @@ from ragport.contract_tests.chunk_store._helpers import (
     _require_generations,
 )
 from ragport.domain.errors import ValidationError
-from ragport.domain.model import (
-    Scope,
-)
-from ragport.ports.store import (
-    ChunkStore,
-)
+from ragport.domain.model import Scope
+from ragport.ports.store import ChunkStore
 
 __all__ = ["ChunkStoreLineageContract", "ChunkStoreRepointContract"]
 

@@ -37,16 +37,9 @@ from ragport.contract_tests.chunk_store._helpers import (
 )
 from ragport.domain.errors import CapabilityError
 from ragport.domain.filters import parse_filter
-from ragport.domain.model import (
-    AccessDecision,
-    Grant,
-    Tombstone,
-)
+from ragport.domain.model import AccessDecision, Grant, Tombstone
 from ragport.ports.embedder import Vector
-from ragport.ports.store import (
-    ChunkStore,
-    SupportsLexicalSearch,
-)
+from ragport.ports.store import ChunkStore, SupportsLexicalSearch
 
 __all__ = ["ChunkStoreFilterContract", "ChunkStoreLexicalContract", "ChunkStoreQueryContract"]
 

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragport.contract_tests._support import (
-    granted,
-    hash_vector,
-    publish_sources,
-    visible_pairs,
-)
+from ragport.contract_tests._support import granted, hash_vector, publish_sources, visible_pairs
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import (
     DIMS,
@@ -21,14 +16,8 @@ from ragport.contract_tests.chunk_store._helpers import (
     _pairs,
     _query_pairs,
 )
-from ragport.domain.model import (
-    Grant,
-    Scope,
-    Tombstone,
-)
-from ragport.ports.store import (
-    ChunkStore,
-)
+from ragport.domain.model import Grant, Scope, Tombstone
+from ragport.ports.store import ChunkStore
 
 __all__ = ["ChunkStoreScopeContract"]
 

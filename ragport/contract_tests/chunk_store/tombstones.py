@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from ragport.contract_tests._support import (
-    derived_batch,
-    hash_vector,
-    make_batch,
-    publish_sources,
-)
+from ragport.contract_tests._support import derived_batch, hash_vector, make_batch, publish_sources
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import (
     OTHER_CORPUS,
@@ -17,12 +12,8 @@ from ragport.contract_tests.chunk_store._helpers import (
     _ids,
     _query_pairs,
 )
-from ragport.domain.model import (
-    Tombstone,
-)
-from ragport.ports.store import (
-    ChunkStore,
-)
+from ragport.domain.model import Tombstone
+from ragport.ports.store import ChunkStore
 
 __all__ = ["ChunkStoreTombstoneContract"]
 

@@ -34,14 +34,8 @@ from ragport.contract_tests.chunk_store._helpers import (
     _snapshot,
 )
 from ragport.domain.errors import ScopeError, ValidationError
-from ragport.domain.model import (
-    Grant,
-    Scope,
-    Tombstone,
-)
-from ragport.ports.store import (
-    ChunkStore,
-)
+from ragport.domain.model import Grant, Scope, Tombstone
+from ragport.ports.store import ChunkStore
 
 __all__ = ["ChunkStoreUnitOfWorkContract"]
 
