@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import pytest
 
-from ragport.contract_tests._support import silent_overrides
+from ragport.contract_tests._base import ContractSuite, required_fixture
 from ragport.domain.errors import AbortedError, ParseError, ValidationError
 from ragport.domain.limits import HARD_LIMITS
 from ragport.ports.documents import ParsedDocument, Parser
@@ -69,17 +69,12 @@ def _chain_text(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc)) + repr(exc.args)
 
 
-class ParserContract:
+class ParserContract(ContractSuite):
     """Caps, strict decoding, abort, determinism, no text in errors, no partial result."""
 
-    @pytest.fixture
-    def parser(self) -> Iterator[Parser]:
-        """The adapter under test. Override it: return or yield a ready Parser."""
-        pytest.fail(
-            "ParserContract needs a `parser` fixture: override `parser` in your test class to "
-            "return (or yield, then clean up) the Parser under test"
-        )
-        yield  # pragma: no cover
+    parser = required_fixture(
+        "ParserContract", "parser", "return (or yield, then clean up) the Parser under test"
+    )
 
     @pytest.fixture
     def parser_sample(self) -> Sample:
@@ -93,15 +88,6 @@ class ParserContract:
     def make_parser(self, parser: Parser) -> Callable[..., Parser]:
         """Builds the parser with other caps: ``make_parser(max_bytes=..., timeout_s=...)``."""
         return lambda **caps: type(parser)(**caps)
-
-    def test_contract_tests_are_not_overridden(self) -> None:
-        """No contract test is replaced except by wrapping it in xfail(reason=...).
-
-        If this fails, check the listed methods of your test class: delete the override, or
-        decorate it with `pytest.mark.xfail(reason="...")`.
-        """
-        found = silent_overrides(type(self))
-        assert not found, f"contract tests overridden without xfail(reason=...): {found}"
 
     def test_satisfies_the_parser_protocol(self, parser: Parser) -> None:
         """The adapter has `id`, `max_bytes` and `parse`; `id` is a non-empty string.

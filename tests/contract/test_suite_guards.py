@@ -21,6 +21,7 @@ SUITES = [
     ("RerankerContract", "test_empty_input_gives_empty_output"),
     ("IngestionStatusStoreContract", "test_put_then_get_round_trips"),
     ("DerivedArtifactHandlerContract", "test_handler_satisfies_the_protocol"),
+    ("ParserContract", "test_satisfies_the_parser_protocol"),
 ]
 
 
