@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from child_process import Child, fault_env
+from doubles import Delegating
 from sqlalchemy import event, text
 
 import ragport
@@ -226,15 +227,12 @@ def test_sigkilled_propagation_leaves_everything_or_nothing_tombstoned(
     assert not _hits(store, "note 7 resting on the doc") & {*closure, f"{SOURCE}#0001"}
 
 
-class _InsideUnitOfWork:
+class _InsideUnitOfWork(Delegating):
     """Delegates to the store; flags the span between opening a unit of work and leaving it."""
 
     def __init__(self, inner: PostgresStore) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self.inside = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     @contextmanager
     def unit_of_work(self, scope: ragport.Scope) -> Iterator[Any]:

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from doubles import Delegating
 
 import ragport.adapters.memory.store as memory_store
 import ragport.application.retrieval as retrieval
@@ -128,21 +129,18 @@ class DeclaresPreparation(InMemoryStore):
         return attrs.evolve(super().capabilities, preparation=True)
 
 
-class Delegating:
+class DelegatingMemoryStore(Delegating):
     """Delegates every attribute to an in-memory store: declares what its class lacks."""
 
     def __init__(self) -> None:
-        self._inner = InMemoryStore()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        super().__init__(InMemoryStore())
 
 
 @pytest.mark.parametrize(
     ("store", "missing"),
     [
         (DeclaresPreparation, "preparation needs prepare"),
-        (Delegating, "lexical needs lexical_query, hybrid_query"),
+        (DelegatingMemoryStore, "lexical needs lexical_query, hybrid_query"),
     ],
     ids=["preparation", "delegating-wrapper"],
 )

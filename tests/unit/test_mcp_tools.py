@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
+from doubles import Delegating
 from handbook_corpus import (
     ALICE,
     DENIED_SOURCE,
@@ -94,14 +95,8 @@ def test_forgotten_sources_are_not_listed(parts):
     assert "expenses" not in {s["source_id"] for s in page.structured_content["sources"]}
 
 
-class _FailingAccess:
+class _FailingAccess(Delegating):
     """Delegates to the store but its access check raises, as a lost connection would."""
-
-    def __init__(self, inner: InMemoryStore) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     def check_source_access(self, *args: Any, **kwargs: Any) -> Any:
         raise ConnectionError("grants table unreachable")
