@@ -297,7 +297,7 @@ def equivalent_topk_sql(schema: str) -> str:
 
 
 def hnsw_ddl(schema: str) -> str:
-    """The adapter's own partial HNSW index (PostgresStore._ensure_vector_index)."""
+    """The adapter's own partial HNSW index (ragport.adapters.postgres.indexes.VectorIndexes)."""
     return (
         f'CREATE INDEX IF NOT EXISTS records_hnsw_{DIMS} ON "{schema}".records '
         f"USING hnsw ((embedding::vector({DIMS})) vector_cosine_ops) WHERE dimensions = {DIMS}"

@@ -13,12 +13,14 @@ Generations
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
+import numpy as np
 
+from ragport.domain.errors import ScopeError, ValidationError
 from ragport.domain.filters import Filter
 from ragport.domain.model import (
     AccessDecision,
@@ -41,11 +43,14 @@ __all__ = [
     "OptionalCapability",
     "RecordRepository",
     "ScoredRecord",
+    "StoredVersion",
     "SupportsGuardedQuery",
     "SupportsLexicalSearch",
     "SupportsPreparation",
     "TombstoneRepository",
     "UnitOfWork",
+    "check_records_for_add",
+    "check_stored_ids",
     "declared",
     "missing_methods",
     "rekey_collides",
@@ -88,9 +93,15 @@ class RecordRepository(Protocol):
         """Insert ``records`` with ``vectors[i]`` as the vector of ``records[i]``.
 
         Every record's scope equals the unit of work's scope (``ScopeError`` otherwise).
-        ``vectors`` has one finite row per record and ``records[i].dimensions`` columns
-        (``ValidationError`` otherwise). A record id that is already live (not retired) for a
-        *different* source in this scope is a ``ValidationError``: ids are unique in a scope.
+        ``vectors`` has one finite row per record and ``records[i].dimensions`` columns, and
+        no id appears twice in one call (``ValidationError`` otherwise). A record id that is
+        already live (not retired) in this scope, or stored at the record's generation, is a
+        ``ValidationError``: ids are unique in a scope (a replacement retires the source's
+        rows first). Nothing is written when any check fails.
+
+        A store runs these checks with two functions of this module: ``check_records_for_add``
+        (the pure part; it returns the float32 copy of ``vectors`` to store), then
+        ``check_stored_ids`` over the stored versions of the records' ids.
         """
         ...
 
@@ -163,6 +174,71 @@ class RecordRepository(Protocol):
     def purge_retired(self, through: int) -> int:
         """Physically remove records retired at or below ``through``. Returns the count."""
         ...
+
+
+class StoredVersion(Protocol):
+    """What ``check_stored_ids`` reads of one stored row (a ``Record`` is one)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def source_id(self) -> str: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def retired_generation(self) -> int | None: ...
+
+
+def check_records_for_add(
+    scope: Scope, records: Sequence[Record], vectors: VectorMatrix
+) -> VectorMatrix:
+    """The checks of ``RecordRepository.add`` that need no stored state; what to store.
+
+    ``vectors`` must be a matrix with one row per record, every value finite
+    (``ValidationError(field="vectors")``); then, record by record: its scope is ``scope``
+    (``ScopeError(field="scope")``), its ``dimensions`` the matrix's width
+    (``ValidationError(field="dimensions")``), its id not seen before in ``records``
+    (``ValidationError(field="id")``). Returns a C-contiguous float32 copy of ``vectors``: the
+    store keeps that, never the caller's array.
+    """
+    matrix = np.asarray(vectors)
+    if matrix.ndim != 2 or matrix.shape[0] != len(records):
+        raise ValidationError("vectors must have one row per record", field="vectors")
+    if not np.all(np.isfinite(matrix)):
+        raise ValidationError("vectors must be finite", field="vectors")
+    seen: set[str] = set()
+    for record in records:
+        if record.scope != scope:
+            raise ScopeError("record scope differs from the unit of work's scope", field="scope")
+        if record.dimensions != matrix.shape[1]:
+            raise ValidationError("record dimensions differ from its vector", field="dimensions")
+        if record.id in seen:
+            raise ValidationError("duplicate record id in one write", field="id")
+        seen.add(record.id)
+    return np.array(matrix, dtype=np.float32, order="C", copy=True)
+
+
+def check_stored_ids(records: Sequence[Record], stored: Iterable[StoredVersion]) -> None:
+    """The check of ``RecordRepository.add`` against what the scope already holds.
+
+    ``stored``: the scope's stored versions of the records' ids (every one that is live, or
+    written at a generation of ``records``; more do no harm). A live version, or one at the
+    record's own generation, is a ``ValidationError(field="id")``: for another source the id
+    would be shared by two sources, for the same source it would be live twice.
+    """
+    by_id = {record.id: record for record in records}
+    for row in stored:
+        mine = by_id.get(row.id)
+        if mine is None:
+            continue
+        if row.retired_generation is not None and row.generation != mine.generation:
+            continue
+        if row.source_id != mine.source_id:
+            raise ValidationError("record id is live for another source in this scope", field="id")
+        raise ValidationError("record id is already live in this scope", field="id")
 
 
 def rekey_collides(moved_generation: int, existing: Record, floor: int) -> bool:

@@ -97,7 +97,7 @@ def _replace(store, source: str, texts: list[str], *, embedder=EMB, scope=SCOPE,
 def test_wrong_dimension_vectors_are_refused_and_nothing_is_written(
     store, pg_engine, pg_schema, dims, vectors, field
 ):
-    """Bad vectors in records.add: ValidationError, no rows. If this fails, check store.py _Records.add."""
+    """Bad vectors in records.add: ValidationError, no rows. If this fails, check ports.store.check_records_for_add and unit_of_work.py _Records.add."""
     with pytest.raises(ValidationError) as info, store.unit_of_work(SCOPE) as uow:
         generation = uow.generations.stage()
         uow.records.add(_records(SCOPE, 2, dims, generation=generation), vectors)

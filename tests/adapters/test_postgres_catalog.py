@@ -179,7 +179,7 @@ def test_records_has_gin_indexes_on_lineage_and_tsv(store, pg_engine, pg_schema)
 
 
 def test_first_write_of_a_dimension_creates_its_cosine_hnsw_index(store, pg_engine, pg_schema):
-    """8-dim write -> HNSW cosine index. If this fails, check store.py _ensure_vector_index."""
+    """8-dim write -> HNSW cosine index. If this fails, check indexes.py VectorIndexes.ensure."""
     assert not [ix for ix in _indexes(pg_engine, pg_schema, "records") if ix.am == "hnsw"]
     ragport.replace_source(
         source_id="doc",

@@ -353,7 +353,7 @@ def test_reader_never_sees_two_versions_or_a_partial_one(store, spawn, tmp_path)
 
 
 def test_first_writes_of_two_fresh_processes_in_different_scopes_both_commit(store, spawn):
-    """Two new processes' first writes (other scopes) both commit. If this fails, check store.py _ensure_vector_index."""
+    """Two new processes' first writes (other scopes) both commit. If this fails, check indexes.py VectorIndexes.ensure."""
     _replace(store, "init v0", 1)  # the HNSW index for 32 dimensions already exists
     scopes = [ragport.Scope("tenant-faults", "kb", f"other-{i}") for i in range(2)]
     # Both children retire (taking their row locks on records), then both add at once.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragport.adapters.postgres.store import _pyformat
+from ragport.adapters.postgres.reads import pyformat as _pyformat
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,7 @@ import pytest
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
-from ragport.adapters.postgres import PostgresStore, _driver
-from ragport.adapters.postgres import store as store_module
+from ragport.adapters.postgres import PostgresStore, _driver, reads
 from ragport.domain.errors import StoreError
 
 SCOPE = ragport.Scope("tenant-1", "kb", "docs")
@@ -41,7 +40,7 @@ def _store(pg_url: str, schema: str) -> PostgresStore:
 
 
 def _backend_pid(store: PostgresStore) -> int:
-    rows = store._read("pid", lambda conn: store_module._fetch(conn, "SELECT pg_backend_pid()", {}))
+    rows = store._read("pid", lambda conn: reads.fetch(conn, "SELECT pg_backend_pid()", {}))
     return int(rows[0][0])
 
 
@@ -140,7 +139,7 @@ def test_hnsw_settings_follow_the_predicates(pg_url, pg_schema) -> None:
     def settings() -> tuple[str, str]:
         rows = store._read(
             "settings",
-            lambda conn: store_module._fetch(
+            lambda conn: reads.fetch(
                 conn,
                 "SELECT current_setting('hnsw.ef_search') AS ef, "
                 "current_setting('hnsw.iterative_scan') AS scan",

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from doubles import Delegating
 
-import ragport.adapters.memory.store as memory_store
+import ragport.adapters.memory.snapshot as memory_snapshot
+import ragport.adapters.memory.unit_of_work as memory_uow
 import ragport.application.retrieval as retrieval
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.postgres import PostgresStore
@@ -79,7 +80,7 @@ def test_forgetting_contract_catches_a_predicate_that_ignores_roots(monkeypatch)
     """With the roots test removed from the predicate and the retrieval guard, the
     forgetting contract fails. If this fails, the contract no longer builds a record whose
     only forgotten id is a root two levels up."""
-    monkeypatch.setattr(memory_store, "is_forgotten", _ignore_roots)
+    monkeypatch.setattr(memory_snapshot, "is_forgotten", _ignore_roots)
     monkeypatch.setattr(retrieval, "is_forgotten", _ignore_roots)
     contract = ChunkStoreForgettingContract()
     with pytest.raises(AssertionError, match="served"):
@@ -90,12 +91,12 @@ def test_forgetting_contract_catches_a_closure_that_skips_retired_versions(monke
     """find_dependents that ignores retired versions lets a rollback bring back a dependent
     of a forgotten derived record. If this fails, the contract no longer deletes a dependent
     before forgetting and rolls back afterwards."""
-    original = memory_store._Records.find_dependents
+    original = memory_uow._Records.find_dependents
 
     def live_only(self: Any, ids: Sequence[str]) -> list[Record]:
         return [r for r in original(self, ids) if r.retired_generation is None]
 
-    monkeypatch.setattr(memory_store._Records, "find_dependents", live_only)
+    monkeypatch.setattr(memory_uow._Records, "find_dependents", live_only)
     contract = ChunkStoreForgettingContract()
     with pytest.raises(AssertionError):
         contract.test_forgetting_a_derived_record_withholds_its_dependents_after_rollback(
@@ -111,7 +112,7 @@ def test_uniqueness_contract_catches_a_rekey_that_checks_live_rows_only(monkeypa
     def live_only(moved_generation: int, existing: Record, floor: int) -> bool:
         return existing.retired_generation is None or existing.generation == moved_generation
 
-    monkeypatch.setattr(memory_store, "rekey_collides", live_only)
+    monkeypatch.setattr(memory_uow, "rekey_collides", live_only)
     contract = ChunkStoreRepointUniquenessContract()
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         contract.test_repoint_onto_a_deleted_id_that_rollback_can_restore_is_refused(

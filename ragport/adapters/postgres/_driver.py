@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import sqlalchemy
@@ -23,6 +23,7 @@ from ragport.domain.errors import (
 
 __all__ = [
     "IDLE_PING_SECONDS",
+    "PooledConnection",
     "driver_connection",
     "lost_connection",
     "make_engine",
@@ -77,7 +78,14 @@ def _ping_when_idle(engine: Engine, seconds: float) -> None:
             raise sa_exc.DisconnectionError("idle connection no longer answers") from exc
 
 
-def driver_connection(conn: Connection) -> psycopg.Connection[Any]:
+class PooledConnection(Protocol):
+    """A SQLAlchemy ``Connection``, or anything else whose ``.connection`` is a pooled one."""
+
+    @property
+    def connection(self) -> Any: ...
+
+
+def driver_connection(conn: PooledConnection | Connection) -> psycopg.Connection[Any]:
     """The psycopg connection under a SQLAlchemy connection, with pgvector types registered."""
     dbapi = conn.connection.driver_connection
     assert isinstance(dbapi, psycopg.Connection)

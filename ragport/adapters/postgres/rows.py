@@ -1,0 +1,96 @@
+"""Row conversion: the ``records`` columns read back as a ``Record``, and the COPY row layout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from ragport.domain.model import Grant, Record, Scope
+from ragport.ports.embedder import Vector
+
+__all__ = [
+    "COPY_COLUMNS",
+    "COPY_TYPES",
+    "RECORD_COLUMNS",
+    "R_COLUMNS",
+    "copy_row",
+    "grant",
+    "record",
+]
+
+RECORD_COLUMNS = (
+    "id, source_id, kind, text, metadata, embedder_id, dimensions, generation, "
+    "retired_generation, content_hash, lineage, roots, chunk_index, start_offset, end_offset"
+)
+"""What ``record`` reads, unqualified; ``R_COLUMNS`` is the same list qualified by ``r.``."""
+R_COLUMNS = ", ".join("r." + c.strip() for c in RECORD_COLUMNS.split(","))
+COPY_COLUMNS = (
+    "tenant_id",
+    "resource_id",
+    "corpus_id",
+    "id",
+    "generation",
+    "source_id",
+    "kind",
+    "text",
+    "metadata",
+    "embedding",
+    "embedder_id",
+    "dimensions",
+    "retired_generation",
+    "content_hash",
+    "lineage",
+    "roots",
+    "chunk_index",
+    "start_offset",
+    "end_offset",
+)
+"""The binary COPY of ``records.add``: these columns, with ``COPY_TYPES``, as ``copy_row``."""
+COPY_TYPES = [
+    "text", "text", "text", "text", "int8", "text", "text", "text", "jsonb", "vector", "text",
+    "int4", "int8", "text", "text[]", "text[]", "int4", "int4", "int4",
+]  # fmt: skip
+
+
+def record(scope: Scope, row: Any) -> Record:
+    """A ``Record`` of ``scope`` from a row holding ``RECORD_COLUMNS``."""
+    return Record(
+        id=row.id,
+        scope=scope,
+        source_id=row.source_id,
+        kind=row.kind,
+        text=row.text,
+        metadata=dict(row.metadata),
+        embedder_id=row.embedder_id,
+        dimensions=row.dimensions,
+        generation=row.generation,
+        retired_generation=row.retired_generation,
+        content_hash=row.content_hash,
+        lineage=tuple(row.lineage),
+        roots=tuple(row.roots),
+        chunk_index=row.chunk_index,
+        start=row.start_offset,
+        end=row.end_offset,
+    )
+
+
+def grant(row: Any) -> Grant:
+    """A ``Grant`` from a row with ``source_id, principal_ids, group_ids, access_version``."""
+    return Grant(
+        row.source_id,
+        principal_ids=tuple(row.principal_ids),
+        group_ids=tuple(row.group_ids),
+        access_version=row.access_version,
+    )
+
+
+def copy_row(scope: Scope, record: Record, vector: Vector) -> tuple[Any, ...]:
+    """The values of ``record`` (stored with ``vector``) in ``COPY_COLUMNS`` order."""
+    return (
+        scope.tenant_id, scope.resource_id, scope.corpus_id, record.id, record.generation,
+        record.source_id, record.kind, record.text, Jsonb(record.metadata), vector,
+        record.embedder_id, record.dimensions, record.retired_generation,
+        record.content_hash, list(record.lineage), list(record.roots),
+        record.chunk_index, record.start, record.end,
+    )  # fmt: skip

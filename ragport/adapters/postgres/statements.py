@@ -1,0 +1,220 @@
+"""The write statements of the PostgreSQL unit of work. Pure SQL builders.
+
+``s`` is the quoted schema, the only identifier interpolated; ``where`` fragments are fixed
+SQL of this package. Every statement names the full scope (``:t``, ``:r``, ``:c``).
+"""
+
+from __future__ import annotations
+
+from ragport.adapters.postgres.predicate import RSCOPE, SCOPE
+from ragport.adapters.postgres.rows import COPY_COLUMNS, RECORD_COLUMNS
+
+__all__ = [
+    "copy_records",
+    "dependents_sql",
+    "discard_above_sql",
+    "grants_upsert",
+    "lineage_rows_sql",
+    "lineage_update",
+    "live_sql",
+    "lock_scope",
+    "owners_sql",
+    "purge_retired_sql",
+    "purge_source_sql",
+    "rekey_clash_sql",
+    "rekey_update",
+    "restore_above_sql",
+    "retire_delete",
+    "retire_update",
+    "save_generations",
+    "staged_source_sql",
+    "tombstones_insert",
+    "tombstones_sql",
+    "touch_scope",
+]
+
+
+# -- scopes and generations ----------------------------------------------------------------------
+
+
+def touch_scope(s: str) -> str:
+    """Create the scope's row (counter, pointer and floor at 0) if it is missing."""
+    return (
+        f"INSERT INTO {s}.scopes (tenant_id, resource_id, corpus_id) "
+        "VALUES (:t, :r, :c) ON CONFLICT DO NOTHING"
+    )
+
+
+def lock_scope(s: str) -> str:
+    """Read and lock the scope's row: writers of one scope are serialized."""
+    return f"SELECT counter, pointer, floor FROM {s}.scopes WHERE {SCOPE} FOR UPDATE"
+
+
+def save_generations(s: str) -> str:
+    """Store ``:n`` (counter), ``:p`` (pointer) and ``:f`` (floor)."""
+    return f"UPDATE {s}.scopes SET counter = :n, pointer = :p, floor = :f WHERE {SCOPE}"
+
+
+# -- records -----------------------------------------------------------------------------------
+
+
+def owners_sql(s: str) -> str:
+    """The stored versions of ids ``:ids`` that are live or written at one of ``:gens``: what
+    ``ports.store.check_stored_ids`` needs before an add."""
+    return (
+        f"SELECT id, source_id, generation, retired_generation FROM {s}.records "
+        f"WHERE {SCOPE} AND id = ANY(:ids) "
+        "AND (retired_generation IS NULL OR generation = ANY(:gens))"
+    )
+
+
+def copy_records(s: str) -> str:
+    """The binary COPY of ``rows.COPY_COLUMNS``."""
+    return f"COPY {s}.records ({', '.join(COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"
+
+
+def staged_source_sql(s: str) -> str:
+    """``:src``'s rows visible at pointer ``:p``, by id in code-point order."""
+    return (
+        f"SELECT {RECORD_COLUMNS} FROM {s}.records r WHERE {SCOPE} "
+        "AND source_id = :src AND generation <= :p "
+        'AND (retired_generation IS NULL OR retired_generation > :p) ORDER BY id COLLATE "C"'
+    )
+
+
+def retire_delete(s: str, where: str) -> str:
+    """Remove the rows matching ``where`` written at ``:g`` (an earlier staged write)."""
+    return f"DELETE FROM {s}.records WHERE {SCOPE} AND {where} AND generation = :g"
+
+
+def retire_update(s: str, where: str) -> str:
+    """Retire the live rows matching ``where`` written below ``:g``; answers how many of them
+    were visible at pointer ``:p``."""
+    return (
+        f"WITH ret AS (UPDATE {s}.records SET retired_generation = :g "
+        f"WHERE {SCOPE} AND {where} AND retired_generation IS NULL "
+        "AND generation < :g RETURNING generation) "
+        "SELECT count(*) FILTER (WHERE generation <= :p) FROM ret"
+    )
+
+
+def live_sql(s: str) -> str:
+    """Live rows of ``:src`` after id ``:after`` (NULL: from the first), at most ``:n``."""
+    return (
+        f"SELECT {RECORD_COLUMNS} FROM {s}.records WHERE {SCOPE} "
+        "AND source_id = :src AND retired_generation IS NULL "
+        'AND (CAST(:after AS text) IS NULL OR id COLLATE "C" > :after) '
+        'ORDER BY id COLLATE "C" LIMIT :n'
+    )
+
+
+def dependents_sql(s: str) -> str:
+    """Derived rows of every generation whose lineage names any of ``:ids``."""
+    return (
+        f"SELECT {RECORD_COLUMNS} FROM {s}.records WHERE {SCOPE} "
+        "AND kind = 'derived' "
+        'AND lineage && CAST(:ids AS text[]) ORDER BY id COLLATE "C", generation'
+    )
+
+
+def rekey_clash_sql(s: str) -> str:
+    """``ports.store.rekey_collides`` in SQL: how many moves (``:old`` -> ``:new``) collide.
+
+    A collision is a stored row of a destination id, other than a live row being moved, that
+    shares a moved row's generation or could be visible at a pointer where the moved row is
+    (live, staged, or retired above both the moved row's generation and the floor ``:floor``).
+    """
+    return (
+        f"SELECT count(*) FROM {s}.records d "
+        "JOIN unnest(CAST(:old AS text[]), CAST(:new AS text[])) AS x(old_id, new_id) "
+        f"ON d.id = x.new_id JOIN {s}.records m "
+        "ON m.tenant_id = d.tenant_id AND m.resource_id = d.resource_id "
+        "AND m.corpus_id = d.corpus_id AND m.id = x.old_id "
+        "AND m.retired_generation IS NULL "
+        "WHERE d.tenant_id = :t AND d.resource_id = :r AND d.corpus_id = :c "
+        "AND NOT (d.id = ANY(:old) AND d.retired_generation IS NULL) "
+        "AND (d.generation = m.generation OR d.retired_generation IS NULL "
+        "OR d.retired_generation > greatest(m.generation, :floor))"
+    )
+
+
+def rekey_update(s: str) -> str:
+    """Move the live rows of ids ``:old`` to ids ``:new`` (pairwise) and source ``:to``."""
+    return (
+        f"UPDATE {s}.records r SET id = m.new_id, source_id = :to "
+        "FROM unnest(CAST(:old AS text[]), CAST(:new AS text[])) AS m(old_id, new_id) "
+        f"WHERE {RSCOPE} AND r.id = m.old_id AND r.retired_generation IS NULL"
+    )
+
+
+def lineage_rows_sql(s: str) -> str:
+    """Derived rows of every generation whose lineage or roots name ``:f``."""
+    return (
+        f"SELECT id, generation, lineage, roots FROM {s}.records WHERE {SCOPE} "
+        "AND kind = 'derived' "
+        "AND (lineage && ARRAY[CAST(:f AS text)] OR roots && ARRAY[CAST(:f AS text)])"
+    )
+
+
+def lineage_update(s: str) -> str:
+    """Set ``:lineage`` and ``:roots`` of the row (``:id``, ``:g``)."""
+    return (
+        f"UPDATE {s}.records SET lineage = :lineage, roots = :roots "
+        f"WHERE {SCOPE} AND id = :id AND generation = :g"
+    )
+
+
+# -- grants and tombstones -----------------------------------------------------------------------
+
+
+def grants_upsert(s: str) -> str:
+    """Replace the grant of ``:src`` with ``:p`` (principals), ``:g`` (groups), ``:v``."""
+    return (
+        f"INSERT INTO {s}.grants (tenant_id, resource_id, corpus_id, source_id, "
+        "principal_ids, group_ids, access_version) VALUES (:t, :r, :c, :src, :p, :g, :v) "
+        "ON CONFLICT (tenant_id, resource_id, corpus_id, source_id) DO UPDATE SET "
+        "principal_ids = EXCLUDED.principal_ids, group_ids = EXCLUDED.group_ids, "
+        "access_version = EXCLUDED.access_version"
+    )
+
+
+def tombstones_insert(s: str) -> str:
+    """Insert tombstones ``:ids`` with ``:reasons`` (pairwise); an existing ``corrected`` one
+    becomes ``forgotten``, never the reverse. Answers ``inserted`` per new id."""
+    return (
+        f"INSERT INTO {s}.tombstones AS old (tenant_id, resource_id, corpus_id, id, reason) "
+        "SELECT :t, :r, :c, x.id, x.reason "
+        "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS x(id, reason) "
+        "ON CONFLICT (tenant_id, resource_id, corpus_id, id) DO UPDATE "
+        "SET reason = EXCLUDED.reason "
+        "WHERE old.reason = 'corrected' AND EXCLUDED.reason = 'forgotten' "
+        "RETURNING (xmax = 0) AS inserted"
+    )
+
+
+def tombstones_sql(s: str) -> str:
+    """Every tombstone of the scope, by id in code-point order."""
+    return f'SELECT id, reason FROM {s}.tombstones WHERE {SCOPE} ORDER BY id COLLATE "C"'
+
+
+# -- rollback and compaction ---------------------------------------------------------------------
+
+
+def purge_source_sql(s: str) -> str:
+    """Remove every row of ``:src``, all generations."""
+    return f"DELETE FROM {s}.records WHERE {SCOPE} AND source_id = :src"
+
+
+def discard_above_sql(s: str) -> str:
+    """Remove the rows written above ``:g``."""
+    return f"DELETE FROM {s}.records WHERE {SCOPE} AND generation > :g"
+
+
+def restore_above_sql(s: str) -> str:
+    """Bring back the rows retired above ``:g``."""
+    return f"UPDATE {s}.records SET retired_generation = NULL WHERE {SCOPE} AND retired_generation > :g"
+
+
+def purge_retired_sql(s: str) -> str:
+    """Remove the rows retired at or below ``:g``."""
+    return f"DELETE FROM {s}.records WHERE {SCOPE} AND retired_generation <= :g"

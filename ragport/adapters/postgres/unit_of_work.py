@@ -1,0 +1,322 @@
+"""The PostgreSQL unit of work and its repositories: one locked scope row, one transaction.
+
+The unit of work holds the scope's counter, pointer and floor as read under ``FOR UPDATE``;
+the generation repository writes them back on every change. Records are written with binary
+COPY (one round trip per batch, ~4x text parameters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from ragport.adapters.postgres import rows, statements
+from ragport.adapters.postgres._driver import driver_connection, translate_errors
+from ragport.adapters.postgres.indexes import VectorIndexes
+from ragport.adapters.postgres.predicate import scope_params
+from ragport.adapters.postgres.queries import grants_sql
+from ragport.adapters.postgres.reads import RawRead, fetch
+from ragport.domain.errors import ValidationError
+from ragport.domain.model import Grant, Record, Scope, Tombstone, strongest_tombstone
+from ragport.ports.embedder import VectorMatrix
+from ragport.ports.store import check_records_for_add, check_stored_ids
+
+__all__ = ["PostgresUnitOfWork", "read_grants"]
+
+
+class _Records:
+    def __init__(self, uow: PostgresUnitOfWork):
+        self._uow = uow
+
+    def add(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
+        uow = self._uow
+        matrix = check_records_for_add(uow.scope, records, vectors)
+        if not records:
+            return
+        conn = uow.conn
+        with translate_errors("add records"):
+            owners = conn.execute(
+                text(statements.owners_sql(uow.s)),
+                scope_params(
+                    uow.scope,
+                    ids=list(dict.fromkeys(r.id for r in records)),
+                    gens=sorted({r.generation for r in records}),
+                ),
+            ).all()
+            check_stored_ids(records, owners)
+            uow.indexes.ensure(conn, int(matrix.shape[1]))
+            with conn.begin_nested():
+                dbapi = driver_connection(conn)
+                with (
+                    dbapi.cursor() as cur,
+                    cur.copy(statements.copy_records(uow.s)) as copy,
+                ):
+                    copy.set_types(rows.COPY_TYPES)
+                    for record, vector in zip(records, matrix, strict=True):
+                        copy.write_row(rows.copy_row(uow.scope, record, vector))
+
+    def list_by_source(self, source_id: str) -> Sequence[Record]:
+        uow = self._uow
+        with translate_errors("list records"):
+            found = uow.conn.execute(
+                text(statements.staged_source_sql(uow.s)),
+                scope_params(uow.scope, src=source_id, p=uow.pointer),
+            ).all()
+        return [rows.record(uow.scope, row) for row in found]
+
+    def _retire(self, where: str, generation: int, **params: Any) -> int:
+        uow = self._uow
+        with translate_errors("retire records"):
+            uow.conn.execute(
+                text(statements.retire_delete(uow.s, where)),
+                scope_params(uow.scope, g=generation, **params),
+            )
+            return int(
+                uow.conn.execute(
+                    text(statements.retire_update(uow.s, where)),
+                    scope_params(uow.scope, g=generation, p=uow.pointer, **params),
+                ).scalar_one()
+            )
+
+    def retire_source(self, source_id: str, *, generation: int) -> int:
+        return self._retire("source_id = :src", generation, src=source_id)
+
+    def retire_ids(self, ids: Sequence[str], *, generation: int) -> int:
+        return self._retire("id = ANY(:ids)", generation, ids=list(ids))
+
+    def _count(self, sql: str, operation: str = "rewrite generations", **params: Any) -> int:
+        uow = self._uow
+        with translate_errors(operation):
+            result = uow.conn.execute(text(sql), scope_params(uow.scope, **params))
+            return int(result.rowcount)
+
+    def list_live(
+        self, source_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> Sequence[Record]:
+        return self._records(
+            "list live records", statements.live_sql, src=source_id, after=after, n=limit
+        )
+
+    def find_dependents(self, ids: Sequence[str]) -> Sequence[Record]:
+        return self._records("find dependents", statements.dependents_sql, ids=list(ids))
+
+    def _records(self, operation: str, sql: Any, **params: Any) -> list[Record]:
+        uow = self._uow
+        with translate_errors(operation):
+            found = uow.conn.execute(text(sql(uow.s)), scope_params(uow.scope, **params)).all()
+        return [rows.record(uow.scope, row) for row in found]
+
+    def rekey(self, moves: Mapping[str, str], *, to_source_id: str) -> int:
+        uow = self._uow
+        if not moves:
+            return 0
+        old, new = list(moves), [moves[k] for k in moves]
+        with translate_errors("re-key records"):
+            clash = uow.conn.execute(
+                text(statements.rekey_clash_sql(uow.s)),
+                scope_params(uow.scope, new=new, old=old, floor=uow.floor),
+            ).scalar_one()
+            if clash:
+                raise ValidationError(
+                    "a destination record id is visible in a restorable snapshot of this scope",
+                    field="to_id",
+                )
+            result = uow.conn.execute(
+                text(statements.rekey_update(uow.s)),
+                scope_params(uow.scope, old=old, new=new, to=to_source_id),
+            )
+            return int(result.rowcount)
+
+    def rewrite_lineage(self, from_id: str, to_id: str) -> int:
+        uow = self._uow
+        with translate_errors("rewrite lineage"):
+            found = uow.conn.execute(
+                text(statements.lineage_rows_sql(uow.s)), scope_params(uow.scope, f=from_id)
+            ).all()
+            if not found:
+                return 0
+
+            def swap(ids: Sequence[str]) -> list[str]:
+                return list(dict.fromkeys(to_id if i == from_id else i for i in ids))
+
+            uow.conn.execute(
+                text(statements.lineage_update(uow.s)),
+                [
+                    scope_params(
+                        uow.scope,
+                        id=row.id,
+                        g=row.generation,
+                        lineage=swap(row.lineage),
+                        roots=swap(row.roots),
+                    )
+                    for row in found
+                ],
+            )
+        return sum(list(row.lineage).count(from_id) for row in found)
+
+    def purge_source(self, source_id: str) -> int:
+        return self._count(statements.purge_source_sql(self._uow.s), "purge source", src=source_id)
+
+    def discard_above(self, generation: int) -> int:
+        return self._count(statements.discard_above_sql(self._uow.s), g=generation)
+
+    def restore_above(self, generation: int) -> int:
+        return self._count(statements.restore_above_sql(self._uow.s), g=generation)
+
+    def purge_retired(self, through: int) -> int:
+        return self._count(statements.purge_retired_sql(self._uow.s), g=through)
+
+
+class _Generations:
+    def __init__(self, uow: PostgresUnitOfWork):
+        self._uow = uow
+
+    def _save(self) -> None:
+        uow = self._uow
+        with translate_errors("save generations"):
+            uow.conn.execute(
+                text(statements.save_generations(uow.s)),
+                scope_params(uow.scope, n=uow.counter, p=uow.pointer, f=uow.floor),
+            )
+
+    def current(self) -> int:
+        return self._uow.pointer
+
+    def counter(self) -> int:
+        return self._uow.counter
+
+    def stage(self) -> int:
+        uow = self._uow
+        if uow.counter == uow.pointer:
+            uow.counter += 1
+            self._save()
+        return uow.counter
+
+    def publish(self, generation: int) -> None:
+        uow = self._uow
+        if not uow.pointer <= generation <= uow.counter:
+            raise ValidationError(
+                "publish needs pointer <= generation <= counter", field="generation"
+            )
+        uow.pointer = generation
+        self._save()
+
+    def reset(self, generation: int) -> None:
+        uow = self._uow
+        if generation < uow.floor:
+            raise ValidationError("cannot reset below the compaction floor", field="generation")
+        uow.pointer = uow.counter = generation
+        self._save()
+
+    def floor(self) -> int:
+        return self._uow.floor
+
+    def raise_floor(self, generation: int) -> None:
+        uow = self._uow
+        uow.floor = max(uow.floor, min(generation, uow.pointer))
+        self._save()
+
+
+class _Grants:
+    def __init__(self, uow: PostgresUnitOfWork):
+        self._uow = uow
+
+    def set(self, grants: Sequence[Grant]) -> None:
+        uow = self._uow
+        latest = {g.source_id: g for g in grants}
+        if not latest:
+            return
+        with translate_errors("set grants"):
+            uow.conn.execute(
+                text(statements.grants_upsert(uow.s)),
+                [
+                    scope_params(
+                        uow.scope,
+                        src=g.source_id,
+                        p=list(g.principal_ids),
+                        g=list(g.group_ids),
+                        v=g.access_version,
+                    )
+                    for g in latest.values()
+                ],
+            )
+
+    def get(self, source_ids: Sequence[str]) -> Mapping[str, Grant]:
+        uow = self._uow
+        return read_grants(uow.conn, uow.s, uow.scope, source_ids)
+
+
+def read_grants(
+    conn: Connection | RawRead, s: str, scope: Scope, source_ids: Sequence[str]
+) -> dict[str, Grant]:
+    """The grants of ``source_ids`` in ``scope`` (absent sources are absent)."""
+    with translate_errors("read grants"):
+        found = fetch(conn, grants_sql(s), scope_params(scope, ids=list(dict.fromkeys(source_ids))))
+    return {row.source_id: rows.grant(row) for row in found}
+
+
+class _Tombstones:
+    def __init__(self, uow: PostgresUnitOfWork):
+        self._uow = uow
+
+    def add(self, tombstones: Sequence[Tombstone]) -> int:
+        uow = self._uow
+        merged: dict[str, Tombstone] = {}
+        for t in tombstones:
+            merged[t.id] = strongest_tombstone(merged.get(t.id), t)
+        if not merged:
+            return 0
+        with translate_errors("add tombstones"):
+            inserted = uow.conn.execute(
+                text(statements.tombstones_insert(uow.s)),
+                scope_params(
+                    uow.scope,
+                    ids=list(merged),
+                    reasons=[t.reason for t in merged.values()],
+                ),
+            ).all()
+        return sum(1 for row in inserted if row.inserted)
+
+    def list(self) -> Sequence[Tombstone]:
+        uow = self._uow
+        with translate_errors("list tombstones"):
+            found = uow.conn.execute(
+                text(statements.tombstones_sql(uow.s)), scope_params(uow.scope)
+            ).all()
+        return [Tombstone(row.id, row.reason) for row in found]
+
+
+class PostgresUnitOfWork:
+    """One transaction on ``conn`` over ``scope``, whose row ``state`` was read FOR UPDATE."""
+
+    def __init__(
+        self, scope: Scope, conn: Connection, state: Any, *, s: str, indexes: VectorIndexes
+    ):
+        self.scope = scope
+        self.conn = conn
+        self.s = s
+        self.indexes = indexes
+        self.counter, self.pointer, self.floor = (
+            int(state.counter),
+            int(state.pointer),
+            int(state.floor),
+        )
+        self.done = False
+        self.records = _Records(self)
+        self.generations = _Generations(self)
+        self.grants = _Grants(self)
+        self.tombstones = _Tombstones(self)
+
+    def commit(self) -> None:
+        if self.done:
+            raise ValidationError("unit of work already finished", field="unit_of_work")
+        with translate_errors("commit"):
+            self.conn.commit()
+        self.done = True
+
+    def rollback(self) -> None:
+        if not self.done:
+            self.conn.rollback()
+            self.done = True
