@@ -1,7 +1,14 @@
-"""Helpers shared by the HTTP adapters (embedders, rerankers): URL policy, secrets, checks.
+"""Helpers shared by the HTTP adapters (embedders, rerankers): URL policy, secrets, checks,
+the POST itself, and reading its answer.
 
 Not an adapter of its own: the small validation rules every httpx-based adapter applies
-before any socket opens.
+before any socket opens, and one function per concern after it: ``post_json`` (the request,
+failing with ``HttpFailure``), ``failure_error`` (that failure as the adapter's own error),
+``parse_json`` (the body as JSON), ``place_by_index`` (answers that name their input by
+``index``, in input order). The adapter passes its error class (or a partial of it that
+fills the class's fields) and raises the result with ``raise_unchained``: no error chains
+httpx's or json's exception, which hold the request or the body. Messages name the host, the
+status and exception type names only: never a key, a URL path or any text.
 """
 
 from __future__ import annotations
@@ -9,12 +16,12 @@ from __future__ import annotations
 import ipaddress
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit
 
-from ragport.domain.errors import CapabilityError, ValidationError
+from ragport.domain.errors import CapabilityError, ValidationError, raise_unchained
 
 __all__ = [
     "MAX_MODEL_CHARS",
@@ -23,13 +30,21 @@ __all__ = [
     "Secret",
     "check_api_key",
     "check_base_url",
+    "check_count",
     "check_int",
     "check_model",
+    "failure_error",
     "import_httpx",
     "is_loopback",
+    "parse_json",
+    "place_by_index",
     "post_json",
     "refuse_constant",
 ]
+
+_T = TypeVar("_T")
+ErrorFactory = Callable[[str], Exception]
+"""Builds an adapter's error from a message: its error class, or a partial of it."""
 
 MAX_MODEL_CHARS = 256
 
@@ -203,6 +218,16 @@ class HttpFailure(Exception):
         self.status = status
         self.detail = detail
 
+    @property
+    def retryable(self) -> bool:
+        """Whether the same request may succeed later: a timeout, a transport failure, or an
+        HTTP 408, 425, 429 or 5xx answer."""
+        if self.kind == "status":
+            return self.status is not None and (
+                self.status in (408, 425, 429) or self.status >= 500
+            )
+        return self.kind in ("timeout", "transport")
+
 
 def post_json(
     client: Any,
@@ -252,3 +277,75 @@ def post_json(
     except (httpx.HTTPError, httpx.StreamError) as exc:
         raise HttpFailure("transport", detail=type(exc).__name__) from exc
     return b"".join(chunks)
+
+
+def failure_error(
+    failure: HttpFailure,
+    *,
+    service: str,
+    host: str,
+    within: str,
+    max_bytes: int,
+    error: ErrorFactory,
+    too_large: ErrorFactory | None = None,
+) -> Exception:
+    """The adapter's error for a failed POST, by ``failure.kind`` only.
+
+    ``service`` names the server in the message (``"embedding"``, ``"rerank"``), ``within``
+    the deadline (``"30 s"``), ``max_bytes`` the byte ceiling. ``error`` builds the error of
+    a status, timeout or transport failure, ``too_large`` (default ``error``) that of a body
+    past the ceiling. The caller raises the result with ``raise_unchained``.
+    """
+    if failure.kind == "too_large":
+        return (too_large or error)(
+            f"{service} response from {host} is larger than max_response_bytes={max_bytes}"
+        )
+    if failure.kind == "status":
+        return error(f"{service} server {host} answered HTTP {failure.status}")
+    if failure.kind == "timeout":
+        detail = f" ({failure.detail})" if failure.detail else ""
+        return error(f"{service} server {host} did not answer within {within}{detail}")
+    return error(f"{service} request to {host} failed ({failure.detail})")
+
+
+def parse_json(body: bytes, malformed: ErrorFactory) -> object:
+    """``body`` as strict JSON (no ``NaN``/``Infinity``), or ``malformed("not valid JSON")``
+    raised unchained: json's errors hold the body (``JSONDecodeError.doc``), which may echo
+    the request's text."""
+    try:
+        return json.loads(body, parse_constant=refuse_constant)
+    except (ValueError, RecursionError):
+        raise_unchained(malformed("not valid JSON"))
+
+
+def check_count(items: Sequence[object], count: int, malformed: ErrorFactory) -> None:
+    """One answer per input, or ``malformed``."""
+    if len(items) != count:
+        raise malformed(f"{len(items)} answers for {count} inputs")
+
+
+def place_by_index(
+    items: Sequence[object],
+    count: int,
+    read: Callable[[dict[str, Any]], _T],
+    malformed: ErrorFactory,
+) -> list[_T]:
+    """Answers that name their input by ``"index"``, placed in input order.
+
+    ``items`` must be ``count`` JSON objects whose ``index`` (an int, not a bool) is in
+    ``0..count-1`` and appears once; ``read`` turns each object into its answer (and raises
+    the adapter's own error for a bad one). Anything else raises ``malformed(...)``.
+    """
+    check_count(items, count, malformed)
+    placed: dict[int, _T] = {}
+    for item in items:
+        if not isinstance(item, dict):
+            raise malformed("an answer is not a JSON object")
+        index = item.get("index")
+        if type(index) is not int or not 0 <= index < count:
+            raise malformed("an answer has a missing, non-integer or out-of-range index")
+        if index in placed:
+            raise malformed(f"index {index} appears more than once")
+        placed[index] = read(item)
+    # count matched and no index repeated, so every index in 0..count-1 was placed.
+    return [placed[i] for i in range(count)]

@@ -38,11 +38,11 @@ settings from the environment (``trust_env=False``).
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -51,10 +51,13 @@ from ragport.adapters._http import (
     OwnedClient,
     check_api_key,
     check_base_url,
+    check_count,
     check_int,
     check_model,
+    failure_error,
+    parse_json,
+    place_by_index,
     post_json,
-    refuse_constant,
 )
 from ragport.domain.errors import CapabilityError, ValidationError, raise_unchained
 from ragport.domain.limits import check_limit
@@ -95,12 +98,13 @@ def _check_texts(texts: object) -> list[str]:
     if isinstance(texts, str):
         raise ValidationError("embed takes a sequence of texts, not one string", field="texts")
     try:
-        items = list(texts)  # type: ignore[call-overload]
+        items = list(cast(Iterable[object], texts))
     except TypeError:
         raise ValidationError("embed takes a sequence of texts", field="texts") from None
-    if not all(isinstance(text, str) for text in items):
+    strings = [text for text in items if isinstance(text, str)]
+    if len(strings) != len(items):
         raise ValidationError("every text must be a string", field="texts")
-    return items
+    return strings
 
 
 def _malformed(host: str, what: str) -> ValidationError:
@@ -130,7 +134,7 @@ def _normalise(rows: list[list[float]], dimensions: int, host: str) -> VectorMat
     matrix = np.divide(matrix, peak, out=np.zeros_like(matrix), where=peak > 0)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     matrix = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
-    return matrix.astype(np.float32)
+    return np.asarray(matrix, dtype=np.float32)
 
 
 class _HttpEmbedder(OwnedClient):
@@ -203,30 +207,25 @@ class _HttpEmbedder(OwnedClient):
                 max_bytes=self._max_response_bytes,
             )
         except HttpFailure as failure:
-            if failure.kind == "too_large":
-                raise_unchained(self._too_large())
-            if failure.kind == "status":
-                message = f"embedding server {self._host} answered HTTP {failure.status}"
-            elif failure.kind == "timeout":
-                detail = f" ({failure.detail})" if failure.detail else ""
-                message = f"embedding server {self._host} did not answer within {self._timeout_s:g} s{detail}"
-            else:
-                message = f"embedding request to {self._host} failed ({failure.detail})"
-            raise_unchained(CapabilityError(message, capability="embedding"))
+            raise_unchained(
+                failure_error(
+                    failure,
+                    service="embedding",
+                    host=self._host,
+                    within=f"{self._timeout_s:g} s",
+                    max_bytes=self._max_response_bytes,
+                    error=functools.partial(CapabilityError, capability="embedding"),
+                    too_large=functools.partial(
+                        ValidationError, field="response", limit="max_response_bytes"
+                    ),
+                )
+            )
 
-    def _too_large(self) -> ValidationError:
-        return ValidationError(
-            f"embedding response from {self._host} is larger than {self._max_response_bytes} bytes",
-            field="response",
-            limit="max_response_bytes",
-        )
+    def _malformed(self, what: str) -> ValidationError:
+        return _malformed(self._host, what)
 
     def _json(self, body: bytes) -> object:
-        try:
-            return json.loads(body, parse_constant=refuse_constant)
-        except (ValueError, RecursionError):
-            # json's errors hold the body (JSONDecodeError.doc), which may echo input text.
-            raise_unchained(_malformed(self._host, "not valid JSON"))
+        return parse_json(body, self._malformed)
 
 
 class OpenAICompatibleEmbedder(_HttpEmbedder):
@@ -283,21 +282,12 @@ class OpenAICompatibleEmbedder(_HttpEmbedder):
         doc = self._json(body)
         if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
             raise _malformed(self._host, 'expected an object with a "data" array')
-        data = doc["data"]
-        if len(data) != count:
-            raise _malformed(self._host, f"{len(data)} embeddings for {count} texts")
-        rows: list[list[float] | None] = [None] * count
-        for item in data:
-            if not isinstance(item, dict):
-                raise _malformed(self._host, "a data item is not an object")
-            index = item.get("index")
-            if type(index) is not int or not 0 <= index < count:
-                raise _malformed(self._host, "a data item has a missing or out-of-range index")
-            if rows[index] is not None:
-                raise _malformed(self._host, f"index {index} appears more than once")
-            rows[index] = _row(item.get("embedding"), self._dimensions, self._host)
-        # count matched and no index repeated, so every index in 0..count-1 was filled.
-        return rows  # type: ignore[return-value]
+        return place_by_index(
+            doc["data"],
+            count,
+            lambda item: _row(item.get("embedding"), self._dimensions, self._host),
+            self._malformed,
+        )
 
 
 class TeiEmbedder(_HttpEmbedder):
@@ -352,6 +342,5 @@ class TeiEmbedder(_HttpEmbedder):
         doc = self._json(body)
         if not isinstance(doc, list):
             raise _malformed(self._host, "expected a JSON array of embeddings")
-        if len(doc) != count:
-            raise _malformed(self._host, f"{len(doc)} embeddings for {count} texts")
+        check_count(doc, count, self._malformed)
         return [_row(item, self._dimensions, self._host) for item in doc]

@@ -33,7 +33,6 @@ here ignores proxy and netrc settings from the environment (``trust_env=False``)
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Sequence
@@ -46,8 +45,10 @@ from ragport.adapters._http import (
     check_base_url,
     check_int,
     check_model,
+    failure_error,
+    parse_json,
+    place_by_index,
     post_json,
-    refuse_constant,
 )
 from ragport.domain.errors import RerankError, ValidationError, raise_unchained
 from ragport.domain.limits import check_limit
@@ -144,45 +145,25 @@ class _HttpReranker(OwnedClient):
     _score_key: str
 
     def _parse(self, doc: object, count: int) -> list[float]:
-        items = self._items(doc)
-        if len(items) != count:
-            raise self._malformed(f"{len(items)} scores for {count} documents")
-        scores: list[float | None] = [None] * count
-        for item in items:
-            if not isinstance(item, dict):
-                raise self._malformed("a result is not a JSON object")
-            index = item.get("index")
-            if type(index) is not int or not 0 <= index < count:
-                raise self._malformed("a result has a missing, non-integer or out-of-range index")
-            if scores[index] is not None:
-                raise self._malformed(f"index {index} appears more than once")
-            score = _finite(item.get(self._score_key))
-            if score is None:
-                raise self._malformed(f'a result has a missing or non-finite "{self._score_key}"')
-            scores[index] = score
-        # The count matched and no index repeated, so every index in 0..count-1 was filled.
-        return scores  # type: ignore[return-value]
+        return place_by_index(self._items(doc), count, self._score, self._malformed)
+
+    def _score(self, item: dict[str, Any]) -> float:
+        score = _finite(item.get(self._score_key))
+        if score is None:
+            raise self._malformed(f'a result has a missing or non-finite "{self._score_key}"')
+        return score
 
     def _malformed(self, what: str) -> RerankError:
         return RerankError(f"malformed rerank response from {self._host}: {what}")
 
     def _json(self, body: bytes) -> object:
-        try:
-            return json.loads(body, parse_constant=refuse_constant)
-        except (ValueError, RecursionError):
-            # json's errors hold the body (JSONDecodeError.doc), which may echo document text.
-            raise_unchained(self._malformed("not valid JSON"))
-
-    def _timed_out(self) -> RerankError:
-        return RerankError(
-            f"rerank server {self._host} did not answer within {self._timeout_ms} ms"
-        )
+        return parse_json(body, self._malformed)
 
     def _post(self, payload: dict[str, Any], deadline: float) -> bytes:
         """POST ``payload`` as JSON; return the raw 2xx body, read under the byte ceiling."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise self._timed_out()
+            raise self._failed(HttpFailure("timeout"))
         try:
             return post_json(
                 self._client,
@@ -196,25 +177,15 @@ class _HttpReranker(OwnedClient):
         except HttpFailure as failure:
             raise_unchained(self._failed(failure))
 
-    def _failed(self, failure: HttpFailure) -> RerankError:
+    def _failed(self, failure: HttpFailure) -> Exception:
         """The error for a failed POST, by kind only: httpx's exception holds the request body."""
-        if failure.kind == "too_large":
-            return self._too_large()
-        if failure.kind == "status":
-            return RerankError(f"rerank server {self._host} answered HTTP {failure.status}")
-        if failure.kind == "timeout":
-            if not failure.detail:
-                return self._timed_out()
-            return RerankError(
-                f"rerank server {self._host} did not answer within {self._timeout_ms} ms "
-                f"({failure.detail})"
-            )
-        return RerankError(f"rerank request to {self._host} failed ({failure.detail})")
-
-    def _too_large(self) -> RerankError:
-        return RerankError(
-            f"rerank response from {self._host} is larger than "
-            f"max_response_bytes={self._max_response_bytes}"
+        return failure_error(
+            failure,
+            service="rerank",
+            host=self._host,
+            within=f"{self._timeout_ms} ms",
+            max_bytes=self._max_response_bytes,
+            error=RerankError,
         )
 
 
