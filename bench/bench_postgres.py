@@ -69,7 +69,7 @@ from sqlalchemy import event
 
 from ragport import Chunk, Scope, delete_source, replace_source, retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server
-from ragport.adapters.postgres import store as pg_store_module
+from ragport.adapters.postgres import reads as pg_reads
 from ragport.domain.model import Authorization, Grant, chunk_id
 
 DIMS = 384
@@ -332,7 +332,7 @@ class StatementCounter:
             self.copies += 1
             return original(cursor, *args, **kwargs)
 
-        fetch = pg_store_module._fetch
+        fetch = pg_reads.fetch
 
         def counted_fetch(conn: Any, sql: str, params: Any, **kwargs: Any) -> Any:
             self.statements.append(" ".join(sql.split())[:80])  # reads straight on psycopg
@@ -341,11 +341,11 @@ class StatementCounter:
         self.statements, self.copies = [], 0
         event.listen(self.engine, "before_cursor_execute", self._on_execute)
         psycopg.Cursor.copy = copy  # type: ignore[method-assign]
-        pg_store_module._fetch = counted_fetch
+        pg_reads.fetch = counted_fetch
         try:
             yield self
         finally:
-            pg_store_module._fetch = fetch
+            pg_reads.fetch = fetch
             psycopg.Cursor.copy = original  # type: ignore[method-assign]
             event.remove(self.engine, "before_cursor_execute", self._on_execute)
 
@@ -586,15 +586,15 @@ def bench_recall(url: str, store: PostgresStore, corpus: Corpus) -> list[dict[st
     captured: list[tuple[str, Any]] = []
 
     results = []
-    fetch = pg_store_module._fetch
+    fetch = pg_reads.fetch
 
     def capture(conn: Any, sql: str, params: Any, **kwargs: Any) -> Any:
-        # Reads run straight on psycopg (PostgresStore's _fetch), not through SQLAlchemy.
+        # Reads run straight on psycopg (ragport.adapters.postgres.reads.fetch), not through SQLAlchemy.
         if "ORDER BY" in sql and "<=>" in sql:
-            captured.append((pg_store_module._pyformat(sql), dict(params)))
+            captured.append((pg_reads.pyformat(sql), dict(params)))
         return fetch(conn, sql, params, **kwargs)
 
-    pg_store_module._fetch = capture
+    pg_reads.fetch = capture
     try:
         # A connection without prepared statements: every run is planned afresh.
         with raw_connection(url, prepare=False) as conn:
@@ -654,7 +654,7 @@ def bench_recall(url: str, store: PostgresStore, corpus: Corpus) -> list[dict[st
                     }
                 )
     finally:
-        pg_store_module._fetch = fetch
+        pg_reads.fetch = fetch
     return results
 
 

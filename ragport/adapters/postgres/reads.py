@@ -1,7 +1,9 @@
 """Reads straight on psycopg: ``:name`` binds as pyformat, one lent pooled connection, one snapshot.
 
 Reads skip SQLAlchemy's statement compilation and result wrapping (measured: a third of a
-vector query's client time); writes go through SQLAlchemy ``Connection`` objects.
+vector query's client time); writes go through SQLAlchemy ``Connection`` objects. The store
+calls ``reads.fetch`` through this module, so one patch here sees every read (the benchmarks
+count statements that way).
 """
 
 from __future__ import annotations

@@ -32,11 +32,11 @@ import numpy as np
 import psycopg
 from sqlalchemy import Connection, Engine, text
 
-from ragport.adapters.postgres import queries, statements
+from ragport.adapters.postgres import queries, reads, statements
 from ragport.adapters.postgres._driver import driver_connection, make_engine, translate_errors
 from ragport.adapters.postgres.indexes import VectorIndexes
 from ragport.adapters.postgres.predicate import predicate, scope_params
-from ragport.adapters.postgres.reads import RawRead, fetch, one_snapshot
+from ragport.adapters.postgres.reads import RawRead, one_snapshot
 from ragport.adapters.postgres.rows import grant, record
 from ragport.adapters.postgres.schema import (
     LATEST_VERSION,
@@ -233,18 +233,22 @@ class PostgresStore:
     # -- reads -----------------------------------------------------------------------------------
     def current_generation(self, scope: Scope) -> int:
         sql = queries.current_generation_sql(self._s)
-        rows = self._read("read generation", lambda conn: fetch(conn, sql, scope_params(scope)))
+        rows = self._read(
+            "read generation", lambda conn: reads.fetch(conn, sql, scope_params(scope))
+        )
         return int(rows[0].pointer) if rows else 0
 
     def get_by_source(self, scope: Scope, source_id: str) -> Sequence[Record]:
         sql = queries.source_sql(self._s)
         params = scope_params(scope, src=source_id)
-        rows = self._read("read source", lambda conn: fetch(conn, sql, params))
+        rows = self._read("read source", lambda conn: reads.fetch(conn, sql, params))
         return [record(scope, row) for row in rows]
 
     def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
         sql = queries.embedders_sql(self._s)
-        rows = self._read("list embedders", lambda conn: fetch(conn, sql, scope_params(scope)))
+        rows = self._read(
+            "list embedders", lambda conn: reads.fetch(conn, sql, scope_params(scope))
+        )
         return frozenset((row.embedder_id, row.dimensions) for row in rows)
 
     def foreign_embedders(
@@ -255,7 +259,9 @@ class PostgresStore:
 
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
         sql = queries.forgotten_sql(self._s)
-        rows = self._read("list tombstones", lambda conn: fetch(conn, sql, scope_params(scope)))
+        rows = self._read(
+            "list tombstones", lambda conn: reads.fetch(conn, sql, scope_params(scope))
+        )
         return frozenset(row.id for row in rows)
 
     def query(
@@ -339,11 +345,11 @@ class PostgresStore:
         def run(conn: RawRead) -> _VectorAnswer:
             info = conn.connection.info
             if info.get("ragport_hnsw") != (ef, scan):
-                fetch(conn, queries.HNSW_SETTINGS, {"ef": ef, "scan": scan})
+                reads.fetch(conn, queries.HNSW_SETTINGS, {"ef": ef, "scan": scan})
                 info["ragport_hnsw"] = (ef, scan)
             # A statement with grants or a filter is planned for its own values (how selective
             # they are decides the plan); the plain one may settle on a cached generic plan.
-            rows = fetch(conn, sql, params, prepare=False if predicates else None)
+            rows = reads.fetch(conn, sql, params, prepare=False if predicates else None)
             if on_denied is not None and authorization is not None:
                 self._report_denied(
                     conn,
@@ -372,7 +378,7 @@ class PostgresStore:
         self, conn: RawRead, scope: Scope, guard: tuple[str, int]
     ) -> frozenset[EmbedderKey]:
         sql = queries.foreign_rows_sql(self._s)
-        rows = fetch(conn, sql, scope_params(scope, e=guard[0], ed=int(guard[1])))
+        rows = reads.fetch(conn, sql, scope_params(scope, e=guard[0], ed=int(guard[1])))
         return frozenset((row.embedder_id, row.dimensions) for row in rows)
 
     def lexical_query(
@@ -448,7 +454,7 @@ class PostgresStore:
         def run(conn: RawRead) -> tuple[ScoredRecord, ...]:
             # Planned for its own tsquery every time: a cached generic plan cannot see how
             # common the query's terms are (measured: a 4x slower lexical leg).
-            rows = fetch(conn, sql, params, prepare=False)
+            rows = reads.fetch(conn, sql, params, prepare=False)
             if on_denied is not None and authorization is not None:
                 self._report_denied(
                     conn,
@@ -511,7 +517,7 @@ class PostgresStore:
         and judged by the domain's access rule.
         """
         where = predicate(self._s, params, None, metadata_filter)
-        rows = fetch(conn, queries.denied_sql(self._s, top(where)), params, prepare=False)
+        rows = reads.fetch(conn, queries.denied_sql(self._s, top(where)), params, prepare=False)
         decisions = [
             decide_access(
                 row.source_id, None if row.principal_ids is None else grant(row), authorization

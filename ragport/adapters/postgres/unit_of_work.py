@@ -12,12 +12,12 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from ragport.adapters.postgres import rows, statements
+from ragport.adapters.postgres import reads, rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
 from ragport.adapters.postgres.indexes import VectorIndexes
 from ragport.adapters.postgres.predicate import scope_params
 from ragport.adapters.postgres.queries import grants_sql
-from ragport.adapters.postgres.reads import RawRead, fetch
+from ragport.adapters.postgres.reads import RawRead
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Record, Scope, Tombstone, strongest_tombstone
 from ragport.ports.embedder import VectorMatrix
@@ -253,7 +253,9 @@ def read_grants(
 ) -> dict[str, Grant]:
     """The grants of ``source_ids`` in ``scope`` (absent sources are absent)."""
     with translate_errors("read grants"):
-        found = fetch(conn, grants_sql(s), scope_params(scope, ids=list(dict.fromkeys(source_ids))))
+        found = reads.fetch(
+            conn, grants_sql(s), scope_params(scope, ids=list(dict.fromkeys(source_ids)))
+        )
     return {row.source_id: rows.grant(row) for row in found}
 
 
