@@ -118,10 +118,10 @@ STATEMENTS: list[tuple[Callable[[str], str], set[str]]] = [
     (statements.rekey_update, {"old", "new", "to"}),
     (statements.lineage_rows_sql, {"f"}),
     (statements.lineage_update, {"lineage", "roots", "id", "g"}),
-    (statements.purge_source_sql, {"src"}),
-    (statements.discard_above_sql, {"g"}),
+    (lambda s: statements.delete_records(s, statements.PURGE_SOURCE), {"src"}),
+    (lambda s: statements.delete_records(s, statements.DISCARD_ABOVE), {"g"}),
     (statements.restore_above_sql, {"g"}),
-    (statements.purge_retired_sql, {"g"}),
+    (lambda s: statements.delete_records(s, statements.PURGE_RETIRED), {"g"}),
     (statements.grants_upsert, {"src", "p", "g", "v"}),
     (statements.tombstones_insert, {"ids", "reasons"}),
     (statements.tombstones_sql, set()),
@@ -169,11 +169,13 @@ def store(pg_engine: Engine, pg_schema: str) -> Iterator[PostgresStore]:
     yield PostgresStore(pg_engine, schema=pg_schema, create=True, text_search_config="simple")
 
 
-def _record(rid: str, source: str, generation: int, **changes: Any) -> Record:
+def _record(
+    rid: str, source: str, generation: int, *, scope: Scope = SCOPE, **changes: Any
+) -> Record:
     fields: dict[str, Any] = {"text": "alpha", "embedder_id": "hash-v1:3", "dimensions": 3}
     fields.update(changes)
     return Record(
-        id=rid, scope=SCOPE, source_id=source, kind="chunk", generation=generation, **fields
+        id=rid, scope=scope, source_id=source, kind="chunk", generation=generation, **fields
     )
 
 
@@ -307,11 +309,11 @@ def test_the_rekey_clash_sql_is_rekey_collides(
     with pg_engine.connect() as conn:
         for generation, retired in GENERATIONS:
             scope = Scope("t1", "kb", "k" + uuid.uuid4().hex[:12])
-            dest = _bare(scope, "dest", "d", generation, retired)
+            dest = _record("dest", "d", generation, scope=scope, retired_generation=retired)
             with store.unit_of_work(scope) as uow:
                 uow.records.add([dest], np.ones((1, 3)))
                 uow.records.add(
-                    [_bare(scope, "mine", "m", moved_generation, None)], np.ones((1, 3))
+                    [_record("mine", "m", moved_generation, scope=scope)], np.ones((1, 3))
                 )
                 uow.commit()
             count = conn.execute(
@@ -322,17 +324,3 @@ def test_the_rekey_clash_sql_is_rekey_collides(
                 generation,
                 retired,
             )
-
-
-def _bare(scope: Scope, rid: str, source: str, generation: int, retired: int | None) -> Record:
-    return Record(
-        id=rid,
-        scope=scope,
-        source_id=source,
-        kind="chunk",
-        text="alpha",
-        embedder_id="hash-v1:3",
-        dimensions=3,
-        generation=generation,
-        retired_generation=retired,
-    )

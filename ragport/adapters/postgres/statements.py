@@ -10,17 +10,18 @@ from ragport.adapters.postgres.predicate import RSCOPE, SCOPE
 from ragport.adapters.postgres.rows import COPY_COLUMNS, RECORD_COLUMNS
 
 __all__ = [
+    "DISCARD_ABOVE",
+    "PURGE_RETIRED",
+    "PURGE_SOURCE",
     "copy_records",
+    "delete_records",
     "dependents_sql",
-    "discard_above_sql",
     "grants_upsert",
     "lineage_rows_sql",
     "lineage_update",
     "live_sql",
     "lock_scope",
     "owners_sql",
-    "purge_retired_sql",
-    "purge_source_sql",
     "rekey_clash_sql",
     "rekey_update",
     "restore_above_sql",
@@ -82,9 +83,22 @@ def staged_source_sql(s: str) -> str:
     )
 
 
+def delete_records(s: str, where: str) -> str:
+    """Physically remove the scope's rows matching ``where`` (one of the fragments below)."""
+    return f"DELETE FROM {s}.records WHERE {SCOPE} AND {where}"
+
+
+PURGE_SOURCE = "source_id = :src"
+"""Every row of ``:src``, all generations."""
+DISCARD_ABOVE = "generation > :g"
+"""The rows written above ``:g`` (a rollback)."""
+PURGE_RETIRED = "retired_generation <= :g"
+"""The rows retired at or below ``:g`` (compaction)."""
+
+
 def retire_delete(s: str, where: str) -> str:
     """Remove the rows matching ``where`` written at ``:g`` (an earlier staged write)."""
-    return f"DELETE FROM {s}.records WHERE {SCOPE} AND {where} AND generation = :g"
+    return delete_records(s, f"{where} AND generation = :g")
 
 
 def retire_update(s: str, where: str) -> str:
@@ -108,12 +122,14 @@ def live_sql(s: str) -> str:
     )
 
 
+def _derived(s: str, columns: str, rest: str) -> str:
+    return f"SELECT {columns} FROM {s}.records WHERE {SCOPE} AND kind = 'derived' AND {rest}"
+
+
 def dependents_sql(s: str) -> str:
     """Derived rows of every generation whose lineage names any of ``:ids``."""
-    return (
-        f"SELECT {RECORD_COLUMNS} FROM {s}.records WHERE {SCOPE} "
-        "AND kind = 'derived' "
-        'AND lineage && CAST(:ids AS text[]) ORDER BY id COLLATE "C", generation'
+    return _derived(
+        s, RECORD_COLUMNS, 'lineage && CAST(:ids AS text[]) ORDER BY id COLLATE "C", generation'
     )
 
 
@@ -149,10 +165,10 @@ def rekey_update(s: str) -> str:
 
 def lineage_rows_sql(s: str) -> str:
     """Derived rows of every generation whose lineage or roots name ``:f``."""
-    return (
-        f"SELECT id, generation, lineage, roots FROM {s}.records WHERE {SCOPE} "
-        "AND kind = 'derived' "
-        "AND (lineage && ARRAY[CAST(:f AS text)] OR roots && ARRAY[CAST(:f AS text)])"
+    return _derived(
+        s,
+        "id, generation, lineage, roots",
+        "(lineage && ARRAY[CAST(:f AS text)] OR roots && ARRAY[CAST(:f AS text)])",
     )
 
 
@@ -197,24 +213,6 @@ def tombstones_sql(s: str) -> str:
     return f'SELECT id, reason FROM {s}.tombstones WHERE {SCOPE} ORDER BY id COLLATE "C"'
 
 
-# -- rollback and compaction ---------------------------------------------------------------------
-
-
-def purge_source_sql(s: str) -> str:
-    """Remove every row of ``:src``, all generations."""
-    return f"DELETE FROM {s}.records WHERE {SCOPE} AND source_id = :src"
-
-
-def discard_above_sql(s: str) -> str:
-    """Remove the rows written above ``:g``."""
-    return f"DELETE FROM {s}.records WHERE {SCOPE} AND generation > :g"
-
-
 def restore_above_sql(s: str) -> str:
-    """Bring back the rows retired above ``:g``."""
+    """Bring back the rows retired above ``:g`` (a rollback)."""
     return f"UPDATE {s}.records SET retired_generation = NULL WHERE {SCOPE} AND retired_generation > :g"
-
-
-def purge_retired_sql(s: str) -> str:
-    """Remove the rows retired at or below ``:g``."""
-    return f"DELETE FROM {s}.records WHERE {SCOPE} AND retired_generation <= :g"

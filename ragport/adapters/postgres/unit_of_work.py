@@ -157,16 +157,19 @@ class _Records:
         return sum(list(row.lineage).count(from_id) for row in found)
 
     def purge_source(self, source_id: str) -> int:
-        return self._count(statements.purge_source_sql(self._uow.s), "purge source", src=source_id)
+        sql = statements.delete_records(self._uow.s, statements.PURGE_SOURCE)
+        return self._count(sql, "purge source", src=source_id)
 
     def discard_above(self, generation: int) -> int:
-        return self._count(statements.discard_above_sql(self._uow.s), g=generation)
+        sql = statements.delete_records(self._uow.s, statements.DISCARD_ABOVE)
+        return self._count(sql, g=generation)
 
     def restore_above(self, generation: int) -> int:
         return self._count(statements.restore_above_sql(self._uow.s), g=generation)
 
     def purge_retired(self, through: int) -> int:
-        return self._count(statements.purge_retired_sql(self._uow.s), g=through)
+        sql = statements.delete_records(self._uow.s, statements.PURGE_RETIRED)
+        return self._count(sql, g=through)
 
 
 class _Generations:
