@@ -34,6 +34,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.chunk_store._base",
     "ragport.contract_tests.chunk_store._helpers",
     "ragport.contract_tests.chunk_store.access",
+    "ragport.contract_tests.chunk_store.aliasing",
     "ragport.contract_tests.chunk_store.boundary",
     "ragport.contract_tests.chunk_store.capabilities",
     "ragport.contract_tests.chunk_store.concurrency",
@@ -61,7 +62,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.8"
+CONTRACT_VERSION = "1.9"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -86,6 +87,8 @@ CONTRACT_VERSION = "1.8"
 #      canary. DerivedArtifactHandlerContract gains the handler_serves fixture and two effect
 #      tests (on_propagate stops serving every id; on_repoint moves what it counts), which skip
 #      with a reason until handler_serves is overridden.
+# 1.9  ChunkStoreAliasingContract: records written, records read back (every read) and the
+#      use cases' chunks and hits never alias the store's state.
 
 __all__ = [
     "CONTRACT_VERSION",

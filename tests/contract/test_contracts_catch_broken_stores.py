@@ -13,12 +13,15 @@ from typing import Any
 import pytest
 from doubles import Delegating
 
+import ragport.adapters.memory.lexical as memory_lexical
 import ragport.adapters.memory.snapshot as memory_snapshot
+import ragport.adapters.memory.store as memory_store
 import ragport.adapters.memory.unit_of_work as memory_uow
 import ragport.application.retrieval as retrieval
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.postgres import PostgresStore
 from ragport.contract_tests.chunk_store import (
+    ChunkStoreAliasingContract,
     ChunkStoreCapabilityContract,
     ChunkStoreForgettingContract,
     ChunkStoreHybridSnapshotContract,
@@ -151,3 +154,16 @@ def test_capability_contract_catches_a_declared_but_missing_capability(store, mi
     ports.store.missing_methods."""
     with pytest.raises(AssertionError, match=missing):
         ChunkStoreCapabilityContract().test_declared_capabilities_are_implemented(store())
+
+
+def test_aliasing_contract_catches_a_store_that_keeps_and_hands_out_its_objects(monkeypatch):
+    """An in-memory store that stores the caller's records and hands out its own fails both
+    aliasing checks. If this fails, the contract no longer writes to what goes in or comes
+    back out."""
+    for module in (memory_store, memory_uow, memory_snapshot, memory_lexical):
+        monkeypatch.setattr(module, "hand_out", lambda record: record, raising=False)
+    contract = ChunkStoreAliasingContract()
+    with pytest.raises(AssertionError):
+        contract.test_records_written_do_not_alias_the_callers_objects(InMemoryStore())
+    with pytest.raises(AssertionError, match="changed the store"):
+        contract.test_records_read_back_do_not_alias_the_store(InMemoryStore())

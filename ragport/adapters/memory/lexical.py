@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from ragport.adapters.lexical import Bm25Index
-from ragport.adapters.memory.snapshot import Snapshot, report_denied
+from ragport.adapters.memory.snapshot import Snapshot, hand_out, report_denied
 from ragport.domain.filters import Filter
 from ragport.domain.model import AccessDecision, Authorization, decide_access
 from ragport.ports.store import ScoredRecord
@@ -84,4 +84,4 @@ class ScopeLexicon:
                 matching = [r.id for r in rows.values() if flt is None or flt.matches(r.metadata)]
                 unfiltered = self.index.search(text, limit=limit, candidates=matching)
                 report_denied(snap, [rows[rid] for rid, _ in unfiltered], authorization, on_denied)
-        return tuple(ScoredRecord(rows[rid], score) for rid, score in found)
+        return tuple(ScoredRecord(hand_out(rows[rid]), score) for rid, score in found)

@@ -82,10 +82,11 @@ class Snapshot:
         return frozenset(t.id for t in self.tombstones.values() if t.reason == "forgotten")
 
     def source_records(self, source_id: str, pointer: int) -> list[Record]:
+        """Copies of ``source_id``'s records visible at ``pointer``, by id (see ``hand_out``)."""
         keys = self.by_source.get(source_id, frozenset())
         found = [self.rows[k].record for k in keys]
         visible = [r for r in found if is_visible(r.generation, r.retired_generation, pointer)]
-        return sorted(visible, key=lambda r: r.id)
+        return [hand_out(r) for r in sorted(visible, key=lambda r: r.id)]
 
     def visible(self) -> list[Record]:
         with self._lock:
@@ -159,6 +160,12 @@ class Snapshot:
         with self._lock:
             self._indexes[dimensions] = index
         return index
+
+
+def hand_out(record: Record) -> Record:
+    """A copy of a stored record for a caller: its metadata is its own (``Record`` copies it),
+    so writing to what a read returned never changes the store, as on PostgreSQL."""
+    return attrs.evolve(record)
 
 
 def access_mask(

@@ -19,7 +19,7 @@ import numpy as np
 
 from ragport.adapters.lexical.analyzers import make_analyzer
 from ragport.adapters.memory.lexical import ScopeLexicon
-from ragport.adapters.memory.snapshot import Snapshot, access_mask, report_denied
+from ragport.adapters.memory.snapshot import Snapshot, access_mask, hand_out, report_denied
 from ragport.adapters.memory.unit_of_work import InMemoryUnitOfWork
 from ragport.domain.errors import CapabilityError, ScopeError
 from ragport.domain.filters import Filter, parse_filter
@@ -200,7 +200,8 @@ class InMemoryStore:
             unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit, index.rows)]
             report_denied(snap, unfiltered, authorization, on_denied)
         return tuple(
-            ScoredRecord(index.rows[i], score) for i, score in _top(scores, mask, limit, index.rows)
+            ScoredRecord(hand_out(index.rows[i]), score)
+            for i, score in _top(scores, mask, limit, index.rows)
         )
 
     def lexical_query(

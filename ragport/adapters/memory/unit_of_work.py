@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from ragport.adapters.memory.snapshot import Key, Row, Snapshot
+from ragport.adapters.memory.snapshot import Key, Row, Snapshot, hand_out
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Record, Scope, Tombstone, is_visible, strongest_tombstone
 from ragport.ports.embedder import VectorMatrix
@@ -32,7 +32,7 @@ class _Records:
         )
         for record, vector in zip(records, copied, strict=True):
             key = (record.id, record.generation)
-            snap.rows[key] = Row(record, vector)
+            snap.rows[key] = Row(hand_out(record), vector)  # never the caller's object
             src = record.source_id
             snap.by_source[src] = snap.by_source.get(src, frozenset()) | {key}
             snap.by_id[key[0]] = snap.by_id.get(key[0], frozenset()) | {key}
@@ -112,13 +112,13 @@ class _Records:
             ),
             key=lambda r: r.id,
         )
-        return live if limit is None else live[:limit]
+        return [hand_out(r) for r in (live if limit is None else live[:limit])]
 
     def find_dependents(self, ids: Sequence[str]) -> Sequence[Record]:
         wanted = set(ids)
         return sorted(
             (
-                row.record
+                hand_out(row.record)
                 for row in self._uow._snap.rows.values()
                 if row.record.kind == "derived" and wanted.intersection(row.record.lineage)
             ),

@@ -37,6 +37,7 @@ from ragport.contract_tests.chunk_store.access import (
     ChunkStoreDenialReportContract,
     ChunkStoreGrantContract,
 )
+from ragport.contract_tests.chunk_store.aliasing import ChunkStoreAliasingContract
 from ragport.contract_tests.chunk_store.boundary import ChunkStoreBoundaryContract
 from ragport.contract_tests.chunk_store.capabilities import ChunkStoreCapabilityContract
 from ragport.contract_tests.chunk_store.concurrency import ChunkStoreConcurrencyContract
@@ -65,6 +66,7 @@ from ragport.contract_tests.chunk_store.unit_of_work import ChunkStoreUnitOfWork
 from ragport.ports.store import ChunkStore
 
 __all__ = [
+    "ChunkStoreAliasingContract",
     "ChunkStoreBoundaryContract",
     "ChunkStoreCapabilityContract",
     "ChunkStoreConcurrencyContract",
@@ -108,6 +110,7 @@ class ChunkStoreContract(
     ChunkStoreRepointUniquenessContract,
     ChunkStoreHybridSnapshotContract,
     ChunkStoreBoundaryContract,
+    ChunkStoreAliasingContract,
 ):
     """Every ChunkStore promise. Subclass it and override the ``store`` fixture."""
 
