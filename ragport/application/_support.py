@@ -10,6 +10,7 @@ import numpy as np
 from ragport.domain.errors import (
     AbortedError,
     CapabilityError,
+    EmbedderError,
     RagportError,
     ScopeError,
     ValidationError,
@@ -121,26 +122,23 @@ def embed_batches(
 
 
 def check_vectors(vectors: object, *, rows: int, dimensions: int) -> VectorMatrix:
-    """Fail closed on an embedder answer of the wrong shape or with non-finite values.
-
-    Ragged rows or values numpy cannot turn into float32 are a ``ValidationError`` too (by
-    type only: numpy's message may quote the values).
+    """Fail closed on an embedder answer of the wrong shape or with non-finite values:
+    ``EmbedderError`` (not retryable). Ragged rows or values numpy cannot turn into float32
+    are reported by type only: numpy's message may quote the values.
     """
     try:
         array = np.asarray(vectors, dtype=np.float32)
     except (TypeError, ValueError, OverflowError) as exc:
-        error = ValidationError(
-            f"embedder returned rows numpy cannot stack as float32 ({type(exc).__name__})",
-            field="embedder",
+        error = EmbedderError(
+            f"embedder returned rows numpy cannot stack as float32 ({type(exc).__name__})"
         )
         raise_unchained(error)
     if array.ndim != 2 or array.shape != (rows, dimensions):
-        raise ValidationError(
-            f"embedder returned shape {array.shape}, expected ({rows}, {dimensions})",
-            field="embedder",
+        raise EmbedderError(
+            f"embedder returned shape {array.shape}, expected ({rows}, {dimensions})"
         )
     if not np.all(np.isfinite(array)):
-        raise ValidationError("embedder returned non-finite values", field="embedder")
+        raise EmbedderError("embedder returned non-finite values")
     return array
 
 

@@ -16,7 +16,7 @@ from fake_http import FakeServer, Reply
 
 from ragport.adapters.embedders import HashEmbedder, OpenAICompatibleEmbedder, TeiEmbedder
 from ragport.contract_tests._support import error_mentions
-from ragport.domain.errors import CapabilityError, RagportError, ValidationError
+from ragport.domain.errors import EmbedderError, RagportError, ValidationError
 
 DIMS = 16
 API_KEY = "sk-test-9f8e7d6c5b4a-DO-NOT-LEAK"
@@ -259,46 +259,46 @@ RAW_MALFORMED = {
 
 @pytest.mark.parametrize("case", sorted(OPENAI_MALFORMED))
 def test_openai_malformed_answers_are_refused(serve, case):
-    """Every malformed /embeddings answer raises ValidationError(field="response").
+    """Every malformed /embeddings answer raises EmbedderError (not retryable).
 
     If this fails, check OpenAICompatibleEmbedder._parse and _row for the named case.
     """
     server = serve(fixed(Reply(body=json.dumps(OPENAI_MALFORMED[case]).encode())))
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(EmbedderError) as caught:
         openai(server).embed(["first", "second"])
-    assert caught.value.field == "response"
+    assert caught.value.retryable is False
 
 
 @pytest.mark.parametrize("case", sorted(TEI_MALFORMED))
 def test_tei_malformed_answers_are_refused(serve, case):
-    """Every malformed /embed answer raises ValidationError(field="response").
+    """Every malformed /embed answer raises EmbedderError (not retryable).
 
     If this fails, check TeiEmbedder._parse and _row for the named case.
     """
     server = serve(fixed(Reply(body=json.dumps(TEI_MALFORMED[case]).encode())))
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(EmbedderError) as caught:
         tei(server).embed(["first", "second"])
-    assert caught.value.field == "response"
+    assert caught.value.retryable is False
 
 
 @pytest.mark.parametrize("case", sorted(RAW_MALFORMED))
 def test_non_finite_and_unparsable_answers_are_refused(serve, case):
-    """NaN/Infinity tokens, overflowing numbers and broken JSON raise ValidationError.
+    """NaN/Infinity tokens, overflowing numbers and broken JSON raise EmbedderError.
 
     If this fails, check the json.loads parse_constant hook, the finiteness check in
     _normalise and the ValueError handling in _HttpEmbedder._json.
     """
     server = serve(fixed(Reply(body=RAW_MALFORMED[case])))
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(EmbedderError) as caught:
         tei(server).embed(["first", "second"])
-    assert caught.value.field == "response"
+    assert caught.value.retryable is False
 
 
 # --- limits: time and size --------------------------------------------------------------
 
 
 def test_a_slow_answer_times_out(serve, dialect):
-    """A server that waits past timeout_s raises CapabilityError, promptly.
+    """A server that waits past timeout_s raises a retryable EmbedderError, promptly.
 
     If this fails, check that timeout_s reaches the request (httpx timeout) and its mapping.
     """
@@ -306,9 +306,9 @@ def test_a_slow_answer_times_out(serve, dialect):
     server = serve(lambda request: attrs.evolve(answer(request), delay_s=2.0))
     embedder = build(server, timeout_s=0.3)
     started = time.monotonic()
-    with pytest.raises(CapabilityError) as caught:
+    with pytest.raises(EmbedderError) as caught:
         embedder.embed(["a"])
-    assert caught.value.capability == "embedding"
+    assert caught.value.retryable is True
     assert time.monotonic() - started < 1.5
 
 
@@ -320,31 +320,32 @@ def test_a_dripping_answer_hits_the_overall_deadline(serve):
     server = serve(lambda request: attrs.evolve(tei_answer(request), drip_s=0.05))
     embedder = tei(server, timeout_s=0.5)
     started = time.monotonic()
-    with pytest.raises(CapabilityError):
+    with pytest.raises(EmbedderError) as caught:
         embedder.embed(["a"])
+    assert caught.value.retryable is True
     assert time.monotonic() - started < 2.0
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_a_body_past_the_byte_ceiling_is_refused(serve, chunked):
-    """A 2 KiB+ answer with max_response_bytes=1024 raises ValidationError(limit=...).
+    """A 2 KiB+ answer with max_response_bytes=1024 raises EmbedderError (not retryable).
 
     If this fails, check the Content-Length check and the streamed byte count in _post.
     """
     server = serve(lambda request: attrs.evolve(tei_answer(request), chunked=chunked))
     embedder = tei(server, max_response_bytes=1024)
-    with pytest.raises(ValidationError) as caught:
+    with pytest.raises(EmbedderError) as caught:
         embedder.embed([f"text {i}" for i in range(8)])
-    assert caught.value.field == "response"
-    assert caught.value.limit == "max_response_bytes"
+    assert caught.value.retryable is False
 
 
 # --- HTTP failures ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("status", [401, 413, 429, 500, 503, 302])
-def test_http_error_statuses_raise_capability_error(serve, dialect, status):
-    """A non-2xx answer (redirects included: they are not followed) raises CapabilityError.
+def test_http_error_statuses_raise_embedder_error(serve, dialect, status):
+    """A non-2xx answer (redirects included: they are not followed) raises EmbedderError with
+    the status; 429 and 5xx are retryable, the others not.
 
     If this fails, check the status check at the top of _HttpEmbedder._post.
     """
@@ -352,14 +353,15 @@ def test_http_error_statuses_raise_capability_error(serve, dialect, status):
     body = json.dumps({"error": {"message": "nope"}}).encode()
     reply = Reply(status=status, body=body, headers={"Location": "https://example.invalid/"})
     server = serve(fixed(reply))
-    with pytest.raises(CapabilityError) as caught:
+    with pytest.raises(EmbedderError) as caught:
         build(server).embed(["a"])
-    assert caught.value.capability == "embedding"
+    assert caught.value.status == status
+    assert caught.value.retryable is (status == 429 or status >= 500)
     assert len(server.requests) == 1
 
 
-def test_connection_refused_raises_capability_error():
-    """A loopback port with no server raises CapabilityError, not an httpx exception.
+def test_connection_refused_raises_embedder_error():
+    """A loopback port with no server raises a retryable EmbedderError, not an httpx one.
 
     If this fails, check the httpx.HTTPError mapping in _HttpEmbedder._post.
     """
@@ -367,8 +369,9 @@ def test_connection_refused_raises_capability_error():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     embedder = TeiEmbedder(f"http://127.0.0.1:{port}", dimensions=DIMS, allow_loopback=True)
-    with pytest.raises(CapabilityError) as caught:
+    with pytest.raises(EmbedderError) as caught:
         embedder.embed(["a"])
+    assert caught.value.retryable is True
     assert caught.value.__cause__ is None and caught.value.__context__ is None
 
 

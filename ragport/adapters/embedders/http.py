@@ -21,13 +21,14 @@ Both are synchronous httpx clients with the same guard rails:
 Failures:
 
 - ``ValidationError(field=...)`` at construction for a bad argument; ``field="texts"`` for a
-  bad input; ``field="response"`` for a malformed answer or one past the byte ceiling
-  (``limit="max_response_bytes"``).
-- ``CapabilityError(capability="embedding")`` when the server cannot be used: a non-2xx
-  status, a timeout, a connection or protocol failure. The message names the host and the
-  status or the failure's type only: never the API key, the URL path or any input text.
-  Nothing is chained (``__cause__`` and ``__context__`` are ``None``): httpx's exceptions
-  hold the request, whose body is the input text.
+  bad input.
+- ``EmbedderError`` when the server cannot be used or answers something unusable: a non-2xx
+  status (``.status``), a timeout, a connection or protocol failure, a malformed answer or one
+  past the byte ceiling. ``.retryable`` is true for a timeout, a transport failure and HTTP
+  408/425/429/5xx. The message names the host and the status or the failure's type only:
+  never the API key, the URL path or any input text. Nothing is chained (``__cause__`` and
+  ``__context__`` are ``None``): httpx's exceptions hold the request, whose body is the
+  input text.
 - ``CapabilityError`` naming ``ragport[http]`` when httpx is not installed.
 
 The API key travels only in ``Authorization: Bearer``; it never appears in an error, a log
@@ -59,7 +60,7 @@ from ragport.adapters._http import (
     place_by_index,
     post_json,
 )
-from ragport.domain.errors import CapabilityError, ValidationError, raise_unchained
+from ragport.domain.errors import EmbedderError, ValidationError, raise_unchained
 from ragport.domain.limits import check_limit
 from ragport.ports.embedder import VectorMatrix
 
@@ -107,8 +108,8 @@ def _check_texts(texts: object) -> list[str]:
     return strings
 
 
-def _malformed(host: str, what: str) -> ValidationError:
-    return ValidationError(f"malformed embedding response from {host}: {what}", field="response")
+def _malformed(host: str, what: str) -> EmbedderError:
+    return EmbedderError(f"malformed embedding response from {host}: {what}")
 
 
 def _row(value: object, dimensions: int, host: str) -> list[float]:
@@ -214,14 +215,14 @@ class _HttpEmbedder(OwnedClient):
                     host=self._host,
                     within=f"{self._timeout_s:g} s",
                     max_bytes=self._max_response_bytes,
-                    error=functools.partial(CapabilityError, capability="embedding"),
-                    too_large=functools.partial(
-                        ValidationError, field="response", limit="max_response_bytes"
+                    error=functools.partial(
+                        EmbedderError, retryable=failure.retryable, status=failure.status
                     ),
+                    too_large=EmbedderError,
                 )
             )
 
-    def _malformed(self, what: str) -> ValidationError:
+    def _malformed(self, what: str) -> EmbedderError:
         return _malformed(self._host, what)
 
     def _json(self, body: bytes) -> object:
@@ -295,7 +296,7 @@ class TeiEmbedder(_HttpEmbedder):
     false}``, as Hugging Face text-embeddings-inference speaks it; answer ``[[...], ...]``.
 
     ``truncate`` is false: a text past the server's token limit is refused by the server
-    (HTTP 413/422, a ``CapabilityError``), never silently shortened. TEI serves one model, so
+    (HTTP 413/422, an ``EmbedderError``), never silently shortened. TEI serves one model, so
     ``model`` only names it in ``id`` (``"tei:<model>:<dimensions>"``); without it the id
     uses the host (``"tei:<host[:port]>:<dimensions>"``), and moving the server then changes
     the id, which makes retrieval ask for a re-index. Pass ``model=`` to avoid that.

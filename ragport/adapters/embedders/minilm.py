@@ -18,7 +18,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from ragport.domain.errors import CapabilityError, ValidationError
+from ragport.domain.errors import CapabilityError, EmbedderError, ValidationError
 from ragport.domain.limits import check_limit
 from ragport.ports.embedder import VectorMatrix
 
@@ -234,7 +234,5 @@ class MiniLmEmbedder:
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         out /= np.maximum(norms, np.float32(1e-12))
         if not np.isfinite(out).all():
-            raise CapabilityError(
-                "the MiniLM model produced non-finite values", capability="embedding"
-            )
+            raise EmbedderError("the MiniLM model produced non-finite values")
         return np.ascontiguousarray(out, dtype=np.float32)

@@ -35,7 +35,7 @@ from ragport.contract_tests.chunk_store._helpers import (
     _require_transactions,
 )
 from ragport.domain.chunking import chunk_text
-from ragport.domain.errors import RerankError, ValidationError
+from ragport.domain.errors import EmbedderError, RerankError, ValidationError
 from ragport.domain.limits import Limits
 from ragport.domain.model import Chunk, Hit, Trust
 from ragport.ports.embedder import VectorMatrix
@@ -260,10 +260,10 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
         ],
         ids=["ragged", "objects", "mappings"],
     )
-    def test_embedder_rows_numpy_cannot_stack_are_a_validation_error(
+    def test_embedder_rows_numpy_cannot_stack_are_an_embedder_error(
         self, store: ChunkStore, rows: Any
     ) -> None:
-        """Ragged or non-numeric embedder rows are ValidationError(field="embedder").
+        """Ragged or non-numeric embedder rows are an EmbedderError (not retryable, unchained).
 
         Nothing is written and retrieval with such an embedder fails the same way. If this
         fails, check check_vectors in ragport/application/_support.py.
@@ -282,9 +282,10 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
             lambda: retrieve_context("previous", embedder=ragged, store=store, scope=SCOPE),
         ]
         for attempt in attempts:
-            with pytest.raises(ValidationError) as info:
+            with pytest.raises(EmbedderError) as info:
                 attempt()
-            assert info.value.field == "embedder"
+            assert info.value.retryable is False
+            assert info.value.__cause__ is None and info.value.__context__ is None
         assert _texts(store, "bd-doc") == ["the previous version"]
 
     @pytest.mark.parametrize("error", [RuntimeError, ValidationError], ids=["foreign", "ours"])
