@@ -31,6 +31,7 @@ from ragport.domain.model import (
     Record,
     Scope,
     decide_access,
+    validate_text,
 )
 from ragport.ports.embedder import Vector
 from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredRecord
@@ -126,6 +127,7 @@ class InMemoryStore:
         return self._snapshot(scope).pointer
 
     def get_by_source(self, scope: Scope, source_id: str) -> Sequence[Record]:
+        validate_text(source_id, field="source_id")  # what PostgreSQL cannot hold, refused alike
         snap = self._snapshot(scope)
         return snap.source_records(source_id, snap.pointer)
 
@@ -255,6 +257,7 @@ class InMemoryStore:
         on_denied: Callable[[Sequence[AccessDecision]], None] | None,
     ) -> tuple[ScoredRecord, ...]:
         """BM25 over ``pinned`` (or the scope's current snapshot when ``None``)."""
+        validate_text(text, field="query")
         if limit <= 0 or not text.strip():
             return ()
         with self._lock:
@@ -279,7 +282,6 @@ class InMemoryStore:
     def check_source_access(
         self, scope: Scope, source_ids: Sequence[str], authorization: Authorization
     ) -> Mapping[str, AccessDecision]:
+        wanted = [validate_text(s, field="source_ids") for s in dict.fromkeys(source_ids)]
         grants = self._snapshot(scope).grants
-        return {
-            s: decide_access(s, grants.get(s), authorization) for s in dict.fromkeys(source_ids)
-        }
+        return {s: decide_access(s, grants.get(s), authorization) for s in wanted}

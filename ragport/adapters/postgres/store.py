@@ -57,6 +57,7 @@ from ragport.domain.model import (
     Record,
     Scope,
     decide_access,
+    validate_text,
 )
 from ragport.ports.embedder import Vector
 from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredRecord
@@ -239,6 +240,7 @@ class PostgresStore:
         return int(rows[0].pointer) if rows else 0
 
     def get_by_source(self, scope: Scope, source_id: str) -> Sequence[Record]:
+        validate_text(source_id, field="source_id")
         sql = queries.source_sql(self._s)
         params = scope_params(scope, src=source_id)
         rows = self._read("read source", lambda conn: reads.fetch(conn, sql, params))
@@ -440,6 +442,7 @@ class PostgresStore:
         on_denied: Callable[[Sequence[AccessDecision]], None] | None,
     ) -> Callable[[RawRead], tuple[ScoredRecord, ...]]:
         """The lexical leg of ``lexical_query`` as a function of one connection."""
+        validate_text(text_query, field="query")
         if mode != "fts":
             raise CapabilityError(
                 f"the PostgreSQL store offers lexical mode 'fts', not {mode!r}",
@@ -537,7 +540,7 @@ class PostgresStore:
     def check_source_access(
         self, scope: Scope, source_ids: Sequence[str], authorization: Authorization
     ) -> Mapping[str, AccessDecision]:
-        wanted = list(dict.fromkeys(source_ids))
+        wanted = [validate_text(s, field="source_ids") for s in dict.fromkeys(source_ids)]
         if not wanted:
             return {}
         grants = self._read("check access", lambda conn: read_grants(conn, self._s, scope, wanted))

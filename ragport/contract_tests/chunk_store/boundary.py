@@ -37,9 +37,9 @@ from ragport.contract_tests.chunk_store._helpers import (
 from ragport.domain.chunking import chunk_text
 from ragport.domain.errors import EmbedderError, RerankError, ValidationError
 from ragport.domain.limits import Limits
-from ragport.domain.model import Chunk, Hit, Trust
+from ragport.domain.model import Authorization, Chunk, Hit, Trust
 from ragport.ports.embedder import VectorMatrix
-from ragport.ports.store import ChunkStore
+from ragport.ports.store import ChunkStore, supports
 
 __all__ = ["ChunkStoreBoundaryContract"]
 
@@ -212,6 +212,40 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
                     f"bdword {bad}", embedder=EMBEDDER, store=store, scope=SCOPE, lexical=lexical
                 )
             assert info.value.field == "query", lexical
+
+    @pytest.mark.parametrize("bad", list(UNSTORABLE.values()), ids=list(UNSTORABLE))
+    def test_store_reads_refuse_unstorable_strings_alike(self, store: ChunkStore, bad: str) -> None:
+        """The store's own reads refuse NUL and lone surrogates with the same ValidationError on
+        every store: ``get_by_source`` (field ``source_id``), ``check_source_access``
+        (``source_ids``) and the lexical leg (``query``), instead of one store answering
+        "nothing" and another failing in its driver.
+
+        If this fails, check the ``validate_text`` calls at the top of those store methods.
+        """
+        _ready(store)
+        _write(store, "bd-doc", "bdword alpha")
+        reads: list[tuple[str, Callable[[], object]]] = [
+            ("source_id", lambda: store.get_by_source(SCOPE, f"bd-doc{bad}")),
+        ]
+        if store.capabilities.authorization == "acl":
+            who = Authorization("bd-reader", SCOPE.tenant_id)
+            reads.append(
+                ("source_ids", lambda: store.check_source_access(SCOPE, ["bd-doc", bad], who))
+            )
+        if supports(store, "lexical"):
+            mode = store.capabilities.lexical_modes[0]
+            reads.append(
+                (
+                    "query",
+                    lambda: store.lexical_query(  # type: ignore[attr-defined]
+                        SCOPE, f"bdword {bad}", limit=4, mode=mode
+                    ),
+                )
+            )
+        for field, read in reads:
+            with pytest.raises(ValidationError) as info:
+                read()
+            assert info.value.field == field
 
     def test_the_metadata_cap_counts_utf8_the_same_in_chunking_and_writes(
         self, store: ChunkStore
