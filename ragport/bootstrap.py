@@ -195,7 +195,7 @@ def collect_documents(paths: Sequence[str | os.PathLike[str]], *, root: Path) ->
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            files = []
+            files: list[Path] = []
             for folder, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 files.extend(

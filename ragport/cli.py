@@ -96,11 +96,11 @@ def _demo(args: argparse.Namespace) -> int:
             state = "unchanged, skipped" if result.skipped else f"{result.indexed} chunks"
             print(f"  ingested {result.source_id}: {state} (generation {result.generation})")
         for query in args.query or DEMO_QUERIES:
-            result = retrieve_context(
+            found = retrieve_context(
                 query, embedder=embedder, store=stores.chunks, scope=scope, top_k=args.top_k
             )
             print(f"\nquery: {query}")
-            _print_result(result)
+            _print_result(found)
     return 0
 
 
