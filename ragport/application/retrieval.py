@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any, cast
 
 import attrs
@@ -38,10 +37,15 @@ from ragport.application._support import (
     require_scope,
     resolve_limits,
 )
+from ragport.application.answer import (
+    Candidate,
+    access_gate,
+    build_hit,
+    render,
+)
 from ragport.application.rerank import rerank_hits
 from ragport.application.results import RetrievalResult
 from ragport.domain.errors import (
-    AbortedError,
     CapabilityError,
     EmbedderMismatchError,
     ScopeError,
@@ -55,9 +59,6 @@ from ragport.domain.model import (
     AccessDenial,
     AccessReason,
     Authorization,
-    Citation,
-    Hit,
-    Provenance,
     Record,
     RetrievalLeg,
     Scope,
@@ -79,7 +80,6 @@ from ragport.ports.store import (
 __all__ = ["estimate_tokens", "retrieve_context"]
 
 LEXICAL_MODES = ("off", "bm25", "fts")
-BLOCK_SEPARATOR = "\n\n"
 QUERY_MAX_CHARS = HARD_LIMITS.chunk_size
 _TRUST = Trust()
 
@@ -87,14 +87,6 @@ _TRUST = Trust()
 def estimate_tokens(text: str) -> int:
     """The token estimate ragport budgets with: UTF-8 bytes / 4, rounded up."""
     return math.ceil(len(text.encode("utf-8")) / 4)
-
-
-@attrs.frozen
-class _Candidate:
-    scope: Scope
-    record: Record
-    score: float
-    retrieval: RetrievalLeg = "vector"
 
 
 _Key = tuple[Scope, str]
@@ -160,7 +152,7 @@ def _search(
     abort: Abort | None,
     telemetry: Telemetry,
     store_denied: dict[tuple[Scope, str], AccessReason] | None = None,
-) -> list[_Candidate]:
+) -> list[Candidate]:
     """Run each scope's legs and merge them: by cosine with one leg, by RRF with two.
 
     Each (scope, leg) is its own ranked list in the fusion, so scores from different scopes
@@ -244,7 +236,7 @@ def _search(
         check_abort(abort)
     if lexical == "off":
         keys = sorted(cosine, key=lambda key: (-cosine[key], _scope_order(key)))
-        return [_Candidate(key[0], records[key], cosine[key], "vector") for key in keys]
+        return [Candidate(key[0], records[key], cosine[key], "vector") for key in keys]
     with telemetry.span("rag.fuse"):
         fused = fuse_ranked(legs, k=req.rrf_k, tie_key=_scope_order)
     out = []
@@ -253,7 +245,7 @@ def _search(
         retrieval: RetrievalLeg = (
             "hybrid" if len(kinds) == 2 else ("vector" if "vector" in kinds else "lexical")
         )
-        out.append(_Candidate(key[0], records[key], score, retrieval))
+        out.append(Candidate(key[0], records[key], score, retrieval))
     return out
 
 
@@ -492,14 +484,14 @@ def retrieve_context(
         # 8. first access gate (after fusion, before rerank)
         if authorization is not None:
             with tel.span("rag.acl_recheck"):
-                ordered = _access_gate(store, ordered, authorization, report, redact)
+                ordered = access_gate(store, ordered, authorization, report, redact)
         check_abort(abort)
         retrieved_at = clk.now()
         # Rendering shows at most top_k hits in order; only a reranker looks further down.
         if reranker is None:
             ordered = ordered[: req.top_k]
         hits = [
-            _hit(c, rank, provider=store.provider, retrieved_at=retrieved_at, redact=redact)
+            build_hit(c, rank, provider=store.provider, retrieved_at=retrieved_at, redact=redact)
             for rank, c in enumerate(ordered, start=1)
         ]
         candidate_of = {id(hit): c for hit, c in zip(hits, ordered, strict=True)}
@@ -522,7 +514,7 @@ def retrieve_context(
             check_abort(abort)
             if authorization is not None:
                 with tel.span("rag.acl_recheck"):
-                    kept = _access_gate(
+                    kept = access_gate(
                         store,
                         [candidate_of[id(h)] for h in hits],
                         authorization,
@@ -537,134 +529,10 @@ def retrieve_context(
 
         # 11. render
         with tel.span("rag.render"):
-            return _render(
+            return render(
                 query,
                 hits,
                 top_k=req.top_k,
                 max_bytes=req.result_bytes,
                 max_tokens=req.context_tokens,
             )
-
-
-def _access_gate(
-    store: ChunkStore,
-    ordered: list[_Candidate],
-    authorization: Authorization,
-    on_access_denied: Callable[[AccessDenial], None] | None,
-    redact: Redaction,
-) -> list[_Candidate]:
-    """One ``check_source_access`` per scope; withhold every source not allowed."""
-    by_scope: dict[Scope, list[str]] = {}
-    for c in ordered:
-        sources = by_scope.setdefault(c.scope, [])
-        for source in c.record.access_sources or (c.record.source_id,):
-            if source not in sources:
-                sources.append(source)
-    denied: dict[tuple[Scope, str], tuple[AccessReason, str | None]] = {}
-    for s, sources in by_scope.items():
-        try:
-            decisions = store.check_source_access(s, sources, authorization)
-        except AbortedError:
-            raise
-        except Exception as exc:  # a failed check withholds; it never grants
-            error = redact.error(exc)
-            for source in sources:
-                denied[(s, source)] = ("check_failed", error)
-            continue
-        for source in sources:
-            decision = decisions.get(source)
-            if decision is None or not decision.allowed:
-                reason: AccessReason = decision.reason if decision is not None else "no_grant"
-                denied[(s, source)] = (reason if reason != "granted" else "no_grant", None)
-    if not denied:
-        return ordered
-    kept: list[_Candidate] = []
-    withheld: dict[tuple[Scope, str], int] = {}
-    for c in ordered:
-        blocked = [
-            src
-            for src in (c.record.access_sources or (c.record.source_id,))
-            if (c.scope, src) in denied
-        ]
-        if blocked:
-            for src in blocked:
-                withheld[(c.scope, src)] = withheld.get((c.scope, src), 0) + 1
-        else:
-            kept.append(c)
-    if on_access_denied is not None:
-        for (s, source), count in withheld.items():
-            reason, detail = denied[(s, source)]
-            on_access_denied(
-                AccessDenial(source_id=source, scope=s, reason=reason, hits=count, error=detail)
-            )
-    return kept
-
-
-def _hit(
-    c: _Candidate, rank: int, *, provider: str, retrieved_at: datetime, redact: Redaction
-) -> Hit:
-    """The canonical hit of a candidate; its text is redacted before anyone sees it.
-
-    Built from the store's record and shared with nobody: a reranker gets copies (see
-    rerank_hits), and the metadata is a deep copy, so writing to a returned hit's nested
-    metadata cannot change a stored record (the in-memory store hands out its own rows).
-    """
-    record = c.record
-    provenance = Provenance(
-        source_id=record.source_id,
-        chunk_id=record.id,
-        citation_id=record.id,
-        provider=provider,
-        tenant_id=c.scope.tenant_id,
-        resource_id=c.scope.resource_id,
-        corpus_id=c.scope.corpus_id,
-        retrieval=c.retrieval,
-        retrieved_at=retrieved_at,
-        lineage=record.lineage,
-    )
-    return Hit(
-        id=record.id,
-        source_id=record.source_id,
-        text=redact(record.text) if redact.active else record.text,
-        metadata=record.metadata,  # Hit copies it (freeze_metadata)
-        score=c.score,
-        retrieval_rank=rank,
-        provenance=provenance,
-        trust=_TRUST,
-    )
-
-
-def _render(
-    query: str, hits: Sequence[Hit], *, top_k: int, max_bytes: int, max_tokens: int
-) -> RetrievalResult:
-    """``[citation-id] text`` blocks in order until top-k, the byte or the token ceiling."""
-    blocks: list[str] = []
-    shown: list[Hit] = []
-    used_bytes = 0
-    truncated = False
-    for hit in hits[:top_k]:
-        block = f"[{hit.provenance.citation_id}] {hit.text}"
-        extra = len(block.encode("utf-8")) + (len(BLOCK_SEPARATOR) if blocks else 0)
-        if used_bytes + extra > max_bytes or math.ceil((used_bytes + extra) / 4) > max_tokens:
-            truncated = True
-            break
-        used_bytes += extra
-        blocks.append(block)
-        shown.append(hit)
-    return RetrievalResult(
-        query=query,
-        trust=_TRUST,
-        text=BLOCK_SEPARATOR.join(blocks),
-        hits=tuple(shown),
-        citations=tuple(
-            Citation(
-                id=h.provenance.citation_id,
-                source_id=h.source_id,
-                chunk_id=h.id,
-                provenance=h.provenance,
-                trust=_TRUST,
-            )
-            for h in shown
-        ),
-        truncated=truncated,
-    )

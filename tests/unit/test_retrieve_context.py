@@ -295,7 +295,7 @@ def test_blank_query_is_empty_without_embedding(store: InMemoryStore, blank: str
 
 
 def test_rendering_blocks_order_and_ranks(store: InMemoryStore) -> None:
-    """Blocks are '[id] text' by descending score, ranks 1..n. If this fails, check _render."""
+    """Blocks are '[id] text' by descending score, ranks 1..n. If this fails, check answer.render."""
     result = retrieve(store=store, top_k=32)
     assert len(result.hits) == 5
     scores = [h.score for h in result.hits]
@@ -312,7 +312,7 @@ def test_rendering_blocks_order_and_ranks(store: InMemoryStore) -> None:
 
 
 def test_top_k_cut_is_not_truncation(store: InMemoryStore) -> None:
-    """Stopping at top_k leaves truncated False. If this fails, check _render's truncated flag."""
+    """Stopping at top_k leaves truncated False. If this fails, check answer.render's truncated flag."""
     full = retrieve(store=store, top_k=32)
     result = retrieve(store=store, top_k=2)
     assert [h.id for h in result.hits] == [h.id for h in full.hits[:2]]
@@ -328,7 +328,7 @@ def _big_store() -> InMemoryStore:
 
 
 def test_byte_ceiling_truncates_rendering() -> None:
-    """The byte ceiling cuts the rendering and sets truncated. If this fails, check _render."""
+    """The byte ceiling cuts the rendering and sets truncated. If this fails, check answer.render."""
     result = retrieve("budget forecast figures", store=_big_store(), max_result_bytes=8000)
     assert result.truncated is True
     assert 1 <= len(result.hits) < 5
@@ -338,7 +338,7 @@ def test_byte_ceiling_truncates_rendering() -> None:
 
 
 def test_token_ceiling_truncates_rendering() -> None:
-    """The token ceiling cuts the rendering. If this fails, check estimate_tokens and _render."""
+    """The token ceiling cuts the rendering. If this fails, check estimate_tokens and answer.render."""
     result = retrieve("budget forecast figures", store=_big_store(), max_context_tokens=1600)
     assert result.truncated is True
     assert 1 <= len(result.hits) < 5
@@ -355,7 +355,7 @@ def test_estimate_tokens_is_utf8_bytes_over_four() -> None:
 
 
 def test_multibyte_text_respects_byte_ceiling() -> None:
-    """The byte ceiling counts UTF-8 bytes, not characters. If this fails, check _render."""
+    """The byte ceiling counts UTF-8 bytes, not characters. If this fails, check answer.render."""
     s = InMemoryStore()
     add_source(s, "zh", [("预算 预测 数字 " * 200)[:1000] for _ in range(3)])
     result = retrieve("预算 预测", store=s, max_result_bytes=4000)
@@ -368,7 +368,7 @@ def test_multibyte_text_respects_byte_ceiling() -> None:
 
 
 def test_provenance_and_trust_on_every_hit(store: InMemoryStore) -> None:
-    """Hits and citations carry full provenance and trust. If this fails, check _render."""
+    """Hits and citations carry full provenance and trust. If this fails, check answer.render."""
     result = retrieve(store=store, top_k=32, clock=FixedClock(NOW))
     assert result.hits
     assert (result.trust.untrusted, result.trust.inert, result.trust.injection_capable) == (

@@ -1,0 +1,173 @@
+"""The last steps of ``retrieve_context``: the access gate, the hits and their rendering.
+
+- ``access_gate``: one ``check_source_access`` per scope with every distinct source of the
+  candidates; denied or failed checks withhold those sources and are reported.
+- ``build_hit``: the canonical ``Hit`` of a candidate, built from the store's record (its
+  text redacted when a redactor is active), shared with nobody.
+- ``render``: ``[citation-id] text`` blocks in rank order until top-k, the byte ceiling or
+  the token ceiling; a block that does not fit is dropped whole.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+import attrs
+
+from ragport.application._support import Redaction
+from ragport.application.results import RetrievalResult
+from ragport.domain.errors import AbortedError
+from ragport.domain.model import (
+    AccessDenial,
+    AccessReason,
+    Authorization,
+    Citation,
+    Hit,
+    Provenance,
+    Record,
+    RetrievalLeg,
+    Scope,
+    Trust,
+)
+from ragport.ports.store import ChunkStore
+
+__all__ = ["BLOCK_SEPARATOR", "Candidate", "access_gate", "build_hit", "render"]
+
+BLOCK_SEPARATOR = "\n\n"
+_TRUST = Trust()
+
+
+@attrs.frozen
+class Candidate:
+    """A record a leg found in one scope, with its (fused) score and the legs that found it."""
+
+    scope: Scope
+    record: Record
+    score: float
+    retrieval: RetrievalLeg = "vector"
+
+
+def access_gate(
+    store: ChunkStore,
+    ordered: list[Candidate],
+    authorization: Authorization,
+    on_access_denied: Callable[[AccessDenial], None] | None,
+    redact: Redaction,
+) -> list[Candidate]:
+    """One ``check_source_access`` per scope; withhold every source not allowed."""
+    by_scope: dict[Scope, list[str]] = {}
+    for c in ordered:
+        sources = by_scope.setdefault(c.scope, [])
+        for source in c.record.access_sources or (c.record.source_id,):
+            if source not in sources:
+                sources.append(source)
+    denied: dict[tuple[Scope, str], tuple[AccessReason, str | None]] = {}
+    for s, sources in by_scope.items():
+        try:
+            decisions = store.check_source_access(s, sources, authorization)
+        except AbortedError:
+            raise
+        except Exception as exc:  # a failed check withholds; it never grants
+            error = redact.error(exc)
+            for source in sources:
+                denied[(s, source)] = ("check_failed", error)
+            continue
+        for source in sources:
+            decision = decisions.get(source)
+            if decision is None or not decision.allowed:
+                reason: AccessReason = decision.reason if decision is not None else "no_grant"
+                denied[(s, source)] = (reason if reason != "granted" else "no_grant", None)
+    if not denied:
+        return ordered
+    kept: list[Candidate] = []
+    withheld: dict[tuple[Scope, str], int] = {}
+    for c in ordered:
+        blocked = [
+            src
+            for src in (c.record.access_sources or (c.record.source_id,))
+            if (c.scope, src) in denied
+        ]
+        if blocked:
+            for src in blocked:
+                withheld[(c.scope, src)] = withheld.get((c.scope, src), 0) + 1
+        else:
+            kept.append(c)
+    if on_access_denied is not None:
+        for (s, source), count in withheld.items():
+            reason, detail = denied[(s, source)]
+            on_access_denied(
+                AccessDenial(source_id=source, scope=s, reason=reason, hits=count, error=detail)
+            )
+    return kept
+
+
+def build_hit(
+    c: Candidate, rank: int, *, provider: str, retrieved_at: datetime, redact: Redaction
+) -> Hit:
+    """The canonical hit of a candidate; its text is redacted before anyone sees it.
+
+    Built from the store's record and shared with nobody: a reranker gets copies (see
+    rerank_hits), and the metadata is a deep copy, so writing to a returned hit's nested
+    metadata cannot change a stored record (the in-memory store hands out its own rows).
+    """
+    record = c.record
+    provenance = Provenance(
+        source_id=record.source_id,
+        chunk_id=record.id,
+        citation_id=record.id,
+        provider=provider,
+        tenant_id=c.scope.tenant_id,
+        resource_id=c.scope.resource_id,
+        corpus_id=c.scope.corpus_id,
+        retrieval=c.retrieval,
+        retrieved_at=retrieved_at,
+        lineage=record.lineage,
+    )
+    return Hit(
+        id=record.id,
+        source_id=record.source_id,
+        text=redact(record.text) if redact.active else record.text,
+        metadata=record.metadata,  # Hit copies it (freeze_metadata)
+        score=c.score,
+        retrieval_rank=rank,
+        provenance=provenance,
+        trust=_TRUST,
+    )
+
+
+def render(
+    query: str, hits: Sequence[Hit], *, top_k: int, max_bytes: int, max_tokens: int
+) -> RetrievalResult:
+    """``[citation-id] text`` blocks in order until top-k, the byte or the token ceiling."""
+    blocks: list[str] = []
+    shown: list[Hit] = []
+    used_bytes = 0
+    truncated = False
+    for hit in hits[:top_k]:
+        block = f"[{hit.provenance.citation_id}] {hit.text}"
+        extra = len(block.encode("utf-8")) + (len(BLOCK_SEPARATOR) if blocks else 0)
+        if used_bytes + extra > max_bytes or math.ceil((used_bytes + extra) / 4) > max_tokens:
+            truncated = True
+            break
+        used_bytes += extra
+        blocks.append(block)
+        shown.append(hit)
+    return RetrievalResult(
+        query=query,
+        trust=_TRUST,
+        text=BLOCK_SEPARATOR.join(blocks),
+        hits=tuple(shown),
+        citations=tuple(
+            Citation(
+                id=h.provenance.citation_id,
+                source_id=h.source_id,
+                chunk_id=h.id,
+                provenance=h.provenance,
+                trust=_TRUST,
+            )
+            for h in shown
+        ),
+        truncated=truncated,
+    )
