@@ -18,7 +18,7 @@ import attrs
 
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
-from ragport.application import ReplaceResult, replace_document, replace_source
+from ragport.application import Rag, ReplaceResult, replace_document, replace_source
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
 from ragport.domain.errors import RagportError, ValidationError
@@ -39,6 +39,7 @@ __all__ = [
     "demo_documents",
     "ingest_files",
     "ingest_text",
+    "open_rag",
     "open_stores",
     "walk_documents",
 ]
@@ -381,4 +382,24 @@ def ingest_files(
             replaced=result.deleted,
             generation=result.generation,
             seconds=tick() - started,
+        )
+
+
+@contextmanager
+def open_rag(
+    url: str | None,
+    *,
+    scope: Scope,
+    embedder: str | Embedder = "minilm",
+    schema: str = "ragport",
+    upgrade: bool | None = None,
+) -> Iterator[Rag]:
+    """A ``Rag`` bound to ``scope`` over the stores of ``url`` (see ``open_stores``), with
+    the embedder named ``embedder`` (or the one given) and the backend's status store."""
+    with open_stores(url, schema=schema, upgrade=upgrade) as stores:
+        yield Rag(
+            store=stores.chunks,
+            embedder=build_embedder(embedder) if isinstance(embedder, str) else embedder,
+            scope=scope,
+            status_store=stores.status,
         )

@@ -88,3 +88,14 @@ def test_a_bound_rag_replaces_documents() -> None:
     assert first.indexed == 1 and status.get(A, "kb/leave.md").state == "indexed"
     assert rag.replace_document(uri="kb/leave.md", loader=loader, parser=parser_for).skipped
     assert not store.get_by_source(B, "kb/leave.md")
+
+
+def test_bootstrap_hands_back_a_bound_rag() -> None:
+    """``ragport.bootstrap.open_rag`` binds a Rag to the stores of a URL. If this fails,
+    check open_rag in ragport/bootstrap.py."""
+    from ragport.bootstrap import open_rag
+
+    with open_rag("memory://", scope=A, embedder="hash") as rag:
+        rag.replace_source(source_id="doc", chunks=_chunks("doc", "walrus colonies"))
+        assert [h.id for h in rag.retrieve("walrus").hits] == ["doc#0001"]
+        assert [item.source_id for item in rag.status().items] == ["doc"]
