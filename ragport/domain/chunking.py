@@ -417,7 +417,9 @@ def _setext_headings(markdown: str) -> dict[int, tuple[int, int]]:
             if line_start == 0:
                 break
             line_end = _break_before(markdown, line_start)
-        if first < 0:
+        if first < 0 or not markdown[first:text_end].strip():
+            # No line above, or only whitespace CommonMark does not call blank (a no-break
+            # space): nothing a heading stack or a chunk could start with.
             continue
         first += len(markdown[first:text_end]) - len(markdown[first:text_end].lstrip())
         found[first] = (1 if m.group(1)[0] == "=" else 2, text_end)

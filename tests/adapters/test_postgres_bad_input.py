@@ -24,6 +24,7 @@ from ragport.adapters.postgres import PostgresStatusStore, PostgresStore
 from ragport.contract_tests._support import error_mentions
 from ragport.domain.errors import (
     CapabilityError,
+    EmbedderError,
     EmbedderMismatchError,
     RagportError,
     StoreError,
@@ -120,9 +121,9 @@ def test_lying_embedder_leaves_previous_version(store, pg_engine, pg_schema):
             return np.ones((len(texts), 16), dtype=np.float32)
 
     _replace(store, "doc", ["first version"])
-    with pytest.raises(ValidationError) as info:
+    with pytest.raises(EmbedderError) as info:
         _replace(store, "doc", ["second version", "more"], embedder=Liar())
-    assert info.value.field == "embedder"
+    assert info.value.retryable is False
     assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["first version"]
     assert _record_rows(pg_engine, pg_schema) == 1
     assert store.current_generation(SCOPE) == 1

@@ -11,6 +11,10 @@ from ragport.contract_tests import ChunkStoreContract, IngestionStatusStoreContr
 
 
 class TestPostgresStore(ChunkStoreContract):
+    # A hybrid read costs PostgreSQL several milliseconds (the BM25 statistics pass): race
+    # longer than the 5 s default so the snapshot test sees thousands of reads here too.
+    hybrid_snapshot_seconds = 12.0
+
     @pytest.fixture
     def store(self, pg_engine, pg_schema) -> Iterator[PostgresStore]:
         yield PostgresStore(pg_engine, schema=pg_schema, create=True)

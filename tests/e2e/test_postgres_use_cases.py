@@ -273,7 +273,7 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
         def embed(self, texts):
             return np.full((len(texts), EMB.dimensions), np.nan, dtype=np.float32)
 
-    with pytest.raises(ragport.ValidationError):
+    with pytest.raises(ragport.EmbedderError):
         ragport.replace_source(
             source_id="glossary",
             chunks=chunks("glossary", ["never stored"]),

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ragport.domain.chunking import chunk_markdown, chunk_text
@@ -580,6 +580,7 @@ _SETEXT_PIECES = [
 
 @settings(max_examples=300, deadline=None)
 @given(doc=_docs(_SETEXT_PIECES), params=_size_and_overlap())
+@example(doc="\n``` a`b\n\xa0\n===\n", params=(5, 0))
 def test_chunk_markdown_invariants_with_setext_underlines(
     doc: str, params: tuple[int, int]
 ) -> None:
