@@ -22,6 +22,7 @@ from ragport.application import (
     RepointResult,
     RetrievalResult,
     RollbackResult,
+    SyncResult,
     apply_source_renames,
     compact,
     create_deletion_propagator,
@@ -38,6 +39,7 @@ from ragport.application import (
     rerank_hits,
     retrieve_context,
     rollback_generation,
+    sync_knowledge,
 )
 from ragport.domain import (
     DEFAULT_LIMITS,
@@ -134,6 +136,7 @@ __all__ = [
     "StatusPage",
     "StoreError",
     "SyncCursorError",
+    "SyncResult",
     "Tombstone",
     "Trust",
     "UrlRejectedError",
@@ -159,5 +162,6 @@ __all__ = [
     "rerank_hits",
     "retrieve_context",
     "rollback_generation",
+    "sync_knowledge",
     "tokenize_lexical",
 ]
