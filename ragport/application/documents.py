@@ -179,9 +179,11 @@ def prepare_document(
     overlap: int,
     limits: Limits,
     abort: Abort | None,
+    pinned_metadata: Mapping[str, Any] | None = None,
 ) -> PreparedDocument:
     """Steps 3 to 5 of ``replace_document`` for bytes already loaded (``sync_knowledge`` too):
-    the skip key against the stored rows, then parse and chunk. Raises ``ParseError`` and
+    the skip key against the stored rows, then parse and chunk. ``pinned_metadata`` wins over
+    what the parser found (a connector's title, say). Raises ``ParseError`` and
     ``ValidationError`` as those steps do; writes nothing."""
     chosen = _pick_parser(parser, loaded, uri)
     key = document_skip_key(
@@ -198,7 +200,7 @@ def prepare_document(
     check_abort(abort)
     parsed = chosen.parse(loaded.data, media_type=loaded.media_type, abort=abort)
     media_type = base_media_type(parsed.media_type or loaded.media_type or "") or None
-    metadata: dict[str, Any] = {**loaded.metadata, **parsed.metadata}
+    metadata: dict[str, Any] = {**loaded.metadata, **parsed.metadata, **(pinned_metadata or {})}
     metadata.pop("pages", None)
     if media_type:
         metadata["media_type"] = media_type

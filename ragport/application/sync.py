@@ -182,7 +182,7 @@ class _Run:
             raise ValidationError(
                 "an upsert's load() did not return a LoadedDocument", field="load"
             )
-        metadata = {**upsert.metadata, **loaded.metadata}
+        metadata = dict(loaded.metadata)
         if upsert.revision is not None:
             metadata.setdefault("revision", upsert.revision)
         if upsert.modified_at is not None:
@@ -202,6 +202,7 @@ class _Run:
             overlap=self.overlap,
             limits=self.limits,
             abort=self.abort,
+            pinned_metadata=upsert.metadata,
         )
         return prepared, len(loaded.data)
 

@@ -40,7 +40,8 @@ class Upsert:
     content is new or changed); it may raise ``LoadError`` or ``ParseError`` (e.g.
     ``reason="unsupported"`` for a type the connector will not export), which fails that item
     only. ``revision`` is the connector's content hash or revision id, ``modified_at`` the
-    upstream modification time, ``metadata`` goes onto every chunk (name, path, link, ...).
+    upstream modification time, ``metadata`` goes onto every chunk and wins over what the
+    parser found (name as title, path, link, ...).
     ``access`` is what the host's mapping returned: an ``Access``, or ``None`` when it withheld
     the item (then it is not indexed and a previous version loses visibility).
     """

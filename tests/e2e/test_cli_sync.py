@@ -77,3 +77,37 @@ def test_sync_folder_of_a_missing_path_is_an_error(cli, tmp_path):
     code, _ = cli("sync", "folder", str(tmp_path / "nope"), "--corpus", "notes")
     assert code == 2
     assert "ValidationError" in cli.err
+
+
+def test_sync_drive_against_the_fake_server(cli, serve, monkeypatch):
+    """`ragport sync drive --folder ID` with the token from the environment; a second run
+    finds nothing to do; the token is never printed.
+
+    If this fails, check _sync_drive in ragport/cli.py and GoogleDriveConnector.
+    """
+    from fake_drive import DOC, FakeDrive
+
+    drive = FakeDrive()
+    drive.tokens = {"tok-SECRET-1"}
+    team = drive.folder("Team")
+    drive.add("Handbook", parent=team, mime=DOC, data=b"<h1>Handbook</h1><p>Okapis are shy.</p>")
+    sub = drive.folder("Sub", parent=team)
+    drive.add("notes.txt", parent=sub, data=b"Quokkas smile.\n")
+    server = serve(drive)
+    monkeypatch.setenv("RAGPORT_DRIVE_ACCESS_TOKEN", "tok-SECRET-1")
+    args = ["sync", "drive", "--folder", team, "--corpus", "notes", "--base-url", server.url]
+    code, out = cli(*args, "--allow-loopback", "--json")
+    assert code == 0, cli.err
+    first = json.loads(out)
+    assert (first["upserted"], first["bootstrapped"]) == (2, True)
+    assert "tok-SECRET-1" not in out + cli.err
+    code, out = cli(*args, "--allow-loopback", "--json")
+    assert json.loads(out)["upserted"] == 0
+    assert "notes.txt" not in _hits(cli, "okapis shy")[:1]
+
+    monkeypatch.delenv("RAGPORT_DRIVE_ACCESS_TOKEN")
+    code, _ = cli(*args, "--allow-loopback")
+    assert code == 2 and "RAGPORT_DRIVE_ACCESS_TOKEN" in cli.err
+    monkeypatch.setenv("RAGPORT_DRIVE_ACCESS_TOKEN", "tok-SECRET-1")
+    code, _ = cli(*args)
+    assert code == 2 and "base_url" in cli.err, "plain http needs --allow-loopback"
