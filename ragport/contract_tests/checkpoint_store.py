@@ -16,11 +16,10 @@ Override a test only by wrapping it in ``pytest.mark.xfail(reason=...)``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
-from ragport.contract_tests._support import silent_overrides
+from ragport.contract_tests._base import ContractSuite, required_fixture
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
 from ragport.ports.sync import Checkpoint, CheckpointStore
@@ -36,27 +35,21 @@ CONNECTOR = "contract-connector"
 CONNECTORS = (CONNECTOR, "contract-connector-2", "contract-connecto")
 
 
-class CheckpointStoreContract:
+def _assert_empty(store: CheckpointStore) -> None:
+    """Every (connector id, scope) the suite writes to reads ``(None, 0)``."""
+    for connector in CONNECTORS:
+        for scope in ALL_SCOPES:
+            assert store.get(connector, scope) == Checkpoint(None, 0), (connector, scope)
+
+
+class CheckpointStoreContract(ContractSuite):
     """Versioned cursors per (connector id, exact scope) that only a compare-and-set moves."""
 
-    @pytest.fixture
-    def checkpoint_store(self) -> Iterator[CheckpointStore]:
-        """The adapter under test. Override it: yield an empty store, clean up afterwards."""
-        pytest.fail(
-            "CheckpointStoreContract needs a `checkpoint_store` fixture: override "
-            "`checkpoint_store` in your test class to yield an empty CheckpointStore and remove "
-            "whatever the test wrote afterwards"
-        )
-        yield  # pragma: no cover
-
-    def test_contract_tests_are_not_overridden(self) -> None:
-        """No contract test is replaced except by wrapping it in xfail(reason=...).
-
-        If this fails, check the listed methods of your test class: delete the override, or
-        decorate it with `pytest.mark.xfail(reason="...")`.
-        """
-        found = silent_overrides(type(self))
-        assert not found, f"contract tests overridden without xfail(reason=...): {found}"
+    checkpoint_store = required_fixture(
+        "CheckpointStoreContract",
+        "checkpoint_store",
+        "yield an empty CheckpointStore and remove whatever the test wrote afterwards",
+    )
 
     def test_fixture_yields_an_empty_store(self, checkpoint_store: CheckpointStore) -> None:
         """A fresh store holds no checkpoint for any connector id or scope the suite uses.
@@ -64,9 +57,7 @@ class CheckpointStoreContract:
         If this fails, check that the `checkpoint_store` fixture yields a new or emptied store.
         """
         assert isinstance(checkpoint_store, CheckpointStore)
-        for connector in CONNECTORS:
-            for scope in ALL_SCOPES:
-                assert checkpoint_store.get(connector, scope) == Checkpoint(None, 0), scope
+        _assert_empty(checkpoint_store)
 
     def test_first_compare_and_set_expects_version_zero(
         self, checkpoint_store: CheckpointStore
@@ -226,3 +217,12 @@ class CheckpointStoreContract:
             checkpoint_store.compare_and_set(connector_id, scope, expected, cursor)  # type: ignore[arg-type]
         assert caught.value.field == field
         assert checkpoint_store.get(CONNECTOR, SCOPE) == Checkpoint(None, 0)
+
+    def test_isolation_canary(self, checkpoint_store: CheckpointStore) -> None:
+        """Collected after every other contract test: the fixture still yields an empty store.
+
+        Every test above writes only to the suite's connector ids and scopes. If this fails,
+        check that the `checkpoint_store` fixture does not share state between tests (a
+        module-level store, a table not truncated, a class attribute).
+        """
+        _assert_empty(checkpoint_store)

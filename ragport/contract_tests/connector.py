@@ -18,12 +18,11 @@ Override a test only by wrapping it in ``pytest.mark.xfail(reason=...)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Protocol
 
 import pytest
 
-from ragport.contract_tests._support import silent_overrides
+from ragport.contract_tests._base import ContractSuite, required_fixture
 from ragport.domain.errors import SyncCursorError
 from ragport.ports.documents import LoadedDocument
 from ragport.ports.sync import Connector, Page
@@ -85,35 +84,19 @@ def _load(page_items: list[Page], source_id: str) -> bytes:
     raise AssertionError(f"{source_id!r} was not listed")
 
 
-class ConnectorContract:
+class ConnectorContract(ContractSuite):
     """Bootstrap listings, incremental changes, idempotent replays and cursor errors."""
 
-    @pytest.fixture
-    def connector_harness(self) -> Iterator[ConnectorHarness]:
-        """Changes the upstream system. Override it: yield a harness over an empty upstream."""
-        pytest.fail(
-            "ConnectorContract needs a `connector_harness` fixture (add/edit/remove items in "
-            "the upstream system) and a `connector` fixture reading that upstream: override both"
-        )
-        yield  # pragma: no cover
-
-    @pytest.fixture
-    def connector(self, connector_harness: ConnectorHarness) -> Iterator[Connector]:
-        """The adapter under test, reading the harness's upstream. Override it."""
-        pytest.fail(
-            "ConnectorContract needs a `connector` fixture: override `connector` in your test "
-            "class to yield a Connector over the `connector_harness` upstream"
-        )
-        yield  # pragma: no cover
-
-    def test_contract_tests_are_not_overridden(self) -> None:
-        """No contract test is replaced except by wrapping it in xfail(reason=...).
-
-        If this fails, check the listed methods of your test class: delete the override, or
-        decorate it with `pytest.mark.xfail(reason="...")`.
-        """
-        found = silent_overrides(type(self))
-        assert not found, f"contract tests overridden without xfail(reason=...): {found}"
+    connector_harness = required_fixture(
+        "ConnectorContract",
+        "connector_harness",
+        "yield a ConnectorHarness (add, edit, remove) over an empty upstream system",
+    )
+    connector = required_fixture(
+        "ConnectorContract",
+        "connector",
+        "yield a Connector reading the `connector_harness` upstream",
+    )
 
     def test_fixture_yields_an_empty_upstream(self, connector: Connector) -> None:
         """A fresh connector's bootstrap lists nothing and ends exhausted with a cursor.
@@ -225,3 +208,12 @@ class ConnectorContract:
         """
         with pytest.raises(SyncCursorError):
             connector.changes(cursor)
+
+    def test_isolation_canary(self, connector: Connector) -> None:
+        """Collected after every other contract test: the upstream is empty again.
+
+        If this fails, check that the `connector_harness` fixture gives every test its own
+        upstream (a fresh folder, a new fake server state), not one shared between tests.
+        """
+        pages, _ = _bootstrap(connector)
+        assert _summary(pages) == ([], [])

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import attrs
 import pytest
-from sync_support import CountingEmbedder, DictConnector
+from doubles import CountingEmbedder
+from sync_support import DictConnector
 
 import ragport
 from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStatusStore, InMemoryStore
@@ -99,10 +100,12 @@ def test_bootstrap_then_incremental(stores):
     status = stores.status.get(SCOPE, "doc-0.md")
     assert (status.state, status.freshness) == ("indexed", "current")
 
-    embedded, loads = embedder.texts, len(connector.loads)
+    embedded, loads = len(embedder.texts), len(connector.loads)
     again = sync(stores, connector, embedder)
     assert (again.upserted, again.skipped, again.deleted, again.bootstrapped) == (0, 0, 0, False)
-    assert (embedder.texts, len(connector.loads)) == (embedded, loads), "nothing loaded or embedded"
+    assert (len(embedder.texts), len(connector.loads)) == (embedded, loads), (
+        "nothing loaded or embedded"
+    )
     assert stores.checkpoints.get(connector.id, SCOPE).version == 3, "no change, no write"
 
     connector.edit("doc-1.md", b"# Doc 1\n\nRewritten: now about zebras.\n")
@@ -192,7 +195,7 @@ def test_expired_cursor_bootstraps_and_sweeps(stores):
     result = sync(stores, connector, embedder)
     assert (result.bootstrapped, result.exhausted) == (True, True)
     assert (result.deleted, result.swept, result.upserted, result.skipped) == (2, 2, 0, 5)
-    assert embedder.texts == 0, "unchanged items are skipped by their skip key"
+    assert embedder.texts == [], "unchanged items are skipped by their skip key"
     assert set(rows(stores, ITEMS)) == set(ITEMS) - {"doc-0.md", "doc-6.md"}
 
 
@@ -344,7 +347,8 @@ def test_arguments_are_checked(stores):
 CHILD = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from sync_support import CountingEmbedder, DictConnector
+from doubles import CountingEmbedder
+from sync_support import DictConnector
 import ragport
 from ragport.adapters.parsers import parser_for
 from ragport.adapters.postgres import PostgresCheckpointStore, PostgresStatusStore, PostgresStore

@@ -1,4 +1,4 @@
-"""A scriptable in-memory Connector for the sync tests, and a counting embedder.
+"""A scriptable in-memory Connector for the sync tests.
 
 ``DictConnector`` lists a dict of items (source id -> bytes) in pages of ``page_size`` sorted
 ids; its cursor records every item's revision, so ``changes`` is the difference between the
@@ -15,12 +15,11 @@ import json
 from typing import Any
 
 import ragport
-from ragport.adapters.embedders import HashEmbedder
 from ragport.domain.errors import LoadError, SyncCursorError
 from ragport.ports.documents import LoadedDocument
 from ragport.ports.sync import Page, Upsert
 
-__all__ = ["CountingEmbedder", "DictConnector"]
+__all__ = ["DictConnector"]
 
 
 def _rev(data: bytes) -> str:
@@ -107,23 +106,3 @@ class DictConnector:
         upserts = [i for i in sorted(now) if before.get(i) != now[i]]
         deletions = [i for i in sorted(before) if i not in now]
         return Page([self._upsert(i) for i in upserts], deletions, self._encode("chg", now), True)
-
-
-class CountingEmbedder:
-    """HashEmbedder that counts the texts it embedded."""
-
-    def __init__(self, dimensions: int = 64) -> None:
-        self._inner = HashEmbedder(dimensions)
-        self.texts = 0
-
-    @property
-    def id(self) -> str:
-        return self._inner.id
-
-    @property
-    def dimensions(self) -> int:
-        return self._inner.dimensions
-
-    def embed(self, texts):
-        self.texts += len(texts)
-        return self._inner.embed(texts)
