@@ -432,3 +432,31 @@ def test_store_failure_sinks_the_page_and_keeps_the_checkpoint(stores):
         sync(stores, connector, Broken())
     assert stores.checkpoints.get(connector.id, SCOPE).version == 0
     assert stores.store.current_generation(SCOPE) == 0
+
+
+def test_folder_sync_follows_adds_edits_renames_and_deletes(stores, tmp_path):
+    """FolderConnector through sync_knowledge: the scope equals the folder after every run."""
+    from ragport.adapters.connectors import FolderConnector
+
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    for name, text in {
+        "a.md": "# A\n\nalpha\n",
+        "sub/b.md": "# B\n\nbeta\n",
+        "c.txt": "gamma\n",
+    }.items():
+        (root / name).write_text(text)
+    connector = FolderConnector(root, page_size=2)
+    first = sync(stores, connector)
+    assert (first.upserted, first.pages) == (3, 2)
+    (root / "a.md").write_text("# A\n\nalpha, edited\n")
+    (root / "c.txt").rename(root / "sub" / "c2.txt")
+    (root / "sub" / "b.md").unlink()
+    (root / "d.md").write_text("# D\n\ndelta\n")
+    second = sync(stores, connector)
+    assert (second.upserted, second.deleted) == (3, 2)
+    expected = {"a.md", "sub/c2.txt", "d.md"}
+    assert set(rows(stores, expected | {"sub/b.md", "c.txt"})) == expected
+    assert "edited" in rows(stores, ["a.md"])["a.md"][0][1]
+    embedder = CountingEmbedder()
+    assert sync(stores, connector, embedder).upserted == 0 and embedder.texts == []

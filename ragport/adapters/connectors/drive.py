@@ -397,6 +397,12 @@ class GoogleDriveConnector(OwnedClient):
             }
         else:
             body = self._decode(cursor, "bootstrap")
+            queue_ok = isinstance(body.get("queue"), list) and all(
+                isinstance(q, str) for q in body["queue"]
+            )
+            token_ok = body.get("token") is None or isinstance(body.get("token"), str)
+            if not (queue_ok and token_ok and isinstance(body.get("start"), str)):
+                raise SyncCursorError("the cursor was not issued by this Drive connector")
         folders: dict[str, list[str]] = body["folders"]
         files: dict[str, str] = body["files"]
         queue: list[str] = list(body["queue"])
