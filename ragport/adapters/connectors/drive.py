@@ -166,7 +166,7 @@ class GoogleDriveConnector(OwnedClient):
                     delay = max(0.0, when.timestamp() - time.time())
                 except (TypeError, ValueError):
                     pass
-        return min(self._max_backoff, max(0.0, delay))
+        return float(min(self._max_backoff, max(0.0, delay)))
 
     def _get(
         self, path: str, params: Mapping[str, Any], *, what: str, cursor: bool = False
@@ -535,7 +535,7 @@ class GoogleDriveConnector(OwnedClient):
         folder_id: str,
         file: Mapping[str, Any] | None,
         inside: str | None,
-        folders: dict[str, str],
+        folders: dict[str, list[str]],
         files: dict[str, str],
         upserts: dict[str, Upsert],
         deletions: dict[str, None],

@@ -210,13 +210,15 @@ class FolderConnector:
 
     def bootstrap(self, cursor: str | None = None) -> Page:
         """Files after the cursor's last path, ``page_size`` at a time, hashed as listed."""
-        if cursor is None:
-            after, files, scanned = None, {}, time.time_ns()
-        else:
+        after: str | None = None
+        files: dict[str, FileRecord] = {}
+        scanned = time.time_ns()
+        if cursor is not None:
             body = self._decode(cursor, "bootstrap")
-            after, files, scanned = body.get("after"), dict(body["files"]), body.get("scanned")
-            if not isinstance(after, str) or not isinstance(scanned, int):
+            got_after, got_scanned = body.get("after"), body.get("scanned")
+            if not isinstance(got_after, str) or not isinstance(got_scanned, int):
                 raise SyncCursorError("the cursor was not issued by this folder connector")
+            after, files, scanned = got_after, dict(body["files"]), got_scanned
         upserts: list[Upsert] = []
         more = False
         for source_id, info in self._walk():
@@ -243,7 +245,8 @@ class FolderConnector:
         """New, edited and removed files since the cursor; at most ``page_size`` upserts a page."""
         body = self._decode(cursor, "changes")
         before: dict[str, FileRecord] = body["files"]
-        last_scan = body.get("scanned") if isinstance(body.get("scanned"), int) else 0
+        got_scan = body.get("scanned")
+        last_scan: int = got_scan if isinstance(got_scan, int) else 0
         scanned = time.time_ns()
         after: dict[str, FileRecord] = {}
         upserts: list[Upsert] = []
@@ -254,8 +257,8 @@ class FolderConnector:
             old = before.get(source_id)
             same_stat = old is not None and old[0] == info.st_size and old[1] == info.st_mtime_ns
             racy = info.st_mtime_ns >= last_scan - _RACY_NS
-            if same_stat and not racy:
-                after[source_id] = old  # type: ignore[assignment]
+            if old is not None and same_stat and not racy:
+                after[source_id] = old
                 continue
             sha = self._hash(source_id)
             if sha is None:
