@@ -17,8 +17,15 @@ from pathlib import Path
 import attrs
 
 from ragport.adapters.embedders import HashEmbedder
-from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
-from ragport.application import Rag, ReplaceResult, replace_document, replace_source
+from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStatusStore, InMemoryStore
+from ragport.application import (
+    Rag,
+    ReplaceResult,
+    SyncResult,
+    replace_document,
+    replace_source,
+    sync_knowledge,
+)
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
 from ragport.domain.errors import RagportError, ValidationError
@@ -28,6 +35,7 @@ from ragport.ports.documents import Parser
 from ragport.ports.embedder import Embedder
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
+from ragport.ports.sync import CheckpointStore, Connector
 
 __all__ = [
     "DOCUMENT_SUFFIXES",
@@ -39,8 +47,10 @@ __all__ = [
     "demo_documents",
     "ingest_files",
     "ingest_text",
+    "open_checkpoints",
     "open_rag",
     "open_stores",
+    "sync_connector",
     "walk_documents",
 ]
 
@@ -403,3 +413,49 @@ def open_rag(
             scope=scope,
             status_store=stores.status,
         )
+
+
+def open_checkpoints(stores: Stores, *, schema: str = "ragport") -> CheckpointStore:
+    """The checkpoint store beside ``stores``: in memory for the in-memory store, else the
+    ``sync_checkpoints`` table of the same PostgreSQL schema."""
+    if isinstance(stores.chunks, InMemoryStore):
+        return InMemoryCheckpointStore()
+    from ragport.adapters.postgres import PostgresCheckpointStore
+
+    engine = getattr(stores.chunks, "engine", None)
+    if engine is None:
+        raise ValidationError("this store has no checkpoint store beside it", field="store")
+    return PostgresCheckpointStore(engine, schema=schema)
+
+
+def sync_connector(
+    connector: Connector,
+    *,
+    stores: Stores,
+    checkpoints: CheckpointStore,
+    embedder: Embedder,
+    scope: Scope,
+    size: int = 1_000,
+    overlap: int = 100,
+    max_bytes: int = DEFAULT_LIMITS.parse_bytes,
+    max_pages: int | None = None,
+) -> SyncResult:
+    """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``)."""
+    from ragport.adapters.parsers import parser_for
+
+    def parsers(media_type_or_name: str) -> Parser:
+        return parser_for(media_type_or_name, max_bytes=max_bytes)
+
+    return sync_knowledge(
+        connector=connector,
+        checkpoints=checkpoints,
+        store=stores.chunks,
+        embedder=embedder,
+        scope=scope,
+        status_store=stores.status,
+        max_pages=max_pages,
+        parser=parsers,
+        size=size,
+        overlap=overlap,
+        limits=ingest_limits(max_bytes),
+    )

@@ -23,6 +23,7 @@ import cattrs
 
 from ragport.application import (
     RetrievalResult,
+    SyncResult,
     delete_source,
     list_ingestion_status,
     retrieve_context,
@@ -36,7 +37,9 @@ from ragport.bootstrap import (
     demo_documents,
     ingest_files,
     ingest_text,
+    open_checkpoints,
     open_stores,
+    sync_connector,
 )
 from ragport.domain.documents import DOCUMENT_SUFFIXES
 from ragport.domain.errors import RagportError, ValidationError
@@ -328,6 +331,72 @@ def _mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_sync(args: argparse.Namespace, result: SyncResult, seconds: float) -> int:
+    if args.json:
+        print(json.dumps({**_json.unstructure(result), "seconds": round(seconds, 3)}))
+    else:
+        print(
+            f"synced corpus {args.corpus} in {seconds:.2f} s: {result.pages} page(s), "
+            f"{result.upserted} upserted, {result.skipped} unchanged, {result.deleted} deleted"
+            f"{f' ({result.swept} swept)' if result.swept else ''}, {result.withheld} withheld, "
+            f"{result.failed} failed" + (" (full listing)" if result.bootstrapped else "")
+        )
+        if result.lost:
+            print("another worker advanced the checkpoint first; this run stopped")
+        elif not result.exhausted:
+            print("more pages remain: run again to continue")
+    return 1 if result.failed else 0
+
+
+def _sync_run(args: argparse.Namespace, connector: Any) -> int:
+    embedder = build_embedder(args.embedder)
+    started = time.perf_counter()
+    with open_stores(_store_url(args), schema=args.schema) as stores:
+        result = sync_connector(
+            connector,
+            stores=stores,
+            checkpoints=open_checkpoints(stores, schema=args.schema),
+            embedder=embedder,
+            scope=_scope(args),
+            size=args.size,
+            overlap=args.overlap,
+            max_bytes=args.max_bytes,
+            max_pages=args.max_pages,
+        )
+    return _print_sync(args, result, time.perf_counter() - started)
+
+
+def _sync_folder(args: argparse.Namespace) -> int:
+    from ragport.adapters.connectors import FolderConnector
+
+    return _sync_run(args, FolderConnector(args.path, max_bytes=args.max_bytes))
+
+
+def _sync_drive(args: argparse.Namespace) -> int:
+    from ragport.adapters.connectors import GoogleDriveConnector, drive_permissions_access
+
+    name = args.token_env
+    if not os.environ.get(name):
+        raise ValidationError(f"set the Drive access token in ${name}", field="token")
+
+    def token_provider() -> str:
+        return os.environ.get(name, "")
+
+    connector = GoogleDriveConnector(
+        token_provider=token_provider,
+        resolve_access=drive_permissions_access,
+        folder_id=args.folder,
+        shared_drive_id=args.shared_drive,
+        base_url=args.base_url,
+        allow_loopback=args.allow_loopback,
+        max_bytes=args.max_bytes,
+    )
+    try:
+        return _sync_run(args, connector)
+    finally:
+        connector.close()
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -395,6 +464,33 @@ def _parser() -> argparse.ArgumentParser:
     mcp.add_argument("--principal", help="the caller every search runs as (grants enforced)")
     mcp.add_argument("--group", action="append", help="a group of the principal (repeatable)")
     mcp.set_defaults(func=_mcp)
+
+    sync = sub.add_parser("sync", help="keep a corpus equal to a folder or a Google Drive")
+    sync_sub = sync.add_subparsers(dest="sync_command", required=True)
+    sync_common = argparse.ArgumentParser(add_help=False, parents=[common])
+    sync_common.add_argument("--size", type=int, default=1000)
+    sync_common.add_argument("--overlap", type=int, default=100)
+    sync_common.add_argument("--max-bytes", type=int, default=DEFAULT_LIMITS.parse_bytes)
+    sync_common.add_argument("--max-pages", type=int, help="stop after N committed pages")
+    sync_common.add_argument("--json", action="store_true", help="the SyncResult as JSON")
+    folder = sync_sub.add_parser(
+        "folder", parents=[sync_common], help="sync a local folder (ids: paths relative to it)"
+    )
+    folder.add_argument("path")
+    folder.set_defaults(func=_sync_folder)
+    drive = sync_sub.add_parser(
+        "drive", parents=[sync_common], help="sync a Google Drive folder or shared drive"
+    )
+    drive.add_argument("--folder", help="Drive folder id (its subfolders included)")
+    drive.add_argument("--shared-drive", help="shared drive id")
+    drive.add_argument(
+        "--token-env",
+        default="RAGPORT_DRIVE_ACCESS_TOKEN",
+        help="environment variable holding the OAuth access token",
+    )
+    drive.add_argument("--base-url", default="https://www.googleapis.com", help=argparse.SUPPRESS)
+    drive.add_argument("--allow-loopback", action="store_true", help=argparse.SUPPRESS)
+    drive.set_defaults(func=_sync_drive)
 
     db = sub.add_parser("db", help="database administration")
     db_sub = db.add_subparsers(dest="db_command", required=True)

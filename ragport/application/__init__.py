@@ -33,6 +33,7 @@ from ragport.application.results import (
 )
 from ragport.application.retrieval import estimate_tokens, retrieve_context
 from ragport.application.status import list_ingestion_status
+from ragport.application.sync import SyncResult, sync_knowledge
 
 __all__ = [
     "CompactResult",
@@ -51,6 +52,7 @@ __all__ = [
     "RepointResult",
     "RetrievalResult",
     "RollbackResult",
+    "SyncResult",
     "apply_source_renames",
     "compact",
     "create_deletion_propagator",
@@ -68,4 +70,5 @@ __all__ = [
     "rerank_hits",
     "retrieve_context",
     "rollback_generation",
+    "sync_knowledge",
 ]

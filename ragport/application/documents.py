@@ -28,6 +28,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from ragport.application._support import (
     SYSTEM_CLOCK,
     Redaction,
@@ -50,7 +52,13 @@ from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
 
-__all__ = ["CHUNKER_VERSION", "document_skip_key", "replace_document"]
+__all__ = [
+    "CHUNKER_VERSION",
+    "PreparedDocument",
+    "document_skip_key",
+    "prepare_document",
+    "replace_document",
+]
 
 CHUNKER_VERSION = "chunk-v2"  # v2: setext headings; bump when the same text chunks differently
 ParserSelector = Callable[[str], Parser]
@@ -143,6 +151,67 @@ def _chunks(
     return tuple(out)
 
 
+@attrs.frozen
+class PreparedDocument:
+    """A loaded document ready to write: its skip key and chunks, or ``unchanged``.
+
+    ``unchanged`` means every stored row of the source already carries ``skip_key`` under this
+    embedder (``stored`` of them); nothing was parsed and ``chunks`` is empty.
+    """
+
+    source_id: str
+    skip_key: str
+    chunks: tuple[Chunk, ...]
+    unchanged: bool
+    stored: int = 0
+
+
+def prepare_document(
+    loaded: LoadedDocument,
+    *,
+    source_id: str,
+    uri: str,
+    parser: Parser | ParserSelector | None,
+    embedder: Embedder,
+    store: ChunkStore,
+    scope: Scope,
+    size: int,
+    overlap: int,
+    limits: Limits,
+    abort: Abort | None,
+    pinned_metadata: Mapping[str, Any] | None = None,
+) -> PreparedDocument:
+    """Steps 3 to 5 of ``replace_document`` for bytes already loaded (``sync_knowledge`` too):
+    the skip key against the stored rows, then parse and chunk. ``pinned_metadata`` wins over
+    what the parser found (a connector's title, say). Raises ``ParseError`` and
+    ``ValidationError`` as those steps do; writes nothing."""
+    chosen = _pick_parser(parser, loaded, uri)
+    key = document_skip_key(
+        loaded.data, embedder=embedder, parser_id=chosen.id, size=size, overlap=overlap
+    )
+    stored = store.get_by_source(scope, source_id)
+    if stored and all(
+        r.content_hash == key
+        and r.embedder_id == embedder.id
+        and r.dimensions == embedder.dimensions
+        for r in stored
+    ):
+        return PreparedDocument(source_id, key, (), True, len(stored))
+    check_abort(abort)
+    parsed = chosen.parse(loaded.data, media_type=loaded.media_type, abort=abort)
+    media_type = base_media_type(parsed.media_type or loaded.media_type or "") or None
+    metadata: dict[str, Any] = {**loaded.metadata, **parsed.metadata, **(pinned_metadata or {})}
+    metadata.pop("pages", None)
+    if media_type:
+        metadata["media_type"] = media_type
+    chunks = _chunks(
+        parsed, source_id=source_id, size=size, overlap=overlap, metadata=metadata, limits=limits
+    )
+    if not chunks:
+        raise ParseError("the document has no text to index", reason="empty")
+    return PreparedDocument(source_id, key, chunks, False)
+
+
 def replace_document(
     *,
     uri: str,
@@ -203,18 +272,20 @@ def replace_document(
                 clock=clk,
                 size=size_bytes,
             )
-        chosen = _pick_parser(parser, loaded, uri)
-        key = document_skip_key(
-            loaded.data, embedder=embedder, parser_id=chosen.id, size=size, overlap=overlap
+        prepared = prepare_document(
+            loaded,
+            source_id=sid,
+            uri=uri,
+            parser=parser,
+            embedder=embedder,
+            store=store,
+            scope=scope,
+            size=size,
+            overlap=overlap,
+            limits=lim,
+            abort=abort,
         )
-        stored = store.get_by_source(scope, sid)
-        if stored and all(
-            r.content_hash == key
-            and r.embedder_id == embedder.id
-            and r.dimensions == embedder.dimensions
-            for r in stored
-        ):
-            total = len(stored)
+        if prepared.unchanged:
             put_status(
                 status_store,
                 scope=scope,
@@ -222,22 +293,11 @@ def replace_document(
                 state="indexed",
                 clock=clk,
                 size=size_bytes,
-                total=total,
-                indexed=total,
+                total=prepared.stored,
+                indexed=prepared.stored,
             )
             return ReplaceResult(sid, 0, 0, True, store.current_generation(scope))
-        check_abort(abort)
-        parsed = chosen.parse(loaded.data, media_type=loaded.media_type, abort=abort)
-        media_type = base_media_type(parsed.media_type or loaded.media_type or "") or None
-        metadata: dict[str, Any] = {**loaded.metadata, **parsed.metadata}
-        metadata.pop("pages", None)
-        if media_type:
-            metadata["media_type"] = media_type
-        chunks = _chunks(
-            parsed, source_id=sid, size=size, overlap=overlap, metadata=metadata, limits=lim
-        )
-        if not chunks:
-            raise ParseError("the document has no text to index", reason="empty")
+        key, chunks = prepared.skip_key, prepared.chunks
         put_status(
             status_store,
             scope=scope,

@@ -12,7 +12,9 @@ Subclass a suite in your own test module and supply its fixture::
 Suites: ``ChunkStoreContract`` (fixture ``store``; a package, one module per capability
 group), ``EmbedderContract`` (``embedder``), ``RerankerContract`` (``reranker``),
 ``DerivedArtifactHandlerContract`` (``handler``, plus ``handler_serves`` to observe what it
-did), ``IngestionStatusStoreContract`` (``status_store``), ``ParserContract`` (``parser``, plus
+did), ``IngestionStatusStoreContract`` (``status_store``), ``CheckpointStoreContract``
+(``checkpoint_store``), ``ConnectorContract`` (``connector``, plus ``connector_harness`` to
+change the upstream system between calls), ``ParserContract`` (``parser``, plus
 ``parser_sample`` giving valid input for the format). Every suite derives from
 ``_base.ContractSuite`` (the override guard) and declares its required fixture with
 ``_base.required_fixture``. Deterministic helpers for your own tests
@@ -30,6 +32,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests._support",
     # The package name alone covers its modules; each is named too, so this list reads as the
     # index of every suite module.
+    "ragport.contract_tests.checkpoint_store",
     "ragport.contract_tests.chunk_store",
     "ragport.contract_tests.chunk_store._base",
     "ragport.contract_tests.chunk_store._helpers",
@@ -48,6 +51,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.chunk_store.tombstones",
     "ragport.contract_tests.chunk_store.unit_of_work",
     "ragport.contract_tests.derived",
+    "ragport.contract_tests.connector",
     "ragport.contract_tests.embedder",
     "ragport.contract_tests.parser",
     "ragport.contract_tests.reranker",
@@ -55,14 +59,16 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.plugin",
 )
 
+from ragport.contract_tests.checkpoint_store import CheckpointStoreContract  # noqa: E402
 from ragport.contract_tests.chunk_store import ChunkStoreContract  # noqa: E402
+from ragport.contract_tests.connector import ConnectorContract, ConnectorHarness  # noqa: E402
 from ragport.contract_tests.derived import DerivedArtifactHandlerContract  # noqa: E402
 from ragport.contract_tests.embedder import EmbedderContract  # noqa: E402
 from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.9"
+CONTRACT_VERSION = "1.10"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -89,10 +95,16 @@ CONTRACT_VERSION = "1.9"
 #      with a reason until handler_serves is overridden.
 # 1.9  ChunkStoreAliasingContract: records written, records read back (every read) and the
 #      use cases' chunks and hits never alias the store's state.
+# 1.10 CheckpointStoreContract (versioned compare-and-set per connector and exact scope,
+#      one winner among racing writers), ConnectorContract (bootstrap paging, changes after
+#      upstream edits, idempotent replays, SyncCursorError for foreign cursors).
 
 __all__ = [
     "CONTRACT_VERSION",
+    "CheckpointStoreContract",
     "ChunkStoreContract",
+    "ConnectorContract",
+    "ConnectorHarness",
     "DerivedArtifactHandlerContract",
     "EmbedderContract",
     "IngestionStatusStoreContract",

@@ -44,11 +44,13 @@ from ragport.domain.model import (
     is_visible,
 )
 from ragport.domain.status import IngestionStatus, StatusPage
+from ragport.domain.sync import Access
 
 __all__ = [
     "DEFAULT_LIMITS",
     "HARD_LIMITS",
     "AbortedError",
+    "Access",
     "AccessDecision",
     "AccessDenial",
     "AccessDeniedError",

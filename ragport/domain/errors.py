@@ -13,7 +13,7 @@ Every failure a caller can act on is a subclass of :class:`RagportError`::
     ├── ParseError               a parser hit a byte, page or time cap, or bad bytes (.reason)
     ├── LoadError                a loader could not fetch a document (.reason)
     ├── UrlRejectedError         a URL pointed somewhere ragport refuses to fetch (.reason)
-    ├── SyncCursorError          a connector checkpoint moved under us (compare-and-set lost)
+    ├── SyncCursorError          a connector cursor expired or is invalid (.reason)
     ├── AccessDeniedError        a privileged operation without the grant it needs
     ├── PropagationError         one or more deletion handlers failed (tombstones stay)
     └── AbortedError             the caller's abort signal was set
@@ -233,9 +233,17 @@ class UrlRejectedError(RagportError):
 
 
 class SyncCursorError(RagportError):
-    """A connector checkpoint changed between read and write (compare-and-set lost)."""
+    """A sync cursor cannot be resumed: the connector's cursor expired (``reason="expired"``,
+    e.g. Drive's HTTP 410) or was not one it issued (``"invalid"``), or the stored checkpoint is
+    malformed (``"malformed"``). ``sync_knowledge`` answers it with a bootstrap and sweep unless
+    ``on_cursor_error="raise"``. A lost compare-and-set is not an error: see ``SyncResult.lost``.
+    """
 
     code = "ERR_RAG_SYNC_CURSOR"
+
+    def __init__(self, message: str, *, reason: str = "invalid"):
+        super().__init__(message)
+        self.reason = reason
 
 
 class AccessDeniedError(RagportError):

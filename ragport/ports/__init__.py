@@ -61,18 +61,20 @@ from ragport.ports.store import (
     supports,
 )
 from ragport.ports.sync import (
+    Checkpoint,
     CheckpointStore,
     Connector,
-    ConnectorPage,
+    Page,
+    Upsert,
 )
 
 __all__ = [
     "Abort",
+    "Checkpoint",
     "CheckpointStore",
     "ChunkStore",
     "Clock",
     "Connector",
-    "ConnectorPage",
     "DerivedArtifactHandler",
     "DocumentLoader",
     "Embedder",
@@ -87,6 +89,7 @@ __all__ = [
     "LocalRerankRuntime",
     "NoopTelemetry",
     "OptionalCapability",
+    "Page",
     "ParsedDocument",
     "Parser",
     "RecordRepository",
@@ -102,6 +105,7 @@ __all__ = [
     "Telemetry",
     "TombstoneRepository",
     "UnitOfWork",
+    "Upsert",
     "Vector",
     "VectorMatrix",
     "check_records_for_add",

@@ -1,53 +1,142 @@
-"""Synchronisation ports: connectors page through an external system; checkpoints hold cursors."""
+"""Synchronisation ports: connectors page through an external system; checkpoints hold cursors.
+
+A ``Connector`` lists an external system (a folder, a Drive) as pages of upserts and
+deletions; a ``CheckpointStore`` keeps, per (connector id, scope), the cursor the last
+committed page ended at, behind a version that only a compare-and-set moves. ``sync_knowledge``
+(``ragport.application.sync``) joins them: it commits each page to the chunk store in one unit
+of work and only then compare-and-sets the cursor, so a crash replays the page and a second
+worker that loses the race stops. ``ConnectorContract`` and ``CheckpointStoreContract``
+(``ragport.contract_tests``) check the promises below.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
-from ragport.domain.model import Scope
+from ragport.domain.model import Scope, validate_id
+from ragport.domain.sync import Access
 from ragport.ports.documents import LoadedDocument
 
-__all__ = ["CheckpointStore", "Connector", "ConnectorPage"]
+__all__ = ["Checkpoint", "CheckpointStore", "Connector", "Page", "Upsert"]
+
+
+def _source_id(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    validate_id(value, field="source_id")
+
+
+def _tuple(values: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(values)
 
 
 @attrs.frozen
-class ConnectorPage:
-    """One page of changes: documents to upsert, source ids to delete, the cursor after it."""
+class Upsert:
+    """One item a connector lists: what to index under ``source_id`` and who may see it.
 
-    upserts: Sequence[LoadedDocument]
-    deletions: Sequence[str]
+    ``load()`` fetches the bytes (a ``LoadedDocument``) only when the use case needs them (the
+    content is new or changed); it may raise ``LoadError`` or ``ParseError`` (e.g.
+    ``reason="unsupported"`` for a type the connector will not export), which fails that item
+    only. ``revision`` is the connector's content hash or revision id, ``modified_at`` the
+    upstream modification time, ``metadata`` goes onto every chunk and wins over what the
+    parser found (name as title, path, link, ...).
+    ``access`` is what the host's mapping returned: an ``Access``, or ``None`` when it withheld
+    the item (then it is not indexed and a previous version loses visibility).
+    """
+
+    source_id: str = attrs.field(validator=_source_id)
+    load: Callable[[], LoadedDocument] = attrs.field(eq=False, repr=False)
+    media_type: str | None = None
+    revision: str | None = None
+    modified_at: datetime | None = None
+    access: Access | None = attrs.field(factory=Access)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Page:
+    """One page of a listing: upserts, deleted source ids, the cursor after it, and whether
+    the listing is exhausted (a bootstrap's last page; an incremental page with nothing more
+    to read now). ``cursor`` resumes strictly after this page."""
+
+    upserts: tuple[Upsert, ...] = attrs.field(default=(), converter=_tuple)
+    deletions: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    cursor: str | None = None
+    exhausted: bool = True
+
+
+class Checkpoint(NamedTuple):
+    """What a ``CheckpointStore`` holds for one (connector id, scope): ``(cursor, version)``.
+
+    ``cursor`` is ``None`` and ``version`` 0 until the first compare-and-set succeeds.
+    """
+
     cursor: str | None
-    exhausted: bool
+    version: int
 
 
 @runtime_checkable
 class Connector(Protocol):
-    """Pages of changes from an external system (Drive is one adapter).
+    """Pages of changes from an external system (a folder, Google Drive, ...).
 
-    Promises: ``page(cursor)`` resumes strictly after ``cursor``; every upsert carries a
-    stable ``source_id``; a page is never silently partial.
+    Promises (checked by ``ConnectorContract``):
+
+    - ``id`` is stable across processes for the same configuration (it keys the checkpoint).
+    - ``bootstrap(None)`` starts a full listing; ``bootstrap(page.cursor)`` continues it, until
+      a page says ``exhausted``; the union of its upserts is every item the system holds now,
+      each source id once. The exhausted page's ``cursor`` is where ``changes`` starts.
+    - ``changes(cursor)`` returns what changed since ``cursor``: upserts for new, edited or
+      moved-in items, deletions for removed, trashed or moved-out ones; the same cursor gives
+      the same answer while nothing changes upstream (replays are idempotent), and an
+      ``exhausted`` page with nothing in it when nothing changed.
+    - A cursor the connector cannot resume (expired, foreign, malformed) is
+      ``SyncCursorError``, never a silently empty or partial page.
+    - Source ids are stable non-secret ids (a relative path, a Drive file id); no token or
+      credential appears in a page, a cursor, an error or a log line.
     """
 
     @property
-    def id(self) -> str: ...
+    def id(self) -> str:
+        """A stable name for this connector and its configuration (e.g. ``folder:<digest>``)."""
+        ...
 
-    def page(self, cursor: str | None) -> ConnectorPage: ...
+    def bootstrap(self, cursor: str | None = None) -> Page:
+        """The next page of a full listing (``None`` starts one)."""
+        ...
+
+    def changes(self, cursor: str) -> Page:
+        """The next page of changes after ``cursor`` (``SyncCursorError`` if it cannot resume)."""
+        ...
 
 
 @runtime_checkable
 class CheckpointStore(Protocol):
-    """A compare-and-set cursor per (connector id, scope).
+    """A compare-and-set cursor per (connector id, exact scope).
 
-    Promises: ``read`` returns the last committed cursor (``None`` at first);
-    ``compare_and_set(expected, new)`` stores ``new`` only if the stored cursor still equals
-    ``expected`` and raises ``SyncCursorError`` otherwise.
+    Promises (checked by ``CheckpointStoreContract``):
+
+    - ``get`` returns the last cursor stored and its version; ``(None, 0)`` at first. Scopes
+      and connector ids are exact: nothing is shared by prefix.
+    - ``compare_and_set(connector_id, scope, expected_version, cursor)`` stores ``cursor`` and
+      moves the version to ``expected_version + 1`` only when the stored version still equals
+      ``expected_version``; it returns whether it did. Of several concurrent calls with the
+      same expected version exactly one returns True.
+    - Durable adapters keep checkpoints across processes; a cursor is opaque text of
+      any length (a folder cursor grows with the folder), stored verbatim.
     """
 
-    def read(self, connector_id: str, scope: Scope) -> str | None: ...
+    def get(self, connector_id: str, scope: Scope) -> Checkpoint:
+        """The stored ``(cursor, version)`` of ``connector_id`` in ``scope``."""
+        ...
 
     def compare_and_set(
-        self, connector_id: str, scope: Scope, *, expected: str | None, new: str
-    ) -> None: ...
+        self, connector_id: str, scope: Scope, expected_version: int, cursor: str
+    ) -> bool:
+        """Store ``cursor`` at ``expected_version + 1`` if the version is still ``expected_version``."""
+        ...
+
+    def delete(self, connector_id: str, scope: Scope) -> bool:
+        """Forget the checkpoint (the next sync bootstraps); whether one existed."""
+        ...

@@ -18,7 +18,14 @@ from ragport.domain.errors import StoreError
 
 SCOPE = ragport.Scope("tenant-1", "kb", "docs")
 BOOKKEEPING = "schema_migrations"
-EXPECTED_TABLES = {"scopes", "records", "grants", "tombstones", "ingestion_status"}
+EXPECTED_TABLES = {
+    "scopes",
+    "records",
+    "grants",
+    "tombstones",
+    "ingestion_status",
+    "sync_checkpoints",
+}
 
 
 def _rows(engine, sql: str, **params):
@@ -197,15 +204,15 @@ def test_first_write_of_a_dimension_creates_its_cosine_hnsw_index(store, pg_engi
 
 
 def test_migrations_are_idempotent_and_recorded(pg_engine, pg_schema):
-    """upgrade applies v1 once, then []. If this fails, check schema.py upgrade."""
+    """upgrade applies v1 and v2 once, then []. If this fails, check schema.py upgrade."""
     store = PostgresStore(pg_engine, schema=pg_schema)
-    assert store.upgrade() == [1]
+    assert store.upgrade() == [1, 2]
     assert store.upgrade() == []
     assert store.upgrade() == []
     PostgresStore(pg_engine, schema=pg_schema, create=True)
     PostgresStatusStore(pg_engine, schema=pg_schema, create=True)
     versions = _rows(pg_engine, f'SELECT version FROM "{pg_schema}".schema_migrations')
-    assert [r.version for r in versions] == [1]
+    assert [r.version for r in versions] == [1, 2]
     assert store.current_generation(SCOPE) == 0
 
 
@@ -227,9 +234,9 @@ def test_concurrent_upgrades_apply_each_migration_once(pg_engine, pg_schema):
         t.start()
     for t in threads:
         t.join(30)
-    assert sorted(map(repr, results)) == ["[1]", "[]"]
+    assert sorted(map(repr, results)) == ["[1, 2]", "[]"]
     versions = _rows(pg_engine, f'SELECT version FROM "{pg_schema}".schema_migrations')
-    assert [r.version for r in versions] == [1]
+    assert [r.version for r in versions] == [1, 2]
 
 
 def test_unmigrated_schema_raises_store_error_and_creates_nothing(pg_engine, pg_schema):

@@ -22,6 +22,8 @@ SUITES = [
     ("IngestionStatusStoreContract", "test_put_then_get_round_trips"),
     ("DerivedArtifactHandlerContract", "test_handler_satisfies_the_protocol"),
     ("ParserContract", "test_satisfies_the_parser_protocol"),
+    ("CheckpointStoreContract", "test_first_compare_and_set_expects_version_zero"),
+    ("ConnectorContract", "test_no_change_gives_an_empty_exhausted_page_every_time"),
 ]
 
 
@@ -153,6 +155,50 @@ def test_the_status_store_canary_catches_a_fixture_that_leaks_state(
     outcomes = _outcomes(recorder.getreports("pytest_runtest_logreport"))
     assert outcomes == {
         "test_put_then_get_round_trips": ("call", "passed"),
+        "test_isolation_canary": ("call", canary),
+    }
+
+
+LEAKY_CHECKPOINT_MODULE = """
+import pytest
+
+from ragport.adapters.memory import InMemoryCheckpointStore
+from ragport.contract_tests import CheckpointStoreContract
+
+SHARED = InMemoryCheckpointStore()
+
+
+class TestCheckpointStore(CheckpointStoreContract):
+    @pytest.fixture
+    def checkpoint_store(self):
+        yield {store}
+"""
+
+
+@pytest.mark.parametrize(
+    ("store", "canary"),
+    [("SHARED", "failed"), ("InMemoryCheckpointStore()", "passed")],
+    ids=["one-store-for-every-test", "a-store-per-test"],
+)
+def test_the_checkpoint_store_canary_catches_a_fixture_that_leaks_state(
+    pytester: pytest.Pytester, store: str, canary: str
+) -> None:
+    """The checkpoint-store suite's canary fails after a test wrote to a shared store.
+
+    If this fails, check test_isolation_canary of CheckpointStoreContract (last in the class).
+    """
+    pytester.makepyfile(LEAKY_CHECKPOINT_MODULE.replace("{store}", store))
+    recorder = pytester.inline_run(
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:asyncio",
+        "-k",
+        "test_first_compare_and_set_expects_version_zero or test_isolation_canary",
+    )
+    outcomes = _outcomes(recorder.getreports("pytest_runtest_logreport"))
+    assert outcomes == {
+        "test_first_compare_and_set_expects_version_zero": ("call", "passed"),
         "test_isolation_canary": ("call", canary),
     }
 

@@ -37,6 +37,9 @@ class Reply:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out as separate writes: without TCP_NODELAY, Nagle plus the client's
+    # delayed ACK stall every keep-alive answer by ~40 ms.
+    disable_nagle_algorithm = True
     server: FakeServer
 
     def do_POST(self) -> None:

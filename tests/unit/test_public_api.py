@@ -16,7 +16,7 @@ API_NAMES = {
     "CapabilityError", "EmbedderMismatchError", "RerankError", "ParseError", "UrlRejectedError",
     "SyncCursorError", "AccessDeniedError", "PropagationError", "AbortedError", "RagportError",
     "chunk_text", "chunk_markdown", "index_chunks", "replace_source", "delete_source",
-    "replace_document", "LoadError",
+    "replace_document", "LoadError", "Access", "sync_knowledge", "SyncResult",
     "retrieve_context", "list_ingestion_status", "rollback_generation", "compact",
     "RagContextProvider", "ContextBlock", "Evidence", "evidence_from_citation",
 }  # fmt: skip

@@ -1,5 +1,6 @@
 """PostgreSQL + pgvector adapters (``pip install 'ragport[postgres]'``)."""
 
+from ragport.adapters.postgres.checkpoints import PostgresCheckpointStore
 from ragport.adapters.postgres.embedded import (
     EMBEDDED_SETTINGS,
     default_data_dir,
@@ -11,6 +12,7 @@ from ragport.adapters.postgres.store import PostgresStore
 
 __all__ = [
     "EMBEDDED_SETTINGS",
+    "PostgresCheckpointStore",
     "PostgresStatusStore",
     "PostgresStore",
     "default_data_dir",

@@ -124,7 +124,24 @@ def _v1(s: str, ts_config: str) -> Sequence[str]:
     )
 
 
-MIGRATIONS: dict[int, str] = {1: "records, scopes, grants, tombstones, ingestion status"}
+def _v2(s: str, ts_config: str) -> Sequence[str]:
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {s}.sync_checkpoints (
+            connector_id text NOT NULL,
+            tenant_id text NOT NULL, resource_id text NOT NULL, corpus_id text NOT NULL,
+            cursor text NOT NULL,
+            version bigint NOT NULL CHECK (version > 0),
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            CONSTRAINT sync_checkpoints_pkey
+                PRIMARY KEY (tenant_id, resource_id, corpus_id, connector_id)
+        )""",
+    )
+
+
+MIGRATIONS: dict[int, str] = {
+    1: "records, scopes, grants, tombstones, ingestion status",
+    2: "sync checkpoints (compare-and-set cursor per connector and scope)",
+}
 LATEST_VERSION = max(MIGRATIONS)
 
 
@@ -154,7 +171,7 @@ def upgrade(conn: Connection, schema: str, *, text_search_config: str = "english
     )
     applied: list[int] = []
     version = current_version(conn, schema)
-    steps = {1: _v1(s, ts)}
+    steps = {1: _v1(s, ts), 2: _v2(s, ts)}
     for target in sorted(MIGRATIONS):
         if target <= version:
             continue

@@ -32,6 +32,7 @@ SPAN_NAMES = frozenset(
         "rag.replace",
         "rag.delete",
         "rag.repoint",
+        "rag.sync.page",
     }
 )
 _MAX_STRING = 64

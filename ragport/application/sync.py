@@ -1,0 +1,502 @@
+"""sync_knowledge: keep a scope equal to an external system, page by page, crash-safely.
+
+1. Validate; read the checkpoint ``(cursor, version)`` of ``(connector.id, scope)``. Its
+   cursor is the sync state (JSON): the mode (``bootstrap`` or ``changes``), the connector's
+   cursor, the source ids this sync has indexed (``known``) and, during a bootstrap, the ids
+   listed so far (``seen``). No checkpoint: a bootstrap from the start.
+2. Ask the connector for one page: ``bootstrap(cursor)`` or ``changes(cursor)``. A
+   ``SyncCursorError`` (an expired or foreign cursor, or a malformed state) restarts one
+   bootstrap from the start unless ``on_cursor_error="raise"``.
+3. For each upsert: an item whose access the host mapping withheld (``access is None``) is
+   not loaded; otherwise load it, compute the ``replace_document`` skip key and stop there
+   when the stored rows carry it (skipped); else parse and chunk. An item that fails to load
+   or parse is recorded ``failed`` and keeps its previous version; the page goes on.
+4. Embed every changed item's chunks (nothing touches the store yet).
+5. In one unit of work: one generation staged for the page; deleted and withheld sources
+   retired; each changed source's rows retired and its new rows added; grants set from each
+   item's access (skipped and failed items too: a revocation never waits for content; withheld
+   and deleted sources get an empty grant); the pointer published; commit. At the end of a
+   bootstrap the page also retires the sources the full listing no longer contains (the sweep).
+6. Record ingestion status: ``indexed``/``current`` (written or unchanged), ``failed``/
+   ``stale``, ``failed``/``unavailable`` (withheld); deleted sources lose their status.
+7. Only now compare-and-set the checkpoint from the version read. A crash before this point
+   replays the page on the next run: unchanged items are skipped by their skip key, so the
+   replay writes the same rows. A lost compare-and-set (another worker advanced the
+   checkpoint) stops this worker at once: ``SyncResult.lost``.
+8. Repeat until the listing is exhausted (a bootstrap ends after its last page), ``max_pages``
+   pages were committed, or the caller aborts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Literal, cast
+
+import attrs
+
+from ragport.application._support import (
+    NOOP_TELEMETRY,
+    SYSTEM_CLOCK,
+    Redaction,
+    check_abort,
+    embed_batches,
+    require_kind,
+    require_scope,
+    require_transactions,
+    resolve_limits,
+)
+from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
+from ragport.application.indexing import _records
+from ragport.domain.errors import (
+    LoadError,
+    ParseError,
+    SyncCursorError,
+    UrlRejectedError,
+    ValidationError,
+)
+from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
+from ragport.domain.model import Grant, Scope, validate_text
+from ragport.domain.status import ERROR_MAX, Freshness, IngestionState, IngestionStatus
+from ragport.domain.sync import Access
+from ragport.ports.documents import LoadedDocument, Parser
+from ragport.ports.embedder import Embedder
+from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
+from ragport.ports.status import IngestionStatusStore
+from ragport.ports.store import ChunkStore, SupportsPreparation, supports
+from ragport.ports.sync import CheckpointStore, Connector, Page, Upsert
+
+__all__ = ["SyncResult", "sync_knowledge"]
+
+STATE_VERSION = 1
+WITHHELD_ERROR = "withheld by the host access mapping"
+# What fails one item and not the page: the item's own bytes, type or size. A store, embedder
+# or abort failure sinks the page (nothing committed, the page replays).
+ITEM_ERRORS = (LoadError, ParseError, UrlRejectedError, ValidationError, OSError, UnicodeError)
+
+
+@attrs.frozen
+class SyncResult:
+    """What one ``sync_knowledge`` run committed.
+
+    ``pages`` committed, sources ``upserted`` (rows written), ``deleted`` (rows retired:
+    upstream deletions and the sweep, ``swept`` of them the sweep), ``skipped`` (unchanged),
+    ``withheld`` (access mapping said no), ``failed`` (load or parse failed; previous version
+    kept). ``cursor`` is the connector cursor the checkpoint now holds, ``exhausted`` whether
+    the listing was read to its end, ``bootstrapped`` whether a full listing ran (the first
+    sync or after a cursor error), ``lost`` whether another worker advanced the checkpoint
+    first (this worker then stopped; its last page was already committed, idempotently).
+    """
+
+    pages: int
+    upserted: int
+    deleted: int
+    skipped: int
+    withheld: int
+    cursor: str | None
+    exhausted: bool
+    failed: int = 0
+    swept: int = 0
+    bootstrapped: bool = False
+    lost: bool = False
+
+
+@attrs.frozen
+class _State:
+    mode: Literal["bootstrap", "changes"]
+    cursor: str | None
+    known: frozenset[str] = frozenset()
+    seen: frozenset[str] = frozenset()
+
+    def encode(self) -> str:
+        return json.dumps(
+            {
+                "v": STATE_VERSION,
+                "mode": self.mode,
+                "cursor": self.cursor,
+                "known": sorted(self.known),
+                "seen": sorted(self.seen),
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+
+START = _State("bootstrap", None)
+
+
+def _decode_state(text: str | None) -> _State:
+    if text is None:
+        return START
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raw = None
+    ok = (
+        isinstance(raw, dict)
+        and raw.get("v") == STATE_VERSION
+        and raw.get("mode") in ("bootstrap", "changes")
+        and (raw.get("cursor") is None or isinstance(raw.get("cursor"), str))
+        and isinstance(raw.get("known"), list)
+        and isinstance(raw.get("seen"), list)
+        and all(isinstance(i, str) for i in raw["known"] + raw["seen"])
+        and (raw["mode"] == "bootstrap" or isinstance(raw.get("cursor"), str))
+    )
+    if not ok:
+        raise SyncCursorError("the stored sync checkpoint is malformed", reason="malformed")
+    return _State(raw["mode"], raw["cursor"], frozenset(raw["known"]), frozenset(raw["seen"]))
+
+
+@attrs.frozen
+class _PageOutcome:
+    upserted: tuple[str, ...]
+    skipped: tuple[str, ...]
+    withheld: tuple[str, ...]
+    failed: tuple[str, ...]
+    deleted: tuple[str, ...]
+    swept: int
+
+
+@attrs.define
+class _Run:
+    connector: Connector
+    store: ChunkStore
+    embedder: Embedder
+    scope: Scope
+    status_store: IngestionStatusStore | None
+    parser: Parser | ParserSelector | None
+    size: int
+    overlap: int
+    batch_size: int
+    telemetry: Telemetry
+    abort: Abort | None
+    redact: Redaction
+    limits: Limits
+    clock: Clock
+
+    def prepare(self, upsert: Upsert) -> tuple[PreparedDocument, int]:
+        loaded = upsert.load()
+        if isinstance(loaded, bytes):
+            loaded = LoadedDocument(loaded, upsert.media_type)
+        if not isinstance(loaded, LoadedDocument):
+            raise ValidationError(
+                "an upsert's load() did not return a LoadedDocument", field="load"
+            )
+        metadata = dict(loaded.metadata)
+        if upsert.revision is not None:
+            metadata.setdefault("revision", upsert.revision)
+        if upsert.modified_at is not None:
+            metadata.setdefault("modified_at", upsert.modified_at.isoformat())
+        loaded = attrs.evolve(
+            loaded, media_type=loaded.media_type or upsert.media_type, metadata=metadata
+        )
+        prepared = prepare_document(
+            loaded,
+            source_id=upsert.source_id,
+            uri=upsert.source_id,
+            parser=self.parser,
+            embedder=self.embedder,
+            store=self.store,
+            scope=self.scope,
+            size=self.size,
+            overlap=self.overlap,
+            limits=self.limits,
+            abort=self.abort,
+            pinned_metadata=upsert.metadata,
+        )
+        return prepared, len(loaded.data)
+
+    def status(
+        self,
+        source_id: str,
+        state: IngestionState,
+        freshness: Freshness,
+        *,
+        size: int = 0,
+        chunks: int = 0,
+        error: str | None = None,
+    ) -> None:
+        if self.status_store is None:
+            return
+        self.status_store.put(
+            IngestionStatus(
+                scope=self.scope,
+                source_id=source_id,
+                state=state,
+                bytes=size,
+                chunks_total=chunks,
+                chunks_indexed=chunks if state == "indexed" else 0,
+                error=error[:ERROR_MAX] if error else None,
+                updated_at=self.clock.now(),
+                freshness=freshness,
+            )
+        )
+
+    def apply(self, page: Page, sweep: Sequence[str]) -> _PageOutcome:
+        """Steps 3 to 6 for one page; returns what it committed."""
+        upserts: dict[str, Upsert] = {}
+        for upsert in page.upserts:
+            upserts[upsert.source_id] = upsert  # the last listing of an id wins
+        deletions = [d for d in dict.fromkeys(page.deletions) if d not in upserts]
+        sweep = [s for s in sweep if s not in upserts and s not in deletions]
+        grants: list[Grant] = []
+        withheld: list[str] = []
+        failed: dict[str, tuple[str, int]] = {}
+        skipped: dict[str, tuple[int, int]] = {}
+        changed: list[tuple[PreparedDocument, int]] = []
+        for source_id, upsert in upserts.items():
+            check_abort(self.abort)
+            access = upsert.access
+            if access is None:
+                withheld.append(source_id)
+                continue
+            if not isinstance(access, Access):
+                raise ValidationError(
+                    "an upsert's access must be an Access or None", field="access"
+                )
+            grants.append(Grant(source_id, access.principal_ids, access.group_ids))
+            try:
+                prepared, size = self.prepare(upsert)
+            except ITEM_ERRORS as exc:
+                failed[source_id] = (self.redact.error(exc), 0)
+                continue
+            if prepared.unchanged:
+                skipped[source_id] = (size, prepared.stored)
+            else:
+                changed.append((prepared, size))
+
+        texts = [
+            validate_text(self.redact(c.text), field="text") if self.redact.active else c.text
+            for prepared, _ in changed
+            for c in prepared.chunks
+        ]
+        vectors = embed_batches(
+            self.embedder,
+            texts,
+            batch_size=self.batch_size,
+            abort=self.abort,
+            telemetry=self.telemetry,
+        )
+        check_abort(self.abort)
+        if changed and supports(self.store, "preparation"):
+            cast(SupportsPreparation, self.store).prepare(
+                self.scope, dimensions=self.embedder.dimensions
+            )
+        retire = [*deletions, *sweep, *withheld]
+        deleted: list[str] = []
+        swept = 0
+        with (
+            self.telemetry.span("rag.sync.page") as span,
+            self.store.unit_of_work(self.scope) as uow,
+        ):
+            for prepared, _ in changed:
+                require_kind(uow, prepared.source_id, "chunk", field="source_id")
+            visible = [s for s in retire if uow.records.list_by_source(s)]
+            if changed or visible:
+                generation = uow.generations.stage()
+                for source_id in visible:
+                    retired = uow.records.retire_source(source_id, generation=generation)
+                    if retired and source_id not in withheld:
+                        deleted.append(source_id)
+                        swept += source_id in sweep
+                offset = 0
+                for prepared, _ in changed:
+                    n = len(prepared.chunks)
+                    uow.records.retire_source(prepared.source_id, generation=generation)
+                    uow.records.add(
+                        _records(
+                            prepared.chunks,
+                            texts[offset : offset + n],
+                            scope=self.scope,
+                            embedder=self.embedder,
+                            generation=generation,
+                            content_hash=prepared.skip_key,
+                        ),
+                        vectors[offset : offset + n],
+                    )
+                    offset += n
+                uow.generations.publish(generation)
+            revoked = [Grant(s) for s in dict.fromkeys([*deletions, *sweep, *withheld])]
+            if grants or revoked:
+                uow.grants.set([*grants, *revoked])
+            check_abort(self.abort)
+            uow.commit()
+            span.set_attribute("rag.sync.upserted", len(changed))
+        for prepared, size in changed:
+            self.status(
+                prepared.source_id, "indexed", "current", size=size, chunks=len(prepared.chunks)
+            )
+        for source_id, (size, stored) in skipped.items():
+            self.status(source_id, "indexed", "current", size=size, chunks=stored)
+        for source_id, (error, _) in failed.items():
+            self.status(source_id, "failed", "stale", error=error)
+        for source_id in withheld:
+            self.status(source_id, "failed", "unavailable", error=WITHHELD_ERROR)
+        if self.status_store is not None:
+            for source_id in [*deletions, *sweep]:
+                self.status_store.delete(self.scope, source_id)
+        return _PageOutcome(
+            upserted=tuple(p.source_id for p, _ in changed),
+            skipped=tuple(skipped),
+            withheld=tuple(withheld),
+            failed=tuple(failed),
+            deleted=tuple(deleted),
+            swept=swept,
+        )
+
+
+def _next_state(state: _State, page: Page, outcome: _PageOutcome) -> _State:
+    present = {*outcome.upserted, *outcome.skipped, *outcome.failed}
+    gone = {*page.deletions, *outcome.withheld, *outcome.deleted} - present
+    known = (state.known | present) - gone
+    if state.mode == "changes":
+        return _State("changes", page.cursor or state.cursor, known)
+    seen = state.seen | {u.source_id for u in page.upserts}
+    if page.exhausted:
+        if page.cursor is None:
+            raise ValidationError(
+                "the last bootstrap page must carry the cursor changes start from",
+                field="cursor",
+            )
+        return _State("changes", page.cursor, known)
+    if page.cursor is None:
+        raise ValidationError(
+            "a bootstrap page that is not the last needs a cursor", field="cursor"
+        )
+    return _State("bootstrap", page.cursor, known, seen)
+
+
+def sync_knowledge(
+    *,
+    connector: Connector,
+    checkpoints: CheckpointStore,
+    store: ChunkStore,
+    embedder: Embedder,
+    scope: Scope,
+    status_store: IngestionStatusStore | None = None,
+    max_pages: int | None = None,
+    on_cursor_error: Literal["bootstrap", "raise"] = "bootstrap",
+    parser: Parser | ParserSelector | None = None,
+    size: int = DEFAULT_LIMITS.chunk_size,
+    overlap: int = DEFAULT_LIMITS.overlap,
+    batch_size: int = DEFAULT_LIMITS.embed_batch,
+    telemetry: Telemetry | None = None,
+    abort: Abort | None = None,
+    redactor: Redactor | None = None,
+    secrets: Sequence[str] | None = None,
+    limits: Limits | None = None,
+    clock: Clock | None = None,
+) -> SyncResult:
+    """Bring ``scope`` up to date with ``connector``; see the module docstring for the steps.
+
+    ``parser`` is a ``Parser`` or a selector such as ``ragport.adapters.parsers.parser_for``
+    (called with the item's media type, else its source id). Raises ``SyncCursorError`` only
+    with ``on_cursor_error="raise"`` (or when the restarted bootstrap's cursor fails too), and
+    what a store or embedder failure raised (the page in flight is not committed and replays).
+    """
+    scope = require_scope(scope)
+    if not isinstance(connector, Connector):
+        raise ValidationError("connector must be a Connector", field="connector")
+    if not isinstance(checkpoints, CheckpointStore):
+        raise ValidationError("checkpoints must be a CheckpointStore", field="checkpoints")
+    if on_cursor_error not in ("bootstrap", "raise"):
+        raise ValidationError(
+            'on_cursor_error must be "bootstrap" or "raise"', field="on_cursor_error"
+        )
+    if max_pages is not None and (
+        isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1
+    ):
+        raise ValidationError("max_pages must be a positive integer or None", field="max_pages")
+    check_limit("chunk_size", size)
+    check_limit("overlap", overlap)
+    check_limit("embed_batch", batch_size)
+    if overlap >= size:
+        raise ValidationError("overlap must be smaller than size", field="overlap", limit="overlap")
+    if parser is None:
+        raise ValidationError(
+            "sync_knowledge needs parser=: a Parser, or a selector such as "
+            "ragport.adapters.parsers.parser_for",
+            field="parser",
+        )
+    require_transactions(store, "sync_knowledge")
+    run = _Run(
+        connector=connector,
+        store=store,
+        embedder=embedder,
+        scope=scope,
+        status_store=status_store,
+        parser=parser,
+        size=size,
+        overlap=overlap,
+        batch_size=batch_size,
+        telemetry=telemetry or NOOP_TELEMETRY,
+        abort=abort,
+        redact=Redaction(redactor, secrets),
+        limits=resolve_limits(limits),
+        clock=clock or SYSTEM_CLOCK,
+    )
+    check_abort(abort)
+
+    connector_id = connector.id
+    checkpoint = checkpoints.get(connector_id, scope)
+    version = checkpoint.version
+    restarted = False
+    totals: dict[str, Any] = dict.fromkeys(
+        ("pages", "upserted", "deleted", "skipped", "withheld", "failed", "swept"), 0
+    )
+    bootstrapped = False
+    try:
+        state = _decode_state(checkpoint.cursor)
+    except SyncCursorError:
+        if on_cursor_error == "raise":
+            raise
+        state, restarted = START, True
+
+    def result(*, exhausted: bool, lost: bool = False) -> SyncResult:
+        return SyncResult(
+            cursor=state.cursor,
+            exhausted=exhausted,
+            bootstrapped=bootstrapped,
+            lost=lost,
+            **totals,
+        )
+
+    while max_pages is None or totals["pages"] < max_pages:
+        check_abort(abort)
+        mode = state.mode
+        try:
+            if mode == "bootstrap":
+                bootstrapped = True
+                page = connector.bootstrap(state.cursor)
+            else:
+                page = connector.changes(cast(str, state.cursor))
+        except SyncCursorError:
+            if on_cursor_error == "raise" or restarted:
+                raise
+            # One full listing from the start; what it no longer lists is swept at its end.
+            restarted = True
+            state = _State("bootstrap", None, state.known)
+            continue
+        if not isinstance(page, Page):
+            raise ValidationError("the connector did not return a Page", field="connector")
+        sweep: list[str] = []
+        if mode == "bootstrap" and page.exhausted:
+            listed = state.seen | {u.source_id for u in page.upserts}
+            sweep = sorted(state.known - listed)
+        outcome = run.apply(page, sweep)
+        new_state = _next_state(state, page, outcome)
+        totals["pages"] += 1
+        totals["upserted"] += len(outcome.upserted)
+        totals["skipped"] += len(outcome.skipped)
+        totals["withheld"] += len(outcome.withheld)
+        totals["failed"] += len(outcome.failed)
+        totals["deleted"] += len(outcome.deleted)
+        totals["swept"] += outcome.swept
+        if new_state != state or version == 0:
+            if not checkpoints.compare_and_set(connector_id, scope, version, new_state.encode()):
+                return result(exhausted=False, lost=True)
+            version += 1
+        state = new_state
+        if page.exhausted:
+            return result(exhausted=True)
+    return result(exhausted=False)

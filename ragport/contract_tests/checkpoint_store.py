@@ -1,0 +1,228 @@
+"""``CheckpointStoreContract``: the promises of ``ragport.ports.sync.CheckpointStore`` as tests.
+
+Subclass it and supply a ``checkpoint_store`` fixture that yields an *empty* store and cleans
+up::
+
+    class TestMyCheckpointStore(CheckpointStoreContract):
+        @pytest.fixture
+        def checkpoint_store(self):
+            store = MyCheckpointStore(...)
+            yield store
+            store.drop_everything()
+
+Override a test only by wrapping it in ``pytest.mark.xfail(reason=...)``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ragport.contract_tests._base import ContractSuite, required_fixture
+from ragport.domain.errors import ValidationError
+from ragport.domain.model import Scope
+from ragport.ports.sync import Checkpoint, CheckpointStore
+
+__all__ = ["CheckpointStoreContract"]
+
+SCOPE = Scope("contract-tenant", "contract-resource", "contract-corpus")
+OTHER_CORPUS = Scope("contract-tenant", "contract-resource", "contract-corpus-2")
+PREFIX_CORPUS = Scope("contract-tenant", "contract-resource", "contract-corpus-")
+OTHER_TENANT = Scope("contract-tenant-2", "contract-resource", "contract-corpus")
+ALL_SCOPES = (SCOPE, OTHER_CORPUS, PREFIX_CORPUS, OTHER_TENANT)
+CONNECTOR = "contract-connector"
+CONNECTORS = (CONNECTOR, "contract-connector-2", "contract-connecto")
+
+
+def _assert_empty(store: CheckpointStore) -> None:
+    """Every (connector id, scope) the suite writes to reads ``(None, 0)``."""
+    for connector in CONNECTORS:
+        for scope in ALL_SCOPES:
+            assert store.get(connector, scope) == Checkpoint(None, 0), (connector, scope)
+
+
+class CheckpointStoreContract(ContractSuite):
+    """Versioned cursors per (connector id, exact scope) that only a compare-and-set moves."""
+
+    checkpoint_store = required_fixture(
+        "CheckpointStoreContract",
+        "checkpoint_store",
+        "yield an empty CheckpointStore and remove whatever the test wrote afterwards",
+    )
+
+    def test_fixture_yields_an_empty_store(self, checkpoint_store: CheckpointStore) -> None:
+        """A fresh store holds no checkpoint for any connector id or scope the suite uses.
+
+        If this fails, check that the `checkpoint_store` fixture yields a new or emptied store.
+        """
+        assert isinstance(checkpoint_store, CheckpointStore)
+        _assert_empty(checkpoint_store)
+
+    def test_first_compare_and_set_expects_version_zero(
+        self, checkpoint_store: CheckpointStore
+    ) -> None:
+        """With nothing stored, CAS at version 0 stores the cursor at version 1; get reads it back.
+
+        If this fails, check that an absent checkpoint counts as version 0 and the first write
+        creates it at version 1.
+        """
+        assert checkpoint_store.compare_and_set(CONNECTOR, SCOPE, 0, "cursor-1") is True
+        got = checkpoint_store.get(CONNECTOR, SCOPE)
+        assert got == Checkpoint("cursor-1", 1)
+        cursor, version = got
+        assert (cursor, version) == ("cursor-1", 1)
+
+    def test_each_success_moves_the_version_by_one(self, checkpoint_store: CheckpointStore) -> None:
+        """Three successive CAS calls, each expecting the last version, leave version 3.
+
+        If this fails, check that a successful compare_and_set sets version = expected + 1.
+        """
+        for version in range(3):
+            assert checkpoint_store.compare_and_set(CONNECTOR, SCOPE, version, f"c{version}")
+        assert checkpoint_store.get(CONNECTOR, SCOPE) == Checkpoint("c2", 3)
+
+    @pytest.mark.parametrize("expected", [0, 1, 3, 99])
+    def test_a_wrong_expected_version_changes_nothing(
+        self, checkpoint_store: CheckpointStore, expected: int
+    ) -> None:
+        """CAS with a stale or future version returns False and leaves cursor and version alone.
+
+        If this fails, check the version condition of compare_and_set (an UPDATE ... WHERE
+        version = expected, not an unconditional upsert).
+        """
+        assert checkpoint_store.compare_and_set(CONNECTOR, SCOPE, 0, "first")
+        assert checkpoint_store.compare_and_set(CONNECTOR, SCOPE, 1, "second")
+        assert checkpoint_store.compare_and_set(CONNECTOR, SCOPE, expected, "lost") is False
+        assert checkpoint_store.get(CONNECTOR, SCOPE) == Checkpoint("second", 2)
+
+    def test_cursor_is_stored_verbatim(self, checkpoint_store: CheckpointStore) -> None:
+        """An empty cursor, Unicode, JSON punctuation and a 1 MiB cursor come back byte for byte.
+
+        If this fails, check the cursor column type (unbounded text) and any trimming or
+        normalisation on the way in or out.
+        """
+        values = ["", "é ✓ 日本 \U0001f600", '{"a": [1, "b\\n"]}\t ', "x" * (1 << 20)]
+        for version, value in enumerate(values):
+            assert checkpoint_store.compare_and_set(CONNECTOR, SCOPE, version, value)
+            assert checkpoint_store.get(CONNECTOR, SCOPE) == Checkpoint(value, version + 1)
+
+    def test_scopes_and_connectors_are_exact(self, checkpoint_store: CheckpointStore) -> None:
+        """Checkpoints of other corpora, tenants, a prefix corpus and other connector ids are
+        separate: each has its own cursor and version.
+
+        If this fails, check that get and compare_and_set key on the connector id and all three
+        scope parts, with no prefix match.
+        """
+        for i, connector in enumerate(CONNECTORS):
+            for j, scope in enumerate(ALL_SCOPES):
+                for version in range(i + j + 1):
+                    assert checkpoint_store.compare_and_set(connector, scope, version, f"{i}/{j}")
+        for i, connector in enumerate(CONNECTORS):
+            for j, scope in enumerate(ALL_SCOPES):
+                assert checkpoint_store.get(connector, scope) == Checkpoint(f"{i}/{j}", i + j + 1)
+
+    def test_concurrent_writers_exactly_one_wins(self, checkpoint_store: CheckpointStore) -> None:
+        """Eight threads CAS from the same expected version at once: exactly one returns True.
+
+        If this fails, check that the version test and the write are one atomic step (a
+        conditional UPDATE, INSERT ... ON CONFLICT DO NOTHING, or a lock), not read-then-write.
+        """
+        assert checkpoint_store.compare_and_set(CONNECTOR, SCOPE, 0, "start")
+        barrier = threading.Barrier(8)
+        results: dict[int, bool] = {}
+
+        def race(n: int) -> None:
+            barrier.wait(10)
+            results[n] = checkpoint_store.compare_and_set(CONNECTOR, SCOPE, 1, f"worker-{n}")
+
+        threads = [threading.Thread(target=race, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(results) == 8
+        winners = [n for n, won in results.items() if won]
+        assert len(winners) == 1, winners
+        assert checkpoint_store.get(CONNECTOR, SCOPE) == Checkpoint(f"worker-{winners[0]}", 2)
+
+    def test_concurrent_first_writers_exactly_one_wins(
+        self, checkpoint_store: CheckpointStore
+    ) -> None:
+        """Eight threads CAS from version 0 on an absent checkpoint: exactly one creates it.
+
+        If this fails, check that creating the checkpoint is atomic too (a unique key on
+        (connector id, scope) and INSERT ... ON CONFLICT DO NOTHING, or a lock).
+        """
+        barrier = threading.Barrier(8)
+        results: dict[int, bool] = {}
+
+        def race(n: int) -> None:
+            barrier.wait(10)
+            results[n] = checkpoint_store.compare_and_set(CONNECTOR, SCOPE, 0, f"worker-{n}")
+
+        threads = [threading.Thread(target=race, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        winners = [n for n, won in results.items() if won]
+        assert len(results) == 8 and len(winners) == 1, results
+        assert checkpoint_store.get(CONNECTOR, SCOPE).version == 1
+
+    def test_delete_forgets_the_checkpoint(self, checkpoint_store: CheckpointStore) -> None:
+        """delete returns True then False; the checkpoint reads (None, 0) and CAS at 0 works again.
+
+        If this fails, check delete (one row, exact key) and that version restarts at 0.
+        """
+        assert checkpoint_store.compare_and_set(CONNECTOR, SCOPE, 0, "a")
+        assert checkpoint_store.compare_and_set(CONNECTOR, OTHER_CORPUS, 0, "b")
+        assert checkpoint_store.delete(CONNECTOR, SCOPE) is True
+        assert checkpoint_store.delete(CONNECTOR, SCOPE) is False
+        assert checkpoint_store.get(CONNECTOR, SCOPE) == Checkpoint(None, 0)
+        assert checkpoint_store.get(CONNECTOR, OTHER_CORPUS) == Checkpoint("b", 1)
+        assert checkpoint_store.compare_and_set(CONNECTOR, SCOPE, 0, "again")
+
+    @pytest.mark.parametrize(
+        ("connector_id", "scope", "expected", "cursor", "field"),
+        [
+            ("", SCOPE, 0, "c", "connector_id"),
+            (None, SCOPE, 0, "c", "connector_id"),
+            ("x" * 513, SCOPE, 0, "c", "connector_id"),
+            ("a\nb", SCOPE, 0, "c", "connector_id"),
+            (CONNECTOR, "scope", 0, "c", "scope"),
+            (CONNECTOR, SCOPE, -1, "c", "expected_version"),
+            (CONNECTOR, SCOPE, True, "c", "expected_version"),
+            (CONNECTOR, SCOPE, 0, None, "cursor"),
+            (CONNECTOR, SCOPE, 0, "nul\x00", "cursor"),
+        ],
+        ids=["empty-id", "none-id", "long-id", "newline-id", "bad-scope", "negative", "bool",
+             "none-cursor", "nul-cursor"],
+    )  # fmt: skip
+    def test_bad_arguments_are_refused_before_writing(
+        self,
+        checkpoint_store: CheckpointStore,
+        connector_id: object,
+        scope: object,
+        expected: object,
+        cursor: object,
+        field: str,
+    ) -> None:
+        """A bad connector id, scope, version or cursor is a ValidationError naming the field,
+        and nothing is stored.
+
+        If this fails, check the argument validation at the top of compare_and_set.
+        """
+        with pytest.raises(ValidationError) as caught:
+            checkpoint_store.compare_and_set(connector_id, scope, expected, cursor)  # type: ignore[arg-type]
+        assert caught.value.field == field
+        assert checkpoint_store.get(CONNECTOR, SCOPE) == Checkpoint(None, 0)
+
+    def test_isolation_canary(self, checkpoint_store: CheckpointStore) -> None:
+        """Collected after every other contract test: the fixture still yields an empty store.
+
+        Every test above writes only to the suite's connector ids and scopes. If this fails,
+        check that the `checkpoint_store` fixture does not share state between tests (a
+        module-level store, a table not truncated, a class attribute).
+        """
+        _assert_empty(checkpoint_store)

@@ -1,0 +1,113 @@
+"""`ragport sync folder`: a corpus kept equal to a folder across runs (PostgreSQL test server)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from ragport.cli import main
+
+
+@pytest.fixture
+def cli(pg_url, pg_schema, capsys):
+    """Run the command line in-process against the test server; returns (exit code, stdout)."""
+    base = ["--store", pg_url, "--schema", pg_schema, "--embedder", "hash"]
+    assert main(["db", "upgrade", *base]) == 0
+    capsys.readouterr()
+
+    def run(*args: str) -> tuple[int, str]:
+        code = main([*args, *base])
+        captured = capsys.readouterr()
+        run.err = captured.err
+        return code, captured.out
+
+    return run
+
+
+def _sync(cli, root) -> dict:
+    code, out = cli("sync", "folder", str(root), "--corpus", "notes", "--json")
+    assert code == 0, out
+    return json.loads(out)
+
+
+def _hits(cli, text: str) -> list[str]:
+    code, out = cli("query", text, "--corpus", "notes", "--json", "--lexical", "fts")
+    assert code == 0, cli.err
+    return [h["source_id"] for h in json.loads(out)["hits"]]
+
+
+def test_sync_folder_keeps_a_corpus_equal_to_the_folder(cli, tmp_path):
+    """Added, edited, renamed and deleted files between runs; a second run embeds nothing.
+
+    If this fails, check FolderConnector.changes and the sync subcommand in ragport/cli.py.
+    """
+    root = tmp_path / "notes"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.md").write_text("# Alpha\n\nAardvarks dig burrows.\n")
+    (root / "sub" / "b.txt").write_text("Baboons live in troops.\n")
+    (root / "c.md").write_text("# Gamma\n\nCapybaras like water.\n")
+    (root / ".hidden.md").write_text("# Hidden\n\nnever synced\n")
+    (root / "blob.bin").write_bytes(b"\x00\x01")
+
+    first = _sync(cli, root)
+    assert (first["upserted"], first["bootstrapped"], first["exhausted"]) == (3, True, True)
+    second = _sync(cli, root)
+    assert (second["upserted"], second["deleted"], second["bootstrapped"]) == (0, 0, False)
+    assert "sub/b.txt" in _hits(cli, "baboons troops")
+
+    (root / "a.md").write_text("# Alpha\n\nAardvarks eat termites at night.\n")
+    shutil.move(root / "c.md", root / "d.md")
+    (root / "sub" / "b.txt").unlink()
+    (root / "e.md").write_text("# Epsilon\n\nEchidnas lay eggs.\n")
+    third = _sync(cli, root)
+    assert (third["upserted"], third["deleted"]) == (3, 2)
+    assert "sub/b.txt" not in _hits(cli, "baboons troops")
+    assert "d.md" in _hits(cli, "capybaras water")
+    assert "c.md" not in _hits(cli, "capybaras water")
+    assert "a.md" in _hits(cli, "termites")
+
+    code, out = cli("sync", "folder", str(root), "--corpus", "notes")
+    assert code == 0 and "0 upserted" in out
+
+
+def test_sync_folder_of_a_missing_path_is_an_error(cli, tmp_path):
+    """A folder that does not exist: exit 2 and a ValidationError line, nothing synced."""
+    code, _ = cli("sync", "folder", str(tmp_path / "nope"), "--corpus", "notes")
+    assert code == 2
+    assert "ValidationError" in cli.err
+
+
+def test_sync_drive_against_the_fake_server(cli, serve, monkeypatch):
+    """`ragport sync drive --folder ID` with the token from the environment; a second run
+    finds nothing to do; the token is never printed.
+
+    If this fails, check _sync_drive in ragport/cli.py and GoogleDriveConnector.
+    """
+    from fake_drive import DOC, FakeDrive
+
+    drive = FakeDrive()
+    drive.tokens = {"tok-SECRET-1"}
+    team = drive.folder("Team")
+    drive.add("Handbook", parent=team, mime=DOC, data=b"<h1>Handbook</h1><p>Okapis are shy.</p>")
+    sub = drive.folder("Sub", parent=team)
+    drive.add("notes.txt", parent=sub, data=b"Quokkas smile.\n")
+    server = serve(drive)
+    monkeypatch.setenv("RAGPORT_DRIVE_ACCESS_TOKEN", "tok-SECRET-1")
+    args = ["sync", "drive", "--folder", team, "--corpus", "notes", "--base-url", server.url]
+    code, out = cli(*args, "--allow-loopback", "--json")
+    assert code == 0, cli.err
+    first = json.loads(out)
+    assert (first["upserted"], first["bootstrapped"]) == (2, True)
+    assert "tok-SECRET-1" not in out + cli.err
+    code, out = cli(*args, "--allow-loopback", "--json")
+    assert json.loads(out)["upserted"] == 0
+    assert "notes.txt" not in _hits(cli, "okapis shy")[:1]
+
+    monkeypatch.delenv("RAGPORT_DRIVE_ACCESS_TOKEN")
+    code, _ = cli(*args, "--allow-loopback")
+    assert code == 2 and "RAGPORT_DRIVE_ACCESS_TOKEN" in cli.err
+    monkeypatch.setenv("RAGPORT_DRIVE_ACCESS_TOKEN", "tok-SECRET-1")
+    code, _ = cli(*args)
+    assert code == 2 and "base_url" in cli.err, "plain http needs --allow-loopback"
