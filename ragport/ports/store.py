@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import numpy as np
@@ -31,6 +31,7 @@ from ragport.domain.model import (
     Scope,
     Tombstone,
 )
+from ragport.ports.capabilities import OptionalCapability, declared, missing_methods, supports
 from ragport.ports.embedder import Vector, VectorMatrix
 
 __all__ = [
@@ -180,16 +181,24 @@ class StoredVersion(Protocol):
     """What ``check_stored_ids`` reads of one stored row (a ``Record`` is one)."""
 
     @property
-    def id(self) -> str: ...
+    def id(self) -> str:
+        """The record id."""
+        ...
 
     @property
-    def source_id(self) -> str: ...
+    def source_id(self) -> str:
+        """The source the row belongs to."""
+        ...
 
     @property
-    def generation(self) -> int: ...
+    def generation(self) -> int:
+        """The generation the row was written at."""
+        ...
 
     @property
-    def retired_generation(self) -> int | None: ...
+    def retired_generation(self) -> int | None:
+        """The generation that retired it, ``None`` while live."""
+        ...
 
 
 def check_records_for_add(
@@ -547,54 +556,3 @@ class SupportsPreparation(Protocol):
     def prepare(self, scope: Scope, *, dimensions: int) -> None:
         """Create what writing vectors of ``dimensions`` needs; idempotent."""
         ...
-
-
-OptionalCapability = Literal["lexical", "guarded_query", "preparation"]
-
-_METHODS: dict[OptionalCapability, tuple[str, ...]] = {
-    "lexical": ("lexical_query", "hybrid_query"),
-    "guarded_query": ("guarded_query",),
-    "preparation": ("prepare",),
-}
-
-
-def declared(capabilities: Capabilities) -> tuple[OptionalCapability, ...]:
-    """The optional capabilities a ``Capabilities`` value declares."""
-    flags: dict[OptionalCapability, bool] = {
-        "lexical": bool(capabilities.lexical_modes),
-        "guarded_query": capabilities.guarded_query,
-        "preparation": capabilities.preparation,
-    }
-    return tuple(name for name, on in flags.items() if on)
-
-
-def missing_methods(store: object) -> dict[OptionalCapability, tuple[str, ...]]:
-    """Per declared optional capability, the methods the store's *class* does not define.
-
-    The class, not the instance: a wrapper that delegates unknown attributes to another store
-    (``__getattr__``) does not implement ``guarded_query`` or ``hybrid_query`` itself, and
-    calling the wrapped store's would bypass the wrapper's own ``query``.
-    """
-    caps = getattr(store, "capabilities", None)
-    if not isinstance(caps, Capabilities):
-        return {}
-    out: dict[OptionalCapability, tuple[str, ...]] = {}
-    for name in declared(caps):
-        absent = tuple(m for m in _METHODS[name] if not callable(getattr(type(store), m, None)))
-        if absent:
-            out[name] = absent
-    return out
-
-
-def supports(
-    store: object, capability: OptionalCapability, capabilities: Capabilities | None = None
-) -> bool:
-    """Whether ``store`` both declares ``capability`` and its class defines its methods.
-
-    The one capability check of the use cases. A declared capability whose methods are
-    missing counts as absent here (the safe path) and fails the contract suite.
-    """
-    caps = capabilities if capabilities is not None else getattr(store, "capabilities", None)
-    if not isinstance(caps, Capabilities) or capability not in declared(caps):
-        return False
-    return all(callable(getattr(type(store), m, None)) for m in _METHODS[capability])

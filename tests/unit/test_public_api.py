@@ -191,3 +191,26 @@ def test_ragport_ports_exports_every_public_name_of_every_port_module():
     assert set(ragport.ports.__all__) == expected
     unresolved = [name for name in expected if not hasattr(ragport.ports, name)]
     assert not unresolved
+
+
+def test_every_protocol_member_of_every_port_has_a_docstring():
+    """Every method and property a port Protocol declares says what it promises.
+
+    If this fails, give the listed members a docstring in ragport/ports/.
+    """
+    import inspect
+
+    import ragport.ports
+
+    missing = []
+    for name in ragport.ports.__all__:
+        port = getattr(ragport.ports, name)
+        if not (inspect.isclass(port) and getattr(port, "_is_protocol", False)):
+            continue
+        for member, value in vars(port).items():
+            if member.startswith("_") and member not in ("__len__", "__contains__"):
+                continue
+            function = value.fget if isinstance(value, property) else value
+            if callable(function) and not (function.__doc__ or "").strip():
+                missing.append(f"{name}.{member}")
+    assert missing == []
