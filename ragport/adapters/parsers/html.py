@@ -273,7 +273,12 @@ def _prune(content: Any, names: bytes) -> None:
     # Only ``hidden``, ``aria-hidden`` or a non-empty ``style`` hide an element, and attribute
     # names are never escaped: a page that never spells them skips the XPath scan.
     if b"hidden" in names or _STYLE_ATTR.search(names):
-        for element in content.xpath(".//*[@hidden or @aria-hidden or @style]"):
+        # The same elements as .//*[@hidden or @aria-hidden or @style], in document order, for
+        # about half of libxml2's time: its predicate on every element is the slow part.
+        candidates = (
+            "(descendant::*/@hidden | descendant::*/@aria-hidden | descendant::*/@style)/.."
+        )
+        for element in content.xpath(candidates):
             if not _visible(element):
                 _drop(element)
     lxml.etree.strip_tags(content, *INLINE)
