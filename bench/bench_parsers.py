@@ -16,7 +16,7 @@ Each figure is the median of ``--repeat`` runs (default 5), ragport and the bare
 alternating. Also ``ragport ingest`` of 200
 mixed files (in-memory store, hash embedder) split into parse, embed and write time.
 
-Run: .venv/bin/python bench/bench_parsers.py [--repeat N] [--skip-ingest]
+Run: .venv/bin/python bench/bench_parsers.py [--repeat N] [--skip-ingest] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -216,7 +216,9 @@ def paired_seconds(
     return statistics.median(a), statistics.median(b)
 
 
-def parse_figures(repeat: int) -> list[tuple[str, int, float, float]]:
+def parse_figures(
+    repeat: int, only: list[str] | None = None
+) -> list[tuple[str, int, float, float]]:
     from ragport.adapters.parsers import (
         DocxParser,
         HtmlParser,
@@ -226,14 +228,18 @@ def parse_figures(repeat: int) -> list[tuple[str, int, float, float]]:
     )
 
     cases = [
-        ("HTML", html_page(), HtmlParser(), bare_html),
-        ("PDF", pdf_document(), PdfParser(), bare_pdf),
-        ("DOCX", docx_document(), DocxParser(), bare_docx),
-        ("Markdown", markdown_document(), MarkdownParser(), bare_markdown),
-        ("reST", rst_document(), RstParser(), bare_rst),
+        ("HTML", html_page, HtmlParser(), bare_html),
+        ("PDF", pdf_document, PdfParser(), bare_pdf),
+        ("DOCX", docx_document, DocxParser(), bare_docx),
+        ("Markdown", markdown_document, MarkdownParser(), bare_markdown),
+        ("reST", rst_document, RstParser(), bare_rst),
     ]
+    wanted = {name.lower() for name in only} if only else None
     rows = []
-    for name, data, parser, bare in cases:
+    for name, make, parser, bare in cases:
+        if wanted is not None and name.lower() not in wanted:
+            continue
+        data = make()
         ours, theirs = paired_seconds(
             lambda p=parser, d=data: p.parse(d), lambda b=bare, d=data: b(d), repeat
         )
@@ -311,10 +317,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--skip-ingest", action="store_true")
+    parser.add_argument(
+        "--only", action="append", metavar="NAME", help="one parser (HTML, PDF, ...); repeatable"
+    )
     args = parser.parse_args()
     print("| Parser | Document | ragport MB/s | bare call MB/s | ratio |")
     print("|---|---|---|---|---|")
-    for name, size, ours, bare in parse_figures(args.repeat):
+    for name, size, ours, bare in parse_figures(args.repeat, args.only):
         print(f"| {name} | {size / 1e3:,.0f} KB | {ours:.3g} | {bare:.3g} | {ours / bare:.2f}x |")
     if not args.skip_ingest:
         f = ingest_figures()

@@ -132,6 +132,56 @@ def test_html_malformed_is_parsed_but_too_deep_is_refused():
     assert HtmlParser(max_depth=700).parse(medium).text == "x"
 
 
+def test_html_hidden_elements_are_found_whatever_the_attribute_spelling():
+    """hidden / aria-hidden / style are matched in any case, with spaces or an escaped value.
+
+    If this fails, check the attribute-name pre-check (names, _STYLE_ATTR) in _prune.
+    """
+    page = (
+        b'<main><p>keep</p><div HIDDEN>x</div><p STYLE = "Display: None">y</p>'
+        b'<p style="display&#58;none">z</p><section aria-hidden=" TRUE ">w</section>'
+        b'<p aria-hidden="false">shown</p><p style="color: red">red</p>t\xc3\xa9il</main>'
+    )
+    assert HtmlParser().parse(page).text == "keep\n\nshown\n\nred\n\nt\u00e9il"
+    only_style = b'<main><p>keep</p><p STYLE\n= "Display: None">y</p><p>z</p></main>'
+    assert HtmlParser().parse(only_style).text == "keep\n\nz"  # the page never says "hidden"
+
+
+def test_html_role_main_is_the_content_root_when_there_is_no_visible_main():
+    """[role=main] (any case of the attribute name) wins over <body>; a hidden <main> is skipped.
+
+    If this fails, check _content_root and its "role" pre-check.
+    """
+    page = b'<body><div>chrome</div><div ROLE="main"><p>content</p></div></body>'
+    assert HtmlParser().parse(page).text == "content"
+    page = b"<body><main hidden>old</main><section role=main><h2>New</h2><p>x</p></section></body>"
+    assert HtmlParser().parse(page).text == "## New\n\nx"
+
+
+def test_html_rendering_is_pinned_byte_for_byte():
+    """Numbered and nested lists, blocks and tables in items, fences, tails: the exact text.
+
+    The walk is the parser's hot loop and is tuned for speed; this pins its output (current
+    quirks included: a heading inside an item is not indented, the content root's tail text
+    is kept). If this fails, check _Walker.walk, flush and close in html.py.
+    """
+    page = (
+        b"<article><h1>Guide</h1>intro <foo>in <b>foo</b></foo> text<br>after break"
+        b"<ol><li>one<li><p>two</p><p>two more</p><li>three<ol><li>a</li><li>b<table><tr>"
+        b"<td>c1<td> c 2 </td></tr><tr><td></td><td></td></tr></table></li></ol></li></ol>"
+        b"<ul><li>\n  <div>lead</div>\n rest</li><li><h3>Head in item</h3>body</li>"
+        b"<li><pre>code\n```\nx</pre></li></ul><dl><dt>term</dt><dd>defn</dd></dl><hr>"
+        b"<pre>\n\nkeep   spaces\n\n</pre>tail&nbsp;text&emsp;x<table><tr><th>A</th><th>B</th>"
+        b"</tr></table><h2></h2><h4>  four  </h4></article>after"
+    )
+    assert HtmlParser().parse(page).text == (
+        "# Guide\n\nintro in foo text\nafter break\n\n"
+        "1. one\n2. two\n   two more\n3. three\n  1. a\n  2. b\n     c1 | c 2\n\n"
+        "- lead\n  rest\n### Head in item\n- body\n````\ncode\n```\nx\n````\n\n"
+        "term\ndefn\n\n```\nkeep   spaces\n```\n\ntail text x\n\nA | B\n\n#### four\n\nafter"
+    )
+
+
 # --- reStructuredText ---------------------------------------------------------------------------
 
 

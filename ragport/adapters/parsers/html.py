@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from itertools import repeat
 from typing import Any
 
 from ragport.adapters.parsers._common import BaseParser, Deadline, check_abort, failed
@@ -125,6 +126,7 @@ _BOMS = (
     (codecs.BOM_UTF16_BE, "utf-16-be"),
 )
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
+_STYLE_ATTR = re.compile(rb"style\s*=")
 
 
 class HtmlParser(BaseParser):
@@ -195,8 +197,11 @@ class HtmlParser(BaseParser):
         lang = root.get("lang") or root.get("{http://www.w3.org/XML/1998/namespace}lang")
         if lang and lang.strip():
             metadata["lang"] = lang.strip()
-        content = _content_root(root)
-        _prune(content)
+        # The page's ASCII, lower-cased (other characters dropped, which can only add matches):
+        # enough to tell which attribute names it ever spells.
+        names = text.encode("ascii", "ignore").lower()
+        content = _content_root(root, names)
+        _prune(content, names)
         deadline.check()
         out = _Walker(self._max_depth, deadline, abort, media_type).walk(content)
         if len(out) > self._max_bytes:
@@ -245,22 +250,37 @@ def _decode(data: bytes, media_type: str | None) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _content_root(root: Any) -> Any:
-    for path in ("//main", "//*[@role='main']", "//article", "//body"):
-        for found in root.xpath(path):
-            if _visible(found):
-                return found
+def _content_root(root: Any, names: bytes) -> Any:
+    """The first visible ``<main>``, ``[role=main]``, ``<article>``, ``<body>``, else ``root``."""
+    for tag in ("main", "role", "article", "body"):
+        if tag == "role":
+            # An attribute name is never escaped, so a page that never spells it has none;
+            # the XPath scan of the whole tree is skipped then.
+            found = root.xpath("//*[@role='main']") if b"role" in names else ()
+        else:
+            found = root.iter(tag)  # document order, as //tag
+        for element in found:
+            if _visible(element):
+                return element
     return root
 
 
-def _prune(content: Any) -> None:
+def _prune(content: Any, names: bytes) -> None:
     """Drop chrome and hidden elements (tails kept), then unwrap inline tags, in place."""
     import lxml.etree
 
     lxml.etree.strip_elements(content, *DROP, with_tail=False)
-    for element in content.xpath(".//*[@hidden or @aria-hidden or @style]"):
-        if not _visible(element):
-            _drop(element)
+    # Only ``hidden``, ``aria-hidden`` or a non-empty ``style`` hide an element, and attribute
+    # names are never escaped: a page that never spells them skips the XPath scan.
+    if b"hidden" in names or _STYLE_ATTR.search(names):
+        # The same elements as .//*[@hidden or @aria-hidden or @style], in document order, for
+        # about half of libxml2's time: its predicate on every element is the slow part.
+        candidates = (
+            "(descendant::*/@hidden | descendant::*/@aria-hidden | descendant::*/@style)/.."
+        )
+        for element in content.xpath(candidates):
+            if not _visible(element):
+                _drop(element)
     lxml.etree.strip_tags(content, *INLINE)
 
 
@@ -288,6 +308,16 @@ def _visible(element: Any) -> bool:
     return not (style and _HIDDEN_STYLE.search(style))
 
 
+# What the walk does at an element's start and end (see _Walker.walk); other tags only add
+# their text.
+_BLOCK, _TERM, _LIST, _HEADING, _ITEM, _CELL, _BREAK, _ROW, _PRE = range(1, 10)
+KINDS: dict[str, int] = {tag: _BLOCK for tag in BLOCKS}
+KINDS.update(dict.fromkeys(("dt", "dd"), _TERM))
+KINDS.update(dict.fromkeys(("ul", "ol"), _LIST))
+KINDS.update(dict.fromkeys(HEADINGS, _HEADING))
+KINDS.update({"li": _ITEM, "td": _CELL, "th": _CELL, "br": _BREAK, "tr": _ROW, "pre": _PRE})
+
+
 class _Walker:
     """An explicit-stack walk (no recursion) that writes lines and blank-line separators."""
 
@@ -303,64 +333,93 @@ class _Walker:
         # Open list items: [prefix, indent, prefix already used]
         self.items: list[list[Any]] = []
         self.lists: list[list[Any]] = []  # [ordered, counter]
-        self.steps = 0
 
     def walk(self, top: Any) -> str:
-        stack: list[tuple[int, Any, int]] = [(0, top, 0)]  # (phase, element, depth)
+        # The hot loop of the parser: state in locals, one dict lookup per element, and an
+        # element with children is revisited after them to close it.
+        lines, inline, items, lists = self.lines, self.inline, self.items, self.lists
+        add, flush, blank, close = inline.append, self.flush, self.blank, self.close
+        kinds, max_depth = KINDS, self.max_depth
+        # (element, depth) to open it; (element, -1 - kind) to close it after its children
+        stack: list[tuple[Any, int]] = [(top, 0)]
+        push, pop, extend = stack.append, stack.pop, stack.extend
+        steps = 0
         while stack:
-            phase, element, depth = stack.pop()
-            if phase == 1:
-                self.close(element)
-                if element.tail:
-                    self.inline.append(element.tail)
+            element, depth = pop()
+            if depth < 0:
+                if depth != -1:
+                    close(element, -1 - depth)
+                tail = element.tail
+                if tail:
+                    add(tail)
                 continue
-            self.steps += 1
-            if self.steps % 4096 == 0:
+            steps += 1
+            if steps % 4096 == 0:
                 self.deadline.check()
                 check_abort(self.abort)
-            if depth > self.max_depth:
+            if depth > max_depth:
                 raise ParseError(
-                    f"the document nests deeper than {self.max_depth} elements",
+                    f"the document nests deeper than {max_depth} elements",
                     reason="too_deep",
                     media_type=self.media_type,
                 )
             tag = element.tag  # libxml2's HTML parser gives lower-case names
             if not isinstance(tag, str) or tag in DROP:
-                if element.tail and element is not top:
-                    self.inline.append(element.tail)
+                if element is not top:
+                    tail = element.tail
+                    if tail:
+                        add(tail)
                 continue
-            if tag == "tr":
-                self.flush()
-                self.table_row(element)
-                if element.tail:
-                    self.inline.append(element.tail)
+            kind = kinds.get(tag, 0)
+            if kind in (_ROW, _PRE):
+                if kind == _ROW:
+                    flush()
+                    self.table_row(element)
+                else:
+                    self.pre(element)
+                tail = element.tail
+                if tail:
+                    add(tail)
                 continue
-            if tag == "pre":
-                self.pre(element)
-                if element.tail:
-                    self.inline.append(element.tail)
+            if kind:
+                flush()
+                if kind in (_BLOCK, _HEADING):
+                    blank()
+                elif kind == _LIST:
+                    blank()
+                    lists.append([tag == "ol", 0])
+                elif kind == _ITEM:
+                    ordered = bool(lists) and lists[-1][0]
+                    if lists:
+                        lists[-1][1] += 1
+                    marker = f"{lists[-1][1]}. " if ordered else "- "
+                    items.append([marker, "  " * max(0, len(lists) - 1), False])
+            text = element.text
+            children = element[::-1]  # a slice costs lxml less than reversed() or len()
+            if not children:  # a leaf: no need to come back for it
+                if text:
+                    add(text)
+                if kind:
+                    close(element, kind)
+                tail = element.tail
+                if tail:
+                    add(tail)
                 continue
-            self.open(tag, element)
-            if len(element) == 0:  # a leaf: no need to come back for it
-                if element.text:
-                    self.inline.append(element.text)
-                self.close(element)
-                if element.tail:
-                    self.inline.append(element.tail)
-                continue
-            stack.append((1, element, depth))
-            if element.text:
-                self.inline.append(element.text)
-            for child in reversed(element):
-                stack.append((0, child, depth + 1))
-        self.flush()
-        while self.lines and self.lines[-1] == "":
-            self.lines.pop()
-        return "\n".join(self.lines)
+            push((element, -1 - kind))
+            if text:
+                add(text)
+            extend(zip(children, repeat(depth + 1)))
+        flush()
+        while lines and lines[-1] == "":
+            lines.pop()
+        return "\n".join(lines)
 
     def flush(self) -> None:
-        text = " ".join("".join(self.inline).split())
-        self.inline.clear()
+        inline = self.inline
+        if not inline:
+            return
+        text = " ".join("".join(inline).split())
+        inline.clear()
         if not text:
             return
         if self.items:
@@ -374,43 +433,24 @@ class _Walker:
         if self.lines and self.lines[-1] != "" and not self.items:
             self.lines.append("")
 
-    def open(self, tag: str, element: Any) -> None:
-        if tag in HEADINGS or tag in BLOCKS:
-            self.flush()
-            if tag not in ("dt", "dd"):
-                self.blank()
-            if tag in ("ul", "ol"):
-                self.lists.append([tag == "ol", 0])
-        elif tag == "li":
-            self.flush()
-            ordered = bool(self.lists) and self.lists[-1][0]
-            if self.lists:
-                self.lists[-1][1] += 1
-            marker = f"{self.lists[-1][1]}. " if ordered else "- "
-            indent = "  " * max(0, len(self.lists) - 1)
-            self.items.append([marker, indent, False])
-        elif tag in ("td", "th") or tag == "br":
-            self.flush()
-
-    def close(self, element: Any) -> None:
-        tag = element.tag
-        if tag in HEADINGS:
+    def close(self, element: Any, kind: int) -> None:
+        if kind == _HEADING:
             text = " ".join("".join(self.inline).split())
             self.inline.clear()
             if text:
                 self.blank()
-                self.lines.append("#" * HEADINGS[tag] + " " + text)
+                self.lines.append("#" * HEADINGS[element.tag] + " " + text)
                 self.blank()
-        elif tag == "li":
+        elif kind == _ITEM:
             self.flush()
             self.items.pop()
-        elif tag in ("td", "th"):
+        elif kind == _CELL:
             self.flush()
-        elif tag in BLOCKS:
+        elif kind in (_BLOCK, _TERM, _LIST):
             self.flush()
-            if tag in ("ul", "ol") and self.lists:
+            if kind == _LIST and self.lists:
                 self.lists.pop()
-            if tag not in ("dt", "dd"):
+            if kind != _TERM:
                 self.blank()
 
     def table_row(self, row: Any) -> None:
