@@ -93,6 +93,12 @@ def _record(scope: Scope, row: sqlite3.Row) -> Record:
     )
 
 
+def _allowed(record: Record, grants: Mapping[str, Grant], caller: Authorization) -> bool:
+    """The grant rule for one record: a derived record needs every root source allowed."""
+    sources = record.access_sources
+    return bool(sources) and all(decide_access(s, grants.get(s), caller).allowed for s in sources)
+
+
 class _Db:
     """One connection's view of one scope: every statement of the store goes through ``run``."""
 
@@ -497,47 +503,43 @@ class SqliteStore:
         flt = parse_filter(metadata_filter)
         q = np.asarray(vector, dtype=np.float64).reshape(-1)
         with self._read(scope) as db:  # pointer, rows, tombstones and grants: one snapshot
-            pointer = db.pointer()
             rows = db.run(
                 f"SELECT * FROM records WHERE {IN_SCOPE} AND {VISIBLE} AND dimensions = :d",
-                p=pointer,
+                p=db.pointer(),
                 d=q.shape[0],
             ).fetchall()
             forgotten, grants = db.forgotten(), db.grants()
-        # The store's own predicate, all of it before the limit: tombstones, then the filter.
-        found = [(_record(scope, row), row["vector"]) for row in rows]
-        found = [(r, v) for r, v in found if not is_forgotten(r, forgotten)]
-        found = [(r, v) for r, v in found if flt is None or flt.matches(r.metadata)]
-        if limit <= 0 or not found:
+        if limit <= 0 or not rows:
             return []
-        matrix = np.stack([np.frombuffer(v, dtype="<f4") for _, v in found]).astype(np.float64)
+        matrix = np.stack([np.frombuffer(row["vector"], dtype="<f4") for row in rows])
         norms = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
-        scores = (matrix @ q) / np.where(norms == 0, 1.0, norms)
-        ranked = sorted(
-            zip(scores.tolist(), (r for r, _ in found), strict=True), key=lambda s: (-s[0], s[1].id)
-        )
+        scores = ((matrix @ q) / np.where(norms == 0, 1.0, norms)).tolist()
 
-        def allowed(record: Record) -> bool:  # the grant rule; a derived record needs every root
-            assert authorization is not None
-            sources = record.access_sources
-            return bool(sources) and all(
-                decide_access(s, grants.get(s), authorization).allowed for s in sources
-            )
-
+        # Best first (ties by id), the whole predicate applied to each row *before* it counts
+        # toward the limit; rows are turned into Records only as far as the walk goes.
+        hits: list[ScoredRecord] = []
+        unfiltered: list[Record] = []  # the top `limit` before the grant rule, for on_denied
+        for i in sorted(range(len(rows)), key=lambda i: (-scores[i], rows[i]["id"])):
+            record = _record(scope, rows[i])
+            if is_forgotten(record, forgotten) or (
+                flt is not None and not flt.matches(record.metadata)
+            ):
+                continue
+            if len(unfiltered) < limit:
+                unfiltered.append(record)
+            if authorization is None or _allowed(record, grants, authorization):
+                hits.append(ScoredRecord(record, scores[i]))
+                if len(hits) == limit:
+                    break
         if authorization is not None and on_denied is not None:
             sources = dict.fromkeys(
-                s for _, r in ranked[:limit] for s in (r.access_sources or (r.source_id,))
+                s for r in unfiltered for s in r.access_sources or (r.source_id,)
             )
-            denied = [
-                d
-                for d in (decide_access(s, grants.get(s), authorization) for s in sources)
-                if not d.allowed
-            ]
+            decisions = (decide_access(s, grants.get(s), authorization) for s in sources)
+            denied = [d for d in decisions if not d.allowed]
             if denied:
                 on_denied(denied)
-        if authorization is not None:
-            ranked = [(score, r) for score, r in ranked if allowed(r)]
-        return [ScoredRecord(r, float(score)) for score, r in ranked[:limit]]
+        return hits
 
     # -- grants -----------------------------------------------------------------------------
     def set_source_access(self, scope: Scope, grants: Sequence[Grant]) -> None:
