@@ -37,7 +37,14 @@ from ragport.domain.model import (
     strongest_tombstone,
 )
 from ragport.ports.embedder import Vector, VectorMatrix
-from ragport.ports.store import ChunkStore, EmbedderKey, ScoredRecord, rekey_collides
+from ragport.ports.store import (
+    ChunkStore,
+    EmbedderKey,
+    ScoredRecord,
+    check_records_for_add,
+    check_stored_ids,
+    rekey_collides,
+)
 
 __all__ = ["SqliteStore"]
 
@@ -155,31 +162,15 @@ class _Records:
         self._db = db
 
     def add(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
-        matrix = np.asarray(vectors)
-        if matrix.ndim != 2 or matrix.shape[0] != len(records):
-            raise ValidationError("vectors must have one row per record", field="vectors")
-        if not np.all(np.isfinite(matrix)):
-            raise ValidationError("vectors must be finite", field="vectors")
-        if any(r.scope != self._db.scope for r in records):
-            raise ScopeError("record scope differs from the unit of work's", field="scope")
-        if len({r.id for r in records}) != len(records):
-            raise ValidationError("duplicate record id in one write", field="id")
-        for record in records:  # every check before the first write: a refused add writes nothing
-            if record.dimensions != matrix.shape[1]:
-                raise ValidationError(
-                    "record dimensions differ from its vector", field="dimensions"
-                )
-            owners = self._db.run(
-                f"SELECT source_id FROM records WHERE {IN_SCOPE} AND id = :id"
-                " AND (retired_generation IS NULL OR generation = :g)",
-                id=record.id,
-                g=record.generation,
-            )
-            if any(owner[0] != record.source_id for owner in owners):
-                raise ValidationError("record id is live for another source", field="id")
+        # The port's own checks, all before the first write: a refused add writes nothing.
+        matrix = check_records_for_add(self._db.scope, records, vectors)
+        ids = json.dumps([r.id for r in records])
+        check_stored_ids(
+            records, self._db.records("id IN (SELECT value FROM json_each(:i))", i=ids)
+        )
         for record, vector in zip(records, matrix, strict=True):
             self._db.run(
-                "INSERT OR REPLACE INTO records VALUES (:t, :r, :c, :id, :generation,"
+                "INSERT INTO records VALUES (:t, :r, :c, :id, :generation,"
                 " :retired_generation, :source_id, :kind, :text, :metadata, :embedder_id,"
                 " :dimensions, :content_hash, :lineage, :roots, :chunk_index, :start, :end, :vector)",
                 id=record.id,
