@@ -35,6 +35,7 @@ from ragport.domain.model import (
     decide_access,
     is_forgotten,
     strongest_tombstone,
+    validate_text,
 )
 from ragport.ports.embedder import Vector, VectorMatrix
 from ragport.ports.store import (
@@ -461,6 +462,7 @@ class SqliteStore:
             return db.pointer()
 
     def get_by_source(self, scope: Scope, source_id: str) -> Sequence[Record]:
+        validate_text(source_id, field="source_id")  # NUL or a lone surrogate: refused, not "none"
         with self._read(scope) as db:
             return list(db.visible("source_id = :s", s=source_id))
 
@@ -541,11 +543,10 @@ class SqliteStore:
     def check_source_access(
         self, scope: Scope, source_ids: Sequence[str], authorization: Authorization
     ) -> Mapping[str, AccessDecision]:
+        wanted = [validate_text(s, field="source_ids") for s in dict.fromkeys(source_ids)]
         with self._read(scope) as db:
             grants = db.grants()
-        return {
-            s: decide_access(s, grants.get(s), authorization) for s in dict.fromkeys(source_ids)
-        }
+        return {s: decide_access(s, grants.get(s), authorization) for s in wanted}
 
 
 if TYPE_CHECKING:  # mypy proves the structural match with the port; nothing runs here
