@@ -21,7 +21,7 @@ class TestSqliteStore(ChunkStoreContract):
     def store(self, tmp_path: Path) -> Iterator[SqliteStore]:
         yield SqliteStore(tmp_path / "ragport.sqlite3")  # a new, empty file per test
 
-    # Workaround for a suite bug (CONTRACT_VERSION 1.9): the guarded-query section's autouse
+    # Workaround for a suite bug (CONTRACT_VERSION 1.10): the guarded-query section's autouse
     # skip applies to every test of ChunkStoreContract, so a store that does not declare
     # guarded_query would skip the whole suite. Delete this fixture once the suite is fixed.
     @pytest.fixture(autouse=True)
