@@ -18,11 +18,12 @@ $(STAMP): $(BIN)/python pyproject.toml
 install: $(STAMP)
 
 lint: install
-	$(BIN)/ruff check ragport tests bench
-	$(BIN)/ruff format --check ragport tests bench
+	$(BIN)/ruff check ragport tests bench examples
+	$(BIN)/ruff format --check ragport tests bench examples
 
 typecheck: install
 	$(BIN)/mypy
+	$(BIN)/mypy --strict examples/sqlite_store
 
 layers: install
 	$(BIN)/lint-imports
