@@ -68,7 +68,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.10"
+CONTRACT_VERSION = "1.11"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -98,6 +98,9 @@ CONTRACT_VERSION = "1.10"
 # 1.10 CheckpointStoreContract (versioned compare-and-set per connector and exact scope,
 #      one winner among racing writers), ConnectorContract (bootstrap paging, changes after
 #      upstream edits, idempotent replays, SyncCursorError for foreign cursors).
+# 1.11 Fix: an optional section (guarded query, forgetting, re-point uniqueness) skips only its
+#      own tests; up to 1.10 its autouse skip applied to every test of ChunkStoreContract, so a
+#      store without guarded_query, transactions or generations skipped the whole suite.
 
 __all__ = [
     "CONTRACT_VERSION",

@@ -256,3 +256,62 @@ def test_the_grant_scan_sees_an_unrecorded_write(tmp_path: Path) -> None:
         "    uow.grants.set(granted(uow.scope, grants))\n"
     )
     assert _grant_writes_not_recorded(module) == ["suite.py:2", "suite.py:3"]
+
+
+MINIMAL_MODULE = """
+import attrs
+import pytest
+
+from ragport.adapters.memory import InMemoryStore
+from ragport.contract_tests import ChunkStoreContract
+
+
+class Minimal(InMemoryStore):
+    @property
+    def capabilities(self):
+        return attrs.evolve(
+            super().capabilities, guarded_query=False, transactions={transactions},
+            generations={transactions},
+        )
+
+
+class TestMinimal(ChunkStoreContract):
+    @pytest.fixture
+    def store(self):
+        yield Minimal()
+"""
+
+
+@pytest.mark.parametrize(
+    "transactions", [True, False], ids=["no-guarded-query", "nothing-optional"]
+)
+def test_an_optional_section_skips_only_its_own_tests(
+    pytester: pytest.Pytester, transactions: bool
+) -> None:
+    """A store that declares neither guarded_query (nor, in the second case, transactions and
+    generations) still runs the scope and query tests and the canary: only the sections that
+    need those capabilities skip.
+
+    If this fails, look for an autouse fixture in a ChunkStoreContract mixin that skips: it
+    applies to every test of the aggregate. Check the requirement inside each test instead.
+    """
+    pytester.makepyfile(MINIMAL_MODULE.replace("{transactions}", str(transactions)))
+    recorder = pytester.inline_run(
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:asyncio",
+        "-k",
+        "test_query_orders_by_score_then_id or test_isolation_canary "
+        "or test_guarded_query_equals_the_two_separate_reads "
+        "or test_the_predicate_withholds_a_derived_record_by_its_roots",
+    )
+    outcomes = _outcomes(recorder.getreports("pytest_runtest_logreport"))
+    assert outcomes["test_query_orders_by_score_then_id"] == ("call", "passed")
+    assert outcomes["test_isolation_canary"] == ("call", "passed")
+    assert outcomes["test_guarded_query_equals_the_two_separate_reads"][1] == "skipped"
+    forgetting = outcomes["test_the_predicate_withholds_a_derived_record_by_its_roots"]
+    if transactions:
+        assert forgetting == ("call", "passed")
+    else:
+        assert forgetting[1] == "skipped"

@@ -131,11 +131,6 @@ def _ids_unique_everywhere(store: ChunkStore, scope: Scope, sources: Sequence[st
 class ChunkStoreForgettingContract(_ChunkStoreContractBase):
     """Nothing resting on a forgotten source is served again, at any depth."""
 
-    @pytest.fixture(autouse=True)
-    def _capable(self, store: ChunkStore) -> None:
-        _require_transactions(store)
-        _require_generations(store)
-
     def test_the_predicate_withholds_a_derived_record_by_its_roots(self, store: ChunkStore) -> None:
         """A derived record whose only forgotten id is a root (two levels up) is never served.
 
@@ -143,6 +138,8 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
         ``guarded_query``): besides id, source and lineage it must test ``roots`` against
         the forgotten ids (``ragport.domain.model.is_forgotten``).
         """
+        _require_transactions(store)
+        _require_generations(store)
         _source(store, "fg-s", "the forgotten source")
         _derived(store, "fg-d1", ["fg-s"])
         _derived(store, "fg-d2", ["fg-d1"])
@@ -162,6 +159,8 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
         If this fails, check ``application.derived._roots``: every ancestor and root of the new
         record is tested against the scope's forgotten tombstones before anything is written.
         """
+        _require_transactions(store)
+        _require_generations(store)
         _source(store, "fg-s", "the forgotten source")
         _derived(store, "fg-d1", ["fg-s"])
         _source(store, "fg-x", "an unrelated source")
@@ -184,6 +183,8 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
         id and rewrites lineage, and that the propagation closure follows dependents by record
         id and source id (``application.propagation._closure``).
         """
+        _require_transactions(store)
+        _require_generations(store)
         _source(store, "fg-s", "the forgotten source")
         _derived(store, "fg-d1", ["fg-s"])
         _derived(store, "fg-d2", ["fg-d1"])
@@ -208,6 +209,8 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
         closure must tombstone what a rollback can restore) and the roots test of the store
         predicate.
         """
+        _require_transactions(store)
+        _require_generations(store)
         _source(store, "fg-s", "the forgotten source")
         _derived(store, "fg-d1", ["fg-s"])
         _derived(store, "fg-d2", ["fg-d1"])
@@ -230,6 +233,8 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
 
         If this fails, check that the closure walks retired versions (``find_dependents``).
         """
+        _require_transactions(store)
+        _require_generations(store)
         _source(store, "fg-s", "the source that stays")
         _derived(store, "fg-d1", ["fg-s"])
         _derived(store, "fg-d2", ["fg-d1"])
@@ -248,6 +253,8 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
 
         If this fails, check repoint_source's tombstone check before ``rekey``.
         """
+        _require_transactions(store)
+        _require_generations(store)
         _source(store, "fg-s", "the forgotten source")
         _source(store, "fg-x", "another source")
         _grant_all(store, "fg-s", "fg-x", "fg-d1")
@@ -266,6 +273,8 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
 
         If this fails, check ``require_kind`` in the use cases before they retire anything.
         """
+        _require_transactions(store)
+        _require_generations(store)
         _source(store, "fg-s", "a source of chunks")
         _derived(store, "fg-d1", ["fg-s"])
         generation = store.current_generation(SCOPE)
@@ -283,11 +292,6 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
 class ChunkStoreRepointUniquenessContract(_ChunkStoreContractBase):
     """Re-pointing keeps record ids unique at every pointer a scope can reach."""
 
-    @pytest.fixture(autouse=True)
-    def _capable(self, store: ChunkStore) -> None:
-        _require_transactions(store)
-        _require_generations(store)
-
     def _refused(self, store: ChunkStore, from_id: str, to_id: str) -> None:
         before = {s: list(store.get_by_source(SCOPE, s)) for s in (from_id, to_id)}
         with pytest.raises(ValidationError) as caught:
@@ -304,6 +308,8 @@ class ChunkStoreRepointUniquenessContract(_ChunkStoreContractBase):
         If this fails, check ``rekey``: a retired row of the destination id retired above
         max(moved row's generation, floor) collides (``ragport.ports.store.rekey_collides``).
         """
+        _require_transactions(store)
+        _require_generations(store)
         _source(store, "uq-a", "text of a")
         _source(store, "uq-b", "text of b")
         two = store.current_generation(SCOPE)
@@ -320,6 +326,8 @@ class ChunkStoreRepointUniquenessContract(_ChunkStoreContractBase):
         If this fails, check ``rekey``: a row retired at a generation above the pointer is
         still visible there.
         """
+        _require_transactions(store)
+        _require_generations(store)
         _source(store, "uq-a", "text of a")
         _source(store, "uq-c", "text of c")
         replace_source(
@@ -343,6 +351,8 @@ class ChunkStoreRepointUniquenessContract(_ChunkStoreContractBase):
         If this fails, check ``rekey_collides``: the moved row is only visible from its own
         generation on, and nothing below the floor can come back.
         """
+        _require_transactions(store)
+        _require_generations(store)
         _source(store, "uq-b", "old b")
         delete_source(source_id="uq-b", store=store, scope=SCOPE)
         _source(store, "uq-a", "text of a")  # written after b's deletion

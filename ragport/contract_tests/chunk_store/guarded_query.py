@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from ragport.contract_tests._support import (
     CONTRACT_EMBEDDER_ID,
     derived_batch,
@@ -39,10 +37,6 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
     of its own drift-guard and tombstone reads, so every answer must equal the separate reads.
     """
 
-    @pytest.fixture(autouse=True)
-    def _needs_guarded_query(self, store: ChunkStore) -> None:
-        _require_guarded_query(store)
-
     def _guarded(self, store: ChunkStore, scope: Scope, vector: Vector, **kwargs: Any) -> Any:
         assert isinstance(store, SupportsGuardedQuery)
         return store.guarded_query(
@@ -54,6 +48,7 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
 
         If this fails, compare the guarded statement with query's and foreign_embedders'.
         """
+        _require_guarded_query(store)
         publish_sources(store, SCOPE, {"a": ["alpha one", "alpha two"], "b": ["beta"]})
         vector = hash_vector("alpha one")
         answer = self._guarded(store, SCOPE, vector, limit=QUERY_ALL)
@@ -70,6 +65,7 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
 
         If this fails, check the drift-guard part of the guarded statement (visible rows only).
         """
+        _require_guarded_query(store)
         publish_sources(store, SCOPE, {"a": ["alpha"]})
         publish_sources(store, SCOPE, {"b": ["beta"]}, embedder_id="contract-other:8")
         publish_sources(store, SCOPE, {"c": ["gamma"]}, embedder_id=None)
@@ -101,6 +97,7 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
         If this fails, check any shortcut the guard takes (PostgreSQL probes the first and last
         (embedder_id, dimensions) in index order, where rows without an id sort last).
         """
+        _require_guarded_query(store)
         publish_sources(store, SCOPE, {"a": ["alpha", "alpha two"]})
         publish_sources(store, SCOPE, {"z": ["zeta"]}, embedder_id=None)
         vector = hash_vector("alpha")
@@ -117,6 +114,7 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
 
         If this fails, check that the guard still answers when the vector leg finds nothing.
         """
+        _require_guarded_query(store)
         vector = hash_vector("alpha")
         empty = self._guarded(store, SCOPE, vector, limit=QUERY_ALL)
         assert empty.foreign_embedders == frozenset() and list(empty.records) == []
@@ -136,6 +134,7 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
         If this fails, check that the guarded statement applies the same tombstone predicate
         as query (record id, source id, lineage; 'forgotten' only) before the limit.
         """
+        _require_guarded_query(store)
         with store.unit_of_work(SCOPE) as uow:
             staged = uow.generations.stage()
             for source_id in ("keep", "gone-src", "partly"):
@@ -176,6 +175,7 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
 
         If this fails, check that the guarded statement shares query's predicate.
         """
+        _require_guarded_query(store)
         _require_acl(store)
         publish_sources(
             store,
