@@ -22,6 +22,7 @@ from ragport.application import (
     Rag,
     ReplaceResult,
     SyncResult,
+    publish_generation,
     replace_document,
     replace_source,
     sync_knowledge,
@@ -30,7 +31,7 @@ from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
 from ragport.domain.errors import RagportError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, Limits, check_limit
-from ragport.domain.model import Scope
+from ragport.domain.model import Chunk, Scope
 from ragport.ports.documents import Parser
 from ragport.ports.embedder import Embedder
 from ragport.ports.status import IngestionStatusStore
@@ -39,17 +40,26 @@ from ragport.ports.sync import CheckpointStore, Connector
 
 __all__ = [
     "DOCUMENT_SUFFIXES",
+    "CliConfig",
     "CorpusRoots",
     "FileOutcome",
+    "QueryDefaults",
+    "ReindexResult",
+    "SourceRow",
     "Stores",
     "build_embedder",
     "collect_documents",
     "demo_documents",
+    "embedder_name_for",
+    "find_config",
     "ingest_files",
     "ingest_text",
+    "list_sources",
+    "load_config",
     "open_checkpoints",
     "open_rag",
     "open_stores",
+    "reindex_corpus",
     "sync_connector",
     "walk_documents",
 ]
@@ -459,3 +469,183 @@ def sync_connector(
         overlap=overlap,
         limits=ingest_limits(max_bytes),
     )
+
+
+def embedder_name_for(embedder_id: str) -> str | None:
+    """The ``build_embedder`` name of a stored embedder id (``None`` for one ragport did not build)."""
+    if embedder_id.startswith("hash-v1:256"):
+        return "hash"
+    if embedder_id.startswith("all-minilm-l6-v2"):
+        return "minilm"
+    return None
+
+
+@attrs.frozen
+class SourceRow:
+    """One source of a corpus as ``ragport sources`` lists it."""
+
+    source_id: str
+    state: str
+    chunks: int
+    generation: int | None
+    content_hash: str | None
+    embedder: str | None
+
+
+def list_sources(
+    stores: Stores,
+    scope: Scope,
+    *,
+    start: str | None = None,
+    limit: int | None = None,
+    counts: bool = True,
+) -> Iterator[SourceRow]:
+    """Every source visible in ``scope`` (``ChunkStore.list_source_ids``), by id, after ``start``.
+
+    Pages through the store (no cap on the total); with ``counts`` each source's visible
+    records are read for its chunk count, generation, content hash and embedder, and its
+    ingestion status (``unknown`` when the source was written without one).
+    """
+    after = start
+    shown = 0
+    while True:
+        page_size = 500 if limit is None else min(500, limit - shown)
+        if page_size <= 0:
+            return
+        ids = stores.chunks.list_source_ids(scope, after=after, limit=page_size)
+        for source_id in ids:
+            records = stores.chunks.get_by_source(scope, source_id) if counts else ()
+            first = records[0] if records else None
+            status = stores.status.get(scope, source_id) if counts else None
+            yield SourceRow(
+                source_id=source_id,
+                state=status.state if status is not None else "unknown",
+                chunks=len(records),
+                generation=max((r.generation for r in records), default=None),
+                content_hash=first.content_hash if first else None,
+                embedder=first.embedder_id if first else None,
+            )
+            shown += 1
+        if len(ids) < page_size:
+            return
+        after = ids[-1]
+
+
+@attrs.frozen
+class ReindexResult:
+    """``sources`` and ``chunks`` re-embedded, visible together at ``generation``."""
+
+    sources: int
+    chunks: int
+    generation: int
+    embedder: str
+
+
+def reindex_corpus(
+    *,
+    store: ChunkStore,
+    scope: Scope,
+    embedder: Embedder,
+    sources: Sequence[str],
+    status_store: IngestionStatusStore | None = None,
+    on_source: Callable[[int, str], None] | None = None,
+) -> ReindexResult:
+    """Re-embed every chunk of ``sources`` under ``embedder``, published in one generation.
+
+    Each source is staged with ``advance_generation=False`` (readers keep the old vectors),
+    then one ``publish_generation`` makes all of them visible at once. Derived records are
+    not re-embedded here (re-run whatever built them).
+    """
+    chunks_done = 0
+    for n, source_id in enumerate(sources, start=1):
+        records = [r for r in store.get_by_source(scope, source_id) if r.kind == "chunk"]
+        chunks = [
+            Chunk(
+                id=r.id,
+                source_id=r.source_id,
+                index=r.chunk_index if r.chunk_index is not None else i,
+                start=r.start if r.start is not None else 0,
+                end=r.end if r.end is not None else len(r.text),
+                text=r.text,
+                metadata=dict(r.metadata),
+            )
+            for i, r in enumerate(sorted(records, key=lambda r: (r.chunk_index or 0, r.id)))
+        ]
+        replace_source(
+            source_id=source_id,
+            chunks=chunks,
+            embedder=embedder,
+            store=store,
+            scope=scope,
+            content_hash=records[0].content_hash if records else None,
+            skip_if_unchanged=False,
+            advance_generation=False,
+            status_store=status_store,
+        )
+        chunks_done += len(chunks)
+        if on_source is not None:
+            on_source(n, source_id)
+    generation = publish_generation(store=store, scope=scope)
+    return ReindexResult(len(sources), chunks_done, generation, embedder.id)
+
+
+@attrs.frozen
+class QueryDefaults:
+    """``[query]`` in ragport.toml: defaults for ``ragport query``."""
+
+    top_k: int = 5
+    mode: str = "vector"
+    lexical: str | None = None
+    rerank: str | None = None
+
+
+@attrs.frozen
+class CliConfig:
+    """A ``ragport.toml``: store, scope, embedder and query defaults (every key optional)."""
+
+    store: str | None = None
+    schema: str = "ragport"
+    tenant: str = "local"
+    resource: str = "default"
+    corpus: str = "default"
+    embedder: str = "minilm"
+    query: QueryDefaults = QueryDefaults()
+
+
+CONFIG_FILE = "ragport.toml"
+
+
+def find_config(start: Path) -> Path | None:
+    """The nearest ``ragport.toml`` in ``start`` or a folder above it."""
+    for folder in [start, *start.parents]:
+        candidate = folder / CONFIG_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(path: Path) -> CliConfig:
+    """Read ``path`` (TOML); an unknown key or a wrong type is a ``ValidationError`` naming it."""
+    import tomllib
+
+    import cattrs
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValidationError(
+            f"{path} is not readable TOML ({type(exc).__name__})", field="config"
+        ) from None
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    try:
+        config = converter.structure(data, CliConfig)
+    except (cattrs.BaseValidationError, cattrs.ForbiddenExtraKeysError) as exc:
+        found = "; ".join(cattrs.transform_error(exc, path=str(path)))
+        raise ValidationError(f"invalid configuration: {found}", field="config") from None
+    if config.query.mode not in ("vector", "lexical", "hybrid"):
+        raise ValidationError(
+            f"{path}: query.mode must be vector, lexical or hybrid", field="query.mode"
+        )
+    if config.embedder not in ("minilm", "hash"):
+        raise ValidationError(f"{path}: embedder must be minilm or hash", field="embedder")
+    return config

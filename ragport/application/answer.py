@@ -145,7 +145,8 @@ def render(
     shown: list[Hit] = []
     used_bytes = 0
     truncated = False
-    for hit in hits[:top_k]:
+    wanted = hits[:top_k]
+    for hit in wanted:
         block = f"[{hit.provenance.citation_id}] {hit.text}"
         extra = len(block.encode("utf-8")) + (len(BLOCK_SEPARATOR) if blocks else 0)
         if used_bytes + extra > max_bytes or math.ceil((used_bytes + extra) / 4) > max_tokens:
@@ -170,4 +171,5 @@ def render(
             for h in shown
         ),
         truncated=truncated,
+        dropped=len(wanted) - len(shown),
     )

@@ -34,7 +34,7 @@ class RetrievalResult:
     """Rendered context: ``text`` holds ``[citation-id] text`` blocks for ``hits`` in order.
 
     ``truncated`` is True when the byte or token ceiling stopped rendering (top-k alone is not
-    truncation).
+    truncation); ``dropped`` counts the hits within top-k that the ceiling left out.
     """
 
     query: str
@@ -43,6 +43,7 @@ class RetrievalResult:
     hits: tuple[Hit, ...]
     citations: tuple[Citation, ...]
     truncated: bool
+    dropped: int = 0
 
 
 @attrs.frozen

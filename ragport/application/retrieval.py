@@ -52,7 +52,7 @@ from ragport.domain.errors import (
     ValidationError,
 )
 from ragport.domain.filters import Filter, parse_filter
-from ragport.domain.fusion import fuse_ranked
+from ragport.domain.fusion import check_weights, fuse_ranked
 from ragport.domain.limits import HARD_LIMITS, Limits, check_limit
 from ragport.domain.model import (
     AccessDecision,
@@ -132,6 +132,7 @@ class _Request:
     candidates: int
     lexical: str
     rrf_k: int
+    fusion_weights: Mapping[str, float] | None
     metadata_filter: Filter | None
     authorization: Authorization | None
     reranker: Reranker | None
@@ -238,7 +239,15 @@ def _search(
         keys = sorted(cosine, key=lambda key: (-cosine[key], _scope_order(key)))
         return [Candidate(key[0], records[key], cosine[key], "vector") for key in keys]
     with telemetry.span("rag.fuse"):
-        fused = fuse_ranked(legs, k=req.rrf_k, tie_key=_scope_order)
+        weights = req.fusion_weights
+        fused = fuse_ranked(
+            legs,
+            k=req.rrf_k,
+            tie_key=_scope_order,
+            weights=None
+            if weights is None
+            else {leg: weights.get(leg.split(":", 1)[0], 1.0) for leg in legs},
+        )
     out = []
     for key, score, found_by in fused:
         kinds = {leg.split(":", 1)[0] for leg in found_by}
@@ -290,6 +299,7 @@ def _request(
     scopes: Sequence[Scope] | None,
     lexical: str,
     fusion: str,
+    fusion_weights: Mapping[str, float] | None,
     metadata_filter: Mapping[str, Any] | None,
     authorization: Authorization | None,
     reranker: Reranker | None,
@@ -309,6 +319,15 @@ def _request(
         raise ValidationError("lexical must be 'off', 'bm25' or 'fts'", field="lexical")
     if fusion != "rrf":
         raise ValidationError("fusion must be 'rrf'", field="fusion")
+    check_weights(fusion_weights, field="fusion_weights")
+    if fusion_weights is not None and not set(fusion_weights) <= {"vector", "lexical"}:
+        raise ValidationError(
+            "fusion_weights keys are 'vector' and 'lexical'", field="fusion_weights"
+        )
+    if fusion_weights is not None and not any(
+        fusion_weights.get(leg, 1.0) for leg in ("vector", "lexical")
+    ):
+        raise ValidationError("at least one leg must weigh more than 0", field="fusion_weights")
     parsed_filter = parse_filter(metadata_filter)  # ValidationError before any embed or read
     if authorization is not None and not isinstance(authorization, Authorization):
         raise ValidationError("authorization must be an Authorization", field="authorization")
@@ -325,6 +344,7 @@ def _request(
         candidates=numbers["query_candidates"],
         lexical=lexical,
         rrf_k=numbers["rrf_k"],
+        fusion_weights=None if fusion_weights is None else dict(fusion_weights),
         metadata_filter=parsed_filter,
         authorization=authorization,
         reranker=reranker,
@@ -348,6 +368,7 @@ def retrieve_context(
     lexical: str = "off",
     fusion: str = "rrf",
     rrf_k: int | None = None,
+    fusion_weights: Mapping[str, float] | None = None,
     metadata_filter: Mapping[str, Any] | None = None,
     authorization: Authorization | None = None,
     on_access_denied: Callable[[AccessDenial], None] | None = None,
@@ -368,7 +389,9 @@ def retrieve_context(
 
     A number left at ``None`` takes its default from ``limits`` (``DEFAULT_LIMITS``: top-k
     5, 20 candidates, rrf_k 60, 65,536 result bytes, 2,000 context tokens, ...); every value
-    is checked against ``HARD_LIMITS``.
+    is checked against ``HARD_LIMITS``. ``fusion_weights`` (``{"vector": w, "lexical": w}``,
+    default 1 each) weights the legs of the fusion when a lexical mode is on; a leg of weight
+    0 is left out, so ``{"vector": 0}`` is lexical-only retrieval.
     """
     # 1. arguments
     redact = Redaction(redactor, secrets)
@@ -378,6 +401,7 @@ def retrieve_context(
         scopes=scopes,
         lexical=lexical,
         fusion=fusion,
+        fusion_weights=fusion_weights,
         metadata_filter=metadata_filter,
         authorization=authorization,
         reranker=reranker,

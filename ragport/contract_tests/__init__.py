@@ -43,6 +43,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.chunk_store.concurrency",
     "ragport.contract_tests.chunk_store.forgetting",
     "ragport.contract_tests.chunk_store.generations",
+    "ragport.contract_tests.chunk_store.grant_reads",
     "ragport.contract_tests.chunk_store.guarded_query",
     "ragport.contract_tests.chunk_store.hybrid",
     "ragport.contract_tests.chunk_store.lineage",
@@ -68,7 +69,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.11"
+CONTRACT_VERSION = "1.12"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -101,6 +102,8 @@ CONTRACT_VERSION = "1.11"
 # 1.11 Fix: an optional section (guarded query, forgetting, re-point uniqueness) skips only its
 #      own tests; up to 1.10 its autouse skip applied to every test of ChunkStoreContract, so a
 #      store without guarded_query, transactions or generations skipped the whole suite.
+# 1.12 ChunkStoreGrantReadContract (get_source_access reads grants back),
+#      ChunkStoreSourceListContract (list_source_ids pages the visible sources).
 
 __all__ = [
     "CONTRACT_VERSION",

@@ -123,14 +123,25 @@ class StoreError(RagportError):
     driver's exception may quote parameters): ``sqlstate`` keeps the server's SQLSTATE (``None``
     when there was no server answer) and ``lost_connection`` says the connection itself was
     gone (a read may be retried on a fresh one; a write may or may not have committed).
+    ``reason`` says why a connection could not be opened: ``database_missing``,
+    ``authentication_failed``, ``refused``, ``timeout`` or ``unreachable`` (``None`` for a
+    failure that is not about connecting).
     """
 
     code = "ERR_RAG_STORE"
 
-    def __init__(self, message: str, *, sqlstate: str | None = None, lost_connection: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        sqlstate: str | None = None,
+        lost_connection: bool = False,
+        reason: str | None = None,
+    ):
         super().__init__(message)
         self.sqlstate = sqlstate
         self.lost_connection = lost_connection
+        self.reason = reason
 
 
 class EmbedderMismatchError(RagportError):

@@ -457,6 +457,22 @@ class ChunkStore(Protocol):
         """Ids the scope withholds now: ids of ``forgotten`` tombstones (``corrected`` do not)."""
         ...
 
+    def get_source_access(self, scope: Scope, source_ids: Sequence[str]) -> Mapping[str, Grant]:
+        """The stored grant of each distinct source id that has one, read in one round trip.
+
+        A source without a grant is absent from the mapping (an empty grant is present, with
+        no principals and no groups). Grants are not versioned: this reads what
+        ``set_source_access`` last wrote, whatever the generation pointer.
+        """
+        ...
+
+    def list_source_ids(
+        self, scope: Scope, *, after: str | None = None, limit: int = 1_000
+    ) -> Sequence[str]:
+        """Distinct source ids with a chunk record visible at the pointer, in code-point
+        order, starting after ``after``, at most ``limit`` (page with the last id returned)."""
+        ...
+
 
 @runtime_checkable
 class SupportsLexicalSearch(Protocol):

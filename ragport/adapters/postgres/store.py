@@ -545,3 +545,24 @@ class PostgresStore:
             return {}
         grants = self._read("check access", lambda conn: read_grants(conn, self._s, scope, wanted))
         return {s: decide_access(s, grants.get(s), authorization) for s in wanted}
+
+    def get_source_access(self, scope: Scope, source_ids: Sequence[str]) -> Mapping[str, Grant]:
+        wanted = list(dict.fromkeys(source_ids))
+        if not wanted:
+            return {}
+        return self._read("read grants", lambda conn: read_grants(conn, self._s, scope, wanted))
+
+    def list_source_ids(
+        self, scope: Scope, *, after: str | None = None, limit: int = 1_000
+    ) -> Sequence[str]:
+        from ragport.adapters.postgres.predicate import RSCOPE, VISIBLE, pointer_cte
+
+        sql = (
+            pointer_cte(self._s) + f'SELECT DISTINCT r.source_id COLLATE "C" AS source_id '
+            f"FROM {self._s}.records r, sc WHERE {RSCOPE} AND {VISIBLE} AND r.kind = 'chunk' "
+            + ('AND r.source_id COLLATE "C" > :after ' if after is not None else "")
+            + "ORDER BY 1 LIMIT :limit"
+        )
+        params = scope_params(scope, after=after, limit=limit)
+        rows = self._read("list sources", lambda conn: reads.fetch(conn, sql, params))
+        return [str(row.source_id) for row in rows]

@@ -49,6 +49,10 @@ from ragport.contract_tests.chunk_store.generations import (
     ChunkStoreGenerationContract,
     ChunkStoreReplaceContract,
 )
+from ragport.contract_tests.chunk_store.grant_reads import (
+    ChunkStoreGrantReadContract,
+    ChunkStoreSourceListContract,
+)
 from ragport.contract_tests.chunk_store.guarded_query import ChunkStoreGuardedQueryContract
 from ragport.contract_tests.chunk_store.hybrid import ChunkStoreHybridSnapshotContract
 from ragport.contract_tests.chunk_store.lineage import (
@@ -76,6 +80,7 @@ __all__ = [
     "ChunkStoreForgettingContract",
     "ChunkStoreGenerationContract",
     "ChunkStoreGrantContract",
+    "ChunkStoreGrantReadContract",
     "ChunkStoreGuardedQueryContract",
     "ChunkStoreHybridSnapshotContract",
     "ChunkStoreLexicalContract",
@@ -85,6 +90,7 @@ __all__ = [
     "ChunkStoreRepointContract",
     "ChunkStoreRepointUniquenessContract",
     "ChunkStoreScopeContract",
+    "ChunkStoreSourceListContract",
     "ChunkStoreTombstoneContract",
     "ChunkStoreUnitOfWorkContract",
 ]
@@ -97,6 +103,8 @@ class ChunkStoreContract(
     ChunkStoreReplaceContract,
     ChunkStoreGenerationContract,
     ChunkStoreGrantContract,
+    ChunkStoreGrantReadContract,
+    ChunkStoreSourceListContract,
     ChunkStoreTombstoneContract,
     ChunkStoreGuardedQueryContract,
     ChunkStoreQueryContract,
