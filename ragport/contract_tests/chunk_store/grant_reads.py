@@ -7,7 +7,7 @@ Both are part of ``ChunkStoreContract``.
 from __future__ import annotations
 
 from ragport.application.generations import rollback_generation
-from ragport.contract_tests._support import publish_sources
+from ragport.contract_tests._support import granted, publish_sources
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import (
     OTHER_CORPUS,
@@ -34,7 +34,7 @@ class ChunkStoreGrantReadContract(_ChunkStoreContractBase):
         access_version as set_source_access stored them.
         """
         _require_acl(store)
-        store.set_source_access(SCOPE, GRANTS)
+        store.set_source_access(SCOPE, granted(SCOPE, GRANTS))
         asked = ["s-v2", "s-empty", "s-none", "s-v2", "s-group"]
         found = dict(store.get_source_access(SCOPE, asked))
         assert set(found) == {"s-v2", "s-empty", "s-group"}
@@ -55,8 +55,10 @@ class ChunkStoreGrantReadContract(_ChunkStoreContractBase):
         and that get_source_access does not cache.
         """
         _require_acl(store)
-        store.set_source_access(SCOPE, [Grant("s-x", principal_ids=("alice",))])
-        store.set_source_access(SCOPE, [Grant("s-x", group_ids=("g9",), access_version=3)])
+        store.set_source_access(SCOPE, granted(SCOPE, [Grant("s-x", principal_ids=("alice",))]))
+        store.set_source_access(
+            SCOPE, granted(SCOPE, [Grant("s-x", group_ids=("g9",), access_version=3)])
+        )
         grant = store.get_source_access(SCOPE, ["s-x"])["s-x"]
         assert tuple(grant.principal_ids) == ()
         assert tuple(grant.group_ids) == ("g9",)
@@ -68,7 +70,7 @@ class ChunkStoreGrantReadContract(_ChunkStoreContractBase):
         If this fails, check that get_source_access filters on tenant, resource and corpus.
         """
         _require_acl(store)
-        store.set_source_access(SCOPE, GRANTS)
+        store.set_source_access(SCOPE, granted(SCOPE, GRANTS))
         assert dict(store.get_source_access(OTHER_CORPUS, ["s-v2", "s-group"])) == {}
         assert dict(store.get_source_access(OTHER_TENANT, ["s-v2", "s-group"])) == {}
 
