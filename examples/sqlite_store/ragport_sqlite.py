@@ -548,6 +548,19 @@ class SqliteStore:
             grants = db.grants()
         return {s: decide_access(s, grants.get(s), authorization) for s in wanted}
 
+    def get_source_access(self, scope: Scope, source_ids: Sequence[str]) -> Mapping[str, Grant]:
+        wanted = [validate_text(s, field="source_ids") for s in dict.fromkeys(source_ids)]
+        with self._read(scope) as db:
+            grants = db.grants()
+        return {s: grants[s] for s in wanted if s in grants}
+
+    def list_source_ids(
+        self, scope: Scope, *, after: str | None = None, limit: int = 1_000
+    ) -> Sequence[str]:
+        with self._read(scope) as db:
+            ids = sorted({r.source_id for r in db.visible("kind = 'chunk'")})
+        return [s for s in ids if after is None or s > after][:limit]
+
 
 if TYPE_CHECKING:  # mypy proves the structural match with the port; nothing runs here
     _port: type[ChunkStore] = SqliteStore
