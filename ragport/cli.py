@@ -65,6 +65,10 @@ def _store_url(args: argparse.Namespace) -> str | None:
     return args.store or os.environ.get("RAGPORT_STORE") or None
 
 
+def _read_url(args: argparse.Namespace) -> str | None:
+    return getattr(args, "read_store", None) or os.environ.get("RAGPORT_READ_STORE") or None
+
+
 def _print_result(result: RetrievalResult) -> None:
     for hit in result.hits:
         heading = " > ".join(hit.metadata.get("heading", [])) or "(no heading)"
@@ -81,7 +85,7 @@ def _print_result(result: RetrievalResult) -> None:
 def _demo(args: argparse.Namespace) -> int:
     embedder = build_embedder(args.embedder)
     scope = Scope(args.tenant, args.resource, "demo")
-    with open_stores(_store_url(args), schema=args.schema) as stores:
+    with open_stores(_store_url(args), schema=args.schema, read_url=_read_url(args)) as stores:
         print(
             f"ragport demo: {stores.description}, embedder {embedder.id}, corpus {scope.corpus_id}"
         )
@@ -179,7 +183,7 @@ def _ingest(args: argparse.Namespace) -> int:
     progress = _Progress(total, sys.stdout.isatty() and not args.json)
     outcomes: list[FileOutcome] = []
     started = time.perf_counter()
-    with open_stores(_store_url(args), schema=args.schema) as stores:
+    with open_stores(_store_url(args), schema=args.schema, read_url=_read_url(args)) as stores:
         results = ingest_files(
             candidates,
             root=root,
@@ -226,7 +230,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _query(args: argparse.Namespace) -> int:
     embedder = build_embedder(args.embedder)
-    with open_stores(_store_url(args), schema=args.schema) as stores:
+    with open_stores(_store_url(args), schema=args.schema, read_url=_read_url(args)) as stores:
         result = retrieve_context(
             args.text,
             embedder=embedder,
@@ -243,7 +247,7 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    with open_stores(_store_url(args), schema=args.schema) as stores:
+    with open_stores(_store_url(args), schema=args.schema, read_url=_read_url(args)) as stores:
         result = delete_source(
             source_id=args.source_id,
             store=stores.chunks,
@@ -257,7 +261,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    with open_stores(_store_url(args), schema=args.schema) as stores:
+    with open_stores(_store_url(args), schema=args.schema, read_url=_read_url(args)) as stores:
         page = list_ingestion_status(
             store=stores.status, scope=_scope(args), limit=args.limit, cursor=args.cursor
         )
@@ -289,8 +293,42 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    with open_stores(_store_url(args), schema=args.schema, upgrade=True) as stores:
+    with open_stores(
+        _store_url(args), schema=args.schema, read_url=_read_url(args), upgrade=True
+    ) as stores:
         print(f"schema {args.schema!r} is up to date ({stores.description})")
+    return 0
+
+
+def _db_dump(args: argparse.Namespace) -> int:
+    from ragport.adapters.postgres import dump_schema
+    from ragport.bootstrap import postgres_url
+
+    with postgres_url(_store_url(args)) as url:
+        dump_schema(url, args.path, schema=args.schema)
+    print(f"schema {args.schema!r} dumped to {args.path}")
+    return 0
+
+
+def _db_restore(args: argparse.Namespace) -> int:
+    from ragport.adapters.postgres import restore_schema
+    from ragport.bootstrap import postgres_url
+
+    with postgres_url(_store_url(args)) as url:
+        restore_schema(url, args.path, schema=args.schema)
+    print(f"schema {args.schema!r} restored from {args.path}")
+    return 0
+
+
+def _db_copy(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from ragport.adapters.postgres import copy_schema
+    from ragport.bootstrap import postgres_url
+
+    with postgres_url(_store_url(args)) as url, tempfile.TemporaryDirectory() as work:
+        copy_schema(url, args.to, work, schema=args.schema)
+    print(f"schema {args.schema!r} copied; continue with --store URL")
     return 0
 
 
@@ -319,7 +357,9 @@ def _mcp(args: argparse.Namespace) -> int:
     # stdout is the MCP channel: nothing started while opening the stores may write to it.
     with contextlib.ExitStack() as stack:
         with stdout_to_stderr():
-            stores = stack.enter_context(open_stores(_store_url(args), schema=args.schema))
+            stores = stack.enter_context(
+                open_stores(_store_url(args), schema=args.schema, read_url=_read_url(args))
+            )
             embedder = build_embedder(args.embedder)
         build_server(
             store=stores.chunks,
@@ -401,6 +441,10 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store", help="memory://, postgresql://... or embedded (default; env RAGPORT_STORE)"
+    )
+    common.add_argument(
+        "--read-store",
+        help="a streaming replica for reads: postgresql://... (env RAGPORT_READ_STORE)",
     )
     common.add_argument("--schema", default="ragport", help="PostgreSQL schema (default ragport)")
     common.add_argument("--tenant", default="local")
@@ -496,6 +540,15 @@ def _parser() -> argparse.ArgumentParser:
     db_sub = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_sub.add_parser("upgrade", parents=[common], help="apply schema migrations")
     upgrade.set_defaults(func=_db_upgrade)
+    dump = db_sub.add_parser("dump", parents=[common], help="pg_dump the schema (custom format)")
+    dump.add_argument("path")
+    dump.set_defaults(func=_db_dump)
+    restore = db_sub.add_parser("restore", parents=[common], help="pg_restore a dump")
+    restore.add_argument("path")
+    restore.set_defaults(func=_db_restore)
+    copy = db_sub.add_parser("copy", parents=[common], help="copy the schema to another server")
+    copy.add_argument("--to", required=True, help="postgresql://... of the target server")
+    copy.set_defaults(func=_db_copy)
     stop = db_sub.add_parser("stop", help="stop the embedded PostgreSQL server")
     stop.set_defaults(func=_db_stop)
     return parser

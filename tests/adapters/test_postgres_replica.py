@@ -172,7 +172,7 @@ def test_recheck_gate_reads_grants_on_the_primary(
     The query's own grant predicate sees the replica's snapshot; the gate
     (``check_source_access``) reads the primary, where grants are freshest.
     If this fails, check that ``check_source_access`` is not routed to the replica."""
-    primary, replica, store = cluster
+    _, replica, store = cluster
     _replay(replica, paused=False)
     store.set_source_access(SCOPE, [Grant("seed", principal_ids=("alice",))])
     _wait_replayed(replica, store.last_write_position)

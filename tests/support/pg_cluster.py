@@ -8,6 +8,7 @@ test servers, no passwords anywhere).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -112,10 +113,8 @@ class Cluster:
 
     def close(self) -> None:
         for server in reversed(self.servers):
-            try:
+            with contextlib.suppress(subprocess.SubprocessError):
                 server.stop("immediate")
-            except subprocess.SubprocessError:
-                pass
         deadline = time.monotonic() + 10
         while any(s.running() for s in self.servers) and time.monotonic() < deadline:
             time.sleep(0.1)
