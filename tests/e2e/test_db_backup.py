@@ -2,18 +2,12 @@
 
 A dump of one schema restored into a fresh server (started by the test on 127.0.0.1)
 retrieves the same hits, decides the same grants, withholds the same tombstones and keeps
-the same generation counters and pointers. The embedded default's data lands on another
-server with `ragport db copy --to URL`, and the command line continues there with `--store`.
+the same generation counters and pointers. Moving from the embedded default to a server
+(`ragport db copy --to URL`) runs in tests/e2e/test_scaling_out_doc.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -122,41 +116,3 @@ def test_a_failed_tool_names_no_password(pg_cluster: Any, tmp_path: Path) -> Non
     with pytest.raises(StoreError) as caught:
         dump_schema("postgresql://u:s3cret-pw@127.0.0.1:1/db", tmp_path / "x.dump")
     assert "s3cret-pw" not in str(caught.value)
-
-
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ragport.cli", *args],
-        capture_output=True, text=True, timeout=180, env=env, check=False,
-    )  # fmt: skip
-
-
-def test_embedded_to_server_with_db_copy(pg_cluster: Any, tmp_path: Path) -> None:
-    """`ragport db copy --to URL` moves the embedded default's data; `--store URL` continues there.
-
-    If this fails, check ``_db_copy`` in ragport/cli.py and ``bootstrap.postgres_url``."""
-    env = dict(os.environ)
-    env.pop("RAGPORT_STORE", None)
-    # Not under pytest's 0700 temp tree: the server runs as its own user when tests run as root.
-    data = Path(tempfile.mkdtemp(prefix="ragport-copy-"))
-    data.chmod(0o755)
-    env["XDG_DATA_HOME"] = str(data)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "zebra.md").write_text("# Zebras\n\nZebras have black and white stripes.\n")
-    try:
-        ingest = _cli(env, "ingest", str(docs), "--embedder", "hash")
-        assert ingest.returncode == 0, ingest.stderr
-        server = pg_cluster.primary()
-        copied = _cli(env, "db", "copy", "--to", server.url)
-        assert copied.returncode == 0, copied.stderr
-    finally:
-        _cli(env, "db", "stop")
-        shutil.rmtree(data, ignore_errors=True)
-    query = _cli(
-        env, "query", "zebra stripes", "--embedder", "hash", "--json", "--store", server.url
-    )
-    assert query.returncode == 0, query.stderr
-    assert json.loads(query.stdout)["hits"][0]["source_id"] == "zebra.md"
-    status = _cli(env, "status", "--store", server.url)
-    assert "zebra.md" in status.stdout
