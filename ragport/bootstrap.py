@@ -76,6 +76,7 @@ def open_stores(
     schema: str = "ragport",
     upgrade: bool | None = None,
     read_url: str | None = None,
+    partitions: int | None = None,
 ) -> Iterator[Stores]:
     """Stores for ``url``: ``memory://``, a ``postgresql://`` URL, or ``None`` / ``embedded``
     for the embedded PostgreSQL server under the user's data directory (started on demand,
@@ -85,7 +86,8 @@ def open_stores(
     owns it) and no for a server someone else runs (use ``ragport db upgrade``).
 
     ``read_url`` names a streaming replica of the PostgreSQL server: retrieval and status
-    reads go there (see ``PostgresStore``).
+    reads go there (see ``PostgresStore``). ``partitions`` (with ``upgrade``) creates a new
+    schema's tables partitioned by tenant.
     """
     if read_url is not None and not read_url.startswith(
         ("postgresql://", "postgres://", "postgresql+psycopg://")
@@ -103,7 +105,11 @@ def open_stores(
 
         with embedded_server(default_data_dir()) as server_url:
             store = PostgresStore(
-                server_url, schema=schema, create=upgrade is not False, read_url=read_url
+                server_url,
+                schema=schema,
+                create=upgrade is not False,
+                read_url=read_url,
+                partitions=partitions,
             )
             try:
                 yield Stores(
@@ -115,7 +121,9 @@ def open_stores(
                 _dispose(store)
         return
     if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
-        store = PostgresStore(url, schema=schema, create=bool(upgrade), read_url=read_url)
+        store = PostgresStore(
+            url, schema=schema, create=bool(upgrade), read_url=read_url, partitions=partitions
+        )
         status = PostgresStatusStore(store.engine, schema=schema, read_url=store.read_engine)
         try:
             yield Stores(store, status, "PostgreSQL" + (" + read replica" if read_url else ""))

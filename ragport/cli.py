@@ -294,7 +294,11 @@ def _status(args: argparse.Namespace) -> int:
 
 def _db_upgrade(args: argparse.Namespace) -> int:
     with open_stores(
-        _store_url(args), schema=args.schema, read_url=_read_url(args), upgrade=True
+        _store_url(args),
+        schema=args.schema,
+        read_url=_read_url(args),
+        upgrade=True,
+        partitions=args.partitions,
     ) as stores:
         print(f"schema {args.schema!r} is up to date ({stores.description})")
     return 0
@@ -539,6 +543,9 @@ def _parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="database administration")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_sub.add_parser("upgrade", parents=[common], help="apply schema migrations")
+    upgrade.add_argument(
+        "--partitions", type=int, help="create the tables PARTITION BY HASH (tenant_id), N parts"
+    )
     upgrade.set_defaults(func=_db_upgrade)
     dump = db_sub.add_parser("dump", parents=[common], help="pg_dump the schema (custom format)")
     dump.add_argument("path")

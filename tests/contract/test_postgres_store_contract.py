@@ -62,6 +62,7 @@ _BIND = r"(?::\w+|%\(\w+\)s|\$\d+)"
 _EQUALITY = re.compile(r"\btenant_id\s*=\s*" + _BIND)
 _JOIN_EQUALITY = re.compile(r"\b\w+\.tenant_id\s*=\s*\w+\.tenant_id\b")
 _INSERT = re.compile(r"^\s*INSERT INTO [^(]+\(\s*tenant_id\b", re.I)
+_INSERT_INTO = re.compile(r"\bINSERT INTO [^(]+\(\s*tenant_id\b", re.I)
 
 
 def _routable(sql: str) -> bool:
@@ -69,6 +70,8 @@ def _routable(sql: str) -> bool:
     references = len(_REFERENCE.findall(sql))
     if _INSERT.match(sql) and references == 1:
         return True
+    # an INSERT INTO ... (tenant_id, ...) routes each row by the tenant value it writes
+    references -= len(_INSERT_INTO.findall(sql))
     binds = len(_EQUALITY.findall(sql))
     return binds > 0 and binds + len(_JOIN_EQUALITY.findall(sql)) >= references
 

@@ -55,6 +55,7 @@ from ragport.adapters.postgres.schema import (
     current_version,
     quote_schema,
     upgrade,
+    validate_partitions,
     validate_schema_name,
     validate_text_search_config,
 )
@@ -107,6 +108,10 @@ class PostgresStore:
     not replayed a view's ``min_position`` within ``replica_wait`` seconds, a read falls back
     to the primary (``replica_fallback="primary"``) or raises (``"raise"``: ``StoreError``
     with ``lost_connection``, or ``ReplicaLagError``).
+
+    ``partitions=N`` (with ``create=True`` on a new schema) creates the tenant tables
+    ``PARTITION BY HASH (tenant_id)`` with N partitions; a query names one tenant, so it
+    reads one partition.
     """
 
     provider = "postgres"
@@ -121,10 +126,12 @@ class PostgresStore:
         read_url: str | Engine | None = None,
         replica_fallback: Fallback = "primary",
         replica_wait: float = 1.0,
+        partitions: int | None = None,
     ):
         self._schema = validate_schema_name(schema)
         self._s = quote_schema(schema)
         self._ts_config = validate_text_search_config(text_search_config)
+        self._partitions = validate_partitions(partitions)
         if replica_fallback not in ("primary", "raise"):
             raise ValidationError(
                 "replica_fallback must be 'primary' or 'raise'", field="replica_fallback"
@@ -217,7 +224,12 @@ class PostgresStore:
     def upgrade(self) -> list[int]:
         """Apply missing migrations (idempotent); returns the versions applied."""
         with translate_errors("upgrade"), self._engine.begin() as conn:
-            applied = upgrade(conn, self._schema, text_search_config=self._ts_config)
+            applied = upgrade(
+                conn,
+                self._schema,
+                text_search_config=self._ts_config,
+                partitions=self._partitions,
+            )
         self._checked = True
         return applied
 
