@@ -305,7 +305,7 @@ class PostgresStore:
         if replica and self._replica is not None:
             if time.monotonic() >= self._replica_down_until[0]:
                 try:
-                    return self._read_on(self._replica, operation, run, replica=True)
+                    return self._read_on(operation, run, replica=True)
                 except ReplicaLagError:
                     if self._fallback == "raise":
                         raise
@@ -319,23 +319,25 @@ class PostgresStore:
                 raise StoreError(
                     f"{operation}: the read replica did not answer recently", lost_connection=True
                 )
-        return self._read_on(self._engine, operation, run)
+        return self._read_on(operation, run)
 
     def _read_on(
-        self, engine: Engine, operation: str, run: Callable[[RawRead], _T], *, replica: bool = False
+        self, operation: str, run: Callable[[RawRead], _T], *, replica: bool = False
     ) -> _T:
-        try:
-            with self._raw_read(operation, engine) as conn:
-                if replica:
+        def attempt() -> _T:
+            if replica:
+                with self._raw_read(operation, self._replica) as conn:
                     self._await_position(conn)
+                    return run(conn)
+            with self._connect(operation, read=True) as conn:
                 return run(conn)
+
+        try:
+            return attempt()
         except StoreError as exc:
             if not exc.lost_connection:
                 raise
-        with self._raw_read(operation, engine) as conn:
-            if replica:
-                self._await_position(conn)
-            return run(conn)
+        return attempt()
 
     def _await_position(self, conn: RawRead) -> None:
         """Wait (up to ``replica_wait``) until the replica has replayed ``min_position``."""
