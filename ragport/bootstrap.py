@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -80,7 +81,12 @@ class Stores:
 
 @contextmanager
 def open_stores(
-    url: str | None, *, schema: str = "ragport", upgrade: bool | None = None
+    url: str | None,
+    *,
+    schema: str = "ragport",
+    upgrade: bool | None = None,
+    read_url: str | None = None,
+    partitions: int | None = None,
 ) -> Iterator[Stores]:
     """Stores for ``url``: ``memory://``, a ``postgresql://`` URL, or ``None`` / ``embedded``
     for the embedded PostgreSQL server under the user's data directory (started on demand,
@@ -88,8 +94,18 @@ def open_stores(
 
     ``upgrade`` applies migrations first: the default is yes for the embedded server (ragport
     owns it) and no for a server someone else runs (use ``ragport db upgrade``).
+
+    ``read_url`` names a streaming replica of the PostgreSQL server: retrieval and status
+    reads go there (see ``PostgresStore``). ``partitions`` (with ``upgrade``) creates a new
+    schema's tables partitioned by tenant.
     """
+    if read_url is not None and not read_url.startswith(
+        ("postgresql://", "postgres://", "postgresql+psycopg://")
+    ):
+        raise ValidationError("the read store must be a postgresql:// URL", field="read_store")
     if url in ("memory://", "memory"):
+        if read_url is not None:
+            raise ValidationError("the in-memory store has no read replica", field="read_store")
         yield Stores(InMemoryStore(), InMemoryStatusStore(), "in-memory store")
         return
     from ragport.adapters.postgres import PostgresStatusStore, PostgresStore
@@ -98,25 +114,56 @@ def open_stores(
         from ragport.adapters.postgres import default_data_dir, embedded_server
 
         with embedded_server(default_data_dir()) as server_url:
-            store = PostgresStore(server_url, schema=schema, create=upgrade is not False)
+            store = PostgresStore(
+                server_url,
+                schema=schema,
+                create=upgrade is not False,
+                read_url=read_url,
+                partitions=partitions,
+            )
             try:
                 yield Stores(
                     store,
-                    PostgresStatusStore(store.engine, schema=schema),
+                    PostgresStatusStore(store.engine, schema=schema, read_url=store.read_engine),
                     f"embedded PostgreSQL in {default_data_dir()}",
                 )
             finally:
-                store.engine.dispose()
+                _dispose(store)
         return
     if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
-        store = PostgresStore(url, schema=schema, create=bool(upgrade))
+        store = PostgresStore(
+            url, schema=schema, create=bool(upgrade), read_url=read_url, partitions=partitions
+        )
+        status = PostgresStatusStore(store.engine, schema=schema, read_url=store.read_engine)
         try:
-            yield Stores(store, PostgresStatusStore(store.engine, schema=schema), "PostgreSQL")
+            yield Stores(store, status, "PostgreSQL" + (" + read replica" if read_url else ""))
         finally:
-            store.engine.dispose()
+            _dispose(store)
         return
     scheme = url.split(":", 1)[0]
     raise ValidationError(f"unsupported store URL scheme {scheme!r}", field="store")
+
+
+@contextmanager
+def postgres_url(url: str | None) -> Iterator[str]:
+    """The PostgreSQL URL behind ``url``: a ``postgresql://`` URL as given, or for ``None`` /
+    ``embedded`` the embedded server's (started on demand, left running)."""
+    if url in (None, "", EMBEDDED):
+        from ragport.adapters.postgres import default_data_dir, embedded_server
+
+        with embedded_server(default_data_dir()) as server_url:
+            yield server_url
+        return
+    assert url is not None
+    if not url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        raise ValidationError("this command needs a PostgreSQL store", field="store")
+    yield url
+
+
+def _dispose(store: Any) -> None:
+    store.engine.dispose()
+    if store.read_engine is not None:
+        store.read_engine.dispose()
 
 
 def build_embedder(name: str = "minilm") -> Embedder:

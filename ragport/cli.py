@@ -193,11 +193,15 @@ def _is_memory(url: str | None) -> bool:
     return url in ("memory://", "memory")
 
 
-def _stores(args: argparse.Namespace, *, upgrade: bool | None = None) -> Any:
+def _stores(
+    args: argparse.Namespace, *, upgrade: bool | None = None, partitions: int | None = None
+) -> Any:
     url = _store_url(args)
     if _is_memory(url):
         _note("warning: memory:// keeps nothing: every command starts from an empty store")
-    return open_stores(url, schema=args.schema, upgrade=upgrade)
+    return open_stores(
+        url, schema=args.schema, upgrade=upgrade, read_url=_read_url(args), partitions=partitions
+    )
 
 
 def _embedder(args: argparse.Namespace, stores: Stores, scopes: Sequence[Scope]) -> Embedder:
@@ -230,6 +234,10 @@ def _embedder(args: argparse.Namespace, stores: Stores, scopes: Sequence[Scope])
 
 
 # -- commands --------------------------------------------------------------------------------
+
+
+def _read_url(args: argparse.Namespace) -> str | None:
+    return getattr(args, "read_store", None) or os.environ.get("RAGPORT_READ_STORE") or None
 
 
 def _print_result(result: RetrievalResult) -> None:
@@ -955,9 +963,41 @@ def _reindex(args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    with _stores(args, upgrade=True) as stores:
+    with _stores(args, upgrade=True, partitions=args.partitions) as stores:
         print(f"schema {args.schema!r} is up to date ({stores.description})")
     return EXIT_OK
+
+
+def _db_dump(args: argparse.Namespace) -> int:
+    from ragport.adapters.postgres import dump_schema
+    from ragport.bootstrap import postgres_url
+
+    with postgres_url(_store_url(args)) as url:
+        dump_schema(url, args.path, schema=args.schema)
+    print(f"schema {args.schema!r} dumped to {args.path}")
+    return 0
+
+
+def _db_restore(args: argparse.Namespace) -> int:
+    from ragport.adapters.postgres import restore_schema
+    from ragport.bootstrap import postgres_url
+
+    with postgres_url(_store_url(args)) as url:
+        restore_schema(url, args.path, schema=args.schema)
+    print(f"schema {args.schema!r} restored from {args.path}")
+    return 0
+
+
+def _db_copy(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from ragport.adapters.postgres import copy_schema
+    from ragport.bootstrap import postgres_url
+
+    with postgres_url(_store_url(args)) as url, tempfile.TemporaryDirectory() as work:
+        copy_schema(url, args.to, work, schema=args.schema)
+    print(f"schema {args.schema!r} copied; continue with --store URL")
+    return 0
 
 
 def _db_stop(args: argparse.Namespace) -> int:
@@ -1159,6 +1199,10 @@ def _parser() -> argparse.ArgumentParser:
         "--store",
         help="memory://, postgresql://... or embedded (default: RAGPORT_STORE, "
         "ragport.toml, else the embedded server)",
+    )
+    stored.add_argument(
+        "--read-store",
+        help="a streaming replica for reads: postgresql://... (default: RAGPORT_READ_STORE)",
     )
     stored.add_argument("--schema", help="PostgreSQL schema (default: ragport.toml, else ragport)")
     stored.add_argument("--tenant", help="tenant id (default: ragport.toml, else local)")
@@ -1405,8 +1449,28 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     db_sub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
     upgrade = _sub(db_sub, "upgrade", "apply schema migrations",
-                   ["ragport db upgrade --store postgresql://me@db/rag"], [stored])  # fmt: skip
+                   ["ragport db upgrade --store postgresql://me@db/rag",
+                    "ragport db upgrade --store postgresql://me@db/rag --partitions 16"],
+                   [stored])  # fmt: skip
+    upgrade.add_argument(
+        "--partitions",
+        type=int,
+        help="create the tables PARTITION BY HASH (tenant_id) in N partitions (default: none)",
+    )
     upgrade.set_defaults(func=_db_upgrade)
+    dump = _sub(db_sub, "dump", "pg_dump ragport's schema to PATH (custom format)",
+                ["ragport db dump backup.dump"], [stored])  # fmt: skip
+    dump.add_argument("path", help="the dump file to write")
+    dump.set_defaults(func=_db_dump)
+    restore = _sub(db_sub, "restore", "pg_restore a dump into a server without that schema",
+                   ["ragport db restore backup.dump --store postgresql://me@db/rag"],
+                   [stored])  # fmt: skip
+    restore.add_argument("path", help="the dump file to read")
+    restore.set_defaults(func=_db_restore)
+    copy = _sub(db_sub, "copy", "copy ragport's schema to another server (dump + restore)",
+                ["ragport db copy --to postgresql://me@db/rag"], [stored])  # fmt: skip
+    copy.add_argument("--to", required=True, help="postgresql://... of the target server")
+    copy.set_defaults(func=_db_copy)
     stop = _sub(db_sub, "stop", "stop the embedded PostgreSQL server", ["ragport db stop"])
     stop.set_defaults(func=_db_stop)
     dbstatus = _sub(

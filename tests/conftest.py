@@ -13,6 +13,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,3 +77,31 @@ def serve():
     yield serve_with
     for server in started:
         stop(server)
+
+
+@pytest.fixture(scope="module")
+def pg_replicated() -> Iterator[tuple[Any, Any]]:
+    """(primary, replica) ``pg_cluster.Server``s (``.url``, ``.stop()``): two servers on
+    127.0.0.1 in streaming replication (``pg_basebackup -R``), started once per test module
+    and stopped at its end."""
+    from pg_cluster import Cluster
+
+    cluster = Cluster()
+    try:
+        primary = cluster.primary()
+        replica = cluster.replica_of(primary)
+        yield primary, replica
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def pg_cluster() -> Iterator[object]:
+    """A ``pg_cluster.Cluster`` for servers a test module starts itself; all stop at its end."""
+    from pg_cluster import Cluster
+
+    cluster = Cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.close()

@@ -7,6 +7,7 @@ Every failure a caller can act on is a subclass of :class:`RagportError`::
     │   └── ScopeError           a scope that is malformed or does not match the caller
     ├── CapabilityError          the adapter cannot do this safely (no transactions, no ACL, ...)
     ├── StoreError               the storage backend failed (connection lost, schema missing, ...)
+    │   └── ReplicaLagError      a read replica had not replayed the caller's write in time
     ├── EmbedderMismatchError    stored vectors come from another embedder or dimension
     ├── EmbedderError            an embedder failed or answered malformed vectors (.retryable)
     ├── RerankError              a reranker failed, timed out, or answered malformed output
@@ -42,6 +43,7 @@ __all__ = [
     "ParseError",
     "PropagationError",
     "RagportError",
+    "ReplicaLagError",
     "RerankError",
     "ScopeError",
     "StoreError",
@@ -142,6 +144,23 @@ class StoreError(RagportError):
         self.sqlstate = sqlstate
         self.lost_connection = lost_connection
         self.reason = reason
+
+
+class ReplicaLagError(StoreError):
+    """A read that must see a write (``min_position``) found the read replica behind it.
+
+    Raised only when the caller chose to raise rather than fall back to the primary: the
+    replica had not replayed WAL position ``position`` within ``waited`` seconds (it had
+    replayed ``replayed``, ``None`` when unknown). Nothing stale is returned.
+    """
+
+    code = "ERR_RAG_REPLICA_LAG"
+
+    def __init__(self, message: str, *, position: str, replayed: str | None, waited: float):
+        super().__init__(message)
+        self.position = position
+        self.replayed = replayed
+        self.waited = waited
 
 
 class EmbedderMismatchError(RagportError):

@@ -1,13 +1,42 @@
-"""The PostgreSQL store and status store against the same shipped contract suites."""
+"""The PostgreSQL store and status store against the same shipped contract suites.
+
+Every statement the adapter sends during the two suites is captured (SQLAlchemy's
+``before_cursor_execute`` and ``reads.fetch``); the last test of this module checks that each
+one that touches a ragport table filters on ``tenant_id`` with an equality: what Citus needs
+to route a query to one shard (docs/operations.md, "Scaling out").
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
-from ragport.adapters.postgres import PostgresStatusStore, PostgresStore
+from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, reads
 from ragport.contract_tests import ChunkStoreContract, IngestionStatusStoreContract
+
+CAPTURED: list[str] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _capture_statements(pg_engine: Any) -> Iterator[None]:
+    def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        CAPTURED.append(statement)
+
+    real = reads.fetch
+
+    def fetch(conn: Any, sql: str, params: Any, **kw: Any) -> Any:
+        CAPTURED.append(sql)
+        return real(conn, sql, params, **kw)
+
+    event.listen(pg_engine, "before_cursor_execute", on_execute)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(reads, "fetch", fetch)
+        yield
+    event.remove(pg_engine, "before_cursor_execute", on_execute)
 
 
 class TestPostgresStore(ChunkStoreContract):
@@ -24,3 +53,57 @@ class TestPostgresStatusStore(IngestionStatusStoreContract):
     @pytest.fixture
     def status_store(self, pg_engine, pg_schema) -> Iterator[PostgresStatusStore]:
         yield PostgresStatusStore(pg_engine, schema=pg_schema, create=True)
+
+
+_TABLES = r"(?:scopes|records|grants|tombstones|ingestion_status)"
+_REFERENCE = re.compile(r'"?t_[0-9a-f]{16}"?\.' + _TABLES + r"\b")
+_DDL = re.compile(r"^\s*(CREATE|ALTER|DROP|ANALYZE|COMMENT|SET|SHOW|SELECT set_config)\b", re.I)
+_BIND = r"(?::\w+|%\(\w+\)s|\$\d+)"
+_EQUALITY = re.compile(r"\btenant_id\s*=\s*" + _BIND)
+_JOIN_EQUALITY = re.compile(r"\b\w+\.tenant_id\s*=\s*\w+\.tenant_id\b")
+_INSERT = re.compile(r"^\s*INSERT INTO [^(]+\(\s*tenant_id\b", re.I)
+_INSERT_INTO = re.compile(r"\bINSERT INTO [^(]+\(\s*tenant_id\b", re.I)
+
+
+def _routable(sql: str) -> bool:
+    """Whether Citus can route ``sql`` to one tenant's shard (see the test below)."""
+    references = len(_REFERENCE.findall(sql))
+    if _INSERT.match(sql) and references == 1:
+        return True
+    # an INSERT INTO ... (tenant_id, ...) routes each row by the tenant value it writes
+    references -= len(_INSERT_INTO.findall(sql))
+    binds = len(_EQUALITY.findall(sql))
+    return binds > 0 and binds + len(_JOIN_EQUALITY.findall(sql)) >= references
+
+
+def test_the_routing_check_refuses_cross_tenant_statements() -> None:
+    """The checker itself: a statement without a tenant equality, or with a second table
+    reference left unfiltered, is refused.
+
+    If this fails, check ``_routable``."""
+    s = '"t_0123456789abcdef"'
+    assert _routable(f"SELECT id FROM {s}.records WHERE tenant_id = :t AND resource_id = :r")
+    assert not _routable(f"SELECT id FROM {s}.records WHERE resource_id = :r")
+    assert not _routable(f"SELECT id FROM {s}.records WHERE tenant_id IN (:a, :b)")
+    assert not _routable(
+        f"SELECT 1 FROM {s}.records r WHERE r.tenant_id = :t AND r.source_id IN "
+        f"(SELECT source_id FROM {s}.grants)"
+    )
+    assert _routable(
+        f"SELECT 1 FROM {s}.records r JOIN {s}.grants g ON g.tenant_id = r.tenant_id "
+        "WHERE r.tenant_id = :t"
+    )
+
+
+def test_every_statement_filters_on_tenant_with_an_equality() -> None:
+    """Each captured statement on a ragport table names one tenant by equality, per table reference.
+
+    DDL is exempt (Citus propagates it to every shard); an INSERT routes by its tenant_id value;
+    every other table reference needs ``tenant_id = <bind>`` or a join on ``tenant_id``.
+    Run the whole module: the statements come from the two contract suites above.
+    If this fails, check the SQL builders in ragport/adapters/postgres/ (predicate.py,
+    queries.py, statements.py, unit_of_work.py, status.py) for the statement printed."""
+    statements = {s for s in CAPTURED if _REFERENCE.search(s) and not _DDL.match(s)}
+    assert len(statements) > 20, "run the whole module: the contract suites supply the statements"
+    bad = [sql for sql in statements if not _routable(sql)]
+    assert not bad, "statements without a tenant equality per table:\n\n" + "\n\n".join(bad[:3])

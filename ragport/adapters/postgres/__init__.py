@@ -1,5 +1,6 @@
 """PostgreSQL + pgvector adapters (``pip install 'ragport[postgres]'``)."""
 
+from ragport.adapters.postgres.backup import copy_schema, dump_schema, restore_schema
 from ragport.adapters.postgres.checkpoints import PostgresCheckpointStore
 from ragport.adapters.postgres.embedded import (
     EMBEDDED_SETTINGS,
@@ -18,8 +19,11 @@ __all__ = [
     "PostgresCheckpointStore",
     "PostgresStatusStore",
     "PostgresStore",
+    "copy_schema",
     "default_data_dir",
+    "dump_schema",
     "embedded_server",
     "embedded_status",
+    "restore_schema",
     "stop_embedded_server",
 ]

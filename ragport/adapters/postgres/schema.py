@@ -124,6 +124,59 @@ def _v1(s: str, ts_config: str) -> Sequence[str]:
     )
 
 
+_PARTITIONED = ("scopes", "records", "grants", "tombstones", "ingestion_status")
+MAX_PARTITIONS = 1024
+
+
+def validate_partitions(partitions: object) -> int | None:
+    if partitions is None:
+        return None
+    if isinstance(partitions, bool) or not isinstance(partitions, int):
+        raise ValidationError("partitions must be an integer", field="partitions")
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ValidationError(f"partitions must be 1..{MAX_PARTITIONS}", field="partitions")
+    return partitions
+
+
+def _partitioned(s: str, statements: Sequence[str], partitions: int | None) -> list[str]:
+    """``statements`` with the tenant tables created ``PARTITION BY HASH (tenant_id)`` and
+    their ``partitions`` partitions right after each (so later ALTERs and indexes recurse)."""
+    if partitions is None:
+        return list(statements)
+    out: list[str] = []
+    for statement in statements:
+        table = next(
+            (
+                t
+                for t in _PARTITIONED
+                if statement.startswith(f"CREATE TABLE IF NOT EXISTS {s}.{t} (")
+            ),
+            None,
+        )
+        if table is None:
+            out.append(statement)
+            continue
+        out.append(statement + " PARTITION BY HASH (tenant_id)")
+        out.extend(
+            f"CREATE TABLE IF NOT EXISTS {s}.{table}_p{i} PARTITION OF {s}.{table} "
+            f"FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})"
+            for i in range(partitions)
+        )
+    return out
+
+
+def partition_count(conn: Connection, schema: str) -> int | None:
+    """How many hash partitions ``records`` has (``None`` when it is a plain table)."""
+    row = conn.execute(
+        text(
+            "SELECT (SELECT count(*) FROM pg_inherits WHERE inhparent = p.partrelid) "
+            "FROM pg_partitioned_table p WHERE p.partrelid = to_regclass(:name)"
+        ),
+        {"name": f"{quote_schema(schema)}.records"},
+    ).one_or_none()
+    return None if row is None else int(row[0])
+
+
 def _v2(s: str, ts_config: str) -> Sequence[str]:
     return (
         f"""CREATE TABLE IF NOT EXISTS {s}.sync_checkpoints (
@@ -159,19 +212,35 @@ def current_version(conn: Connection, schema: str) -> int:
     )
 
 
-def upgrade(conn: Connection, schema: str, *, text_search_config: str = "english") -> list[int]:
+def upgrade(
+    conn: Connection,
+    schema: str,
+    *,
+    text_search_config: str = "english",
+    partitions: int | None = None,
+) -> list[int]:
     """Apply missing migrations inside the caller's transaction; return the versions applied.
 
     Idempotent: re-running applies nothing. Concurrent upgraders wait on an advisory lock.
+    ``partitions=N`` creates the tenant tables ``PARTITION BY HASH (tenant_id)`` with N
+    partitions; it is chosen when the schema is created, and naming another layout for an
+    existing schema is a ``ValidationError`` (move the data with dump and restore).
     """
     s = quote_schema(schema)
     ts = validate_text_search_config(text_search_config)
+    partitions = validate_partitions(partitions)
     conn.execute(
         text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(f"ragport:{schema}".encode())}
     )
     applied: list[int] = []
     version = current_version(conn, schema)
-    steps = {1: _v1(s, ts), 2: _v2(s, ts)}
+    if partitions is not None and version > 0 and partition_count(conn, schema) != partitions:
+        raise ValidationError(
+            f"schema {schema!r} exists with another layout; partitions are chosen when it is "
+            "created",
+            field="partitions",
+        )
+    steps = {1: _partitioned(s, _v1(s, ts), partitions), 2: _v2(s, ts)}
     for target in sorted(MIGRATIONS):
         if target <= version:
             continue

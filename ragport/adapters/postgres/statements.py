@@ -196,15 +196,22 @@ def grants_upsert(s: str) -> str:
 
 def tombstones_insert(s: str) -> str:
     """Insert tombstones ``:ids`` with ``:reasons`` (pairwise); an existing ``corrected`` one
-    becomes ``forgotten``, never the reverse. Answers ``inserted`` per new id."""
+    becomes ``forgotten``, never the reverse. Answers ``inserted`` per new id.
+
+    New ids are told from updated ones by the statement's own snapshot (``before``), not by
+    ``xmax``: a partitioned table cannot return system columns."""
     return (
-        f"INSERT INTO {s}.tombstones AS old (tenant_id, resource_id, corpus_id, id, reason) "
+        f"WITH before AS (SELECT id FROM {s}.tombstones WHERE {SCOPE} "
+        "AND id = ANY(CAST(:ids AS text[]))), "
+        f"written AS (INSERT INTO {s}.tombstones AS old "
+        "(tenant_id, resource_id, corpus_id, id, reason) "
         "SELECT :t, :r, :c, x.id, x.reason "
         "FROM unnest(CAST(:ids AS text[]), CAST(:reasons AS text[])) AS x(id, reason) "
         "ON CONFLICT (tenant_id, resource_id, corpus_id, id) DO UPDATE "
         "SET reason = EXCLUDED.reason "
         "WHERE old.reason = 'corrected' AND EXCLUDED.reason = 'forgotten' "
-        "RETURNING (xmax = 0) AS inserted"
+        "RETURNING id) "
+        "SELECT written.id NOT IN (SELECT id FROM before) AS inserted FROM written"
     )
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from ragport.adapters.postgres._driver import make_engine, translate_errors
 from ragport.adapters.postgres.schema import quote_schema, upgrade
+from ragport.domain.errors import StoreError
 from ragport.domain.limits import check_limit
 from ragport.domain.model import Scope
 from ragport.domain.status import (
@@ -19,6 +21,8 @@ from ragport.domain.status import (
 
 __all__ = ["PostgresStatusStore"]
 
+_T = TypeVar("_T")
+
 _SCOPE = "tenant_id = :t AND resource_id = :r AND corpus_id = :c"
 _COLUMNS = "source_id, state, bytes, chunks_total, chunks_indexed, error, updated_at, freshness"
 
@@ -28,14 +32,27 @@ def _params(scope: Scope, **extra: Any) -> dict[str, Any]:
 
 
 class PostgresStatusStore:
-    """Durable per (scope, source) ingestion status; pages by source id with bound cursors."""
+    """Durable per (scope, source) ingestion status; pages by source id with bound cursors.
+
+    With ``read_url`` (a streaming replica) ``get`` and ``list_page`` read there, and on the
+    primary when the replica cannot be reached (``replica_fallback="raise"``: ``StoreError``).
+    Status is advisory (what was ingested, not what may be seen), so it may lag the primary.
+    """
 
     def __init__(
-        self, url_or_engine: str | Engine, *, schema: str = "ragport", create: bool = False
+        self,
+        url_or_engine: str | Engine,
+        *,
+        schema: str = "ragport",
+        create: bool = False,
+        read_url: str | Engine | None = None,
+        replica_fallback: str = "primary",
     ):
         self._s = quote_schema(schema)
         self._schema = schema
         self._engine = make_engine(url_or_engine)
+        self._replica = None if read_url is None else make_engine(read_url)
+        self._fallback = replica_fallback
         if create:
             with translate_errors("upgrade"), self._engine.begin() as conn:
                 upgrade(conn, schema)
@@ -78,28 +95,39 @@ class PostgresStatusStore:
             freshness=row.freshness,
         )
 
+    def _read(self, operation: str, run: Callable[[Connection], _T]) -> _T:
+        if self._replica is not None:
+            try:
+                with translate_errors(operation), self._replica.connect() as conn:
+                    return run(conn)
+            except StoreError as exc:
+                if not exc.lost_connection or self._fallback == "raise":
+                    raise
+        with translate_errors(operation), self._engine.connect() as conn:
+            return run(conn)
+
     def get(self, scope: Scope, source_id: str) -> IngestionStatus | None:
-        with translate_errors("get status"), self._engine.connect() as conn:
-            row = conn.execute(
-                text(
-                    f"SELECT {_COLUMNS} FROM {self._s}.ingestion_status WHERE {_SCOPE} AND source_id = :src"
-                ),
-                _params(scope, src=source_id),
-            ).one_or_none()
+        sql = text(
+            f"SELECT {_COLUMNS} FROM {self._s}.ingestion_status WHERE {_SCOPE} AND source_id = :src"
+        )
+        row = self._read(
+            "get status",
+            lambda conn: conn.execute(sql, _params(scope, src=source_id)).one_or_none(),
+        )
         return None if row is None else self._status(scope, row)
 
     def list_page(self, scope: Scope, *, limit: int, cursor: str | None = None) -> StatusPage:
         check_limit("status_page", limit)
         after = decode_status_cursor(scope, cursor) if cursor is not None else None
-        with translate_errors("list status"), self._engine.connect() as conn:
-            rows = conn.execute(
-                text(
-                    f"SELECT {_COLUMNS} FROM {self._s}.ingestion_status WHERE {_SCOPE} "
-                    'AND (CAST(:after AS text) IS NULL OR source_id COLLATE "C" > :after) '
-                    'ORDER BY source_id COLLATE "C" LIMIT :n'
-                ),
-                _params(scope, after=after, n=limit + 1),
-            ).all()
+        sql = text(
+            f"SELECT {_COLUMNS} FROM {self._s}.ingestion_status WHERE {_SCOPE} "
+            'AND (CAST(:after AS text) IS NULL OR source_id COLLATE "C" > :after) '
+            'ORDER BY source_id COLLATE "C" LIMIT :n'
+        )
+        rows = self._read(
+            "list status",
+            lambda conn: conn.execute(sql, _params(scope, after=after, n=limit + 1)).all(),
+        )
         items = tuple(self._status(scope, row) for row in rows[:limit])
         more = len(rows) > limit
         return StatusPage(

@@ -19,14 +19,26 @@ the denial report, the small reads) and ``statements.py`` (the unit of work's wr
 become records in ``rows.py``; reads run on psycopg through ``reads.py``; the unit of work
 and its repositories are ``unit_of_work.py``; HNSW indexes and the first ANALYZE are
 ``indexes.py``.
+
+Read replicas (``read_url``): reads that serve retrieval (the legs, the drift guard, the
+tombstone list) and status reads go to the replica; writes, every read inside a unit of work,
+the reads write paths decide on (``get_by_source``, ``current_generation``) and the access
+recheck gate (``check_source_access``: grants where they are freshest) go to the primary.
+Lag is explicit: ``with_min_position(position)`` gives a view whose replica reads first wait
+(up to ``replica_wait`` seconds) for the replica to replay ``position``, then fall back to the
+primary or raise ``ReplicaLagError`` (``replica_fallback``). The routing lives in
+``_read``; the SQL builders know nothing of it.
 """
 
 from __future__ import annotations
 
+import copy
 import math
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import psycopg
@@ -43,11 +55,18 @@ from ragport.adapters.postgres.schema import (
     current_version,
     quote_schema,
     upgrade,
+    validate_partitions,
     validate_schema_name,
     validate_text_search_config,
 )
 from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork, read_grants
-from ragport.domain.errors import CapabilityError, ScopeError, StoreError, ValidationError
+from ragport.domain.errors import (
+    CapabilityError,
+    ReplicaLagError,
+    ScopeError,
+    StoreError,
+    ValidationError,
+)
 from ragport.domain.filters import Filter
 from ragport.domain.model import (
     AccessDecision,
@@ -65,6 +84,15 @@ from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredR
 __all__ = ["PostgresStore"]
 
 _T = TypeVar("_T")
+Fallback = Literal["primary", "raise"]
+# After a replica failed to answer, reads skip it for this long (then try it again).
+REPLICA_RETRY_SECONDS = 2.0
+_REPLAYED = (
+    "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+    "ELSE pg_current_wal_lsn() END::text AS lsn, "
+    "CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+    "ELSE pg_current_wal_lsn() END >= CAST(:pos AS pg_lsn) AS ok"
+)
 _VectorAnswer = tuple[frozenset[EmbedderKey], tuple[ScoredRecord, ...]]
 
 
@@ -74,6 +102,16 @@ class PostgresStore:
     ``url_or_engine`` is a ``postgresql://`` URL or a SQLAlchemy Engine (psycopg 3 driver).
     ``create=True`` applies missing migrations now; otherwise the schema must already be at
     the latest version (``ragport db upgrade``), checked on first use.
+
+    ``read_url`` (a URL or Engine of a streaming replica of the same database) takes the
+    retrieval and status reads off the primary. When the replica cannot be reached, or has
+    not replayed a view's ``min_position`` within ``replica_wait`` seconds, a read falls back
+    to the primary (``replica_fallback="primary"``) or raises (``"raise"``: ``StoreError``
+    with ``lost_connection``, or ``ReplicaLagError``).
+
+    ``partitions=N`` (with ``create=True`` on a new schema) creates the tenant tables
+    ``PARTITION BY HASH (tenant_id)`` with N partitions; a query names one tenant, so it
+    reads one partition.
     """
 
     provider = "postgres"
@@ -85,11 +123,29 @@ class PostgresStore:
         schema: str = "ragport",
         create: bool = False,
         text_search_config: str = "english",
+        read_url: str | Engine | None = None,
+        replica_fallback: Fallback = "primary",
+        replica_wait: float = 1.0,
+        partitions: int | None = None,
     ):
         self._schema = validate_schema_name(schema)
         self._s = quote_schema(schema)
         self._ts_config = validate_text_search_config(text_search_config)
+        self._partitions = validate_partitions(partitions)
+        if replica_fallback not in ("primary", "raise"):
+            raise ValidationError(
+                "replica_fallback must be 'primary' or 'raise'", field="replica_fallback"
+            )
+        if not (isinstance(replica_wait, int | float) and 0 <= replica_wait <= 60):
+            raise ValidationError("replica_wait must be 0..60 seconds", field="replica_wait")
         self._engine = make_engine(url_or_engine)
+        self._replica = None if read_url is None else make_engine(read_url)
+        self._fallback: Fallback = replica_fallback
+        self._wait = float(replica_wait)
+        self._min_position: str | None = None
+        self._caught_up = False
+        self._replica_down_until = [0.0]  # shared by the views of this store
+        self._writes = threading.local()
         self._indexes = VectorIndexes(self._schema, self._s)
         self._checked = False
         if create:
@@ -100,8 +156,55 @@ class PostgresStore:
         return self._engine
 
     @property
+    def read_engine(self) -> Engine | None:
+        """The replica's Engine (``None`` without ``read_url``)."""
+        return self._replica
+
+    @property
     def schema(self) -> str:
         return self._schema
+
+    # -- replica positions -------------------------------------------------------------------------
+    @property
+    def last_write_position(self) -> str | None:
+        """The WAL position (LSN, ``'0/3000148'``) at or after this thread's last commit
+        through this store; ``None`` before the first. Hand it to ``with_min_position``."""
+        position: str | None = getattr(self._writes, "position", None)
+        return position
+
+    def write_position(self) -> str:
+        """The primary's current WAL position: at or after every write committed so far."""
+        with translate_errors("read WAL position"), self._engine.connect() as conn:
+            return str(conn.execute(text("SELECT pg_current_wal_lsn()::text")).scalar_one())
+
+    def with_min_position(
+        self,
+        position: str | None,
+        *,
+        fallback: Fallback | None = None,
+        wait: float | None = None,
+    ) -> PostgresStore:
+        """A view of this store whose reads see at least WAL ``position`` (read-your-writes).
+
+        Its replica reads first wait up to ``wait`` seconds (default ``replica_wait``) for the
+        replica to replay ``position``; past that they run on the primary (``fallback=
+        "primary"``) or raise ``ReplicaLagError`` (``"raise"``). Never a stale answer.
+        ``None`` means no requirement. The view shares this store's engines.
+        """
+        if position is not None:
+            _check_position(position)
+        view = copy.copy(self)
+        view._min_position = position
+        view._caught_up = False
+        if fallback is not None:
+            if fallback not in ("primary", "raise"):
+                raise ValidationError("fallback must be 'primary' or 'raise'", field="fallback")
+            view._fallback = fallback
+        if wait is not None:
+            if not (isinstance(wait, int | float) and 0 <= wait <= 60):
+                raise ValidationError("wait must be 0..60 seconds", field="wait")
+            view._wait = float(wait)
+        return view
 
     @property
     def capabilities(self) -> Capabilities:
@@ -121,7 +224,12 @@ class PostgresStore:
     def upgrade(self) -> list[int]:
         """Apply missing migrations (idempotent); returns the versions applied."""
         with translate_errors("upgrade"), self._engine.begin() as conn:
-            applied = upgrade(conn, self._schema, text_search_config=self._ts_config)
+            applied = upgrade(
+                conn,
+                self._schema,
+                text_search_config=self._ts_config,
+                partitions=self._partitions,
+            )
         self._checked = True
         return applied
 
@@ -155,12 +263,12 @@ class PostgresStore:
             yield conn
 
     @contextmanager
-    def _raw_read(self, operation: str) -> Iterator[RawRead]:
+    def _raw_read(self, operation: str, engine: Engine | None = None) -> Iterator[RawRead]:
         with translate_errors(operation):
             if not self._checked:
                 with self._engine.connect() as conn:
                     self._check_schema(conn)
-            fairy = self._engine.raw_connection()
+            fairy = (engine or self._engine).raw_connection()
             dbapi = fairy.driver_connection
             assert isinstance(dbapi, psycopg.Connection)
             mode = dbapi.autocommit  # False unless the host's Engine is AUTOCOMMIT itself
@@ -183,21 +291,75 @@ class PostgresStore:
                         fairy.invalidate()
                 fairy.close()  # back to the pool (or discarded if invalidated)
 
-    def _read(self, operation: str, run: Callable[[RawRead], _T]) -> _T:
+    def _read(self, operation: str, run: Callable[[RawRead], _T], *, replica: bool = False) -> _T:
         """One read on an autocommit connection, retried once if that connection was dead.
 
         A pooled connection that lost its server (a restart, an idle timeout) fails its
         first statement; the pool then discards it and the read runs again on a fresh one.
         Reads change nothing, so running one twice is safe.
+
+        ``replica=True`` reads may run on the read replica (see the class docstring): when it
+        is unreachable or behind ``min_position``, the read runs on the primary instead, or
+        raises, as configured.
         """
-        try:
+        if replica and self._replica is not None:
+            if time.monotonic() >= self._replica_down_until[0]:
+                try:
+                    return self._read_on(operation, run, replica=True)
+                except ReplicaLagError:
+                    if self._fallback == "raise":
+                        raise
+                except StoreError as exc:
+                    if not exc.lost_connection:
+                        raise
+                    self._replica_down_until[0] = time.monotonic() + REPLICA_RETRY_SECONDS
+                    if self._fallback == "raise":
+                        raise
+            elif self._fallback == "raise":
+                raise StoreError(
+                    f"{operation}: the read replica did not answer recently", lost_connection=True
+                )
+        return self._read_on(operation, run)
+
+    def _read_on(
+        self, operation: str, run: Callable[[RawRead], _T], *, replica: bool = False
+    ) -> _T:
+        def attempt() -> _T:
+            if replica:
+                with self._raw_read(operation, self._replica) as conn:
+                    self._await_position(conn)
+                    return run(conn)
             with self._connect(operation, read=True) as conn:
                 return run(conn)
+
+        try:
+            return attempt()
         except StoreError as exc:
             if not exc.lost_connection:
                 raise
-        with self._connect(operation, read=True) as conn:
-            return run(conn)
+        return attempt()
+
+    def _await_position(self, conn: RawRead) -> None:
+        """Wait (up to ``replica_wait``) until the replica has replayed ``min_position``."""
+        if self._min_position is None or self._caught_up:
+            return
+        deadline = time.monotonic() + self._wait
+        delay = 0.002
+        while True:
+            row = reads.fetch(conn, _REPLAYED, {"pos": self._min_position})[0]
+            if row.ok:
+                self._caught_up = True  # replay only moves forward on one server
+                return
+            if time.monotonic() >= deadline:
+                raise ReplicaLagError(
+                    f"the read replica had not replayed WAL position {self._min_position} "
+                    f"within {self._wait:g} s",
+                    position=self._min_position,
+                    replayed=row.lsn,
+                    waited=self._wait,
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def prepare(self, scope: Scope, *, dimensions: int) -> None:
         """Create the HNSW index for ``dimensions`` if missing, outside any write transaction.
@@ -225,8 +387,17 @@ class PostgresStore:
                     state = conn.execute(
                         text(statements.lock_scope(self._s)), scope_params(scope)
                     ).one()
-                uow = PostgresUnitOfWork(scope, conn, state, s=self._s, indexes=self._indexes)
+                uow = PostgresUnitOfWork(
+                    scope,
+                    conn,
+                    state,
+                    s=self._s,
+                    indexes=self._indexes,
+                    track_position=self._replica is not None,
+                )
                 yield uow
+                if uow.done and uow.position is not None:
+                    self._writes.position = uow.position
             finally:
                 if uow is None or not uow.done:
                     conn.rollback()
@@ -249,7 +420,7 @@ class PostgresStore:
     def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
         sql = queries.embedders_sql(self._s)
         rows = self._read(
-            "list embedders", lambda conn: reads.fetch(conn, sql, scope_params(scope))
+            "list embedders", lambda conn: reads.fetch(conn, sql, scope_params(scope)), replica=True
         )
         return frozenset((row.embedder_id, row.dimensions) for row in rows)
 
@@ -257,12 +428,16 @@ class PostgresStore:
         self, scope: Scope, embedder_id: str, dimensions: int
     ) -> frozenset[EmbedderKey]:
         guard = (embedder_id, dimensions)
-        return self._read("check embedders", lambda conn: self._foreign_rows(conn, scope, guard))
+        return self._read(
+            "check embedders", lambda conn: self._foreign_rows(conn, scope, guard), replica=True
+        )
 
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
         sql = queries.forgotten_sql(self._s)
         rows = self._read(
-            "list tombstones", lambda conn: reads.fetch(conn, sql, scope_params(scope))
+            "list tombstones",
+            lambda conn: reads.fetch(conn, sql, scope_params(scope)),
+            replica=True,
         )
         return frozenset(row.id for row in rows)
 
@@ -279,7 +454,7 @@ class PostgresStore:
         run = self._vector_run(
             scope, vector, None, limit, authorization, metadata_filter, on_denied
         )
-        _, scored = self._read("query", run)
+        _, scored = self._read("query", run, replica=True)
         return scored
 
     def guarded_query(
@@ -299,7 +474,7 @@ class PostgresStore:
         run = self._vector_run(
             scope, vector, guard, limit, authorization, metadata_filter, on_denied
         )
-        foreign, scored = self._read("query", run)
+        foreign, scored = self._read("query", run, replica=True)
         return GuardedQuery(foreign_embedders=foreign, records=scored)
 
     def _vector_run(
@@ -429,6 +604,7 @@ class PostgresStore:
             self._lexical_run(
                 scope, text_query, limit, mode, authorization, metadata_filter, on_denied
             ),
+            replica=True,
         )
 
     def _lexical_run(
@@ -501,7 +677,7 @@ class PostgresStore:
                 lexical_records = lexical_run(conn)
             return HybridAnswer(foreign, vector_records, lexical_records)
 
-        return self._read("hybrid query", run)
+        return self._read("hybrid query", run, replica=True)
 
     def _report_denied(
         self,
@@ -540,6 +716,9 @@ class PostgresStore:
     def check_source_access(
         self, scope: Scope, source_ids: Sequence[str], authorization: Authorization
     ) -> Mapping[str, AccessDecision]:
+        """The recheck gate: grants read on the primary, where they are freshest, so a
+        revocation committed there denies at once even while a lagging replica served the
+        query (whose own grant predicate saw the replica's snapshot)."""
         wanted = [validate_text(s, field="source_ids") for s in dict.fromkeys(source_ids)]
         if not wanted:
             return {}
@@ -566,3 +745,16 @@ class PostgresStore:
         params = scope_params(scope, after=after, limit=limit)
         rows = self._read("list sources", lambda conn: reads.fetch(conn, sql, params))
         return [str(row.source_id) for row in rows]
+
+
+def _check_position(position: object) -> None:
+    """A WAL position as PostgreSQL prints it (``X/Y``, hex), checked before it is bound."""
+    parts = position.split("/") if isinstance(position, str) else []
+    if len(parts) != 2 or not all(0 < len(p) <= 8 for p in parts):
+        raise ValidationError("position must be a WAL LSN like '0/3000148'", field="position")
+    try:
+        int(parts[0], 16), int(parts[1], 16)
+    except ValueError:
+        raise ValidationError(
+            "position must be a WAL LSN like '0/3000148'", field="position"
+        ) from None

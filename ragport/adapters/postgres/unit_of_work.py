@@ -297,9 +297,19 @@ class PostgresUnitOfWork:
     """One transaction on ``conn`` over ``scope``, whose row ``state`` was read FOR UPDATE."""
 
     def __init__(
-        self, scope: Scope, conn: Connection, state: Any, *, s: str, indexes: VectorIndexes
+        self,
+        scope: Scope,
+        conn: Connection,
+        state: Any,
+        *,
+        s: str,
+        indexes: VectorIndexes,
+        track_position: bool = False,
     ):
         self.scope = scope
+        self.track_position = track_position
+        # After commit (with ``track_position``): the primary's WAL position at or after it.
+        self.position: str | None = None
         self.conn = conn
         self.s = s
         self.indexes = indexes
@@ -319,6 +329,12 @@ class PostgresUnitOfWork:
             raise ValidationError("unit of work already finished", field="unit_of_work")
         with translate_errors("commit"):
             self.conn.commit()
+            if self.track_position:
+                # At or after this commit's WAL record: what a replica must replay to show it.
+                self.position = str(
+                    self.conn.execute(text("SELECT pg_current_wal_lsn()::text")).scalar_one()
+                )
+                self.conn.commit()
         self.done = True
 
     def rollback(self) -> None:
