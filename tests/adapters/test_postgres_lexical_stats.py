@@ -223,3 +223,24 @@ def test_upgrade_from_version_1_keeps_data_and_backfills_statistics(pg_engine, p
     assert [r.source_id for r in store.get_by_source(scope, "s2")] == ["s2"]
     _check_statistics(store, scope, f'"{pg_schema}"')
     _check_scores(store, scope, f'"{pg_schema}"', ["cedar", "brook"], 2)
+
+
+def test_pruned_top_k_equals_the_reference(store: PostgresStore, pg_schema: str) -> None:
+    """A common term in every row, rarer ones in a few: each top-k (first tier full, short,
+    or empty) equals the reference's. If this fails, check the tiers of queries.bm25_ctes."""
+    scope = ragport.Scope("tenant-1", "kb", "c" + uuid.uuid4().hex[:12])
+    texts = {}
+    for i in range(40):
+        words = ["apple"] * (1 + i % 3) + ["delta"] * (i % 5)
+        words += ["brook"] * (i % 4 == 0) + ["cedar"] * (1 + i % 2) * (i % 8 == 0)
+        texts[f"d{i:02d}"] = " ".join(words + ["ember"] * (i % 7))
+    ragport.index_chunks(
+        chunks=[ragport.Chunk.of(src, 0, words) for src, words in texts.items()],
+        embedder=EMB,
+        store=store,
+        scope=scope,
+    )
+    s = f'"{pg_schema}"'
+    for query in (["apple", "cedar"], ["apple", "delta", "brook"], ["apple"], ["cedar", "fjord"]):
+        for k in (1, 3, 8, 30, 50):
+            _check_scores(store, scope, s, query, k)

@@ -177,13 +177,14 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     id, source_id, lineage and roots): ``st`` is N and avgdl, ``w`` df, idf and ``ub``, an
     upper bound of one lexeme's share of a score (``idf * (k1 + 1)``, as tf / (tf + K) < 1).
 
-    Candidates are read through the GIN index in two tiers (MaxScore): the common lexemes
-    (df >= N/4, never the rarest) bound tier two by ``cub``, the sum of their ``ub``. Tier
-    one, the rows holding a rare lexeme, is scored exactly and cut to ``:k`` (``t1``); tier
-    two, the other matching rows, scores below ``cub``, so it is read only when ``t1`` has
-    fewer than ``:k`` rows or its last score is not above ``cub`` (a one-time filter:
-    otherwise its scan never starts). A candidate without any query lexeme (``a or -b``)
-    scores 0.
+    Candidates are read through the GIN index, MaxScore-style. By df, rarest first, lexemes
+    are rare until the ones before them hold ``2 * :k`` documents; the rest are common.
+    ``t1``: the rows holding a rare lexeme, scored exactly, best ``:k``; ``theta`` its last
+    score (0 when it has fewer). Common lexemes by ``ub``, smallest first, whose running sum
+    of ``ub`` stays below ``theta`` cannot lift a row into the top-k on their own, so the
+    second tier reads only the rows holding one of the others (``eq``; none when every
+    common lexeme is that weak). The third tier, the matching rows without any query lexeme
+    (``a or -b``, score 0), is read only when ``t1`` is short (a one-time filter).
     """
     k1, b = 1.2, 0.75
     # In the tsquery's text form: a negated operand (a lexeme or a parenthesised phrase),
@@ -193,22 +194,30 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     operands = rf"(!\s*(?:{quoted}|\((?:{quoted}|[^()'])*\)))|'((?:[^'\\]|''|\\.)*)'"
     at_pointer = "generation <= (SELECT pointer FROM sc)"
     stat_scope = "x.tenant_id = :t AND x.resource_id = :r AND x.corpus_id = :c"
+    # A lexeme as a tsquery operand: quoted, with ' and \ doubled.
+    operand = r"'''' || replace(replace(c.lexeme, '\', '\\'), '''', '''''') || ''''"
 
-    def tier(condition: str) -> str:
+    def tsquery_of(rows: str) -> str:
+        """The OR of the lexemes ``c.lexeme`` of ``rows``, as a tsquery (NULL for none)."""
+        return (
+            f"(SELECT CAST(nullif(array_to_string(ARRAY(SELECT {operand} FROM {rows}), ' | '), "
+            "'') AS tsquery))"
+        )
+
+    def tier(condition: str, extra: str = "") -> str:
         return (
             "SELECT c.id, c.generation, coalesce(sum(w.idf * h.tf * "
             f"{k1 + 1} / (h.tf + {k1} * ({1 - b} + {b} * c.dl / st.avgdl))), 0) AS rank "
             "FROM (SELECT r.id, r.generation, length(r.tsv) AS dl, "
-            "ts_filter(setweight(r.tsv, 'A', ql.lexemes), '{a}') AS hit "
-            f"FROM {s}.records r, sc, tb, q, ql, tc WHERE {where} AND r.tsv @@ q.query "
+            "ts_filter(setweight(r.tsv, 'A', ql.lexemes), '{a}') AS hit, "
+            "r.tsv @@ q.query AS matched "
+            f"FROM {s}.records r, sc, tb, q, ql, tc{extra} WHERE {where} "
             f"AND {condition} OFFSET 0) c CROSS JOIN st "
             "LEFT JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions) AS tf "
             "FROM unnest(c.hit) AS u(lexeme, positions, weights)) h ON true "
-            "LEFT JOIN w ON w.lexeme = h.lexeme GROUP BY c.id, c.generation"
+            "LEFT JOIN w ON w.lexeme = h.lexeme WHERE c.matched GROUP BY c.id, c.generation"
         )
 
-    # A lexeme as a tsquery operand: quoted, with ' and \ doubled.
-    operand = r"'''' || replace(replace(c.lexeme, '\', '\\'), '''', '''''') || ''''"
     return (
         f", q AS (SELECT {tsquery(ts_config)} AS query), "
         "ql AS (SELECT coalesce(array_agg(DISTINCT "
@@ -230,18 +239,23 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         "CROSS JOIN LATERAL (SELECT CAST(coalesce((SELECT sum(x.docs) "
         f"FROM {s}.lexical_terms x WHERE {stat_scope} AND x.lexeme = l.lexeme "
         f"AND x.{at_pointer}), 0) - (SELECT count(*) FROM fz "
-        "WHERE l.lexeme = ANY(tsvector_to_array(fz.tsv))) AS float8) AS df) d) y), "
-        "cw AS (SELECT w.lexeme, w.ub, w.df * 4 >= st.n AND w.df > min(w.df) OVER () AS common "
-        "FROM w, st), "
-        f"tc AS (SELECT CAST(nullif(array_to_string(ARRAY(SELECT {operand} "
-        "FROM cw c WHERE NOT c.common), ' | '), '') AS tsquery) AS rq, "
-        "(SELECT coalesce(sum(c.ub), 0) FROM cw c WHERE c.common) AS cub), "
+        "WHERE l.lexeme = ANY(tsvector_to_array(fz.tsv))) AS float8) AS df OFFSET 0) d) y), "
+        "cw AS (SELECT w.lexeme, w.ub, coalesce(sum(w.df) OVER (ORDER BY w.df, w.lexeme "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) >= 2 * :k AS common FROM w), "
+        f"tc AS (SELECT {tsquery_of('cw c WHERE NOT c.common')} AS rq, "
+        f"{tsquery_of('cw c')} AS aq), "
         f"t1 AS (SELECT * FROM ({tier('r.tsv @@ tc.rq')}) s "
         'ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k), '
+        "th AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(t1.rank) END AS theta FROM t1), "
+        "ce AS (SELECT c.lexeme, sum(c.ub) OVER (ORDER BY c.ub, c.lexeme) AS cum "
+        "FROM cw c WHERE c.common), "
+        f"eq AS (SELECT {tsquery_of('ce c, th WHERE c.cum >= th.theta')} AS query), "
         "ranked AS (SELECT s.* FROM (SELECT * FROM t1 UNION ALL "
+        + tier("r.tsv @@ eq.query AND NOT coalesce(r.tsv @@ tc.rq, false)", ", eq")
+        + " UNION ALL "
         + tier(
-            "NOT coalesce(r.tsv @@ tc.rq, false) AND ((SELECT count(*) FROM t1) < :k "
-            "OR (SELECT min(t1.rank) FROM t1) <= (SELECT cub FROM tc))"
+            "r.tsv @@ q.query AND NOT coalesce(r.tsv @@ tc.aq, false) "
+            "AND (SELECT count(*) FROM t1) < :k"
         )
         + ') s ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k) '
     )
