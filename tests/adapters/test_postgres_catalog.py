@@ -14,10 +14,12 @@ from sqlalchemy import text
 import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.postgres import PostgresStatusStore, PostgresStore
+from ragport.adapters.postgres.schema import MIGRATIONS
 from ragport.domain.errors import StoreError
 
 SCOPE = ragport.Scope("tenant-1", "kb", "docs")
 BOOKKEEPING = "schema_migrations"
+ALL_VERSIONS = sorted(MIGRATIONS)
 EXPECTED_TABLES = {
     "scopes",
     "records",
@@ -25,6 +27,8 @@ EXPECTED_TABLES = {
     "tombstones",
     "ingestion_status",
     "sync_checkpoints",
+    "lexical_stats",
+    "lexical_terms",
 }
 
 
@@ -204,20 +208,20 @@ def test_first_write_of_a_dimension_creates_its_cosine_hnsw_index(store, pg_engi
 
 
 def test_migrations_are_idempotent_and_recorded(pg_engine, pg_schema):
-    """upgrade applies v1 and v2 once, then []. If this fails, check schema.py upgrade."""
+    """upgrade applies every migration once, then []. If this fails, check schema.py upgrade."""
     store = PostgresStore(pg_engine, schema=pg_schema)
-    assert store.upgrade() == [1, 2]
+    assert store.upgrade() == ALL_VERSIONS
     assert store.upgrade() == []
     assert store.upgrade() == []
     PostgresStore(pg_engine, schema=pg_schema, create=True)
     PostgresStatusStore(pg_engine, schema=pg_schema, create=True)
     versions = _rows(pg_engine, f'SELECT version FROM "{pg_schema}".schema_migrations')
-    assert [r.version for r in versions] == [1, 2]
+    assert [r.version for r in versions] == ALL_VERSIONS
     assert store.current_generation(SCOPE) == 0
 
 
 def test_concurrent_upgrades_apply_each_migration_once(pg_engine, pg_schema):
-    """Racing upgrades apply v1 once. If this fails, check schema.py upgrade (advisory lock)."""
+    """Racing upgrades apply each migration once. If this fails, check schema.py upgrade (advisory lock)."""
     results: list[object] = []
     barrier = threading.Barrier(2)
 
@@ -234,9 +238,9 @@ def test_concurrent_upgrades_apply_each_migration_once(pg_engine, pg_schema):
         t.start()
     for t in threads:
         t.join(30)
-    assert sorted(map(repr, results)) == ["[1, 2]", "[]"]
+    assert sorted(map(repr, results)) == sorted([repr(ALL_VERSIONS), "[]"])
     versions = _rows(pg_engine, f'SELECT version FROM "{pg_schema}".schema_migrations')
-    assert [r.version for r in versions] == [1, 2]
+    assert [r.version for r in versions] == ALL_VERSIONS
 
 
 def test_unmigrated_schema_raises_store_error_and_creates_nothing(pg_engine, pg_schema):

@@ -16,7 +16,6 @@ from ragport.adapters.postgres.predicate import (
     SCOPE,
     VISIBLE,
     pointer_cte,
-    predicate,
     predicate_ctes,
 )
 from ragport.adapters.postgres.rows import R_COLUMNS, RECORD_COLUMNS
@@ -172,20 +171,53 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     by the BM25 of ``PostgresStore.lexical_query``'s docstring. ``ql``: the tsquery's lexemes
     minus the excluded ones, read from its text form (a negated phrase with nested
     parentheses, which websearch syntax cannot produce, would count as included).
-    ``p``: one pass over the statistics population (visible, not forgotten); the inner
-    subquery, kept apart by ``OFFSET 0``, reads each tsvector once and marks the query's
-    lexemes with weight A, so ``length`` (dl), ``@@`` (candidate) and ``ts_filter`` (the
-    query lexemes present, with positions) share that one in-memory copy. ``h``: a row per
-    (row, query lexeme present) with tf. ``st``/``w``: N, avgdl and idf per lexeme. A
-    candidate without any query lexeme (``a or -b``) scores 0.
+
+    Statistics come from the write-time deltas (``lexical_stats``, ``lexical_terms``) summed
+    at the pointer, minus the visible forgotten rows (``fz``, found through the indexes on
+    id, source_id, lineage and roots): ``st`` is N and avgdl, ``w`` df, idf and ``ub``, an
+    upper bound of one lexeme's share of a score (``idf * (k1 + 1)``, as tf / (tf + K) < 1).
+
+    Candidates are read through the GIN index, MaxScore-style. By df, rarest first, lexemes
+    are rare until the ones before them hold ``2 * :k`` documents; the rest are common.
+    ``t1``: the rows holding a rare lexeme, scored exactly, best ``:k``; ``theta`` its last
+    score (0 when it has fewer). Common lexemes by ``ub``, smallest first, whose running sum
+    of ``ub`` stays below ``theta`` cannot lift a row into the top-k on their own, so the
+    second tier reads only the rows holding one of the others (``eq``; none when every
+    common lexeme is that weak). The third tier, the matching rows without any query lexeme
+    (``a or -b``, score 0), is read only when ``t1`` is short (a one-time filter).
     """
     k1, b = 1.2, 0.75
-    population = predicate(s, {}, None, None)
     # In the tsquery's text form: a negated operand (a lexeme or a parenthesised phrase),
     # skipped, or a quoted lexeme ('' and \\ escaped), kept. (querytree cannot do this: it
     # turns any OR with a negated branch, 'a' | !'b', into T.)
     quoted = r"'(?:[^'\\]|''|\\.)*'"
     operands = rf"(!\s*(?:{quoted}|\((?:{quoted}|[^()'])*\)))|'((?:[^'\\]|''|\\.)*)'"
+    at_pointer = "generation <= (SELECT pointer FROM sc)"
+    stat_scope = "x.tenant_id = :t AND x.resource_id = :r AND x.corpus_id = :c"
+    # A lexeme as a tsquery operand: quoted, with ' and \ doubled.
+    operand = r"'''' || replace(replace(c.lexeme, '\', '\\'), '''', '''''') || ''''"
+
+    def tsquery_of(rows: str) -> str:
+        """The OR of the lexemes ``c.lexeme`` of ``rows``, as a tsquery (NULL for none)."""
+        return (
+            f"(SELECT CAST(nullif(array_to_string(ARRAY(SELECT {operand} FROM {rows}), ' | '), "
+            "'') AS tsquery))"
+        )
+
+    def tier(condition: str, extra: str = "") -> str:
+        return (
+            "SELECT c.id, c.generation, coalesce(sum(w.idf * h.tf * "
+            f"{k1 + 1} / (h.tf + {k1} * ({1 - b} + {b} * c.dl / st.avgdl))), 0) AS rank "
+            "FROM (SELECT r.id, r.generation, length(r.tsv) AS dl, "
+            "ts_filter(setweight(r.tsv, 'A', ql.lexemes), '{a}') AS hit, "
+            "r.tsv @@ q.query AS matched "
+            f"FROM {s}.records r, sc, tb, q, ql, tc{extra} WHERE {where} "
+            f"AND {condition} OFFSET 0) c CROSS JOIN st "
+            "LEFT JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions) AS tf "
+            "FROM unnest(c.hit) AS u(lexeme, positions, weights)) h ON true "
+            "LEFT JOIN w ON w.lexeme = h.lexeme WHERE c.matched GROUP BY c.id, c.generation"
+        )
+
     return (
         f", q AS (SELECT {tsquery(ts_config)} AS query), "
         "ql AS (SELECT coalesce(array_agg(DISTINCT "
@@ -193,24 +225,39 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         "FROM q, regexp_matches(CAST(q.query AS text), '"
         + operands.replace("'", "''")
         + "', 'g') m WHERE m[1] IS NULL), "
-        "p AS (SELECT length(r.sw) AS dl, nullif(ts_filter(r.sw, '{a}'), '') AS hit, "
-        f"CASE WHEN r.sw @@ q.query AND {where} THEN r.id END AS id, r.generation "
-        "FROM (SELECT r.*, setweight(r.tsv, 'A', ql.lexemes) AS sw "
-        f"FROM {s}.records r, sc, tb, ql WHERE {population} OFFSET 0) r, sc, tb, q), "
-        "h AS (SELECT x.id, x.generation, x.dl, (x.u).lexeme, "
-        "cardinality((x.u).positions) AS tf FROM (SELECT p.id, p.generation, p.dl, "
-        "unnest(p.hit) AS u FROM p WHERE p.hit IS NOT NULL) x), "
-        "st AS (SELECT CAST(count(*) AS float8) AS n, CAST(avg(p.dl) AS float8) AS avgdl "
-        "FROM p), "
-        "w AS (SELECT h.lexeme, ln(1 + (st.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf "
-        "FROM h, st GROUP BY h.lexeme, st.n), "
-        "ranked AS (SELECT s.* FROM ("
-        f"SELECT h.id, h.generation, sum(w.idf * h.tf * {k1 + 1} "
-        f"/ (h.tf + {k1} * ({1 - b} + {b} * h.dl / st.avgdl))) AS rank "
-        "FROM h JOIN w ON w.lexeme = h.lexeme, st WHERE h.id IS NOT NULL "
-        "GROUP BY h.id, h.generation "
-        "UNION ALL SELECT p.id, p.generation, 0 FROM p WHERE p.id IS NOT NULL AND p.hit IS NULL"
-        ') s ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k) '
+        "sa AS (SELECT coalesce(sum(x.docs), 0) AS n, coalesce(sum(x.length), 0) AS len "
+        f"FROM {s}.lexical_stats x WHERE {stat_scope} AND x.{at_pointer}), "
+        f"fz AS (SELECT r.tsv FROM {s}.records r, sc, tb WHERE {RSCOPE} AND {VISIBLE} "
+        "AND cardinality(tb.ids) > 0 AND (r.id = ANY(tb.ids) OR r.source_id = ANY(tb.ids) "
+        "OR r.lineage && tb.ids OR r.roots && tb.ids)), "
+        "st AS (SELECT CAST(sa.n - f.n AS float8) AS n, "
+        "CAST(sa.len - f.len AS float8) / nullif(sa.n - f.n, 0) AS avgdl FROM sa, "
+        "(SELECT count(*) AS n, coalesce(sum(length(fz.tsv)), 0) AS len FROM fz) f), "
+        f"w AS (SELECT y.lexeme, y.df, y.idf, y.idf * {k1 + 1} AS ub FROM (SELECT l.lexeme, "
+        "d.df, ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5)) AS idf "
+        "FROM ql CROSS JOIN LATERAL unnest(ql.lexemes) AS l(lexeme) CROSS JOIN st "
+        "CROSS JOIN LATERAL (SELECT CAST(coalesce((SELECT sum(x.docs) "
+        f"FROM {s}.lexical_terms x WHERE {stat_scope} AND x.lexeme = l.lexeme "
+        f"AND x.{at_pointer}), 0) - (SELECT count(*) FROM fz "
+        "WHERE l.lexeme = ANY(tsvector_to_array(fz.tsv))) AS float8) AS df OFFSET 0) d) y), "
+        "cw AS (SELECT w.lexeme, w.ub, coalesce(sum(w.df) OVER (ORDER BY w.df, w.lexeme "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) >= 2 * :k AS common FROM w), "
+        f"tc AS (SELECT {tsquery_of('cw c WHERE NOT c.common')} AS rq, "
+        f"{tsquery_of('cw c')} AS aq), "
+        f"t1 AS (SELECT * FROM ({tier('r.tsv @@ tc.rq')}) s "
+        'ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k), '
+        "th AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(t1.rank) END AS theta FROM t1), "
+        "ce AS (SELECT c.lexeme, sum(c.ub) OVER (ORDER BY c.ub, c.lexeme) AS cum "
+        "FROM cw c WHERE c.common), "
+        f"eq AS (SELECT {tsquery_of('ce c, th WHERE c.cum >= th.theta')} AS query), "
+        "ranked AS (SELECT s.* FROM (SELECT * FROM t1 UNION ALL "
+        + tier("r.tsv @@ eq.query AND NOT coalesce(r.tsv @@ tc.rq, false)", ", eq")
+        + " UNION ALL "
+        + tier(
+            "r.tsv @@ q.query AND NOT coalesce(r.tsv @@ tc.aq, false) "
+            "AND (SELECT count(*) FROM t1) < :k"
+        )
+        + ') s ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k) '
     )
 
 

@@ -191,9 +191,58 @@ def _v2(s: str, ts_config: str) -> Sequence[str]:
     )
 
 
+def _v3(s: str) -> Sequence[str]:
+    """BM25 statistics kept at write time, as per-generation deltas (see ``statements.stats``).
+
+    ``lexical_stats`` holds, per (scope, generation), the change in row count and in total
+    document length (distinct lexemes) of the rows visible from that generation on;
+    ``lexical_terms`` the change in document frequency per lexeme. Summing the deltas at or
+    below a pointer gives the statistics of that snapshot over every row it shows (forgotten
+    rows are subtracted at query time). Backfilled from the rows already stored.
+    """
+    scope = "tenant_id text NOT NULL, resource_id text NOT NULL, corpus_id text NOT NULL"
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {s}.lexical_stats (
+            {scope},
+            generation bigint NOT NULL,
+            docs bigint NOT NULL DEFAULT 0,
+            length bigint NOT NULL DEFAULT 0,
+            CONSTRAINT lexical_stats_pkey
+                PRIMARY KEY (tenant_id, resource_id, corpus_id, generation)
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.lexical_terms (
+            {scope},
+            lexeme text NOT NULL,
+            generation bigint NOT NULL,
+            docs bigint NOT NULL DEFAULT 0,
+            CONSTRAINT lexical_terms_pkey
+                PRIMARY KEY (tenant_id, resource_id, corpus_id, lexeme, generation)
+        )""",
+        # The lexical leg subtracts forgotten rows found through these (id, source, lineage).
+        f"CREATE INDEX IF NOT EXISTS records_roots ON {s}.records USING gin (roots)",
+        f"""INSERT INTO {s}.lexical_stats (tenant_id, resource_id, corpus_id, generation,
+                docs, length)
+            SELECT r.tenant_id, r.resource_id, r.corpus_id, v.g, sum(v.d), sum(v.d * length(r.tsv))
+            FROM {s}.records r CROSS JOIN LATERAL
+                (VALUES (r.generation, 1), (r.retired_generation, -1)) AS v(g, d)
+            WHERE v.g IS NOT NULL GROUP BY r.tenant_id, r.resource_id, r.corpus_id, v.g
+            ON CONFLICT DO NOTHING""",
+        f"""INSERT INTO {s}.lexical_terms (tenant_id, resource_id, corpus_id, lexeme,
+                generation, docs)
+            SELECT r.tenant_id, r.resource_id, r.corpus_id, l.lexeme, v.g, sum(v.d)
+            FROM {s}.records r CROSS JOIN LATERAL
+                (VALUES (r.generation, 1), (r.retired_generation, -1)) AS v(g, d)
+            CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS l(lexeme)
+            WHERE v.g IS NOT NULL
+            GROUP BY r.tenant_id, r.resource_id, r.corpus_id, l.lexeme, v.g
+            ON CONFLICT DO NOTHING""",
+    )
+
+
 MIGRATIONS: dict[int, str] = {
     1: "records, scopes, grants, tombstones, ingestion status",
     2: "sync checkpoints (compare-and-set cursor per connector and scope)",
+    3: "BM25 statistics per scope and generation (lexical_stats, lexical_terms)",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -240,7 +289,7 @@ def upgrade(
             "created",
             field="partitions",
         )
-    steps = {1: _partitioned(s, _v1(s, ts), partitions), 2: _v2(s, ts)}
+    steps = {1: _partitioned(s, _v1(s, ts), partitions), 2: _v2(s, ts), 3: _v3(s)}
     for target in sorted(MIGRATIONS):
         if target <= version:
             continue

@@ -13,9 +13,11 @@ __all__ = [
     "DISCARD_ABOVE",
     "PURGE_RETIRED",
     "PURGE_SOURCE",
+    "added_stats",
     "copy_records",
     "delete_records",
     "dependents_sql",
+    "fold_stats",
     "grants_upsert",
     "lineage_rows_sql",
     "lineage_update",
@@ -32,6 +34,7 @@ __all__ = [
     "tombstones_insert",
     "tombstones_sql",
     "touch_scope",
+    "with_stats",
 ]
 
 
@@ -84,8 +87,14 @@ def staged_source_sql(s: str) -> str:
 
 
 def delete_records(s: str, where: str) -> str:
-    """Physically remove the scope's rows matching ``where`` (one of the fragments below)."""
-    return f"DELETE FROM {s}.records WHERE {SCOPE} AND {where}"
+    """Physically remove the scope's rows matching ``where`` (one of the fragments below), and
+    their share of the lexical statistics; answers how many rows went."""
+    return with_stats(
+        s,
+        f"DELETE FROM {s}.records WHERE {SCOPE} AND {where} "
+        "RETURNING retired_generation AS plus, generation AS minus, tsv",
+        "SELECT count(*) FROM chg",
+    )
 
 
 PURGE_SOURCE = "source_id = :src"
@@ -104,11 +113,13 @@ def retire_delete(s: str, where: str) -> str:
 def retire_update(s: str, where: str) -> str:
     """Retire the live rows matching ``where`` written below ``:g``; answers how many of them
     were visible at pointer ``:p``."""
-    return (
-        f"WITH ret AS (UPDATE {s}.records SET retired_generation = :g "
+    return with_stats(
+        s,
+        f"UPDATE {s}.records SET retired_generation = :g "
         f"WHERE {SCOPE} AND {where} AND retired_generation IS NULL "
-        "AND generation < :g RETURNING generation) "
-        "SELECT count(*) FILTER (WHERE generation <= :p) FROM ret"
+        "AND generation < :g RETURNING CAST(NULL AS bigint) AS plus, retired_generation AS minus, "
+        "tsv, generation",
+        "SELECT count(*) FILTER (WHERE generation <= :p) FROM chg",
     )
 
 
@@ -222,4 +233,71 @@ def tombstones_sql(s: str) -> str:
 
 def restore_above_sql(s: str) -> str:
     """Bring back the rows retired above ``:g`` (a rollback)."""
-    return f"UPDATE {s}.records SET retired_generation = NULL WHERE {SCOPE} AND retired_generation > :g"
+    return with_stats(
+        s,
+        f"UPDATE {s}.records r SET retired_generation = NULL FROM (SELECT id, generation, "
+        f"retired_generation FROM {s}.records WHERE {SCOPE} AND retired_generation > :g) o "
+        f"WHERE {RSCOPE} AND r.id = o.id AND r.generation = o.generation "
+        "RETURNING o.retired_generation AS plus, CAST(NULL AS bigint) AS minus, r.tsv",
+        "SELECT count(*) FROM chg",
+    )
+
+
+# -- BM25 statistics -------------------------------------------------------------------------------
+
+
+def with_stats(s: str, changed: str, final: str) -> str:
+    """``changed`` (a data-modifying statement or a query) as the CTE ``chg``, its effect on the
+    lexical statistics written in the same statement, then ``final`` (a SELECT over ``chg``).
+
+    ``chg`` answers ``plus``, ``minus`` (generations, NULL for none) and ``tsv`` per row: the
+    row's statistics count from generation ``plus`` on and stop counting from ``minus`` on. A
+    new row is (generation, retired_generation); a deleted one the reverse; a retirement
+    (NULL, its new retired_generation); a restore (the old retired_generation, NULL).
+    """
+    scope = "tenant_id, resource_id, corpus_id"
+    return (
+        f"WITH chg AS ({changed}), "
+        "ev AS (SELECT v.g, v.d, chg.tsv FROM chg CROSS JOIN LATERAL "
+        "(VALUES (chg.plus, 1), (chg.minus, -1)) AS v(g, d) WHERE v.g IS NOT NULL), "
+        f"ss AS (INSERT INTO {s}.lexical_stats ({scope}, generation, docs, length) "
+        "SELECT :t, :r, :c, ev.g, sum(ev.d), sum(ev.d * length(ev.tsv)) FROM ev GROUP BY ev.g "
+        f"ON CONFLICT ({scope}, generation) DO UPDATE SET "
+        "docs = lexical_stats.docs + EXCLUDED.docs, "
+        "length = lexical_stats.length + EXCLUDED.length), "
+        f"ts AS (INSERT INTO {s}.lexical_terms ({scope}, lexeme, generation, docs) "
+        "SELECT :t, :r, :c, l.lexeme, ev.g, sum(ev.d) FROM ev "
+        "CROSS JOIN LATERAL unnest(tsvector_to_array(ev.tsv)) AS l(lexeme) "
+        "GROUP BY l.lexeme, ev.g "
+        f"ON CONFLICT ({scope}, lexeme, generation) DO UPDATE SET "
+        "docs = lexical_terms.docs + EXCLUDED.docs) "
+        f"{final}"
+    )
+
+
+def added_stats(s: str) -> str:
+    """Count the rows just written, (``:ids``, ``:gens``) pairwise, into the statistics."""
+    return with_stats(
+        s,
+        "SELECT r.generation AS plus, r.retired_generation AS minus, r.tsv "
+        f"FROM {s}.records r JOIN unnest(CAST(:ids AS text[]), CAST(:gens AS bigint[])) "
+        f"AS x(id, generation) ON r.id = x.id AND r.generation = x.generation WHERE {RSCOPE}",
+        "SELECT count(*) FROM chg",
+    )
+
+
+def fold_stats(s: str) -> list[str]:
+    """Fold the deltas at or below ``:g`` into one row at ``:g`` and drop zero rows (compaction:
+    no pointer below ``:g`` can be read any more)."""
+    scope = "tenant_id, resource_id, corpus_id"
+    return [
+        f"WITH old AS (DELETE FROM {s}.lexical_stats WHERE {SCOPE} AND generation <= :g "
+        "RETURNING docs, length) "
+        f"INSERT INTO {s}.lexical_stats ({scope}, generation, docs, length) "
+        "SELECT :t, :r, :c, :g, sum(docs), sum(length) FROM old HAVING count(*) > 0",
+        f"WITH old AS (DELETE FROM {s}.lexical_terms WHERE {SCOPE} AND generation <= :g "
+        "RETURNING lexeme, docs) "
+        f"INSERT INTO {s}.lexical_terms ({scope}, lexeme, generation, docs) "
+        "SELECT :t, :r, :c, lexeme, :g, sum(docs) FROM old GROUP BY lexeme "
+        "HAVING sum(docs) <> 0",
+    ]

@@ -56,6 +56,14 @@ class _Records:
                     copy.set_types(rows.COPY_TYPES)
                     for record, vector in zip(records, matrix, strict=True):
                         copy.write_row(rows.copy_row(uow.scope, record, vector))
+            conn.execute(
+                text(statements.added_stats(uow.s)),
+                scope_params(
+                    uow.scope,
+                    ids=[r.id for r in records],
+                    gens=[r.generation for r in records],
+                ),
+            )
 
     def list_by_source(self, source_id: str) -> Sequence[Record]:
         uow = self._uow
@@ -89,8 +97,7 @@ class _Records:
     def _count(self, sql: str, operation: str = "rewrite generations", **params: Any) -> int:
         uow = self._uow
         with translate_errors(operation):
-            result = uow.conn.execute(text(sql), scope_params(uow.scope, **params))
-            return int(result.rowcount)
+            return int(uow.conn.execute(text(sql), scope_params(uow.scope, **params)).scalar_one())
 
     def list_live(
         self, source_id: str, *, after: str | None = None, limit: int | None = None
@@ -168,8 +175,14 @@ class _Records:
         return self._count(statements.restore_above_sql(self._uow.s), g=generation)
 
     def purge_retired(self, through: int) -> int:
-        sql = statements.delete_records(self._uow.s, statements.PURGE_RETIRED)
-        return self._count(sql, g=through)
+        uow = self._uow
+        sql = statements.delete_records(uow.s, statements.PURGE_RETIRED)
+        purged = self._count(sql, g=through)
+        fold = min(through, uow.pointer)
+        with translate_errors("rewrite generations"):
+            for statement in statements.fold_stats(uow.s):
+                uow.conn.execute(text(statement), scope_params(uow.scope, g=fold))
+        return purged
 
 
 class _Generations:
