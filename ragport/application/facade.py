@@ -83,6 +83,17 @@ class Rag:
         """Every scope ``retrieve`` searches."""
         return self._scopes if self._scopes is not None else (self._write_scope(),)
 
+    def _bound_write(self) -> dict[str, Any]:
+        """What every embedding write of this Rag is bound to."""
+        return {
+            "embedder": self._embedder,
+            "store": self._store,
+            "scope": self._write_scope(),
+            "telemetry": self._telemetry,
+            "redactor": self._redactor,
+            "limits": self._limits,
+        }
+
     def _write_scope(self) -> Scope:
         if self._scope is None:
             raise ValidationError(
@@ -98,12 +109,7 @@ class Rag:
         return replace_source(
             source_id=source_id,
             chunks=chunks,
-            embedder=self._embedder,
-            store=self._store,
-            scope=self._write_scope(),
-            telemetry=self._telemetry,
-            redactor=self._redactor,
-            limits=self._limits,
+            **self._bound_write(),
             **options,
         )
 
@@ -121,12 +127,7 @@ class Rag:
             uri=uri,
             loader=loader,
             parser=parser,
-            embedder=self._embedder,
-            store=self._store,
-            scope=self._write_scope(),
-            telemetry=self._telemetry,
-            redactor=self._redactor,
-            limits=self._limits,
+            **self._bound_write(),
             **options,
         )
 
@@ -149,12 +150,7 @@ class Rag:
             record_id=record_id,
             text=text,
             lineage=lineage,
-            embedder=self._embedder,
-            store=self._store,
-            scope=self._write_scope(),
-            telemetry=self._telemetry,
-            redactor=self._redactor,
-            limits=self._limits,
+            **self._bound_write(),
             **options,
         )
 
