@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ragport.adapters._files import read_regular_file
 from ragport.domain.documents import DOCUMENT_SUFFIXES, media_type_for
 from ragport.domain.errors import LoadError, SyncCursorError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
@@ -131,23 +132,7 @@ class FolderConnector:
 
     def _read(self, source_id: str) -> bytes:
         path = self._root / source_id
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
-            raise LoadError("the file cannot be opened", reason="not_found") from None
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise LoadError("not a regular file", reason="not_a_file")
-            if info.st_size > self._max_bytes:
-                raise LoadError(
-                    f"the file is {info.st_size} bytes, over max_bytes={self._max_bytes}",
-                    reason="too_large",
-                )
-            data = handle.read(self._max_bytes + 1)
-        if len(data) > self._max_bytes:
-            raise LoadError(f"the file is over max_bytes={self._max_bytes}", reason="too_large")
-        return data
+        return read_regular_file(path, self._max_bytes)
 
     def _hash(self, source_id: str) -> str | None:
         try:

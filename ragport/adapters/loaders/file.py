@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
+from ragport.adapters._files import read_regular_file
 from ragport.domain.documents import media_type_for
 from ragport.domain.errors import LoadError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
@@ -58,21 +58,6 @@ class FileDocumentLoader:
 
     def load(self, uri: str) -> LoadedDocument:
         resolved = self.resolve(uri)
-        try:
-            fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError:
-            raise LoadError("the file cannot be opened", reason="not_found") from None
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise LoadError("not a regular file", reason="not_a_file")
-            if info.st_size > self._max_bytes:
-                raise LoadError(
-                    f"the file is {info.st_size} bytes, over max_bytes={self._max_bytes}",
-                    reason="too_large",
-                )
-            data = handle.read(self._max_bytes + 1)
-        if len(data) > self._max_bytes:  # it grew while we read it
-            raise LoadError(f"the file is over max_bytes={self._max_bytes}", reason="too_large")
+        data = read_regular_file(resolved, self._max_bytes)
         source_id = resolved.relative_to(self._root).as_posix()
         return LoadedDocument(data, media_type_for(resolved.name), source_id, {"path": source_id})
