@@ -22,6 +22,52 @@ API_NAMES = {
 }  # fmt: skip
 
 
+EXPORTED = {
+    "AbortedError", "Access", "AccessDecision", "AccessDenial", "AccessDeniedError",
+    "Authorization", "Capabilities", "CapabilityError", "Chunk", "Citation", "CompactResult",
+    "ContextBlock", "DEFAULT_LIMITS", "DeletionPropagator", "EmbedderError",
+    "EmbedderMismatchError", "Evidence", "FusedCandidate", "Grant", "HARD_LIMITS", "Hit",
+    "IndexResult", "IngestionStatus", "Limits", "LoadError", "ParseError", "PropagationError",
+    "PropagationResult", "Provenance", "Rag", "RagContextProvider", "RagDeletionHandler",
+    "RagportError", "Record", "Rename", "RenameBatchResult", "RenameEvent", "RenameFailure",
+    "ReplaceResult", "ReplicaLagError", "RepointResult", "RerankError", "RetrievalResult",
+    "RollbackResult", "Scope", "ScopeError", "StatusPage", "StoreError", "SyncCursorError",
+    "SyncResult", "Tombstone", "Trust", "UrlRejectedError", "ValidationError", "__version__",
+    "apply_source_renames", "chunk_markdown", "chunk_text", "compact",
+    "create_deletion_propagator", "delete_source", "estimate_tokens", "evidence_from_citation",
+    "fuse_reciprocal_rank", "index_chunks", "index_derived", "is_valid_content_hash",
+    "list_ingestion_status", "publish_generation", "replace_document", "replace_source",
+    "repoint_source", "rerank_hits", "retrieve_context", "rollback_generation", "sync_knowledge",
+    "tokenize_lexical",
+}  # fmt: skip
+
+
+def test_ragport_exports_exactly_the_pinned_names():
+    """``ragport.__all__`` is exactly ``EXPORTED``: adding or dropping a public name is a decision.
+
+    If this fails, update EXPORTED (and docs/API.md when the name is public API) or restore the
+    export in ragport/__init__.py.
+    """
+    assert sorted(ragport.__all__) == sorted(EXPORTED)
+    assert len(ragport.__all__) == len(set(ragport.__all__))
+
+
+def test_every_domain_error_is_exported_from_ragport():
+    """Every error class of ``ragport.domain.errors`` can be caught as ``ragport.<Name>``.
+
+    If this fails, re-export the class from ragport/domain/__init__.py and ragport/__init__.py.
+    """
+    from ragport.domain import errors
+
+    classes = {
+        name
+        for name in errors.__all__
+        if isinstance(getattr(errors, name), type)
+        and issubclass(getattr(errors, name), errors.RagportError)
+    }
+    assert classes and not classes - set(ragport.__all__)
+
+
 def test_every_api_name_is_exported_from_ragport():
     """Every name API.md fixes is in ``ragport.__all__`` and resolves.
 
