@@ -37,7 +37,7 @@ demo: install
 	$(BIN)/ragport demo
 
 bench: install
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
