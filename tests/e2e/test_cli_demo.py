@@ -12,7 +12,7 @@ from ragport.cli import main
 def test_demo_prints_cited_results_with_headings_and_scores(capsys):
     """The demo ingests the bundled Markdown and prints citation ids, headings and scores.
 
-    If this fails, check ragport/cli.py `_demo` and the files under ragport/demo/.
+    If this fails, check ragport/cli/query.py `_demo` and the files under ragport/demo/.
     """
     assert main(["demo", "--store", "memory://"]) == 0
     out = capsys.readouterr().out
@@ -27,7 +27,7 @@ def test_demo_prints_cited_results_with_headings_and_scores(capsys):
 def test_demo_answers_the_parental_leave_question_from_the_leave_policy(capsys):
     """The top hit for the parental-leave query comes from the leave policy.
 
-    If this fails, check the HashEmbedder features or the demo chunk size in ragport/cli.py.
+    If this fails, check the HashEmbedder features or the demo chunk size in ragport/cli/parser.py.
     """
     assert (
         main(
@@ -66,7 +66,7 @@ def test_console_script_runs_in_a_fresh_process():
 def test_bad_arguments_fail_with_a_typed_error_and_exit_code_2(capsys):
     """A top-k past the hard ceiling exits 2 naming the error type, without a traceback.
 
-    If this fails, check the RagportError handling in ragport/cli.py `main`.
+    If this fails, check the RagportError handling in ragport/cli/__init__.py `main`.
     """
     assert main(["demo", "--store", "memory://", "--top-k", "99"]) == 2
     err = capsys.readouterr().err

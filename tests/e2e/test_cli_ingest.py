@@ -37,7 +37,7 @@ def corpus(tmp_path):
 def test_ingest_reports_each_failure_by_name_and_keeps_going(corpus, capsys):
     """Bad UTF-8, an empty and an oversized file fail by name; the rest is indexed; exit 1.
 
-    If this fails, check ingest_files in ragport/bootstrap.py and _ingest in ragport/cli.py.
+    If this fails, check ingest_files in ragport/bootstrap/ingest.py and _ingest in ragport/cli/ingest.py.
     """
     assert main(["ingest", str(corpus), "--store", "memory://", *HASH]) == 1
     out = capsys.readouterr().out
@@ -69,7 +69,7 @@ def test_ingest_json_prints_one_object_per_file(corpus, capsys):
 def test_max_bytes_raises_the_cap_up_to_the_hard_ceiling(corpus, capsys):
     """--max-bytes 2000000 lets the 1.2 MB file in; past 8 MiB is a ValidationError (exit 2).
 
-    If this fails, check ingest_limits in ragport/bootstrap.py.
+    If this fails, check ingest_limits in ragport/bootstrap/ingest.py.
     """
     big = ["ingest", str(corpus / "big.txt"), "--store", "memory://", *HASH]
     assert main([*big, "--max-bytes", "2000000"]) == 0
@@ -92,7 +92,7 @@ def test_ids_do_not_depend_on_how_the_path_is_typed(
     """The root recorded on the first ingest names files the same from another directory;
     a path outside the root is refused; a PDF hit cites its page.
 
-    If this fails, check _corpus_root in ragport/cli.py and CorpusRoots in bootstrap.py.
+    If this fails, check _corpus_root in ragport/cli/ingest.py and CorpusRoots in ragport/bootstrap/ingest.py.
     """
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     store = ["--store", pg_url, "--schema", pg_schema, "--corpus", "kb", *HASH]

@@ -56,7 +56,7 @@ def test_failures_have_their_exit_codes(env):
     """A missing path is named (exit 1), an empty query is usage (2), an unknown corpus is
     'nothing found' (1), --version and --help exit 0, a closed pipe exits quietly.
 
-    If this fails, check main and _exit_code in ragport/cli.py.
+    If this fails, check main and _exit_code in ragport/cli/__init__.py.
     """
     missing = _run(env, "ingest", "no/such/file.md", "--corpus", "kb", *HASH)
     assert missing.returncode == 1 and "no/such/file.md" in missing.stderr

@@ -36,7 +36,7 @@ def cli_env(tmp_path: Path):
 def test_ingest_then_query_in_new_processes_uses_the_embedded_server(cli_env, tmp_path):
     """`ragport ingest` in one process, `ragport query` in another finds the stored chunks.
 
-    If this fails, check ragport/bootstrap.py `open_stores` (embedded default) and
+    If this fails, check ragport/bootstrap/stores.py `open_stores` (embedded default) and
     ragport/adapters/postgres/embedded.py (server reuse across processes).
     """
     docs = tmp_path / "docs"

@@ -45,7 +45,7 @@ def _query(capsys, *args: str) -> tuple[int, dict | None, str]:
 def test_top_k_20_returns_20_hits_and_a_small_budget_says_what_it_dropped(kb, capsys):
     """--top-k 20 gets a budget that fits 20 hits; --max-tokens 300 drops hits and says so.
 
-    If this fails, check _budget and the dropped note in ragport/cli.py `_query`.
+    If this fails, check _budget and the dropped note in ragport/cli/query.py `_query`.
     """
     code, out, _ = _query(capsys, "travel hotels", "--corpus", "kb", "--top-k", "13", *kb)
     assert code == EXIT_OK and len(out["hits"]) == 13 and out["dropped"] == 0
@@ -60,7 +60,7 @@ def test_top_k_20_returns_20_hits_and_a_small_budget_says_what_it_dropped(kb, ca
 def test_json_hits_carry_offsets_page_and_heading(kb, capsys):
     """Each hit has start/end offsets into its document, page (null for Markdown) and heading.
 
-    If this fails, check HitOut and _offsets in ragport/cli.py.
+    If this fails, check HitOut and _offsets in ragport/cli/query.py.
     """
     code, out, _ = _query(capsys, "quagga zebra stripes", "--corpus", "kb", "--top-k", "1", *kb)
     hit = out["hits"][0]
@@ -74,7 +74,7 @@ def test_several_corpora_filter_and_modes(kb, capsys):
     """Two --corpus search both; --filter narrows by metadata; --mode lexical labels every hit
     lexical; a lexical index the store lacks is a usage error naming the ones it offers.
 
-    If this fails, check _query's scopes, _parse_filter and _lexical_for in ragport/cli.py.
+    If this fails, check _query's scopes, _parse_filter and _lexical_for in ragport/cli/query.py.
     """
     code, out, _ = _query(
         capsys, "hotels travel", "--corpus", "kb", "--corpus", "wiki", "--top-k", "20", *kb
@@ -120,7 +120,7 @@ def test_principal_sees_only_granted_sources_and_denials_go_to_stderr(kb, capsys
 def test_rerank_kind_reorders_through_resolve_reranker(kb, capsys):
     """--rerank fake runs the fake reranker; an unknown kind is a usage error.
 
-    If this fails, check _rerank_config and resolve_reranker in ragport/cli.py.
+    If this fails, check _rerank_config and resolve_reranker in ragport/cli/query.py.
     """
     code, out, _ = _query(capsys, "travel", "--corpus", "kb", "--rerank", "fake", *kb)
     assert code == EXIT_OK and out["hits"]
@@ -149,7 +149,7 @@ def test_ingest_with_another_embedder_refuses_before_writing_and_names_reindex(
     """`ingest --embedder minilm` into a hash corpus exits 2 naming `ragport reindex`; nothing
     is written (the generation does not move).
 
-    If this fails, check _embedder in ragport/cli.py.
+    If this fails, check _embedder in ragport/cli/config.py.
     """
     main(["generations", "--corpus", "kb", "--json", *kb])
     before = json.loads(capsys.readouterr().out)["current"]
@@ -166,7 +166,7 @@ def test_ingest_with_another_embedder_refuses_before_writing_and_names_reindex(
 def test_memory_store_warns_that_nothing_is_kept(capsys):
     """--store memory:// prints a warning on stderr.
 
-    If this fails, check _stores in ragport/cli.py.
+    If this fails, check _stores in ragport/cli/config.py.
     """
     assert main(["status", "--store", "memory://"]) == EXIT_FAILED
     assert "memory://" in capsys.readouterr().err
@@ -175,7 +175,7 @@ def test_memory_store_warns_that_nothing_is_kept(capsys):
 def test_unreachable_store_exits_3(capsys):
     """A refused connection is exit 3 with StoreError and no password on stderr.
 
-    If this fails, check _exit_code in ragport/cli.py.
+    If this fails, check _exit_code in ragport/cli/__init__.py.
     """
     assert main(["status", "--store", "postgresql://u:pw-XYZ@127.0.0.1:1/db"]) == EXIT_STORE
     err = capsys.readouterr().err
@@ -212,7 +212,7 @@ def test_ragport_toml_found_upward_gives_corpus_and_query_defaults(
     """A ragport.toml above the current directory sets corpus and query defaults; `ragport
     config` shows them and where the store came from; an unknown key is a usage error.
 
-    If this fails, check find_config / load_config in ragport/bootstrap.py and _resolve.
+    If this fails, check find_config / load_config in ragport/bootstrap/config.py and _resolve in ragport/cli/config.py.
     """
     (tmp_path / "ragport.toml").write_text(
         f'store = "{kb[1]}"\nschema = "{kb[3]}"\ncorpus = "kb"\nembedder = "hash"\n'

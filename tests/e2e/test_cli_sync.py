@@ -41,7 +41,7 @@ def _hits(cli, text: str) -> list[str]:
 def test_sync_folder_keeps_a_corpus_equal_to_the_folder(cli, tmp_path):
     """Added, edited, renamed and deleted files between runs; a second run embeds nothing.
 
-    If this fails, check FolderConnector.changes and the sync subcommand in ragport/cli.py.
+    If this fails, check FolderConnector.changes and the sync subcommand in ragport/cli/sync.py.
     """
     root = tmp_path / "notes"
     (root / "sub").mkdir(parents=True)
@@ -83,7 +83,7 @@ def test_sync_drive_against_the_fake_server(cli, serve, monkeypatch):
     """`ragport sync drive --folder ID` with the token from the environment; a second run
     finds nothing to do; the token is never printed.
 
-    If this fails, check _sync_drive in ragport/cli.py and GoogleDriveConnector.
+    If this fails, check _sync_drive in ragport/cli/sync.py and GoogleDriveConnector.
     """
     from fake_drive import DOC, FakeDrive
 

@@ -79,7 +79,7 @@ def test_mcp_server_over_stdio_respects_grants_and_answers_bad_arguments(pg_url,
     """A real `ragport mcp --principal alice --group staff` process: tools, grants, errors.
 
     If this fails, check ragport/integrations/mcp.py (tools, strict argument models) and
-    `_mcp` in ragport/cli.py (authorization from the command line, stdout kept clean).
+    `_mcp` in ragport/cli/query.py (authorization from the command line, stdout kept clean).
     """
     params = _server(pg_url, served_schema, "--principal", "alice", "--group", "staff")
     out = anyio.run(_session_run, params)
@@ -142,7 +142,7 @@ def test_the_same_query_finds_the_denied_source_for_a_trusted_caller(pg_engine, 
 def test_groups_without_a_principal_are_refused_before_serving():
     """`ragport mcp --group staff` without --principal exits 2 with a ValidationError.
 
-    If this fails, check the --group/--principal check at the top of `_mcp` in ragport/cli.py.
+    If this fails, check the --group/--principal check at the top of `_mcp` in ragport/cli/query.py.
     """
     done = subprocess.run(
         [sys.executable, "-m", "ragport.cli", "mcp", "--store", "memory://", "--group", "staff"],

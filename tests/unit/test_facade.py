@@ -92,7 +92,7 @@ def test_a_bound_rag_replaces_documents() -> None:
 
 def test_bootstrap_hands_back_a_bound_rag() -> None:
     """``ragport.bootstrap.open_rag`` binds a Rag to the stores of a URL. If this fails,
-    check open_rag in ragport/bootstrap.py."""
+    check open_rag in ragport/bootstrap/stores.py."""
     from ragport.bootstrap import open_rag
 
     with open_rag("memory://", scope=A, embedder="hash") as rag:

@@ -29,7 +29,6 @@ mapping with ``id``, ``name``, ``mimeType``, ``parents``, ``permissions`` when l
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
 import time
@@ -38,13 +37,13 @@ from datetime import datetime
 from typing import Any
 
 from ragport.adapters._http import OwnedClient, check_base_url, check_int
+from ragport.adapters.connectors._drive_http import DriveHttp
 from ragport.domain.documents import MEDIA_TYPES, base_media_type
 from ragport.domain.errors import (
     LoadError,
     ParseError,
     SyncCursorError,
     ValidationError,
-    raise_unchained,
 )
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
 from ragport.domain.model import validate_id
@@ -88,11 +87,7 @@ def drive_permissions_access(file: Mapping[str, Any]) -> Access:
     return Access(principal_ids=tuple(dict.fromkeys(users)), group_ids=tuple(dict.fromkeys(groups)))
 
 
-class _Unauthorized(Exception):
-    pass
-
-
-class GoogleDriveConnector(OwnedClient):
+class GoogleDriveConnector(DriveHttp, OwnedClient):
     """Google Drive v3 as a ``Connector``; see the module docstring."""
 
     def __init__(
@@ -143,123 +138,6 @@ class GoogleDriveConnector(OwnedClient):
     @property
     def id(self) -> str:
         return self._id
-
-    # -- HTTP ---------------------------------------------------------------------------------
-
-    def _headers(self) -> dict[str, str]:
-        if self._token is None:
-            token = self._token_provider()
-            if not isinstance(token, str) or not token or not all(" " < c < "\x7f" for c in token):
-                raise LoadError("token_provider returned no usable token", reason="unauthorized")
-            self._token = token
-        return {"Authorization": f"Bearer {self._token}", "Accept-Encoding": "identity"}
-
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        delay = min(self._max_backoff, self._backoff * (2**attempt))
-        if retry_after:
-            value = retry_after.strip()
-            if value.isdigit():
-                delay = float(value)
-            else:
-                try:
-                    when = email.utils.parsedate_to_datetime(value)
-                    delay = max(0.0, when.timestamp() - time.time())
-                except (TypeError, ValueError):
-                    pass
-        return float(min(self._max_backoff, max(0.0, delay)))
-
-    def _get(
-        self, path: str, params: Mapping[str, Any], *, what: str, cursor: bool = False
-    ) -> tuple[bytes, str]:
-        """GET ``path`` with retries; the body (under ``max_bytes`` for media) and its type."""
-        httpx = __import__("httpx")
-        refreshed = False
-        attempt = 0
-        while True:
-            try:
-                status, headers, body = self._request(httpx, path, params)
-            except _Unauthorized:
-                if refreshed:
-                    raise LoadError(
-                        f"Drive refused the token for {what} (401)", reason="unauthorized"
-                    ) from None
-                refreshed = True
-                self._token = None
-                continue
-            if 200 <= status < 300:
-                return body, headers.get("content-type", "")
-            if status == 410 or (cursor and status in (400, 404)):
-                raise SyncCursorError(
-                    f"Drive no longer accepts the page token ({status})",
-                    reason="expired" if status == 410 else "invalid",
-                )
-            retryable = status == 429 or status >= 500 or (status == 403 and _rate_limited(body))
-            if retryable and attempt < self._max_retries:
-                self._sleep(self._delay(attempt, headers.get("retry-after")))
-                attempt += 1
-                continue
-            raise LoadError(f"Drive answered {status} for {what}", reason="status")
-
-    def _request(
-        self, httpx: Any, path: str, params: Mapping[str, Any]
-    ) -> tuple[int, Mapping[str, str], bytes]:
-        headers = self._headers()
-        error: LoadError | None = None
-        try:
-            with self._client.stream(
-                "GET", f"{self._base}{path}", params=params, headers=headers, timeout=self._timeout
-            ) as response:
-                if response.status_code == 401:
-                    raise _Unauthorized
-                chunks: list[bytes] = []
-                size = 0
-                if 200 <= response.status_code < 300:
-                    declared = response.headers.get("content-length")
-                    if (
-                        declared is not None
-                        and declared.isdigit()
-                        and int(declared) > self._max_bytes
-                    ):
-                        raise LoadError(
-                            f"the file is over max_bytes={self._max_bytes}", reason="too_large"
-                        )
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > self._max_bytes:
-                        raise LoadError(
-                            f"the file is over max_bytes={self._max_bytes}", reason="too_large"
-                        )
-                    chunks.append(chunk)
-                return response.status_code, response.headers, b"".join(chunks)
-        except (_Unauthorized, LoadError):
-            raise
-        except httpx.TimeoutException as exc:
-            error = LoadError(
-                f"Drive at {self._host} timed out ({type(exc).__name__})", reason="timeout"
-            )
-        except (httpx.HTTPError, httpx.StreamError) as exc:
-            error = LoadError(
-                f"Drive at {self._host} failed ({type(exc).__name__})", reason="transport"
-            )
-        raise_unchained(error)
-
-    def _json(
-        self, path: str, params: Mapping[str, Any], *, what: str, cursor: bool = False
-    ) -> dict[str, Any]:
-        body, _ = self._get(path, params, what=what, cursor=cursor)
-        try:
-            data = json.loads(body)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            raise LoadError(f"Drive answered malformed JSON for {what}", reason="malformed")
-        return data
-
-    def _drive_params(self) -> dict[str, Any]:
-        params: dict[str, Any] = {"supportsAllDrives": "true"}
-        if self._drive_id is not None:
-            params["driveId"] = self._drive_id
-        return params
 
     # -- listing ------------------------------------------------------------------------------
 
@@ -588,15 +466,6 @@ class GoogleDriveConnector(OwnedClient):
 def _child_path(folders: Mapping[str, list[str]], parent: str, name: str) -> str:
     base = folders.get(parent, ["", ""])[1]
     return f"{base}/{name}".lstrip("/")[:_MAX_PATH]
-
-
-def _rate_limited(body: bytes) -> bool:
-    try:
-        data = json.loads(body)
-        reasons = {e.get("reason") for e in data["error"]["errors"]}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return False
-    return bool(reasons & {"rateLimitExceeded", "userRateLimitExceeded"})
 
 
 def _files(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:

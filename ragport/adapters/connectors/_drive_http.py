@@ -1,0 +1,165 @@
+"""The HTTP half of ``GoogleDriveConnector``: one GET with bounded retries and backoff.
+
+429, 5xx and Drive's 403 rate limits are retried with bounded exponential backoff honouring
+``Retry-After``; a 401 asks the token provider for a fresh token once; HTTP 410, or 400/404 on
+a page token, is ``SyncCursorError``; bodies are streamed under ``max_bytes``. The token
+travels only in the ``Authorization`` header, and no error is chained (httpx's exceptions
+hold the request).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ragport.domain.errors import LoadError, SyncCursorError, raise_unchained
+
+__all__ = ["DriveHttp"]
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+class DriveHttp:
+    """Mixin of ``GoogleDriveConnector``: the fields below are set by its constructor."""
+
+    _client: Any
+    _base: str
+    _host: str
+    _timeout: float
+    _max_bytes: int
+    _max_retries: int
+    _backoff: float
+    _max_backoff: float
+    _sleep: Callable[[float], None]
+    _token_provider: Callable[[], str]
+    _token: str | None
+    _drive_id: str | None
+
+    def _headers(self) -> dict[str, str]:
+        if self._token is None:
+            token = self._token_provider()
+            if not isinstance(token, str) or not token or not all(" " < c < "\x7f" for c in token):
+                raise LoadError("token_provider returned no usable token", reason="unauthorized")
+            self._token = token
+        return {"Authorization": f"Bearer {self._token}", "Accept-Encoding": "identity"}
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        delay = min(self._max_backoff, self._backoff * (2**attempt))
+        if retry_after:
+            value = retry_after.strip()
+            if value.isdigit():
+                delay = float(value)
+            else:
+                try:
+                    when = email.utils.parsedate_to_datetime(value)
+                    delay = max(0.0, when.timestamp() - time.time())
+                except (TypeError, ValueError):
+                    pass
+        return float(min(self._max_backoff, max(0.0, delay)))
+
+    def _get(
+        self, path: str, params: Mapping[str, Any], *, what: str, cursor: bool = False
+    ) -> tuple[bytes, str]:
+        """GET ``path`` with retries; the body (under ``max_bytes`` for media) and its type."""
+        httpx = __import__("httpx")
+        refreshed = False
+        attempt = 0
+        while True:
+            try:
+                status, headers, body = self._request(httpx, path, params)
+            except _Unauthorized:
+                if refreshed:
+                    raise LoadError(
+                        f"Drive refused the token for {what} (401)", reason="unauthorized"
+                    ) from None
+                refreshed = True
+                self._token = None
+                continue
+            if 200 <= status < 300:
+                return body, headers.get("content-type", "")
+            if status == 410 or (cursor and status in (400, 404)):
+                raise SyncCursorError(
+                    f"Drive no longer accepts the page token ({status})",
+                    reason="expired" if status == 410 else "invalid",
+                )
+            retryable = status == 429 or status >= 500 or (status == 403 and _rate_limited(body))
+            if retryable and attempt < self._max_retries:
+                self._sleep(self._delay(attempt, headers.get("retry-after")))
+                attempt += 1
+                continue
+            raise LoadError(f"Drive answered {status} for {what}", reason="status")
+
+    def _request(
+        self, httpx: Any, path: str, params: Mapping[str, Any]
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        headers = self._headers()
+        error: LoadError | None = None
+        try:
+            with self._client.stream(
+                "GET", f"{self._base}{path}", params=params, headers=headers, timeout=self._timeout
+            ) as response:
+                if response.status_code == 401:
+                    raise _Unauthorized
+                chunks: list[bytes] = []
+                size = 0
+                if 200 <= response.status_code < 300:
+                    declared = response.headers.get("content-length")
+                    if (
+                        declared is not None
+                        and declared.isdigit()
+                        and int(declared) > self._max_bytes
+                    ):
+                        raise LoadError(
+                            f"the file is over max_bytes={self._max_bytes}", reason="too_large"
+                        )
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > self._max_bytes:
+                        raise LoadError(
+                            f"the file is over max_bytes={self._max_bytes}", reason="too_large"
+                        )
+                    chunks.append(chunk)
+                return response.status_code, response.headers, b"".join(chunks)
+        except (_Unauthorized, LoadError):
+            raise
+        except httpx.TimeoutException as exc:
+            error = LoadError(
+                f"Drive at {self._host} timed out ({type(exc).__name__})", reason="timeout"
+            )
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            error = LoadError(
+                f"Drive at {self._host} failed ({type(exc).__name__})", reason="transport"
+            )
+        raise_unchained(error)
+
+    def _json(
+        self, path: str, params: Mapping[str, Any], *, what: str, cursor: bool = False
+    ) -> dict[str, Any]:
+        body, _ = self._get(path, params, what=what, cursor=cursor)
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise LoadError(f"Drive answered malformed JSON for {what}", reason="malformed")
+        return data
+
+    def _drive_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"supportsAllDrives": "true"}
+        if self._drive_id is not None:
+            params["driveId"] = self._drive_id
+        return params
+
+
+def _rate_limited(body: bytes) -> bool:
+    try:
+        data = json.loads(body)
+        reasons = {e.get("reason") for e in data["error"]["errors"]}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return bool(reasons & {"rateLimitExceeded", "userRateLimitExceeded"})

@@ -1,0 +1,79 @@
+"""Composition root: build adapters from a URL or config and bind them to the use cases.
+
+The only package (with ``cli``) that imports both ``application`` and ``adapters``. Nothing
+here runs at import time; optional adapters are imported when a URL asks for them.
+
+Modules: ``stores`` (stores, checkpoints, embedders and a ``Rag`` from a URL), ``ingest``
+(files and folders into a corpus, and sync with ragport's parsers), ``corpus`` (listing and
+re-embedding a corpus), ``config`` (``ragport.toml``). Every name is importable from
+``ragport.bootstrap`` itself.
+"""
+
+from __future__ import annotations
+
+from ragport.bootstrap.config import (
+    CONFIG_FILE,
+    CliConfig,
+    QueryDefaults,
+    find_config,
+    load_config,
+)
+from ragport.bootstrap.corpus import ReindexResult, SourceRow, list_sources, reindex_corpus
+from ragport.bootstrap.ingest import (
+    DOCUMENT_SUFFIXES,
+    MARKDOWN_SUFFIXES,
+    Candidate,
+    CorpusRoots,
+    FileOutcome,
+    collect_documents,
+    default_root,
+    demo_documents,
+    ingest_files,
+    ingest_limits,
+    ingest_text,
+    sync_connector,
+    walk_documents,
+)
+from ragport.bootstrap.stores import (
+    EMBEDDED,
+    Stores,
+    build_embedder,
+    embedder_name_for,
+    open_checkpoints,
+    open_rag,
+    open_stores,
+    postgres_url,
+)
+
+__all__ = [
+    "CONFIG_FILE",
+    "DOCUMENT_SUFFIXES",
+    "EMBEDDED",
+    "MARKDOWN_SUFFIXES",
+    "Candidate",
+    "CliConfig",
+    "CorpusRoots",
+    "FileOutcome",
+    "QueryDefaults",
+    "ReindexResult",
+    "SourceRow",
+    "Stores",
+    "build_embedder",
+    "collect_documents",
+    "default_root",
+    "demo_documents",
+    "embedder_name_for",
+    "find_config",
+    "ingest_files",
+    "ingest_limits",
+    "ingest_text",
+    "list_sources",
+    "load_config",
+    "open_checkpoints",
+    "open_rag",
+    "open_stores",
+    "postgres_url",
+    "reindex_corpus",
+    "sync_connector",
+    "walk_documents",
+]

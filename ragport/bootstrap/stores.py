@@ -1,0 +1,175 @@
+"""Stores from a URL (``memory://``, ``postgresql://``, the embedded server), the checkpoint
+store beside them, embedders by name, and a bound ``Rag``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+from ragport.adapters.embedders import HashEmbedder
+from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStatusStore, InMemoryStore
+from ragport.application import (
+    Rag,
+)
+from ragport.domain.errors import ValidationError
+from ragport.domain.model import Scope
+from ragport.ports.embedder import Embedder
+from ragport.ports.status import IngestionStatusStore
+from ragport.ports.store import ChunkStore
+from ragport.ports.sync import CheckpointStore
+
+EMBEDDED = "embedded"
+
+
+@attrs.frozen
+class Stores:
+    """A chunk store and an ingestion-status store over one backend, and where it lives."""
+
+    chunks: ChunkStore
+    status: IngestionStatusStore
+    description: str
+
+
+@contextmanager
+def open_stores(
+    url: str | None,
+    *,
+    schema: str = "ragport",
+    upgrade: bool | None = None,
+    read_url: str | None = None,
+    partitions: int | None = None,
+) -> Iterator[Stores]:
+    """Stores for ``url``: ``memory://``, a ``postgresql://`` URL, or ``None`` / ``embedded``
+    for the embedded PostgreSQL server under the user's data directory (started on demand,
+    left running for the next command).
+
+    ``upgrade`` applies migrations first: the default is yes for the embedded server (ragport
+    owns it) and no for a server someone else runs (use ``ragport db upgrade``).
+
+    ``read_url`` names a streaming replica of the PostgreSQL server: retrieval and status
+    reads go there (see ``PostgresStore``). ``partitions`` (with ``upgrade``) creates a new
+    schema's tables partitioned by tenant.
+    """
+    if read_url is not None and not read_url.startswith(
+        ("postgresql://", "postgres://", "postgresql+psycopg://")
+    ):
+        raise ValidationError("the read store must be a postgresql:// URL", field="read_store")
+    if url in ("memory://", "memory"):
+        if read_url is not None:
+            raise ValidationError("the in-memory store has no read replica", field="read_store")
+        yield Stores(InMemoryStore(), InMemoryStatusStore(), "in-memory store")
+        return
+    from ragport.adapters.postgres import PostgresStatusStore, PostgresStore
+
+    if url in (None, "", EMBEDDED):
+        from ragport.adapters.postgres import default_data_dir, embedded_server
+
+        with embedded_server(default_data_dir()) as server_url:
+            store = PostgresStore(
+                server_url,
+                schema=schema,
+                create=upgrade is not False,
+                read_url=read_url,
+                partitions=partitions,
+            )
+            try:
+                yield Stores(
+                    store,
+                    PostgresStatusStore(store.engine, schema=schema, read_url=store.read_engine),
+                    f"embedded PostgreSQL in {default_data_dir()}",
+                )
+            finally:
+                _dispose(store)
+        return
+    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        store = PostgresStore(
+            url, schema=schema, create=bool(upgrade), read_url=read_url, partitions=partitions
+        )
+        status = PostgresStatusStore(store.engine, schema=schema, read_url=store.read_engine)
+        try:
+            yield Stores(store, status, "PostgreSQL" + (" + read replica" if read_url else ""))
+        finally:
+            _dispose(store)
+        return
+    scheme = url.split(":", 1)[0]
+    raise ValidationError(f"unsupported store URL scheme {scheme!r}", field="store")
+
+
+@contextmanager
+def postgres_url(url: str | None) -> Iterator[str]:
+    """The PostgreSQL URL behind ``url``: a ``postgresql://`` URL as given, or for ``None`` /
+    ``embedded`` the embedded server's (started on demand, left running)."""
+    if url in (None, "", EMBEDDED):
+        from ragport.adapters.postgres import default_data_dir, embedded_server
+
+        with embedded_server(default_data_dir()) as server_url:
+            yield server_url
+        return
+    assert url is not None
+    if not url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        raise ValidationError("this command needs a PostgreSQL store", field="store")
+    yield url
+
+
+def _dispose(store: Any) -> None:
+    store.engine.dispose()
+    if store.read_engine is not None:
+        store.read_engine.dispose()
+
+
+def build_embedder(name: str = "minilm") -> Embedder:
+    """The embedder named ``name``: ``minilm`` (all-MiniLM-L6-v2 int8, offline; the default)
+    or ``hash`` (deterministic, zero dependencies, not semantic)."""
+    if name == "minilm":
+        from ragport.adapters.embedders import MiniLmEmbedder
+
+        return MiniLmEmbedder()
+    if name == "hash":
+        return HashEmbedder(dimensions=256)
+    raise ValidationError(f"unknown embedder {name!r} (use minilm or hash)", field="embedder")
+
+
+def embedder_name_for(embedder_id: str) -> str | None:
+    """The ``build_embedder`` name of a stored embedder id (``None`` for one ragport did not build)."""
+    if embedder_id.startswith("hash-v1:256"):
+        return "hash"
+    if embedder_id.startswith("all-minilm-l6-v2"):
+        return "minilm"
+    return None
+
+
+@contextmanager
+def open_rag(
+    url: str | None,
+    *,
+    scope: Scope,
+    embedder: str | Embedder = "minilm",
+    schema: str = "ragport",
+    upgrade: bool | None = None,
+) -> Iterator[Rag]:
+    """A ``Rag`` bound to ``scope`` over the stores of ``url`` (see ``open_stores``), with
+    the embedder named ``embedder`` (or the one given) and the backend's status store."""
+    with open_stores(url, schema=schema, upgrade=upgrade) as stores:
+        yield Rag(
+            store=stores.chunks,
+            embedder=build_embedder(embedder) if isinstance(embedder, str) else embedder,
+            scope=scope,
+            status_store=stores.status,
+        )
+
+
+def open_checkpoints(stores: Stores, *, schema: str = "ragport") -> CheckpointStore:
+    """The checkpoint store beside ``stores``: in memory for the in-memory store, else the
+    ``sync_checkpoints`` table of the same PostgreSQL schema."""
+    if isinstance(stores.chunks, InMemoryStore):
+        return InMemoryCheckpointStore()
+    from ragport.adapters.postgres import PostgresCheckpointStore
+
+    engine = getattr(stores.chunks, "engine", None)
+    if engine is None:
+        raise ValidationError("this store has no checkpoint store beside it", field="store")
+    return PostgresCheckpointStore(engine, schema=schema)

@@ -1,0 +1,79 @@
+"""The ``ragport`` command line (composition root for the command line).
+
+Every command that reads or writes a corpus takes ``--store URL`` (or ``RAGPORT_STORE``, or
+``store`` in a ``ragport.toml`` found upward from the current directory): ``memory://``, a
+``postgresql://`` URL, or by default an embedded PostgreSQL + pgvector server under the
+user's data directory, started on demand and reused by the next command.
+
+Exit codes: 0 ok, 1 some inputs failed or nothing was found, 2 usage (a bad option, value or
+configuration), 3 the store is unavailable.
+
+The package: ``parser`` (every command's options and help), ``config`` (store, scope and
+embedder from options, environment and ``ragport.toml``), ``output`` (tables, JSON, exit
+codes), ``progress``, and one module per command group (``query``, ``ingest``,
+``lifecycle``, ``sync``, ``db``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from ragport.cli.config import _resolve
+from ragport.cli.output import EXIT_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, NothingFound
+
+# _iter_commands and _parser stay importable from here (the help and docs tests walk them).
+from ragport.cli.parser import _iter_commands as _iter_commands
+from ragport.cli.parser import _parser as _parser
+from ragport.domain.errors import (
+    CapabilityError,
+    EmbedderMismatchError,
+    RagportError,
+    StoreError,
+    ValidationError,
+)
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "main"]
+
+
+def _exit_code(exc: RagportError) -> int:
+    if isinstance(exc, StoreError):
+        return EXIT_STORE
+    if isinstance(exc, ValidationError | CapabilityError | EmbedderMismatchError):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null so the interpreter's flush is silent."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _run(args: argparse.Namespace) -> int:
+    _resolve(args)
+    func: Callable[[argparse.Namespace], int] = args.func
+    return int(func(args))
+
+
+def main(argv: Sequence[str] | None = None, *, stderr: TextIO | None = None) -> int:
+    args: Any = _parser().parse_args(argv)
+    err = stderr or sys.stderr
+    try:
+        return _run(args)
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_OK
+    except NothingFound as exc:
+        print(f"ragport: {exc}", file=err)
+        return EXIT_FAILED
+    except RagportError as exc:
+        print(f"ragport: {type(exc).__name__}: {exc}", file=err)
+        return _exit_code(exc)
+    except OSError as exc:
+        name = f" {exc.filename}" if exc.filename else ""
+        print(f"ragport: {type(exc).__name__}:{name} {exc.strerror or exc}", file=err)
+        return EXIT_FAILED

@@ -1,0 +1,162 @@
+"""Where a command's store, scope and embedder come from: options, environment, ``ragport.toml``
+(found upward from the current directory), built-in defaults; and ``ragport config``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ragport.bootstrap import (
+    CliConfig,
+    Stores,
+    build_embedder,
+    embedder_name_for,
+    find_config,
+    load_config,
+    open_stores,
+)
+from ragport.cli.output import EXIT_OK, _json, _note, _table
+from ragport.domain.errors import (
+    EmbedderMismatchError,
+)
+from ragport.domain.model import Scope
+from ragport.ports.embedder import Embedder
+
+
+def _config(args: argparse.Namespace) -> CliConfig:
+    cached = getattr(args, "_config", None)
+    if isinstance(cached, CliConfig):
+        return cached
+    path = find_config(Path.cwd())
+    config = load_config(path) if path is not None else CliConfig()
+    args._config = config
+    args._config_path = path
+    return config
+
+
+def _resolve(args: argparse.Namespace) -> None:
+    """Fill the options left unset from ragport.toml, then the built-in defaults."""
+    config = _config(args)
+    for name in ("schema", "tenant", "resource"):
+        if hasattr(args, name) and getattr(args, name) is None:
+            setattr(args, name, getattr(config, name))
+    if getattr(args, "corpus_many", False):
+        if not args.corpus:
+            args.corpus = [config.corpus]
+    elif hasattr(args, "corpus") and args.corpus is None:
+        args.corpus = config.corpus
+    if args.command == "query":
+        if args.top_k is None:
+            args.top_k = config.query.top_k
+        if args.mode is None:
+            # --lexical alone asks for the fused (hybrid) mode, as it always has.
+            args.mode = "hybrid" if args.lexical is not None else config.query.mode
+        if args.lexical is None and args.mode != "vector":
+            args.lexical = config.query.lexical
+    if hasattr(args, "rerank") and args.rerank is None:
+        args.rerank = config.query.rerank
+
+
+def _store_url(args: argparse.Namespace) -> str | None:
+    return args.store or os.environ.get("RAGPORT_STORE") or _config(args).store or None
+
+
+def _read_url(args: argparse.Namespace) -> str | None:
+    return getattr(args, "read_store", None) or os.environ.get("RAGPORT_READ_STORE") or None
+
+
+def _scope(args: argparse.Namespace, corpus: str | None = None) -> Scope:
+    name = corpus if corpus is not None else args.corpus
+    if isinstance(name, list):
+        name = name[0]
+    return Scope(args.tenant, args.resource, name)
+
+
+def _is_memory(url: str | None) -> bool:
+    return url in ("memory://", "memory")
+
+
+def _stores(
+    args: argparse.Namespace, *, upgrade: bool | None = None, partitions: int | None = None
+) -> Any:
+    url = _store_url(args)
+    if _is_memory(url):
+        _note("warning: memory:// keeps nothing: every command starts from an empty store")
+    return open_stores(
+        url, schema=args.schema, upgrade=upgrade, read_url=_read_url(args), partitions=partitions
+    )
+
+
+def _embedder(args: argparse.Namespace, stores: Stores, scopes: Sequence[Scope]) -> Embedder:
+    """``--embedder``, else the embedder the corpus was ingested with, else ragport.toml's.
+
+    An explicit embedder other than the corpus's is refused (it would mix vector spaces).
+    """
+    recorded: set[str] = set()
+    for scope in scopes:
+        for embedder_id, _dims in stores.chunks.list_embedders(scope):
+            if embedder_id is not None:
+                recorded.add(embedder_id)
+    wanted: str | None = args.embedder
+    if wanted is None:
+        names = {embedder_name_for(e) for e in recorded}
+        wanted = names.pop() if len(names) == 1 else None
+        wanted = wanted or _config(args).embedder
+    embedder = build_embedder(wanted)
+    if recorded and embedder.id not in recorded:
+        raise EmbedderMismatchError(
+            f"corpus {scopes[0].corpus_id!r} was embedded with {', '.join(sorted(recorded))}, "
+            f"not {embedder.id}; to switch, run `ragport reindex --embedder {wanted} "
+            f"--corpus {scopes[0].corpus_id}`",
+            expected_id=embedder.id,
+            expected_dimensions=embedder.dimensions,
+            found_id=sorted(recorded)[0],
+            found_dimensions=None,
+        )
+    return embedder
+
+
+def _config_show(args: argparse.Namespace) -> int:
+    config = _config(args)
+    path = getattr(args, "_config_path", None)
+    store = args.store or os.environ.get("RAGPORT_STORE") or config.store
+    where = (
+        "--store"
+        if args.store
+        else "RAGPORT_STORE"
+        if os.environ.get("RAGPORT_STORE")
+        else str(path)
+        if config.store
+        else "default"
+    )
+    values = {**_json.unstructure(config), "store": _redact_url(store) if store else "embedded"}
+    if args.json:
+        print(
+            json.dumps(
+                {"file": str(path) if path else None, "store_from": where, **values}, indent=2
+            )
+        )
+    else:
+        print(f"configuration file: {path or '(none found upward from here)'}")
+        print(f"store ({where}): {values['store']}")
+        _table(
+            ["key", "value"],
+            [(k, v) for k, v in values.items() if k not in ("store", "query")]
+            + [(f"query.{k}", v) for k, v in values["query"].items()],
+        )
+    return EXIT_OK
+
+
+def _redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, at, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}{':***' if ':' in credentials else ''}{at}{host}"

@@ -1,0 +1,120 @@
+"""``ragport ingest``: documents from files and folders, named relative to a corpus root."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+from ragport.bootstrap import (
+    CorpusRoots,
+    FileOutcome,
+    collect_documents,
+    default_root,
+    ingest_files,
+)
+from ragport.cli.config import _embedder, _is_memory, _scope, _store_url, _stores
+from ragport.cli.output import EXIT_FAILED, EXIT_OK, _json, _note
+from ragport.cli.progress import _Progress
+from ragport.domain.errors import (
+    ValidationError,
+)
+
+
+def _corpus_root(args: argparse.Namespace) -> Path:
+    """``--root``, else the root recorded with the corpus, else the paths' common folder.
+
+    The chosen root is recorded (except for ``memory://``), so later runs name every file
+    the same way however its path is typed.
+    """
+    url = _store_url(args)
+    # A store URL may carry a password: the file keeps only a digest of it.
+    store = hashlib.sha256(url.encode()).hexdigest()[:16] if url else "embedded"
+    key = "|".join([store, args.schema, args.tenant, args.resource, args.corpus])
+    roots = None if _is_memory(url) else CorpusRoots()
+    recorded = roots.get(key) if roots is not None else None
+    if args.root:
+        root = Path(args.root).resolve()
+        if not root.is_dir():
+            raise ValidationError(f"--root {args.root} is not an existing folder", field="root")
+        if recorded is not None and recorded != root:
+            _note(f"corpus root changed from {recorded} to {root}")
+    else:
+        existing = [p for p in args.paths if Path(p).exists()]
+        if not existing and recorded is None:
+            return Path.cwd().resolve()  # nothing to ingest: record no root from it
+        root = recorded or default_root(existing)
+    if roots is not None and root != recorded:
+        roots.set(key, root)
+    return root
+
+
+def _outcome_line(n: int, total: int, outcome: FileOutcome) -> str:
+    name = outcome.source_id or outcome.path
+    if outcome.state == "failed":
+        detail = f"FAILED ({outcome.reason}) {outcome.error or ''}".rstrip()
+    elif outcome.state == "unchanged":
+        detail = f"unchanged (generation {outcome.generation})"
+    else:
+        detail = f"{outcome.chunks} chunks, {outcome.replaced} replaced (generation {outcome.generation})"
+    return f"[{n}/{total}] {name}: {detail}"
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    root = _corpus_root(args)
+    candidates = collect_documents(args.paths, root=root)
+    for c in candidates:
+        if c.reason == "not_found":
+            _note(f"no such file or folder: {c.path}")
+    total = len(candidates)
+    progress = _Progress(total, sys.stdout.isatty() and not args.json)
+    outcomes: list[FileOutcome] = []
+    started = time.perf_counter()
+    with _stores(args) as stores:
+        embedder = _embedder(args, stores, [scope])
+        results = ingest_files(
+            candidates,
+            root=root,
+            store=stores.chunks,
+            status_store=stores.status,
+            embedder=embedder,
+            scope=scope,
+            size=args.size,
+            overlap=args.overlap,
+            max_bytes=args.max_bytes,
+        )
+        for n, outcome in enumerate(results, start=1):
+            outcomes.append(outcome)
+            progress.done = n
+            if args.json:
+                print(json.dumps(_json.unstructure(outcome), ensure_ascii=False), flush=True)
+                continue
+            if progress.enabled:
+                progress.clear()
+                if outcome.state == "failed":
+                    print(_outcome_line(n, total, outcome))
+                progress.show(outcome.source_id or outcome.path)
+            else:
+                print(_outcome_line(n, total, outcome), flush=True)
+    progress.clear()
+    failed = [o for o in outcomes if o.state == "failed"]
+    if not args.json:
+        counts = {
+            state: sum(o.state == state for o in outcomes)
+            for state in ("indexed", "unchanged", "failed")
+        }
+        seconds = time.perf_counter() - started
+        print(f"{total} document(s) in corpus {scope.corpus_id} (root {root}) in {seconds:.1f} s")
+        print(f"  {'indexed':<10}{counts['indexed']:>6}")
+        print(f"  {'unchanged':<10}{counts['unchanged']:>6}")
+        print(f"  {'failed':<10}{counts['failed']:>6}")
+        if failed:
+            width = max(len(o.source_id or o.path) for o in failed)
+            print("failed:")
+            for o in failed:
+                print(f"  {(o.source_id or o.path):<{width}}  {o.reason or '':<16} {o.error or ''}")
+    return EXIT_FAILED if failed or not outcomes else EXIT_OK

@@ -1,0 +1,344 @@
+"""The lifecycle commands: delete, forget, status, sources, grants, generations, rollback,
+compact, reindex.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import attrs
+
+from ragport.application import (
+    RagDeletionHandler,
+    compact,
+    create_deletion_propagator,
+    delete_source,
+    list_ingestion_status,
+    rollback_generation,
+)
+from ragport.bootstrap import (
+    SourceRow,
+    Stores,
+    build_embedder,
+    list_sources,
+    reindex_corpus,
+)
+from ragport.cli.config import _scope, _stores
+from ragport.cli.output import (
+    EXIT_FAILED,
+    EXIT_OK,
+    NothingFound,
+    _confirm,
+    _note,
+    _print_json,
+    _table,
+)
+from ragport.cli.progress import _Progress
+from ragport.domain.errors import (
+    ValidationError,
+)
+from ragport.domain.model import Authorization, Grant, Scope
+
+
+def _known_sources(stores: Stores, scope: Scope, source_ids: Sequence[str]) -> list[str]:
+    """The ids among ``source_ids`` with no visible record in ``scope``."""
+    return [s for s in source_ids if not stores.chunks.get_by_source(scope, s)]
+
+
+def _delete(args: argparse.Namespace) -> int:
+    if not args.source_id and args.prefix is None:
+        raise ValidationError("name a SOURCE or pass --prefix P", field="source_id")
+    scope = _scope(args)
+    with _stores(args) as stores:
+        wanted = list(dict.fromkeys(args.source_id))
+        unknown = _known_sources(stores, scope, wanted)
+        if unknown:
+            raise NothingFound(
+                f"no source {', '.join(unknown)} in corpus {scope.corpus_id}; nothing deleted "
+                "(`ragport sources` lists them)"
+            )
+        if args.prefix is not None:
+            matched = [
+                row.source_id
+                for row in list_sources(stores, scope)
+                if row.source_id.startswith(args.prefix) and row.chunks
+            ]
+            if not matched:
+                raise NothingFound(
+                    f"no source of corpus {scope.corpus_id} starts with {args.prefix!r}"
+                )
+            if not _confirm(
+                f"delete {len(matched)} source(s) starting with {args.prefix!r} from corpus "
+                f"{scope.corpus_id}?",
+                yes=args.yes,
+            ):
+                _note("nothing deleted")
+                return EXIT_FAILED
+            wanted = list(dict.fromkeys([*wanted, *matched]))
+        results = [
+            delete_source(
+                source_id=source_id, store=stores.chunks, scope=scope, status_store=stores.status
+            )
+            for source_id in wanted
+        ]
+    if args.json:
+        _print_json(results)
+    else:
+        for r in results:
+            print(f"{r.source_id}: {r.deleted} record(s) retired (generation {r.generation})")
+    return EXIT_OK
+
+
+def _forget(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    authorization = Authorization(args.principal, args.tenant, group_ids=tuple(args.group or ()))
+    with _stores(args) as stores:
+        if _known_sources(stores, scope, [args.source_id]):
+            raise NothingFound(f"no source {args.source_id} in corpus {scope.corpus_id}")
+        propagator = create_deletion_propagator(
+            scope=scope,
+            store=stores.chunks,
+            authorization=authorization,
+            handlers=(
+                RagDeletionHandler(store=stores.chunks, scope=scope, status_store=stores.status),
+            ),
+        )
+        result = propagator.propagate(args.source_id)
+    if args.json:
+        _print_json(result)
+    else:
+        print(
+            f"{result.source_id}: forgotten; {result.tombstoned} id(s) tombstoned, "
+            f"layers {dict(result.layers)}"
+        )
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    with _stores(args) as stores:
+        page = list_ingestion_status(
+            store=stores.status, scope=scope, limit=args.limit, cursor=args.cursor
+        )
+        generation = stores.chunks.current_generation(scope)
+    if args.json:
+        _print_json(page)
+    else:
+        print(f"corpus {scope.corpus_id}: generation {generation}")
+        _table(
+            ["source", "state", "chunks", "bytes", "updated", "error"],
+            [
+                (
+                    item.source_id,
+                    item.state,
+                    f"{item.chunks_indexed}/{item.chunks_total}",
+                    item.bytes,
+                    item.updated_at.strftime("%Y-%m-%d %H:%M:%S") if item.updated_at else "",
+                    item.error or "",
+                )
+                for item in page.items
+            ],
+        )
+        if page.cursor:
+            print(f"more: --cursor {page.cursor}")
+    if not page.items and generation == 0 and args.cursor is None:
+        raise NothingFound(f"corpus {scope.corpus_id} is empty or unknown")
+    return EXIT_OK
+
+
+def _sources(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    with _stores(args) as stores:
+        rows: list[SourceRow] = list(
+            list_sources(stores, scope, start=args.cursor, limit=args.limit, counts=True)
+        )
+    if args.json:
+        _print_json(rows)
+    else:
+        _table(
+            ["source", "chunks", "generation", "content hash", "embedder", "state"],
+            [
+                (
+                    r.source_id,
+                    r.chunks,
+                    r.generation,
+                    (r.content_hash or "")[:12],
+                    r.embedder,
+                    r.state,
+                )
+                for r in rows
+            ],
+            title=f"corpus {scope.corpus_id}: {len(rows)} source(s)",
+        )
+        if args.limit is not None and len(rows) == args.limit:
+            print(f"more: --cursor {rows[-1].source_id}")
+    if not rows and args.cursor is None:
+        raise NothingFound(f"corpus {scope.corpus_id} is empty or unknown")
+    return EXIT_OK
+
+
+@attrs.frozen
+class GrantOut:
+    """One source's grant as ``ragport grants show --json`` prints it (``grant`` null: none)."""
+
+    source_id: str
+    principal_ids: list[str] | None
+    group_ids: list[str] | None
+    access_version: int | None
+
+
+def _grants_set(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    grant = Grant(
+        args.source_id,
+        principal_ids=tuple(args.principal or ()),
+        group_ids=tuple(args.group or ()),
+        access_version=args.access_version,
+    )
+    with _stores(args) as stores:
+        if _known_sources(stores, scope, [args.source_id]):
+            raise NothingFound(
+                f"no source {args.source_id} in corpus {scope.corpus_id}; no grant set"
+            )
+        stores.chunks.set_source_access(scope, [grant])
+    print(
+        f"{args.source_id}: principals {list(grant.principal_ids)}, groups "
+        f"{list(grant.group_ids)}, access version {grant.access_version}"
+    )
+    return EXIT_OK
+
+
+def _grants_show(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    with _stores(args) as stores:
+        wanted = list(args.source_id) or [
+            r.source_id for r in list_sources(stores, scope) if r.chunks
+        ]
+        found = stores.chunks.get_source_access(scope, wanted)
+    rows = []
+    for source_id in wanted:
+        g = found.get(source_id)
+        rows.append(
+            GrantOut(
+                source_id,
+                None if g is None else list(g.principal_ids),
+                None if g is None else list(g.group_ids),
+                None if g is None else g.access_version,
+            )
+        )
+    if args.json:
+        _print_json(rows)
+    else:
+        _table(
+            ["source", "principals", "groups", "access version"],
+            [
+                (
+                    r.source_id,
+                    "(no grant: nobody with an authorization)"
+                    if r.principal_ids is None
+                    else " ".join(r.principal_ids),
+                    " ".join(r.group_ids or []),
+                    r.access_version if r.access_version is not None else "",
+                )
+                for r in rows
+            ],
+        )
+    if not rows:
+        raise NothingFound(f"corpus {scope.corpus_id} is empty or unknown")
+    return EXIT_OK
+
+
+@attrs.frozen
+class GenerationsOut:
+    """``ragport generations --json``: the pointer, the counter, the compaction floor, and the
+    sources each recent generation wrote (as they are visible now)."""
+
+    corpus: str
+    current: int
+    counter: int
+    floor: int
+    written: dict[int, list[str]]
+
+
+def _generations(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    with _stores(args) as stores:
+        with stores.chunks.unit_of_work(scope) as uow:
+            current = uow.generations.current()
+            counter = uow.generations.counter()
+            floor = uow.generations.floor()
+        written: dict[int, list[str]] = {}
+        for row in list_sources(stores, scope, counts=True):
+            if row.generation is not None:
+                written.setdefault(row.generation, []).append(row.source_id)
+    recent = dict(sorted(written.items(), reverse=True)[: args.limit])
+    out = GenerationsOut(scope.corpus_id, current, counter, floor, recent)
+    if args.json:
+        _print_json(out)
+    else:
+        print(f"corpus {scope.corpus_id}: current {current}, counter {counter}, floor {floor}")
+        _table(
+            ["generation", "sources written (still visible)"],
+            [(g, " ".join(ids)) for g, ids in recent.items()],
+        )
+    if current == 0:
+        raise NothingFound(f"corpus {scope.corpus_id} is empty or unknown")
+    return EXIT_OK
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    with _stores(args) as stores:
+        result = rollback_generation(store=stores.chunks, scope=scope, to=args.to)
+    if args.json:
+        _print_json(result)
+    else:
+        print(
+            f"corpus {scope.corpus_id} now shows generation {result.generation}: "
+            f"{result.discarded} row(s) discarded, {result.restored} restored"
+        )
+    return EXIT_OK
+
+
+def _compact(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    with _stores(args) as stores:
+        result = compact(store=stores.chunks, scope=scope, keep=args.keep)
+    if args.json:
+        _print_json(result)
+    else:
+        print(
+            f"corpus {scope.corpus_id}: {result.purged} retired row(s) physically removed "
+            f"(their text is gone from the store); rollback possible to generation "
+            f"{result.floor} and above"
+        )
+    return EXIT_OK
+
+
+def _reindex(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    embedder = build_embedder(args.embedder)
+    with _stores(args) as stores:
+        sources = [r.source_id for r in list_sources(stores, scope) if r.chunks]
+        if not sources:
+            raise NothingFound(f"corpus {scope.corpus_id} is empty or unknown")
+        progress = _Progress(len(sources), sys.stdout.isatty() and not args.json, "sources")
+
+        def tick(n: int, source_id: str) -> None:
+            progress.done = n
+            progress.show(source_id)
+
+        result = reindex_corpus(
+            store=stores.chunks, scope=scope, embedder=embedder, sources=sources, on_source=tick
+        )
+        progress.clear()
+    if args.json:
+        _print_json(result)
+    else:
+        print(
+            f"corpus {scope.corpus_id}: {result.sources} source(s), {result.chunks} chunk(s) "
+            f"re-embedded with {embedder.id}; visible at generation {result.generation}"
+        )
+    return EXIT_OK

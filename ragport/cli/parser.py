@@ -1,0 +1,370 @@
+"""The argument parser of every ``ragport`` command (help text, defaults, examples)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ragport.cli.config import _config_show
+from ragport.cli.db import _db_copy, _db_dump, _db_restore, _db_status, _db_stop, _db_upgrade
+from ragport.cli.ingest import _ingest
+from ragport.cli.lifecycle import (
+    _compact,
+    _delete,
+    _forget,
+    _generations,
+    _grants_set,
+    _grants_show,
+    _reindex,
+    _rollback,
+    _sources,
+    _status,
+)
+from ragport.cli.query import TOKENS_PER_HIT, _demo, _mcp, _query
+from ragport.cli.sync import _sync_drive, _sync_folder
+from ragport.domain.documents import DOCUMENT_SUFFIXES
+from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS
+
+DESCRIPTION = "The ``ragport`` command line (composition root for the command line)."
+EMBEDDERS = ("minilm", "hash")
+
+
+MODES = ("vector", "lexical", "hybrid")
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Keeps the examples' layout and shows each option's default where it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            "%(default)" not in text
+            and "default" not in text
+            and action.option_strings
+            and action.default not in (None, False, argparse.SUPPRESS)
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _sub(
+    sub: Any, name: str, summary: str, examples: Sequence[str], parents: Sequence[Any] = ()
+) -> argparse.ArgumentParser:
+    epilog = "examples:\n" + "".join(f"  {e}\n" for e in examples) if examples else None
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        parents=list(parents),
+        help=summary,
+        description=summary[0].upper() + summary[1:] + ".",
+        epilog=epilog,
+        formatter_class=_Help,
+    )
+    return parser
+
+
+def _parser() -> argparse.ArgumentParser:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ragport_version = version("ragport")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        ragport_version = "unknown"
+
+    stored = argparse.ArgumentParser(add_help=False)
+    stored.add_argument(
+        "--store",
+        help="memory://, postgresql://... or embedded (default: RAGPORT_STORE, "
+        "ragport.toml, else the embedded server)",
+    )
+    stored.add_argument(
+        "--read-store",
+        help="a streaming replica for reads: postgresql://... (default: RAGPORT_READ_STORE)",
+    )
+    stored.add_argument("--schema", help="PostgreSQL schema (default: ragport.toml, else ragport)")
+    stored.add_argument("--tenant", help="tenant id (default: ragport.toml, else local)")
+    stored.add_argument("--resource", help="resource id (default: ragport.toml, else default)")
+    one_corpus = argparse.ArgumentParser(add_help=False)
+    one_corpus.add_argument("--corpus", help="corpus name (default: ragport.toml, else default)")
+    one_corpus.set_defaults(corpus_many=False)
+    embed = argparse.ArgumentParser(add_help=False)
+    embed.add_argument(
+        "--embedder",
+        choices=EMBEDDERS,
+        help="embedder (default: the one the corpus was ingested with, ragport.toml, else minilm)",
+    )
+    json_out = argparse.ArgumentParser(add_help=False)
+    json_out.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common = argparse.ArgumentParser(add_help=False, parents=[stored, one_corpus, embed])
+    corpus_only = argparse.ArgumentParser(add_help=False, parents=[stored, one_corpus])
+
+    parser = argparse.ArgumentParser(
+        prog="ragport",
+        description=DESCRIPTION,
+        epilog="exit codes: 0 ok, 1 some inputs failed or nothing found, 2 usage, "
+        "3 store unavailable. `ragport COMMAND --help` for each command.\n",
+        formatter_class=_Help,
+    )
+    parser.add_argument("--version", action="version", version=f"ragport {ragport_version}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = _sub(sub, "demo", "ingest the bundled corpus and print cited results",
+                ["ragport demo --store memory://"], [common])  # fmt: skip
+    demo.add_argument("--query", action="append", help="a query to run (repeatable)")
+    demo.add_argument("--top-k", type=int, default=3, help="hits per query")
+    demo.add_argument("--size", type=int, default=400, help="chunk size in characters")
+    demo.add_argument("--overlap", type=int, default=40, help="chunk overlap in characters")
+    demo.set_defaults(func=_demo)
+
+    ingest = _sub(
+        sub, "ingest",
+        "ingest documents (" + " ".join(DOCUMENT_SUFFIXES) + "; folders walked)",
+        ["ragport ingest docs/ --corpus handbook", "ragport ingest a.md b.pdf --json"],
+        [common, json_out],
+    )  # fmt: skip
+    ingest.add_argument("paths", nargs="+", help="files and folders to ingest")
+    ingest.add_argument(
+        "--root",
+        help="corpus root: ids are paths relative to it (default: recorded, or common folder)",
+    )
+    ingest.add_argument("--size", type=int, default=1000, help="chunk size in characters")
+    ingest.add_argument("--overlap", type=int, default=100, help="chunk overlap in characters")
+    ingest.add_argument(
+        "--max-bytes",
+        type=int,
+        default=DEFAULT_LIMITS.parse_bytes,
+        help=f"document byte cap, at most {HARD_LIMITS.parse_bytes}",
+    )
+    ingest.set_defaults(func=_ingest)
+
+    query = _sub(
+        sub, "query", "retrieve cited context from one or more corpora",
+        [
+            'ragport query "parental leave" --corpus handbook',
+            'ragport query "leave" --mode hybrid --lexical-weight 2 --top-k 10',
+            'ragport query "leave" --principal alice --group staff --filter \'{"lang": "en"}\'',
+            'ragport query "leave" --corpus handbook --corpus wiki --json',
+        ],
+        [stored, embed, json_out],
+    )  # fmt: skip
+    query.add_argument("text", help="the query")
+    query.add_argument(
+        "--corpus", action="append", default=[],
+        help="corpus to search (repeatable; default: ragport.toml, else default)",
+    )  # fmt: skip
+    query.set_defaults(corpus_many=True)
+    query.add_argument(
+        "--top-k", type=int, default=None,
+        help=f"hits to return, at most {HARD_LIMITS.top_k} (default: ragport.toml, else 5)",
+    )  # fmt: skip
+    query.add_argument(
+        "--max-tokens", type=int,
+        help=f"context budget in tokens (default: {TOKENS_PER_HIT} per hit, "
+        f"{DEFAULT_LIMITS.context_tokens} to {HARD_LIMITS.context_tokens})",
+    )  # fmt: skip
+    query.add_argument(
+        "--mode", choices=MODES,
+        help="vector only, lexical only, or hybrid (fused) retrieval "
+        "(default: ragport.toml, else vector)",
+    )  # fmt: skip
+    query.add_argument(
+        "--lexical",
+        help="lexical index for --mode lexical|hybrid: one the store offers (memory:// "
+        "bm25; PostgreSQL fts, bm25) (default: the store's first)",
+    )
+    query.add_argument(
+        "--vector-weight", type=float, default=1.0, help="weight of the vector leg in fusion"
+    )
+    query.add_argument(
+        "--lexical-weight", type=float, default=1.0, help="weight of the lexical leg in fusion"
+    )
+    query.add_argument("--filter", help="metadata filter as JSON (docs/access-control.md)")
+    query.add_argument("--principal", help="retrieve as this principal (grants enforced)")
+    query.add_argument("--group", action="append", help="a group of the principal (repeatable)")
+    query.add_argument(
+        "--rerank",
+        help="reranker kind: local, embedding, tei, openai-compatible, voyage, fake, none "
+        "(default: ragport.toml, else none)",
+    )
+    query.add_argument(
+        "--rerank-option", action="append", metavar="KEY=VALUE",
+        help="a reranker option, e.g. model=... or base_url=... (repeatable; the API key "
+        "comes from RAGPORT_RERANK_API_KEY)",
+    )  # fmt: skip
+    query.set_defaults(func=_query)
+
+    delete = _sub(
+        sub, "delete", "retire every record of one or more sources (a new generation)",
+        ["ragport delete guides/old.md --corpus handbook", "ragport delete --prefix drafts/ --yes"],
+        [corpus_only, json_out],
+    )  # fmt: skip
+    delete.add_argument("source_id", nargs="*", help="source ids (as `ragport sources` lists)")
+    delete.add_argument("--prefix", help="also every source whose id starts with this")
+    delete.add_argument("--yes", action="store_true", help="do not ask before a --prefix delete")
+    delete.set_defaults(func=_delete)
+
+    forget = _sub(
+        sub, "forget",
+        "forget a source everywhere: tombstone it and what rests on it, remove its rows",
+        ["ragport forget leave.md --principal admin --corpus handbook"],
+        [corpus_only, json_out],
+    )  # fmt: skip
+    forget.add_argument("source_id", help="the source id")
+    forget.add_argument(
+        "--principal", required=True, help="who forgets (needs a grant on the source)"
+    )
+    forget.add_argument("--group", action="append", help="a group of the principal (repeatable)")
+    forget.set_defaults(func=_forget)
+
+    status = _sub(sub, "status", "ingestion status of a corpus",
+                  ["ragport status --corpus handbook"], [corpus_only, json_out])  # fmt: skip
+    status.add_argument(
+        "--limit", type=int, default=50, help=f"rows per page, at most {HARD_LIMITS.status_page}"
+    )
+    status.add_argument("--cursor", help="continue after this page (printed as `more:`)")
+    status.set_defaults(func=_status)
+
+    sources = _sub(
+        sub, "sources",
+        "every source of a corpus: chunks, generation, content hash, embedder",
+        ["ragport sources --corpus handbook", "ragport sources --limit 100 --cursor guides/z.md"],
+        [corpus_only, json_out],
+    )  # fmt: skip
+    sources.add_argument("--limit", type=int, help="rows per page (default: all)")
+    sources.add_argument("--cursor", help="start after this source id")
+    sources.set_defaults(func=_sources)
+
+    grants = sub.add_parser(
+        "grants", help="read and set who may see a source", formatter_class=_Help,
+        description="Read and set who may see a source.",
+    )  # fmt: skip
+    grants_sub = grants.add_subparsers(dest="grants_command", required=True, metavar="COMMAND")
+    gset = _sub(
+        grants_sub, "set", "replace a source's grant",
+        ["ragport grants set leave.md --principal alice --group staff --corpus handbook"],
+        [corpus_only],
+    )  # fmt: skip
+    gset.add_argument("source_id", help="the source id")
+    gset.add_argument("--principal", action="append", help="a principal id (repeatable)")
+    gset.add_argument("--group", action="append", help="a group id (repeatable)")
+    gset.add_argument("--access-version", type=int, default=1, help="the grant's access version")
+    gset.set_defaults(func=_grants_set)
+    gshow = _sub(grants_sub, "show", "show the grants of sources (default: every source)",
+                 ["ragport grants show --corpus handbook"], [corpus_only, json_out])  # fmt: skip
+    gshow.add_argument("source_id", nargs="*", help="source ids (default: every source)")
+    gshow.set_defaults(func=_grants_show)
+
+    generations = _sub(
+        sub, "generations",
+        "the generation pointer, the counter, and what each recent generation wrote",
+        ["ragport generations --corpus handbook"], [corpus_only, json_out],
+    )  # fmt: skip
+    generations.add_argument("--limit", type=int, default=10, help="recent generations shown")
+    generations.set_defaults(func=_generations)
+
+    rollback = _sub(sub, "rollback", "show the corpus as it was at generation N",
+                    ["ragport rollback --to 3 --corpus handbook"], [corpus_only, json_out])  # fmt: skip
+    rollback.add_argument("--to", type=int, required=True, help="the generation to go back to")
+    rollback.set_defaults(func=_rollback)
+
+    compact_p = _sub(
+        sub, "compact",
+        "physically remove retired rows (and their text) older than the last N generations",
+        ["ragport compact --keep 2 --corpus handbook"], [corpus_only, json_out],
+    )  # fmt: skip
+    compact_p.add_argument("--keep", type=int, default=1, help="generations kept for rollback")
+    compact_p.set_defaults(func=_compact)
+
+    reindex = _sub(
+        sub, "reindex",
+        "re-embed a corpus under another embedder (old vectors serve until the new commit)",
+        ["ragport reindex --embedder minilm --corpus handbook"], [corpus_only, json_out],
+    )  # fmt: skip
+    reindex.add_argument("--embedder", required=True, choices=EMBEDDERS, help="the new embedder")
+    reindex.set_defaults(func=_reindex)
+
+    config = _sub(sub, "config", "show the configuration in effect and where it came from",
+                  ["ragport config"], [stored, one_corpus, json_out])  # fmt: skip
+    config.set_defaults(func=_config_show)
+
+    mcp = _sub(sub, "mcp", "serve search over MCP (stdio)",
+               ["ragport mcp --corpus handbook --principal alice --group staff"], [common])  # fmt: skip
+    mcp.add_argument("--principal", help="the caller every search runs as (grants enforced)")
+    mcp.add_argument("--group", action="append", help="a group of the principal (repeatable)")
+    mcp.set_defaults(func=_mcp)
+
+    sync = sub.add_parser("sync", help="keep a corpus equal to a folder or a Google Drive")
+    sync_sub = sync.add_subparsers(dest="sync_command", required=True)
+    sync_common = argparse.ArgumentParser(add_help=False, parents=[common])
+    sync_common.add_argument("--size", type=int, default=1000)
+    sync_common.add_argument("--overlap", type=int, default=100)
+    sync_common.add_argument("--max-bytes", type=int, default=DEFAULT_LIMITS.parse_bytes)
+    sync_common.add_argument("--max-pages", type=int, help="stop after N committed pages")
+    sync_common.add_argument("--json", action="store_true", help="the SyncResult as JSON")
+    folder = sync_sub.add_parser(
+        "folder", parents=[sync_common], help="sync a local folder (ids: paths relative to it)"
+    )
+    folder.add_argument("path")
+    folder.set_defaults(func=_sync_folder)
+    drive = sync_sub.add_parser(
+        "drive", parents=[sync_common], help="sync a Google Drive folder or shared drive"
+    )
+    drive.add_argument("--folder", help="Drive folder id (its subfolders included)")
+    drive.add_argument("--shared-drive", help="shared drive id")
+    drive.add_argument(
+        "--token-env",
+        default="RAGPORT_DRIVE_ACCESS_TOKEN",
+        help="environment variable holding the OAuth access token",
+    )
+    drive.add_argument("--base-url", default="https://www.googleapis.com", help=argparse.SUPPRESS)
+    drive.add_argument("--allow-loopback", action="store_true", help=argparse.SUPPRESS)
+    drive.set_defaults(func=_sync_drive)
+
+    db = sub.add_parser(
+        "db", help="database administration", formatter_class=_Help,
+        description="Database administration.",
+    )  # fmt: skip
+    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+    upgrade = _sub(db_sub, "upgrade", "apply schema migrations",
+                   ["ragport db upgrade --store postgresql://me@db/rag",
+                    "ragport db upgrade --store postgresql://me@db/rag --partitions 16"],
+                   [stored])  # fmt: skip
+    upgrade.add_argument(
+        "--partitions",
+        type=int,
+        help="create the tables PARTITION BY HASH (tenant_id) in N partitions (default: none)",
+    )
+    upgrade.set_defaults(func=_db_upgrade)
+    dump = _sub(db_sub, "dump", "pg_dump ragport's schema to PATH (custom format)",
+                ["ragport db dump backup.dump"], [stored])  # fmt: skip
+    dump.add_argument("path", help="the dump file to write")
+    dump.set_defaults(func=_db_dump)
+    restore = _sub(db_sub, "restore", "pg_restore a dump into a server without that schema",
+                   ["ragport db restore backup.dump --store postgresql://me@db/rag"],
+                   [stored])  # fmt: skip
+    restore.add_argument("path", help="the dump file to read")
+    restore.set_defaults(func=_db_restore)
+    copy = _sub(db_sub, "copy", "copy ragport's schema to another server (dump + restore)",
+                ["ragport db copy --to postgresql://me@db/rag"], [stored])  # fmt: skip
+    copy.add_argument("--to", required=True, help="postgresql://... of the target server")
+    copy.set_defaults(func=_db_copy)
+    stop = _sub(db_sub, "stop", "stop the embedded PostgreSQL server", ["ragport db stop"])
+    stop.set_defaults(func=_db_stop)
+    dbstatus = _sub(
+        db_sub, "status", "which embedded server, which binaries, which data directory, how big",
+        ["ragport db status"], [json_out],
+    )  # fmt: skip
+    dbstatus.set_defaults(func=_db_status)
+    return parser
+
+
+def _iter_commands(
+    parser: argparse.ArgumentParser,
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every (command path, parser) under ``parser`` (for the help tests and docs)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield name, child
+                for sub_name, grandchild in _iter_commands(child):
+                    yield f"{name} {sub_name}", grandchild

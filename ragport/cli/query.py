@@ -1,0 +1,353 @@
+"""``ragport query``, ``ragport demo`` and ``ragport mcp``: retrieval from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ragport.application import (
+    RetrievalResult,
+    retrieve_context,
+)
+from ragport.bootstrap import (
+    Stores,
+    build_embedder,
+    demo_documents,
+    ingest_text,
+)
+from ragport.cli.config import _config, _embedder, _scope, _stores
+from ragport.cli.output import EXIT_FAILED, EXIT_OK, NothingFound, _json, _note, _print_json, _table
+from ragport.domain.errors import (
+    ValidationError,
+)
+from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS
+from ragport.domain.model import AccessDenial, Authorization, Hit, Scope
+
+DEMO_QUERIES = (
+    "Who has to approve a large payment?",
+    "How long is parental leave?",
+)
+
+
+# Tokens of context budget per wanted hit: a 1,000-character chunk is ~250 tokens plus its
+# citation, so --top-k 20 gets room for 20 hits (capped at the hard ceiling).
+TOKENS_PER_HIT = 300
+
+
+def _print_result(result: RetrievalResult) -> None:
+    for hit in result.hits:
+        heading = " > ".join(hit.metadata.get("heading", [])) or "(no heading)"
+        if hit.metadata.get("page") is not None:
+            heading = f"page {hit.metadata['page']}  {heading}"
+        print(f"  [{hit.provenance.citation_id}] score={hit.score:.3f}  {heading}")
+    if result.truncated:
+        print("  (context truncated by the byte or token ceiling)")
+    print("context:")
+    for line in result.text.splitlines():
+        print(f"    {line}")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    embedder = build_embedder(args.embedder or _config(args).embedder)
+    scope = Scope(args.tenant, args.resource, "demo")
+    with _stores(args) as stores:
+        print(
+            f"ragport demo: {stores.description}, embedder {embedder.id}, corpus {scope.corpus_id}"
+        )
+        for name, text in demo_documents().items():
+            result = ingest_text(
+                name=name,
+                text=text,
+                store=stores.chunks,
+                status_store=stores.status,
+                embedder=embedder,
+                scope=scope,
+                size=args.size,
+                overlap=args.overlap,
+            )
+            state = "unchanged, skipped" if result.skipped else f"{result.indexed} chunks"
+            print(f"  ingested {result.source_id}: {state} (generation {result.generation})")
+        for query in args.query or DEMO_QUERIES:
+            found = retrieve_context(
+                query, embedder=embedder, store=stores.chunks, scope=scope, top_k=args.top_k
+            )
+            print(f"\nquery: {query}")
+            _print_result(found)
+    return EXIT_OK
+
+
+@attrs.frozen
+class HitOut:
+    """One hit as ``ragport query --json`` prints it (stable field names)."""
+
+    rank: int
+    citation_id: str
+    id: str
+    source_id: str
+    corpus: str
+    score: float
+    retrieval: str
+    heading: list[str]
+    page: int | None
+    start: int | None
+    end: int | None
+    text: str
+    metadata: dict[str, Any]
+    provenance: Any
+
+
+@attrs.frozen
+class WithheldOut:
+    """Sources the authorization withheld, by reason (``ragport query --principal``)."""
+
+    sources: int
+    hits: int
+    reasons: dict[str, int]
+
+
+@attrs.frozen
+class QueryOut:
+    """``ragport query --json``."""
+
+    query: str
+    corpora: list[str]
+    mode: str
+    lexical: str | None
+    top_k: int
+    hits: list[HitOut]
+    text: str
+    truncated: bool
+    dropped: int
+    withheld: WithheldOut | None
+
+
+def _offsets(stores: Stores, hits: Sequence[Hit]) -> dict[tuple[str, str], tuple[Any, Any]]:
+    """(corpus, record id) -> (start, end) of each hit, read from its stored record."""
+    out: dict[tuple[str, str], tuple[Any, Any]] = {}
+    wanted: dict[tuple[str, str, str, str], None] = {}
+    for hit in hits:
+        p = hit.provenance
+        wanted[(p.tenant_id, p.resource_id, p.corpus_id, hit.source_id)] = None
+    for tenant, resource, corpus, source_id in wanted:
+        for record in stores.chunks.get_by_source(Scope(tenant, resource, corpus), source_id):
+            out[(corpus, record.id)] = (record.start, record.end)
+    return out
+
+
+def _parse_filter(raw: str | None) -> Mapping[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ValidationError("--filter is not valid JSON", field="filter") from None
+    if not isinstance(value, dict):
+        raise ValidationError("--filter must be a JSON object", field="filter")
+    return value
+
+
+def _rerank_config(args: argparse.Namespace) -> dict[str, Any]:
+    config: dict[str, Any] = {"kind": args.rerank}
+    for item in args.rerank_option or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValidationError("--rerank-option takes KEY=VALUE", field="rerank_option")
+        if key == "api_key":
+            raise ValidationError(
+                "pass the reranker's API key in RAGPORT_RERANK_API_KEY, never on the command line",
+                field="rerank_option",
+            )
+        parsed: Any = value
+        if value in ("true", "false"):
+            parsed = value == "true"
+        elif value.isdigit():
+            parsed = int(value)
+        config[key] = parsed
+    key = os.environ.get("RAGPORT_RERANK_API_KEY")
+    if key and args.rerank in ("tei", "openai-compatible", "voyage"):
+        config["api_key"] = key
+    return config
+
+
+def _lexical_for(args: argparse.Namespace, stores: Stores) -> str:
+    """The lexical mode the query runs: 'off' for vector mode, else one the store offers."""
+    offered = tuple(stores.chunks.capabilities.lexical_modes)
+    if args.mode == "vector":
+        return "off"
+    if not offered:
+        raise ValidationError(
+            f"--mode {args.mode} needs a lexical index and this store offers none "
+            "(use --mode vector)",
+            field="mode",
+        )
+    if args.lexical is None:
+        return str(offered[0])
+    if args.lexical not in offered:
+        raise ValidationError(
+            f"--lexical {args.lexical}: this store offers {', '.join(offered)}", field="lexical"
+        )
+    return str(args.lexical)
+
+
+def _budget(top_k: int, given: int | None) -> int:
+    if given is not None:
+        return given
+    return min(
+        HARD_LIMITS.context_tokens, max(DEFAULT_LIMITS.context_tokens, TOKENS_PER_HIT * top_k)
+    )
+
+
+def _query(args: argparse.Namespace) -> int:
+    if not args.text.strip():
+        raise ValidationError("the query is empty", field="text")
+    if args.group and args.principal is None:
+        raise ValidationError("--group needs --principal", field="group")
+    for weight, name in ((args.vector_weight, "vector"), (args.lexical_weight, "lexical")):
+        if not math.isfinite(weight) or weight < 0:
+            raise ValidationError(f"--{name}-weight must be a number >= 0", field=f"{name}_weight")
+    metadata_filter = _parse_filter(args.filter)
+    corpora = list(dict.fromkeys(args.corpus))
+    scopes = [_scope(args, c) for c in corpora]
+    authorization = (
+        Authorization(args.principal, args.tenant, group_ids=tuple(args.group or ()))
+        if args.principal is not None
+        else None
+    )
+    reranker = None
+    if args.rerank not in (None, "none"):
+        from ragport.adapters.rerankers import resolve_reranker
+
+        reranker = resolve_reranker(_rerank_config(args))
+    denials: list[AccessDenial] = []
+    with _stores(args) as stores:
+        lexical = _lexical_for(args, stores)
+        weights = None
+        if lexical != "off":
+            weights = {
+                "vector": 0.0 if args.mode == "lexical" else args.vector_weight,
+                "lexical": args.lexical_weight,
+            }
+        empty = [s.corpus_id for s in scopes if stores.chunks.current_generation(s) == 0]
+        if len(empty) == len(scopes):
+            raise NothingFound(
+                f"corpus {', '.join(empty)} is empty or unknown (ingest documents with "
+                "`ragport ingest PATH --corpus NAME`; `ragport sources` lists what a corpus holds)"
+            )
+        for name in empty:
+            _note(f"corpus {name} is empty or unknown")
+        live = [s for s in scopes if s.corpus_id not in empty]
+        embedder = _embedder(args, stores, live)
+        result = retrieve_context(
+            args.text,
+            embedder=embedder,
+            store=stores.chunks,
+            scope=live[0] if len(live) == 1 else None,
+            scopes=live if len(live) > 1 else None,
+            top_k=args.top_k,
+            query_candidates=max(DEFAULT_LIMITS.query_candidates, min(4 * args.top_k, 128)),
+            lexical=lexical,
+            fusion_weights=weights,
+            metadata_filter=metadata_filter,
+            authorization=authorization,
+            on_access_denied=denials.append,
+            reranker=reranker,
+            max_context_tokens=_budget(args.top_k, args.max_tokens),
+        )
+        offsets = _offsets(stores, result.hits) if result.hits else {}
+    withheld = None
+    if denials:
+        reasons: dict[str, int] = {}
+        for d in denials:
+            reasons[d.reason] = reasons.get(d.reason, 0) + 1
+        withheld = WithheldOut(len(denials), sum(d.hits for d in denials), reasons)
+        summary = ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
+        _note(
+            f"{withheld.sources} source(s) with {withheld.hits} matching chunk(s) withheld "
+            f"from {args.principal} ({summary})"
+        )
+    if result.dropped:
+        _note(
+            f"{result.dropped} hit(s) dropped by the context budget "
+            f"({_budget(args.top_k, args.max_tokens)} tokens; raise it with --max-tokens)"
+        )
+    hits = [
+        HitOut(
+            rank=n,
+            citation_id=h.provenance.citation_id,
+            id=h.id,
+            source_id=h.source_id,
+            corpus=h.provenance.corpus_id,
+            score=h.score,
+            retrieval=h.provenance.retrieval,
+            heading=list(h.metadata.get("heading", [])),
+            page=h.metadata.get("page"),
+            start=offsets.get((h.provenance.corpus_id, h.id), (None, None))[0],
+            end=offsets.get((h.provenance.corpus_id, h.id), (None, None))[1],
+            text=h.text,
+            metadata=dict(h.metadata),
+            provenance=_json.unstructure(h.provenance),
+        )
+        for n, h in enumerate(result.hits, start=1)
+    ]
+    out = QueryOut(
+        query=args.text,
+        corpora=corpora,
+        mode=args.mode,
+        lexical=None if lexical == "off" else lexical,
+        top_k=args.top_k,
+        hits=hits,
+        text=result.text,
+        truncated=result.truncated,
+        dropped=result.dropped,
+        withheld=withheld,
+    )
+    if args.json:
+        _print_json(out)
+    else:
+        _table(
+            ["#", "citation", "score", "page", "heading"],
+            [
+                (h.rank, h.citation_id, f"{h.score:.3f}", h.page or "", " > ".join(h.heading))
+                for h in hits
+            ],
+        )
+        print("context:")
+        for line in result.text.splitlines():
+            print(f"    {line}")
+    if not hits:
+        _note("nothing found")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    import contextlib
+
+    from ragport.integrations.mcp import build_server, stdout_to_stderr
+
+    if args.group and args.principal is None:
+        raise ValidationError("--group needs --principal", field="group")
+    authorization = (
+        Authorization(args.principal, args.tenant, group_ids=args.group or ())
+        if args.principal is not None
+        else None
+    )
+    # stdout is the MCP channel: nothing started while opening the stores may write to it.
+    with contextlib.ExitStack() as stack:
+        with stdout_to_stderr():
+            stores = stack.enter_context(_stores(args))
+            embedder = _embedder(args, stores, [_scope(args)])
+        build_server(
+            store=stores.chunks,
+            status_store=stores.status,
+            embedder=embedder,
+            scope=_scope(args),
+            authorization=authorization,
+        ).run("stdio")
+    return EXIT_OK

@@ -1,0 +1,90 @@
+"""``ragport sync folder`` and ``ragport sync drive``: keep a corpus equal to a source."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+from ragport.application import (
+    SyncResult,
+)
+from ragport.bootstrap import (
+    build_embedder,
+    open_checkpoints,
+    open_stores,
+    sync_connector,
+)
+from ragport.cli.config import _scope, _store_url
+from ragport.cli.output import _json
+from ragport.domain.errors import (
+    ValidationError,
+)
+
+
+def _print_sync(args: argparse.Namespace, result: SyncResult, seconds: float) -> int:
+    if args.json:
+        print(json.dumps({**_json.unstructure(result), "seconds": round(seconds, 3)}))
+    else:
+        print(
+            f"synced corpus {args.corpus} in {seconds:.2f} s: {result.pages} page(s), "
+            f"{result.upserted} upserted, {result.skipped} unchanged, {result.deleted} deleted"
+            f"{f' ({result.swept} swept)' if result.swept else ''}, {result.withheld} withheld, "
+            f"{result.failed} failed" + (" (full listing)" if result.bootstrapped else "")
+        )
+        if result.lost:
+            print("another worker advanced the checkpoint first; this run stopped")
+        elif not result.exhausted:
+            print("more pages remain: run again to continue")
+    return 1 if result.failed else 0
+
+
+def _sync_run(args: argparse.Namespace, connector: Any) -> int:
+    embedder = build_embedder(args.embedder)
+    started = time.perf_counter()
+    with open_stores(_store_url(args), schema=args.schema) as stores:
+        result = sync_connector(
+            connector,
+            stores=stores,
+            checkpoints=open_checkpoints(stores, schema=args.schema),
+            embedder=embedder,
+            scope=_scope(args),
+            size=args.size,
+            overlap=args.overlap,
+            max_bytes=args.max_bytes,
+            max_pages=args.max_pages,
+        )
+    return _print_sync(args, result, time.perf_counter() - started)
+
+
+def _sync_folder(args: argparse.Namespace) -> int:
+    from ragport.adapters.connectors import FolderConnector
+
+    return _sync_run(args, FolderConnector(args.path, max_bytes=args.max_bytes))
+
+
+def _sync_drive(args: argparse.Namespace) -> int:
+    from ragport.adapters.connectors import GoogleDriveConnector, drive_permissions_access
+
+    name = args.token_env
+    if not os.environ.get(name):
+        raise ValidationError(f"set the Drive access token in ${name}", field="token")
+
+    def token_provider() -> str:
+        return os.environ.get(name, "")
+
+    connector = GoogleDriveConnector(
+        token_provider=token_provider,
+        resolve_access=drive_permissions_access,
+        folder_id=args.folder,
+        shared_drive_id=args.shared_drive,
+        base_url=args.base_url,
+        allow_loopback=args.allow_loopback,
+        max_bytes=args.max_bytes,
+    )
+    try:
+        return _sync_run(args, connector)
+    finally:
+        connector.close()
