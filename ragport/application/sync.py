@@ -30,7 +30,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, cast
 
 import attrs
@@ -148,6 +148,22 @@ def _decode_state(text: str | None) -> _State:
 
 
 @attrs.frozen
+class SyncProgress:
+    """What ``sync_knowledge`` has done so far, handed to ``on_progress``.
+
+    ``listed``: upserts and deletions of the pages read so far (it grows page by page; the
+    total is not known in advance); ``done``: how many of them were handled (an upsert when
+    it is about to be loaded, a deletion when its page committed); ``pages``: pages
+    committed; ``source_id``: the upsert about to be loaded, else ``None``.
+    """
+
+    pages: int
+    listed: int
+    done: int
+    source_id: str | None = None
+
+
+@attrs.frozen
 class _PageOutcome:
     upserted: tuple[str, ...]
     skipped: tuple[str, ...]
@@ -173,6 +189,7 @@ class _Run:
     redact: Redaction
     limits: Limits
     clock: Clock
+    on_item: Callable[[str], None] | None = None
 
     def prepare(self, upsert: Upsert) -> tuple[PreparedDocument, int]:
         loaded = upsert.load()
@@ -246,6 +263,8 @@ class _Run:
         changed: list[tuple[PreparedDocument, int]] = []
         for source_id, upsert in upserts.items():
             check_abort(self.abort)
+            if self.on_item is not None:
+                self.on_item(source_id)
             access = upsert.access
             if access is None:
                 withheld.append(source_id)
@@ -386,8 +405,12 @@ def sync_knowledge(
     secrets: Sequence[str] | None = None,
     limits: Limits | None = None,
     clock: Clock | None = None,
+    on_progress: Callable[[SyncProgress], None] | None = None,
 ) -> SyncResult:
     """Bring ``scope`` up to date with ``connector``; see the module docstring for the steps.
+
+    ``on_progress`` is called with a ``SyncProgress`` as pages are listed, items handled and
+    pages committed (for a progress bar; it must not raise).
 
     ``parser`` is a ``Parser`` or a selector such as ``ragport.adapters.parsers.parser_for``
     (called with the item's media type, else its source id). Raises ``SyncCursorError`` only
@@ -436,6 +459,18 @@ def sync_knowledge(
         clock=clock or SYSTEM_CLOCK,
     )
     check_abort(abort)
+    counts = {"listed": 0, "done": 0}
+
+    def report(source_id: str | None = None) -> None:
+        if on_progress is not None:
+            on_progress(SyncProgress(totals["pages"], counts["listed"], counts["done"], source_id))
+
+    def item(source_id: str) -> None:
+        report(source_id)
+        counts["done"] += 1
+
+    if on_progress is not None:
+        run.on_item = item
 
     connector_id = connector.id
     checkpoint = checkpoints.get(connector_id, scope)
@@ -479,6 +514,9 @@ def sync_knowledge(
             continue
         if not isinstance(page, Page):
             raise ValidationError("the connector did not return a Page", field="connector")
+        in_page = {u.source_id for u in page.upserts}
+        counts["listed"] += len(in_page) + len(set(page.deletions) - in_page)
+        report()
         sweep: list[str] = []
         if mode == "bootstrap" and page.exhausted:
             listed = state.seen | {u.source_id for u in page.upserts}
@@ -492,6 +530,8 @@ def sync_knowledge(
         totals["failed"] += len(outcome.failed)
         totals["deleted"] += len(outcome.deleted)
         totals["swept"] += outcome.swept
+        counts["done"] = counts["listed"]
+        report()
         if new_state != state or version == 0:
             if not checkpoints.compare_and_set(connector_id, scope, version, new_state.encode()):
                 return result(exhausted=False, lost=True)

@@ -20,6 +20,7 @@ from ragport.application import (
     replace_source,
     sync_knowledge,
 )
+from ragport.application.sync import SyncProgress
 from ragport.bootstrap.stores import Stores
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
@@ -323,6 +324,7 @@ def sync_connector(
     overlap: int = 100,
     max_bytes: int = DEFAULT_LIMITS.parse_bytes,
     max_pages: int | None = None,
+    on_progress: Callable[[SyncProgress], None] | None = None,
 ) -> SyncResult:
     """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``)."""
     from ragport.adapters.parsers import parser_for
@@ -342,4 +344,5 @@ def sync_connector(
         size=size,
         overlap=overlap,
         limits=ingest_limits(max_bytes),
+        on_progress=on_progress,
     )

@@ -18,7 +18,7 @@ from ragport.bootstrap import (
 )
 from ragport.cli.config import _embedder, _is_memory, _scope, _store_url, _stores
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, _json, _note
-from ragport.cli.progress import _Progress
+from ragport.cli.progress import track, wanted
 from ragport.domain.errors import (
     ValidationError,
 )
@@ -71,10 +71,12 @@ def _ingest(args: argparse.Namespace) -> int:
         if c.reason == "not_found":
             _note(f"no such file or folder: {c.path}")
     total = len(candidates)
-    progress = _Progress(total, sys.stdout.isatty() and not args.json)
     outcomes: list[FileOutcome] = []
     started = time.perf_counter()
-    with _stores(args) as stores:
+    with (
+        _stores(args) as stores,
+        track("ingest", total=total, unit="files", enabled=wanted(json_out=args.json)) as bar,
+    ):
         embedder = _embedder(args, stores, [scope])
         results = ingest_files(
             candidates,
@@ -89,18 +91,12 @@ def _ingest(args: argparse.Namespace) -> int:
         )
         for n, outcome in enumerate(results, start=1):
             outcomes.append(outcome)
-            progress.done = n
+            bar.update(done=n, item=outcome.source_id or outcome.path)
             if args.json:
                 print(json.dumps(_json.unstructure(outcome), ensure_ascii=False), flush=True)
-                continue
-            if progress.enabled:
-                progress.clear()
-                if outcome.state == "failed":
-                    print(_outcome_line(n, total, outcome))
-                progress.show(outcome.source_id or outcome.path)
-            else:
-                print(_outcome_line(n, total, outcome), flush=True)
-    progress.clear()
+            elif not (bar.active and sys.stdout.isatty()) or outcome.state == "failed":
+                # on a terminal the bar stands for the per-file lines; failures still show
+                bar.print(_outcome_line(n, total, outcome))
     failed = [o for o in outcomes if o.state == "failed"]
     if not args.json:
         counts = {

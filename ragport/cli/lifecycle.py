@@ -5,8 +5,8 @@ compact, reindex.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
+from typing import cast
 
 import attrs
 
@@ -35,11 +35,13 @@ from ragport.cli.output import (
     _print_json,
     _table,
 )
-from ragport.cli.progress import _Progress
+from ragport.cli.progress import track, wanted
 from ragport.domain.errors import (
     ValidationError,
 )
 from ragport.domain.model import Authorization, Grant, Scope
+from ragport.ports.capabilities import supports
+from ragport.ports.history import SupportsGenerationHistory, check_history_args
 
 
 def _known_sources(stores: Stores, scope: Scope, source_ids: Sequence[str]) -> list[str]:
@@ -251,37 +253,91 @@ def _grants_show(args: argparse.Namespace) -> int:
 
 
 @attrs.frozen
+class ChangeOut:
+    """What one generation changed (``ragport generations --json``, ``changes``): the source
+    ids written and retired at it (at most ``--max-ids`` each) and the full counts."""
+
+    generation: int
+    written: list[str]
+    retired: list[str]
+    sources_written: int
+    sources_retired: int
+    records_written: int
+    records_retired: int
+
+
+@attrs.frozen
 class GenerationsOut:
-    """``ragport generations --json``: the pointer, the counter, the compaction floor, and the
-    sources each recent generation wrote (as they are visible now)."""
+    """``ragport generations --json``: the pointer, the counter, the compaction floor and what
+    each recent generation changed. ``written`` / ``retired`` map a generation to its source
+    ids (kept from the first version of this output); ``changes`` adds the counts.
+    ``history`` is false when the store keeps no generation history: ``written`` then lists
+    the sources still visible, by the generation that wrote them, and ``retired`` is empty."""
 
     corpus: str
     current: int
     counter: int
     floor: int
     written: dict[int, list[str]]
+    retired: dict[int, list[str]]
+    changes: list[ChangeOut]
+    history: bool
+
+
+def _ids(shown: Sequence[str], total: int) -> str:
+    more = total - len(shown)
+    return " ".join(shown) + (f" (+{more} more)" if more > 0 else "")
 
 
 def _generations(args: argparse.Namespace) -> int:
     scope = _scope(args)
+    limit, max_ids = check_history_args(args.limit, args.max_ids)
     with _stores(args) as stores:
         with stores.chunks.unit_of_work(scope) as uow:
             current = uow.generations.current()
             counter = uow.generations.counter()
             floor = uow.generations.floor()
-        written: dict[int, list[str]] = {}
-        for row in list_sources(stores, scope, counts=True):
-            if row.generation is not None:
-                written.setdefault(row.generation, []).append(row.source_id)
-    recent = dict(sorted(written.items(), reverse=True)[: args.limit])
-    out = GenerationsOut(scope.corpus_id, current, counter, floor, recent)
+        history = supports(stores.chunks, "generation_history")
+        changes: list[ChangeOut] = []
+        if history:
+            store = cast(SupportsGenerationHistory, stores.chunks)
+            for c in store.generation_history(scope, limit=limit, max_ids=max_ids):
+                changes.append(ChangeOut(c.generation, list(c.written), list(c.retired),
+                                         c.sources_written, c.sources_retired,
+                                         c.records_written, c.records_retired))  # fmt: skip
+        else:
+            _note("this store keeps no generation history: showing the sources still visible")
+            visible: dict[int, list[str]] = {}
+            for row in list_sources(stores, scope, counts=True):
+                if row.generation is not None:
+                    visible.setdefault(row.generation, []).append(row.source_id)
+            for g, ids in sorted(visible.items(), reverse=True)[:limit]:
+                changes.append(ChangeOut(g, ids[:max_ids], [], len(ids), 0, 0, 0))
+    out = GenerationsOut(
+        scope.corpus_id,
+        current,
+        counter,
+        floor,
+        written={c.generation: c.written for c in changes},
+        retired={c.generation: c.retired for c in changes},
+        changes=changes,
+        history=history,
+    )
     if args.json:
         _print_json(out)
     else:
         print(f"corpus {scope.corpus_id}: current {current}, counter {counter}, floor {floor}")
         _table(
-            ["generation", "sources written (still visible)"],
-            [(g, " ".join(ids)) for g, ids in recent.items()],
+            ["generation", "written", "retired", "records +/-"],
+            [
+                (
+                    c.generation,
+                    _ids(c.written, c.sources_written),
+                    _ids(c.retired, c.sources_retired),
+                    f"+{c.records_written} -{c.records_retired}" if history else "",
+                )
+                for c in changes
+            ],
         )
     if current == 0:
         raise NothingFound(f"corpus {scope.corpus_id} is empty or unknown")
@@ -324,16 +380,16 @@ def _reindex(args: argparse.Namespace) -> int:
         sources = [r.source_id for r in list_sources(stores, scope) if r.chunks]
         if not sources:
             raise NothingFound(f"corpus {scope.corpus_id} is empty or unknown")
-        progress = _Progress(len(sources), sys.stdout.isatty() and not args.json, "sources")
+        with track(
+            "reindex", total=len(sources), unit="sources", enabled=wanted(json_out=args.json)
+        ) as bar:
 
-        def tick(n: int, source_id: str) -> None:
-            progress.done = n
-            progress.show(source_id)
+            def tick(n: int, source_id: str) -> None:
+                bar.update(done=n, item=source_id)
 
-        result = reindex_corpus(
-            store=stores.chunks, scope=scope, embedder=embedder, sources=sources, on_source=tick
-        )
-        progress.clear()
+            result = reindex_corpus(
+                store=stores.chunks, scope=scope, embedder=embedder, sources=sources, on_source=tick
+            )
     if args.json:
         _print_json(result)
     else:

@@ -256,10 +256,16 @@ def _parser() -> argparse.ArgumentParser:
 
     generations = _sub(
         sub, "generations",
-        "the generation pointer, the counter, and what each recent generation wrote",
+        "the generation pointer, the counter, and the sources each recent generation wrote and retired",
         ["ragport generations --corpus handbook"], [corpus_only, json_out],
     )  # fmt: skip
-    generations.add_argument("--limit", type=int, default=10, help="recent generations shown")
+    generations.add_argument(
+        "--limit", type=int, default=10, help="recent generations shown, at most 1000"
+    )
+    generations.add_argument(
+        "--max-ids", type=int, default=20,
+        help="source ids listed per generation and kind (the counts stay whole), at most 10000",
+    )  # fmt: skip
     generations.set_defaults(func=_generations)
 
     rollback = _sub(sub, "rollback", "show the corpus as it was at generation N",
@@ -293,24 +299,40 @@ def _parser() -> argparse.ArgumentParser:
     mcp.add_argument("--group", action="append", help="a group of the principal (repeatable)")
     mcp.set_defaults(func=_mcp)
 
-    sync = sub.add_parser("sync", help="keep a corpus equal to a folder or a Google Drive")
-    sync_sub = sync.add_subparsers(dest="sync_command", required=True)
-    sync_common = argparse.ArgumentParser(add_help=False, parents=[common])
-    sync_common.add_argument("--size", type=int, default=1000)
-    sync_common.add_argument("--overlap", type=int, default=100)
-    sync_common.add_argument("--max-bytes", type=int, default=DEFAULT_LIMITS.parse_bytes)
-    sync_common.add_argument("--max-pages", type=int, help="stop after N committed pages")
-    sync_common.add_argument("--json", action="store_true", help="the SyncResult as JSON")
-    folder = sync_sub.add_parser(
-        "folder", parents=[sync_common], help="sync a local folder (ids: paths relative to it)"
-    )
-    folder.add_argument("path")
+    sync = sub.add_parser(
+        "sync", help="keep a corpus equal to a folder or a Google Drive", formatter_class=_Help,
+        description="Keep a corpus equal to a folder or a Google Drive (docs/sync.md).",
+    )  # fmt: skip
+    sync_sub = sync.add_subparsers(dest="sync_command", required=True, metavar="COMMAND")
+    sync_common = argparse.ArgumentParser(add_help=False, parents=[common, json_out])
+    sync_common.add_argument("--size", type=int, default=1000, help="chunk size in characters")
+    sync_common.add_argument("--overlap", type=int, default=100, help="chunk overlap in characters")
+    sync_common.add_argument(
+        "--max-bytes", type=int, default=DEFAULT_LIMITS.parse_bytes,
+        help=f"document byte cap, at most {HARD_LIMITS.parse_bytes}",
+    )  # fmt: skip
+    sync_common.add_argument(
+        "--max-pages", type=int,
+        help="stop after N committed pages; the next run continues (default: until done)",
+    )  # fmt: skip
+    folder = _sub(
+        sync_sub, "folder",
+        "sync a local folder: new and edited files upserted, removed ones deleted "
+        "(ids: paths relative to it)",
+        ["ragport sync folder handbook/ --corpus handbook",
+         "ragport sync folder handbook/ --corpus handbook --json"],
+        [sync_common],
+    )  # fmt: skip
+    folder.add_argument("path", help="the folder to keep the corpus equal to")
     folder.set_defaults(func=_sync_folder)
-    drive = sync_sub.add_parser(
-        "drive", parents=[sync_common], help="sync a Google Drive folder or shared drive"
-    )
-    drive.add_argument("--folder", help="Drive folder id (its subfolders included)")
-    drive.add_argument("--shared-drive", help="shared drive id")
+    drive = _sub(
+        sync_sub, "drive",
+        "sync a Google Drive folder (with its subfolders) or a shared drive",
+        ["RAGPORT_DRIVE_ACCESS_TOKEN=... ragport sync drive --folder 1AbC --corpus team"],
+        [sync_common],
+    )  # fmt: skip
+    drive.add_argument("--folder", help="Drive folder id, its subfolders included (default: none)")
+    drive.add_argument("--shared-drive", help="shared drive id (default: none)")
     drive.add_argument(
         "--token-env",
         default="RAGPORT_DRIVE_ACCESS_TOKEN",

@@ -11,14 +11,14 @@ from typing import Any
 from ragport.application import (
     SyncResult,
 )
+from ragport.application.sync import SyncProgress
 from ragport.bootstrap import (
-    build_embedder,
     open_checkpoints,
-    open_stores,
     sync_connector,
 )
-from ragport.cli.config import _scope, _store_url
+from ragport.cli.config import _embedder, _scope, _stores
 from ragport.cli.output import _json
+from ragport.cli.progress import track, wanted
 from ragport.domain.errors import (
     ValidationError,
 )
@@ -42,19 +42,30 @@ def _print_sync(args: argparse.Namespace, result: SyncResult, seconds: float) ->
 
 
 def _sync_run(args: argparse.Namespace, connector: Any) -> int:
-    embedder = build_embedder(args.embedder)
+    scope = _scope(args)
     started = time.perf_counter()
-    with open_stores(_store_url(args), schema=args.schema) as stores:
+    with (
+        _stores(args) as stores,
+        track(f"sync {args.sync_command}", total=None, unit="items",
+              enabled=wanted(json_out=args.json)) as bar,
+    ):  # fmt: skip
+        # the corpus's own embedder unless --embedder names one (another one is refused)
+        embedder = _embedder(args, stores, [scope])
+
+        def progress(seen: SyncProgress) -> None:
+            bar.update(done=seen.done, total=seen.listed, item=seen.source_id or "")
+
         result = sync_connector(
             connector,
             stores=stores,
             checkpoints=open_checkpoints(stores, schema=args.schema),
             embedder=embedder,
-            scope=_scope(args),
+            scope=scope,
             size=args.size,
             overlap=args.overlap,
             max_bytes=args.max_bytes,
             max_pages=args.max_pages,
+            on_progress=progress,
         )
     return _print_sync(args, result, time.perf_counter() - started)
 

@@ -45,6 +45,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.chunk_store.generations",
     "ragport.contract_tests.chunk_store.grant_reads",
     "ragport.contract_tests.chunk_store.guarded_query",
+    "ragport.contract_tests.chunk_store.history",
     "ragport.contract_tests.chunk_store.hybrid",
     "ragport.contract_tests.chunk_store.lineage",
     "ragport.contract_tests.chunk_store.query",
@@ -69,7 +70,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.12"
+CONTRACT_VERSION = "1.13"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -104,6 +105,9 @@ CONTRACT_VERSION = "1.12"
 #      store without guarded_query, transactions or generations skipped the whole suite.
 # 1.12 ChunkStoreGrantReadContract (get_source_access reads grants back),
 #      ChunkStoreSourceListContract (list_source_ids pages the visible sources).
+# 1.13 ChunkStoreGenerationHistoryContract (stores that declare generation_history: what each
+#      generation in (floor, pointer] wrote and retired, after rollback, compaction, staging
+#      and forgetting; limit and id cap). Capabilities gains generation_history.
 
 __all__ = [
     "CONTRACT_VERSION",

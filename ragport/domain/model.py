@@ -583,9 +583,10 @@ class Capabilities:
     """What a store can honestly promise: the one place a store declares what it offers.
 
     ``lexical_modes`` (non-empty: ``lexical_query`` and ``hybrid_query``), ``guarded_query``
-    (``SupportsGuardedQuery``) and ``preparation`` (``SupportsPreparation``) name optional
-    methods; ``ragport.ports.store.supports`` is the one check the use cases make, and the
-    contract suite fails a store that declares what its class does not define.
+    (``SupportsGuardedQuery``), ``preparation`` (``SupportsPreparation``) and
+    ``generation_history`` (``SupportsGenerationHistory``) name optional methods;
+    ``ragport.ports.store.supports`` is the one check the use cases make, and the contract
+    suite fails a store that declares what its class does not define.
     """
 
     lexical_modes: tuple[str, ...] = ()
@@ -594,3 +595,4 @@ class Capabilities:
     transactions: bool = False
     guarded_query: bool = False
     preparation: bool = False
+    generation_history: bool = False

@@ -18,6 +18,11 @@ from ragport.ports.embedder import (
     Vector,
     VectorMatrix,
 )
+from ragport.ports.history import (
+    GenerationChange,
+    SupportsGenerationHistory,
+    check_history_args,
+)
 from ragport.ports.lexical import (
     LexicalIndex,
 )
@@ -79,6 +84,7 @@ __all__ = [
     "DocumentLoader",
     "Embedder",
     "EmbedderKey",
+    "GenerationChange",
     "GenerationRepository",
     "GrantRepository",
     "GuardedQuery",
@@ -99,6 +105,7 @@ __all__ = [
     "ScoredRecord",
     "Span",
     "StoredVersion",
+    "SupportsGenerationHistory",
     "SupportsGuardedQuery",
     "SupportsLexicalSearch",
     "SupportsPreparation",
@@ -108,6 +115,7 @@ __all__ = [
     "Upsert",
     "Vector",
     "VectorMatrix",
+    "check_history_args",
     "check_records_for_add",
     "check_stored_ids",
     "declared",

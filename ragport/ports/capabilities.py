@@ -12,12 +12,13 @@ from ragport.domain.model import Capabilities
 
 __all__ = ["OptionalCapability", "declared", "missing_methods", "supports"]
 
-OptionalCapability = Literal["lexical", "guarded_query", "preparation"]
+OptionalCapability = Literal["lexical", "guarded_query", "preparation", "generation_history"]
 
 _METHODS: dict[OptionalCapability, tuple[str, ...]] = {
     "lexical": ("lexical_query", "hybrid_query"),
     "guarded_query": ("guarded_query",),
     "preparation": ("prepare",),
+    "generation_history": ("generation_history",),
 }
 
 
@@ -27,6 +28,7 @@ def declared(capabilities: Capabilities) -> tuple[OptionalCapability, ...]:
         "lexical": bool(capabilities.lexical_modes),
         "guarded_query": capabilities.guarded_query,
         "preparation": capabilities.preparation,
+        "generation_history": capabilities.generation_history,
     }
     return tuple(name for name, on in flags.items() if on)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import attrs
 import pytest
 from doubles import Delegating
 
@@ -17,17 +18,22 @@ import ragport.adapters.memory.lexical as memory_lexical
 import ragport.adapters.memory.snapshot as memory_snapshot
 import ragport.adapters.memory.store as memory_store
 import ragport.adapters.memory.unit_of_work as memory_uow
+import ragport.adapters.postgres.history as pg_history
 import ragport.application.retrieval as retrieval
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.postgres import PostgresStore
+from ragport.contract_tests._support import publish_sources
 from ragport.contract_tests.chunk_store import (
     ChunkStoreAliasingContract,
     ChunkStoreCapabilityContract,
     ChunkStoreForgettingContract,
+    ChunkStoreGenerationHistoryContract,
     ChunkStoreHybridSnapshotContract,
     ChunkStoreRepointUniquenessContract,
 )
+from ragport.contract_tests.chunk_store._helpers import OTHER_CORPUS
 from ragport.domain.model import Record
+from ragport.ports.history import GenerationChange
 from ragport.ports.store import HybridAnswer
 
 
@@ -167,3 +173,85 @@ def test_aliasing_contract_catches_a_store_that_keeps_and_hands_out_its_objects(
         contract.test_records_written_do_not_alias_the_callers_objects(InMemoryStore())
     with pytest.raises(AssertionError, match="changed the store"):
         contract.test_records_read_back_do_not_alias_the_store(InMemoryStore())
+
+
+class _HistoryWithout(InMemoryStore):
+    """An in-memory store whose generation_history drops one part of the answer."""
+
+    defect = ""
+
+    def generation_history(self, scope: Any, **kw: Any) -> Sequence[GenerationChange]:
+        found = super().generation_history(scope, **kw)
+        if self.defect == "retired":  # only what was written, as `ragport generations` did
+            return [
+                attrs.evolve(c, retired=(), sources_retired=0, records_retired=0) for c in found
+            ]
+        if self.defect == "counts-after-cap":  # counts the capped list, so the cap is silent
+            return [
+                attrs.evolve(c, sources_written=len(c.written), sources_retired=len(c.retired))
+                for c in found
+            ]
+        raise AssertionError(self.defect)
+
+
+@pytest.mark.parametrize(
+    ("defect", "test"),
+    [
+        ("retired", "test_history_lists_sources_written_and_retired_per_generation"),
+        ("counts-after-cap", "test_history_limit_and_id_cap_are_exact_and_visible"),
+    ],
+)
+def test_history_contract_catches_an_in_memory_history_missing_a_part(defect, test):
+    """A history without retirements, or whose counts follow the capped lists, fails the
+    contract. If this fails, the assertion of the test named no longer checks that part."""
+    store = _HistoryWithout()
+    store.defect = defect
+    with pytest.raises(AssertionError):
+        getattr(ChunkStoreGenerationHistoryContract(), test)(store)
+
+
+@pytest.mark.parametrize(
+    ("broken", "test"),
+    [
+        # below the floor: compaction purged what those generations retired
+        (("greatest(floor, ", "greatest(0, "), "test_history_stops_at_the_compaction_floor"),
+        # up to the counter, not the pointer: staged rows are not history yet
+        (
+            ("coalesce(max(pointer), 0) AS pointer", "coalesce(max(counter), 0) AS pointer"),
+            "test_history_leaves_out_staged_generations",
+        ),
+        # forgotten ids listed
+        (
+            (" AND NOT (r.id = ANY(tb.ids) OR r.source_id = ANY(tb.ids))", ""),
+            "test_history_never_lists_a_forgotten_id",
+        ),
+        # another corpus's rows counted
+        (
+            ("r.corpus_id = :c", "r.corpus_id IS NOT NULL"),
+            "test_history_is_scoped_exactly_and_empty_for_an_unwritten_scope",
+        ),
+    ],
+    ids=["ignores-floor", "reads-staged", "lists-forgotten", "ignores-corpus"],
+)
+def test_history_contract_catches_broken_postgres_history_sql(
+    monkeypatch, pg_engine, pg_schema, broken, test
+):
+    """The PostgreSQL history statement with one defect fails the contract test named.
+
+    If this fails, that contract test no longer exercises the part of the statement the
+    defect breaks (or the statement's text changed: update the replacement here).
+    """
+    original = pg_history.generation_history_sql
+    old, new = broken
+
+    def defective(s: str) -> str:
+        sql = original(s)
+        assert old in sql, f"the history statement no longer contains {old!r}"
+        return sql.replace(old, new)
+
+    monkeypatch.setattr(pg_history, "generation_history_sql", defective)
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True)
+    if broken[1] == "r.corpus_id IS NOT NULL":  # the other corpus must hold rows to leak
+        publish_sources(store, OTHER_CORPUS, {"z": ["zed"]})
+    with pytest.raises(AssertionError):
+        getattr(ChunkStoreGenerationHistoryContract(), test)(store)

@@ -34,6 +34,7 @@ from ragport.domain.model import (
     validate_text,
 )
 from ragport.ports.embedder import Vector
+from ragport.ports.history import GenerationChange, check_history_args
 from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredRecord
 
 __all__ = ["InMemoryStore"]
@@ -92,6 +93,7 @@ class InMemoryStore:
             generations=True,
             transactions=True,
             guarded_query=True,
+            generation_history=True,
         )
 
     # -- snapshots -----------------------------------------------------------------------------
@@ -296,3 +298,40 @@ class InMemoryStore:
     ) -> Sequence[str]:
         ids = sorted({r.source_id for r in self._snapshot(scope).visible() if r.kind == "chunk"})
         return [s for s in ids if after is None or s > after][:limit]
+
+    # -- history -------------------------------------------------------------------------------
+    def generation_history(
+        self, scope: Scope, *, limit: int = 10, max_ids: int = 100
+    ) -> Sequence[GenerationChange]:
+        limit, max_ids = check_history_args(limit, max_ids)
+        if not isinstance(scope, Scope):
+            raise ScopeError("scope must be a Scope", field="scope")
+        snap = self._snapshot(scope)
+        low = max(snap.floor, snap.pointer - limit)  # generations low+1 .. pointer
+        withheld = snap.forgotten()
+        written: dict[int, list[str]] = {}
+        retired: dict[int, list[str]] = {}
+        for row in snap.rows.values():
+            r = row.record
+            if r.id in withheld or r.source_id in withheld:
+                continue
+            if low < r.generation <= snap.pointer:
+                written.setdefault(r.generation, []).append(r.source_id)
+            gone = r.retired_generation
+            if gone is not None and low < gone <= snap.pointer:
+                retired.setdefault(gone, []).append(r.source_id)
+        out = []
+        for g in range(snap.pointer, low, -1):
+            w, d = sorted(set(written.get(g, ()))), sorted(set(retired.get(g, ())))
+            out.append(
+                GenerationChange(
+                    generation=g,
+                    written=tuple(w[:max_ids]),
+                    retired=tuple(d[:max_ids]),
+                    sources_written=len(w),
+                    sources_retired=len(d),
+                    records_written=len(written.get(g, ())),
+                    records_retired=len(retired.get(g, ())),
+                )
+            )
+        return out

@@ -79,6 +79,7 @@ from ragport.domain.model import (
     validate_text,
 )
 from ragport.ports.embedder import Vector
+from ragport.ports.history import GenerationChange
 from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredRecord
 
 __all__ = ["PostgresStore"]
@@ -215,6 +216,7 @@ class PostgresStore:
             transactions=True,
             guarded_query=True,
             preparation=True,
+            generation_history=True,
         )
 
     def __repr__(self) -> str:
@@ -745,6 +747,13 @@ class PostgresStore:
         params = scope_params(scope, after=after, limit=limit)
         rows = self._read("list sources", lambda conn: reads.fetch(conn, sql, params))
         return [str(row.source_id) for row in rows]
+
+    def generation_history(
+        self, scope: Scope, *, limit: int = 10, max_ids: int = 100
+    ) -> Sequence[GenerationChange]:
+        from ragport.adapters.postgres.history import generation_history
+
+        return generation_history(self._read, self._s, scope, limit=limit, max_ids=max_ids)
 
 
 def _check_position(position: object) -> None:

@@ -16,7 +16,8 @@ Each capability is a mixin of its own (``ChunkStoreScopeContract``,
 group: ``capabilities``, ``scope``, ``unit_of_work``, ``generations`` (replace and
 generations), ``access`` (grants, denial reports), ``tombstones``, ``query`` (query, filters,
 lexical), ``guarded_query``, ``concurrency``, ``lineage`` (lineage, re-pointing),
-``forgetting`` (forgetting, re-point uniqueness), ``hybrid`` and ``boundary``; the shared base
+``forgetting`` (forgetting, re-point uniqueness), ``hybrid``, ``boundary`` and ``history``
+(generation history); the shared base
 class is in ``_base`` and the constants and helpers in ``_helpers``. Tests that depend on a
 declared capability (``transactions``, ``generations``, ``authorization == "acl"``) skip with
 a reason when the store does not declare it, and must pass when it does. To record a known gap,
@@ -54,6 +55,7 @@ from ragport.contract_tests.chunk_store.grant_reads import (
     ChunkStoreSourceListContract,
 )
 from ragport.contract_tests.chunk_store.guarded_query import ChunkStoreGuardedQueryContract
+from ragport.contract_tests.chunk_store.history import ChunkStoreGenerationHistoryContract
 from ragport.contract_tests.chunk_store.hybrid import ChunkStoreHybridSnapshotContract
 from ragport.contract_tests.chunk_store.lineage import (
     ChunkStoreLineageContract,
@@ -79,6 +81,7 @@ __all__ = [
     "ChunkStoreFilterContract",
     "ChunkStoreForgettingContract",
     "ChunkStoreGenerationContract",
+    "ChunkStoreGenerationHistoryContract",
     "ChunkStoreGrantContract",
     "ChunkStoreGrantReadContract",
     "ChunkStoreGuardedQueryContract",
@@ -119,6 +122,7 @@ class ChunkStoreContract(
     ChunkStoreHybridSnapshotContract,
     ChunkStoreBoundaryContract,
     ChunkStoreAliasingContract,
+    ChunkStoreGenerationHistoryContract,
 ):
     """Every ChunkStore promise. Subclass it and override the ``store`` fixture."""
 
