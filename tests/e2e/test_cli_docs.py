@@ -16,7 +16,11 @@ PAGE = ROOT / "docs" / "cli.md"
 BLOCK = re.compile(r"^```console\n(.*?)^```$", re.S | re.M)
 EXIT = re.compile(r"\s+#\s*exit\s+(\d+)\s*$")
 NOT_RUN = {"mcp"}  # serves stdio until its client closes it
-NOT_HERE = ("grants", "db", "sync")  # groups; sync is documented in docs/sync.md
+NOT_HERE = {
+    "grants", "db", "sync",  # groups: each of their subcommands needs its own example
+    # run against a second server in docs/operations.md (tests/e2e/test_scaling_out_doc.py)
+    "db dump", "db restore", "db copy",
+}  # fmt: skip
 
 
 def _lines() -> list[tuple[str, int]]:
@@ -50,6 +54,7 @@ def test_every_documented_command_runs_with_its_exit_code(
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("RAGPORT_STORE", raising=False)
     monkeypatch.delenv("RAGPORT_RERANK_API_KEY", raising=False)
+    monkeypatch.delenv("RAGPORT_DRIVE_ACCESS_TOKEN", raising=False)
     (tmp_path / "handbook").mkdir()
     shutil.copy(DATA / "handbook.md", tmp_path / "handbook" / "handbook.md")
     shutil.copy(DATA / "travel-policy.pdf", tmp_path / "handbook" / "travel-policy.pdf")
@@ -73,5 +78,5 @@ def test_every_documented_command_runs_with_its_exit_code(
             code = int(exc.code or 0)
         captured = capsys.readouterr()
         assert code == expected, f"{command!r} exited {code}, documented {expected}: {captured.err}"
-    missing = {n for n in names if n not in covered and not n.startswith(NOT_HERE)}
+    missing = {n for n in names if n not in covered and n not in NOT_HERE}
     assert not missing, f"commands without an example in docs/cli.md: {sorted(missing)}"
