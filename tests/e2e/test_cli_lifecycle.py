@@ -176,3 +176,40 @@ def test_the_lifecycle_of_a_corpus(env):
     status = _json(_run(env, "db", "status", "--json"))
     assert status["running"] is True and status["ours"] is True
     assert status["recorded_binaries"] == status["our_binaries"] and status["size_bytes"] > 0
+
+
+def test_sync_folder_then_generations_through_the_entry_point(env):
+    """`sync folder` twice (the second with the corpus's own embedder), then `generations`
+    names what the second sync wrote and retired; no progress output without a terminal;
+    `sync drive` without a token is a usage error; `sync folder --help` shows the defaults.
+
+    If this fails, check _sync_run in ragport/cli/sync.py, _generations in
+    ragport/cli/lifecycle.py and progress.console in ragport/cli/progress.py.
+    """
+    root = Path(env["RAGPORT_TEST_CWD"]) / "synced"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nfirst a\n")
+    (root / "b.md").write_text("# B\n\nfirst b\n")
+    first = _json(_run(env, "sync", "folder", str(root), "--corpus", "sy", *HASH, "--json"))
+    assert (first["upserted"], first["bootstrapped"]) == (2, True)
+    (root / "a.md").write_text("# A\n\nsecond a\n")
+    (root / "b.md").unlink()
+    again = _run(env, "sync", "folder", str(root), "--corpus", "sy")  # no --embedder: hash
+    assert again.returncode == 0, again.stderr
+    assert "1 upserted" in again.stdout and "1 deleted" in again.stdout
+    assert "\r" not in again.stdout + again.stderr and "━" not in again.stdout + again.stderr
+    gens = _json(_run(env, "generations", "--corpus", "sy", "--json"))
+    latest = gens["changes"][0]
+    assert (latest["generation"], latest["written"], latest["retired"]) == (
+        gens["current"],
+        ["a.md"],
+        ["a.md", "b.md"],
+    )
+    assert gens["history"] is True and gens["changes"][-1]["written"] == ["a.md", "b.md"]
+
+    no_token = dict(env)
+    no_token.pop("RAGPORT_DRIVE_ACCESS_TOKEN", None)
+    drive = _run(no_token, "sync", "drive", "--folder", "1AbC", "--corpus", "team")
+    assert drive.returncode == 2 and "RAGPORT_DRIVE_ACCESS_TOKEN" in drive.stderr
+    helped = _run(env, "sync", "folder", "--help")
+    assert helped.returncode == 0 and "(default: 1000)" in helped.stdout
