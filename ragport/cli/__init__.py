@@ -23,11 +23,22 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from ragport.cli.config import _resolve
-from ragport.cli.output import EXIT_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, NothingFound
 
-# _iter_commands and _parser stay importable from here (the help and docs tests walk them).
+# Every public name of the former single module stays importable from here (and the help and
+# docs tests walk _parser and _iter_commands).
+from ragport.cli.lifecycle import GenerationsOut as GenerationsOut
+from ragport.cli.lifecycle import GrantOut as GrantOut
+from ragport.cli.output import EXIT_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE
+from ragport.cli.output import NothingFound as NothingFound
+from ragport.cli.parser import EMBEDDERS as EMBEDDERS
+from ragport.cli.parser import MODES as MODES
 from ragport.cli.parser import _iter_commands as _iter_commands
 from ragport.cli.parser import _parser as _parser
+from ragport.cli.query import DEMO_QUERIES as DEMO_QUERIES
+from ragport.cli.query import TOKENS_PER_HIT as TOKENS_PER_HIT
+from ragport.cli.query import HitOut as HitOut
+from ragport.cli.query import QueryOut as QueryOut
+from ragport.cli.query import WithheldOut as WithheldOut
 from ragport.domain.errors import (
     CapabilityError,
     EmbedderMismatchError,
