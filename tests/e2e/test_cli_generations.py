@@ -72,7 +72,7 @@ def test_generations_show_sources_written_and_retired(cli, tmp_path):
     assert cli("rollback", "--to", str(current - 1), "--corpus", "kb")[0] == EXIT_OK
     back = _generations(cli)
     assert back["current"] == current - 1
-    assert [c["generation"] for c in back["changes"]][0] == current - 1
+    assert back["changes"][0]["generation"] == current - 1
     assert all("b.md" not in c["retired"] for c in back["changes"])
 
     # compaction: only generations above the floor are shown
