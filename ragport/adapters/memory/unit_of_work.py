@@ -32,7 +32,7 @@ class _Records:
         )
         for record, vector in zip(records, copied, strict=True):
             key = (record.id, record.generation)
-            snap.rows[key] = Row(hand_out(record), vector)  # never the caller's object
+            snap.rows[key] = Row(attrs.evolve(record), vector)  # never the caller's object (checked)
             src = record.source_id
             snap.by_source[src] = snap.by_source.get(src, frozenset()) | {key}
             snap.by_id[key[0]] = snap.by_id.get(key[0], frozenset()) | {key}
