@@ -137,7 +137,7 @@ def check_vectors(vectors: object, *, rows: int, dimensions: int) -> VectorMatri
         raise EmbedderError(
             f"embedder returned shape {array.shape}, expected ({rows}, {dimensions})"
         )
-    if not np.all(np.isfinite(array)):
+    if not np.isfinite(array).all():
         raise EmbedderError("embedder returned non-finite values")
     return array
 

@@ -167,6 +167,11 @@ def _search(
         req.authorization,
         req.metadata_filter,
     )
+    if lexical == "off" and guarded and authorization is None and req.reranker is None:
+        # Nothing downstream can drop or reorder a candidate (no tombstone re-read, no access
+        # gate, no fusion, no reranker), so the top_k of each scope's top `candidates` are its
+        # top_k: asking for more would build, recheck and discard records never rendered.
+        limit = min(limit, req.top_k)
     legs: dict[str, list[_Key]] = {}
     records: dict[_Key, Record] = {}
     cosine: dict[_Key, float] = {}

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -58,16 +57,26 @@ class Telemetry(Protocol):
 
 
 class _NoopSpan:
+    """A span that records nothing, and its own context manager (no generator per span)."""
+
     def set_attribute(self, key: str, value: str | int | float | bool) -> None:
         return None
+
+    def __enter__(self) -> _NoopSpan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NOOP_SPAN = _NoopSpan()
 
 
 class NoopTelemetry:
     """The default telemetry: does nothing, costs (almost) nothing."""
 
-    @contextmanager
-    def span(self, name: str) -> Iterator[Span]:
-        yield _NoopSpan()
+    def span(self, name: str) -> AbstractContextManager[Span]:
+        return _NOOP_SPAN
 
     def count(self, name: str, value: int = 1) -> None:
         return None

@@ -72,7 +72,23 @@ def _check_mode(mode: str) -> None:
 
 def _foreign(snap: Snapshot, embedder_id: str, dimensions: int) -> frozenset[EmbedderKey]:
     """The snapshot's visible (embedder_id, dimensions) pairs other than the given one."""
-    return frozenset(k for k in snap.embedders() if k != (embedder_id, dimensions))
+    found = snap.embedders()
+    if not found or found == {(embedder_id, dimensions)}:
+        return _NONE
+    return frozenset(k for k in found if k != (embedder_id, dimensions))
+
+
+_NONE: frozenset[EmbedderKey] = frozenset()
+
+
+_CAPABILITIES = Capabilities(
+    lexical_modes=("bm25",),
+    authorization="acl",
+    generations=True,
+    transactions=True,
+    guarded_query=True,
+    generation_history=True,
+)
 
 
 class InMemoryStore:
@@ -91,14 +107,7 @@ class InMemoryStore:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            lexical_modes=("bm25",),
-            authorization="acl",
-            generations=True,
-            transactions=True,
-            guarded_query=True,
-            generation_history=True,
-        )
+        return _CAPABILITIES
 
     # -- snapshots -----------------------------------------------------------------------------
     def _snapshot(self, scope: Scope) -> Snapshot:
@@ -195,21 +204,20 @@ class InMemoryStore:
         if not index.rows:
             return ()
         fmask = None
-        flt = parse_filter(metadata_filter)
+        flt = None if metadata_filter is None else parse_filter(metadata_filter)
         if flt is not None:
             fmask = np.fromiter(
                 (flt.matches(r.metadata) for r in index.rows), dtype=bool, count=len(index.rows)
             )
         amask = access_mask(snap, index, authorization)
         mask = amask if fmask is None else (fmask if amask is None else amask & fmask)
-        norm = float(np.linalg.norm(q))
+        norm = float(np.sqrt(q.dot(q)))  # what np.linalg.norm computes, without its wrapper
         scores = index.matrix @ (q / norm if norm else q)
         if on_denied is not None and authorization is not None:
             unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit)]
             report_denied(snap, unfiltered, authorization, on_denied)
         return tuple(
-            ScoredRecord(hand_out(index.rows[i]), score)
-            for i, score in _top(scores, mask, limit)
+            ScoredRecord(hand_out(index.rows[i]), score) for i, score in _top(scores, mask, limit)
         )
 
     def lexical_query(

@@ -10,13 +10,20 @@ from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
-from ragport.adapters.memory.snapshot import Key, Row, Snapshot, hand_out
+from ragport.adapters.memory.snapshot import Key, Row, Snapshot
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Record, Scope, Tombstone, is_visible, strongest_tombstone
 from ragport.ports.embedder import VectorMatrix
 from ragport.ports.store import check_records_for_add, check_stored_ids, rekey_collides
 
 __all__ = ["InMemoryUnitOfWork"]
+
+
+def hand_out(record: Record) -> Record:
+    """A checked copy of a record (its constructor runs again, metadata frozen anew): what a
+    unit of work stores of a caller's record, and hands back of its own. The store's
+    query path uses the cheaper ``snapshot.hand_out`` for rows it already holds."""
+    return attrs.evolve(record)
 
 
 class _Records:
@@ -32,7 +39,7 @@ class _Records:
         )
         for record, vector in zip(records, copied, strict=True):
             key = (record.id, record.generation)
-            snap.rows[key] = Row(attrs.evolve(record), vector)  # never the caller's object (checked)
+            snap.rows[key] = Row(hand_out(record), vector)  # never the caller's object
             src = record.source_id
             snap.by_source[src] = snap.by_source.get(src, frozenset()) | {key}
             snap.by_id[key[0]] = snap.by_id.get(key[0], frozenset()) | {key}
