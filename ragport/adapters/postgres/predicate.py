@@ -19,6 +19,7 @@ __all__ = [
     "SCOPE",
     "VISIBLE",
     "acl_predicate",
+    "not_forgotten",
     "pointer_cte",
     "predicate",
     "predicate_ctes",
@@ -65,19 +66,14 @@ def predicate(
 ) -> str:
     """The shared WHERE of both legs: scope, visibility, tombstones, grants, filter.
 
-    It reads the ``sc`` and ``tb`` CTEs of ``predicate_ctes``: joined into the FROM list by
-    default, or (``scalar=True``) as scalar subqueries, with no join at all. Adds the binds
+    It reads the ``sc`` CTE of ``predicate_ctes``: joined into the FROM list by default, or
+    (``scalar=True``) as a scalar subquery, with no join at all; tombstones are probed per row
+    (``not_forgotten``), never read as a list (``tb`` is for the lexical statistics). Adds the binds
     of the authorization (``:principal``, ``:groups``, ``:av``) and of the filter (``:mf0``,
     ...) to ``params``.
     """
-    pointer, ids = ("(SELECT pointer FROM sc)", "CAST((SELECT ids FROM tb) AS text[])")
-    if not scalar:
-        pointer, ids = "sc.pointer", "tb.ids"
-    where = [
-        RSCOPE,
-        VISIBLE.replace("sc.pointer", pointer),
-        f"NOT (r.id = ANY({ids}) OR r.source_id = ANY({ids}) OR r.lineage && {ids} OR r.roots && {ids})",
-    ]
+    pointer = "(SELECT pointer FROM sc)" if scalar else "sc.pointer"
+    where = [RSCOPE, VISIBLE.replace("sc.pointer", pointer), not_forgotten(s)]
     if authorization is not None:
         params.update(
             principal=authorization.principal_id,
@@ -91,6 +87,23 @@ def predicate(
         params.update(bound)
         where.append(clause)
     return " AND ".join(where)
+
+
+def not_forgotten(s: str) -> str:
+    """No ``forgotten`` tombstone names the ``records r`` row's id, source, lineage or roots.
+
+    A probe of the tombstones' primary key per row the leg reads (one index descent per id),
+    so its cost follows the rows read, not the number of tombstones; and none at all while the
+    scope has no forgotten tombstone (a one-time check, evaluated first).
+    """
+    tombstones = (
+        f"SELECT 1 FROM {s}.tombstones x WHERE x.tenant_id = :t AND x.resource_id = :r "
+        "AND x.corpus_id = :c AND x.reason = 'forgotten'"
+    )
+    return (
+        f"(NOT EXISTS ({tombstones}) OR NOT EXISTS ({tombstones} "
+        "AND x.id = ANY(ARRAY[r.id, r.source_id] || r.lineage || r.roots)))"
+    )
 
 
 def acl_predicate(s: str, authorization: Authorization) -> str:
