@@ -7,7 +7,8 @@ The SQL has exactly the semantics of :meth:`ragport.domain.filters.Filter.matche
   the trusted ``column`` expression and fixed SQL text are interpolated;
 - equality is ``jsonb =`` (``true <> 1``, ``1 = 1.0``, deep for arrays and objects), which is
   the filter language's JSON equality by construction (numbers are compared as the decimal
-  their JSON text spells, in Python and in ``numeric``);
+  their JSON text spells, in Python and in ``numeric``), after a containment test
+  (``column @> {key: value}``, implied by equality) that the GIN index on metadata serves;
 - every condition is two-valued: missing keys (SQL ``NULL`` from ``->``) are folded to
   ``false`` with ``coalesce`` or ``CASE``, so ``NOT`` is an exact complement and ``$ne`` /
   ``$nin`` match a missing key; a SQL ``NULL`` column behaves like ``{}``;
@@ -20,6 +21,7 @@ The expression is fully parenthesised, so callers can ``AND`` it into any ``WHER
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -73,8 +75,17 @@ class _Compiler:
             exists = f"coalesce({col} ? CAST({k} AS text), false)"
             return f"({exists})" if node.value else f"(NOT {exists})"
         if op in ("$eq", "$ne"):
+            # Containment first: equal values are contained (``@>`` compares scalars as ``=``
+            # does), and the GIN ``jsonb_path_ops`` index on metadata serves ``@>``, so a
+            # selective equality can be read from the index; ``=`` then keeps the meaning
+            # exact (``{"a": [1, 2]}`` contains ``{"a": [1]}`` but is not equal to it).
+            contained = self.bind("{" + json.dumps(node.key) + ": " + node.value_json + "}")
             v = self.bind(node.value_json)
-            eq = f"coalesce({field} = CAST({v} AS jsonb), false)"
+            # Never NULL: a NULL column makes the coalesce false, and so the AND.
+            eq = (
+                f"({col} @> CAST({contained} AS jsonb) "
+                f"AND coalesce({field} = CAST({v} AS jsonb), false))"
+            )
             return f"({eq})" if op == "$eq" else f"(NOT {eq})"
         if op in ("$in", "$nin"):
             v = self.bind(node.value_json)
