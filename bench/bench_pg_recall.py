@@ -27,10 +27,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import bench_postgres as bp
 import numpy as np
 from psycopg.types.json import Jsonb
 
-import bench_postgres as bp
 from ragport.adapters.postgres import PostgresStore, embedded_server
 from ragport.adapters.postgres import reads as pg_reads
 from ragport.domain.model import Authorization, Grant

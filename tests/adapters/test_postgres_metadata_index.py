@@ -70,7 +70,7 @@ def test_upgrade_from_version_3_keeps_data_and_indexes_metadata(
                 {
                     "t": SCOPE.tenant_id, "r": SCOPE.resource_id, "c": SCOPE.corpus_id,
                     "id": f"s{i}#0001", "src": f"s{i}", "x": words,
-                    "m": '{"tag": "%s", "n": %d}' % ("a" if i % 3 == 0 else "b", i),
+                    "m": f'{{"tag": "{"a" if i % 3 == 0 else "b"}", "n": {i}}}',
                     "v": str(EMB.embed([words])[0].tolist()), "e": EMB.id,
                 },
             )  # fmt: skip
