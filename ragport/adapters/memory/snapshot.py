@@ -65,6 +65,7 @@ class Snapshot:
     _visible: list[Record] | None = None
     _embedders: frozenset[EmbedderKey] | None = None
     _searchable: dict[str, Record] | None = None
+    _forgotten: frozenset[str] | None = None
     _lock: threading.Lock = attrs.Factory(threading.Lock)
 
     def copy(self) -> Snapshot:
@@ -80,7 +81,13 @@ class Snapshot:
         )
 
     def forgotten(self) -> frozenset[str]:
-        return frozenset(t.id for t in self.tombstones.values() if t.reason == "forgotten")
+        """The ``forgotten`` ids, built once per committed snapshot (like its indexes), so
+        a read costs nothing however many tombstones the scope holds."""
+        found = self._forgotten
+        if found is None:
+            found = frozenset(t.id for t in self.tombstones.values() if t.reason == "forgotten")
+            self._forgotten = found
+        return found
 
     def source_records(self, source_id: str, pointer: int) -> list[Record]:
         """Copies of ``source_id``'s records visible at ``pointer``, by id (see ``hand_out``)."""
