@@ -88,9 +88,6 @@ def load(store: ChunkStore, chunks: list[Chunk], embedder: HashEmbedder) -> tupl
             uow.commit()
         log(f"{scope.corpus_id}: {len(chunks):,} rows, {len(stones):,} tombstones "
             f"in {time.perf_counter() - t0:.0f} s")  # fmt: skip
-    prepare = getattr(store, "prepare", None)
-    if callable(prepare):
-        prepare(dimensions=embedder.dimensions)
     return few, many
 
 

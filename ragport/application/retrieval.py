@@ -59,6 +59,7 @@ from ragport.domain.model import (
     AccessDenial,
     AccessReason,
     Authorization,
+    Capabilities,
     Record,
     RetrievalLeg,
     Scope,
@@ -72,6 +73,7 @@ from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
 from ragport.ports.store import (
     ChunkStore,
     ScoredRecord,
+    SupportsForgottenLookup,
     SupportsGuardedQuery,
     SupportsLexicalSearch,
     supports,
@@ -261,6 +263,25 @@ def _search(
         )
         out.append(Candidate(key[0], records[key], score, retrieval))
     return out
+
+
+def _forgotten(
+    store: ChunkStore, caps: Capabilities, scopes: Sequence[Scope], found: Sequence[Candidate]
+) -> dict[Scope, frozenset[str]]:
+    """Per scope, the forgotten ids among what its candidates name (id, source, lineage,
+    roots): looked up by those ids where the store can (``SupportsForgottenLookup``, a cost
+    that follows the candidates), else every forgotten id of the scope."""
+    if not supports(store, "forgotten_lookup", caps):
+        return {s: store.list_invalidated_ids(s) for s in scopes}
+    named: dict[Scope, set[str]] = {s: set() for s in scopes}
+    for c in found:
+        r = c.record
+        named[c.scope].update((r.id, r.source_id, *r.lineage, *r.roots))
+    lookup = cast(SupportsForgottenLookup, store)
+    return {
+        s: lookup.forgotten_among(s, sorted(ids)) if ids else frozenset()
+        for s, ids in named.items()
+    }
 
 
 def _scopes(scope: Scope | None, scopes: Sequence[Scope] | None) -> list[Scope]:
@@ -507,7 +528,7 @@ def retrieve_context(
         # promise, checked by the contract suite). A hybrid query or a plain store is
         # re-read: that is what catches a store whose legs miss a tombstone.
         if not (guarded and lexical == "off"):
-            forgotten = {s: store.list_invalidated_ids(s) for s in req.scopes}
+            forgotten = _forgotten(store, caps, req.scopes, ordered)
             ordered = [c for c in ordered if not is_forgotten(c.record, forgotten[c.scope])]
 
         # 8. first access gate (after fusion, before rerank)

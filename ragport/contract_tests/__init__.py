@@ -70,7 +70,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.13"
+CONTRACT_VERSION = "1.14"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -108,6 +108,8 @@ CONTRACT_VERSION = "1.13"
 # 1.13 ChunkStoreGenerationHistoryContract (stores that declare generation_history: what each
 #      generation in (floor, pointer] wrote and retired, after rollback, compaction, staging
 #      and forgetting; limit and id cap). Capabilities gains generation_history.
+# 1.14 ChunkStoreTombstoneContract: forgotten_among (stores that declare forgotten_lookup,
+#      SupportsForgottenLookup) answers what list_invalidated_ids & ids answers.
 
 __all__ = [
     "CONTRACT_VERSION",

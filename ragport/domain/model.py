@@ -584,9 +584,10 @@ class Capabilities:
 
     ``lexical_modes`` (non-empty: ``lexical_query`` and ``hybrid_query``), ``guarded_query``
     (``SupportsGuardedQuery``), ``preparation`` (``SupportsPreparation``) and
-    ``generation_history`` (``SupportsGenerationHistory``) name optional methods;
-    ``ragport.ports.store.supports`` is the one check the use cases make, and the contract
-    suite fails a store that declares what its class does not define.
+    ``generation_history`` (``SupportsGenerationHistory``) and ``forgotten_lookup``
+    (``SupportsForgottenLookup``) name optional methods; ``ragport.ports.store.supports`` is
+    the one check the use cases make, and the contract suite fails a store that declares what
+    its class does not define.
     """
 
     lexical_modes: tuple[str, ...] = ()
@@ -596,3 +597,4 @@ class Capabilities:
     guarded_query: bool = False
     preparation: bool = False
     generation_history: bool = False
+    forgotten_lookup: bool = False

@@ -12,13 +12,16 @@ from ragport.domain.model import Capabilities
 
 __all__ = ["OptionalCapability", "declared", "missing_methods", "supports"]
 
-OptionalCapability = Literal["lexical", "guarded_query", "preparation", "generation_history"]
+OptionalCapability = Literal[
+    "lexical", "guarded_query", "preparation", "generation_history", "forgotten_lookup"
+]
 
 _METHODS: dict[OptionalCapability, tuple[str, ...]] = {
     "lexical": ("lexical_query", "hybrid_query"),
     "guarded_query": ("guarded_query",),
     "preparation": ("prepare",),
     "generation_history": ("generation_history",),
+    "forgotten_lookup": ("forgotten_among",),
 }
 
 
@@ -29,6 +32,7 @@ def declared(capabilities: Capabilities) -> tuple[OptionalCapability, ...]:
         "guarded_query": capabilities.guarded_query,
         "preparation": capabilities.preparation,
         "generation_history": capabilities.generation_history,
+        "forgotten_lookup": capabilities.forgotten_lookup,
     }
     return tuple(name for name, on in flags.items() if on)
 

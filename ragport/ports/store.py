@@ -45,6 +45,7 @@ __all__ = [
     "RecordRepository",
     "ScoredRecord",
     "StoredVersion",
+    "SupportsForgottenLookup",
     "SupportsGuardedQuery",
     "SupportsLexicalSearch",
     "SupportsPreparation",
@@ -556,6 +557,22 @@ class SupportsGuardedQuery(Protocol):
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> GuardedQuery:
         """``foreign_embedders`` and ``query`` answered from one snapshot."""
+        ...
+
+
+@runtime_checkable
+class SupportsForgottenLookup(Protocol):
+    """A store that answers which of some ids are forgotten without listing every tombstone
+    (declared as ``capabilities.forgotten_lookup``).
+
+    ``forgotten_among(scope, ids)`` equals ``list_invalidated_ids(scope) & set(ids)``, read
+    at one moment, at a cost that follows ``len(ids)``, not the scope's tombstones.
+    ``retrieve_context``'s tombstone re-read asks it for the ids, sources, lineage and roots
+    of its candidates, so a scope with 100,000 forgotten ids retrieves as fast as one with 10.
+    """
+
+    def forgotten_among(self, scope: Scope, ids: Sequence[str]) -> frozenset[str]:
+        """The ``ids`` that a ``forgotten`` tombstone of ``scope`` names."""
         ...
 
 

@@ -30,6 +30,7 @@ from ragport.contract_tests.chunk_store import (
     ChunkStoreGenerationHistoryContract,
     ChunkStoreHybridSnapshotContract,
     ChunkStoreRepointUniquenessContract,
+    ChunkStoreTombstoneContract,
 )
 from ragport.contract_tests.chunk_store._helpers import OTHER_CORPUS
 from ragport.domain.model import Record
@@ -126,6 +127,22 @@ def test_uniqueness_contract_catches_a_rekey_that_checks_live_rows_only(monkeypa
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         contract.test_repoint_onto_a_deleted_id_that_rollback_can_restore_is_refused(
             InMemoryStore()
+        )
+
+
+class LooksUpNothing(InMemoryStore):
+    """Declares the forgotten lookup but finds nothing (a lookup that ignores its ids)."""
+
+    def forgotten_among(self, scope: Any, ids: Any) -> frozenset[str]:
+        return frozenset()
+
+
+def test_tombstone_contract_catches_a_forgotten_lookup_that_finds_nothing():
+    """A forgotten_among that misses tombstones fails the tombstone contract. If this fails,
+    the contract no longer compares forgotten_among with list_invalidated_ids."""
+    with pytest.raises(AssertionError):
+        ChunkStoreTombstoneContract().test_forgotten_among_answers_what_the_list_answers(
+            LooksUpNothing()
         )
 
 

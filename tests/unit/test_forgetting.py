@@ -182,6 +182,14 @@ class StaleStore(CallLog):
         )
 
 
+class LookupStaleStore(StaleStore):
+    """A StaleStore whose class also defines the forgotten lookup (SupportsForgottenLookup)."""
+
+    def forgotten_among(self, scope: Scope, ids: Sequence[str]) -> frozenset[str]:
+        self.calls.append("forgotten_among")
+        return self._inner.forgotten_among(scope, ids)
+
+
 class RecordingHandler:
     """Logs every call; can fail; reports what was already tombstoned when it ran."""
 
@@ -599,11 +607,14 @@ def test_retrieval_returns_nothing_of_the_closure_for_anyone(store):
             assert not any(set(h.provenance.lineage) & withheld for h in hits)
 
 
+@pytest.mark.parametrize("lookup", [False, True], ids=["listed", "looked-up"])
 @pytest.mark.parametrize("authorization", [None, ADMIN], ids=["trusted", "authorized"])
-def test_propagation_landing_after_the_legs_read_rows_still_yields_zero_hits(store, authorization):
-    """Legs that return rows read before the tombstones landed still yield no hit of the closure. If this fails, check the tombstone guard in retrieval.py step 7."""
+def test_propagation_landing_after_the_legs_read_rows_still_yields_zero_hits(
+    store, authorization, lookup
+):
+    """Legs that return rows read before the tombstones landed still yield no hit of the closure, whether the guard lists every forgotten id or looks up the candidates' own. If this fails, check the tombstone guard in retrieval.py step 7 (_forgotten)."""
     _closure_fixture(store)
-    stale = StaleStore(store)
+    stale = LookupStaleStore(store) if lookup else StaleStore(store)
     before = _retrieve(stale, "alpha text", lexical="bm25", authorization=authorization)
     assert {"a#0001", "d1"} <= {h.id for h in before.hits}
     _propagator(store).propagate("a")
@@ -614,7 +625,10 @@ def test_propagation_landing_after_the_legs_read_rows_still_yields_zero_hits(sto
     ids = {h.id for h in after.hits}
     assert not ids & {"a#0001", "a", "d1", "d2", "d3", "d5"}
     assert "b#0001" in ids and "d4" in ids
-    assert "list_invalidated_ids" in stale.calls
+    if lookup:
+        assert "forgotten_among" in stale.calls and "list_invalidated_ids" not in stale.calls
+    else:
+        assert "list_invalidated_ids" in stale.calls
 
 
 def test_corrected_tombstones_do_not_withhold(store):

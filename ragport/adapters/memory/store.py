@@ -88,6 +88,7 @@ _CAPABILITIES = Capabilities(
     transactions=True,
     guarded_query=True,
     generation_history=True,
+    forgotten_lookup=True,
 )
 
 
@@ -156,6 +157,10 @@ class InMemoryStore:
 
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
         return self._snapshot(scope).forgotten()
+
+    def forgotten_among(self, scope: Scope, ids: Sequence[str]) -> frozenset[str]:
+        wanted = [validate_text(i, field="ids") for i in ids]
+        return self._snapshot(scope).forgotten().intersection(wanted)
 
     def query(
         self,

@@ -217,6 +217,7 @@ class PostgresStore:
             guarded_query=True,
             preparation=True,
             generation_history=True,
+            forgotten_lookup=True,
         )
 
     def __repr__(self) -> str:
@@ -439,6 +440,19 @@ class PostgresStore:
         rows = self._read(
             "list tombstones",
             lambda conn: reads.fetch(conn, sql, scope_params(scope)),
+            replica=True,
+        )
+        return frozenset(row.id for row in rows)
+
+    def forgotten_among(self, scope: Scope, ids: Sequence[str]) -> frozenset[str]:
+        """One probe of the tombstones' primary key per distinct id (``SupportsForgottenLookup``)."""
+        wanted = list(dict.fromkeys(validate_text(i, field="ids") for i in ids))
+        if not wanted:
+            return frozenset()
+        sql = queries.forgotten_sql(self._s) + " AND id = ANY(:ids)"
+        rows = self._read(
+            "look up tombstones",
+            lambda conn: reads.fetch(conn, sql, scope_params(scope, ids=wanted)),
             replica=True,
         )
         return frozenset(row.id for row in rows)

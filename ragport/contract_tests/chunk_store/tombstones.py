@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+import pytest
+
 from ragport.contract_tests._support import derived_batch, hash_vector, make_batch, publish_sources
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import (
@@ -13,7 +17,7 @@ from ragport.contract_tests.chunk_store._helpers import (
     _query_pairs,
 )
 from ragport.domain.model import Tombstone
-from ragport.ports.store import ChunkStore
+from ragport.ports.store import ChunkStore, SupportsForgottenLookup, supports
 
 __all__ = ["ChunkStoreTombstoneContract"]
 
@@ -71,6 +75,35 @@ class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
             uow.commit()
         assert store.list_invalidated_ids(SCOPE) == frozenset({"doc#0001", "src"})
         assert store.list_invalidated_ids(OTHER_CORPUS) == frozenset()
+
+    def test_forgotten_among_answers_what_the_list_answers(self, store: ChunkStore) -> None:
+        """forgotten_among(scope, ids) is list_invalidated_ids(scope) & set(ids), per scope.
+
+        Only for stores that declare ``forgotten_lookup`` (``SupportsForgottenLookup``). If
+        this fails, check forgotten_among: the exact scope, ``forgotten`` only (not
+        ``corrected``), ids without a tombstone left out, repeats answered once.
+        """
+        if not supports(store, "forgotten_lookup"):
+            pytest.skip(
+                f"{type(store).__name__} does not declare capabilities.forgotten_lookup "
+                "(the optional SupportsForgottenLookup); retrieval lists every forgotten id"
+            )
+        with store.unit_of_work(SCOPE) as uow:
+            uow.tombstones.add(
+                [Tombstone("doc#0001"), Tombstone("src"), Tombstone("fixed#0001", "corrected")]
+            )
+            uow.commit()
+        with store.unit_of_work(OTHER_CORPUS) as uow:
+            uow.tombstones.add([Tombstone("other")])
+            uow.commit()
+        lookup = cast(SupportsForgottenLookup, store)
+        asked = ["doc#0001", "src", "fixed#0001", "other", "never", "src", "doc#0002"]
+        assert lookup.forgotten_among(SCOPE, asked) == frozenset({"doc#0001", "src"})
+        assert lookup.forgotten_among(SCOPE, asked) == store.list_invalidated_ids(SCOPE) & set(
+            asked
+        )
+        assert lookup.forgotten_among(OTHER_CORPUS, asked) == frozenset({"other"})
+        assert lookup.forgotten_among(SCOPE, []) == frozenset()
 
     def test_query_withholds_forgotten_ids_sources_and_lineage(self, store: ChunkStore) -> None:
         """query drops records whose id, source id or any lineage entry is forgotten, before top-k.
