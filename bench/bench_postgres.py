@@ -70,6 +70,7 @@ from sqlalchemy import event
 from ragport import Chunk, Scope, delete_source, replace_source, retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server
 from ragport.adapters.postgres import reads as pg_reads
+from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M
 from ragport.domain.model import Authorization, Grant, chunk_id
 
 DIMS = 384
@@ -300,7 +301,8 @@ def hnsw_ddl(schema: str) -> str:
     """The adapter's own partial HNSW index (ragport.adapters.postgres.indexes.VectorIndexes)."""
     return (
         f'CREATE INDEX IF NOT EXISTS records_hnsw_{DIMS} ON "{schema}".records '
-        f"USING hnsw ((embedding::vector({DIMS})) vector_cosine_ops) WHERE dimensions = {DIMS}"
+        f"USING hnsw ((embedding::vector({DIMS})) vector_cosine_ops) "
+        f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE dimensions = {DIMS}"
     )
 
 
