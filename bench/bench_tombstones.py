@@ -9,6 +9,7 @@ of each scope and their ratio (target: 100,000 within 1.1x of 10). Every answer 
 no hit of a forgotten id or source, and both scopes give the same hits.
 
 Run: .venv/bin/python bench/bench_tombstones.py [--store memory|postgres|both] [--rows N]
+[--vector-only]
 (PostgreSQL: an embedded server in a temporary directory, stopped at the end.)
 Compare ratios measured in one run: the machine is shared and noisy.
 """
@@ -122,11 +123,11 @@ def measure(
     return {"few": p50[few], "many": p50[many], "ratio": p50[many] / p50[few], "same": same}
 
 
-def run(store: ChunkStore, name: str, rows: int, lexical: str) -> None:
+def run(store: ChunkStore, name: str, rows: int, lexical: str, hybrid: bool = True) -> None:
     embedder = HashEmbedder(64)
     chunks = corpus(rows)
     few, many = load(store, chunks, embedder)
-    for mode in ("off", lexical):
+    for mode in ("off", lexical) if hybrid else ("off",):
         r = measure(store, embedder, chunks, few, many, mode)
         print(
             f"{name}, lexical={mode!r}, {rows:,} rows: retrieve_context p50 with {REAL} "
@@ -140,9 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--store", choices=("memory", "postgres", "both"), default="both")
     parser.add_argument("--rows", type=int, default=10_000)
+    parser.add_argument("--vector-only", action="store_true", help="skip the hybrid queries")
     args = parser.parse_args(argv)
     if args.store in ("memory", "both"):
-        run(InMemoryStore(), "memory", args.rows, "bm25")
+        run(InMemoryStore(), "memory", args.rows, "bm25", not args.vector_only)
     if args.store in ("postgres", "both"):
         from ragport.adapters.postgres import PostgresStore, embedded_server
 
@@ -152,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ):
             store = PostgresStore(url, schema="bench_tombstones", create=True)
             try:
-                run(store, "postgres", args.rows, "fts")
+                run(store, "postgres", args.rows, "fts", not args.vector_only)
             finally:
                 store.engine.dispose()
     return 0
