@@ -154,11 +154,13 @@ def load_store(store: PostgresStore, rows: int) -> list[str]:
 
 def add_tombstones(store: PostgresStore, count: int) -> None:
     """``TOMB``: a copy of ``SCOPE``'s rows and statistics, with ``count`` more tombstones."""
-    if store.current_generation(TOMB) != 0:
-        return
+    with store.unit_of_work(TOMB) as uow:
+        if len(uow.tombstones.list()) >= count:
+            return
     t0 = time.perf_counter()
-    pr.scope_params(TOMB)
     with store.engine.begin() as conn:
+        for table in ("records", "scopes", "tombstones", "lexical_stats", "lexical_terms"):
+            conn.execute(text(f"DELETE FROM {S}.{table} WHERE {pr.SCOPE}"), pr.scope_params(TOMB))
         conn.execute(
             text(
                 f"INSERT INTO {S}.records SELECT r.tenant_id, r.resource_id, 'tomb', "
@@ -177,9 +179,11 @@ def add_tombstones(store: PostgresStore, count: int) -> None:
         )
         _backfill(conn, TOMB)
     for scope, n in ((SCOPE, 10), (TOMB, 10 + count)):
+        t1 = time.perf_counter()
         with store.unit_of_work(scope) as uow:
             uow.tombstones.add([ragport.domain.model.Tombstone(f"gone-{i:07d}") for i in range(n)])
             uow.commit()
+        print(f"  {n:,} tombstones written in {time.perf_counter() - t1:.1f} s", flush=True)
     with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text(f"VACUUM ANALYZE {S}.records"))
         conn.execute(text(f"VACUUM ANALYZE {S}.tombstones"))

@@ -229,18 +229,26 @@ def tombstones_insert(s: str) -> str:
         "SET reason = EXCLUDED.reason "
         "WHERE old.reason = 'corrected' AND EXCLUDED.reason = 'forgotten' "
         "RETURNING id, reason), "
-        "nf AS (SELECT coalesce(array_agg(id), '{}') AS ids FROM written "
-        "WHERE reason = 'forgotten'), "
+        "nf AS (SELECT id FROM written WHERE reason = 'forgotten'), "
     )
-    named = (
-        "(r.id = ANY(nf.ids) OR r.source_id = ANY(nf.ids) OR r.lineage && nf.ids "
-        "OR r.roots && nf.ids)"
+    # The rows the new ids name, found per id through the indexes on (scope, id), source_id,
+    # lineage and roots (never one big array compared with every row).
+    by = f"SELECT n.generation, n.id FROM nf JOIN {s}.records n ON n.tenant_id = :t "
+    by += "AND n.resource_id = :r AND n.corpus_id = :c AND "
+    named = " UNION ".join(
+        by + on
+        for on in (
+            "n.id = nf.id",
+            "n.source_id = nf.id",
+            "n.lineage && ARRAY[nf.id]",
+            "n.roots && ARRAY[nf.id]",
+        )
     )
     return with_stats(
         s,
         "SELECT r.retired_generation AS plus, r.generation AS minus, r.tsv "
-        f"FROM {s}.records r, nf WHERE {RSCOPE} AND cardinality(nf.ids) > 0 AND {named} "
-        f"AND NOT {withheld(s, 'r.')}",
+        f"FROM ({named}) x JOIN {s}.records r ON {RSCOPE} AND r.id = x.id "
+        f"AND r.generation = x.generation WHERE NOT {withheld(s, 'r.')}",
         "SELECT written.id NOT IN (SELECT id FROM before) AS inserted FROM written",
         ctes=ctes,
         guard=False,
