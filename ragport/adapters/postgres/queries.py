@@ -206,19 +206,17 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         )
 
     def tier(condition: str, extra: str = "") -> str:
-        # A scalar subquery per row, not a join and GROUP BY: no hash aggregate over the
-        # candidates (it spilled to disk past work_mem on common lexemes), only a top-k sort.
         return (
-            "SELECT c.id, c.generation, coalesce((SELECT sum(w.idf * h.tf * "
-            f"{k1 + 1} / (h.tf + {k1} * ({1 - b} + {b} * c.dl / st.avgdl))) "
-            "FROM (SELECT u.lexeme, cardinality(u.positions) AS tf "
-            "FROM unnest(c.hit) AS u(lexeme, positions, weights)) h "
-            "JOIN w ON w.lexeme = h.lexeme), 0) AS rank "
+            "SELECT c.id, c.generation, coalesce(sum(w.idf * h.tf * "
+            f"{k1 + 1} / (h.tf + {k1} * ({1 - b} + {b} * c.dl / st.avgdl))), 0) AS rank "
             "FROM (SELECT r.id, r.generation, length(r.tsv) AS dl, "
-            "ts_filter(setweight(r.tsv, 'A', ql.lexemes), '{a}') AS hit "
+            "ts_filter(setweight(r.tsv, 'A', ql.lexemes), '{a}') AS hit, "
+            "r.tsv @@ q.query AS matched "
             f"FROM {s}.records r, sc, tb, q, ql, tc{extra} WHERE {where} "
-            "AND r.tsv @@ q.query "
-            f"AND {condition} OFFSET 0) c CROSS JOIN st"
+            f"AND {condition} OFFSET 0) c CROSS JOIN st "
+            "LEFT JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions) AS tf "
+            "FROM unnest(c.hit) AS u(lexeme, positions, weights)) h ON true "
+            "LEFT JOIN w ON w.lexeme = h.lexeme WHERE c.matched GROUP BY c.id, c.generation"
         )
 
     return (
