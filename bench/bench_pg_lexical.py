@@ -234,8 +234,10 @@ def main() -> None:
             for q in qs:
                 ranks = {}
                 for name, (module, scope) in legs.items():
+                    # the store's lexical leg probes tombstones per row; main's SQL needs tb
+                    probe = module is queries
                     params = pr.scope_params(scope, k=20, query=q)
-                    where = pr.predicate(S, params, None, None)
+                    where = pr.predicate(S, params, None, None, probe=probe)
                     sql = module.lexical_sql(S, "english", where)
                     t0 = time.perf_counter()
                     got = reads.fetch(raw, sql, params, prepare=False)

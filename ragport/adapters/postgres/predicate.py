@@ -62,6 +62,7 @@ def predicate(
     metadata_filter: Mapping[str, Any] | Filter | None,
     *,
     scalar: bool = False,
+    probe: bool = False,
 ) -> str:
     """The shared WHERE of both legs: scope, visibility, tombstones, grants, filter.
 
@@ -69,6 +70,10 @@ def predicate(
     default, or (``scalar=True``) as scalar subqueries, with no join at all. Adds the binds
     of the authorization (``:principal``, ``:groups``, ``:av``) and of the filter (``:mf0``,
     ...) to ``params``.
+
+    ``probe=True`` checks the tombstones per row through their primary key instead of
+    comparing with the ``tb`` list (which it then does not read): a few microseconds a row
+    whatever the number of tombstones, for a leg that may read many rows (the lexical one).
     """
     pointer, ids = ("(SELECT pointer FROM sc)", "CAST((SELECT ids FROM tb) AS text[])")
     if not scalar:
@@ -78,6 +83,12 @@ def predicate(
         VISIBLE.replace("sc.pointer", pointer),
         f"NOT (r.id = ANY({ids}) OR r.source_id = ANY({ids}) OR r.lineage && {ids} OR r.roots && {ids})",
     ]
+    if probe:
+        where[2] = (
+            f"NOT EXISTS (SELECT 1 FROM {s}.tombstones z WHERE z.tenant_id = :t "
+            "AND z.resource_id = :r AND z.corpus_id = :c AND z.reason = 'forgotten' "
+            "AND z.id = ANY(ARRAY[r.id, r.source_id] || r.lineage || r.roots))"
+        )
     if authorization is not None:
         params.update(
             principal=authorization.principal_id,

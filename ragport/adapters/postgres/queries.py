@@ -205,6 +205,10 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
             "'') AS tsquery))"
         )
 
+    # ``tb`` (the tombstone list) only when ``where`` compares with it (``predicate``'s
+    # ``probe=False``): a leg that probes per row never reads the list.
+    tb = ", tb" if "tb.ids" in where else ""
+
     def tier(condition: str, extra: str = "") -> str:
         return (
             "SELECT c.id, c.generation, coalesce(sum(w.idf * h.tf * "
@@ -212,7 +216,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
             "FROM (SELECT r.id, r.generation, length(r.tsv) AS dl, "
             "ts_filter(setweight(r.tsv, 'A', ql.lexemes), '{a}') AS hit, "
             "r.tsv @@ q.query AS matched "
-            f"FROM {s}.records r, sc, tb, q, ql, tc{extra} WHERE {where} "
+            f"FROM {s}.records r, sc{tb}, q, ql, tc{extra} WHERE {where} "
             f"AND {condition} OFFSET 0) c CROSS JOIN st "
             "LEFT JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions) AS tf "
             "FROM unnest(c.hit) AS u(lexeme, positions, weights)) h ON true "

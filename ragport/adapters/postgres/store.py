@@ -629,7 +629,7 @@ class PostgresStore:
         if limit <= 0 or not text_query.strip():
             return lambda conn: ()
         params = scope_params(scope, k=int(limit), query=text_query)
-        where = predicate(self._s, params, authorization, metadata_filter)
+        where = predicate(self._s, params, authorization, metadata_filter, probe=True)
         sql = queries.lexical_sql(self._s, self._ts_config, where)
 
         def run(conn: RawRead) -> tuple[ScoredRecord, ...]:
