@@ -102,8 +102,7 @@ def test_the_routing_check_refuses_cross_tenant_statements() -> None:
         "WHERE z.tenant_id = r.tenant_id)"
     )
     assert not _routable(
-        backfill + f"{s}.records r WHERE EXISTS (SELECT 1 FROM {s}.tombstones z "
-        "WHERE z.id = r.id)"
+        backfill + f"{s}.records r WHERE EXISTS (SELECT 1 FROM {s}.tombstones z WHERE z.id = r.id)"
     )
 
 
