@@ -1,78 +1,264 @@
-"""The PostgreSQL lexical statement of this tree against another tree's, on the same data.
+"""The PostgreSQL lexical statement (``queries.lexical_sql``) at scale.
 
-Loads ``bench_postgres.Corpus(N)`` with ``index_chunks`` (5,000 chunks per call) into schema
-``prof`` of an embedded server in DIR (kept running and reused by later runs), builds 40
-queries as ``bench_postgres.bench_retrieve`` builds its hybrid ones, and runs each through
-this tree's ``queries.lexical_sql`` and the baseline's (a ``queries.py`` file of another
-checkout), alternating on one connection; the ranks must agree to 1e-6.
+Loads N rows into schema ``prof`` (scope ``bench/r/c``) of an embedded server in DIR (kept
+running and reused by later runs with the same N), builds 40 queries as
+``bench_postgres.bench_retrieve`` builds its hybrid ones, and times this tree's lexical
+statement on them. Two loaders:
 
-Run: .venv/bin/python bench/bench_pg_lexical.py N DIR BASELINE_QUERIES_PY
+- ``--load store`` (the default for N <= 100,000): ``bench_postgres.Corpus(N)`` through
+  ``index_chunks`` (5,000 chunks per call): the store's own write path, statistics included.
+- ``--load copy``: ``bench_postgres.random_texts`` (same distribution, another seed) COPYed
+  straight into ``records`` in binary, 100 rows per source, with random 384-dimensional
+  vectors and no HNSW index (the row layout of the real store, TOAST included), the GIN index
+  on ``tsv`` dropped during the COPY and rebuilt after it, then one statistics backfill (the
+  statement of migration 3) and ANALYZE.
+
+``--baseline QUERIES_PY`` also runs another checkout's ``queries.py`` on the same data,
+alternating with this tree's on one connection; the ranks must agree to 1e-6.
+``--tombstones T`` copies the scope to a second one (``bench/r/tomb``) holding T forgotten
+ids of sources that do not exist plus the 10 of the first scope, and alternates the two.
+
+Run: .venv/bin/python bench/bench_pg_lexical.py N DIR [--load copy] [--baseline PY]
+     [--tombstones T]
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
+from sqlalchemy import text
 
 import ragport
 from ragport.adapters.postgres import PostgresStore, embedded_server, queries, reads
 from ragport.adapters.postgres import predicate as pr
+from ragport.adapters.postgres._driver import driver_connection
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_postgres as bp
 
+S = '"prof"'
+SCOPE = ragport.Scope("bench", "r", "c")
+TOMB = ragport.Scope("bench", "r", "tomb")
+BATCH = 20_000
+
+
+def _module(path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("baseline_queries", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _backfill(conn, scope: ragport.Scope) -> None:
+    """The statistics of ``scope``'s rows, from scratch (migration 3's backfill, one scope)."""
+    p = pr.scope_params(scope)
+    for table in ("lexical_stats", "lexical_terms"):
+        conn.execute(text(f"DELETE FROM {S}.{table} WHERE {pr.SCOPE}"), p)
+    conn.execute(
+        text(
+            f"INSERT INTO {S}.lexical_stats (tenant_id, resource_id, corpus_id, generation, "
+            "docs, length) SELECT :t, :r, :c, r.generation, count(*), sum(length(r.tsv)) "
+            f"FROM {S}.records r WHERE {pr.RSCOPE} GROUP BY r.generation"
+        ),
+        p,
+    )
+    conn.execute(
+        text(
+            f"INSERT INTO {S}.lexical_terms (tenant_id, resource_id, corpus_id, lexeme, "
+            "generation, docs) SELECT :t, :r, :c, l.lexeme, r.generation, count(*) "
+            f"FROM {S}.records r CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS l(lexeme) "
+            f"WHERE {pr.RSCOPE} GROUP BY l.lexeme, r.generation"
+        ),
+        p,
+    )
+
+
+def load_copy(store: PostgresStore, rows: int) -> list[str]:
+    texts = bp.random_texts(np.random.default_rng(bp.SEED + 7), rows)
+    rng = np.random.default_rng(bp.SEED + 8)
+    columns = "tenant_id, resource_id, corpus_id, id, generation, source_id, kind, text, embedding, embedder_id, dimensions, chunk_index"
+    t0 = time.perf_counter()
+    with store.engine.begin() as conn:
+        conn.execute(text(f"DROP INDEX IF EXISTS {S}.records_tsv"))
+        dbapi = driver_connection(conn)
+        for start in range(0, rows, BATCH):
+            vectors = rng.standard_normal((min(BATCH, rows - start), bp.DIMS)).astype(np.float32)
+            with (
+                dbapi.cursor() as cur,
+                cur.copy(f"COPY {S}.records ({columns}) FROM STDIN WITH (FORMAT BINARY)") as cp,
+            ):
+                cp.set_types(
+                    [
+                        "text",
+                        "text",
+                        "text",
+                        "text",
+                        "int8",
+                        "text",
+                        "text",
+                        "text",
+                        "vector",
+                        "text",
+                        "int4",
+                        "int4",
+                    ]
+                )
+                for j, vector in enumerate(vectors):
+                    i = start + j
+                    src = f"src-{i // bp.PER_SOURCE:06d}"
+                    cp.write_row(
+                        ("bench", "r", "c", f"{src}#{i % bp.PER_SOURCE + 1:04d}", 1, src,
+                         "chunk", texts[i], vector, bp.EMBEDDER_ID, bp.DIMS, i % bp.PER_SOURCE)
+                    )  # fmt: skip
+            print(f"  copied {start + len(vectors):,}", flush=True)
+        t1 = time.perf_counter()
+        conn.execute(text(f"CREATE INDEX records_tsv ON {S}.records USING gin (tsv)"))
+        t2 = time.perf_counter()
+        conn.execute(
+            text(
+                f"INSERT INTO {S}.scopes (tenant_id, resource_id, corpus_id, counter, pointer) "
+                "VALUES ('bench', 'r', 'c', 1, 1)"
+            )
+        )
+        _backfill(conn, SCOPE)
+        t3 = time.perf_counter()
+    with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"VACUUM ANALYZE {S}.records"))
+        conn.execute(text(f"VACUUM ANALYZE {S}.lexical_terms"))
+    print(
+        f"loaded {rows:,} rows by COPY: copy {t1 - t0:.0f} s, GIN build {t2 - t1:.0f} s, "
+        f"statistics backfill {t3 - t2:.0f} s, vacuum analyze {time.perf_counter() - t3:.0f} s",
+        flush=True,
+    )
+    return texts
+
+
+def load_store(store: PostgresStore, rows: int) -> list[str]:
+    corpus = bp.Corpus(rows)
+    emb = bp.PrecomputedEmbedder()
+    emb.add(corpus.texts, corpus.vectors)
+    t0 = time.perf_counter()
+    chunks = [c for s in range(len(corpus.sources)) for c in corpus.chunks(s)]
+    for i in range(0, len(chunks), 5000):
+        ragport.index_chunks(chunks=chunks[i : i + 5000], embedder=emb, store=store, scope=SCOPE)
+    print(f"loaded {rows:,} rows in {time.perf_counter() - t0:.0f} s", flush=True)
+    return list(corpus.texts)
+
+
+def add_tombstones(store: PostgresStore, count: int) -> None:
+    """``TOMB``: a copy of ``SCOPE``'s rows and statistics, with ``count`` more tombstones."""
+    with store.unit_of_work(TOMB) as uow:
+        if len(uow.tombstones.list()) >= count:
+            return
+    t0 = time.perf_counter()
+    with store.engine.begin() as conn:
+        for table in ("records", "scopes", "tombstones", "lexical_stats", "lexical_terms"):
+            conn.execute(text(f"DELETE FROM {S}.{table} WHERE {pr.SCOPE}"), pr.scope_params(TOMB))
+        conn.execute(
+            text(
+                f"INSERT INTO {S}.records SELECT r.tenant_id, r.resource_id, 'tomb', "
+                f"{', '.join(c for c in _record_columns(conn) if c not in ('tenant_id', 'resource_id', 'corpus_id', 'tsv'))} "
+                f"FROM {S}.records r WHERE {pr.RSCOPE}"
+            ),
+            pr.scope_params(SCOPE),
+        )
+        conn.execute(
+            text(
+                f"INSERT INTO {S}.scopes (tenant_id, resource_id, corpus_id, counter, pointer) "
+                "SELECT tenant_id, resource_id, 'tomb', counter, pointer FROM "
+                f"{S}.scopes WHERE {pr.SCOPE}"
+            ),
+            pr.scope_params(SCOPE),
+        )
+        _backfill(conn, TOMB)
+    for scope, n in ((SCOPE, 10), (TOMB, 10 + count)):
+        t1 = time.perf_counter()
+        with store.unit_of_work(scope) as uow:
+            uow.tombstones.add([ragport.domain.model.Tombstone(f"gone-{i:07d}") for i in range(n)])
+            uow.commit()
+        print(f"  {n:,} tombstones written in {time.perf_counter() - t1:.1f} s", flush=True)
+    with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"VACUUM ANALYZE {S}.records"))
+        conn.execute(text(f"VACUUM ANALYZE {S}.tombstones"))
+    print(f"tombstoned copy of the scope in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def _record_columns(conn) -> list[str]:
+    return list(
+        conn.execute(
+            text(
+                "SELECT attname FROM pg_attribute WHERE attrelid = 'prof.records'::regclass "
+                "AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+            )
+        ).scalars()
+    )
+
 
 def main() -> None:
-    rows, data, baseline = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-    spec = importlib.util.spec_from_file_location("baseline_queries", baseline)
-    assert spec is not None and spec.loader is not None
-    old = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(old)
-    with embedded_server(data, keep_running=True) as url:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("rows", type=int)
+    ap.add_argument("data", type=Path)
+    ap.add_argument("--load", choices=("store", "copy"), default=None)
+    ap.add_argument("--baseline", default=None)
+    ap.add_argument("--tombstones", type=int, default=0)
+    ap.add_argument("--queries", type=int, default=40)
+    args = ap.parse_args()
+    load = args.load or ("store" if args.rows <= 100_000 else "copy")
+    with embedded_server(args.data, keep_running=True) as url:
         store = PostgresStore(url, schema="prof", create=True)
-        scope = ragport.Scope("bench", "r", "c")
-        corpus = bp.Corpus(rows)
-        if store.current_generation(scope) == 0:
-            emb = bp.PrecomputedEmbedder()
-            emb.add(corpus.texts, corpus.vectors)
-            t0 = time.perf_counter()
-            chunks = [c for s in range(len(corpus.sources)) for c in corpus.chunks(s)]
-            for i in range(0, len(chunks), 5000):
-                ragport.index_chunks(
-                    chunks=chunks[i : i + 5000], embedder=emb, store=store, scope=scope
-                )
-            print(f"loaded {rows:,} rows in {time.perf_counter() - t0:.0f} s", flush=True)
+        if store.current_generation(SCOPE) == 0:
+            texts = (load_copy if load == "copy" else load_store)(store, args.rows)
+        elif load == "copy":
+            texts = bp.random_texts(np.random.default_rng(bp.SEED + 7), args.rows)
+        else:
+            texts = list(bp.Corpus(args.rows).texts)
+        legs: dict[str, tuple[ModuleType, ragport.Scope]] = {"this tree": (queries, SCOPE)}
+        if args.baseline:
+            legs["baseline"] = (_module(args.baseline), SCOPE)
+        if args.tombstones:
+            add_tombstones(store, args.tombstones)
+            legs[f"{args.tombstones:,} more tombstones"] = (queries, TOMB)
         rng = np.random.default_rng(bp.SEED + 1)
-        picks = rng.integers(0, len(corpus.texts), 40)
-        qs = [" ".join(corpus.texts[p].split()[:4]) + f" h{i}" for i, p in enumerate(picks)]
-        times: dict[str, list[float]] = {"new": [], "old": []}
+        picks = rng.integers(0, len(texts), args.queries)
+        qs = [" ".join(texts[p].split()[:4]) + f" h{i}" for i, p in enumerate(picks)]
+        times: dict[str, list[float]] = {name: [] for name in legs}
         with store.engine.connect() as conn:
             raw = reads.RawRead(conn.connection)
             for q in qs:
-                params = pr.scope_params(scope, k=20, query=q)
-                where = pr.predicate('"prof"', params, None, None)
                 ranks = {}
-                for name, module in (("new", queries), ("old", old)):
-                    sql = module.lexical_sql('"prof"', "english", where)
+                for name, (module, scope) in legs.items():
+                    # the store's lexical leg probes tombstones per row; main's SQL needs tb
+                    probe = module is queries
+                    params = pr.scope_params(scope, k=20, query=q)
+                    where = pr.predicate(S, params, None, None, probe=probe)
+                    sql = module.lexical_sql(S, "english", where)
                     t0 = time.perf_counter()
                     got = reads.fetch(raw, sql, params, prepare=False)
                     times[name].append(time.perf_counter() - t0)
                     ranks[name] = [float(r.rank) for r in got]
-                assert len(ranks["new"]) == len(ranks["old"]), q
-                assert all(
-                    abs(a - b) <= 1e-6 for a, b in zip(ranks["new"], ranks["old"], strict=True)
-                ), q
-        new, old_t = np.array(times["new"]) * 1e3, np.array(times["old"]) * 1e3
-        print(
-            f"{rows:,} rows, {len(qs)} queries, lexical statement (k 20): p50 this tree "
-            f"{np.median(new):.1f} ms, baseline {np.median(old_t):.1f} ms "
-            f"({np.median(old_t) / np.median(new):.1f}x); p95 {np.percentile(new, 95):.1f} / "
-            f"{np.percentile(old_t, 95):.1f} ms; ranks equal to 1e-6 on every query"
-        )
+                first = next(iter(ranks.values()))
+                for name, got_ranks in ranks.items():
+                    assert len(got_ranks) == len(first), (q, name)
+                    assert all(abs(a - b) <= 1e-6 for a, b in zip(got_ranks, first, strict=True)), (
+                        q,
+                        name,
+                    )
+        print(f"{args.rows:,} rows ({load} load), {len(qs)} queries, lexical statement (k 20):")
+        base = np.median(times["this tree"])
+        for name, ts in times.items():
+            ms = np.array(ts) * 1e3
+            print(
+                f"  {name}: p50 {np.median(ms):.1f} ms, p95 {np.percentile(ms, 95):.1f} ms, "
+                f"max {ms.max():.1f} ms; p50 ratio to this tree {np.median(ts) / base:.2f}x"
+            )
+        print("  ranks equal to 1e-6 across legs on every query")
 
 
 if __name__ == "__main__":

@@ -68,12 +68,15 @@ _INSERT_INTO = re.compile(r"\bINSERT INTO [^(]+\(\s*tenant_id\b", re.I)
 def _routable(sql: str) -> bool:
     """Whether Citus can route ``sql`` to one tenant's shard (see the test below)."""
     references = len(_REFERENCE.findall(sql))
-    if _INSERT.match(sql) and references == 1:
+    joins = len(_JOIN_EQUALITY.findall(sql))
+    # an INSERT ... SELECT over one table, or over tables joined on tenant_id (co-located, a
+    # migration's backfill), runs on each shard for the tenants it holds
+    if _INSERT.match(sql) and references >= 1 and joins >= references - 1:
         return True
     # an INSERT INTO ... (tenant_id, ...) routes each row by the tenant value it writes
     references -= len(_INSERT_INTO.findall(sql))
     binds = len(_EQUALITY.findall(sql))
-    return binds > 0 and binds + len(_JOIN_EQUALITY.findall(sql)) >= references
+    return binds > 0 and binds + joins >= references
 
 
 def test_the_routing_check_refuses_cross_tenant_statements() -> None:
@@ -92,6 +95,14 @@ def test_the_routing_check_refuses_cross_tenant_statements() -> None:
     assert _routable(
         f"SELECT 1 FROM {s}.records r JOIN {s}.grants g ON g.tenant_id = r.tenant_id "
         "WHERE r.tenant_id = :t"
+    )
+    backfill = f"INSERT INTO {s}.lexical_stats (tenant_id, docs) SELECT r.tenant_id, 1 FROM "
+    assert _routable(
+        backfill + f"{s}.records r WHERE EXISTS (SELECT 1 FROM {s}.tombstones z "
+        "WHERE z.tenant_id = r.tenant_id)"
+    )
+    assert not _routable(
+        backfill + f"{s}.records r WHERE EXISTS (SELECT 1 FROM {s}.tombstones z WHERE z.id = r.id)"
     )
 
 

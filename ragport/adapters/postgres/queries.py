@@ -173,9 +173,10 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     parentheses, which websearch syntax cannot produce, would count as included).
 
     Statistics come from the write-time deltas (``lexical_stats``, ``lexical_terms``) summed
-    at the pointer, minus the visible forgotten rows (``fz``, found through the indexes on
-    id, source_id, lineage and roots): ``st`` is N and avgdl, ``w`` df, idf and ``ub``, an
-    upper bound of one lexeme's share of a score (``idf * (k1 + 1)``, as tf / (tf + K) < 1).
+    at the pointer; forgotten rows were taken out of them when their tombstone was written
+    (``statements.tombstones_insert``), so no tombstone is read for them: ``st`` is N and
+    avgdl, ``w`` df, idf and ``ub``, an upper bound of one lexeme's share of a score
+    (``idf * (k1 + 1)``, as tf / (tf + K) < 1).
 
     Candidates are read through the GIN index, MaxScore-style. By df, rarest first, lexemes
     are rare until the ones before them hold ``2 * :k`` documents; the rest are common.
@@ -204,6 +205,10 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
             "'') AS tsquery))"
         )
 
+    # ``tb`` (the tombstone list) only when ``where`` compares with it; ``predicate`` probes
+    # the tombstones per row (``not_forgotten``), so the lexical leg never reads the list.
+    tb = ", tb" if "tb.ids" in where else ""
+
     def tier(condition: str, extra: str = "") -> str:
         return (
             "SELECT c.id, c.generation, coalesce(sum(w.idf * h.tf * "
@@ -211,7 +216,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
             "FROM (SELECT r.id, r.generation, length(r.tsv) AS dl, "
             "ts_filter(setweight(r.tsv, 'A', ql.lexemes), '{a}') AS hit, "
             "r.tsv @@ q.query AS matched "
-            f"FROM {s}.records r, sc, tb, q, ql, tc{extra} WHERE {where} "
+            f"FROM {s}.records r, sc{tb}, q, ql, tc{extra} WHERE {where} "
             f"AND {condition} OFFSET 0) c CROSS JOIN st "
             "LEFT JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions) AS tf "
             "FROM unnest(c.hit) AS u(lexeme, positions, weights)) h ON true "
@@ -227,19 +232,14 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         + "', 'g') m WHERE m[1] IS NULL), "
         "sa AS (SELECT coalesce(sum(x.docs), 0) AS n, coalesce(sum(x.length), 0) AS len "
         f"FROM {s}.lexical_stats x WHERE {stat_scope} AND x.{at_pointer}), "
-        f"fz AS (SELECT r.tsv FROM {s}.records r, sc, tb WHERE {RSCOPE} AND {VISIBLE} "
-        "AND cardinality(tb.ids) > 0 AND (r.id = ANY(tb.ids) OR r.source_id = ANY(tb.ids) "
-        "OR r.lineage && tb.ids OR r.roots && tb.ids)), "
-        "st AS (SELECT CAST(sa.n - f.n AS float8) AS n, "
-        "CAST(sa.len - f.len AS float8) / nullif(sa.n - f.n, 0) AS avgdl FROM sa, "
-        "(SELECT count(*) AS n, coalesce(sum(length(fz.tsv)), 0) AS len FROM fz) f), "
+        "st AS (SELECT CAST(sa.n AS float8) AS n, "
+        "CAST(sa.len AS float8) / nullif(sa.n, 0) AS avgdl FROM sa), "
         f"w AS (SELECT y.lexeme, y.df, y.idf, y.idf * {k1 + 1} AS ub FROM (SELECT l.lexeme, "
         "d.df, ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5)) AS idf "
         "FROM ql CROSS JOIN LATERAL unnest(ql.lexemes) AS l(lexeme) CROSS JOIN st "
         "CROSS JOIN LATERAL (SELECT CAST(coalesce((SELECT sum(x.docs) "
         f"FROM {s}.lexical_terms x WHERE {stat_scope} AND x.lexeme = l.lexeme "
-        f"AND x.{at_pointer}), 0) - (SELECT count(*) FROM fz "
-        "WHERE l.lexeme = ANY(tsvector_to_array(fz.tsv))) AS float8) AS df OFFSET 0) d) y), "
+        f"AND x.{at_pointer}), 0) AS float8) AS df OFFSET 0) d) y), "
         "cw AS (SELECT w.lexeme, w.ub, coalesce(sum(w.df) OVER (ORDER BY w.df, w.lexeme "
         "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) >= 2 * :k AS common FROM w), "
         f"tc AS (SELECT {tsquery_of('cw c WHERE NOT c.common')} AS rq, "

@@ -11,6 +11,7 @@ from ragport.adapters.postgres.rows import COPY_COLUMNS, RECORD_COLUMNS
 
 __all__ = [
     "DISCARD_ABOVE",
+    "NAMED_BY",
     "PURGE_RETIRED",
     "PURGE_SOURCE",
     "added_stats",
@@ -20,11 +21,13 @@ __all__ = [
     "fold_stats",
     "grants_upsert",
     "lineage_rows_sql",
+    "lineage_stats",
     "lineage_update",
     "live_sql",
     "lock_scope",
     "owners_sql",
     "rekey_clash_sql",
+    "rekey_stats",
     "rekey_update",
     "restore_above_sql",
     "retire_delete",
@@ -35,6 +38,7 @@ __all__ = [
     "tombstones_sql",
     "touch_scope",
     "with_stats",
+    "withheld",
 ]
 
 
@@ -92,7 +96,7 @@ def delete_records(s: str, where: str) -> str:
     return with_stats(
         s,
         f"DELETE FROM {s}.records WHERE {SCOPE} AND {where} "
-        "RETURNING retired_generation AS plus, generation AS minus, tsv",
+        f"RETURNING retired_generation AS plus, generation AS minus, tsv, {NAMED_BY}",
         "SELECT count(*) FROM chg",
     )
 
@@ -118,7 +122,7 @@ def retire_update(s: str, where: str) -> str:
         f"UPDATE {s}.records SET retired_generation = :g "
         f"WHERE {SCOPE} AND {where} AND retired_generation IS NULL "
         "AND generation < :g RETURNING CAST(NULL AS bigint) AS plus, retired_generation AS minus, "
-        "tsv, generation",
+        f"tsv, generation, {NAMED_BY}",
         "SELECT count(*) FILTER (WHERE generation <= :p) FROM chg",
     )
 
@@ -210,9 +214,12 @@ def tombstones_insert(s: str) -> str:
     becomes ``forgotten``, never the reverse. Answers ``inserted`` per new id.
 
     New ids are told from updated ones by the statement's own snapshot (``before``), not by
-    ``xmax``: a partitioned table cannot return system columns."""
-    return (
-        f"WITH before AS (SELECT id FROM {s}.tombstones WHERE {SCOPE} "
+    ``xmax``: a partitioned table cannot return system columns. A tombstone that becomes
+    ``forgotten`` takes the rows it names (every generation) out of the lexical statistics
+    in the same statement, unless an earlier ``forgotten`` one already did (``with_stats``):
+    readers never look at tombstones for statistics."""
+    ctes = (
+        f"before AS (SELECT id FROM {s}.tombstones WHERE {SCOPE} "
         "AND id = ANY(CAST(:ids AS text[]))), "
         f"written AS (INSERT INTO {s}.tombstones AS old "
         "(tenant_id, resource_id, corpus_id, id, reason) "
@@ -221,8 +228,30 @@ def tombstones_insert(s: str) -> str:
         "ON CONFLICT (tenant_id, resource_id, corpus_id, id) DO UPDATE "
         "SET reason = EXCLUDED.reason "
         "WHERE old.reason = 'corrected' AND EXCLUDED.reason = 'forgotten' "
-        "RETURNING id) "
-        "SELECT written.id NOT IN (SELECT id FROM before) AS inserted FROM written"
+        "RETURNING id, reason), "
+        "nf AS (SELECT id FROM written WHERE reason = 'forgotten'), "
+    )
+    # The rows the new ids name, found per id through the indexes on (scope, id), source_id,
+    # lineage and roots (never one big array compared with every row).
+    by = f"SELECT n.generation, n.id FROM nf JOIN {s}.records n ON n.tenant_id = :t "
+    by += "AND n.resource_id = :r AND n.corpus_id = :c AND "
+    named = " UNION ".join(
+        by + on
+        for on in (
+            "n.id = nf.id",
+            "n.source_id = nf.id",
+            "n.lineage && ARRAY[nf.id]",
+            "n.roots && ARRAY[nf.id]",
+        )
+    )
+    return with_stats(
+        s,
+        "SELECT r.retired_generation AS plus, r.generation AS minus, r.tsv "
+        f"FROM ({named}) x JOIN {s}.records r ON {RSCOPE} AND r.id = x.id "
+        f"AND r.generation = x.generation WHERE NOT {withheld(s, 'r.')}",
+        "SELECT written.id NOT IN (SELECT id FROM before) AS inserted FROM written",
+        ctes=ctes,
+        guard=False,
     )
 
 
@@ -238,15 +267,34 @@ def restore_above_sql(s: str) -> str:
         f"UPDATE {s}.records r SET retired_generation = NULL FROM (SELECT id, generation, "
         f"retired_generation FROM {s}.records WHERE {SCOPE} AND retired_generation > :g) o "
         f"WHERE {RSCOPE} AND r.id = o.id AND r.generation = o.generation "
-        "RETURNING o.retired_generation AS plus, CAST(NULL AS bigint) AS minus, r.tsv",
+        "RETURNING o.retired_generation AS plus, CAST(NULL AS bigint) AS minus, r.tsv, "
+        "r.id, r.source_id, r.lineage, r.roots",
         "SELECT count(*) FROM chg",
     )
 
 
 # -- BM25 statistics -------------------------------------------------------------------------------
 
+NAMED_BY = "id, source_id, lineage, roots"
+"""The columns a ``forgotten`` tombstone can name a row by (``withheld``)."""
 
-def with_stats(s: str, changed: str, final: str) -> str:
+
+def withheld(s: str, row: str = "chg.", *, lineage: str = "", roots: str = "") -> str:
+    """Whether a ``forgotten`` tombstone of the scope names the row ``row`` (a column prefix)
+    by its id, its source, its lineage or its roots (``lineage``/``roots``: other arrays to
+    test instead of the row's own). One index probe per name."""
+    names = (
+        f"ARRAY[{row}id, {row}source_id] || {lineage or row + 'lineage'} "
+        f"|| {roots or row + 'roots'}"
+    )
+    return (
+        f"EXISTS (SELECT 1 FROM {s}.tombstones z WHERE z.tenant_id = :t "
+        "AND z.resource_id = :r AND z.corpus_id = :c AND z.reason = 'forgotten' "
+        f"AND z.id = ANY({names}))"
+    )
+
+
+def with_stats(s: str, changed: str, final: str, *, ctes: str = "", guard: bool = True) -> str:
     """``changed`` (a data-modifying statement or a query) as the CTE ``chg``, its effect on the
     lexical statistics written in the same statement, then ``final`` (a SELECT over ``chg``).
 
@@ -254,23 +302,27 @@ def with_stats(s: str, changed: str, final: str) -> str:
     row's statistics count from generation ``plus`` on and stop counting from ``minus`` on. A
     new row is (generation, retired_generation); a deleted one the reverse; a retirement
     (NULL, its new retired_generation); a restore (the old retired_generation, NULL).
+
+    The statistics count no row a ``forgotten`` tombstone names (its share went when the
+    tombstone was written, ``tombstones_insert``), so with ``guard`` ``chg`` also answers
+    ``NAMED_BY`` and such rows are skipped. ``ctes`` come before ``chg`` (``"name AS (...), "``).
+
+    The deltas are plain inserts, one row per (lexeme, generation) and statement, summed by
+    the readers and folded by compaction (``fold_stats``): no upsert on the write path.
     """
     scope = "tenant_id, resource_id, corpus_id"
+    keep = f" WHERE NOT {withheld(s)}" if guard else ""
     return (
-        f"WITH chg AS ({changed}), "
-        "ev AS (SELECT v.g, v.d, chg.tsv FROM chg CROSS JOIN LATERAL "
-        "(VALUES (chg.plus, 1), (chg.minus, -1)) AS v(g, d) WHERE v.g IS NOT NULL), "
+        f"WITH {ctes}chg AS ({changed}), "
+        "ev AS (SELECT v.g, v.d, c.tsv FROM (SELECT chg.plus, chg.minus, chg.tsv "
+        f"FROM chg{keep}) c CROSS JOIN LATERAL "
+        "(VALUES (c.plus, 1), (c.minus, -1)) AS v(g, d) WHERE v.g IS NOT NULL), "
         f"ss AS (INSERT INTO {s}.lexical_stats ({scope}, generation, docs, length) "
-        "SELECT :t, :r, :c, ev.g, sum(ev.d), sum(ev.d * length(ev.tsv)) FROM ev GROUP BY ev.g "
-        f"ON CONFLICT ({scope}, generation) DO UPDATE SET "
-        "docs = lexical_stats.docs + EXCLUDED.docs, "
-        "length = lexical_stats.length + EXCLUDED.length), "
+        "SELECT :t, :r, :c, ev.g, sum(ev.d), sum(ev.d * length(ev.tsv)) FROM ev GROUP BY ev.g), "
         f"ts AS (INSERT INTO {s}.lexical_terms ({scope}, lexeme, generation, docs) "
         "SELECT :t, :r, :c, l.lexeme, ev.g, sum(ev.d) FROM ev "
         "CROSS JOIN LATERAL unnest(tsvector_to_array(ev.tsv)) AS l(lexeme) "
-        "GROUP BY l.lexeme, ev.g "
-        f"ON CONFLICT ({scope}, lexeme, generation) DO UPDATE SET "
-        "docs = lexical_terms.docs + EXCLUDED.docs) "
+        "GROUP BY l.lexeme, ev.g) "
         f"{final}"
     )
 
@@ -279,16 +331,61 @@ def added_stats(s: str) -> str:
     """Count the rows just written, (``:ids``, ``:gens``) pairwise, into the statistics."""
     return with_stats(
         s,
-        "SELECT r.generation AS plus, r.retired_generation AS minus, r.tsv "
+        "SELECT r.generation AS plus, r.retired_generation AS minus, r.tsv, "
+        "r.id, r.source_id, r.lineage, r.roots "
         f"FROM {s}.records r JOIN unnest(CAST(:ids AS text[]), CAST(:gens AS bigint[])) "
         f"AS x(id, generation) ON r.id = x.id AND r.generation = x.generation WHERE {RSCOPE}",
         "SELECT count(*) FROM chg",
     )
 
 
+def _renamed_stats(s: str, rows: str, lineage: str = "", roots: str = "") -> str:
+    """The statistics of the rows ``rows`` (a FROM list on ``records r`` and its WHERE) whose
+    ``withheld`` changes when they are renamed (``r2.`` the new names, ``lineage``/``roots``
+    the new arrays): a row no longer named by a tombstone counts again, a newly named one
+    stops counting."""
+    before = withheld(s, "r.")
+    after = withheld(s, "r2.", lineage=lineage or "r.lineage", roots=roots or "r.roots")
+    return with_stats(
+        s,
+        "SELECT CASE WHEN y.w1 THEN y.retired_generation ELSE y.generation END AS plus, "
+        "CASE WHEN y.w1 THEN y.generation ELSE y.retired_generation END AS minus, y.tsv "
+        f"FROM (SELECT r.generation, r.retired_generation, r.tsv, {before} AS w0, "
+        f"{after} AS w1 FROM {rows}) y WHERE y.w0 <> y.w1",
+        "SELECT count(*) FROM chg",
+        guard=False,
+    )
+
+
+def rekey_stats(s: str) -> str:
+    """Before ``rekey_update`` (same binds): the statistics of the moved rows whose
+    tombstone status the new ids and source change."""
+    return _renamed_stats(
+        s,
+        f"{s}.records r JOIN unnest(CAST(:old AS text[]), CAST(:new AS text[])) "
+        "AS m(old_id, new_id) ON r.id = m.old_id "
+        "CROSS JOIN LATERAL (SELECT m.new_id AS id, CAST(:to AS text) AS source_id) r2 "
+        f"WHERE {RSCOPE} AND r.retired_generation IS NULL",
+    )
+
+
+def lineage_stats(s: str) -> str:
+    """Before ``lineage_update`` of every row ``lineage_rows_sql`` (``:f``) finds, with
+    ``:f`` replaced by ``:to`` in their lineage and roots: the statistics of the rows whose
+    tombstone status that changes."""
+    return _renamed_stats(
+        s,
+        f"{s}.records r CROSS JOIN LATERAL (SELECT r.id, r.source_id) r2 "
+        f"WHERE {RSCOPE} AND r.kind = 'derived' "
+        "AND (r.lineage && ARRAY[CAST(:f AS text)] OR r.roots && ARRAY[CAST(:f AS text)])",
+        lineage="array_replace(r.lineage, CAST(:f AS text), CAST(:to AS text))",
+        roots="array_replace(r.roots, CAST(:f AS text), CAST(:to AS text))",
+    )
+
+
 def fold_stats(s: str) -> list[str]:
-    """Fold the deltas at or below ``:g`` into one row at ``:g`` and drop zero rows (compaction:
-    no pointer below ``:g`` can be read any more)."""
+    """Fold the deltas at or below ``:g`` into one row per lexeme at ``:g`` and drop zero rows
+    (compaction: no pointer below ``:g`` can be read any more)."""
     scope = "tenant_id, resource_id, corpus_id"
     return [
         f"WITH old AS (DELETE FROM {s}.lexical_stats WHERE {SCOPE} AND generation <= :g "

@@ -610,10 +610,11 @@ class PostgresStore:
         metadata filter only thin the candidates and never change the statistics, so a score
         reveals nothing about which sources a caller may not read.
 
-        Cost: one pass over every visible row of the scope, however few match, reading each
-        tsvector once (most are TOASTed next to the inline embedding). Measured at 10k rows:
-        1.1-1.4x ``ts_rank_cd`` when most rows match, 2.8x for a term in a third of them.
-        The SQL is ``queries.bm25_ctes``.
+        Cost: the statistics are sums of write-time deltas (forgotten rows were taken out
+        when their tombstone was written); candidates are the rows holding the query's
+        rarer lexemes, plus those holding common ones that can still reach the top-k, each
+        checked against the tombstones by one index probe. See docs/operations.md. The SQL
+        is ``queries.bm25_ctes``.
         """
         return self._read(
             "lexical query",

@@ -130,6 +130,10 @@ class _Records:
                     "a destination record id is visible in a restorable snapshot of this scope",
                     field="to_id",
                 )
+            uow.conn.execute(
+                text(statements.rekey_stats(uow.s)),
+                scope_params(uow.scope, old=old, new=new, to=to_source_id),
+            )
             result = uow.conn.execute(
                 text(statements.rekey_update(uow.s)),
                 scope_params(uow.scope, old=old, new=new, to=to_source_id),
@@ -148,6 +152,9 @@ class _Records:
             def swap(ids: Sequence[str]) -> list[str]:
                 return list(dict.fromkeys(to_id if i == from_id else i for i in ids))
 
+            uow.conn.execute(
+                text(statements.lineage_stats(uow.s)), scope_params(uow.scope, f=from_id, to=to_id)
+            )
             uow.conn.execute(
                 text(statements.lineage_update(uow.s)),
                 [
