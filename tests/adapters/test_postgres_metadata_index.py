@@ -104,3 +104,26 @@ def test_upgrade_from_version_3_keeps_data_and_indexes_metadata(
             for row in conn.execute(text(f"EXPLAIN SELECT id FROM {s}.records WHERE {sql}"), params)
         )
     assert "records_metadata" in plan or "_metadata_idx" in plan, plan
+
+
+def test_a_migration_released_after_a_later_one_was_applied_still_runs(pg_engine, pg_schema):
+    """A schema that recorded a later migration but misses an earlier one (upgraded while that
+    one was not yet released) reports the version before the gap, is refused by the store, and
+    ``upgrade`` applies exactly the missing migrations. If this fails, check schema.py
+    ``current_version`` and the loop of ``upgrade`` (it must test membership, not ``<= max``)."""
+    s = f'"{pg_schema}"'
+    with pg_engine.begin() as conn:
+        _previous_schema(conn, s, None)
+        for statement in migrations._v6(s):
+            conn.execute(text(statement))
+        conn.execute(text(f"INSERT INTO {s}.schema_migrations VALUES (6, 'v6')"))
+        assert migrations.current_version(conn, pg_schema) == 3
+    store = PostgresStore(pg_engine, schema=pg_schema, text_search_config="simple")
+    with pytest.raises(ragport.StoreError):
+        store.current_generation(SCOPE)
+    missing = [v for v in sorted(migrations.MIGRATIONS) if v not in (1, 2, 3, 6)]
+    assert missing and store.upgrade() == missing
+    assert store.upgrade() == []
+    assert store.current_generation(SCOPE) == 0
+    with pg_engine.connect() as conn:
+        assert migrations.current_version(conn, pg_schema) == migrations.LATEST_VERSION
