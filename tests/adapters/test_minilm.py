@@ -281,3 +281,20 @@ def test_batches_are_cut_by_padded_tokens_and_the_vectors_do_not_change():
     np.testing.assert_allclose(
         embedder.embed(texts), MiniLmEmbedder(threads=1).embed(texts), rtol=0, atol=1e-5
     )
+
+
+def test_the_session_keeps_its_arena_and_plans_no_memory_patterns():
+    """The onnxruntime session runs with the CPU arena on and memory patterns off.
+
+    Without the arena every activation is a glibc malloc, whose heap fragments: `ragport
+    ingest` peaked near 1 GB instead of about 530 MB; memory patterns keep one plan per batch
+    shape (bench/bench_ingest_memory.py, docs/models.md "Memory").
+    If this fails, check the SessionOptions in minilm._load_session.
+    """
+    embedder = MiniLmEmbedder(threads=1)
+    embedder.load()
+    runtime = embedder._runtime
+    assert runtime is not None
+    options = runtime.session.get_session_options()
+    assert options.enable_cpu_mem_arena is True
+    assert options.enable_mem_pattern is False

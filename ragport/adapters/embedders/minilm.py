@@ -125,11 +125,14 @@ def _load_session(threads: int) -> Any:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
-    # Peak memory: onnxruntime's CPU arena keeps the largest activations it ever allocated
-    # (attention is batch x heads x width^2), and memory patterns cache one plan per input
-    # shape, and every batch here has its own width. Without both, a run's peak is its largest
-    # batch, which the token budget below bounds (bench/bench_ingest_memory.py).
-    options.enable_cpu_mem_arena = False
+    # Peak memory (bench/bench_ingest_memory.py, docs/models.md). Keep onnxruntime's CPU arena:
+    # without it every activation is a malloc, and glibc's dynamic mmap threshold then serves
+    # the 10-32 MiB attention buffers from the heap, which fragments: one batch of 22 x 175
+    # tokens grew the heap to 812 MB with 189 MB of it in use. The arena reuses its own blocks
+    # instead, and holds at most what the largest batch needs, which the token budget bounds.
+    # Memory patterns stay off: they plan (and keep) one block per input shape, and every
+    # batch here has its own width.
+    options.enable_cpu_mem_arena = True
     options.enable_mem_pattern = False
     # Load from the bytes we hashed, so the checked file is the file that runs.
     session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
