@@ -158,7 +158,9 @@ class MiniLmEmbedder:
 
     Texts longer than ``max_tokens`` WordPiece tokens (``[CLS]`` and ``[SEP]`` included) are
     truncated: the vector describes their beginning. Each call sorts its texts by token length
-    and pads each batch of ``batch_size`` only to its longest text, then restores input order.
+    and pads each batch only to its longest text, then restores input order; a batch holds at
+    most ``batch_size`` rows and ``batch_tokens`` padded tokens (rows x width), which bounds
+    the activations and so the peak memory (docs/models.md, "Memory").
     The model and tokenizer load on the first ``embed`` (or ``load()``), once, under a lock;
     the constructor imports nothing heavy. ``threads`` sets onnxruntime's intra-op threads
     (default: every core this process may use).
