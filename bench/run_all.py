@@ -28,7 +28,11 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("quality.py", (), ("--limit-queries", "40")),
     ("bench_postgres.py", (), ("--quick",)),
     ("bench_scale_out.py", (), ("--rows", "2000", "--seconds", "3")),
-    ("bench_ingest_memory.py", ("--files", "12", "--kb", "16"), ("--files", "2", "--kb", "4")),
+    (
+        "bench_ingest_memory.py",
+        ("--files", "12", "--kb", "16"),
+        ("--files", "2", "--kb", "4", "--rounds", "1"),
+    ),
     ("bench_generation_history.py", ("--postgres",), ("--sources", "200", "--repeat", "3")),
 )
 
