@@ -12,7 +12,7 @@ Variants (MiniLM settings; ``after`` is the shipped code as is, the others repro
 settings in the child through MiniLmEmbedder's batch_tokens and onnxruntime's SessionOptions):
 
   before  32 rows a batch whatever their width, onnxruntime arena and memory patterns on
-          (the settings issue 12 measured at 1.9 GB)
+          (the settings under which issue 12 saw 1.9 GB on its own corpus)
   main    batches of at most 4,096 padded tokens, arena and memory patterns off (5790a91)
   after   the current defaults: 4,096-token batches, arena on, memory patterns off
   hash    `--embedder hash`: the floor without a model
