@@ -210,7 +210,7 @@ def main() -> None:
     print("median per variant:")
     for variant, runs in results.items():
         summary = {
-            key: statistics.median(float(str(r[key])) for r in runs)
+            key: round(statistics.median(float(str(r[key])) for r in runs), 2)
             for key in ("peak_rss_mb", "chunks_per_s", "chunks_per_cpu_s", "seconds", "cpu_s")
         }
         print(json.dumps({"variant": variant, "runs": len(runs), **summary}), flush=True)
