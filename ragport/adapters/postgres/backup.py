@@ -144,6 +144,7 @@ def restore_schema(url: str, path: str | os.PathLike[str], *, schema: str = "rag
     )
     with translate_errors("analyze restored schema"), psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"ANALYZE {quote_schema(schema)}.records")
+        conn.execute(f"ANALYZE {quote_schema(schema)}.record_vectors")
 
 
 def copy_schema(

@@ -1,5 +1,8 @@
 """Index management: one partial HNSW index (cosine) per vector dimension, and the first ANALYZE.
 
+The HNSW indexes (``records_hnsw_<d>``) are on ``record_vectors``, where the vectors live
+since migration 4.
+
 An index is created on the first write of its dimension: by ``PostgresStore.prepare`` outside
 any write transaction (creating it takes a lock that conflicts with open writers), or, for a
 unit of work opened without ``prepare``, inside the write transaction.
@@ -55,7 +58,7 @@ class VectorIndexes:
         conn.execute(text("SET LOCAL maintenance_work_mem = '1GB'"))
         conn.execute(
             text(
-                f"CREATE INDEX IF NOT EXISTS records_hnsw_{dimensions} ON {self._s}.records "
+                f"CREATE INDEX IF NOT EXISTS records_hnsw_{dimensions} ON {self._s}.record_vectors "
                 f"USING hnsw ((embedding::vector({dimensions})) vector_cosine_ops) "
                 f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) "
                 f"WHERE dimensions = {dimensions}"
@@ -89,5 +92,6 @@ class VectorIndexes:
             self._analyzed = True
         elif row is not None and row.live >= 1_000:
             conn.execute(text(f"ANALYZE {self._s}.records"))
+            conn.execute(text(f"ANALYZE {self._s}.record_vectors"))
             conn.commit()
             self._analyzed = True

@@ -107,13 +107,34 @@ def foreign_rows_sql(s: str) -> str:
     return pointer_cte(s) + f"SELECT * FROM ({foreign_sql(s)}) x"
 
 
+def _nearest(s: str, dims: int, order: str, where: str, tables: str = "") -> str:
+    """The row keys (and ``distance``) of the nearest vectors to ``:q`` whose record passes
+    ``where``, in ``order``.
+
+    ``where`` (on ``records r``, and on ``tables`` when it joins them) is checked per candidate
+    by a correlated scalar subquery inside the HNSW scan's own filter, not by a join: the
+    planner then has no cheaper-looking exact plan than the index walk, and pgvector's
+    iterative scan keeps producing candidates until ``LIMIT`` rows passed the predicate.
+    """
+    return (
+        f"SELECT v.row_key, (v.embedding::vector({dims}) <=> :q) AS distance "
+        f"FROM {s}.record_vectors v WHERE v.tenant_id = :t AND v.resource_id = :r "
+        f"AND v.corpus_id = :c AND v.dimensions = {dims} "
+        f"AND (SELECT true FROM {s}.records r{tables} WHERE {where} "
+        f"AND r.row_key = v.row_key) {order}"
+    )
+
+
 def vector_leg(s: str, dims: int, limit: int, where: str) -> tuple[str, str]:
     """``(leg, order)``: the nearest ``limit`` rows of ``dims`` dimensions to ``:q`` that pass
-    ``where`` (``RECORD_COLUMNS`` and ``distance``), and its ORDER BY ... LIMIT clause."""
-    order = f"ORDER BY r.embedding::vector({dims}) <=> :q LIMIT {int(limit)}"
+    ``where`` (``RECORD_COLUMNS`` and ``distance``), and its ORDER BY ... LIMIT clause.
+
+    The vectors are in ``record_vectors`` (HNSW there); the chosen keys are joined back to
+    their ``records`` rows (one index probe each) for the columns."""
+    order = f"ORDER BY v.embedding::vector({dims}) <=> :q LIMIT {int(limit)}"
     leg = (
-        f"SELECT {R_COLUMNS}, (r.embedding::vector({dims}) <=> :q) AS distance "
-        f"FROM {s}.records r WHERE r.dimensions = {dims} AND {where} {order}"
+        f"SELECT {R_COLUMNS}, x.distance FROM ({_nearest(s, dims, order, where)}) x "
+        f"JOIN {s}.records r ON {RSCOPE} AND r.row_key = x.row_key"
     )
     return leg, order
 
@@ -146,8 +167,8 @@ def vector_top(s: str, dims: int, order: str) -> Callable[[str], str]:
     """The vector leg's ``top`` for ``denied_sql``."""
     return lambda where: (
         ", top AS (SELECT r.source_id, r.kind, r.roots "
-        f"FROM {s}.records r, sc, tb "
-        f"WHERE r.dimensions = {dims} AND {where} {order})"
+        f"FROM ({_nearest(s, dims, order, where, ', sc, tb')}) x "
+        f"JOIN {s}.records r ON {RSCOPE} AND r.row_key = x.row_key)"
     )
 
 

@@ -1,4 +1,5 @@
-"""Row conversion: the ``records`` columns read back as a ``Record``, and the COPY row layout."""
+"""Row conversion: the ``records`` columns read back as a ``Record``, and the COPY row layouts
+(``records`` and ``record_vectors``)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ __all__ = [
     "COPY_TYPES",
     "RECORD_COLUMNS",
     "R_COLUMNS",
+    "VECTOR_COPY_COLUMNS",
+    "VECTOR_COPY_TYPES",
     "copy_row",
     "grant",
     "record",
+    "vector_row",
 ]
 
 RECORD_COLUMNS = (
@@ -35,7 +39,7 @@ COPY_COLUMNS = (
     "kind",
     "text",
     "metadata",
-    "embedding",
+    "row_key",
     "embedder_id",
     "dimensions",
     "retired_generation",
@@ -48,9 +52,19 @@ COPY_COLUMNS = (
 )
 """The binary COPY of ``records.add``: these columns, with ``COPY_TYPES``, as ``copy_row``."""
 COPY_TYPES = [
-    "text", "text", "text", "text", "int8", "text", "text", "text", "jsonb", "vector", "text",
+    "text", "text", "text", "text", "int8", "text", "text", "text", "jsonb", "int8", "text",
     "int4", "int8", "text", "text[]", "text[]", "int4", "int4", "int4",
 ]  # fmt: skip
+VECTOR_COPY_COLUMNS = (
+    "tenant_id",
+    "resource_id",
+    "corpus_id",
+    "row_key",
+    "dimensions",
+    "embedding",
+)
+"""The binary COPY into ``record_vectors``, with ``VECTOR_COPY_TYPES``, as ``vector_row``."""
+VECTOR_COPY_TYPES = ["text", "text", "text", "int8", "int4", "vector"]
 
 
 def record(scope: Scope, row: Any) -> Record:
@@ -85,12 +99,17 @@ def grant(row: Any) -> Grant:
     )
 
 
-def copy_row(scope: Scope, record: Record, vector: Vector) -> tuple[Any, ...]:
-    """The values of ``record`` (stored with ``vector``) in ``COPY_COLUMNS`` order."""
+def copy_row(scope: Scope, record: Record, row_key: int) -> tuple[Any, ...]:
+    """The values of ``record`` (its vector under ``row_key``) in ``COPY_COLUMNS`` order."""
     return (
         scope.tenant_id, scope.resource_id, scope.corpus_id, record.id, record.generation,
-        record.source_id, record.kind, record.text, Jsonb(record.metadata), vector,
+        record.source_id, record.kind, record.text, Jsonb(record.metadata), row_key,
         record.embedder_id, record.dimensions, record.retired_generation,
         record.content_hash, list(record.lineage), list(record.roots),
         record.chunk_index, record.start, record.end,
     )  # fmt: skip
+
+
+def vector_row(scope: Scope, row_key: int, dimensions: int, vector: Vector) -> tuple[Any, ...]:
+    """The ``record_vectors`` row of ``row_key`` in ``VECTOR_COPY_COLUMNS`` order."""
+    return (scope.tenant_id, scope.resource_id, scope.corpus_id, row_key, dimensions, vector)

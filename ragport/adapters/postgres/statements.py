@@ -2,12 +2,17 @@
 
 ``s`` is the quoted schema, the only identifier interpolated; ``where`` fragments are fixed
 SQL of this package. Every statement names the full scope (``:t``, ``:r``, ``:c``).
+
+Vectors live in ``record_vectors`` under the record's ``row_key`` (migration 4): they are
+written once, by ``copy_vectors``, and deleted in the same statement as their record
+(``delete_records``). Every other write (retire, restore, re-key, lineage) updates the narrow
+``records`` row only, so no statement here creates a new version of a vector.
 """
 
 from __future__ import annotations
 
 from ragport.adapters.postgres.predicate import RSCOPE, SCOPE
-from ragport.adapters.postgres.rows import COPY_COLUMNS, RECORD_COLUMNS
+from ragport.adapters.postgres.rows import COPY_COLUMNS, RECORD_COLUMNS, VECTOR_COPY_COLUMNS
 
 __all__ = [
     "DISCARD_ABOVE",
@@ -15,7 +20,9 @@ __all__ = [
     "PURGE_RETIRED",
     "PURGE_SOURCE",
     "added_stats",
+    "allocate_keys",
     "copy_records",
+    "copy_vectors",
     "delete_records",
     "dependents_sql",
     "fold_stats",
@@ -76,9 +83,22 @@ def owners_sql(s: str) -> str:
     )
 
 
+def allocate_keys(s: str) -> str:
+    """``:n`` fresh row keys, one per row (a sequence: unique across the schema)."""
+    return f"SELECT nextval('{s}.record_keys') AS k FROM generate_series(1, :n)"
+
+
 def copy_records(s: str) -> str:
     """The binary COPY of ``rows.COPY_COLUMNS``."""
     return f"COPY {s}.records ({', '.join(COPY_COLUMNS)}) FROM STDIN WITH (FORMAT BINARY)"
+
+
+def copy_vectors(s: str) -> str:
+    """The binary COPY of ``rows.VECTOR_COPY_COLUMNS``."""
+    return (
+        f"COPY {s}.record_vectors ({', '.join(VECTOR_COPY_COLUMNS)}) "
+        "FROM STDIN WITH (FORMAT BINARY)"
+    )
 
 
 def staged_source_sql(s: str) -> str:
@@ -91,13 +111,16 @@ def staged_source_sql(s: str) -> str:
 
 
 def delete_records(s: str, where: str) -> str:
-    """Physically remove the scope's rows matching ``where`` (one of the fragments below), and
-    their share of the lexical statistics; answers how many rows went."""
+    """Physically remove the scope's rows matching ``where`` (one of the fragments below),
+    their vectors and their share of the lexical statistics; answers how many rows went."""
     return with_stats(
         s,
         f"DELETE FROM {s}.records WHERE {SCOPE} AND {where} "
-        f"RETURNING retired_generation AS plus, generation AS minus, tsv, {NAMED_BY}",
-        "SELECT count(*) FROM chg",
+        f"RETURNING retired_generation AS plus, generation AS minus, tsv, row_key, {NAMED_BY}",
+        # A data-modifying CTE runs whether or not the final SELECT reads it.
+        f", vx AS (DELETE FROM {s}.record_vectors v WHERE v.tenant_id = :t "
+        "AND v.resource_id = :r AND v.corpus_id = :c "
+        "AND v.row_key IN (SELECT chg.row_key FROM chg)) SELECT count(*) FROM chg",
     )
 
 

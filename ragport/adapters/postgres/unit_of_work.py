@@ -2,7 +2,9 @@
 
 The unit of work holds the scope's counter, pointer and floor as read under ``FOR UPDATE``;
 the generation repository writes them back on every change. Records are written with binary
-COPY (one round trip per batch, ~4x text parameters).
+COPY (one round trip per batch, ~4x text parameters): the rows into ``records``, their vectors
+into ``record_vectors`` under fresh row keys (``statements.allocate_keys``). No later write of
+the unit of work touches a vector (see ``statements``).
 """
 
 from __future__ import annotations
@@ -46,16 +48,25 @@ class _Records:
                 ),
             ).all()
             check_stored_ids(records, owners)
-            uow.indexes.ensure(conn, int(matrix.shape[1]))
+            dims = int(matrix.shape[1])
+            uow.indexes.ensure(conn, dims)
+            keys = [
+                int(row.k)
+                for row in conn.execute(
+                    text(statements.allocate_keys(uow.s)), {"n": len(records)}
+                ).all()
+            ]
             with conn.begin_nested():
                 dbapi = driver_connection(conn)
-                with (
-                    dbapi.cursor() as cur,
-                    cur.copy(statements.copy_records(uow.s)) as copy,
-                ):
-                    copy.set_types(rows.COPY_TYPES)
-                    for record, vector in zip(records, matrix, strict=True):
-                        copy.write_row(rows.copy_row(uow.scope, record, vector))
+                with dbapi.cursor() as cur:
+                    with cur.copy(statements.copy_records(uow.s)) as copy:
+                        copy.set_types(rows.COPY_TYPES)
+                        for record, key in zip(records, keys, strict=True):
+                            copy.write_row(rows.copy_row(uow.scope, record, key))
+                    with cur.copy(statements.copy_vectors(uow.s)) as copy:
+                        copy.set_types(rows.VECTOR_COPY_TYPES)
+                        for key, vector in zip(keys, matrix, strict=True):
+                            copy.write_row(rows.vector_row(uow.scope, key, dims, vector))
             conn.execute(
                 text(statements.added_stats(uow.s)),
                 scope_params(
