@@ -384,7 +384,6 @@ def _wait_until_blocked(engine, schema: str, blocker_pid: int, timeout: float = 
 
 def test_unique_violation_from_a_concurrent_insert_does_not_leak_text(store, pg_engine, pg_schema):
     """A real UniqueViolation surfaces typed and without the record text. If this fails, check _driver.py _translate."""
-    vector = "[" + ",".join(["0.1"] * 32) + "]"
     # The HNSW index exists first, so the writer blocks on the unique index, not on creating it.
     store.prepare(SCOPE, dimensions=32)
     blocker = pg_engine.connect()
@@ -393,11 +392,10 @@ def test_unique_violation_from_a_concurrent_insert_does_not_leak_text(store, pg_
         blocker.execute(
             text(
                 f'INSERT INTO "{pg_schema}".records (tenant_id, resource_id, corpus_id, id, '
-                "generation, source_id, kind, text, embedding, dimensions) VALUES "
-                "(:t, :r, :c, 'doc#0001', 1, 'doc', 'chunk', 'placeholder', "
-                "CAST(:v AS vector), 32)"
+                "generation, source_id, kind, text, row_key, dimensions) VALUES "
+                "(:t, :r, :c, 'doc#0001', 1, 'doc', 'chunk', 'placeholder', -1, 32)"
             ),
-            {"t": SCOPE.tenant_id, "r": SCOPE.resource_id, "c": SCOPE.corpus_id, "v": vector},
+            {"t": SCOPE.tenant_id, "r": SCOPE.resource_id, "c": SCOPE.corpus_id},
         )
         status = InMemoryStatusStore()
         outcome: list[BaseException | object] = []

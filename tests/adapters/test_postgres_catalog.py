@@ -29,6 +29,7 @@ EXPECTED_TABLES = {
     "sync_checkpoints",
     "lexical_stats",
     "lexical_terms",
+    "record_vectors",
 }
 
 
@@ -135,7 +136,8 @@ def test_every_table_but_bookkeeping_has_a_not_null_tenant_id(store, pg_engine, 
 
 
 def test_records_columns_types_storage_and_generated_tsvector(store, pg_engine, pg_schema):
-    """Columns, STORAGE PLAIN, generated tsv. If this fails, check schema.py _v1."""
+    """Columns, STORAGE PLAIN vectors in record_vectors, generated tsv. If this fails, check
+    schema.py _v1 and _v4."""
     cols = {
         r.column_name: r
         for r in _rows(
@@ -154,7 +156,7 @@ def test_records_columns_types_storage_and_generated_tsvector(store, pg_engine, 
         "kind": "text",
         "text": "text",
         "metadata": "jsonb",
-        "embedding": "vector",
+        "row_key": "int8",
         "embedder_id": "text",
         "dimensions": "int4",
         "generation": "int8",
@@ -164,6 +166,7 @@ def test_records_columns_types_storage_and_generated_tsvector(store, pg_engine, 
         "tsv": "tsvector",
     }
     assert {k: cols[k].udt_name for k in expected_udt if k in cols} == expected_udt
+    assert "embedding" not in cols, "vectors live in record_vectors"
     assert cols["tsv"].is_generated == "ALWAYS"
     assert "to_tsvector" in cols["tsv"].generation_expression
     assert "text" in cols["tsv"].generation_expression
@@ -174,8 +177,14 @@ def test_records_columns_types_storage_and_generated_tsvector(store, pg_engine, 
         "WHERE attrelid = CAST(:rel AS regclass) AND attname IN ('embedding', 'tsv')",
         rel=f'"{pg_schema}".records',
     )
+    vectors = _rows(
+        pg_engine,
+        "SELECT attname, attstorage FROM pg_attribute "
+        "WHERE attrelid = CAST(:rel AS regclass) AND attname = 'embedding'",
+        rel=f'"{pg_schema}".record_vectors',
+    )
     by_name = {r.attname: r for r in storage}
-    assert by_name["embedding"].attstorage == "p", "embedding is STORAGE PLAIN (no TOAST)"
+    assert [r.attstorage for r in vectors] == ["p"], "embedding is STORAGE PLAIN (no TOAST)"
     assert by_name["tsv"].attgenerated == "s", "tsv is a STORED generated column"
 
 
@@ -190,8 +199,9 @@ def test_records_has_gin_indexes_on_lineage_and_tsv(store, pg_engine, pg_schema)
 
 
 def test_first_write_of_a_dimension_creates_its_cosine_hnsw_index(store, pg_engine, pg_schema):
-    """8-dim write -> HNSW cosine index. If this fails, check indexes.py VectorIndexes.ensure."""
-    assert not [ix for ix in _indexes(pg_engine, pg_schema, "records") if ix.am == "hnsw"]
+    """8-dim write -> HNSW cosine index on record_vectors. If this fails, check indexes.py
+    VectorIndexes.ensure."""
+    assert not [ix for ix in _indexes(pg_engine, pg_schema, "record_vectors") if ix.am == "hnsw"]
     ragport.replace_source(
         source_id="doc",
         chunks=[ragport.Chunk.of("doc", 0, "hello vector index")],
@@ -199,7 +209,8 @@ def test_first_write_of_a_dimension_creates_its_cosine_hnsw_index(store, pg_engi
         store=store,
         scope=SCOPE,
     )
-    hnsw = [ix for ix in _indexes(pg_engine, pg_schema, "records") if ix.am == "hnsw"]
+    assert not [ix for ix in _indexes(pg_engine, pg_schema, "records") if ix.am == "hnsw"]
+    hnsw = [ix for ix in _indexes(pg_engine, pg_schema, "record_vectors") if ix.am == "hnsw"]
     assert len(hnsw) == 1
     (ix,) = hnsw
     assert ix.opclass == "vector_cosine_ops"

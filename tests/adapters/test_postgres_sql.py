@@ -87,7 +87,7 @@ def test_the_vector_statement_binds_exactly_what_the_store_passes(
         params.update(e="hash-v1:3", ed=3)
     sql = queries.vector_sql(S, leg, guarded=guarded)
     assert binds(sql) == set(params)
-    assert "vector(3)" in leg and "r.dimensions = 3" in leg and order.endswith("LIMIT 7")
+    assert "vector(3)" in leg and "v.dimensions = 3" in leg and order.endswith("LIMIT 7")
     if authorization is not None:
         top = queries.vector_top(S, 3, order)
         denied = queries.denied_sql(S, top(pred.predicate(S, dict(params), None, FILTER)))

@@ -7,66 +7,52 @@ Quirks worth knowing:
   selects come from the same MVCC snapshot, never a mix of two generations.
 - A unit of work locks its scope's row (``SELECT ... FOR UPDATE``): writers of one scope are
   serialized, readers never wait.
-- Records are written with binary COPY (one round trip per batch, ~4x text parameters).
-- One partial HNSW index (cosine) per vector dimension in use, created on first write of that
-  dimension. Queries run with iterative scans (``strict_order``; ``relaxed_order`` under
-  grants or a filter, for recall) so selective predicates
+- Records are written with binary COPY (one round trip per batch, ~4x text parameters); their
+  vectors go to ``record_vectors`` (keyed by ``records.row_key``), written once: retiring,
+  restoring and re-keying rows update the narrow ``records`` row only.
+- One partial HNSW index (cosine) per vector dimension in use, on ``record_vectors``, created
+  on first write of that dimension. Queries run with iterative scans (``strict_order``;
+  ``relaxed_order`` under grants or a filter, for recall) so selective predicates
   (grants, filters, tombstones, generations) still yield ``limit`` rows.
 
-Where things are: this module wires connections, reads and units of work together. The SQL
-is built by pure functions in ``predicate.py`` (the shared WHERE), ``queries.py`` (the legs,
-the denial report, the small reads) and ``statements.py`` (the unit of work's writes); rows
-become records in ``rows.py``; reads run on psycopg through ``reads.py``; the unit of work
-and its repositories are ``unit_of_work.py``; HNSW indexes and the first ANALYZE are
-``indexes.py``.
-
-Read replicas (``read_url``): reads that serve retrieval (the legs, the drift guard, the
-tombstone list) and status reads go to the replica; writes, every read inside a unit of work,
-the reads write paths decide on (``get_by_source``, ``current_generation``) and the access
-recheck gate (``check_source_access``: grants where they are freshest) go to the primary.
-Lag is explicit: ``with_min_position(position)`` gives a view whose replica reads first wait
-(up to ``replica_wait`` seconds) for the replica to replay ``position``, then fall back to the
-primary or raise ``ReplicaLagError`` (``replica_fallback``). The routing lives in
-``_read``; the SQL builders know nothing of it.
+Where things are: this module wires reads and units of work together; connections, the
+schema check and read-replica routing are ``connections.py``. The SQL is built by pure
+functions in ``predicate.py`` (the shared WHERE), ``queries.py`` (the legs, the denial
+report, the small reads) and ``statements.py`` (the unit of work's writes); rows become
+records in ``rows.py``; reads run on psycopg through ``reads.py``; the unit of work and its
+repositories are ``unit_of_work.py``; HNSW indexes and the first ANALYZE are ``indexes.py``.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 import numpy as np
-import psycopg
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Engine, text
 
 from ragport.adapters.postgres import queries, reads, statements
-from ragport.adapters.postgres._driver import driver_connection, make_engine, translate_errors
+from ragport.adapters.postgres._driver import translate_errors
+from ragport.adapters.postgres.connections import Fallback, StoreConnections
 from ragport.adapters.postgres.indexes import VectorIndexes
-from ragport.adapters.postgres.predicate import predicate, scope_params
+from ragport.adapters.postgres.predicate import (
+    RSCOPE,
+    VISIBLE,
+    pointer_cte,
+    predicate,
+    scope_params,
+)
 from ragport.adapters.postgres.reads import RawRead, one_snapshot
 from ragport.adapters.postgres.rows import grant, record
 from ragport.adapters.postgres.schema import (
-    LATEST_VERSION,
-    current_version,
-    quote_schema,
     upgrade,
     validate_partitions,
-    validate_schema_name,
     validate_text_search_config,
 )
 from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork, read_grants
-from ragport.domain.errors import (
-    CapabilityError,
-    ReplicaLagError,
-    ScopeError,
-    StoreError,
-    ValidationError,
-)
+from ragport.domain.errors import CapabilityError, ScopeError, ValidationError
 from ragport.domain.filters import Filter
 from ragport.domain.model import (
     AccessDecision,
@@ -84,20 +70,10 @@ from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredR
 
 __all__ = ["PostgresStore"]
 
-_T = TypeVar("_T")
-Fallback = Literal["primary", "raise"]
-# After a replica failed to answer, reads skip it for this long (then try it again).
-REPLICA_RETRY_SECONDS = 2.0
-_REPLAYED = (
-    "SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
-    "ELSE pg_current_wal_lsn() END::text AS lsn, "
-    "CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
-    "ELSE pg_current_wal_lsn() END >= CAST(:pos AS pg_lsn) AS ok"
-)
 _VectorAnswer = tuple[frozenset[EmbedderKey], tuple[ScoredRecord, ...]]
 
 
-class PostgresStore:
+class PostgresStore(StoreConnections):
     """A ChunkStore on PostgreSQL with pgvector.
 
     ``url_or_engine`` is a ``postgresql://`` URL or a SQLAlchemy Engine (psycopg 3 driver).
@@ -129,83 +105,18 @@ class PostgresStore:
         replica_wait: float = 1.0,
         partitions: int | None = None,
     ):
-        self._schema = validate_schema_name(schema)
-        self._s = quote_schema(schema)
         self._ts_config = validate_text_search_config(text_search_config)
         self._partitions = validate_partitions(partitions)
-        if replica_fallback not in ("primary", "raise"):
-            raise ValidationError(
-                "replica_fallback must be 'primary' or 'raise'", field="replica_fallback"
-            )
-        if not (isinstance(replica_wait, int | float) and 0 <= replica_wait <= 60):
-            raise ValidationError("replica_wait must be 0..60 seconds", field="replica_wait")
-        self._engine = make_engine(url_or_engine)
-        self._replica = None if read_url is None else make_engine(read_url)
-        self._fallback: Fallback = replica_fallback
-        self._wait = float(replica_wait)
-        self._min_position: str | None = None
-        self._caught_up = False
-        self._replica_down_until = [0.0]  # shared by the views of this store
-        self._writes = threading.local()
+        super().__init__(
+            url_or_engine,
+            schema=schema,
+            read_url=read_url,
+            replica_fallback=replica_fallback,
+            replica_wait=replica_wait,
+        )
         self._indexes = VectorIndexes(self._schema, self._s)
-        self._checked = False
         if create:
             self.upgrade()
-
-    @property
-    def engine(self) -> Engine:
-        return self._engine
-
-    @property
-    def read_engine(self) -> Engine | None:
-        """The replica's Engine (``None`` without ``read_url``)."""
-        return self._replica
-
-    @property
-    def schema(self) -> str:
-        return self._schema
-
-    # -- replica positions -------------------------------------------------------------------------
-    @property
-    def last_write_position(self) -> str | None:
-        """The WAL position (LSN, ``'0/3000148'``) at or after this thread's last commit
-        through this store; ``None`` before the first. Hand it to ``with_min_position``."""
-        position: str | None = getattr(self._writes, "position", None)
-        return position
-
-    def write_position(self) -> str:
-        """The primary's current WAL position: at or after every write committed so far."""
-        with translate_errors("read WAL position"), self._engine.connect() as conn:
-            return str(conn.execute(text("SELECT pg_current_wal_lsn()::text")).scalar_one())
-
-    def with_min_position(
-        self,
-        position: str | None,
-        *,
-        fallback: Fallback | None = None,
-        wait: float | None = None,
-    ) -> PostgresStore:
-        """A view of this store whose reads see at least WAL ``position`` (read-your-writes).
-
-        Its replica reads first wait up to ``wait`` seconds (default ``replica_wait``) for the
-        replica to replay ``position``; past that they run on the primary (``fallback=
-        "primary"``) or raise ``ReplicaLagError`` (``"raise"``). Never a stale answer.
-        ``None`` means no requirement. The view shares this store's engines.
-        """
-        if position is not None:
-            _check_position(position)
-        view = copy.copy(self)
-        view._min_position = position
-        view._caught_up = False
-        if fallback is not None:
-            if fallback not in ("primary", "raise"):
-                raise ValidationError("fallback must be 'primary' or 'raise'", field="fallback")
-            view._fallback = fallback
-        if wait is not None:
-            if not (isinstance(wait, int | float) and 0 <= wait <= 60):
-                raise ValidationError("wait must be 0..60 seconds", field="wait")
-            view._wait = float(wait)
-        return view
 
     @property
     def capabilities(self) -> Capabilities:
@@ -235,134 +146,6 @@ class PostgresStore:
             )
         self._checked = True
         return applied
-
-    def _check_schema(self, conn: Connection) -> None:
-        if self._checked:
-            return
-        version = current_version(conn, self._schema)
-        if version != LATEST_VERSION:
-            raise StoreError(
-                f"schema {self._schema!r} is at version {version}, expected {LATEST_VERSION}; "
-                "run `ragport db upgrade` or PostgresStore(..., create=True)"
-            )
-        self._checked = True
-
-    # -- connections -----------------------------------------------------------------------------
-    @contextmanager
-    def _connect(self, operation: str, *, read: bool = False) -> Iterator[Any]:
-        """A pooled connection: a SQLAlchemy ``Connection`` for writes, a ``RawRead`` for reads.
-
-        Reads are single statements (one snapshot each), so they run in autocommit: no
-        BEGIN/ROLLBACK round trips around them. They take the pooled DBAPI connection itself
-        (no SQLAlchemy ``Connection`` around it) and hand it back in its default mode.
-        """
-        if read:
-            with self._raw_read(operation) as raw:
-                yield raw
-            return
-        with translate_errors(operation), self._engine.connect() as conn:
-            self._check_schema(conn)
-            driver_connection(conn)
-            yield conn
-
-    @contextmanager
-    def _raw_read(self, operation: str, engine: Engine | None = None) -> Iterator[RawRead]:
-        with translate_errors(operation):
-            if not self._checked:
-                with self._engine.connect() as conn:
-                    self._check_schema(conn)
-            fairy = (engine or self._engine).raw_connection()
-            dbapi = fairy.driver_connection
-            assert isinstance(dbapi, psycopg.Connection)
-            mode = dbapi.autocommit  # False unless the host's Engine is AUTOCOMMIT itself
-            try:
-                dbapi.autocommit = True
-                raw = RawRead(fairy)
-                driver_connection(raw)
-                yield raw
-            except psycopg.Error:
-                # Statements run straight on psycopg bypass SQLAlchemy's disconnect detection:
-                # a connection that lost its server must not go back into the pool.
-                if dbapi.closed or dbapi.broken:
-                    fairy.invalidate()
-                raise
-            finally:
-                if not (dbapi.closed or dbapi.broken):
-                    try:
-                        dbapi.autocommit = mode  # as the pool lent it, for the next user
-                    except psycopg.Error:
-                        fairy.invalidate()
-                fairy.close()  # back to the pool (or discarded if invalidated)
-
-    def _read(self, operation: str, run: Callable[[RawRead], _T], *, replica: bool = False) -> _T:
-        """One read on an autocommit connection, retried once if that connection was dead.
-
-        A pooled connection that lost its server (a restart, an idle timeout) fails its
-        first statement; the pool then discards it and the read runs again on a fresh one.
-        Reads change nothing, so running one twice is safe.
-
-        ``replica=True`` reads may run on the read replica (see the class docstring): when it
-        is unreachable or behind ``min_position``, the read runs on the primary instead, or
-        raises, as configured.
-        """
-        if replica and self._replica is not None:
-            if time.monotonic() >= self._replica_down_until[0]:
-                try:
-                    return self._read_on(operation, run, replica=True)
-                except ReplicaLagError:
-                    if self._fallback == "raise":
-                        raise
-                except StoreError as exc:
-                    if not exc.lost_connection:
-                        raise
-                    self._replica_down_until[0] = time.monotonic() + REPLICA_RETRY_SECONDS
-                    if self._fallback == "raise":
-                        raise
-            elif self._fallback == "raise":
-                raise StoreError(
-                    f"{operation}: the read replica did not answer recently", lost_connection=True
-                )
-        return self._read_on(operation, run)
-
-    def _read_on(
-        self, operation: str, run: Callable[[RawRead], _T], *, replica: bool = False
-    ) -> _T:
-        def attempt() -> _T:
-            if replica:
-                with self._raw_read(operation, self._replica) as conn:
-                    self._await_position(conn)
-                    return run(conn)
-            with self._connect(operation, read=True) as conn:
-                return run(conn)
-
-        try:
-            return attempt()
-        except StoreError as exc:
-            if not exc.lost_connection:
-                raise
-        return attempt()
-
-    def _await_position(self, conn: RawRead) -> None:
-        """Wait (up to ``replica_wait``) until the replica has replayed ``min_position``."""
-        if self._min_position is None or self._caught_up:
-            return
-        deadline = time.monotonic() + self._wait
-        delay = 0.002
-        while True:
-            row = reads.fetch(conn, _REPLAYED, {"pos": self._min_position})[0]
-            if row.ok:
-                self._caught_up = True  # replay only moves forward on one server
-                return
-            if time.monotonic() >= deadline:
-                raise ReplicaLagError(
-                    f"the read replica had not replayed WAL position {self._min_position} "
-                    f"within {self._wait:g} s",
-                    position=self._min_position,
-                    replayed=row.lsn,
-                    waited=self._wait,
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
 
     def prepare(self, scope: Scope, *, dimensions: int) -> None:
         """Create the HNSW index for ``dimensions`` if missing, outside any write transaction.
@@ -751,8 +534,6 @@ class PostgresStore:
     def list_source_ids(
         self, scope: Scope, *, after: str | None = None, limit: int = 1_000
     ) -> Sequence[str]:
-        from ragport.adapters.postgres.predicate import RSCOPE, VISIBLE, pointer_cte
-
         sql = (
             pointer_cte(self._s) + f'SELECT DISTINCT r.source_id COLLATE "C" AS source_id '
             f"FROM {self._s}.records r, sc WHERE {RSCOPE} AND {VISIBLE} AND r.kind = 'chunk' "
@@ -769,16 +550,3 @@ class PostgresStore:
         from ragport.adapters.postgres.history import generation_history
 
         return generation_history(self._read, self._s, scope, limit=limit, max_ids=max_ids)
-
-
-def _check_position(position: object) -> None:
-    """A WAL position as PostgreSQL prints it (``X/Y``, hex), checked before it is bound."""
-    parts = position.split("/") if isinstance(position, str) else []
-    if len(parts) != 2 or not all(0 < len(p) <= 8 for p in parts):
-        raise ValidationError("position must be a WAL LSN like '0/3000148'", field="position")
-    try:
-        int(parts[0], 16), int(parts[1], 16)
-    except ValueError:
-        raise ValidationError(
-            "position must be a WAL LSN like '0/3000148'", field="position"
-        ) from None
