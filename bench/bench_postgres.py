@@ -14,9 +14,12 @@ is part of the write cost); every chunk carries ``{"tag": "tNN"}``, 20 equally l
 1. Ingest: rows/s through ``replace_source`` (one call per 100-chunk source; a precomputed
    embedder keeps embedding out) into one fresh schema, against one raw binary
    ``COPY ... FROM STDIN (FORMAT BINARY)`` of the same rows and columns, in one transaction,
-   into a second fresh schema. Both schemas come from ``PostgresStore(create=True)`` and get
-   the adapter's HNSW index (``records_hnsw_384``) *before* loading, so both pay incremental
-   HNSW inserts, the GIN/btree indexes and the generated tsvector.
+   into a second fresh schema: the rows into ``records`` and their vectors into
+   ``record_vectors``, as ``records.add`` writes them. Both schemas come from
+   ``PostgresStore(create=True)`` and get the adapter's HNSW index (``records_hnsw_384``, on
+   ``record_vectors``) *before* loading, so both pay incremental HNSW inserts, the GIN/btree
+   indexes of both tables and the generated tsvector. Then ``replace_source`` of an existing
+   100-chunk source against the first write of one (median of 10 pairs, ``pg_writes.py``).
 2. Retrieve: 200 queries (vectors near random centroids) through
    ``retrieve_context(top_k=10, query_candidates=20)``, interleaved on plain psycopg
    connections with two raw SQL top-k queries. The *raw equivalent* asks the same question
@@ -37,12 +40,14 @@ is part of the write cost); every chunk carries ``{"tag": "tNN"}``, 20 equally l
    re-run on a connection without prepared statements: as planned, with the HNSW scan forced
    and iterative scans on/off, ``ef_search`` 200/400/800, ``relaxed_order`` at 800, and exact
    (no index scans) to cross-check the numpy answers in SQL.
+   (Sections 2 and 3 are skipped with ``--writes-only``.)
 4. ``delete_source`` of a 1,000-row source in one transaction: statements counted with a
    ``before_cursor_execute`` listener on the store's engine (COPY counted by wrapping psycopg's
-   ``Cursor.copy``), median time over 5 runs; a raw ``DELETE`` of another 1,000-row source for
-   scale.
+   ``Cursor.copy``), median time over 5 runs; a raw ``DELETE`` of another 1,000-row source
+   (its rows and their vectors, one statement) for scale.
 
 Run: .venv/bin/python bench/bench_postgres.py [--quick] [--rows N] [--url URL] [--isotropic]
+[--writes-only]
 (--quick: 10,000 rows; default: an embedded server in a temporary directory, stopped at the
 end; with --url the two bench schemas are dropped at the end.) Progress goes to stderr.
 Compare ratios measured in one run: these machines are shared and noisy.
@@ -57,233 +62,88 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
-from pgvector.psycopg import register_vector
+from pg_corpus import (  # re-exported: bench_pg_lexical.py and pg_latency_probe.py use them
+    DIMS,
+    EMBEDDER_ID,
+    PER_SOURCE,
+    SCOPE,
+    SEED,
+    TOP_K,
+    Corpus,
+    PrecomputedEmbedder,
+    exact_top,
+    log,
+    pct,
+    raw_connection,
+)
+from pg_recall import print_recall
+from pg_writes import DELETE_ROWS, DELETE_RUNS, StatementCounter, bench_delete, bench_replace
 from psycopg.types.json import Jsonb
-from sqlalchemy import event
 
-from ragport import Chunk, Scope, delete_source, replace_source, retrieve_context
+from ragport import replace_source, retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server
-from ragport.adapters.postgres import reads as pg_reads
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M
-from ragport.domain.model import Authorization, Grant, chunk_id
 
-DIMS = 384
-PER_SOURCE = 100
-N_CENTROIDS = 500
-TOPICS_PER_SOURCE = 3
-NOISE_RANK = 16
-N_SUPER_TOPICS = 25
-SUBSPACE_SHARE = 0.8
-N_TAGS = 20
-FILTER_TAG = "t07"
-GRANTED_FRACTION = 0.10
+__all__ = ["DIMS", "SCOPE", "SEED", "Corpus", "PrecomputedEmbedder", "main"]
+
 N_QUERIES = 200
-# Raw re-runs of the store's own statement: as planned with the store's settings; with the
-# HNSW ordered scan forced (enable_sort = off) and iterative scans on, off, or a larger
-# ef_search; and exact (no index scans: sequential scan and sort) as an SQL cross-check of
-# the numpy truth.
-RAW_MODES = {
-    "planned": ("hnsw.iterative_scan = strict_order", "hnsw.ef_search = 40"),
-    "hnsw": ("hnsw.iterative_scan = strict_order", "hnsw.ef_search = 40", "enable_sort = off"),
-    "hnsw_off": ("hnsw.iterative_scan = off", "hnsw.ef_search = 40", "enable_sort = off"),
-    "hnsw_ef200": (
-        "hnsw.iterative_scan = strict_order",
-        "hnsw.ef_search = 200",
-        "enable_sort = off",
-    ),
-    "hnsw_ef400": (
-        "hnsw.iterative_scan = strict_order",
-        "hnsw.ef_search = 400",
-        "enable_sort = off",
-    ),
-    "hnsw_ef800": (
-        "hnsw.iterative_scan = strict_order",
-        "hnsw.ef_search = 800",
-        "enable_sort = off",
-    ),
-    "relaxed_ef800": (
-        "hnsw.iterative_scan = relaxed_order",
-        "hnsw.ef_search = 800",
-        "enable_sort = off",
-    ),
-    "exact": ("enable_indexscan = off",),
-}
-N_RECALL_QUERIES = 200
-TOP_K = 10
 CANDIDATES = 20
 CALLS = ("retrieve", "bare", "raw", "store", "drift")
-DELETE_ROWS = 1_000
-DELETE_RUNS = 5
-SEED = 20241203
-EMBEDDER_ID = "bench-precomputed:384"
-SCOPE = Scope("bench", "pg", "corpus")
+# The raw COPY writes what ``records.add`` writes: the rows into ``records`` and their vectors
+# into ``record_vectors`` (migration 4), under keys from the schema's own sequence.
 COPY_COLUMNS = (
     "tenant_id, resource_id, corpus_id, id, generation, source_id, kind, text, metadata, "
-    "embedding, embedder_id, dimensions, retired_generation, content_hash, lineage, roots, "
+    "row_key, embedder_id, dimensions, retired_generation, content_hash, lineage, roots, "
     "chunk_index, start_offset, end_offset"
 )
 COPY_TYPES = [
-    "text", "text", "text", "text", "int8", "text", "text", "text", "jsonb", "vector", "text",
+    "text", "text", "text", "text", "int8", "text", "text", "text", "jsonb", "int8", "text",
     "int4", "int8", "text", "text[]", "text[]", "int4", "int4", "int4",
 ]  # fmt: skip
+VECTOR_COLUMNS = "tenant_id, resource_id, corpus_id, row_key, dimensions, embedding"
+VECTOR_TYPES = ["text", "text", "text", "int8", "int4", "vector"]
+TABLES = ("records", "record_vectors")
 
-
-def log(message: str) -> None:
-    print(f"  .. {message}", file=sys.stderr, flush=True)
-
-
-# -- data ---------------------------------------------------------------------------------------
-def _unit(rows: np.ndarray) -> np.ndarray:
-    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
-
-
-class Corpus:
-    """Clustered vectors, texts, sources and tags for ``n`` chunks (seeded)."""
-
-    def __init__(self, n: int, *, isotropic: bool = False, seed: int = SEED):
-        rng = np.random.default_rng(seed)
-        self.isotropic = isotropic
-        own = _unit(rng.standard_normal((N_CENTROIDS, DIMS)))
-        if isotropic:
-            self.centroids = own
-        else:
-            # Real embedding spaces are anisotropic and topics nest: centroids share a common
-            # direction (unrelated topics at cosine ~0.15) and one of 25 super-topics (~0.45).
-            common = _unit(rng.standard_normal((1, DIMS)))
-            supers = _unit(rng.standard_normal((N_SUPER_TOPICS, DIMS)))
-            group = rng.integers(0, N_SUPER_TOPICS, N_CENTROIDS)
-            self.centroids = _unit(
-                np.sqrt(0.15) * common + np.sqrt(0.30) * supers[group] + np.sqrt(0.55) * own
-            )
-        # Two members of a cluster have cosine ~ 1 / (1 + d sigma^2): 0.6-0.8 across clusters.
-        target = rng.uniform(0.6, 0.8, N_CENTROIDS)
-        self.sigma = np.sqrt((1.0 / target - 1.0) / DIMS)
-        # Real embeddings vary along few directions around a topic: by default most of the
-        # noise lies in a per-cluster subspace of NOISE_RANK directions with a decaying
-        # spectrum. Isotropic noise makes every cluster a small uniform-random cloud, locally
-        # HNSW's worst case again.
-        weights = 1.0 / np.sqrt(np.arange(1, NOISE_RANK + 1))
-        self.spectrum = weights / np.linalg.norm(weights)
-        self.basis = _unit(rng.standard_normal((N_CENTROIDS * NOISE_RANK, DIMS))).reshape(
-            N_CENTROIDS, NOISE_RANK, DIMS
-        )
-        self.popularity = rng.dirichlet(np.full(N_CENTROIDS, 0.5))
-        n_sources = -(-n // PER_SOURCE)
-        self.sources = [f"src-{s:05d}" for s in range(n_sources)]
-        self.source_of = np.arange(n) // PER_SOURCE
-        topics = rng.choice(N_CENTROIDS, size=(n_sources, TOPICS_PER_SOURCE), p=self.popularity)
-        self.cluster = topics[self.source_of, rng.integers(0, TOPICS_PER_SOURCE, n)]
-        self.vectors = self.sample(self.cluster, rng)
-        self.tags = rng.integers(0, N_TAGS, n)
-        self.texts = random_texts(rng, n)
-        self.chunk_index = np.arange(n) % PER_SOURCE
-
-    def sample(self, clusters: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        sigma = self.sigma[clusters, None]
-        if self.isotropic:
-            return _unit(
-                self.centroids[clusters] + rng.standard_normal((len(clusters), DIMS)) * sigma
-            )
-        out = self.centroids[clusters] + rng.standard_normal((len(clusters), DIMS)) * (
-            sigma * np.sqrt(1.0 - SUBSPACE_SHARE)
-        )
-        z = rng.standard_normal((len(clusters), NOISE_RANK)) * self.spectrum
-        z *= sigma * np.sqrt(SUBSPACE_SHARE * DIMS)
-        order = np.argsort(clusters, kind="stable")
-        bounds = np.flatnonzero(np.diff(clusters[order])) + 1
-        for group in np.split(order, bounds):
-            out[group] += z[group] @ self.basis[clusters[group[0]]]
-        return _unit(out)
-
-    def queries(self, count: int, rng: np.random.Generator) -> np.ndarray:
-        return self.sample(rng.choice(N_CENTROIDS, size=count, p=self.popularity), rng)
-
-    def chunk_id(self, i: int) -> str:
-        return chunk_id(self.sources[self.source_of[i]], int(self.chunk_index[i]))
-
-    def chunks(self, s: int) -> list[Chunk]:
-        rows = range(s * PER_SOURCE, min((s + 1) * PER_SOURCE, len(self.texts)))
-        return [
-            Chunk.of(
-                self.sources[s],
-                int(self.chunk_index[i]),
-                self.texts[i],
-                metadata={"tag": f"t{self.tags[i]:02d}"},
-            )
-            for i in rows
-        ]
-
-
-def random_texts(rng: np.random.Generator, n: int) -> list[str]:
-    """``n`` distinct texts of 300-600 characters drawn from a Zipf vocabulary of 5,000 words."""
-    vocab_size = 5_000
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    lengths = rng.integers(3, 11, vocab_size)
-    vocab = ["".join(rng.choice(letters, size=int(k))) for k in lengths]
-    weights = 1.0 / np.arange(1, vocab_size + 1)
-    p = weights / weights.sum()
-    words = rng.choice(vocab_size, size=n * 90, p=p).tolist()
-    targets = rng.integers(300, 601, n).tolist()
-    texts: list[str] = []
-    cursor = 0
-    for i in range(n):
-        parts: list[str] = []
-        size = 0
-        while size < targets[i]:
-            word = vocab[words[cursor % len(words)]]
-            cursor += 1
-            parts.append(word)
-            size += len(word) + 1
-        texts.append(f"Note {i}: " + " ".join(parts)[: targets[i]].rstrip() + ".")
-    return texts
-
-
-class PrecomputedEmbedder:
-    """Maps each known text to its precomputed vector: embedding cost stays out of the timings."""
-
-    id = EMBEDDER_ID
-    dimensions = DIMS
-
-    def __init__(self) -> None:
-        self._vectors: dict[str, np.ndarray] = {}
-
-    def add(self, texts: Sequence[str], vectors: np.ndarray) -> None:
-        for t, v in zip(texts, vectors, strict=True):
-            self._vectors[t] = v
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return np.empty((0, DIMS), dtype=np.float32)
-        return np.stack([self._vectors[t] for t in texts])
-
-
-# -- helpers ------------------------------------------------------------------------------------
-def raw_connection(url: str, *, prepare: bool = True) -> psycopg.Connection[Any]:
-    conn = psycopg.connect(url, autocommit=True)
-    if not prepare:
-        conn.prepare_threshold = None
-    register_vector(conn)
-    return conn
-
-
-_SCOPE_SQL = "tenant_id = %s AND resource_id = %s AND corpus_id = %s AND dimensions = 384"
-_COLUMNS = (
-    "id, source_id, kind, text, metadata, embedder_id, dimensions, generation, "
-    "retired_generation, content_hash, lineage, roots, chunk_index, start_offset, end_offset"
+_SCOPE_SQL = "v.tenant_id = %s AND v.resource_id = %s AND v.corpus_id = %s AND v.dimensions = 384"
+_COLUMNS = ", ".join(
+    "r." + c
+    for c in [
+        "id",
+        "source_id",
+        "kind",
+        "text",
+        "metadata",
+        "embedder_id",
+        "dimensions",
+        "generation",
+        "retired_generation",
+        "content_hash",
+        "lineage",
+        "roots",
+        "chunk_index",
+        "start_offset",
+        "end_offset",
+    ]
+)
+_JOIN = (
+    "r.tenant_id = {a}.tenant_id AND r.resource_id = {a}.resource_id "
+    "AND r.corpus_id = {a}.corpus_id AND r.row_key = {a}.row_key"
 )
 
 
 def bare_topk_sql(schema: str) -> str:
     """The cheapest raw top-10: ids only (params: tenant, resource, corpus, vector)."""
     return (
-        f'SELECT id FROM "{schema}".records WHERE {_SCOPE_SQL} '
-        f"ORDER BY embedding::vector({DIMS}) <=> %s LIMIT {TOP_K}"
+        "SELECT r.id FROM (SELECT v.tenant_id, v.resource_id, v.corpus_id, v.row_key "
+        f'FROM "{schema}".record_vectors v WHERE {_SCOPE_SQL} '
+        f"ORDER BY v.embedding::vector({DIMS}) <=> %s LIMIT {TOP_K}) x "
+        f'JOIN "{schema}".records r ON {_JOIN.format(a="x")}'
     )
 
 
@@ -291,16 +151,17 @@ def equivalent_topk_sql(schema: str) -> str:
     """The raw query for retrieve's answer: the candidate rows with the store's columns and
     distance, live rows of the scope (params: vector, tenant, resource, corpus, vector)."""
     return (
-        f"SELECT {_COLUMNS}, embedding::vector({DIMS}) <=> %s AS distance "
-        f'FROM "{schema}".records WHERE {_SCOPE_SQL} AND retired_generation IS NULL '
-        f"ORDER BY embedding::vector({DIMS}) <=> %s LIMIT {CANDIDATES}"
+        f"SELECT {_COLUMNS}, v.embedding::vector({DIMS}) <=> %s AS distance "
+        f'FROM "{schema}".record_vectors v JOIN "{schema}".records r ON {_JOIN.format(a="v")} '
+        f"WHERE {_SCOPE_SQL} AND r.retired_generation IS NULL "
+        f"ORDER BY v.embedding::vector({DIMS}) <=> %s LIMIT {CANDIDATES}"
     )
 
 
 def hnsw_ddl(schema: str) -> str:
     """The adapter's own partial HNSW index (ragport.adapters.postgres.indexes.VectorIndexes)."""
     return (
-        f'CREATE INDEX IF NOT EXISTS records_hnsw_{DIMS} ON "{schema}".records '
+        f'CREATE INDEX IF NOT EXISTS records_hnsw_{DIMS} ON "{schema}".record_vectors '
         f"USING hnsw ((embedding::vector({DIMS})) vector_cosine_ops) "
         f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE dimensions = {DIMS}"
     )
@@ -308,52 +169,11 @@ def hnsw_ddl(schema: str) -> str:
 
 def index_definitions(conn: psycopg.Connection[Any], schema: str) -> list[str]:
     rows = conn.execute(
-        "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = 'records' "
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = ANY(%s) "
         "ORDER BY indexname",
-        (schema,),
+        (schema, list(TABLES)),
     ).fetchall()
     return [r[0].replace(f"{schema}.", "S.").replace(f'"{schema}".', "S.") for r in rows]
-
-
-class StatementCounter:
-    """Counts SQL statements on a SQLAlchemy engine and COPY calls on psycopg cursors."""
-
-    def __init__(self, engine: Any):
-        self.engine = engine
-        self.statements: list[str] = []
-        self.copies = 0
-
-    def _on_execute(self, conn, cursor, statement, parameters, context, executemany) -> None:
-        self.statements.append(" ".join(statement.split())[:80])
-
-    @contextlib.contextmanager
-    def counting(self) -> Iterator[StatementCounter]:
-        original = psycopg.Cursor.copy
-
-        def copy(cursor: Any, *args: Any, **kwargs: Any) -> Any:
-            self.copies += 1
-            return original(cursor, *args, **kwargs)
-
-        fetch = pg_reads.fetch
-
-        def counted_fetch(conn: Any, sql: str, params: Any, **kwargs: Any) -> Any:
-            self.statements.append(" ".join(sql.split())[:80])  # reads straight on psycopg
-            return fetch(conn, sql, params, **kwargs)
-
-        self.statements, self.copies = [], 0
-        event.listen(self.engine, "before_cursor_execute", self._on_execute)
-        psycopg.Cursor.copy = copy  # type: ignore[method-assign]
-        pg_reads.fetch = counted_fetch
-        try:
-            yield self
-        finally:
-            pg_reads.fetch = fetch
-            psycopg.Cursor.copy = original  # type: ignore[method-assign]
-            event.remove(self.engine, "before_cursor_execute", self._on_execute)
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
 
 
 # -- 1. ingest ----------------------------------------------------------------------------------
@@ -371,34 +191,47 @@ def bench_ingest(
     assert same, "both schemas must carry the same indexes"
     all_chunks = [corpus.chunks(s) for s in range(len(corpus.sources))]
 
-    # Raw binary COPY first (one statement, one transaction), then a checkpoint.
+    # Raw binary COPY first (one transaction: the rows, then their vectors, as records.add
+    # writes them, keys from the schema's sequence), then a checkpoint.
     log(f"COPY of {n:,} rows into {copy_schema}")
     t, r, c = SCOPE.tenant_id, SCOPE.resource_id, SCOPE.corpus_id
     with raw_connection(url) as conn:
         conn.autocommit = False
         start = time.perf_counter()
-        with (
-            conn.cursor() as cur,
-            cur.copy(
-                f'COPY "{copy_schema}".records ({COPY_COLUMNS}) FROM STDIN WITH (FORMAT BINARY)'
-            ) as copy,
-        ):
-            copy.set_types(COPY_TYPES)
-            for s, chunks in enumerate(all_chunks):
-                for chunk in chunks:
-                    i = s * PER_SOURCE + chunk.index
-                    copy.write_row(
-                        (
-                            t, r, c, chunk.id, s + 1, chunk.source_id, "chunk", chunk.text,
-                            Jsonb(chunk.metadata), corpus.vectors[i], EMBEDDER_ID, DIMS, None,
-                            None, [], [], chunk.index, chunk.start, chunk.end,
-                        )
-                    )  # fmt: skip
+        with conn.cursor() as cur:
+            keys = [
+                k
+                for (k,) in cur.execute(
+                    f"SELECT nextval('\"{copy_schema}\".record_keys') FROM generate_series(1, %s)",
+                    (n,),
+                ).fetchall()
+            ]
+            sql = f'COPY "{copy_schema}".records ({COPY_COLUMNS}) FROM STDIN WITH (FORMAT BINARY)'
+            with cur.copy(sql) as copy:
+                copy.set_types(COPY_TYPES)
+                for s, chunks in enumerate(all_chunks):
+                    for chunk in chunks:
+                        i = s * PER_SOURCE + chunk.index
+                        copy.write_row(
+                            (
+                                t, r, c, chunk.id, s + 1, chunk.source_id, "chunk", chunk.text,
+                                Jsonb(chunk.metadata), keys[i], EMBEDDER_ID, DIMS, None,
+                                None, [], [], chunk.index, chunk.start, chunk.end,
+                            )
+                        )  # fmt: skip
+            sql = (
+                f'COPY "{copy_schema}".record_vectors ({VECTOR_COLUMNS}) FROM STDIN (FORMAT BINARY)'
+            )
+            with cur.copy(sql) as copy:
+                copy.set_types(VECTOR_TYPES)
+                for i in range(n):
+                    copy.write_row((t, r, c, keys[i], DIMS, corpus.vectors[i]))
         conn.commit()
         copy_s = time.perf_counter() - start
         conn.autocommit = True
         # Keep autovacuum of the COPY schema out of the replace_source timing.
-        conn.execute(f'VACUUM ANALYZE "{copy_schema}".records')
+        for table in TABLES:
+            conn.execute(f'VACUUM ANALYZE "{copy_schema}".{table}')
         conn.execute("CHECKPOINT")
     log(f"COPY {n / copy_s:,.0f} rows/s; replace_source of {len(all_chunks)} sources")
 
@@ -425,7 +258,8 @@ def bench_ingest(
         log(f"autovacuum analyzed {rp_schema}.records during the load: {analyzed}")
         conn.execute("CHECKPOINT")
         for schema in (rp_schema, copy_schema):
-            conn.execute(f'VACUUM ANALYZE "{schema}".records')
+            for table in TABLES:
+                conn.execute(f'VACUUM ANALYZE "{schema}".{table}')
             rows = conn.execute(f'SELECT count(*) FROM "{schema}".records').fetchone()
             assert rows is not None and rows[0] == n, (schema, rows)
     return store, {
@@ -552,170 +386,33 @@ def bench_retrieve(
     }
 
 
-def exact_top(corpus: Corpus, query: np.ndarray, k: int) -> list[str]:
-    """Ids of the exact top-k by cosine (all rows are live and in scope here)."""
-    scores = corpus.vectors @ query
-    top = np.argpartition(-scores, k)[:k]
-    return [corpus.chunk_id(int(i)) for i in top]
-
-
-# -- 3. recall with ACL and filter --------------------------------------------------------------
-def bench_recall(url: str, store: PostgresStore, corpus: Corpus) -> list[dict[str, Any]]:
-    rng = np.random.default_rng(SEED + 2)
-    n_sources = len(corpus.sources)
-    granted = np.zeros(n_sources, dtype=bool)
-    granted[
-        rng.choice(n_sources, size=max(1, round(n_sources * GRANTED_FRACTION)), replace=False)
-    ] = True
-    store.set_source_access(
-        SCOPE,
-        [
-            Grant(src, principal_ids=("alice",) if granted[s] else ("bob",))
-            for s, src in enumerate(corpus.sources)
-        ],
+def report_reads(
+    url: str, store: PostgresStore, corpus: Corpus, embedder: PrecomputedEmbedder, rows: int
+) -> None:
+    """Sections 2 and 3: retrieve latency against raw SQL, recall."""
+    retrieve = bench_retrieve(url, store, corpus, embedder)
+    print(
+        f"retrieve over {rows:,} rows, {retrieve['queries']} queries: retrieve_context "
+        f"(top_k={TOP_K}, candidates={CANDIDATES}) p50 {retrieve['rp_p50']:.2f} ms, p95 "
+        f"{retrieve['rp_p95']:.2f} ms; raw equivalent SQL (ef_search 200, {CANDIDATES} rows "
+        f"with columns) p50 {retrieve['raw_p50']:.2f} ms, p95 {retrieve['raw_p95']:.2f} ms, "
+        f"recall@{TOP_K} {retrieve['raw_recall']:.3f}; ratio p50 {retrieve['ratio_p50']:.2f}x, "
+        f"p95 {retrieve['ratio_p95']:.2f}x (target <= 1.5x); bare SQL top-{TOP_K} ids "
+        f"(ef_search 40) p50 {retrieve['bare_p50']:.2f} ms, p95 {retrieve['bare_p95']:.2f} "
+        f"ms, recall@{TOP_K} {retrieve['bare_recall']:.3f}, ratio p50 "
+        f"{retrieve['bare_ratio_p50']:.2f}x; store.query alone p50 "
+        f"{retrieve['store_p50']:.2f} ms, p95 {retrieve['store_p95']:.2f} ms; store.foreign_embedders "
+        f"(separate drift-guard read, not issued by retrieve_context here) alone p50 "
+        f"{retrieve['drift_p50']:.2f} ms; hybrid retrieve_context "
+        f"(lexical='fts') p50 {retrieve['hybrid_p50']:.2f} ms, p95 {retrieve['hybrid_p95']:.2f} ms; raw plan uses "
+        f"HNSW: {retrieve['uses_hnsw']}; top-{TOP_K} overlap {retrieve['overlap']:.3f}",
+        flush=True,
     )
-    with raw_connection(url) as conn:
-        conn.execute(f'ANALYZE "{store.schema}".grants')
-    auth = Authorization("alice", tenant_id=SCOPE.tenant_id)
-    acl = granted[corpus.source_of]
-    cases = [
-        ("ACL + filter", auth, {"tag": FILTER_TAG}, acl & (corpus.tags == int(FILTER_TAG[1:]))),
-        ("ACL only", auth, None, acl),
-        ("no predicate", None, None, np.ones(len(acl), dtype=bool)),
-    ]
-    ids = [corpus.chunk_id(i) for i in range(len(corpus.texts))]
-    qvecs = corpus.queries(N_RECALL_QUERIES, rng)
-    captured: list[tuple[str, Any]] = []
-
-    results = []
-    fetch = pg_reads.fetch
-
-    def capture(conn: Any, sql: str, params: Any, **kwargs: Any) -> Any:
-        # Reads run straight on psycopg (ragport.adapters.postgres.reads.fetch), not through SQLAlchemy.
-        if "ORDER BY" in sql and "<=>" in sql:
-            captured.append((pg_reads.pyformat(sql), dict(params)))
-        return fetch(conn, sql, params, **kwargs)
-
-    pg_reads.fetch = capture
-    try:
-        # A connection without prepared statements: every run is planned afresh.
-        with raw_connection(url, prepare=False) as conn:
-            for name, authorization, metadata_filter, mask in cases:
-                rows = np.flatnonzero(mask)
-                matrix = corpus.vectors[rows]
-                recall: dict[str, list[float]] = {m: [] for m in ("store", *RAW_MODES)}
-                counts: dict[str, list[int]] = {m: [] for m in recall}
-                seconds: dict[str, list[float]] = {m: [] for m in RAW_MODES}
-                same = 0
-                for q in qvecs:
-                    captured.clear()
-                    found = store.query(
-                        SCOPE,
-                        q,
-                        limit=TOP_K,
-                        authorization=authorization,
-                        metadata_filter=metadata_filter,
-                    )
-                    statement, params = captured[-1]
-                    top = np.argsort(-(matrix @ q), kind="stable")[:TOP_K]
-                    truth = {ids[rows[j]] for j in top}
-                    answers = {"store": {s.record.id for s in found}}
-                    for mode, settings in RAW_MODES.items():
-                        with conn.transaction():
-                            for setting in settings:
-                                conn.execute(f"SET LOCAL {setting}")
-                            t0 = time.perf_counter()
-                            answers[mode] = {row[0] for row in conn.execute(statement, params)}
-                            seconds[mode].append(time.perf_counter() - t0)
-                    same += answers["planned"] == answers["store"]
-                    for mode, answer in answers.items():
-                        recall[mode].append(len(answer & truth) / TOP_K)
-                        counts[mode].append(len(answer))
-                plans = {}
-                for mode in ("planned", "hnsw", "exact"):
-                    with conn.transaction():
-                        for setting in RAW_MODES[mode]:
-                            conn.execute(f"SET LOCAL {setting}")
-                        plan = " ".join(r[0] for r in conn.execute("EXPLAIN " + statement, params))
-                        plans[mode] = f"records_hnsw_{DIMS}" in plan
-                results.append(
-                    {
-                        "case": name,
-                        "qualifying": len(rows),
-                        "qualifying_pct": 100.0 * mask.mean(),
-                        "planned_hnsw": plans["planned"],
-                        "forced_hnsw": plans["hnsw"],
-                        "exact_hnsw": plans["exact"],
-                        "recall": {m: statistics.mean(v) for m, v in recall.items()},
-                        "min_recall": {m: min(v) for m, v in recall.items()},
-                        "count": {m: statistics.mean(v) for m, v in counts.items()},
-                        "empty": {m: sum(1 for c in v if c == 0) for m, v in counts.items()},
-                        "poor": {m: sum(1 for x in v if x < 0.5) for m, v in recall.items()},
-                        "ms": {m: statistics.median(v) * 1e3 for m, v in seconds.items()},
-                        "same_as_store": same,
-                    }
-                )
-    finally:
-        pg_reads.fetch = fetch
-    return results
-
-
-# -- 4. deletion --------------------------------------------------------------------------------
-def bench_delete(
-    url: str, store: PostgresStore, corpus: Corpus, embedder: PrecomputedEmbedder
-) -> dict[str, Any]:
-    rng = np.random.default_rng(SEED + 3)
-
-    def big_source(name: str) -> list[Chunk]:
-        clusters = rng.choice(N_CENTROIDS, size=DELETE_ROWS, p=corpus.popularity)
-        vectors = corpus.sample(clusters, rng)
-        texts = [f"{name} {t}" for t in random_texts(rng, DELETE_ROWS)]
-        embedder.add(texts, vectors)
-        return [Chunk.of(name, i, t, metadata={"tag": "t00"}) for i, t in enumerate(texts)]
-
-    counter = StatementCounter(store.engine)
-    times, raw_times, counts = [], [], []
-    for run in range(DELETE_RUNS):
-        name = f"del-{run}"
-        replace_source(
-            source_id=name, chunks=big_source(name), embedder=embedder, store=store, scope=SCOPE
-        )
-        with counter.counting():
-            t0 = time.perf_counter()
-            result = delete_source(source_id=name, store=store, scope=SCOPE)
-            times.append(time.perf_counter() - t0)
-        assert result.deleted == DELETE_ROWS, result
-        counts.append((len(counter.statements), counter.copies))
-    statements = list(counter.statements)
-    with raw_connection(url) as conn:
-        for run in range(DELETE_RUNS):
-            name = f"rawdel-{run}"
-            replace_source(
-                source_id=name, chunks=big_source(name), embedder=embedder, store=store, scope=SCOPE
-            )
-            with conn.transaction():
-                t0 = time.perf_counter()
-                cur = conn.execute(
-                    f'DELETE FROM "{store.schema}".records WHERE tenant_id = %s '
-                    "AND resource_id = %s AND corpus_id = %s AND source_id = %s",
-                    (SCOPE.tenant_id, SCOPE.resource_id, SCOPE.corpus_id, name),
-                )
-            raw_times.append(time.perf_counter() - t0)
-            assert cur.rowcount == DELETE_ROWS
-    return {
-        "median_ms": statistics.median(times) * 1e3,
-        "min_ms": min(times) * 1e3,
-        "max_ms": max(times) * 1e3,
-        "statements": counts[0][0],
-        "copies": counts[0][1],
-        "counts_stable": len(set(counts)) == 1,
-        "statement_list": statements,
-        "raw_median_ms": statistics.median(raw_times) * 1e3,
-    }
+    print_recall(url, store, corpus)
 
 
 # -- main ---------------------------------------------------------------------------------------
-def run(url: str, rows: int, *, isotropic: bool = False) -> None:
+def run(url: str, rows: int, *, isotropic: bool = False, writes_only: bool = False) -> None:
     tag = uuid.uuid4().hex[:8]
     rp_schema, copy_schema = f"bench_rp_{tag}", f"bench_copy_{tag}"
     t0 = time.perf_counter()
@@ -747,54 +444,15 @@ def run(url: str, rows: int, *, isotropic: bool = False) -> None:
             f"statements + {copies} COPY (+ COMMIT)",
             flush=True,
         )
-        retrieve = bench_retrieve(url, store, corpus, embedder)
+        if not writes_only:
+            report_reads(url, store, corpus, embedder, rows)
+        replace = bench_replace(store, corpus, embedder)
         print(
-            f"retrieve over {rows:,} rows, {retrieve['queries']} queries: retrieve_context "
-            f"(top_k={TOP_K}, candidates={CANDIDATES}) p50 {retrieve['rp_p50']:.2f} ms, p95 "
-            f"{retrieve['rp_p95']:.2f} ms; raw equivalent SQL (ef_search 200, {CANDIDATES} rows "
-            f"with columns) p50 {retrieve['raw_p50']:.2f} ms, p95 {retrieve['raw_p95']:.2f} ms, "
-            f"recall@{TOP_K} {retrieve['raw_recall']:.3f}; ratio p50 {retrieve['ratio_p50']:.2f}x, "
-            f"p95 {retrieve['ratio_p95']:.2f}x (target <= 1.5x); bare SQL top-{TOP_K} ids "
-            f"(ef_search 40) p50 {retrieve['bare_p50']:.2f} ms, p95 {retrieve['bare_p95']:.2f} "
-            f"ms, recall@{TOP_K} {retrieve['bare_recall']:.3f}, ratio p50 "
-            f"{retrieve['bare_ratio_p50']:.2f}x; store.query alone p50 "
-            f"{retrieve['store_p50']:.2f} ms, p95 {retrieve['store_p95']:.2f} ms; store.foreign_embedders "
-            f"(separate drift-guard read, not issued by retrieve_context here) alone p50 "
-            f"{retrieve['drift_p50']:.2f} ms; hybrid retrieve_context "
-            f"(lexical='fts') p50 {retrieve['hybrid_p50']:.2f} ms, p95 {retrieve['hybrid_p95']:.2f} ms; raw plan uses "
-            f"HNSW: {retrieve['uses_hnsw']}; top-{TOP_K} overlap {retrieve['overlap']:.3f}",
+            f"replace_source of an existing {PER_SOURCE}-chunk source median "
+            f"{replace['replace_ms']:.1f} ms vs a first write of {PER_SOURCE} chunks "
+            f"{replace['first_ms']:.1f} ms: {replace['ratio']:.2f}x (target <= 1.3x)",
             flush=True,
         )
-        granted = max(1, round(len(corpus.sources) * GRANTED_FRACTION))
-        for case in bench_recall(url, store, corpus):
-            r, n, e, ms, poor = (
-                case["recall"],
-                case["count"],
-                case["empty"],
-                case["ms"],
-                case["poor"],
-            )
-            print(
-                f"recall@{TOP_K}, {case['case']} ({case['qualifying']:,} rows qualify, "
-                f"{case['qualifying_pct']:.2f}%; ACL = grants to {granted} of "
-                f"{len(corpus.sources)} sources, filter = tag {FILTER_TAG}), {N_RECALL_QUERIES} "
-                f"queries: store.query (planner picks HNSW: {case['planned_hnsw']}) mean recall "
-                f"{r['store']:.3f} ({poor['store']} queries < 0.5), {n['store']:.2f} results, "
-                f"{ms['planned']:.2f} ms; HNSW forced (plan uses HNSW: {case['forced_hnsw']}), "
-                f"ef_search 40, iterative on: recall {r['hnsw']:.3f} ({poor['hnsw']} < 0.5), "
-                f"{n['hnsw']:.2f} results, {ms['hnsw']:.2f} ms; iterative off: recall "
-                f"{r['hnsw_off']:.3f}, {n['hnsw_off']:.2f} results ({e['hnsw_off']} empty), "
-                f"{ms['hnsw_off']:.2f} ms; iterative on, ef_search 200: recall "
-                f"{r['hnsw_ef200']:.3f} ({poor['hnsw_ef200']} < 0.5), {ms['hnsw_ef200']:.2f} ms; "
-                f"ef_search 400: recall {r['hnsw_ef400']:.3f} ({poor['hnsw_ef400']} < 0.5), "
-                f"{ms['hnsw_ef400']:.2f} ms; ef_search 800: recall {r['hnsw_ef800']:.3f}, "
-                f"{ms['hnsw_ef800']:.2f} ms; relaxed_order at ef_search 800: recall "
-                f"{r['relaxed_ef800']:.3f} ({poor['relaxed_ef800']} < 0.5), "
-                f"{ms['relaxed_ef800']:.2f} ms; exact SQL (no index scan, plan uses HNSW: "
-                f"{case['exact_hnsw']}): recall {r['exact']:.3f}, {ms['exact']:.2f} ms; store SQL "
-                f"re-run equals store.query in {case['same_as_store']}/{N_RECALL_QUERIES}",
-                flush=True,
-            )
         delete = bench_delete(url, store, corpus, embedder)
         print(
             f"delete_source of a {DELETE_ROWS:,}-row source (one transaction) over "
@@ -828,17 +486,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--url", default=None, help="postgresql:// URL instead of an embedded server"
     )
+    parser.add_argument(
+        "--writes-only",
+        action="store_true",
+        help="ingest, replacement and deletion only (no retrieve or recall sections)",
+    )
     args = parser.parse_args(argv)
     rows = args.rows or (10_000 if args.quick else 100_000)
     if rows < DELETE_ROWS:
         parser.error(f"--rows must be at least {DELETE_ROWS}")
     if args.url:
-        run(args.url, rows, isotropic=args.isotropic)
+        run(args.url, rows, isotropic=args.isotropic, writes_only=args.writes_only)
         return 0
     with tempfile.TemporaryDirectory(prefix="ragport-bench-pg-") as tmp:
         log("starting an embedded server")
         with embedded_server(Path(tmp) / "data", keep_running=False) as url:
-            run(url, rows, isotropic=args.isotropic)
+            run(url, rows, isotropic=args.isotropic, writes_only=args.writes_only)
     return 0
 
 
