@@ -9,8 +9,9 @@
 2. Re-pointing 10,000 chunk rows of one source with ``repoint_source(page_size=4096)``,
    page after page until the cursor is ``None``: pages, time per page, total time, rows/s.
    Rows carry 384-dimension float32 vectors and 300-500 characters of text (PostgreSQL keeps
-   a generated tsvector and a partial HNSW index on them, so every re-keyed row is a new
-   tuple in every index). The rows are written with one ``records.add`` (outside the timing).
+   a generated tsvector on them; since migration 4 the vectors and their HNSW index are in
+   ``record_vectors``, so a re-keyed row is a new version of the narrow ``records`` row only,
+   its vector untouched). The rows are written with one ``records.add`` (outside the timing).
 3. The same two measurements on the in-memory store, for comparison.
 
 Run: .venv/bin/python bench/bench_forgetting.py [--quick] [--url URL]

@@ -1,5 +1,6 @@
 """The read statements of the PostgreSQL store: the vector leg and its drift guard, the BM25
-lexical leg, the denial report, and the small per-scope reads. Pure SQL builders.
+lexical leg, the denial report, and the small per-scope reads. Pure SQL builders. The vector
+leg reads ``record_vectors`` (HNSW) and checks each candidate's ``records`` row by ``row_key``.
 
 ``s`` is the quoted schema; the legs take the WHERE built by ``predicate.predicate`` and read
 the ``sc``/``tb`` CTEs of ``predicate.predicate_ctes``. Dimensions and limits are integers
