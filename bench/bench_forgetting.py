@@ -45,7 +45,7 @@ from ragport import (
 )
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.postgres import PostgresStore, embedded_server
-from ragport.application.forgetting import TOMBSTONE_BATCH
+from ragport.application.propagation import TOMBSTONE_BATCH
 from ragport.domain.model import chunk_id
 
 TENANT = "bench"
