@@ -9,6 +9,7 @@ database written at version 3 upgrades in place, plain and partitioned.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
@@ -52,7 +53,7 @@ def _vectors(store: PostgresStore, scope: ragport.Scope) -> dict[int, tuple[str,
 
 
 def _check_vectors(
-    store: PostgresStore, scope: ragport.Scope, before: dict[int, tuple[str, str]]
+    store: PostgresStore, scope: ragport.Scope, before: dict[int, tuple[str, str]], step: str = ""
 ) -> dict[int, tuple[str, str]]:
     """One vector row per record and none without one; surviving vector rows unchanged."""
     after = _vectors(store, scope)
@@ -64,18 +65,16 @@ def _check_vectors(
             ),
             {"t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id},
         ).all()
-    assert sorted(k for (k,) in keys) == sorted(after), "records and vectors pair one to one"
+    assert sorted(k for (k,) in keys) == sorted(after), f"{step}: records and vectors pair 1:1"
     rewritten = {k for k in before.keys() & after.keys() if before[k] != after[k]}
-    assert not rewritten, "a write created a new version of a vector row"
+    assert not rewritten, f"{step}: a write created a new version of a vector row"
     return after
 
 
 def _repoint(store: PostgresStore, scope: ragport.Scope, source: str) -> None:
     target = f"{source}-moved-{uuid.uuid4().hex[:6]}"
-    try:
+    with contextlib.suppress(ragport.ValidationError):  # a collision or a forgotten id
         ragport.repoint_source(scope=scope, store=store, from_id=source, to_id=target)
-    except ragport.ValidationError:
-        pass  # a collision or a forgotten id: refused, nothing moved
 
 
 @settings(
@@ -105,7 +104,7 @@ def test_random_writes_keep_vectors_and_statistics(
             _repoint(store, scope, op[1])
         else:
             _apply(store, scope, op)
-        seen = _check_vectors(store, scope, seen)
+        seen = _check_vectors(store, scope, seen, op[0])
         _check_statistics(store, scope, s)
     _check_scores(store, scope, s, query[0].split(), 3)
 
@@ -133,7 +132,7 @@ def test_each_write_path_leaves_vector_rows_untouched(store: PostgresStore) -> N
     ]
     for name, step in steps:
         step()
-        seen = _check_vectors(store, scope, seen)
+        seen = _check_vectors(store, scope, seen, name)
     assert [r.id for r in store.get_by_source(scope, "d")] == ["d#0001"]
     hits = store.query(scope, EMB.embed(["echo fox"])[0], limit=1)
     assert [h.record.id for h in hits] == ["d#0001"], "a re-pointed record keeps its vector"
