@@ -116,7 +116,9 @@ def test_each_write_path_leaves_vector_rows_untouched(store: PostgresStore) -> N
 
     def replace(source: str, texts: list[str]) -> None:
         chunks = [ragport.Chunk.of(source, i, t) for i, t in enumerate(texts)]
-        ragport.replace_source(source_id=source, chunks=chunks, embedder=EMB, store=store, scope=scope)
+        ragport.replace_source(
+            source_id=source, chunks=chunks, embedder=EMB, store=store, scope=scope
+        )
 
     replace("a", ["apple brook", "brook cedar"])
     replace("b", ["cedar delta", "delta echo"])
@@ -126,7 +128,10 @@ def test_each_write_path_leaves_vector_rows_untouched(store: PostgresStore) -> N
     steps: list[tuple[str, Any]] = [
         ("replace existing", lambda: replace("a", ["apple brook", "brook cedar golf"])),
         ("delete", lambda: ragport.delete_source(source_id="b", store=store, scope=scope)),
-        ("repoint", lambda: ragport.repoint_source(scope=scope, store=store, from_id="c", to_id="d")),
+        (
+            "repoint",
+            lambda: ragport.repoint_source(scope=scope, store=store, from_id="c", to_id="d"),
+        ),
         ("rollback", lambda: ragport.rollback_generation(store=store, scope=scope, to=3)),
         ("compact", lambda: ragport.compact(store=store, scope=scope, keep=0)),
     ]
