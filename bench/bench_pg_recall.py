@@ -46,25 +46,36 @@ def load(url: str, schema: str, corpus: bp.Corpus) -> PostgresStore:
     """The corpus in ``schema`` by one COPY (generation 1, pointer 1), grants, ANALYZE."""
     store = PostgresStore(url, schema=schema, create=True)
     t, r, c = SCOPE.tenant_id, SCOPE.resource_id, SCOPE.corpus_id
+    n = len(corpus.texts)
     with bp.raw_connection(url) as conn:
         conn.autocommit = False
-        with (
-            conn.cursor() as cur,
-            cur.copy(
-                f'COPY "{schema}".records ({bp.COPY_COLUMNS}) FROM STDIN WITH (FORMAT BINARY)'
-            ) as copy,
-        ):
-            copy.set_types(bp.COPY_TYPES)
-            for s in range(len(corpus.sources)):
-                for chunk in corpus.chunks(s):
-                    i = s * bp.PER_SOURCE + chunk.index
-                    copy.write_row(
-                        (
-                            t, r, c, chunk.id, 1, chunk.source_id, "chunk", chunk.text,
-                            Jsonb(chunk.metadata), corpus.vectors[i], bp.EMBEDDER_ID, bp.DIMS,
-                            None, None, [], [], chunk.index, chunk.start, chunk.end,
-                        )
-                    )  # fmt: skip
+        with conn.cursor() as cur:
+            # The rows into records, their vectors into record_vectors (migration 4).
+            keys = [
+                k
+                for (k,) in cur.execute(
+                    f"SELECT nextval('\"{schema}\".record_keys') FROM generate_series(1, %s)",
+                    (n,),
+                ).fetchall()
+            ]
+            sql = f'COPY "{schema}".records ({bp.COPY_COLUMNS}) FROM STDIN WITH (FORMAT BINARY)'
+            with cur.copy(sql) as copy:
+                copy.set_types(bp.COPY_TYPES)
+                for s in range(len(corpus.sources)):
+                    for chunk in corpus.chunks(s):
+                        i = s * bp.PER_SOURCE + chunk.index
+                        copy.write_row(
+                            (
+                                t, r, c, chunk.id, 1, chunk.source_id, "chunk", chunk.text,
+                                Jsonb(chunk.metadata), keys[i], bp.EMBEDDER_ID, bp.DIMS,
+                                None, None, [], [], chunk.index, chunk.start, chunk.end,
+                            )
+                        )  # fmt: skip
+            sql = f'COPY "{schema}".record_vectors ({bp.VECTOR_COLUMNS}) FROM STDIN (FORMAT BINARY)'
+            with cur.copy(sql) as copy:
+                copy.set_types(bp.VECTOR_TYPES)
+                for i in range(n):
+                    copy.write_row((t, r, c, keys[i], bp.DIMS, corpus.vectors[i]))
         conn.execute(
             f'INSERT INTO "{schema}".scopes (tenant_id, resource_id, corpus_id, counter, '
             "pointer) VALUES (%s, %s, %s, 1, 1)",
@@ -105,7 +116,8 @@ def build_index(url: str, store: PostgresStore) -> float:
         indexes.create(conn, bp.DIMS)
     seconds = time.perf_counter() - t0
     with bp.raw_connection(url) as conn:
-        conn.execute(f'ANALYZE "{store.schema}".records')
+        for table in bp.TABLES:
+            conn.execute(f'ANALYZE "{store.schema}".{table}')
     return seconds
 
 
@@ -183,7 +195,8 @@ def run(url: str, rows: int, builds: int) -> None:
     granted = granted_sources(corpus)
     grant(store, corpus, granted)
     with bp.raw_connection(url) as conn:
-        conn.execute(f'VACUUM ANALYZE "{schema}".records')
+        for table in bp.TABLES:
+            conn.execute(f'VACUUM ANALYZE "{schema}".{table}')
         conn.execute(f'ANALYZE "{schema}".grants')
     queries = corpus.queries(bp.N_RECALL_QUERIES, np.random.default_rng(bp.SEED + 2))
     try:

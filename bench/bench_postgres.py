@@ -82,7 +82,7 @@ from pg_corpus import (  # re-exported: bench_pg_lexical.py and pg_latency_probe
     pct,
     raw_connection,
 )
-from pg_recall import print_recall
+from pg_recall import FILTER_TAG, GRANTED_FRACTION, N_RECALL_QUERIES, print_recall
 from pg_writes import DELETE_ROWS, DELETE_RUNS, StatementCounter, bench_delete, bench_replace
 from psycopg.types.json import Jsonb
 
@@ -90,7 +90,21 @@ from ragport import replace_source, retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M
 
-__all__ = ["DIMS", "SCOPE", "SEED", "Corpus", "PrecomputedEmbedder", "main"]
+__all__ = [  # what bench_pg_lexical, bench_pg_recall and pg_latency_probe use
+    "DIMS",
+    "EMBEDDER_ID",
+    "FILTER_TAG",
+    "GRANTED_FRACTION",
+    "N_RECALL_QUERIES",
+    "PER_SOURCE",
+    "SCOPE",
+    "SEED",
+    "TOP_K",
+    "Corpus",
+    "PrecomputedEmbedder",
+    "main",
+    "raw_connection",
+]
 
 N_QUERIES = 200
 CANDIDATES = 20

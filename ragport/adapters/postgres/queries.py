@@ -126,13 +126,26 @@ def _nearest(s: str, dims: int, order: str, where: str, tables: str = "") -> str
     )
 
 
-def vector_leg(s: str, dims: int, limit: int, where: str) -> tuple[str, str]:
+def vector_leg(
+    s: str, dims: int, limit: int, where: str, *, joined: bool = False
+) -> tuple[str, str]:
     """``(leg, order)``: the nearest ``limit`` rows of ``dims`` dimensions to ``:q`` that pass
     ``where`` (``RECORD_COLUMNS`` and ``distance``), and its ORDER BY ... LIMIT clause.
 
-    The vectors are in ``record_vectors`` (HNSW there); the chosen keys are joined back to
-    their ``records`` rows (one index probe each) for the columns."""
+    The vectors are in ``record_vectors`` (HNSW there). By default the HNSW walk checks each
+    candidate's record (``_nearest``) and the chosen keys are joined back for the columns.
+    ``joined=True`` (a metadata filter) writes a plain join instead, so the planner may also
+    start from the records the filter's GIN index finds and rank them exactly."""
     order = f"ORDER BY v.embedding::vector({dims}) <=> :q LIMIT {int(limit)}"
+    if joined:
+        leg = (
+            f"SELECT {R_COLUMNS}, (v.embedding::vector({dims}) <=> :q) AS distance "
+            f"FROM {s}.record_vectors v JOIN {s}.records r ON r.tenant_id = v.tenant_id "
+            "AND r.resource_id = v.resource_id AND r.corpus_id = v.corpus_id "
+            "AND r.row_key = v.row_key WHERE v.tenant_id = :t AND v.resource_id = :r "
+            f"AND v.corpus_id = :c AND v.dimensions = {dims} AND {where} {order}"
+        )
+        return leg, order
     leg = (
         f"SELECT {R_COLUMNS}, x.distance FROM ({_nearest(s, dims, order, where)}) x "
         f"JOIN {s}.records r ON {RSCOPE} AND r.row_key = x.row_key"

@@ -303,7 +303,7 @@ class PostgresStore(StoreConnections):
         # The pointer and the tombstones enter as scalar subqueries (InitPlans), not joins, so
         # the HNSW scan filters and projects each row itself (measured: 0.3 ms per query).
         where = predicate(self._s, params, authorization, metadata_filter, scalar=True)
-        leg, order = queries.vector_leg(self._s, dims, limit, where)
+        leg, order = queries.vector_leg(self._s, dims, limit, where, joined=bool(metadata_filter))
         if guard is not None:
             params.update(e=guard[0], ed=int(guard[1]))
         sql = queries.vector_sql(self._s, leg, guarded=guard is not None)
