@@ -243,3 +243,26 @@ def test_upgrade_from_version_3_moves_vectors_and_keeps_reads_and_writes(
     hits = store.query(scope, EMB.embed(["apple fox"])[0], limit=1)
     assert [h.record.id for h in hits] == ["s9#0001"]
     assert np.isfinite(hits[0].score)
+
+
+def test_a_schema_with_a_later_migration_but_not_4_gets_4(pg_engine, pg_schema) -> None:
+    """Migrations merged out of order: a schema recorded at {1, 2, 3, 6} is not current, and
+    upgrade applies 4 (and only the missing ones). If this fails, check schema.upgrade and
+    schema.current_version."""
+    s = f'"{pg_schema}"'
+    with pg_engine.begin() as conn:
+        _version_3(conn, s, None)
+        for statement in [*migrations._v3(s), *migrations._v6(s)]:
+            conn.execute(text(statement))
+        conn.execute(text(f"INSERT INTO {s}.schema_migrations VALUES (6, 'v6')"))
+        assert migrations.current_version(conn, pg_schema) == 3
+    store = PostgresStore(pg_engine, schema=pg_schema, text_search_config="simple")
+    with pytest.raises(ragport.StoreError):
+        store.current_generation(ragport.Scope("tenant-1", "kb", "c"))
+    assert store.upgrade() == [v for v in sorted(migrations.MIGRATIONS) if v not in {1, 2, 3, 6}]
+    scope = ragport.Scope("tenant-1", "kb", "c")
+    ragport.replace_source(
+        source_id="a", chunks=[ragport.Chunk.of("a", 0, "apple")], embedder=EMB, store=store,
+        scope=scope,
+    )  # fmt: skip
+    assert [h.record.id for h in store.query(scope, EMB.embed(["apple"])[0], limit=1)] == ["a#0001"]
