@@ -289,17 +289,6 @@ def _v4(s: str, schema: str) -> Sequence[str]:
     )
 
 
-def _v6(s: str) -> Sequence[str]:
-    """A GIN index (``jsonb_path_ops``) on ``records.metadata``: it serves the containment
-    test that metadata equality filters compile to (``filters.compile_filter``), so a
-    selective filter is read from the index and ranked exactly instead of thinning an HNSW
-    walk. On a partitioned schema the index is created on every partition."""
-    return (
-        f"CREATE INDEX IF NOT EXISTS records_metadata ON {s}.records "
-        "USING gin (metadata jsonb_path_ops)",
-    )
-
-
 def _v5(s: str) -> Sequence[str]:
     """Forgotten rows out of the BM25 statistics at write time, and deltas as plain inserts.
 
