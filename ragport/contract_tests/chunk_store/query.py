@@ -400,7 +400,10 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
     def _modes(self, store: ChunkStore) -> tuple[str, ...]:
         modes = tuple(store.capabilities.lexical_modes)
         if not modes:
-            pytest.skip("store advertises no lexical_modes: the lexical section does not apply")
+            pytest.skip(
+                f"{type(store).__name__} advertises no capabilities.lexical_modes, so it has no "
+                "lexical leg: the lexical section does not apply"
+            )
         _require_implemented(store, "lexical")
         return modes
 

@@ -15,9 +15,10 @@ from ragport.contract_tests.chunk_store._helpers import (
     _add,
     _ids,
     _query_pairs,
+    _require_implemented,
 )
 from ragport.domain.model import Tombstone
-from ragport.ports.store import ChunkStore, SupportsForgottenLookup, supports
+from ragport.ports.store import ChunkStore, SupportsForgottenLookup
 
 __all__ = ["ChunkStoreTombstoneContract"]
 
@@ -83,11 +84,12 @@ class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
         this fails, check forgotten_among: the exact scope, ``forgotten`` only (not
         ``corrected``), ids without a tombstone left out, repeats answered once.
         """
-        if not supports(store, "forgotten_lookup"):
+        if not store.capabilities.forgotten_lookup:
             pytest.skip(
                 f"{type(store).__name__} does not declare capabilities.forgotten_lookup "
                 "(the optional SupportsForgottenLookup); retrieval lists every forgotten id"
             )
+        _require_implemented(store, "forgotten_lookup")
         with store.unit_of_work(SCOPE) as uow:
             uow.tombstones.add(
                 [Tombstone("doc#0001"), Tombstone("src"), Tombstone("fixed#0001", "corrected")]
