@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from ragport.adapters._http import OwnedClient, check_base_url, check_int
+from ragport.adapters.connectors._cursors import decode_cursor
 from ragport.adapters.connectors._drive_http import DriveHttp
 from ragport.domain.documents import MEDIA_TYPES, base_media_type
 from ragport.domain.errors import (
@@ -238,19 +239,7 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
 
     def _decode(self, cursor: object, kind: str) -> dict[str, Any]:
         bad = SyncCursorError("the cursor was not issued by this Drive connector", reason="invalid")
-        if not isinstance(cursor, str):
-            raise bad
-        try:
-            body = json.loads(cursor)
-        except ValueError:
-            raise bad from None
-        if (
-            not isinstance(body, dict)
-            or body.get("v") != _VERSION
-            or body.get("kind") != kind
-            or body.get("id") != self._id
-        ):
-            raise bad
+        body = decode_cursor(cursor, bad, version=_VERSION, kind=kind, owner=("id", self._id))
         folders, files = body.get("folders"), body.get("files")
         if not isinstance(folders, dict) or not isinstance(files, dict):
             raise bad

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ragport.adapters._files import read_regular_file
+from ragport.adapters.connectors._cursors import decode_cursor
 from ragport.domain.documents import DOCUMENT_SUFFIXES, media_type_for
 from ragport.domain.errors import LoadError, SyncCursorError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
@@ -172,19 +173,8 @@ class FolderConnector:
         bad = SyncCursorError(
             "the cursor was not issued by this folder connector", reason="invalid"
         )
-        if not isinstance(cursor, str):
-            raise bad
-        try:
-            body = json.loads(cursor)
-        except ValueError:
-            raise bad from None
-        if (
-            not isinstance(body, dict)
-            or body.get("v") != _VERSION
-            or body.get("kind") != kind
-            or body.get("root") != self._digest
-            or not isinstance(body.get("files"), dict)
-        ):
+        body = decode_cursor(cursor, bad, version=_VERSION, kind=kind, owner=("root", self._digest))
+        if not isinstance(body.get("files"), dict):
             raise bad
         for record in body["files"].values():
             if not (isinstance(record, list) and len(record) == 3):
