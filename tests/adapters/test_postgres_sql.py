@@ -249,7 +249,7 @@ def _selected(
     s = quote_schema(store.schema)
     params = pred.scope_params(SCOPE)
     where = pred.predicate(s, params, authorization, flt, scalar=scalar)
-    source = "records r" if scalar else "records r, sc, tb"
+    source = "records r" if scalar else "records r, sc"
     sql = pred.predicate_ctes(s) + f"SELECT r.id FROM {s}.{source} WHERE {where}"
     return {row.id for row in conn.execute(text(sql), params)}
 

@@ -47,13 +47,9 @@ def pointer_cte(s: str) -> str:
 
 
 def predicate_ctes(s: str) -> str:
-    """The scope's pointer (``sc``) and its forgotten ids (``tb``), read in the same statement
-    (one snapshot)."""
-    return (
-        pointer_cte(s)
-        + f", tb AS (SELECT coalesce(array_agg(id), '{{}}') AS ids FROM {s}.tombstones "
-        f"WHERE {SCOPE} AND reason = 'forgotten') "
-    )
+    """The CTEs ``predicate`` reads: the scope's pointer (``sc``), in the same statement (one
+    snapshot). Tombstones are probed per row (``not_forgotten``), so no list is read here."""
+    return pointer_cte(s)
 
 
 def predicate(
@@ -68,7 +64,7 @@ def predicate(
 
     It reads the ``sc`` CTE of ``predicate_ctes``: joined into the FROM list by default, or
     (``scalar=True``) as a scalar subquery, with no join at all; tombstones are probed per row
-    (``not_forgotten``), never read as a list (``tb`` is for the lexical statistics). Adds the binds
+    (``not_forgotten``), never read as a list. Adds the binds
     of the authorization (``:principal``, ``:groups``, ``:av``) and of the filter (``:mf0``,
     ...) to ``params``.
     """

@@ -3,7 +3,7 @@ lexical leg, the denial report, and the small per-scope reads. Pure SQL builders
 leg reads ``record_vectors`` (HNSW) and checks each candidate's ``records`` row by ``row_key``.
 
 ``s`` is the quoted schema; the legs take the WHERE built by ``predicate.predicate`` and read
-the ``sc``/``tb`` CTEs of ``predicate.predicate_ctes``. Dimensions and limits are integers
+the ``sc`` CTE of ``predicate.predicate_ctes``. Dimensions and limits are integers
 written into the text (a cached generic plan must still see which partial HNSW index applies);
 everything else is a bind parameter.
 """
@@ -181,7 +181,7 @@ def vector_top(s: str, dims: int, order: str) -> Callable[[str], str]:
     """The vector leg's ``top`` for ``denied_sql``."""
     return lambda where: (
         ", top AS (SELECT r.source_id, r.kind, r.roots "
-        f"FROM ({_nearest(s, dims, order, where, ', sc, tb')}) x "
+        f"FROM ({_nearest(s, dims, order, where, ', sc')}) x "
         f"JOIN {s}.records r ON {RSCOPE} AND r.row_key = x.row_key)"
     )
 
@@ -240,10 +240,6 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
             "'') AS tsquery))"
         )
 
-    # ``tb`` (the tombstone list) only when ``where`` compares with it; ``predicate`` probes
-    # the tombstones per row (``not_forgotten``), so the lexical leg never reads the list.
-    tb = ", tb" if "tb.ids" in where else ""
-
     def tier(condition: str, extra: str = "") -> str:
         return (
             "SELECT c.id, c.generation, coalesce(sum(w.idf * h.tf * "
@@ -251,7 +247,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
             "FROM (SELECT r.id, r.generation, length(r.tsv) AS dl, "
             "ts_filter(setweight(r.tsv, 'A', ql.lexemes), '{a}') AS hit, "
             "r.tsv @@ q.query AS matched "
-            f"FROM {s}.records r, sc{tb}, q, ql, tc{extra} WHERE {where} "
+            f"FROM {s}.records r, sc, q, ql, tc{extra} WHERE {where} "
             f"AND {condition} OFFSET 0) c CROSS JOIN st "
             "LEFT JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions) AS tf "
             "FROM unnest(c.hit) AS u(lexeme, positions, weights)) h ON true "
