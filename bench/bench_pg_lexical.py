@@ -5,13 +5,13 @@ running and reused by later runs with the same N), builds 40 queries as
 ``bench_postgres.bench_retrieve`` builds its hybrid ones, and times this tree's lexical
 statement on them. Two loaders:
 
-- ``--load store`` (the default for N <= 100,000): ``bench_postgres.Corpus(N)`` through
+- ``--load store`` (the default for N <= 100,000): ``pg_corpus.Corpus(N)`` through
   ``index_chunks`` (5,000 chunks per call): the store's own write path, statistics included.
-- ``--load copy``: ``bench_postgres.random_texts`` (same distribution, another seed) COPYed
-  straight into ``records`` in binary, 100 rows per source, with random 384-dimensional
-  vectors and no HNSW index (the row layout of the real store, TOAST included), the GIN index
-  on ``tsv`` dropped during the COPY and rebuilt after it, then one statistics backfill (the
-  statement of migration 3) and ANALYZE.
+- ``--load copy``: ``pg_corpus.random_texts`` (same distribution, another seed) COPYed
+  straight into ``records`` in binary, 100 rows per source, without vectors (the lexical
+  leg reads ``records`` only; vectors live in ``record_vectors``), the GIN index on ``tsv``
+  dropped during the COPY and rebuilt after it, then one statistics backfill (the statement
+  of migration 3) and ANALYZE.
 
 ``--baseline QUERIES_PY`` also runs another checkout's ``queries.py`` on the same data,
 alternating with this tree's on one connection; the ranks must agree to 1e-6.
@@ -35,12 +35,14 @@ import numpy as np
 from sqlalchemy import text
 
 import ragport
+from ragport import retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server, queries, reads
 from ragport.adapters.postgres import predicate as pr
 from ragport.adapters.postgres._driver import driver_connection
+from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M
 
 sys.path.insert(0, str(Path(__file__).parent))
-import bench_postgres as bp
+import pg_corpus as bp
 
 S = '"prof"'
 SCOPE = ragport.Scope("bench", "r", "c")
@@ -82,14 +84,13 @@ def _backfill(conn, scope: ragport.Scope) -> None:
 
 def load_copy(store: PostgresStore, rows: int) -> list[str]:
     texts = bp.random_texts(np.random.default_rng(bp.SEED + 7), rows)
-    rng = np.random.default_rng(bp.SEED + 8)
-    columns = "tenant_id, resource_id, corpus_id, id, generation, source_id, kind, text, embedding, embedder_id, dimensions, chunk_index"
+    columns = "tenant_id, resource_id, corpus_id, id, generation, source_id, kind, text, embedder_id, dimensions, chunk_index"
     t0 = time.perf_counter()
     with store.engine.begin() as conn:
         conn.execute(text(f"DROP INDEX IF EXISTS {S}.records_tsv"))
         dbapi = driver_connection(conn)
         for start in range(0, rows, BATCH):
-            vectors = rng.standard_normal((min(BATCH, rows - start), bp.DIMS)).astype(np.float32)
+            count = min(BATCH, rows - start)
             with (
                 dbapi.cursor() as cur,
                 cur.copy(f"COPY {S}.records ({columns}) FROM STDIN WITH (FORMAT BINARY)") as cp,
@@ -104,20 +105,18 @@ def load_copy(store: PostgresStore, rows: int) -> list[str]:
                         "text",
                         "text",
                         "text",
-                        "vector",
                         "text",
                         "int4",
                         "int4",
                     ]
                 )
-                for j, vector in enumerate(vectors):
-                    i = start + j
+                for i in range(start, start + count):
                     src = f"src-{i // bp.PER_SOURCE:06d}"
                     cp.write_row(
                         ("bench", "r", "c", f"{src}#{i % bp.PER_SOURCE + 1:04d}", 1, src,
-                         "chunk", texts[i], vector, bp.EMBEDDER_ID, bp.DIMS, i % bp.PER_SOURCE)
+                         "chunk", texts[i], bp.EMBEDDER_ID, bp.DIMS, i % bp.PER_SOURCE)
                     )  # fmt: skip
-            print(f"  copied {start + len(vectors):,}", flush=True)
+            print(f"  copied {start + count:,}", flush=True)
         t1 = time.perf_counter()
         conn.execute(text(f"CREATE INDEX records_tsv ON {S}.records USING gin (tsv)"))
         t2 = time.perf_counter()
@@ -164,7 +163,7 @@ def add_tombstones(store: PostgresStore, count: int) -> None:
         conn.execute(
             text(
                 f"INSERT INTO {S}.records SELECT r.tenant_id, r.resource_id, 'tomb', "
-                f"{', '.join(c for c in _record_columns(conn) if c not in ('tenant_id', 'resource_id', 'corpus_id', 'tsv'))} "
+                f"{', '.join(c for c in _record_columns(conn) if c not in ('tenant_id', 'resource_id', 'corpus_id', 'tsv', 'tsv_impact'))} "
                 f"FROM {S}.records r WHERE {pr.RSCOPE}"
             ),
             pr.scope_params(SCOPE),
@@ -201,6 +200,93 @@ def _record_columns(conn) -> list[str]:
     )
 
 
+def add_vectors(store: PostgresStore, rows: int) -> np.ndarray:
+    """``record_vectors`` for the COPY-loaded rows (``pg_corpus.Corpus(rows)``'s clustered
+    vectors, row ``i`` the ``i``-th), the store's HNSW index, ANALYZE; returns the vectors."""
+    corpus = bp.Corpus(rows)
+    with store.engine.begin() as conn:
+        have = conn.execute(
+            text(f"SELECT count(*) FROM {S}.record_vectors WHERE {pr.SCOPE}"),
+            pr.scope_params(SCOPE),
+        ).scalar_one()
+        if have == rows:
+            return corpus.vectors
+        t0 = time.perf_counter()
+        keys = conn.execute(
+            text(f"SELECT row_key, id FROM {S}.records WHERE {pr.SCOPE}"), pr.scope_params(SCOPE)
+        ).all()
+        dbapi = driver_connection(conn)
+        with (
+            dbapi.cursor() as cur,
+            cur.copy(
+                f"COPY {S}.record_vectors (tenant_id, resource_id, corpus_id, row_key, "
+                "dimensions, embedding) FROM STDIN WITH (FORMAT BINARY)"
+            ) as cp,
+        ):
+            cp.set_types(["text", "text", "text", "int8", "int4", "vector"])
+            for key, rid in keys:
+                src, n = rid.split("#")
+                i = int(src[4:]) * bp.PER_SOURCE + int(n) - 1
+                cp.write_row(("bench", "r", "c", key, bp.DIMS, corpus.vectors[i]))
+        t1 = time.perf_counter()
+        conn.execute(text("SET LOCAL maintenance_work_mem = '1GB'"))
+        conn.execute(
+            text(
+                f"CREATE INDEX IF NOT EXISTS records_hnsw_{bp.DIMS} ON {S}.record_vectors "
+                f"USING hnsw ((embedding::vector({bp.DIMS})) vector_cosine_ops) "
+                f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) "
+                f"WHERE dimensions = {bp.DIMS}"
+            )
+        )
+        print(
+            f"vectors: COPY {t1 - t0:.0f} s, HNSW build {time.perf_counter() - t1:.0f} s",
+            flush=True,
+        )
+    with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"VACUUM ANALYZE {S}.record_vectors"))
+    return corpus.vectors
+
+
+def bench_hybrid(
+    store: PostgresStore, rows: int, texts: list[str], n: int, baseline: ModuleType | None
+) -> None:
+    """``retrieve_context(lexical="fts")`` p50/p95 over ``n`` bench-style hybrid queries, this
+    tree's lexical SQL and (``baseline``) another's alternating per query."""
+    vectors = add_vectors(store, rows)
+    rng = np.random.default_rng(bp.SEED + 1)
+    picks = rng.integers(0, len(texts), n)
+    qs = [" ".join(texts[p].split()[:4]) + f" h{i}" for i, p in enumerate(picks)]
+    # Each query's vector is a slightly perturbed copy of its source row's (a nearby query).
+    qvecs = vectors[picks] + rng.standard_normal(vectors[picks].shape).astype(np.float32) * 0.02
+    emb = bp.PrecomputedEmbedder()
+    emb.add(qs, qvecs)
+    legs: dict[str, ModuleType] = {"this tree": queries}
+    if baseline is not None:
+        legs["baseline"] = baseline
+    original = queries.lexical_sql
+    times: dict[str, list[float]] = {name: [] for name in legs}
+    try:
+        for q in qs[:5]:  # warm pools and caches
+            retrieve_context(q, embedder=emb, store=store, scope=SCOPE, top_k=bp.TOP_K,
+                             query_candidates=20, lexical="fts")  # fmt: skip
+        for q in qs:
+            for name, module in legs.items():
+                queries.lexical_sql = module.lexical_sql  # type: ignore[assignment]
+                t0 = time.perf_counter()
+                retrieve_context(q, embedder=emb, store=store, scope=SCOPE, top_k=bp.TOP_K,
+                                 query_candidates=20, lexical="fts")  # fmt: skip
+                times[name].append(time.perf_counter() - t0)
+    finally:
+        queries.lexical_sql = original  # type: ignore[assignment]
+    print(f"{rows:,} rows, {n} hybrid retrieve_context(lexical='fts') calls (top_k {bp.TOP_K}):")
+    for name, ts in times.items():
+        ms = np.array(ts) * 1e3
+        print(
+            f"  {name}: p50 {np.median(ms):.1f} ms, p95 {np.percentile(ms, 95):.1f} ms, "
+            f"max {ms.max():.1f} ms"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("rows", type=int)
@@ -209,6 +295,7 @@ def main() -> None:
     ap.add_argument("--baseline", default=None)
     ap.add_argument("--tombstones", type=int, default=0)
     ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--hybrid", action="store_true", help="time retrieve_context(lexical='fts')")
     args = ap.parse_args()
     load = args.load or ("store" if args.rows <= 100_000 else "copy")
     with embedded_server(args.data, keep_running=True) as url:
@@ -219,6 +306,10 @@ def main() -> None:
             texts = bp.random_texts(np.random.default_rng(bp.SEED + 7), args.rows)
         else:
             texts = list(bp.Corpus(args.rows).texts)
+        if args.hybrid:
+            base = _module(args.baseline) if args.baseline else None
+            bench_hybrid(store, args.rows, texts, args.queries, base)
+            return
         legs: dict[str, tuple[ModuleType, ragport.Scope]] = {"this tree": (queries, SCOPE)}
         if args.baseline:
             legs["baseline"] = (_module(args.baseline), SCOPE)
@@ -234,10 +325,8 @@ def main() -> None:
             for q in qs:
                 ranks = {}
                 for name, (module, scope) in legs.items():
-                    # the store's lexical leg probes tombstones per row; main's SQL needs tb
-                    probe = module is queries
                     params = pr.scope_params(scope, k=20, query=q)
-                    where = pr.predicate(S, params, None, None, probe=probe)
+                    where = pr.predicate(S, params, None, None)
                     sql = module.lexical_sql(S, "english", where)
                     t0 = time.perf_counter()
                     got = reads.fetch(raw, sql, params, prepare=False)

@@ -199,6 +199,58 @@ def tsquery(ts_config: str) -> str:
     )
 
 
+IMPACT_TF = (1, 2, 3, 4, 5, 6, 7, 9, 11, 14, 18, 23, 31)
+"""Lower bounds of the term-frequency buckets of ``records.tsv_impact`` (migration 7); the
+last bucket is open."""
+IMPACT_DL = (1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128, 182, 256, 363, 512, 725, 1024,
+             1449, 2048)  # fmt: skip
+"""Lower bounds of the document-length buckets (distinct lexemes) of ``records.tsv_impact``."""
+IMPACT_MAX_LEXEME = 2000
+"""Lexemes longer than this many bytes are left out of ``tsv_impact`` (a key is two bytes
+longer than its lexeme, and a lexeme may hold 2,047): the lexical leg reads them in full."""
+RARE_ROWS = 1000
+"""Query lexemes are read in full, rarest first, while their document frequencies add up to
+at most ``max(RARE_ROWS, RARE_PER_K * k)``; the others through their impact buckets."""
+RARE_PER_K = 10
+PROBE_ROWS = 200
+"""The first round reads at most ``max(PROBE_ROWS, PROBE_PER_K * k)`` rows from the common
+lexemes' best impact buckets (to learn a k-th score); the second reads what can still beat it."""
+PROBE_PER_K = 5
+SHARE_SLACK = 1e-9
+"""Round two also reads buckets whose bound falls short of a lexeme's share by this much, so
+float rounding of the bounds can only make it read more."""
+BANDS = (0.7, 0.4, 0.0)
+"""The first round's bands, as shares of the best bucket bound: higher bands are read first."""
+
+
+def impact_function(s: str) -> str:
+    """``CREATE FUNCTION {s}.bm25_impact(tsvector)``: one key per lexeme of a tsvector, its
+    term-frequency bucket (``A``...) and the row's length bucket (``a``...) before the lexeme
+    (``tsv_impact`` of migration 7). Lexemes over ``IMPACT_MAX_LEXEME`` bytes are left out."""
+    tf = "{" + ",".join(map(str, IMPACT_TF)) + "}"
+    dl = "{" + ",".join(map(str, IMPACT_DL)) + "}"
+    return (
+        f"CREATE OR REPLACE FUNCTION {s}.bm25_impact(v tsvector) RETURNS tsvector "
+        "LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$ "
+        "SELECT array_to_tsvector(ARRAY(SELECT "
+        f"chr(64 + width_bucket(cardinality(u.positions), '{tf}'::int[])) "
+        f"|| chr(96 + width_bucket(length(v), '{dl}'::int[])) || u.lexeme FROM unnest(v) u "
+        f"WHERE octet_length(u.lexeme) <= {IMPACT_MAX_LEXEME} "
+        "AND cardinality(u.positions) > 0)) $$"
+    )
+
+
+def _buckets() -> str:
+    """``VALUES`` of every (code, highest tf or NULL when open, lowest length) bucket of
+    ``impact_function``: the tf bucket's letter, then the length bucket's."""
+    rows = []
+    for i, _low in enumerate(IMPACT_TF):
+        high = "NULL" if i + 1 == len(IMPACT_TF) else str(IMPACT_TF[i + 1] - 1)
+        for j, dl in enumerate(IMPACT_DL):
+            rows.append(f"('{chr(65 + i)}{chr(97 + j)}', {high}, {dl})")
+    return "(VALUES " + ", ".join(rows) + ") AS bk(code, tf, dl)"
+
+
 def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     """CTEs after ``predicate_ctes()``, the last, ``ranked``, the top ``:k`` candidates.
 
@@ -213,14 +265,26 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     avgdl, ``w`` df, idf and ``ub``, an upper bound of one lexeme's share of a score
     (``idf * (k1 + 1)``, as tf / (tf + K) < 1).
 
-    Candidates are read through the GIN index, MaxScore-style. By df, rarest first, lexemes
-    are rare until the ones before them hold ``2 * :k`` documents; the rest are common.
-    ``t1``: the rows holding a rare lexeme, scored exactly, best ``:k``; ``theta`` its last
-    score (0 when it has fewer). Common lexemes by ``ub``, smallest first, whose running sum
-    of ``ub`` stays below ``theta`` cannot lift a row into the top-k on their own, so the
-    second tier reads only the rows holding one of the others (``eq``; none when every
-    common lexeme is that weak). The third tier, the matching rows without any query lexeme
-    (``a or -b``, score 0), is read only when ``t1`` is short (a one-time filter).
+    Candidates, exactly (no row that can reach the top-k is skipped):
+
+    - Rare lexemes (rarest first, while their df add up to ``RARE_ROWS``) are read in full
+      through the GIN index on ``tsv``; the others are common.
+    - Every row's ``tsv_impact`` holds, per lexeme, a key naming its tf bucket and the row's
+      length bucket, so ``bk`` knows, for each common lexeme and bucket, an upper bound of
+      the lexeme's share of the score of any row in that bucket (``idf * (k1 + 1) * tf /
+      (tf + k1 * (1 - b + b * dl / avgdl))`` at the bucket's highest tf and lowest length;
+      ``idf * (k1 + 1)`` for the open tf bucket).
+    - Round one (``ka``): the rare rows and at most ``PROBE_ROWS`` rows from the common
+      lexemes' best buckets (``BANDS``, best first), scored exactly; ``theta`` is the k-th
+      score (0 when fewer).
+    - Round two (``kb``): common lexemes by ``ub``, smallest first, whose running sum stays
+      below ``theta`` cannot lift a row on their own (MaxScore); the remaining budget,
+      ``theta`` minus that sum, is split evenly over the other common lexemes, and every row
+      holding one of them in a bucket whose bound reaches its share is read. A row read by
+      neither round scores below ``theta``: each common lexeme adds less than its share (or
+      its ``ub``) and it holds no rare one.
+    - The matching rows without any query lexeme (``a or -b``, score 0) are read only when
+      the two rounds found fewer than ``:k`` rows.
     """
     k1, b = 1.2, 0.75
     # In the tsquery's text form: a negated operand (a lexeme or a parenthesised phrase),
@@ -230,30 +294,56 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     operands = rf"(!\s*(?:{quoted}|\((?:{quoted}|[^()'])*\)))|'((?:[^'\\]|''|\\.)*)'"
     at_pointer = "generation <= (SELECT pointer FROM sc)"
     stat_scope = "x.tenant_id = :t AND x.resource_id = :r AND x.corpus_id = :c"
-    # A lexeme as a tsquery operand: quoted, with ' and \ doubled.
-    operand = r"'''' || replace(replace(c.lexeme, '\', '\\'), '''', '''''') || ''''"
+    rare = f"greatest({int(RARE_ROWS)}, {int(RARE_PER_K)} * :k)"
+    probe = f"greatest({int(PROBE_ROWS)}, {int(PROBE_PER_K)} * :k)"
 
-    def tsquery_of(rows: str) -> str:
-        """The OR of the lexemes ``c.lexeme`` of ``rows``, as a tsquery (NULL for none)."""
+    def operand(column: str) -> str:
+        """``column`` as a tsquery operand: quoted, with ' and \\ doubled."""
+        return "'''' || replace(replace(" + column + r", '\', '\\'), '''', '''''') || ''''"
+
+    def tsquery_of(rows: str, column: str = "c.lexeme") -> str:
+        """The OR of ``column`` over ``rows``, as a tsquery (NULL for none)."""
         return (
-            f"(SELECT CAST(nullif(array_to_string(ARRAY(SELECT {operand} FROM {rows}), ' | '), "
-            "'') AS tsquery))"
+            f"(SELECT CAST(nullif(array_to_string(ARRAY(SELECT {operand(column)} FROM {rows}), "
+            "' | '), '') AS tsquery))"
         )
 
-    def tier(condition: str, extra: str = "") -> str:
+    def tsqueries(rows: str, column: str = "c.lexeme") -> str:
+        """``column`` over ``rows``, each as a one-operand tsquery: the index condition
+        ``@@ ANY(...)`` is one GIN search per operand, where an OR of them all would be
+        evaluated in full for every row the index returns."""
+        return f"ARRAY(SELECT CAST({operand(column)} AS tsquery) FROM {rows})"
+
+    # One row's score: its tf per query lexeme from its tsvector (the positions of the
+    # lexemes of p.lex, kept by setweight + ts_filter), idf by the lexeme's place in p.lex.
+    score = (
+        "(SELECT coalesce(sum(p.idf[array_position(p.lex, u.lexeme)] * cardinality(u.positions) "
+        f"* {k1 + 1} / (cardinality(u.positions) + {k1} * ({1 - b} + {b} * length(r.tsv) "
+        "/ p.avgdl))), 0) FROM unnest(ts_filter(setweight(r.tsv, 'A', p.lex), '{a}')) u)"
+    )
+
+    # Visibility's generation bound as a filter, not an index condition: the planner cannot
+    # estimate the GIN conditions' arrays and would AND in the generation index, every row.
+    where = where.replace("r.generation <= ", "r.generation + 0 <= ")
+
+    def rows(condition: str, extra: str = "") -> str:
+        """(row_key, id, generation, rank) of the rows matching ``:query`` that pass ``where``
+        and ``condition``."""
         return (
-            "SELECT c.id, c.generation, coalesce(sum(w.idf * h.tf * "
-            f"{k1 + 1} / (h.tf + {k1} * ({1 - b} + {b} * c.dl / st.avgdl))), 0) AS rank "
-            "FROM (SELECT r.id, r.generation, length(r.tsv) AS dl, "
-            "ts_filter(setweight(r.tsv, 'A', ql.lexemes), '{a}') AS hit, "
-            "r.tsv @@ q.query AS matched "
-            f"FROM {s}.records r, sc, q, ql, tc{extra} WHERE {where} "
-            f"AND {condition} OFFSET 0) c CROSS JOIN st "
-            "LEFT JOIN LATERAL (SELECT u.lexeme, cardinality(u.positions) AS tf "
-            "FROM unnest(c.hit) AS u(lexeme, positions, weights)) h ON true "
-            "LEFT JOIN w ON w.lexeme = h.lexeme WHERE c.matched GROUP BY c.id, c.generation"
+            f"SELECT r.row_key, r.id, r.generation, {score} AS rank "
+            f"FROM {s}.records r, sc, q, p, tc{extra} WHERE {where} AND {condition} "
+            # the function, not the operator: the index conditions are ``condition``'s
+            "AND ts_match_vq(r.tsv, q.query)"
         )
 
+    band_keys = ", ".join(
+        tsqueries(f"bk c, bu WHERE c.bound >= {share} * bu.u", "c.key") + f" AS b{i}"
+        for i, share in enumerate(BANDS)
+    )
+    bands = " UNION ALL ".join(
+        f"({rows(f'r.tsv_impact @@ ANY(ba.b{i})', ', ba')})" for i in range(len(BANDS))
+    )
+    order = 'ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k'
     return (
         f", q AS (SELECT {tsquery(ts_config)} AS query), "
         "ql AS (SELECT coalesce(array_agg(DISTINCT "
@@ -271,24 +361,57 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         "CROSS JOIN LATERAL (SELECT CAST(coalesce((SELECT sum(x.docs) "
         f"FROM {s}.lexical_terms x WHERE {stat_scope} AND x.lexeme = l.lexeme "
         f"AND x.{at_pointer}), 0) AS float8) AS df OFFSET 0) d) y), "
-        "cw AS (SELECT w.lexeme, w.ub, coalesce(sum(w.df) OVER (ORDER BY w.df, w.lexeme "
-        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) >= 2 * :k AS common FROM w), "
-        f"tc AS (SELECT {tsquery_of('cw c WHERE NOT c.common')} AS rq, "
+        "p AS (SELECT ARRAY(SELECT w.lexeme FROM w ORDER BY w.lexeme) AS lex, "
+        "ARRAY(SELECT w.idf FROM w ORDER BY w.lexeme) AS idf, st.avgdl FROM st), "
+        "cw AS (SELECT w.lexeme, w.idf, w.ub, octet_length(w.lexeme) <= "
+        f"{IMPACT_MAX_LEXEME} AND sum(w.df) OVER (ORDER BY w.df, w.lexeme) > {rare} "
+        "AS common FROM w), "
+        f"tc AS (SELECT {tsqueries('cw c WHERE NOT c.common')} AS rq, "
         f"{tsquery_of('cw c')} AS aq), "
-        f"t1 AS (SELECT * FROM ({tier('r.tsv @@ tc.rq')}) s "
-        'ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k), '
-        "th AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(t1.rank) END AS theta FROM t1), "
-        "ce AS (SELECT c.lexeme, sum(c.ub) OVER (ORDER BY c.ub, c.lexeme) AS cum "
+        f"kr AS ({rows('r.tsv @@ ANY(tc.rq)')}), "
+        "t0 AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(y.rank) END AS theta "
+        "FROM (SELECT kr.rank FROM kr ORDER BY kr.rank DESC LIMIT :k) y), "
+        "ce AS (SELECT c.lexeme, c.ub, sum(c.ub) OVER (ORDER BY c.ub, c.lexeme) AS cum "
         "FROM cw c WHERE c.common), "
-        f"eq AS (SELECT {tsquery_of('ce c, th WHERE c.cum >= th.theta')} AS query), "
-        "ranked AS (SELECT s.* FROM (SELECT * FROM t1 UNION ALL "
-        + tier("r.tsv @@ eq.query AND NOT coalesce(r.tsv @@ tc.rq, false)", ", eq")
-        + " UNION ALL "
-        + tier(
-            "r.tsv @@ q.query AND NOT coalesce(r.tsv @@ tc.aq, false) "
-            "AND (SELECT count(*) FROM t1) < :k"
+        # Every (common lexeme, bucket) key with the bound of its share of a score, for the
+        # lexemes the rare rows' k-th score leaves essential (no later theta is lower).
+        "bk AS (SELECT c.lexeme, bk.code || c.lexeme AS key, c.ub * CASE WHEN bk.tf IS NULL "
+        f"THEN 1 ELSE bk.tf / (bk.tf + {k1} * ({1 - b} + {b} * bk.dl / st.avgdl)) END AS bound "
+        f"FROM ce c CROSS JOIN st CROSS JOIN t0 CROSS JOIN {_buckets()} "
+        "WHERE c.cum >= t0.theta), "
+        "bu AS (SELECT max(c.bound) AS u FROM bk c), "
+        f"ba AS (SELECT {band_keys}), "
+        # With :k rows holding a rare lexeme, their k-th score is a fair start already.
+        f"ka AS (SELECT * FROM kr UNION ALL (SELECT y.* FROM ({bands}) y "
+        f"LIMIT CASE WHEN (SELECT count(*) FROM kr) < :k THEN {probe} "
+        f"ELSE least({probe}, :k) END)), "
+        f"ta AS (SELECT * FROM (SELECT DISTINCT ON (x.row_key) x.* FROM ka x) s {order}), "
+        "th AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(ta.rank) END AS theta FROM ta), "
+        "es AS (SELECT (th.theta - coalesce((SELECT max(e.cum) FROM ce e "
+        "WHERE e.cum < th.theta), 0)) / nullif((SELECT count(*) FROM ce e "
+        "WHERE e.cum >= th.theta), 0) AS share FROM th), "
+        "eq AS (SELECT "
+        + tsqueries(
+            "bk c JOIN ce e ON e.lexeme = c.lexeme, th, es "
+            f"WHERE e.cum >= th.theta AND c.bound >= es.share - ({float(SHARE_SLACK)!r})",
+            "c.key",
         )
-        + ') s ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k) '
+        + " AS keys), "
+        "kb AS ("
+        + rows(
+            "r.tsv_impact @@ ANY(eq.keys) AND NOT r.tsv @@ ANY(tc.rq) "
+            "AND r.row_key NOT IN (SELECT ka.row_key FROM ka)",
+            ", eq",
+        )
+        + "), "
+        "kz AS ("
+        + rows(
+            "NOT coalesce(r.tsv @@ tc.aq, false) "
+            "AND (SELECT count(*) FROM ta) + (SELECT count(*) FROM kb) < :k"
+        )
+        + "), "
+        "ranked AS (SELECT s.id, s.generation, s.rank FROM (SELECT * FROM ta UNION ALL "
+        f"SELECT * FROM kb UNION ALL SELECT * FROM kz) s {order}) "
     )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, text
 
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M
+from ragport.adapters.postgres.queries import impact_function
 from ragport.domain.errors import ValidationError
 
 __all__ = ["LATEST_VERSION", "MIGRATIONS", "quote_schema", "upgrade", "validate_schema_name"]
@@ -347,6 +348,40 @@ def _v6(s: str) -> Sequence[str]:
     )
 
 
+def _v7(s: str, tsv: str) -> Sequence[str]:
+    """``records.tsv_impact``: the row's lexemes keyed by their term-frequency bucket and the
+    row's length bucket (``queries.impact_function``), generated from the same text search
+    configuration as ``tsv`` (``tsv``, its generation expression from the catalog), with a
+    GIN index. It lets the lexical leg read a common lexeme's rows by impact bucket instead
+    of in full (``queries.bm25_ctes``). Adding the column rewrites ``records`` once."""
+    return (
+        impact_function(s),
+        f"ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS tsv_impact tsvector "
+        f"GENERATED ALWAYS AS ({s}.bm25_impact({tsv})) STORED",
+        f"CREATE INDEX IF NOT EXISTS records_tsv_impact ON {s}.records USING gin (tsv_impact)",
+    )
+
+
+def _tsv_expression(conn: Connection, s: str) -> str:
+    """The generation expression of ``records.tsv`` (``to_tsvector('<config>'::regconfig,
+    text)``), as the catalog holds it."""
+    expression = conn.execute(
+        text(
+            "SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d JOIN pg_attribute a "
+            "ON a.attrelid = d.adrelid AND a.attnum = d.adnum "
+            "WHERE d.adrelid = CAST(:rel AS regclass) AND a.attname = 'tsv'"
+        ),
+        {"rel": f"{s}.records"},
+    ).scalar()
+    if not isinstance(expression, str) or not expression.startswith("to_tsvector("):
+        raise ValidationError(
+            "records.tsv is not the generated tsvector this schema expects; restore it from "
+            "a backup or recreate the schema",
+            field="schema",
+        )
+    return expression
+
+
 MIGRATIONS: dict[int, str] = {
     1: "records, scopes, grants, tombstones, ingestion status",
     2: "sync checkpoints (compare-and-set cursor per connector and scope)",
@@ -354,6 +389,7 @@ MIGRATIONS: dict[int, str] = {
     4: "vectors in record_vectors, keyed by records.row_key (writes never rewrite vectors)",
     5: "BM25 statistics without forgotten rows, kept at forget time; deltas appended",
     6: "GIN jsonb_path_ops index on records.metadata (indexed equality filters)",
+    7: "records.tsv_impact: lexemes by impact bucket, GIN indexed (pruned lexical leg)",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -427,7 +463,8 @@ def upgrade(
     for target in sorted(MIGRATIONS):
         if target in done:
             continue
-        for statement in steps[target]:
+        statements = _v7(s, _tsv_expression(conn, s)) if target == 7 else steps[target]
+        for statement in statements:
             conn.execute(text(statement))
         conn.execute(
             text(

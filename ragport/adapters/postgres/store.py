@@ -431,9 +431,10 @@ class PostgresStore(StoreConnections):
         sql = queries.lexical_sql(self._s, self._ts_config, where)
 
         def run(conn: RawRead) -> tuple[ScoredRecord, ...]:
-            # Planned for its own tsquery every time: a cached generic plan cannot see how
-            # common the query's terms are (measured: a 4x slower lexical leg).
-            rows = reads.fetch(conn, sql, params, prepare=False)
+            # Prepared: the statement reads the query's terms and statistics in CTEs, which
+            # no plan can see into, so a cached plan is as good as a fresh one and saves the
+            # planning (measured: 5-15 ms of a 20-70 ms statement at 100k rows).
+            rows = reads.fetch(conn, sql, params, prepare=True)
             if on_denied is not None and authorization is not None:
                 self._report_denied(
                     conn,

@@ -1,0 +1,326 @@
+"""The PostgreSQL lexical leg's impact buckets (``records.tsv_impact``, migration 7) and the
+two-round pruning that reads them (``queries.bm25_ctes``).
+
+With the default budgets a small corpus holds only rare lexemes, so these tests shrink them
+(``pruned``): every lexeme becomes common, or only the rarest stay rare, and the first round
+reads few or no rows. Whatever the budgets, the top-k must equal the Python reference of
+``test_postgres_bm25`` (scores to 1e-6); a pruning rule that skips a row able to reach the
+top-k fails them (``test_a_pruning_that_skips_a_reachable_row_is_caught``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+
+import ragport
+from ragport.adapters.postgres import PostgresStore, queries
+from ragport.domain.model import Authorization, Grant
+from tests.adapters.test_postgres_bm25 import EMB, TOLERANCE, _reference
+from tests.adapters.test_postgres_lexical_stats import _apply, _check_scores, _check_statistics
+from tests.adapters.test_postgres_lexical_stats import _op as _lineage_op
+
+WORDS = ["apple", "brook", "cedar", "delta", "ember"]
+BUDGETS = {
+    "all common, no first round": (0, 0, 0, 0),
+    "all common, k rows first": (0, 0, 0, 1),
+    "rarest rare, two rows first": (3, 0, 2, 0),
+}
+"""(RARE_ROWS, RARE_PER_K, PROBE_ROWS, PROBE_PER_K) per case."""
+
+
+@pytest.fixture
+def store(pg_engine, pg_schema) -> PostgresStore:
+    return PostgresStore(pg_engine, schema=pg_schema, create=True, text_search_config="simple")
+
+
+def _budget(monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    rare, rare_k, probe, probe_k = BUDGETS[case]
+    monkeypatch.setattr(queries, "RARE_ROWS", rare)
+    monkeypatch.setattr(queries, "RARE_PER_K", rare_k)
+    monkeypatch.setattr(queries, "PROBE_ROWS", probe)
+    monkeypatch.setattr(queries, "PROBE_PER_K", probe_k)
+
+
+def _scope() -> ragport.Scope:
+    return ragport.Scope("tenant-1", "kb", "c" + uuid.uuid4().hex[:12])
+
+
+def _doc(counts: dict[str, int], filler: int, name: str) -> list[str]:
+    """``counts`` repetitions of each word, then ``filler`` distinct words of this document
+    (they lengthen it: dl is the number of distinct lexemes)."""
+    tokens = [w for w, n in counts.items() for _ in range(n)]
+    return tokens + [f"{name}x{i}" for i in range(filler)]
+
+
+def _index(store: PostgresStore, scope: ragport.Scope, docs: dict[str, list[str]]) -> None:
+    ragport.index_chunks(
+        chunks=[ragport.Chunk.of(name, 0, " ".join(tokens)) for name, tokens in docs.items()],
+        embedder=EMB,
+        store=store,
+        scope=scope,
+    )
+
+
+def _assert_top_k(
+    store: PostgresStore,
+    scope: ragport.Scope,
+    docs: dict[str, list[str]],
+    query: list[str],
+    k: int,
+    **kw: object,
+) -> None:
+    """The store's top ``k`` scores equal the reference's best ``k``, each row's its own."""
+    expected = _reference(docs, set(query))
+    best = sorted(expected.values(), reverse=True)[:k]
+    found = store.lexical_query(scope, " ".join(query), limit=k, **kw)  # type: ignore[arg-type]
+    assert [round(f.score, 6) for f in found] == [round(b, 6) for b in best], (query, k)
+    for item in found:
+        assert abs(item.score - expected[item.record.source_id]) <= TOLERANCE
+
+
+@st.composite
+def _corpora(draw: st.DrawFn) -> dict[str, list[str]]:
+    n = draw(st.integers(1, 14))
+    docs = {}
+    for i in range(n):
+        counts = draw(st.dictionaries(st.sampled_from(WORDS), st.integers(1, 40), min_size=1))
+        docs[f"d{i:02d}"] = _doc(counts, draw(st.integers(0, 120)), f"d{i:02d}")
+    return docs
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    docs=_corpora(),
+    query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+    k=st.integers(1, 6),
+)
+@pytest.mark.parametrize("case", sorted(BUDGETS))
+def test_pruned_top_k_equals_the_reference_on_random_corpora(
+    store: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    docs: dict[str, list[str]],
+    query: list[str],
+    k: int,
+) -> None:
+    """tf 1-40 and lengths 1-125 cover many buckets; every budget gives the reference's
+    top-k. If this fails, check the bucket bounds (``bk``), theta and the shares (``es``)."""
+    _budget(monkeypatch, case)
+    scope = _scope()
+    _index(store, scope, docs)
+    _assert_top_k(store, scope, docs, query, k)
+
+
+def _skewed() -> dict[str, list[str]]:
+    """``cedar`` rare (2 rows, long ones), ``apple`` common (10 rows); ``peak`` is short and
+    holds apple 40 times, which outscores both cedar rows but is found only by reading
+    apple's best bucket."""
+    docs = {f"a{i:02d}": _doc({"apple": 1}, 30, f"a{i:02d}") for i in range(8)}
+    docs.update({f"b{i:02d}": _doc({}, 30, f"b{i:02d}") for i in range(22)})
+    docs["c1"] = _doc({"cedar": 1, "apple": 1}, 120, "c1")
+    docs["c2"] = _doc({"cedar": 1}, 120, "c2")
+    docs["peak"] = _doc({"apple": 40}, 0, "peak")
+    return docs
+
+
+def test_a_row_reachable_only_through_a_high_bucket_is_found(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rare rows set theta; the common lexeme's best bucket still holds a better row. If this
+    fails, check round two (``eq``, ``kb``)."""
+    _budget(monkeypatch, "rarest rare, two rows first")
+    monkeypatch.setattr(queries, "PROBE_ROWS", 0)
+    scope = _scope()
+    docs = _skewed()
+    _index(store, scope, docs)
+    for k in (1, 2, 3, 5):
+        _assert_top_k(store, scope, docs, ["cedar", "apple"], k)
+    assert store.lexical_query(scope, "cedar apple", limit=1)[0].record.source_id == "peak"
+
+
+def test_a_pruning_that_skips_a_reachable_row_is_caught(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deliberately unsafe round two (it skips buckets that can still reach theta) misses
+    ``peak``, and the reference comparison fails: the tests above can fail."""
+    _budget(monkeypatch, "rarest rare, two rows first")
+    monkeypatch.setattr(queries, "PROBE_ROWS", 0)
+    monkeypatch.setattr(queries, "SHARE_SLACK", -1e6)
+    scope = _scope()
+    docs = _skewed()
+    _index(store, scope, docs)
+    with pytest.raises(AssertionError):
+        _assert_top_k(store, scope, docs, ["cedar", "apple"], 1)
+
+
+def test_impact_keys_name_each_lexeme_tf_and_row_length_bucket(
+    store: PostgresStore, pg_schema: str
+) -> None:
+    """Each row's ``tsv_impact`` holds one key per lexeme: its tf bucket letter, the row's
+    length bucket letter, the lexeme. If this fails, check ``queries.impact_function``."""
+    scope = _scope()
+    docs = {
+        "one": _doc({"apple": 1}, 0, "one"),
+        "mixed": _doc({"apple": 3, "brook": 9, "cedar": 31}, 20, "mixed"),
+        "long": _doc({"apple": 2, "delta": 300}, 2100, "long"),
+    }
+    _index(store, scope, docs)
+
+    def bucket(value: int, lows: tuple[int, ...]) -> int:
+        return max(i for i, low in enumerate(lows) if low <= value)
+
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                f'SELECT source_id, tsvector_to_array(tsv_impact) AS keys FROM "{pg_schema}".records '
+                "WHERE tenant_id = :t AND resource_id = :r AND corpus_id = :c"
+            ),
+            {"t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id},
+        ).all()
+    assert len(rows) == len(docs)
+    for row in rows:
+        tokens = docs[row.source_id]
+        tf = Counter(tokens)
+        dl = chr(97 + bucket(len(tf), queries.IMPACT_DL))
+        # PostgreSQL keeps at most 256 positions per lexeme (tf as the scoring sees it).
+        expected = {
+            chr(65 + bucket(min(n, 256), queries.IMPACT_TF)) + dl + lexeme
+            for lexeme, n in tf.items()
+        }
+        assert set(row.keys) == expected, row.source_id
+
+
+def test_a_lexeme_too_long_for_a_key_is_read_in_full(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch, pg_schema: str
+) -> None:
+    """A 2,040-byte word gets no impact key (a key would pass the lexeme limit), yet a
+    query for it finds its row even when every other lexeme is common. If this fails, check
+    ``IMPACT_MAX_LEXEME`` in ``impact_function`` and ``cw``."""
+    _budget(monkeypatch, "all common, no first round")
+    scope = _scope()
+    word = "q" * 2040
+    docs = {"huge": ["apple", word], "plain": ["apple", "brook"]}
+    _index(store, scope, docs)
+    with store.engine.connect() as conn:
+        keys = conn.execute(
+            text(
+                f'SELECT tsvector_to_array(tsv_impact) FROM "{pg_schema}".records '
+                "WHERE tenant_id = :t AND corpus_id = :c AND source_id = 'huge'"
+            ),
+            {"t": scope.tenant_id, "c": scope.corpus_id},
+        ).scalar_one()
+    assert keys == ["Abapple"]
+    _assert_top_k(store, scope, docs, [word], 2)
+    _assert_top_k(store, scope, docs, [word, "apple"], 2)
+
+
+def test_grants_and_filters_stay_inside_the_pruned_leg(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every lexeme common, a caller granted half the sources, or filtering on metadata,
+    gets the reference's top-k of exactly those rows. If this fails, check that ``rows``
+    keeps ``where`` in every round."""
+    _budget(monkeypatch, "all common, k rows first")
+    scope = _scope()
+    docs = {
+        f"s{i:02d}": _doc({"apple": 1 + i, "brook": 1 + i % 3}, i, f"s{i:02d}") for i in range(20)
+    }
+    ragport.index_chunks(
+        chunks=[
+            ragport.Chunk.of(name, 0, " ".join(tokens), metadata={"half": int(name[1:]) % 2})
+            for name, tokens in docs.items()
+        ],
+        embedder=EMB,
+        store=store,
+        scope=scope,
+    )
+    even = [name for name in docs if int(name[1:]) % 2 == 0]
+    store.set_source_access(scope, [Grant(name, principal_ids=("ann",)) for name in even])
+    allowed = {name: docs[name] for name in even}
+    full = _reference(docs, {"apple", "brook"})
+    for k in (1, 4, 12):
+        found = store.lexical_query(
+            scope, "apple brook", limit=k, authorization=Authorization("ann", scope.tenant_id)
+        )
+        expected = sorted((-full[n], n) for n in allowed)[:k]
+        assert [f.record.source_id for f in found] == [n for _, n in expected]
+        filtered = store.lexical_query(scope, "apple brook", limit=k, metadata_filter={"half": 1})
+        odd = sorted((-full[n], n) for n in docs if n not in allowed)[:k]
+        assert [f.record.source_id for f in filtered] == [n for _, n in odd]
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    ops=st.lists(_lineage_op, min_size=1, max_size=8),
+    query=st.lists(st.sampled_from(["apple", "brook", "cedar", "delta"]), min_size=1, max_size=3),
+    k=st.integers(1, 4),
+)
+def test_pruned_scores_hold_through_replace_forget_rollback_and_compaction(
+    store: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    pg_schema: str,
+    ops: list[tuple],
+    query: list[str],
+    k: int,
+) -> None:
+    """The lineage property test of ``test_postgres_lexical_stats`` with every lexeme
+    common: retired, rolled-back and forgotten rows never enter a round. If this fails,
+    check visibility and tombstones in ``rows``."""
+    _budget(monkeypatch, "all common, k rows first")
+    scope = _scope()
+    s = f'"{pg_schema}"'
+    for op in ops:
+        _apply(store, scope, op)
+    _check_statistics(store, scope, s)
+    _check_scores(store, scope, s, query, k)
+
+
+def test_upgrade_from_version_6_fills_the_impact_column(
+    store: PostgresStore, pg_engine, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema as migration 6 left it (no ``tsv_impact``, no function, no index) upgrades in
+    place: every existing row gets its keys, and the pruned leg ranks them as the reference.
+    If this fails, check ``schema._v7`` and ``_tsv_expression``."""
+    from ragport.adapters.postgres import schema as migrations
+
+    scope = _scope()
+    docs = {f"d{i}": _doc({"apple": 1 + i, "cedar": i % 2}, 3 * i, f"d{i}") for i in range(8)}
+    _index(store, scope, docs)
+    s = f'"{pg_schema}"'
+    with pg_engine.begin() as conn:
+        conn.execute(text(f"DROP INDEX {s}.records_tsv_impact"))
+        conn.execute(text(f"ALTER TABLE {s}.records DROP COLUMN tsv_impact"))
+        conn.execute(text(f"DROP FUNCTION {s}.bm25_impact(tsvector)"))
+        conn.execute(text(f"DELETE FROM {s}.schema_migrations WHERE version = 7"))
+        assert migrations.current_version(conn, pg_schema) == 6
+    old = PostgresStore(pg_engine, schema=pg_schema, text_search_config="simple")
+    assert old.upgrade() == [7]
+    with pg_engine.connect() as conn:
+        mismatched = conn.execute(
+            text(
+                f"SELECT count(*) FROM {s}.records "
+                f"WHERE tsv_impact IS DISTINCT FROM {s}.bm25_impact(tsv)"
+            )
+        ).scalar_one()
+        indexed = conn.execute(
+            text("SELECT to_regclass(:i)"), {"i": f"{s}.records_tsv_impact"}
+        ).scalar_one()
+    assert mismatched == 0
+    assert indexed is not None
+    _budget(monkeypatch, "all common, no first round")
+    for k in (1, 3, 8):
+        _assert_top_k(old, scope, docs, ["apple", "cedar"], k)
