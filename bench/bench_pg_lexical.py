@@ -329,7 +329,12 @@ def main() -> None:
                     where = pr.predicate(S, params, None, None)
                     sql = module.lexical_sql(S, "english", where)
                     t0 = time.perf_counter()
-                    got = reads.fetch(raw, sql, params, prepare=False)
+                    # as each tree's store runs it: this one prepared with its generic plan,
+                    # older ones planned each time
+                    if module is queries:
+                        got = reads.fetch_generic(raw, sql, params)
+                    else:
+                        got = reads.fetch(raw, sql, params, prepare=False)
                     times[name].append(time.perf_counter() - t0)
                     ranks[name] = [float(r.rank) for r in got]
                 first = next(iter(ranks.values()))

@@ -163,6 +163,38 @@ def test_a_pruning_that_skips_a_reachable_row_is_caught(
         _assert_top_k(store, scope, docs, ["cedar", "apple"], 1)
 
 
+def _pair() -> dict[str, list[str]]:
+    """``cedar`` rare (2 very long rows); ``apple`` and ``brook`` common (each in about 30 of
+    46 rows, at tf 1 in long rows, so neither bound reaches the cedar rows' scores alone);
+    ``both`` holds each 6 times in a short row and outscores the cedar rows, which only the
+    two common lexemes together can do."""
+    docs = {f"a{i:02d}": _doc({"apple": 1, "brook": i % 2}, 60, f"a{i:02d}") for i in range(28)}
+    docs.update({f"b{i:02d}": _doc({"brook": 1}, 60, f"b{i:02d}") for i in range(14)})
+    docs.update({f"z{i:02d}": _doc({}, 60, f"z{i:02d}") for i in range(1)})
+    docs["c1"] = _doc({"cedar": 1, "apple": 1}, 300, "c1")
+    docs["c2"] = _doc({"cedar": 1, "brook": 1}, 300, "c2")
+    docs["both"] = _doc({"apple": 6, "brook": 6}, 0, "both")
+    return docs
+
+
+def test_a_row_reachable_only_through_two_common_lexemes_is_found(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round two's pairs of levels (two common lexemes that reach theta only together) find
+    ``both``. If this fails, check ``tt``, ``cj0`` and ``cj`` in ``queries.bm25_ctes``."""
+    _budget(monkeypatch, "rarest rare, two rows first")
+    monkeypatch.setattr(queries, "PROBE_ROWS", 0)
+    scope = _scope()
+    docs = _pair()
+    _index(store, scope, docs)
+    for k in (1, 2, 3, 6):
+        _assert_top_k(store, scope, docs, ["cedar", "apple", "brook"], k)
+    assert store.lexical_query(scope, "cedar apple brook", limit=1)[0].record.source_id == "both"
+    monkeypatch.setattr(queries, "SHARE_SLACK", -1e6)
+    with pytest.raises(AssertionError):
+        _assert_top_k(store, scope, docs, ["cedar", "apple", "brook"], 1)
+
+
 def test_impact_keys_name_each_lexeme_tf_and_row_length_bucket(
     store: PostgresStore, pg_schema: str
 ) -> None:

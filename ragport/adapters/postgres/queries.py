@@ -219,6 +219,8 @@ PROBE_PER_K = 5
 SHARE_SLACK = 1e-9
 """Round two also reads buckets whose bound falls short of a lexeme's share by this much, so
 float rounding of the bounds can only make it read more."""
+LEVELS = 4
+"""Round two's levels of the strongest common lexeme's bound (see ``bm25_ctes``)."""
 BANDS = (0.7, 0.4, 0.0)
 """The first round's bands, as shares of the best bucket bound: higher bands are read first."""
 
@@ -337,13 +339,65 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         )
 
     band_keys = ", ".join(
-        tsqueries(f"bk c, bu WHERE c.bound >= {share} * bu.u", "c.key") + f" AS b{i}"
+        tsqueries(
+            f"bk c JOIN ce e ON e.lexeme = c.lexeme, bu, t0 WHERE e.cum >= t0.theta "
+            f"AND c.bound >= {share} * bu.u",
+            "c.key",
+        )
+        + f" AS b{i}"
         for i, share in enumerate(BANDS)
     )
     bands = " UNION ALL ".join(
         f"({rows(f'r.tsv_impact @@ ANY(ba.b{i})', ', ba')})" for i in range(len(BANDS))
     )
     order = 'ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k'
+
+    def level(j: int) -> str:
+        """The bound at the top of e1's level ``j`` of [tt.lo, tt.t): below ``tt.lo``, t minus
+        e2's ub, no row of e1 can reach t."""
+        return f"(tt.lo + (tt.t - tt.lo) * {j + 1} / {LEVELS})"
+
+    pair_keys = ", ".join(
+        [
+            tsqueries("b2 c WHERE tt.conj AND c.bound >= tt.t", "c.key") + " AS a",
+            tsqueries("b1 c WHERE tt.conj AND c.bound >= tt.t", "c.key") + " AS b",
+        ]
+        + [
+            tsqueries(
+                f"b1 c WHERE tt.conj AND c.bound < {level(j)} "
+                f"AND c.bound >= {level(j - 1) if j else 'tt.lo'}",
+                "c.key",
+            )
+            + f" AS l{j}, "
+            + tsqueries(f"b2 c WHERE tt.conj AND c.bound >= tt.t - {level(j)}", "c.key")
+            + f" AS r{j}, "
+            # Read through the index the side likely to hold fewer rows, check the other on
+            # each row: df times (1 - threshold / ub) cubed, as most rows hold a lexeme once.
+            + f"tt.d1 * power(1 - least({level(j - 1) if j else 'tt.lo'} / tt.u1, 1), 3) <= "
+            f"tt.d2 * power(1 - least(greatest(tt.t - {level(j)}, 0) / tt.u2, 1), 3) AS x{j}"
+            for j in range(LEVELS)
+        ]
+    )
+    pair_sides = ", ".join(
+        ["cj0.a", "cj0.b"]
+        + [
+            f"CASE WHEN cardinality(cj0.l{j}) = 0 OR cardinality(cj0.r{j}) = 0 "
+            f"THEN CAST('{{}}' AS tsquery[]) WHEN cj0.x{j} THEN cj0.l{j} ELSE cj0.r{j} END AS i{j}, "
+            f"CASE WHEN cj0.x{j} THEN cj0.r{j} ELSE cj0.l{j} END AS f{j}"
+            for j in range(LEVELS)
+        ]
+    )
+    # An ``IS TRUE`` test is never an index condition: one bitmap scan per level, not one
+    # index search per pair of keys.
+    second = [
+        "r.tsv_impact @@ ANY(eq.keys)",
+        "r.tsv_impact @@ ANY(cj.a)",
+        "r.tsv_impact @@ ANY(cj.b)",
+    ] + [
+        f"r.tsv_impact @@ ANY(cj.i{j}) AND (r.tsv_impact @@ ANY(cj.f{j})) IS TRUE"
+        for j in range(LEVELS)
+    ]
+    fresh = "NOT r.tsv @@ ANY(tc.rq) AND r.row_key NOT IN (SELECT ka.row_key FROM ka)"
     return (
         f", q AS (SELECT {tsquery(ts_config)} AS query), "
         "ql AS (SELECT coalesce(array_agg(DISTINCT "
@@ -363,7 +417,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         f"AND x.{at_pointer}), 0) AS float8) AS df OFFSET 0) d) y), "
         "p AS (SELECT ARRAY(SELECT w.lexeme FROM w ORDER BY w.lexeme) AS lex, "
         "ARRAY(SELECT w.idf FROM w ORDER BY w.lexeme) AS idf, st.avgdl FROM st), "
-        "cw AS (SELECT w.lexeme, w.idf, w.ub, octet_length(w.lexeme) <= "
+        "cw AS (SELECT w.lexeme, w.df, w.idf, w.ub, octet_length(w.lexeme) <= "
         f"{IMPACT_MAX_LEXEME} AND sum(w.df) OVER (ORDER BY w.df, w.lexeme) > {rare} "
         "AS common FROM w), "
         f"tc AS (SELECT {tsqueries('cw c WHERE NOT c.common')} AS rq, "
@@ -373,13 +427,12 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         "FROM (SELECT kr.rank FROM kr ORDER BY kr.rank DESC LIMIT :k) y), "
         "ce AS (SELECT c.lexeme, c.ub, sum(c.ub) OVER (ORDER BY c.ub, c.lexeme) AS cum "
         "FROM cw c WHERE c.common), "
-        # Every (common lexeme, bucket) key with the bound of its share of a score, for the
-        # lexemes the rare rows' k-th score leaves essential (no later theta is lower).
+        # Every (common lexeme, bucket) key with the bound of its share of a score.
         "bk AS (SELECT c.lexeme, bk.code || c.lexeme AS key, c.ub * CASE WHEN bk.tf IS NULL "
         f"THEN 1 ELSE bk.tf / (bk.tf + {k1} * ({1 - b} + {b} * bk.dl / st.avgdl)) END AS bound "
-        f"FROM ce c CROSS JOIN st CROSS JOIN t0 CROSS JOIN {_buckets()} "
-        "WHERE c.cum >= t0.theta), "
-        "bu AS (SELECT max(c.bound) AS u FROM bk c), "
+        f"FROM ce c CROSS JOIN st CROSS JOIN t0 CROSS JOIN {_buckets()}), "
+        "bu AS (SELECT max(c.bound) AS u FROM bk c JOIN ce e ON e.lexeme = c.lexeme, t0 "
+        "WHERE e.cum >= t0.theta), "
         f"ba AS (SELECT {band_keys}), "
         # With :k rows holding a rare lexeme, their k-th score is a fair start already.
         f"ka AS (SELECT * FROM kr UNION ALL (SELECT y.* FROM ({bands}) y "
@@ -387,23 +440,37 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         f"ELSE least({probe}, :k) END)), "
         f"ta AS (SELECT * FROM (SELECT DISTINCT ON (x.row_key) x.* FROM ka x) s {order}), "
         "th AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(ta.rank) END AS theta FROM ta), "
+        # Round two, when two common lexemes carry the rest (``tt.conj``): a row reaches theta
+        # only if its buckets of the two strongest, e1 and e2, bound at least ``t`` (theta
+        # minus every other common lexeme's ub) together: e2 alone (a), e1 alone (b), or e1
+        # in level j of [0, t) with e2 at t minus the level's top or more (l_j and r_j).
+        "cz AS (SELECT c.lexeme, c.ub, c.df, "
+        "row_number() OVER (ORDER BY c.ub DESC, c.lexeme) AS rn "
+        "FROM cw c WHERE c.common), "
+        "tt AS (SELECT x.t, greatest(x.t - (SELECT z.ub FROM cz z WHERE z.rn = 2), 0) AS lo, "
+        "x.t > 0 AND (SELECT count(*) FROM cz) >= 2 AS conj, "
+        "(SELECT z.ub FROM cz z WHERE z.rn = 1) AS u1, (SELECT z.ub FROM cz z WHERE z.rn = 2) "
+        "AS u2, (SELECT z.df FROM cz z WHERE z.rn = 1) AS d1, "
+        "(SELECT z.df FROM cz z WHERE z.rn = 2) AS d2 FROM (SELECT th.theta - coalesce((SELECT sum(z.ub) FROM cz z WHERE z.rn > 2), 0) "
+        f"- ({float(SHARE_SLACK)!r}) AS t FROM th) x), "
+        "b1 AS (SELECT c.key, c.bound FROM bk c JOIN cz z ON z.lexeme = c.lexeme AND z.rn = 1), "
+        "b2 AS (SELECT c.key, c.bound FROM bk c JOIN cz z ON z.lexeme = c.lexeme AND z.rn = 2), "
+        f"cj0 AS (SELECT {pair_keys} FROM tt), cj AS (SELECT {pair_sides} FROM cj0), "
+        # Otherwise MaxScore over the buckets: the lexemes whose ub add up to less than theta
+        # are not read; theta minus that sum is split evenly over the others.
         "es AS (SELECT (th.theta - coalesce((SELECT max(e.cum) FROM ce e "
         "WHERE e.cum < th.theta), 0)) / nullif((SELECT count(*) FROM ce e "
         "WHERE e.cum >= th.theta), 0) AS share FROM th), "
         "eq AS (SELECT "
         + tsqueries(
-            "bk c JOIN ce e ON e.lexeme = c.lexeme, th, es "
-            f"WHERE e.cum >= th.theta AND c.bound >= es.share - ({float(SHARE_SLACK)!r})",
+            "bk c JOIN ce e ON e.lexeme = c.lexeme, th, es, tt WHERE NOT tt.conj "
+            f"AND e.cum >= th.theta AND c.bound >= es.share - ({float(SHARE_SLACK)!r})",
             "c.key",
         )
         + " AS keys), "
-        "kb AS ("
-        + rows(
-            "r.tsv_impact @@ ANY(eq.keys) AND NOT r.tsv @@ ANY(tc.rq) "
-            "AND r.row_key NOT IN (SELECT ka.row_key FROM ka)",
-            ", eq",
-        )
-        + "), "
+        "kb AS (SELECT DISTINCT ON (y.row_key) y.* FROM ("
+        + " UNION ALL ".join(f"({rows(f'{c} AND {fresh}', ', eq, cj')})" for c in second)
+        + ") y), "
         "kz AS ("
         + rows(
             "NOT coalesce(r.tsv @@ tc.aq, false) "

@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 
 from ragport.adapters.postgres._driver import driver_connection
 
-__all__ = ["RawRead", "fetch", "one_snapshot", "pyformat"]
+__all__ = ["RawRead", "fetch", "fetch_generic", "one_snapshot", "pyformat"]
 
 _BIND = re.compile(r"(?<![:\w]):(\w+)")
 _PYFORMAT: dict[str, str] = {}
@@ -59,6 +59,30 @@ def fetch(
     with driver_connection(conn).cursor(row_factory=namedtuple_row) as cur:
         cur.execute(pyformat(sql), params, prepare=prepare)
         return cur.fetchall()
+
+
+def fetch_generic(conn: RawRead, sql: str, params: Mapping[str, Any]) -> list[Any]:
+    """``fetch`` as a prepared statement run with its generic plan.
+
+    For statements whose plan cannot depend on the values (they read them in CTEs): left to
+    itself PostgreSQL keeps re-planning a prepared statement whose generic plan it estimates
+    dearer than its custom ones, and a large statement's planning is then paid on every
+    run. ``plan_cache_mode`` is set for this statement only: with ``SET LOCAL`` (undone at
+    the end of the transaction, or right after the statement) inside one, around it outside.
+    """
+    dbapi = driver_connection(conn)
+    if dbapi.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        dbapi.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        rows = fetch(conn, sql, params, prepare=True)
+        dbapi.execute("SET LOCAL plan_cache_mode = auto")
+        return rows
+    dbapi.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        return fetch(conn, sql, params, prepare=True)
+    finally:
+        if not (dbapi.closed or dbapi.broken):
+            with suppress(psycopg.Error):
+                dbapi.execute("RESET plan_cache_mode")
 
 
 @contextmanager
