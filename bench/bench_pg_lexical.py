@@ -160,10 +160,12 @@ def add_tombstones(store: PostgresStore, count: int) -> None:
     with store.engine.begin() as conn:
         for table in ("records", "scopes", "tombstones", "lexical_stats", "lexical_terms"):
             conn.execute(text(f"DELETE FROM {S}.{table} WHERE {pr.SCOPE}"), pr.scope_params(TOMB))
+        generated = ("tenant_id", "resource_id", "corpus_id", "tsv", "tsv_impact")
+        copied = ", ".join(c for c in _record_columns(conn) if c not in generated)
         conn.execute(
             text(
-                f"INSERT INTO {S}.records SELECT r.tenant_id, r.resource_id, 'tomb', "
-                f"{', '.join(c for c in _record_columns(conn) if c not in ('tenant_id', 'resource_id', 'corpus_id', 'tsv', 'tsv_impact'))} "
+                f"INSERT INTO {S}.records (tenant_id, resource_id, corpus_id, {copied}) "
+                f"SELECT r.tenant_id, r.resource_id, 'tomb', {copied} "
                 f"FROM {S}.records r WHERE {pr.RSCOPE}"
             ),
             pr.scope_params(SCOPE),

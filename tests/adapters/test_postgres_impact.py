@@ -356,3 +356,32 @@ def test_upgrade_from_version_6_fills_the_impact_column(
     _budget(monkeypatch, "all common, no first round")
     for k in (1, 3, 8):
         _assert_top_k(old, scope, docs, ["apple", "cedar"], k)
+
+
+def test_the_generic_plan_setting_does_not_outlive_its_statement(store: PostgresStore) -> None:
+    """``reads.fetch_generic`` runs its statement with ``force_generic_plan`` and leaves the
+    connection's ``plan_cache_mode`` as it was, in autocommit and inside a transaction, also
+    when the statement fails. If this fails, check ``reads.fetch_generic``."""
+    import psycopg
+
+    from ragport.adapters.postgres import reads
+
+    with store.engine.connect() as conn:
+        raw = reads.RawRead(conn.connection)
+        dbapi = conn.connection.dbapi_connection
+        dbapi.autocommit = True
+        assert (
+            reads.fetch_generic(raw, "SELECT current_setting('plan_cache_mode') AS m", {})[0].m
+            == "force_generic_plan"
+        )
+        assert dbapi.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            reads.fetch_generic(raw, "SELECT 1 / (:z - :z) AS x", {"z": 1})
+        assert dbapi.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+        with reads.one_snapshot(raw):
+            reads.fetch_generic(raw, "SELECT 1 AS x", {})
+            assert dbapi.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+        with pytest.raises(psycopg.errors.DivisionByZero), reads.one_snapshot(raw):
+            reads.fetch_generic(raw, "SELECT 1 / (:z - :z) AS x", {"z": 1})
+        assert dbapi.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+        dbapi.autocommit = False
