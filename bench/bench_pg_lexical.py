@@ -179,6 +179,8 @@ def add_tombstones(store: PostgresStore, count: int) -> None:
             pr.scope_params(SCOPE),
         )
         _backfill(conn, TOMB)
+    with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"ANALYZE {S}.records"))
     for scope, n in ((SCOPE, 10), (TOMB, 10 + count)):
         t1 = time.perf_counter()
         with store.unit_of_work(scope) as uow:

@@ -45,6 +45,7 @@ def _budget(monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     monkeypatch.setattr(queries, "RARE_PER_K", rare_k)
     monkeypatch.setattr(queries, "PROBE_ROWS", probe)
     monkeypatch.setattr(queries, "PROBE_PER_K", probe_k)
+    monkeypatch.setattr(queries, "PROBE_SHARE", 0.0)
 
 
 def _scope() -> ragport.Scope:
