@@ -479,7 +479,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         + ") y), "
         "kz AS ("
         + rows(
-            "NOT coalesce(r.tsv @@ tc.aq, false) "
+            "r.tsv @@ q.query AND NOT coalesce(r.tsv @@ tc.aq, false) "
             "AND (SELECT count(*) FROM ta) + (SELECT count(*) FROM kb) < :k"
         )
         + "), "
