@@ -228,6 +228,13 @@ BANDS = (0.7, 0.4, 0.0)
 """The first round's bands, as shares of the best bucket bound: higher bands are read first."""
 
 
+RSCOPE_FILTER = (
+    'r.tenant_id COLLATE "C" = :t AND r.resource_id COLLATE "C" = :r '
+    'AND r.corpus_id COLLATE "C" = :c'
+)
+"""``RSCOPE`` in a form no index serves (the lexical leg's candidates come from GIN)."""
+
+
 def impact_function(s: str) -> str:
     """``CREATE FUNCTION {s}.bm25_impact(tsvector)``: one key per lexeme of a tsvector, its
     term-frequency bucket (``A``...) and the row's length bucket (``a``...) before the lexeme
@@ -330,9 +337,11 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         "/ p.avgdl))), 0) FROM unnest(ts_filter(setweight(r.tsv, 'A', p.lex), '{a}')) u)"
     )
 
-    # Visibility's generation bound as a filter, not an index condition: the planner cannot
-    # estimate the GIN conditions' arrays and would AND in the generation index, every row.
-    where = where.replace("r.generation <= ", "r.generation + 0 <= ")
+    # The scope and visibility's generation bound as filters, not index conditions: the
+    # planner cannot estimate the GIN conditions' arrays and would AND in a btree range over
+    # the whole scope (records_generation) to every one of them. (Equality under "C" is
+    # equality under the database's deterministic collation.)
+    where = where.replace(RSCOPE, RSCOPE_FILTER).replace("r.generation <= ", "r.generation + 0 <= ")
 
     def rows(condition: str, extra: str = "") -> str:
         """(row_key, id, generation, rank) of the rows matching ``:query`` that pass ``where``
