@@ -229,10 +229,10 @@ BANDS = (0.7, 0.4, 0.0)
 
 
 RSCOPE_FILTER = (
-    'r.tenant_id COLLATE "C" = :t AND r.resource_id COLLATE "C" = :r '
-    'AND r.corpus_id COLLATE "C" = :c'
+    'r.tenant_id = :t AND r.resource_id COLLATE "C" = :r AND r.corpus_id COLLATE "C" = :c'
 )
-"""``RSCOPE`` in a form no index serves (the lexical leg's candidates come from GIN)."""
+"""``RSCOPE`` in a form no btree serves past ``tenant_id`` (kept plain: it prunes partitions);
+the lexical leg's candidates come from GIN."""
 
 
 def impact_function(s: str) -> str:
@@ -337,10 +337,10 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         "/ p.avgdl))), 0) FROM unnest(ts_filter(setweight(r.tsv, 'A', p.lex), '{a}')) u)"
     )
 
-    # The scope and visibility's generation bound as filters, not index conditions: the
-    # planner cannot estimate the GIN conditions' arrays and would AND in a btree range over
-    # the whole scope (records_generation) to every one of them. (Equality under "C" is
-    # equality under the database's deterministic collation.)
+    # The scope (past the tenant) and visibility's generation bound as filters, not index
+    # conditions: the planner cannot estimate the GIN conditions' arrays and would AND a
+    # btree range over the whole scope (records_generation) to every one of them. (Equality
+    # under "C" is equality under the database's deterministic collation.)
     where = where.replace(RSCOPE, RSCOPE_FILTER).replace("r.generation <= ", "r.generation + 0 <= ")
 
     def rows(condition: str, extra: str = "") -> str:
