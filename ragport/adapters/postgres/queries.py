@@ -286,15 +286,21 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
       the lexeme's share of the score of any row in that bucket (``idf * (k1 + 1) * tf /
       (tf + k1 * (1 - b + b * dl / avgdl))`` at the bucket's highest tf and lowest length;
       ``idf * (k1 + 1)`` for the open tf bucket).
-    - Round one (``ka``): the rare rows and at most ``PROBE_ROWS`` rows from the common
-      lexemes' best buckets (``BANDS``, best first), scored exactly; ``theta`` is the k-th
-      score (0 when fewer).
-    - Round two (``kb``): common lexemes by ``ub``, smallest first, whose running sum stays
-      below ``theta`` cannot lift a row on their own (MaxScore); the remaining budget,
-      ``theta`` minus that sum, is split evenly over the other common lexemes, and every row
-      holding one of them in a bucket whose bound reaches its share is read. A row read by
-      neither round scores below ``theta``: each common lexeme adds less than its share (or
-      its ``ub``) and it holds no rare one.
+    - Round one (``ka``): the rare rows and, when they are fewer than ``:k``, up to
+      ``PROBE_ROWS`` rows (``:k`` otherwise) from the best buckets (``BANDS``, best first)
+      of the common lexemes the rare rows' k-th score leaves essential, scored exactly;
+      ``theta`` is the k-th score of the round (0 when fewer).
+    - Round two (``kb``), when two common lexemes carry the rest (``tt.conj``): e1 and e2,
+      the two with the largest ``ub``, must bound at least ``t`` (theta minus the other
+      common lexemes' ``ub``) together: rows where e2 alone reaches ``t`` (``a``), e1 alone
+      (``b``), and for each of ``LEVELS`` levels of e1's bound between ``t`` minus e2's
+      ``ub`` and ``t`` the rows with e1 in the level and e2 at ``t`` minus the level's top
+      or more (the side likely to hold fewer rows through the index, the other checked per
+      row). Otherwise (``eq``) MaxScore over the buckets: common lexemes by ``ub``, smallest
+      first, whose running sum stays below ``theta`` are not read; ``theta`` minus that sum
+      is split evenly over the others, and every row holding one of them in a bucket whose
+      bound reaches its share is read. Either way a row read by neither round scores below
+      ``theta``, and it holds no rare lexeme.
     - The matching rows without any query lexeme (``a or -b``, score 0) are read only when
       the two rounds found fewer than ``:k`` rows.
     """
