@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -137,7 +138,10 @@ def check_vectors(vectors: object, *, rows: int, dimensions: int) -> VectorMatri
         raise EmbedderError(
             f"embedder returned shape {array.shape}, expected ({rows}, {dimensions})"
         )
-    if not np.isfinite(array).all():
+    # One BLAS call first: an inf or a nan carries into the sum of squares, so a finite one
+    # means every value is finite; a non-finite one may be an overflow of large values, so the
+    # elementwise test decides then.
+    if not math.isfinite(np.vdot(array, array)) and not np.isfinite(array).all():
         raise EmbedderError("embedder returned non-finite values")
     return array
 

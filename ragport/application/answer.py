@@ -109,30 +109,29 @@ def build_hit(
     """The canonical hit of a candidate; its text is redacted before anyone sees it.
 
     Built from the store's record and shared with nobody: a reranker gets copies (see
-    rerank_hits), and the metadata is a deep copy, so writing to a returned hit's nested
-    metadata cannot change a stored record (the in-memory store hands out its own rows).
+    rerank_hits), and the metadata is a deep copy (``Hit.of_record``), so writing to a
+    returned hit's nested metadata cannot change a stored record even on a store that hands
+    out its own rows.
     """
     record = c.record
-    provenance = Provenance(
-        source_id=record.source_id,
-        chunk_id=record.id,
-        citation_id=record.id,
-        provider=provider,
-        tenant_id=c.scope.tenant_id,
-        resource_id=c.scope.resource_id,
-        corpus_id=c.scope.corpus_id,
-        retrieval=c.retrieval,
-        retrieved_at=retrieved_at,
-        lineage=record.lineage,
-    )
-    return Hit(
-        id=record.id,
-        source_id=record.source_id,
+    scope = c.scope
+    return Hit.of_record(
+        record,
         text=redact(record.text) if redact.active else record.text,
-        metadata=record.metadata,  # Hit copies it (freeze_metadata)
         score=c.score,
         retrieval_rank=rank,
-        provenance=provenance,
+        provenance=Provenance(
+            source_id=record.source_id,
+            chunk_id=record.id,
+            citation_id=record.id,
+            provider=provider,
+            tenant_id=scope.tenant_id,
+            resource_id=scope.resource_id,
+            corpus_id=scope.corpus_id,
+            retrieval=c.retrieval,
+            retrieved_at=retrieved_at,
+            lineage=record.lineage,
+        ),
         trust=_TRUST,
     )
 
@@ -148,7 +147,8 @@ def render(
     wanted = hits[:top_k]
     for hit in wanted:
         block = f"[{hit.provenance.citation_id}] {hit.text}"
-        extra = len(block.encode("utf-8")) + (len(BLOCK_SEPARATOR) if blocks else 0)
+        size = len(block) if block.isascii() else len(block.encode("utf-8"))
+        extra = size + (len(BLOCK_SEPARATOR) if blocks else 0)
         if used_bytes + extra > max_bytes or math.ceil((used_bytes + extra) / 4) > max_tokens:
             truncated = True
             break

@@ -26,15 +26,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-import attrs
-
 from ragport.application._support import (
     NOOP_TELEMETRY,
     SYSTEM_CLOCK,
     Redaction,
     check_abort,
     check_vectors,
-    require_scope,
     resolve_limits,
 )
 from ragport.application.answer import (
@@ -45,15 +42,20 @@ from ragport.application.answer import (
 )
 from ragport.application.rerank import rerank_hits
 from ragport.application.results import RetrievalResult
+from ragport.application.retrieval_request import (
+    LEXICAL_MODES,
+    QUERY_MAX_CHARS,
+    Request,
+    check_request,
+)
 from ragport.domain.errors import (
     CapabilityError,
     EmbedderMismatchError,
     ScopeError,
     ValidationError,
 )
-from ragport.domain.filters import Filter, parse_filter
-from ragport.domain.fusion import check_weights, fuse_ranked
-from ragport.domain.limits import HARD_LIMITS, Limits, check_limit
+from ragport.domain.fusion import fuse_ranked
+from ragport.domain.limits import Limits
 from ragport.domain.model import (
     AccessDecision,
     AccessDenial,
@@ -65,7 +67,6 @@ from ragport.domain.model import (
     Scope,
     Trust,
     is_forgotten,
-    validate_text,
 )
 from ragport.ports.embedder import Embedder, Vector
 from ragport.ports.rerank import Reranker
@@ -79,11 +80,10 @@ from ragport.ports.store import (
     supports,
 )
 
-__all__ = ["estimate_tokens", "retrieve_context"]
+__all__ = ["LEXICAL_MODES", "QUERY_MAX_CHARS", "estimate_tokens", "retrieve_context"]
 
-LEXICAL_MODES = ("off", "bm25", "fts")
-QUERY_MAX_CHARS = HARD_LIMITS.chunk_size
 _TRUST = Trust()
+_NO_REDACTION = Redaction()
 
 
 def estimate_tokens(text: str) -> int:
@@ -111,7 +111,7 @@ def _checked(
     seen: set[str] = set()
     for item in found:
         record = item.record
-        if record.scope != scope:
+        if record.scope is not scope and record.scope != scope:
             raise ScopeError("the store returned a record from another scope", field="scope")
         if (record.embedder_id, record.dimensions) != expected:
             raise _mismatch(embedder, (record.embedder_id, record.dimensions), (record.id,))
@@ -123,31 +123,9 @@ def _checked(
     return out
 
 
-@attrs.frozen
-class _Request:
-    """The validated arguments of one ``retrieve_context`` call (step 1)."""
-
-    query: str
-    text: str  # the query as the store and the reranker see it (redacted)
-    scopes: tuple[Scope, ...]
-    top_k: int
-    candidates: int
-    lexical: str
-    rrf_k: int
-    fusion_weights: Mapping[str, float] | None
-    metadata_filter: Filter | None
-    authorization: Authorization | None
-    reranker: Reranker | None
-    rerank_bytes: int
-    rerank_ms: int
-    rerank_concurrency: int
-    result_bytes: int
-    context_tokens: int
-
-
 def _search(
     store: ChunkStore,
-    req: _Request,
+    req: Request,
     vector: Vector,
     *,
     embedder: Embedder,
@@ -176,15 +154,9 @@ def _search(
         limit = min(limit, req.top_k)
     legs: dict[str, list[_Key]] = {}
     records: dict[_Key, Record] = {}
-    cosine: dict[_Key, float] = {}
+    by_cosine: list[Candidate] = []  # the one leg's candidates when lexical is off
     for n, s in enumerate(req.scopes):
-
-        def collect(decisions: Sequence[AccessDecision], scope: Scope = s) -> None:
-            assert store_denied is not None
-            for d in decisions:
-                store_denied.setdefault((scope, d.source_id), d.reason)
-
-        on_denied = collect if store_denied is not None else None
+        on_denied = None if store_denied is None else _collector(store_denied, s)
         lexical_found: Sequence[ScoredRecord] = ()
         if lexical != "off":
             # Both legs from one snapshot: a replacement committed meanwhile is seen by both
@@ -232,19 +204,24 @@ def _search(
                     on_denied=on_denied,
                 )
         ranked = _checked(found, s, expected=expected, embedder=embedder)
-        legs[f"vector:{n}"] = [(s, item.record.id) for item in ranked]
-        for item in ranked:
-            records[(s, item.record.id)] = item.record
-            cosine[(s, item.record.id)] = item.score
-        if lexical != "off":
+        if lexical == "off":
+            by_cosine.extend(Candidate(s, item.record, item.score, "vector") for item in ranked)
+        else:
+            legs[f"vector:{n}"] = [(s, item.record.id) for item in ranked]
+            for item in ranked:
+                records[(s, item.record.id)] = item.record
             ranked = _checked(lexical_found, s, expected=expected, embedder=embedder)
             legs[f"lexical:{n}"] = [(s, item.record.id) for item in ranked]
             for item in ranked:
                 records.setdefault((s, item.record.id), item.record)
         check_abort(abort)
     if lexical == "off":
-        keys = sorted(cosine, key=lambda key: (-cosine[key], _scope_order(key)))
-        return [Candidate(key[0], records[key], cosine[key], "vector") for key in keys]
+        # By cosine, ties by (scope, record id); (scope, record id) is unique (see _checked).
+        if len(req.scopes) == 1:
+            by_cosine.sort(key=lambda c: (-c.score, c.record.id))
+        else:
+            by_cosine.sort(key=lambda c: (-c.score, _scope_order((c.scope, c.record.id))))
+        return by_cosine
     with telemetry.span("rag.fuse"):
         weights = req.fusion_weights
         fused = fuse_ranked(
@@ -263,6 +240,18 @@ def _search(
         )
         out.append(Candidate(key[0], records[key], score, retrieval))
     return out
+
+
+def _collector(
+    store_denied: dict[tuple[Scope, str], AccessReason], scope: Scope
+) -> Callable[[Sequence[AccessDecision]], None]:
+    """An ``on_denied`` for the store: the first reason per (scope, source) is kept."""
+
+    def collect(decisions: Sequence[AccessDecision]) -> None:
+        for d in decisions:
+            store_denied.setdefault((scope, d.source_id), d.reason)
+
+    return collect
 
 
 def _forgotten(
@@ -284,24 +273,6 @@ def _forgotten(
     }
 
 
-def _scopes(scope: Scope | None, scopes: Sequence[Scope] | None) -> list[Scope]:
-    if (scope is None) == (scopes is None):
-        raise ValidationError("pass exactly one of scope or scopes", field="scope")
-    if scope is not None:
-        return [require_scope(scope)]
-    assert scopes is not None
-    if isinstance(scopes, Scope) or not isinstance(scopes, Sequence):
-        raise ValidationError("scopes must be a sequence of Scope", field="scopes")
-    unique = list(dict.fromkeys(require_scope(s, field="scopes") for s in scopes))
-    if len(unique) > HARD_LIMITS.scopes_per_retrieve:
-        raise ValidationError(
-            f"at most {HARD_LIMITS.scopes_per_retrieve} scopes per retrieve",
-            field="scopes",
-            limit="scopes_per_retrieve",
-        )
-    return unique
-
-
 def _mismatch(
     embedder: Embedder, found: tuple[str | None, int | None], ids: tuple[str, ...] = ()
 ) -> EmbedderMismatchError:
@@ -315,70 +286,6 @@ def _mismatch(
         found_id=found[0],
         found_dimensions=found[1],
         record_ids=ids,
-    )
-
-
-def _request(
-    query: str,
-    *,
-    scope: Scope | None,
-    scopes: Sequence[Scope] | None,
-    lexical: str,
-    fusion: str,
-    fusion_weights: Mapping[str, float] | None,
-    metadata_filter: Mapping[str, Any] | None,
-    authorization: Authorization | None,
-    reranker: Reranker | None,
-    redact: Redaction,
-    limits: Limits,
-    given: Mapping[str, int | None],
-) -> _Request:
-    """Step 1: every argument checked once; per-call numbers default to ``limits``."""
-    validate_text(query, field="query")
-    if len(query) > QUERY_MAX_CHARS:
-        raise ValidationError(f"query is longer than {QUERY_MAX_CHARS} characters", field="query")
-    wanted = _scopes(scope, scopes)
-    numbers: dict[str, int] = {}
-    for name, value in given.items():
-        numbers[name] = check_limit(name, getattr(limits, name) if value is None else value)
-    if lexical not in LEXICAL_MODES:
-        raise ValidationError("lexical must be 'off', 'bm25' or 'fts'", field="lexical")
-    if fusion != "rrf":
-        raise ValidationError("fusion must be 'rrf'", field="fusion")
-    check_weights(fusion_weights, field="fusion_weights")
-    if fusion_weights is not None and not set(fusion_weights) <= {"vector", "lexical"}:
-        raise ValidationError(
-            "fusion_weights keys are 'vector' and 'lexical'", field="fusion_weights"
-        )
-    if fusion_weights is not None and not any(
-        fusion_weights.get(leg, 1.0) for leg in ("vector", "lexical")
-    ):
-        raise ValidationError("at least one leg must weigh more than 0", field="fusion_weights")
-    parsed_filter = parse_filter(metadata_filter)  # ValidationError before any embed or read
-    if authorization is not None and not isinstance(authorization, Authorization):
-        raise ValidationError("authorization must be an Authorization", field="authorization")
-    if reranker is not None and not isinstance(reranker, Reranker):
-        raise ValidationError("reranker must have a rerank(query, hits) method", field="reranker")
-    text = query
-    if redact.active:
-        text = validate_text(redact(query), field="query")  # a host redactor's output too
-    return _Request(
-        query=query,
-        text=text,
-        scopes=tuple(wanted),
-        top_k=numbers["top_k"],
-        candidates=numbers["query_candidates"],
-        lexical=lexical,
-        rrf_k=numbers["rrf_k"],
-        fusion_weights=None if fusion_weights is None else dict(fusion_weights),
-        metadata_filter=parsed_filter,
-        authorization=authorization,
-        reranker=reranker,
-        rerank_bytes=numbers["rerank_bytes"],
-        rerank_ms=numbers["rerank_ms"],
-        rerank_concurrency=numbers["rerank_concurrency"],
-        result_bytes=numbers["result_bytes"],
-        context_tokens=numbers["context_tokens"],
     )
 
 
@@ -420,8 +327,8 @@ def retrieve_context(
     0 is left out, so ``{"vector": 0}`` is lexical-only retrieval.
     """
     # 1. arguments
-    redact = Redaction(redactor, secrets)
-    req = _request(
+    redact = _NO_REDACTION if redactor is None and secrets is None else Redaction(redactor, secrets)
+    req = check_request(
         query,
         scope=scope,
         scopes=scopes,
@@ -544,10 +451,10 @@ def retrieve_context(
             build_hit(c, rank, provider=store.provider, retrieved_at=retrieved_at, redact=redact)
             for rank, c in enumerate(ordered, start=1)
         ]
-        candidate_of = {id(hit): c for hit, c in zip(hits, ordered, strict=True)}
 
         # 9-10. rerank, then a fresh gate: a revoke that landed meanwhile still withholds
         if req.reranker is not None and hits:
+            candidate_of = {id(hit): c for hit, c in zip(hits, ordered, strict=True)}
             with tel.span("rag.rerank") as span:
                 span.set_attribute("rag.rerank.candidates", len(hits))
                 hits = list(

@@ -25,16 +25,15 @@ _METHODS: dict[OptionalCapability, tuple[str, ...]] = {
 }
 
 
+def _declares(capabilities: Capabilities, capability: OptionalCapability) -> bool:
+    if capability == "lexical":
+        return bool(capabilities.lexical_modes)
+    return bool(getattr(capabilities, capability))
+
+
 def declared(capabilities: Capabilities) -> tuple[OptionalCapability, ...]:
     """The optional capabilities a ``Capabilities`` value declares."""
-    flags: dict[OptionalCapability, bool] = {
-        "lexical": bool(capabilities.lexical_modes),
-        "guarded_query": capabilities.guarded_query,
-        "preparation": capabilities.preparation,
-        "generation_history": capabilities.generation_history,
-        "forgotten_lookup": capabilities.forgotten_lookup,
-    }
-    return tuple(name for name, on in flags.items() if on)
+    return tuple(name for name in _METHODS if _declares(capabilities, name))
 
 
 def missing_methods(store: object) -> dict[OptionalCapability, tuple[str, ...]]:
@@ -64,6 +63,7 @@ def supports(
     missing counts as absent here (the safe path) and fails the contract suite.
     """
     caps = capabilities if capabilities is not None else getattr(store, "capabilities", None)
-    if not isinstance(caps, Capabilities) or capability not in declared(caps):
+    if not isinstance(caps, Capabilities) or not _declares(caps, capability):
         return False
-    return all(callable(getattr(type(store), m, None)) for m in _METHODS[capability])
+    kind = type(store)
+    return all(callable(getattr(kind, m, None)) for m in _METHODS[capability])

@@ -173,7 +173,7 @@ def sources(result: ragport.RetrievalResult) -> set[str]:
 
 
 def test_scope_and_scopes_are_exclusive(store: InMemoryStore) -> None:
-    """Exactly one of scope/scopes is required. If this fails, check retrieval._scopes."""
+    """Exactly one of scope/scopes is required. If this fails, check retrieval_request._scopes."""
     with pytest.raises(ragport.ValidationError):
         ragport.retrieve_context(
             QUERY, embedder=HashEmbedder(), store=store, scope=SCOPE, scopes=[SCOPE]

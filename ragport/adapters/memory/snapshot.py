@@ -7,9 +7,9 @@ query after a commit; the lazy parts are guarded by the snapshot's own lock.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import attrs
 import numpy as np
@@ -21,6 +21,7 @@ from ragport.domain.model import (
     Grant,
     Record,
     Tombstone,
+    copy_frozen,
     decide_access,
     is_forgotten,
     is_visible,
@@ -170,22 +171,12 @@ class Snapshot:
         return index
 
 
-_RECORD_FIELDS = tuple(a.name for a in attrs.fields(Record) if a.name != "metadata")
+_FIELDS = tuple(a.name for a in attrs.fields(Record) if a.name != "metadata")
+_read_fields = operator.attrgetter(*_FIELDS)
+# The slots' own descriptors: setting through them skips the frozen class's __setattr__.
+_SETTERS = tuple(Record.__dict__[name].__set__ for name in _FIELDS)
+_set_metadata = Record.__dict__["metadata"].__set__
 _new_record = object.__new__
-_set = object.__setattr__
-
-
-def _copy_json(value: Any) -> Any:
-    """A deep copy of a JSON value (dicts, lists and immutable scalars only)."""
-    kind = type(value)
-    if kind is dict:
-        return {k: v if type(v) not in _CONTAINERS else _copy_json(v) for k, v in value.items()}
-    if kind is list:
-        return [v if type(v) not in _CONTAINERS else _copy_json(v) for v in value]
-    return value
-
-
-_CONTAINERS = (dict, list)
 
 
 def hand_out(record: Record) -> Record:
@@ -194,13 +185,13 @@ def hand_out(record: Record) -> Record:
 
     Only for records the store holds: they were validated (and their metadata frozen to JSON
     types) when they were stored, and the store never hands out or mutates its own objects,
-    so the copy skips the constructor's checks (measured: 2 us instead of 25 us a record).
+    so the copy skips the constructor's checks (measured: 3 us instead of 16 us a record).
     A caller's record entering the store goes through ``attrs.evolve`` instead.
     """
     out = _new_record(Record)
-    for name in _RECORD_FIELDS:
-        _set(out, name, getattr(record, name))
-    _set(out, "metadata", _copy_json(record.metadata))
+    for set_field, value in zip(_SETTERS, _read_fields(record), strict=True):
+        set_field(out, value)
+    _set_metadata(out, copy_frozen(record.metadata))
     return out
 
 

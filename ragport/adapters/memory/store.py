@@ -10,6 +10,7 @@ per scope in step with it (``lexical.py``).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -48,17 +49,18 @@ def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[
     if mask is None:
         positions = None
     else:
-        positions = np.flatnonzero(mask)
+        positions = mask.nonzero()[0]
         scores = scores[positions]
     size = scores.shape[0]
     if size == 0:
         return []
     if size > limit:
         kth = np.partition(scores, size - limit)[size - limit]
-        keep = np.flatnonzero(scores >= kth)  # every tie at the cut, then ties by position
-        order = keep[np.lexsort((keep, -scores[keep]))[:limit]]
+        keep = (scores >= kth).nonzero()[0]  # every tie at the cut, in position order
+        # A stable sort of the scores keeps ties in position order.
+        order = keep[np.argsort(-scores[keep], kind="stable")[:limit]]
     else:
-        order = np.lexsort((np.arange(size), -scores))
+        order = np.argsort(-scores, kind="stable")
     picked = order if positions is None else positions[order]
     return list(zip(picked.tolist(), scores[order].tolist(), strict=True))
 
@@ -216,7 +218,7 @@ class InMemoryStore:
             )
         amask = access_mask(snap, index, authorization)
         mask = amask if fmask is None else (fmask if amask is None else amask & fmask)
-        norm = float(np.sqrt(q.dot(q)))  # what np.linalg.norm computes, without its wrapper
+        norm = math.sqrt(q.dot(q))  # what np.linalg.norm computes, without its wrapper
         scores = index.matrix @ (q / norm if norm else q)
         if on_denied is not None and authorization is not None:
             unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit)]
