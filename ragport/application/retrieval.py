@@ -353,11 +353,10 @@ def retrieve_context(
     )
     tel = telemetry or NOOP_TELEMETRY
     clk = clock or SYSTEM_CLOCK
-    empty = RetrievalResult(
-        query=query, trust=_TRUST, text="", hits=(), citations=(), truncated=False
-    )
     if not req.scopes or not query.strip():
-        return empty
+        return RetrievalResult(
+            query=query, trust=_TRUST, text="", hits=(), citations=(), truncated=False
+        )
 
     # 2. capabilities and tenancy
     caps = store.capabilities

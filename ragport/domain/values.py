@@ -172,7 +172,11 @@ def copy_frozen(value: dict[str, Any]) -> dict[str, Any]:
     Only dicts and lists are copied; everything else in frozen metadata is an immutable JSON
     scalar. Nothing is validated again: the value was checked when it entered the domain.
     """
-    return _copy_json(value)  # type: ignore[no-any-return]
+    out = value.copy()
+    for key, item in out.items():  # replacing values only: the dict's size never changes
+        if type(item) in _CONTAINERS:
+            out[key] = _copy_json(item)
+    return out
 
 
 def _copy_json(value: Any) -> Any:

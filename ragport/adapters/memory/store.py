@@ -41,6 +41,10 @@ from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredR
 __all__ = ["InMemoryStore"]
 
 
+_SORT_IN_PYTHON = 64
+"""Up to this many finalists are ordered in Python: fewer numpy calls for the usual top-k."""
+
+
 def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[int, float]]:
     """Positions and scores of the best ``limit`` rows allowed by ``mask``; ties by id.
 
@@ -57,12 +61,20 @@ def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[
     if size > limit:
         kth = np.partition(scores, size - limit)[size - limit]
         keep = (scores >= kth).nonzero()[0]  # every tie at the cut, in position order
+    else:
+        keep = np.arange(size)
+    if keep.shape[0] <= _SORT_IN_PYTHON:
+        ranked = sorted(
+            zip(scores[keep].tolist(), keep.tolist(), strict=True), key=lambda p: (-p[0], p[1])
+        )[:limit]
+        found = [(pos, score) for score, pos in ranked]
+    else:
         # A stable sort of the scores keeps ties in position order.
         order = keep[np.argsort(-scores[keep], kind="stable")[:limit]]
-    else:
-        order = np.argsort(-scores, kind="stable")
-    picked = order if positions is None else positions[order]
-    return list(zip(picked.tolist(), scores[order].tolist(), strict=True))
+        found = list(zip(order.tolist(), scores[order].tolist(), strict=True))
+    if positions is None:
+        return found
+    return [(int(positions[pos]), score) for pos, score in found]
 
 
 def _check_mode(mode: str) -> None:
@@ -204,7 +216,9 @@ class InMemoryStore:
         metadata_filter: Mapping[str, Any] | Filter | None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None,
     ) -> tuple[ScoredRecord, ...]:
-        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        q = np.asarray(vector, dtype=np.float32)
+        if q.ndim != 1:
+            q = q.reshape(-1)
         if limit <= 0:
             return ()
         index = snap.index(q.shape[0])
