@@ -13,8 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from datetime import datetime
-
-import attrs
+from typing import NamedTuple
 
 from ragport.application._support import Redaction
 from ragport.application.results import RetrievalResult
@@ -39,9 +38,12 @@ BLOCK_SEPARATOR = "\n\n"
 _TRUST = Trust()
 
 
-@attrs.frozen
-class Candidate:
-    """A record a leg found in one scope, with its (fused) score and the legs that found it."""
+class Candidate(NamedTuple):
+    """A record a leg found in one scope, with its (fused) score and the legs that found it.
+
+    A named tuple, not an attrs class: one is built per candidate of every query, and a
+    tuple is built in half the time of a frozen attrs instance.
+    """
 
     scope: Scope
     record: Record
@@ -114,23 +116,13 @@ def build_hit(
     out its own rows.
     """
     record = c.record
-    scope = c.scope
     return Hit.of_record(
         record,
         text=redact(record.text) if redact.active else record.text,
         score=c.score,
         retrieval_rank=rank,
-        provenance=Provenance(
-            source_id=record.source_id,
-            chunk_id=record.id,
-            citation_id=record.id,
-            provider=provider,
-            tenant_id=scope.tenant_id,
-            resource_id=scope.resource_id,
-            corpus_id=scope.corpus_id,
-            retrieval=c.retrieval,
-            retrieved_at=retrieved_at,
-            lineage=record.lineage,
+        provenance=Provenance.of_record(
+            record, c.scope, provider=provider, retrieval=c.retrieval, retrieved_at=retrieved_at
         ),
         trust=_TRUST,
     )
@@ -160,16 +152,7 @@ def render(
         trust=_TRUST,
         text=BLOCK_SEPARATOR.join(blocks),
         hits=tuple(shown),
-        citations=tuple(
-            Citation(
-                id=h.provenance.citation_id,
-                source_id=h.source_id,
-                chunk_id=h.id,
-                provenance=h.provenance,
-                trust=_TRUST,
-            )
-            for h in shown
-        ),
+        citations=tuple([Citation.of_hit(h) for h in shown]),
         truncated=truncated,
         dropped=len(wanted) - len(shown),
     )

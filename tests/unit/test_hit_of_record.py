@@ -1,4 +1,4 @@
-"""Hit.of_record: the same hit the constructor builds, with metadata copied, never shared."""
+"""The ``of_*`` constructors (Hit, Provenance, Citation) equal their classes' constructors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import attrs
 
-from ragport.domain.model import Hit, Provenance, Record, Scope, Trust
+from ragport.domain.model import Citation, Hit, Provenance, Record, Scope, Trust
 
 
 def test_of_record_equals_the_constructor_on_every_field_and_copies_metadata() -> None:
@@ -50,3 +50,44 @@ def test_of_record_equals_the_constructor_on_every_field_and_copies_metadata() -
     fast.metadata["heading"].append("scribbled")
     fast.metadata["tags"]["lang"].clear()
     assert record.metadata == {"heading": ["A"], "tags": {"lang": ["en"]}, "x": None}
+
+
+def test_provenance_and_citation_of_equal_their_constructors_on_every_field() -> None:
+    """``Provenance.of_record`` and ``Citation.of_hit`` equal the constructors' instances.
+
+    If this fails, a field was added to Provenance or Citation and not to its ``of_*``
+    constructor (domain/model.py), or one of them takes a field from the wrong place.
+    """
+    scope = Scope("t", "r", "c")
+    record = Record(
+        id="sum-1", scope=scope, source_id="sum-1", kind="derived", text="x", lineage=("a", "b")
+    )
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    fast = Provenance.of_record(
+        record, scope, provider="memory", retrieval="hybrid", retrieved_at=at
+    )
+    built = Provenance(
+        source_id="sum-1",
+        chunk_id="sum-1",
+        citation_id="sum-1",
+        provider="memory",
+        tenant_id="t",
+        resource_id="r",
+        corpus_id="c",
+        retrieval="hybrid",
+        retrieved_at=at,
+        lineage=("a", "b"),
+    )
+    assert fast == built
+    for field in attrs.fields(Provenance):
+        assert getattr(fast, field.name) == getattr(built, field.name), field.name
+    hit = Hit.of_record(
+        record, text="x", score=1.0, retrieval_rank=1, provenance=fast, trust=Trust()
+    )
+    citation = Citation.of_hit(hit)
+    expected = Citation(
+        id="sum-1", source_id="sum-1", chunk_id="sum-1", provenance=fast, trust=Trust()
+    )
+    assert citation == expected
+    for field in attrs.fields(Citation):
+        assert getattr(citation, field.name) == getattr(expected, field.name), field.name
