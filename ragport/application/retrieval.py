@@ -55,7 +55,7 @@ from ragport.domain.errors import (
     ValidationError,
 )
 from ragport.domain.fusion import fuse_ranked
-from ragport.domain.limits import Limits
+from ragport.domain.limits import DEFAULT_LIMITS, Limits
 from ragport.domain.model import (
     AccessDecision,
     AccessDenial,
@@ -113,7 +113,7 @@ def _checked(
         record = item.record
         if record.scope is not scope and record.scope != scope:
             raise ScopeError("the store returned a record from another scope", field="scope")
-        if (record.embedder_id, record.dimensions) != expected:
+        if record.embedder_id != expected[0] or record.dimensions != expected[1]:
             raise _mismatch(embedder, (record.embedder_id, record.dimensions), (record.id,))
         if not math.isfinite(item.score):
             raise ValidationError("the store returned a non-finite score", field="score")
@@ -129,6 +129,7 @@ def _search(
     vector: Vector,
     *,
     embedder: Embedder,
+    expected: tuple[str, int],
     guarded: bool,
     abort: Abort | None,
     telemetry: Telemetry,
@@ -140,7 +141,7 @@ def _search(
     or legs are never compared; candidates are keyed on (scope, record id). A store with
     ``guarded_query`` answers the drift guard with the vector leg: a mismatch raises here.
     """
-    expected = (embedder.id, embedder.dimensions)
+    embedder_id, dimensions = expected
     lexical, limit, authorization, metadata_filter = (
         req.lexical,
         req.candidates,
@@ -166,8 +167,8 @@ def _search(
                     s,
                     vector,
                     req.text,
-                    embedder_id=embedder.id,
-                    dimensions=embedder.dimensions,
+                    embedder_id=embedder_id,
+                    dimensions=dimensions,
                     limit=limit,
                     mode=lexical,
                     authorization=authorization,
@@ -183,8 +184,8 @@ def _search(
                 answer = cast(SupportsGuardedQuery, store).guarded_query(
                     s,
                     vector,
-                    embedder_id=embedder.id,
-                    dimensions=embedder.dimensions,
+                    embedder_id=embedder_id,
+                    dimensions=dimensions,
                     limit=limit,
                     authorization=authorization,
                     metadata_filter=metadata_filter,
@@ -339,7 +340,7 @@ def retrieve_context(
         authorization=authorization,
         reranker=reranker,
         redact=redact,
-        limits=resolve_limits(limits),
+        limits=DEFAULT_LIMITS if limits is None else resolve_limits(limits),
         given={
             "top_k": top_k,
             "query_candidates": query_candidates,
@@ -389,18 +390,16 @@ def retrieve_context(
         # 3. drift guard (a guarded store answers it with the vector leg, a hybrid query with
         # its legs, in step 5)
         guarded = supports(store, "guarded_query", caps)
+        # The active embedder's identity, read once: every check of this query uses it.
+        expected = (embedder.id, embedder.dimensions)
         for s in [] if guarded or lexical != "off" else req.scopes:
-            for found_key in sorted(
-                store.foreign_embedders(s, embedder.id, embedder.dimensions), key=repr
-            ):
+            for found_key in sorted(store.foreign_embedders(s, expected[0], expected[1]), key=repr):
                 raise _mismatch(embedder, found_key)
         check_abort(abort)
 
         # 4. embed once
         with tel.span("rag.embed"):
-            vector = check_vectors(
-                embedder.embed([req.text]), rows=1, dimensions=embedder.dimensions
-            )[0]
+            vector = check_vectors(embedder.embed([req.text]), rows=1, dimensions=expected[1])[0]
         check_abort(abort)
 
         # Each withheld source is reported once per query, whoever withheld it.
@@ -422,6 +421,7 @@ def retrieve_context(
             req,
             vector,
             embedder=embedder,
+            expected=expected,
             guarded=guarded,
             abort=abort,
             telemetry=tel,

@@ -62,6 +62,16 @@ def _scopes(scope: Scope | None, scopes: Sequence[Scope] | None) -> list[Scope]:
     return unique
 
 
+def _check_fusion_weights(fusion_weights: Mapping[str, float]) -> None:
+    check_weights(fusion_weights, field="fusion_weights")
+    if not set(fusion_weights) <= {"vector", "lexical"}:
+        raise ValidationError(
+            "fusion_weights keys are 'vector' and 'lexical'", field="fusion_weights"
+        )
+    if not any(fusion_weights.get(leg, 1.0) for leg in ("vector", "lexical")):
+        raise ValidationError("at least one leg must weigh more than 0", field="fusion_weights")
+
+
 def check_request(
     query: str,
     *,
@@ -92,16 +102,10 @@ def check_request(
         raise ValidationError("lexical must be 'off', 'bm25' or 'fts'", field="lexical")
     if fusion != "rrf":
         raise ValidationError("fusion must be 'rrf'", field="fusion")
-    check_weights(fusion_weights, field="fusion_weights")
-    if fusion_weights is not None and not set(fusion_weights) <= {"vector", "lexical"}:
-        raise ValidationError(
-            "fusion_weights keys are 'vector' and 'lexical'", field="fusion_weights"
-        )
-    if fusion_weights is not None and not any(
-        fusion_weights.get(leg, 1.0) for leg in ("vector", "lexical")
-    ):
-        raise ValidationError("at least one leg must weigh more than 0", field="fusion_weights")
-    parsed_filter = parse_filter(metadata_filter)  # ValidationError before any embed or read
+    if fusion_weights is not None:
+        _check_fusion_weights(fusion_weights)
+    # ValidationError before any embed or read
+    parsed_filter = None if metadata_filter is None else parse_filter(metadata_filter)
     if authorization is not None and not isinstance(authorization, Authorization):
         raise ValidationError("authorization must be an Authorization", field="authorization")
     if reranker is not None and not isinstance(reranker, Reranker):

@@ -11,6 +11,7 @@ per scope in step with it (``lexical.py``).
 from __future__ import annotations
 
 import math
+import operator
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -43,6 +44,7 @@ __all__ = ["InMemoryStore"]
 
 _SORT_IN_PYTHON = 64
 """Up to this many finalists are ordered in Python: fewer numpy calls for the usual top-k."""
+_SCORE = operator.itemgetter(1)
 
 
 def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[int, float]]:
@@ -59,15 +61,17 @@ def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[
     if size == 0:
         return []
     if size > limit:
-        kth = np.partition(scores, size - limit)[size - limit]
+        part = scores.copy()  # np.partition's own copy, without its Python wrapper
+        part.partition(size - limit)
+        kth = part[size - limit]
         keep = (scores >= kth).nonzero()[0]  # every tie at the cut, in position order
     else:
         keep = np.arange(size)
     if keep.shape[0] <= _SORT_IN_PYTHON:
-        ranked = sorted(
-            zip(scores[keep].tolist(), keep.tolist(), strict=True), key=lambda p: (-p[0], p[1])
-        )[:limit]
-        found = [(pos, score) for score, pos in ranked]
+        # keep is in position order and Python's sort is stable (reverse=True too), so ties
+        # stay in position order.
+        pairs = zip(keep.tolist(), scores[keep].tolist(), strict=True)
+        found = sorted(pairs, key=_SCORE, reverse=True)[:limit]
     else:
         # A stable sort of the scores keeps ties in position order.
         order = keep[np.argsort(-scores[keep], kind="stable")[:limit]]
@@ -87,7 +91,7 @@ def _check_mode(mode: str) -> None:
 def _foreign(snap: Snapshot, embedder_id: str, dimensions: int) -> frozenset[EmbedderKey]:
     """The snapshot's visible (embedder_id, dimensions) pairs other than the given one."""
     found = snap.embedders()
-    if not found or found == {(embedder_id, dimensions)}:
+    if not found or (len(found) == 1 and (embedder_id, dimensions) in found):
         return _NONE
     return frozenset(k for k in found if k != (embedder_id, dimensions))
 
@@ -230,7 +234,7 @@ class InMemoryStore:
             fmask = np.fromiter(
                 (flt.matches(r.metadata) for r in index.rows), dtype=bool, count=len(index.rows)
             )
-        amask = access_mask(snap, index, authorization)
+        amask = None if authorization is None else access_mask(snap, index, authorization)
         mask = amask if fmask is None else (fmask if amask is None else amask & fmask)
         norm = math.sqrt(q.dot(q))  # what np.linalg.norm computes, without its wrapper
         scores = index.matrix @ (q / norm if norm else q)
