@@ -164,25 +164,51 @@ def metadata_bytes(metadata: Mapping[str, Any]) -> int:
 
 
 _CONTAINERS = (dict, list)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class _NotFrozen(Exception):
+    """A value of a type ``freeze_metadata`` never produces: the metadata is checked anew."""
 
 
 def copy_frozen(value: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of metadata that ``freeze_metadata`` produced (a record's or a hit's).
 
-    Only dicts and lists are copied; everything else in frozen metadata is an immutable JSON
-    scalar. Nothing is validated again: the value was checked when it entered the domain.
+    Dicts and lists are copied; everything else in frozen metadata is an immutable JSON
+    scalar, and is not checked again: it was checked when it entered the domain. Should a
+    value of another type show up (metadata changed in place after it was frozen), the whole
+    mapping goes through ``freeze_metadata`` instead, which converts or refuses it.
     """
+    if type(value) is not dict:
+        return freeze_metadata(value)
     out = value.copy()
-    for key, item in out.items():  # replacing values only: the dict's size never changes
-        if type(item) in _CONTAINERS:
-            out[key] = _copy_json(item)
+    try:
+        for key, item in out.items():  # replacing values only: the dict's size never changes
+            kind = type(item)
+            if kind in _CONTAINERS:
+                out[key] = _copy_json(item)
+            elif kind not in _SCALARS:
+                raise _NotFrozen
+    except _NotFrozen:
+        return freeze_metadata(value)
     return out
 
 
 def _copy_json(value: Any) -> Any:
-    kind = type(value)
-    if kind is dict:
-        return {k: v if type(v) not in _CONTAINERS else _copy_json(v) for k, v in value.items()}
-    if kind is list:
-        return [v if type(v) not in _CONTAINERS else _copy_json(v) for v in value]
-    return value
+    if type(value) is dict:
+        out = value.copy()
+        for key, item in out.items():
+            kind = type(item)
+            if kind in _CONTAINERS:
+                out[key] = _copy_json(item)
+            elif kind not in _SCALARS:
+                raise _NotFrozen
+        return out
+    items = list(value)
+    for i, item in enumerate(items):
+        kind = type(item)
+        if kind in _CONTAINERS:
+            items[i] = _copy_json(item)
+        elif kind not in _SCALARS:
+            raise _NotFrozen
+    return items

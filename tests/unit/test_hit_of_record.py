@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import attrs
+import pytest
 
+from ragport.domain.errors import ValidationError
 from ragport.domain.model import Citation, Hit, Provenance, Record, Scope, Trust
 
 
@@ -91,3 +93,27 @@ def test_provenance_and_citation_of_equal_their_constructors_on_every_field() ->
     assert citation == expected
     for field in attrs.fields(Citation):
         assert getattr(citation, field.name) == getattr(expected, field.name), field.name
+
+
+def test_metadata_changed_in_place_after_freezing_is_frozen_again() -> None:
+    """A record whose metadata gained a tuple or a set after it was built: ``of_record``
+    converts the tuple and refuses the set, as ``Hit(...)`` would; nothing is shared.
+
+    If this fails, check copy_frozen's fallback to freeze_metadata (domain/values.py).
+    """
+    scope = Scope("t", "r", "c")
+    record = Record(id="d#0001", scope=scope, source_id="d", kind="chunk", text="t")
+    provenance = Provenance.of_record(
+        record, scope, provider="memory", retrieval="vector", retrieved_at=datetime.now(UTC)
+    )
+
+    def hit() -> Hit:
+        return Hit.of_record(
+            record, text="t", score=1.0, retrieval_rank=1, provenance=provenance, trust=Trust()
+        )
+
+    record.metadata["pair"] = ("a", "b")
+    assert hit().metadata == {"pair": ["a", "b"]}
+    record.metadata["nested"] = [{"tags": {"x"}}]
+    with pytest.raises(ValidationError):
+        hit()
