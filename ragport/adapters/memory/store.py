@@ -237,7 +237,9 @@ class InMemoryStore:
         amask = None if authorization is None else access_mask(snap, index, authorization)
         mask = amask if fmask is None else (fmask if amask is None else amask & fmask)
         norm = math.sqrt(q.dot(q))  # what np.linalg.norm computes, without its wrapper
-        scores = index.matrix @ (q / norm if norm else q)
+        # Dividing by 0 or by exactly 1.0 would change nothing (an embedder that normalises
+        # often hands out norm 1.0): skip that numpy call.
+        scores = index.matrix @ (q if norm in (0.0, 1.0) else q / norm)
         if on_denied is not None and authorization is not None:
             unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit)]
             report_denied(snap, unfiltered, authorization, on_denied)
