@@ -37,8 +37,7 @@ __all__ = [
     "rekey_stats",
     "rekey_update",
     "restore_above_sql",
-    "retire_delete",
-    "retire_update",
+    "retire",
     "save_generations",
     "staged_source_sql",
     "tombstones_insert",
@@ -132,21 +131,33 @@ PURGE_RETIRED = "retired_generation <= :g"
 """The rows retired at or below ``:g`` (compaction)."""
 
 
-def retire_delete(s: str, where: str) -> str:
-    """Remove the rows matching ``where`` written at ``:g`` (an earlier staged write)."""
-    return delete_records(s, f"{where} AND generation = :g")
+def retire(s: str, where: str) -> str:
+    """Retire the live rows matching ``where`` written below ``:g`` and remove those written
+    at ``:g`` (an earlier staged write; their vectors with them), with the lexical statistics
+    of both, in one statement; answers how many retired rows were visible at pointer ``:p``.
 
-
-def retire_update(s: str, where: str) -> str:
-    """Retire the live rows matching ``where`` written below ``:g``; answers how many of them
-    were visible at pointer ``:p``."""
+    The retirement sets ``retired_generation`` only, a column no index of ``records`` names
+    (migration 8): a HOT update, a new version on the same page and no index entry. The two
+    sets are disjoint (``generation = :g`` and ``< :g``), so one snapshot serves both."""
+    gone = (
+        f"gone AS (DELETE FROM {s}.records WHERE {SCOPE} AND {where} AND generation = :g "
+        f"RETURNING retired_generation AS plus, generation AS minus, tsv, row_key, {NAMED_BY}), "
+        f"vx AS (DELETE FROM {s}.record_vectors v WHERE v.tenant_id = :t "
+        "AND v.resource_id = :r AND v.corpus_id = :c "
+        "AND v.row_key IN (SELECT gone.row_key FROM gone)), "
+    )
+    retired = (
+        f"up AS (UPDATE {s}.records SET retired_generation = :g "
+        f"WHERE {SCOPE} AND {where} AND retired_generation IS NULL AND generation < :g "
+        "RETURNING CAST(NULL AS bigint) AS plus, retired_generation AS minus, tsv, generation, "
+        f"{NAMED_BY}), "
+    )
     return with_stats(
         s,
-        f"UPDATE {s}.records SET retired_generation = :g "
-        f"WHERE {SCOPE} AND {where} AND retired_generation IS NULL "
-        "AND generation < :g RETURNING CAST(NULL AS bigint) AS plus, retired_generation AS minus, "
-        f"tsv, generation, {NAMED_BY}",
-        "SELECT count(*) FILTER (WHERE generation <= :p) FROM chg",
+        f"SELECT plus, minus, tsv, {NAMED_BY} FROM gone "
+        f"UNION ALL SELECT plus, minus, tsv, {NAMED_BY} FROM up",
+        "SELECT count(*) FILTER (WHERE generation <= :p) FROM up",
+        ctes=gone + retired,
     )
 
 

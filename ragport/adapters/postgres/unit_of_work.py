@@ -88,13 +88,9 @@ class _Records:
     def _retire(self, where: str, generation: int, **params: Any) -> int:
         uow = self._uow
         with translate_errors("retire records"):
-            uow.conn.execute(
-                text(statements.retire_delete(uow.s, where)),
-                scope_params(uow.scope, g=generation, **params),
-            )
             return int(
                 uow.conn.execute(
-                    text(statements.retire_update(uow.s, where)),
+                    text(statements.retire(uow.s, where)),
                     scope_params(uow.scope, g=generation, p=uow.pointer, **params),
                 ).scalar_one()
             )
