@@ -328,6 +328,14 @@ def withheld(s: str, row: str = "chg.", *, lineage: str = "", roots: str = "") -
     )
 
 
+def any_forgotten(s: str) -> str:
+    """Whether the scope has any ``forgotten`` tombstone (one probe, no row reference)."""
+    return (
+        f"EXISTS (SELECT 1 FROM {s}.tombstones z WHERE z.tenant_id = :t "
+        "AND z.resource_id = :r AND z.corpus_id = :c AND z.reason = 'forgotten')"
+    )
+
+
 def with_stats(s: str, changed: str, final: str, *, ctes: str = "", guard: bool = True) -> str:
     """``changed`` (a data-modifying statement or a query) as the CTE ``chg``, its effect on the
     lexical statistics written in the same statement, then ``final`` (a SELECT over ``chg``).
@@ -345,7 +353,9 @@ def with_stats(s: str, changed: str, final: str, *, ctes: str = "", guard: bool 
     the readers and folded by compaction (``fold_stats``): no upsert on the write path.
     """
     scope = "tenant_id, resource_id, corpus_id"
-    keep = f" WHERE NOT {withheld(s)}" if guard else ""
+    # The per-row tombstone probe runs only when the scope has a forgotten tombstone at all
+    # (an uncorrelated test, evaluated once), as in the readers' ``not_forgotten``.
+    keep = f" WHERE NOT {any_forgotten(s)} OR NOT {withheld(s)}" if guard else ""
     return (
         f"WITH {ctes}chg AS ({changed}), "
         "ev AS (SELECT v.g, v.d, c.tsv FROM (SELECT chg.plus, chg.minus, chg.tsv "
@@ -356,7 +366,8 @@ def with_stats(s: str, changed: str, final: str, *, ctes: str = "", guard: bool 
         f"ts AS (INSERT INTO {s}.lexical_terms ({scope}, lexeme, generation, docs) "
         "SELECT :t, :r, :c, l.lexeme, ev.g, sum(ev.d) FROM ev "
         "CROSS JOIN LATERAL unnest(tsvector_to_array(ev.tsv)) AS l(lexeme) "
-        "GROUP BY l.lexeme, ev.g) "
+        # In key order: the inserts walk the primary key's leaf pages once, left to right.
+        "GROUP BY l.lexeme, ev.g ORDER BY l.lexeme, ev.g) "
         f"{final}"
     )
 
