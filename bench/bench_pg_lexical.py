@@ -17,9 +17,14 @@ statement on them. Two loaders:
 alternating with this tree's on one connection; the ranks must agree to 1e-6.
 ``--tombstones T`` copies the scope to a second one (``bench/r/tomb``) holding T forgotten
 ids of sources that do not exist plus the 10 of the first scope, and alternates the two.
+``--hybrid`` adds ``pg_corpus.Corpus(N)``'s clustered vectors and the store's HNSW index to
+the loaded rows (once) and times ``retrieve_context(lexical="fts")`` instead (with
+``--baseline``, the other ``lexical_sql`` is swapped into this tree's store per call).
+Pass the same ``--load`` on every run against one DIR: the queries are built from the
+texts that loader wrote.
 
 Run: .venv/bin/python bench/bench_pg_lexical.py N DIR [--load copy] [--baseline PY]
-     [--tombstones T]
+     [--tombstones T] [--hybrid] [--queries Q]
 """
 
 from __future__ import annotations
