@@ -438,7 +438,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         f"AND x.{at_pointer}), 0) AS float8) AS df OFFSET 0) d) y), "
         "p AS (SELECT ARRAY(SELECT w.lexeme FROM w ORDER BY w.lexeme) AS lex, "
         "ARRAY(SELECT w.idf FROM w ORDER BY w.lexeme) AS idf, st.avgdl FROM st), "
-        "cw AS (SELECT w.lexeme, w.df, w.idf, w.ub, octet_length(w.lexeme) <= "
+        "cw AS (SELECT w.lexeme, w.df, w.ub, octet_length(w.lexeme) <= "
         f"{IMPACT_MAX_LEXEME} AND sum(w.df) OVER (ORDER BY w.df, w.lexeme) > {rare} "
         "AS common FROM w), "
         f"tc AS (SELECT {tsqueries('cw c WHERE NOT c.common')} AS rq, "
@@ -446,12 +446,13 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         f"kr AS ({rows('r.tsv @@ ANY(tc.rq)')}), "
         "t0 AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(y.rank) END AS theta "
         "FROM (SELECT kr.rank FROM kr ORDER BY kr.rank DESC LIMIT :k) y), "
-        "ce AS (SELECT c.lexeme, c.ub, sum(c.ub) OVER (ORDER BY c.ub, c.lexeme) AS cum "
-        "FROM cw c WHERE c.common), "
+        # The common lexemes: running sum of ub, smallest first (MaxScore), and rank by ub.
+        "ce AS (SELECT c.lexeme, c.ub, c.df, sum(c.ub) OVER (ORDER BY c.ub, c.lexeme) AS cum, "
+        "row_number() OVER (ORDER BY c.ub DESC, c.lexeme) AS rn FROM cw c WHERE c.common), "
         # Every (common lexeme, bucket) key with the bound of its share of a score.
         "bk AS (SELECT c.lexeme, bk.code || c.lexeme AS key, c.ub * CASE WHEN bk.tf IS NULL "
         f"THEN 1 ELSE bk.tf / (bk.tf + {k1} * ({1 - b} + {b} * bk.dl / st.avgdl)) END AS bound "
-        f"FROM ce c CROSS JOIN st CROSS JOIN t0 CROSS JOIN {_buckets()}), "
+        f"FROM ce c CROSS JOIN st CROSS JOIN {_buckets()}), "
         "bu AS (SELECT max(c.bound) AS u FROM bk c JOIN ce e ON e.lexeme = c.lexeme, t0 "
         "WHERE e.cum >= t0.theta), "
         f"ba AS (SELECT {band_keys}), "
@@ -464,18 +465,13 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         # Round two, when two common lexemes carry the rest (``tt.conj``): a row reaches theta
         # only if its buckets of the two strongest, e1 and e2, bound at least ``t`` (theta
         # minus every other common lexeme's ub) together: e2 alone (a), e1 alone (b), or e1
-        # in level j of [0, t) with e2 at t minus the level's top or more (l_j and r_j).
-        "cz AS (SELECT c.lexeme, c.ub, c.df, "
-        "row_number() OVER (ORDER BY c.ub DESC, c.lexeme) AS rn "
-        "FROM cw c WHERE c.common), "
-        "tt AS (SELECT x.t, greatest(x.t - (SELECT z.ub FROM cz z WHERE z.rn = 2), 0) AS lo, "
-        "x.t > 0 AND (SELECT count(*) FROM cz) >= 2 AS conj, "
-        "(SELECT z.ub FROM cz z WHERE z.rn = 1) AS u1, (SELECT z.ub FROM cz z WHERE z.rn = 2) "
-        "AS u2, (SELECT z.df FROM cz z WHERE z.rn = 1) AS d1, "
-        "(SELECT z.df FROM cz z WHERE z.rn = 2) AS d2 FROM (SELECT th.theta - coalesce((SELECT sum(z.ub) FROM cz z WHERE z.rn > 2), 0) "
-        f"- ({float(SHARE_SLACK)!r}) AS t FROM th) x), "
-        "b1 AS (SELECT c.key, c.bound FROM bk c JOIN cz z ON z.lexeme = c.lexeme AND z.rn = 1), "
-        "b2 AS (SELECT c.key, c.bound FROM bk c JOIN cz z ON z.lexeme = c.lexeme AND z.rn = 2), "
+        # in level j of [t - ub(e2), t) with e2 at t minus the level's top or more (l_j, r_j).
+        "tt AS (SELECT x.*, greatest(x.t - x.u2, 0) AS lo, x.t > 0 AND x.u2 IS NOT NULL AS conj "
+        "FROM (SELECT th.theta - coalesce((SELECT sum(e.ub) FROM ce e WHERE e.rn > 2), 0) "
+        f"- ({float(SHARE_SLACK)!r}) AS t, e1.ub AS u1, e1.df AS d1, e2.ub AS u2, e2.df AS d2 "
+        "FROM th LEFT JOIN ce e1 ON e1.rn = 1 LEFT JOIN ce e2 ON e2.rn = 2) x), "
+        "b1 AS (SELECT c.key, c.bound FROM bk c JOIN ce z ON z.lexeme = c.lexeme AND z.rn = 1), "
+        "b2 AS (SELECT c.key, c.bound FROM bk c JOIN ce z ON z.lexeme = c.lexeme AND z.rn = 2), "
         f"cj0 AS (SELECT {pair_keys} FROM tt), cj AS (SELECT {pair_sides} FROM cj0), "
         # Otherwise MaxScore over the buckets: the lexemes whose ub add up to less than theta
         # are not read; theta minus that sum is split evenly over the others.
