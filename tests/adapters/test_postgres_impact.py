@@ -10,7 +10,6 @@ top-k fails them (``test_a_pruning_that_skips_a_reachable_row_is_caught``).
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 
 import pytest
@@ -20,8 +19,9 @@ from sqlalchemy import text
 
 import ragport
 from ragport.adapters.postgres import PostgresStore, queries
+from ragport.adapters.postgres.predicate import scope_params
 from ragport.domain.model import Authorization, Grant
-from tests.adapters.test_postgres_bm25 import EMB, TOLERANCE, _reference
+from tests.adapters.test_postgres_bm25 import EMB, TOLERANCE, _index, _reference, _scope
 from tests.adapters.test_postgres_lexical_stats import _apply, _check_scores, _check_statistics
 from tests.adapters.test_postgres_lexical_stats import _op as _lineage_op
 
@@ -48,24 +48,11 @@ def _budget(monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     monkeypatch.setattr(queries, "PROBE_SHARE", 0.0)
 
 
-def _scope() -> ragport.Scope:
-    return ragport.Scope("tenant-1", "kb", "c" + uuid.uuid4().hex[:12])
-
-
 def _doc(counts: dict[str, int], filler: int, name: str) -> list[str]:
     """``counts`` repetitions of each word, then ``filler`` distinct words of this document
     (they lengthen it: dl is the number of distinct lexemes)."""
     tokens = [w for w, n in counts.items() for _ in range(n)]
     return tokens + [f"{name}x{i}" for i in range(filler)]
-
-
-def _index(store: PostgresStore, scope: ragport.Scope, docs: dict[str, list[str]]) -> None:
-    ragport.index_chunks(
-        chunks=[ragport.Chunk.of(name, 0, " ".join(tokens)) for name, tokens in docs.items()],
-        embedder=EMB,
-        store=store,
-        scope=scope,
-    )
 
 
 def _assert_top_k(
@@ -218,7 +205,7 @@ def test_impact_keys_name_each_lexeme_tf_and_row_length_bucket(
                 f'SELECT source_id, tsvector_to_array(tsv_impact) AS keys FROM "{pg_schema}".records '
                 "WHERE tenant_id = :t AND resource_id = :r AND corpus_id = :c"
             ),
-            {"t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id},
+            scope_params(scope),
         ).all()
     assert len(rows) == len(docs)
     for row in rows:
