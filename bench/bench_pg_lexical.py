@@ -44,7 +44,7 @@ from ragport import retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server, queries, reads
 from ragport.adapters.postgres import predicate as pr
 from ragport.adapters.postgres._driver import driver_connection
-from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M
+from ragport.adapters.postgres.indexes import VectorIndexes
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pg_corpus as bp
@@ -238,15 +238,7 @@ def add_vectors(store: PostgresStore, rows: int) -> np.ndarray:
                 i = int(src[4:]) * bp.PER_SOURCE + int(n) - 1
                 cp.write_row(("bench", "r", "c", key, bp.DIMS, corpus.vectors[i]))
         t1 = time.perf_counter()
-        conn.execute(text("SET LOCAL maintenance_work_mem = '1GB'"))
-        conn.execute(
-            text(
-                f"CREATE INDEX IF NOT EXISTS records_hnsw_{bp.DIMS} ON {S}.record_vectors "
-                f"USING hnsw ((embedding::vector({bp.DIMS})) vector_cosine_ops) "
-                f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) "
-                f"WHERE dimensions = {bp.DIMS}"
-            )
-        )
+        VectorIndexes("prof", S).ensure(conn, bp.DIMS)  # the store's own HNSW DDL
         print(
             f"vectors: COPY {t1 - t0:.0f} s, HNSW build {time.perf_counter() - t1:.0f} s",
             flush=True,
