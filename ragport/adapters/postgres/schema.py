@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import Connection, text
 
@@ -450,21 +450,23 @@ def upgrade(
         )
     # Later migrations create their tables in the layout ``records`` already has.
     layout = partitions if not done else partition_count(conn, schema)
-    steps = {
-        1: _partitioned(s, _v1(s, ts), partitions),
-        2: _v2(s, ts),
-        3: _v3(s),
-        4: _partitioned(s, _v4(s, schema), layout),
-        5: _v5(s),
-        6: _v6(s),
+    # Each migration's statements, built when it runs (7 reads the catalog as the earlier
+    # ones left it).
+    steps: dict[int, Callable[[], Sequence[str]]] = {
+        1: lambda: _partitioned(s, _v1(s, ts), partitions),
+        2: lambda: _v2(s, ts),
+        3: lambda: _v3(s),
+        4: lambda: _partitioned(s, _v4(s, schema), layout),
+        5: lambda: _v5(s),
+        6: lambda: _v6(s),
+        7: lambda: _v7(s, _tsv_expression(conn, s)),
     }
     # Every migration not recorded yet, in order: one that was released after a later one had
     # been applied still runs (each migration is self-contained).
     for target in sorted(MIGRATIONS):
         if target in done:
             continue
-        statements = _v7(s, _tsv_expression(conn, s)) if target == 7 else steps[target]
-        for statement in statements:
+        for statement in steps[target]():
             conn.execute(text(statement))
         conn.execute(
             text(
