@@ -30,6 +30,7 @@ EXPECTED_TABLES = {
     "lexical_stats",
     "lexical_terms",
     "record_vectors",
+    "lexical_batches",
 }
 
 

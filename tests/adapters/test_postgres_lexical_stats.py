@@ -31,6 +31,13 @@ WITHHELD = (
     "AND (t.id = r.id OR t.id = r.source_id OR t.id = ANY(r.lineage) OR t.id = ANY(r.roots)))"
 )
 """A ``records r`` row some ``forgotten`` tombstone names, written independently of the store."""
+COUNTED = (
+    "NOT EXISTS (SELECT 1 FROM {s}.lexical_batches b WHERE b.tenant_id = :t "
+    "AND b.resource_id = :r AND b.corpus_id = :c AND b.batch = x.batch "
+    "AND b.retired_generation <= :p)"
+)
+"""A statistics delta row not of a batch retired whole at or below ``:p`` (migration 8),
+written independently of the store's reader (``queries.counted``)."""
 
 
 @pytest.fixture
@@ -121,8 +128,8 @@ def _check_statistics(store: PostgresStore, scope: ragport.Scope, s: str) -> Non
             ).one()
             kept = conn.execute(
                 text(
-                    f"SELECT coalesce(sum(docs), 0), coalesce(sum(length), 0) FROM {s}.lexical_stats "
-                    f"WHERE {where} AND generation <= :p"
+                    f"SELECT coalesce(sum(docs), 0), coalesce(sum(length), 0) FROM {s}.lexical_stats x "
+                    f"WHERE {where} AND generation <= :p AND {COUNTED.format(s=s)}"
                 ),
                 bind,
             ).one()
@@ -140,8 +147,9 @@ def _check_statistics(store: PostgresStore, scope: ragport.Scope, s: str) -> Non
                 lexeme: docs
                 for lexeme, docs in conn.execute(
                     text(
-                        f"SELECT lexeme, sum(docs) FROM {s}.lexical_terms "
-                        f"WHERE {where} AND generation <= :p GROUP BY lexeme"
+                        f"SELECT lexeme, sum(docs) FROM {s}.lexical_terms x "
+                        f"WHERE {where} AND generation <= :p AND {COUNTED.format(s=s)} "
+                        "GROUP BY lexeme"
                     ),
                     bind,
                 ).all()

@@ -25,6 +25,7 @@ __all__ = [
     "HNSW_SETTINGS",
     "bm25_ctes",
     "bm25_top",
+    "counted",
     "current_generation_sql",
     "denied_sql",
     "embedders_sql",
@@ -263,6 +264,17 @@ def _buckets() -> str:
     return "(VALUES " + ", ".join(rows) + ") AS bk(code, tf, dl)"
 
 
+def counted(s: str, pointer: str) -> str:
+    """Whether the statistics delta ``x`` (a ``lexical_stats`` or ``lexical_terms`` row) counts
+    at ``pointer`` (SQL): written at or below it, and not of a batch retired whole at or below
+    it (migration 8). The retired batches are read once per statement (a hashed subplan)."""
+    return (
+        f"x.generation <= {pointer} AND (x.batch IS NULL OR x.batch NOT IN "
+        f"(SELECT b.batch FROM {s}.lexical_batches b WHERE b.tenant_id = :t "
+        f"AND b.resource_id = :r AND b.corpus_id = :c AND b.retired_generation <= {pointer}))"
+    )
+
+
 def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     """CTEs after ``predicate_ctes()``, the last, ``ranked``, the top ``:k`` candidates.
 
@@ -310,7 +322,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     # turns any OR with a negated branch, 'a' | !'b', into T.)
     quoted = r"'(?:[^'\\]|''|\\.)*'"
     operands = rf"(!\s*(?:{quoted}|\((?:{quoted}|[^()'])*\)))|'((?:[^'\\]|''|\\.)*)'"
-    at_pointer = "generation <= (SELECT pointer FROM sc)"
+    at_pointer = counted(s, "(SELECT pointer FROM sc)")
     stat_scope = "x.tenant_id = :t AND x.resource_id = :r AND x.corpus_id = :c"
     rare = f"greatest({int(RARE_ROWS)}, {int(RARE_PER_K)} * :k)"
     probe = (
@@ -427,7 +439,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         + operands.replace("'", "''")
         + "', 'g') m WHERE m[1] IS NULL), "
         "sa AS (SELECT coalesce(sum(x.docs), 0) AS n, coalesce(sum(x.length), 0) AS len "
-        f"FROM {s}.lexical_stats x WHERE {stat_scope} AND x.{at_pointer}), "
+        f"FROM {s}.lexical_stats x WHERE {stat_scope} AND {at_pointer}), "
         "st AS (SELECT CAST(sa.n AS float8) AS n, "
         "CAST(sa.len AS float8) / nullif(sa.n, 0) AS avgdl FROM sa), "
         f"w AS (SELECT y.lexeme, y.df, y.idf, y.idf * {k1 + 1} AS ub FROM (SELECT l.lexeme, "
@@ -435,7 +447,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         "FROM ql CROSS JOIN LATERAL unnest(ql.lexemes) AS l(lexeme) CROSS JOIN st "
         "CROSS JOIN LATERAL (SELECT CAST(coalesce((SELECT sum(x.docs) "
         f"FROM {s}.lexical_terms x WHERE {stat_scope} AND x.lexeme = l.lexeme "
-        f"AND x.{at_pointer}), 0) AS float8) AS df OFFSET 0) d) y), "
+        f"AND {at_pointer}), 0) AS float8) AS df OFFSET 0) d) y), "
         "p AS (SELECT ARRAY(SELECT w.lexeme FROM w ORDER BY w.lexeme) AS lex, "
         "ARRAY(SELECT w.idf FROM w ORDER BY w.lexeme) AS idf, st.avgdl FROM st), "
         "cw AS (SELECT w.lexeme, w.df, w.ub, octet_length(w.lexeme) <= "

@@ -49,11 +49,12 @@ COPY_COLUMNS = (
     "chunk_index",
     "start_offset",
     "end_offset",
+    "stats_batch",
 )
 """The binary COPY of ``records.add``: these columns, with ``COPY_TYPES``, as ``copy_row``."""
 COPY_TYPES = [
     "text", "text", "text", "text", "int8", "text", "text", "text", "jsonb", "int8", "text",
-    "int4", "int8", "text", "text[]", "text[]", "int4", "int4", "int4",
+    "int4", "int8", "text", "text[]", "text[]", "int4", "int4", "int4", "int8",
 ]  # fmt: skip
 VECTOR_COPY_COLUMNS = (
     "tenant_id",
@@ -99,14 +100,17 @@ def grant(row: Any) -> Grant:
     )
 
 
-def copy_row(scope: Scope, record: Record, row_key: int) -> tuple[Any, ...]:
-    """The values of ``record`` (its vector under ``row_key``) in ``COPY_COLUMNS`` order."""
+def copy_row(
+    scope: Scope, record: Record, row_key: int, batch: int | None = None
+) -> tuple[Any, ...]:
+    """The values of ``record`` (its vector under ``row_key``, its statistics in ``batch``)
+    in ``COPY_COLUMNS`` order."""
     return (
         scope.tenant_id, scope.resource_id, scope.corpus_id, record.id, record.generation,
         record.source_id, record.kind, record.text, Jsonb(record.metadata), row_key,
         record.embedder_id, record.dimensions, record.retired_generation,
         record.content_hash, list(record.lineage), list(record.roots),
-        record.chunk_index, record.start, record.end,
+        record.chunk_index, record.start, record.end, batch,
     )  # fmt: skip
 
 

@@ -362,6 +362,41 @@ def _v7(s: str, tsv: str) -> Sequence[str]:
     )
 
 
+def _v8(s: str) -> Sequence[str]:
+    """BM25 statistics by write batch: a source deleted whole leaves them in one row.
+
+    Each ``records.add`` of rows of one generation is a batch (``lexical_batches``, keyed by
+    its first row key): its rows carry ``records.stats_batch`` and its deltas in
+    ``lexical_stats``/``lexical_terms`` carry ``batch``. A batch's deltas count at a pointer
+    until the batch is retired there, and a statement that retires every row of an intact
+    batch retires the batch (one row) instead of writing a delta per lexeme. Any other change
+    to a batch's rows writes row deltas as before and marks the batch ``broken`` (it is never
+    retired whole). Existing rows and deltas have no batch and count as before; adding the
+    nullable columns rewrites nothing (``statements.with_stats``, ``queries.counted``).
+    """
+    scope = "tenant_id text NOT NULL, resource_id text NOT NULL, corpus_id text NOT NULL"
+    return (
+        f"ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS stats_batch bigint",
+        f"ALTER TABLE {s}.lexical_stats ADD COLUMN IF NOT EXISTS batch bigint",
+        f"ALTER TABLE {s}.lexical_terms ADD COLUMN IF NOT EXISTS batch bigint",
+        f"""CREATE TABLE IF NOT EXISTS {s}.lexical_batches (
+            {scope},
+            batch bigint NOT NULL,
+            generation bigint NOT NULL,
+            rows bigint NOT NULL CHECK (rows >= 0),
+            retired_generation bigint,
+            broken boolean NOT NULL DEFAULT false,
+            CONSTRAINT lexical_batches_pkey PRIMARY KEY (tenant_id, resource_id, corpus_id, batch),
+            CONSTRAINT lexical_batches_retired_after_written
+                CHECK (retired_generation IS NULL OR retired_generation > generation)
+        )""",
+        # The readers ask for the retired batches at or below a pointer.
+        f"""CREATE INDEX IF NOT EXISTS lexical_batches_retired
+            ON {s}.lexical_batches (tenant_id, resource_id, corpus_id, retired_generation)
+            WHERE retired_generation IS NOT NULL""",
+    )
+
+
 def _tsv_expression(conn: Connection, s: str) -> str:
     """The generation expression of ``records.tsv`` (``to_tsvector('<config>'::regconfig,
     text)``), as the catalog holds it."""
@@ -390,6 +425,7 @@ MIGRATIONS: dict[int, str] = {
     5: "BM25 statistics without forgotten rows, kept at forget time; deltas appended",
     6: "GIN jsonb_path_ops index on records.metadata (indexed equality filters)",
     7: "records.tsv_impact: lexemes by impact bucket, GIN indexed (pruned lexical leg)",
+    8: "BM25 statistics by write batch (lexical_batches): a source deleted whole, one row",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -460,6 +496,7 @@ def upgrade(
         5: lambda: _v5(s),
         6: lambda: _v6(s),
         7: lambda: _v7(s, _tsv_expression(conn, s)),
+        8: lambda: _v8(s),
     }
     # Every migration not recorded yet, in order: one that was released after a later one had
     # been applied still runs (each migration is self-contained).

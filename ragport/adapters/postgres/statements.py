@@ -15,10 +15,12 @@ from ragport.adapters.postgres.predicate import RSCOPE, SCOPE
 from ragport.adapters.postgres.rows import COPY_COLUMNS, RECORD_COLUMNS, VECTOR_COPY_COLUMNS
 
 __all__ = [
+    "BSCOPE",
     "DISCARD_ABOVE",
     "NAMED_BY",
     "PURGE_RETIRED",
     "PURGE_SOURCE",
+    "WHOLE",
     "added_stats",
     "allocate_keys",
     "copy_records",
@@ -115,7 +117,8 @@ def delete_records(s: str, where: str) -> str:
     return with_stats(
         s,
         f"DELETE FROM {s}.records WHERE {SCOPE} AND {where} "
-        f"RETURNING retired_generation AS plus, generation AS minus, tsv, row_key, {NAMED_BY}",
+        "RETURNING retired_generation AS plus, generation AS minus, tsv, row_key, "
+        f"stats_batch AS batch, {NAMED_BY}",
         # A data-modifying CTE runs whether or not the final SELECT reads it.
         f", vx AS (DELETE FROM {s}.record_vectors v WHERE v.tenant_id = :t "
         "AND v.resource_id = :r AND v.corpus_id = :c "
@@ -136,12 +139,14 @@ def retire(s: str, where: str) -> str:
     at ``:g`` (an earlier staged write; their vectors with them), with the lexical statistics
     of both, in one statement; answers how many retired rows were visible at pointer ``:p``.
 
-    The retirement sets ``retired_generation`` only, a column no index of ``records`` names
-    (migration 8): a HOT update, a new version on the same page and no index entry. The two
-    sets are disjoint (``generation = :g`` and ``< :g``), so one snapshot serves both."""
+    A statistics batch (migration 8) all of whose rows this retires, intact (never changed
+    row by row), is retired whole: one ``lexical_batches`` row instead of a delta per lexeme
+    of its rows. The other rows write row deltas (``with_stats``). The two sets of rows are
+    disjoint (``generation = :g`` and ``< :g``), so one snapshot serves both."""
     gone = (
         f"gone AS (DELETE FROM {s}.records WHERE {SCOPE} AND {where} AND generation = :g "
-        f"RETURNING retired_generation AS plus, generation AS minus, tsv, row_key, {NAMED_BY}), "
+        "RETURNING retired_generation AS plus, generation AS minus, tsv, row_key, "
+        f"stats_batch AS batch, {NAMED_BY}), "
         f"vx AS (DELETE FROM {s}.record_vectors v WHERE v.tenant_id = :t "
         "AND v.resource_id = :r AND v.corpus_id = :c "
         "AND v.row_key IN (SELECT gone.row_key FROM gone)), "
@@ -150,14 +155,23 @@ def retire(s: str, where: str) -> str:
         f"up AS (UPDATE {s}.records SET retired_generation = :g "
         f"WHERE {SCOPE} AND {where} AND retired_generation IS NULL AND generation < :g "
         "RETURNING CAST(NULL AS bigint) AS plus, retired_generation AS minus, tsv, generation, "
-        f"{NAMED_BY}), "
+        f"stats_batch AS batch, {NAMED_BY}), "
+    )
+    whole = (
+        "bc AS (SELECT up.batch, count(*) AS n FROM up WHERE up.batch IS NOT NULL "
+        "GROUP BY up.batch), "
+        f"whole AS MATERIALIZED (SELECT b.batch FROM {s}.lexical_batches b JOIN bc "
+        f"ON b.batch = bc.batch WHERE {BSCOPE} AND {WHOLE}), "
+        f"bw AS (UPDATE {s}.lexical_batches b SET retired_generation = :g "
+        f"WHERE {BSCOPE} AND b.batch IN (SELECT whole.batch FROM whole)), "
     )
     return with_stats(
         s,
-        f"SELECT plus, minus, tsv, {NAMED_BY} FROM gone "
-        f"UNION ALL SELECT plus, minus, tsv, {NAMED_BY} FROM up",
+        f"SELECT plus, minus, tsv, batch, {NAMED_BY} FROM gone "
+        f"UNION ALL SELECT plus, minus, tsv, batch, {NAMED_BY} FROM up "
+        "WHERE up.batch IS NULL OR up.batch NOT IN (SELECT whole.batch FROM whole)",
         "SELECT count(*) FILTER (WHERE generation <= :p) FROM up",
-        ctes=gone + retired,
+        ctes=gone + retired + whole,
     )
 
 
@@ -280,8 +294,8 @@ def tombstones_insert(s: str) -> str:
     )
     return with_stats(
         s,
-        "SELECT r.retired_generation AS plus, r.generation AS minus, r.tsv "
-        f"FROM ({named}) x JOIN {s}.records r ON {RSCOPE} AND r.id = x.id "
+        "SELECT r.retired_generation AS plus, r.generation AS minus, r.tsv, "
+        f"r.stats_batch AS batch FROM ({named}) x JOIN {s}.records r ON {RSCOPE} AND r.id = x.id "
         f"AND r.generation = x.generation WHERE NOT {withheld(s, 'r.')}",
         "SELECT written.id NOT IN (SELECT id FROM before) AS inserted FROM written",
         ctes=ctes,
@@ -302,7 +316,7 @@ def restore_above_sql(s: str) -> str:
         f"retired_generation FROM {s}.records WHERE {SCOPE} AND retired_generation > :g) o "
         f"WHERE {RSCOPE} AND r.id = o.id AND r.generation = o.generation "
         "RETURNING o.retired_generation AS plus, CAST(NULL AS bigint) AS minus, r.tsv, "
-        "r.id, r.source_id, r.lineage, r.roots",
+        "r.stats_batch AS batch, r.id, r.source_id, r.lineage, r.roots",
         "SELECT count(*) FROM chg",
     )
 
@@ -336,39 +350,70 @@ def any_forgotten(s: str) -> str:
     )
 
 
-def with_stats(s: str, changed: str, final: str, *, ctes: str = "", guard: bool = True) -> str:
+BSCOPE = "b.tenant_id = :t AND b.resource_id = :r AND b.corpus_id = :c"
+"""The exact scope on the ``lexical_batches b`` alias."""
+WHOLE = "NOT b.broken AND b.retired_generation IS NULL AND b.rows = bc.n"
+"""A batch ``b`` that a retirement of ``bc.n`` of its rows retires whole: intact (no row of
+it changed on its own), live, and every row of it among them."""
+
+
+XSCOPE = "x.tenant_id = :t AND x.resource_id = :r AND x.corpus_id = :c"
+"""The exact scope on the ``x`` alias of a statistics table."""
+
+
+def with_stats(
+    s: str, changed: str, final: str, *, ctes: str = "", guard: bool = True, batch: bool = False
+) -> str:
     """``changed`` (a data-modifying statement or a query) as the CTE ``chg``, its effect on the
     lexical statistics written in the same statement, then ``final`` (a SELECT over ``chg``).
 
-    ``chg`` answers ``plus``, ``minus`` (generations, NULL for none) and ``tsv`` per row: the
-    row's statistics count from generation ``plus`` on and stop counting from ``minus`` on. A
-    new row is (generation, retired_generation); a deleted one the reverse; a retirement
-    (NULL, its new retired_generation); a restore (the old retired_generation, NULL).
+    ``chg`` answers ``plus``, ``minus`` (generations, NULL for none), ``tsv`` and ``batch`` (the
+    row's ``stats_batch``) per row: the row's statistics count from generation ``plus`` on and
+    stop counting from ``minus`` on. A new row is (generation, retired_generation); a deleted
+    one the reverse; a retirement (NULL, its new retired_generation); a restore (the old
+    retired_generation, NULL).
 
     The statistics count no row a ``forgotten`` tombstone names (its share went when the
     tombstone was written, ``tombstones_insert``), so with ``guard`` ``chg`` also answers
     ``NAMED_BY`` and such rows are skipped. ``ctes`` come before ``chg`` (``"name AS (...), "``).
 
     The deltas are plain inserts, one row per (lexeme, generation) and statement, summed by
-    the readers and folded by compaction (``fold_stats``): no upsert on the write path.
+    the readers and folded by compaction (``fold_stats``): no upsert on the write path. With
+    ``batch`` (``added_stats``) the deltas are those of batch ``:b`` (NULL: none) and the
+    batch row is written, intact unless a row was skipped. Otherwise they are row deltas and
+    every batch with a row in ``chg`` is marked ``broken``: its rows' statistics are no
+    longer exactly the batch's, so it is never retired whole (``retire``).
     """
     scope = "tenant_id, resource_id, corpus_id"
     # The per-row tombstone probe runs only when the scope has a forgotten tombstone at all
     # (an uncorrelated test, evaluated once), as in the readers' ``not_forgotten``.
-    keep = f" WHERE NOT {any_forgotten(s)} OR NOT {withheld(s)}" if guard else ""
+    kept = f"NOT {any_forgotten(s)} OR NOT {withheld(s)}" if guard else "true"
+    tag = "CAST(:b AS bigint)" if batch else "CAST(NULL AS bigint)"
+    if batch:
+        batches = (
+            f"bi AS (INSERT INTO {s}.lexical_batches ({scope}, batch, generation, rows, broken) "
+            f"SELECT :t, :r, :c, {tag}, min(kc.plus), count(*) FILTER (WHERE kc.kept), "
+            f"bool_or(NOT kc.kept) FROM kc WHERE {tag} IS NOT NULL HAVING count(*) > 0) "
+        )
+    else:
+        batches = (
+            f"bk AS (UPDATE {s}.lexical_batches b SET broken = true WHERE {BSCOPE} "
+            "AND NOT b.broken AND b.batch IN (SELECT kc.batch FROM kc WHERE kc.batch IS NOT NULL)) "
+        )
     return (
         f"WITH {ctes}chg AS ({changed}), "
-        "ev AS (SELECT v.g, v.d, c.tsv FROM (SELECT chg.plus, chg.minus, chg.tsv "
-        f"FROM chg{keep}) c CROSS JOIN LATERAL "
-        "(VALUES (c.plus, 1), (c.minus, -1)) AS v(g, d) WHERE v.g IS NOT NULL), "
-        f"ss AS (INSERT INTO {s}.lexical_stats ({scope}, generation, docs, length) "
-        "SELECT :t, :r, :c, ev.g, sum(ev.d), sum(ev.d * length(ev.tsv)) FROM ev GROUP BY ev.g), "
-        f"ts AS (INSERT INTO {s}.lexical_terms ({scope}, lexeme, generation, docs) "
-        "SELECT :t, :r, :c, l.lexeme, ev.g, sum(ev.d) FROM ev "
+        f"kc AS (SELECT chg.plus, chg.minus, chg.tsv, chg.batch, ({kept}) AS kept FROM chg), "
+        "ev AS (SELECT v.g, v.d, c.tsv FROM kc c CROSS JOIN LATERAL "
+        "(VALUES (c.plus, 1), (c.minus, -1)) AS v(g, d) WHERE c.kept AND v.g IS NOT NULL), "
+        f"ss AS (INSERT INTO {s}.lexical_stats ({scope}, generation, docs, length, batch) "
+        f"SELECT :t, :r, :c, ev.g, sum(ev.d), sum(ev.d * length(ev.tsv)), {tag} FROM ev "
+        "GROUP BY ev.g), "
+        f"ts AS (INSERT INTO {s}.lexical_terms ({scope}, lexeme, generation, docs, batch) "
+        f"SELECT :t, :r, :c, l.lexeme, ev.g, sum(ev.d), {tag} FROM ev "
         "CROSS JOIN LATERAL unnest(tsvector_to_array(ev.tsv)) AS l(lexeme) "
         # In key order: the inserts walk the primary key's leaf pages once, left to right.
-        "GROUP BY l.lexeme, ev.g ORDER BY l.lexeme, ev.g) "
-        f"{final}"
+        "GROUP BY l.lexeme, ev.g ORDER BY l.lexeme, ev.g), "
+        f"{batches}{final}"
     )
 
 
@@ -377,10 +422,11 @@ def added_stats(s: str) -> str:
     return with_stats(
         s,
         "SELECT r.generation AS plus, r.retired_generation AS minus, r.tsv, "
-        "r.id, r.source_id, r.lineage, r.roots "
+        "r.stats_batch AS batch, r.id, r.source_id, r.lineage, r.roots "
         f"FROM {s}.records r JOIN unnest(CAST(:ids AS text[]), CAST(:gens AS bigint[])) "
         f"AS x(id, generation) ON r.id = x.id AND r.generation = x.generation WHERE {RSCOPE}",
         "SELECT count(*) FROM chg",
+        batch=True,
     )
 
 
@@ -394,8 +440,9 @@ def _renamed_stats(s: str, rows: str, lineage: str = "", roots: str = "") -> str
     return with_stats(
         s,
         "SELECT CASE WHEN y.w1 THEN y.retired_generation ELSE y.generation END AS plus, "
-        "CASE WHEN y.w1 THEN y.generation ELSE y.retired_generation END AS minus, y.tsv "
-        f"FROM (SELECT r.generation, r.retired_generation, r.tsv, {before} AS w0, "
+        "CASE WHEN y.w1 THEN y.generation ELSE y.retired_generation END AS minus, y.tsv, "
+        "y.stats_batch AS batch FROM (SELECT r.generation, r.retired_generation, r.tsv, "
+        f"r.stats_batch, {before} AS w0, "
         f"{after} AS w1 FROM {rows}) y WHERE y.w0 <> y.w1",
         "SELECT count(*) FROM chg",
         guard=False,
@@ -430,16 +477,32 @@ def lineage_stats(s: str) -> str:
 
 def fold_stats(s: str) -> list[str]:
     """Fold the deltas at or below ``:g`` into one row per lexeme at ``:g`` and drop zero rows
-    (compaction: no pointer below ``:g`` can be read any more)."""
+    (compaction: no pointer below ``:g`` can be read any more).
+
+    A batch retired at or below ``:g`` counts nowhere any more: its deltas and its row go. A
+    broken live batch counts like row deltas: folded, its row goes. An intact live batch (or
+    one retired above ``:g``) keeps its deltas, so it can still be retired whole."""
     scope = "tenant_id, resource_id, corpus_id"
+    folded = (
+        f"(x.batch IS NULL OR x.batch IN (SELECT b.batch FROM {s}.lexical_batches b "
+        f"WHERE {BSCOPE} AND (b.retired_generation <= :g "
+        "OR (b.broken AND b.retired_generation IS NULL))))"
+    )
+    live = (
+        f"(old.batch IS NULL OR old.batch NOT IN (SELECT b.batch FROM {s}.lexical_batches b "
+        f"WHERE {BSCOPE} AND b.retired_generation <= :g))"
+    )
     return [
-        f"WITH old AS (DELETE FROM {s}.lexical_stats WHERE {SCOPE} AND generation <= :g "
-        "RETURNING docs, length) "
+        f"WITH old AS (DELETE FROM {s}.lexical_stats x WHERE {XSCOPE} AND x.generation <= :g "
+        f"AND {folded} RETURNING x.docs, x.length, x.batch) "
         f"INSERT INTO {s}.lexical_stats ({scope}, generation, docs, length) "
-        "SELECT :t, :r, :c, :g, sum(docs), sum(length) FROM old HAVING count(*) > 0",
-        f"WITH old AS (DELETE FROM {s}.lexical_terms WHERE {SCOPE} AND generation <= :g "
-        "RETURNING lexeme, docs) "
+        f"SELECT :t, :r, :c, :g, sum(old.docs), sum(old.length) FROM old WHERE {live} "
+        "HAVING count(*) > 0",
+        f"WITH old AS (DELETE FROM {s}.lexical_terms x WHERE {XSCOPE} AND x.generation <= :g "
+        f"AND {folded} RETURNING x.lexeme, x.docs, x.batch) "
         f"INSERT INTO {s}.lexical_terms ({scope}, lexeme, generation, docs) "
-        "SELECT :t, :r, :c, lexeme, :g, sum(docs) FROM old GROUP BY lexeme "
-        "HAVING sum(docs) <> 0",
+        f"SELECT :t, :r, :c, old.lexeme, :g, sum(old.docs) FROM old WHERE {live} "
+        "GROUP BY old.lexeme HAVING sum(old.docs) <> 0",
+        f"DELETE FROM {s}.lexical_batches b WHERE {BSCOPE} AND b.generation <= :g "
+        "AND (b.retired_generation <= :g OR (b.broken AND b.retired_generation IS NULL))",
     ]

@@ -56,13 +56,21 @@ class _Records:
                     text(statements.allocate_keys(uow.s)), {"n": len(records)}
                 ).all()
             ]
+            # One statistics batch per add of live rows of one generation (migration 8):
+            # retiring all of them later retires the batch instead of a delta per lexeme.
+            batch = (
+                keys[0]
+                if len({r.generation for r in records}) == 1
+                and all(r.retired_generation is None for r in records)
+                else None
+            )
             with conn.begin_nested():
                 dbapi = driver_connection(conn)
                 with dbapi.cursor() as cur:
                     with cur.copy(statements.copy_records(uow.s)) as copy:
                         copy.set_types(rows.COPY_TYPES)
                         for record, key in zip(records, keys, strict=True):
-                            copy.write_row(rows.copy_row(uow.scope, record, key))
+                            copy.write_row(rows.copy_row(uow.scope, record, key, batch))
                     with cur.copy(statements.copy_vectors(uow.s)) as copy:
                         copy.set_types(rows.VECTOR_COPY_TYPES)
                         for key, vector in zip(keys, matrix, strict=True):
@@ -73,6 +81,7 @@ class _Records:
                     uow.scope,
                     ids=[r.id for r in records],
                     gens=[r.generation for r in records],
+                    b=batch,
                 ),
             )
 
