@@ -95,7 +95,10 @@ def test_a_source_deleted_whole_retires_its_batch_without_lexeme_deltas(
     _write(store, scope, "s0", "apple brook", "brook cedar", "cedar delta apple")
     _write(store, scope, "s1", "apple echo", "cedar cedar fox")
     assert _batches(store, s, scope, "s0") == [(3, None, False)]
-    terms, stats = _count(store, s, "lexical_terms", scope), _count(store, s, "lexical_stats", scope)
+    terms, stats = (
+        _count(store, s, "lexical_terms", scope),
+        _count(store, s, "lexical_stats", scope),
+    )
     result = ragport.delete_source(source_id="s0", store=store, scope=scope)
     assert result.deleted == 3
     assert _count(store, s, "lexical_terms", scope) == terms, "no lexeme delta was written"
