@@ -384,7 +384,7 @@ def _wait_until_blocked(engine, schema: str, blocker_pid: int, timeout: float = 
 
 def test_unique_violation_from_a_concurrent_insert_does_not_leak_text(store, pg_engine, pg_schema):
     """A real UniqueViolation surfaces typed and without the record text. If this fails, check _driver.py _translate."""
-    # The HNSW index exists first, so the writer blocks on the unique index, not on creating it.
+    # The HNSW index exists first, so the writer blocks on the live id, not on creating the index.
     store.prepare(SCOPE, dimensions=32)
     blocker = pg_engine.connect()
     try:
@@ -394,6 +394,14 @@ def test_unique_violation_from_a_concurrent_insert_does_not_leak_text(store, pg_
                 f'INSERT INTO "{pg_schema}".records (tenant_id, resource_id, corpus_id, id, '
                 "generation, source_id, kind, text, row_key, dimensions) VALUES "
                 "(:t, :r, :c, 'doc#0001', 1, 'doc', 'chunk', 'placeholder', -1, 32)"
+            ),
+            {"t": SCOPE.tenant_id, "r": SCOPE.resource_id, "c": SCOPE.corpus_id},
+        )
+        # A live id is held in live_ids (migration 9): the writer blocks on its primary key.
+        blocker.execute(
+            text(
+                f'INSERT INTO "{pg_schema}".live_ids (tenant_id, resource_id, corpus_id, id) '
+                "VALUES (:t, :r, :c, 'doc#0001')"
             ),
             {"t": SCOPE.tenant_id, "r": SCOPE.resource_id, "c": SCOPE.corpus_id},
         )

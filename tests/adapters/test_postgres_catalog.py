@@ -31,6 +31,7 @@ EXPECTED_TABLES = {
     "lexical_terms",
     "record_vectors",
     "lexical_batches",
+    "live_ids",
 }
 
 
@@ -114,7 +115,9 @@ def test_every_key_and_unique_index_starts_with_tenant_id(store, pg_engine, pg_s
         if ix.is_unique
     ]
     names = {ix.name for _, ix in unique_indexes}
-    assert "records_live_id" in names, "the live-id unique index exists"
+    assert {"records_pkey", "records_row_key", "live_ids_pkey"} <= names, "the keys exist"
+    # Migration 9 replaced records_live_id by live_ids (retirement as a HOT update).
+    assert "records_live_id" not in names
     wrong_ix = [
         (t, ix.name, ix.first_column) for t, ix in unique_indexes if ix.first_column != "tenant_id"
     ]

@@ -105,9 +105,17 @@ def _apply(store: PostgresStore, scope: ragport.Scope, op: tuple) -> None:
 
 
 def _check_statistics(store: PostgresStore, scope: ragport.Scope, s: str) -> None:
+    """The statistics at every readable pointer equal a recomputation from the rows; and
+    ``live_ids`` (migration 9) holds exactly the ids of the scope's live rows."""
     params = {"t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id}
     where = "tenant_id = :t AND resource_id = :r AND corpus_id = :c"
     with store.engine.connect() as conn:
+        live = conn.execute(
+            text(f"SELECT id FROM {s}.records WHERE {where} AND retired_generation IS NULL"),
+            params,
+        ).scalars()
+        held = conn.execute(text(f"SELECT id FROM {s}.live_ids WHERE {where}"), params).scalars()
+        assert sorted(held) == sorted(live), "live_ids holds the live rows' ids"
         row = conn.execute(
             text(f"SELECT pointer, floor FROM {s}.scopes WHERE {where}"), params
         ).one_or_none()

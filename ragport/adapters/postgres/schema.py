@@ -126,7 +126,15 @@ def _v1(s: str, ts_config: str) -> Sequence[str]:
     )
 
 
-_PARTITIONED = ("scopes", "records", "grants", "tombstones", "ingestion_status", "record_vectors")
+_PARTITIONED = (
+    "scopes",
+    "records",
+    "grants",
+    "tombstones",
+    "ingestion_status",
+    "record_vectors",
+    "live_ids",
+)
 MAX_PARTITIONS = 1024
 
 
@@ -397,6 +405,50 @@ def _v8(s: str) -> Sequence[str]:
     )
 
 
+RECORDS_FILLFACTOR = 50
+"""Percent of each ``records`` page filled by inserts (migration 9): the rest holds the new
+versions of its rows when they are retired or restored (HOT updates)."""
+
+
+def _v9(s: str) -> Sequence[str]:
+    """Retirement as a heap-only (HOT) update, one live row per id kept in ``live_ids``.
+
+    A PostgreSQL update is heap-only (no entry in any index, the WAL record only the changed
+    bytes) when no column an index names, predicates included, changes and the new version
+    fits on the page. The partial unique index ``records_live_id`` (``WHERE
+    retired_generation IS NULL``) was the only index naming ``retired_generation``: it is
+    replaced by the table ``live_ids``, one row per live (scope, id) under a primary key,
+    which the statements that add, retire, restore, delete or re-key rows keep in the same
+    statement (``statements``), so the database still refuses a second live row of an id.
+    ``records`` (each partition) gets fillfactor ``RECORDS_FILLFACTOR``: pages written from
+    now on keep room for a second version of each row (the heap of ``records`` about
+    doubles; vectors are elsewhere). Existing rows are not rewritten: their pages are full,
+    so their retirements stay ordinary updates until the table is rewritten."""
+    scope = "tenant_id text NOT NULL, resource_id text NOT NULL, corpus_id text NOT NULL"
+    fill = (
+        "DO $$ DECLARE rel regclass; BEGIN "
+        "FOR rel IN SELECT c.oid::regclass FROM pg_class c "
+        f"WHERE c.oid = to_regclass('{s}.records') AND c.relkind = 'r' "
+        "UNION ALL SELECT i.inhrelid::regclass FROM pg_inherits i "
+        f"WHERE i.inhparent = to_regclass('{s}.records') LOOP "
+        f"EXECUTE format('ALTER TABLE %s SET (fillfactor = {RECORDS_FILLFACTOR})', rel); "
+        "END LOOP; END $$"
+    )
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {s}.live_ids (
+            {scope},
+            id text NOT NULL,
+            CONSTRAINT live_ids_pkey PRIMARY KEY (tenant_id, resource_id, corpus_id, id)
+                DEFERRABLE INITIALLY IMMEDIATE
+        )""",
+        f"""INSERT INTO {s}.live_ids (tenant_id, resource_id, corpus_id, id)
+            SELECT tenant_id, resource_id, corpus_id, id FROM {s}.records
+            WHERE retired_generation IS NULL""",
+        f"DROP INDEX IF EXISTS {s}.records_live_id",
+        fill,
+    )
+
+
 def _tsv_expression(conn: Connection, s: str) -> str:
     """The generation expression of ``records.tsv`` (``to_tsvector('<config>'::regconfig,
     text)``), as the catalog holds it."""
@@ -426,6 +478,7 @@ MIGRATIONS: dict[int, str] = {
     6: "GIN jsonb_path_ops index on records.metadata (indexed equality filters)",
     7: "records.tsv_impact: lexemes by impact bucket, GIN indexed (pruned lexical leg)",
     8: "BM25 statistics by write batch (lexical_batches): a source deleted whole, one row",
+    9: "retirement as a HOT update: live ids in live_ids, records fillfactor 50",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -497,6 +550,7 @@ def upgrade(
         6: lambda: _v6(s),
         7: lambda: _v7(s, _tsv_expression(conn, s)),
         8: lambda: _v8(s),
+        9: lambda: _partitioned(s, _v9(s), layout),
     }
     # Every migration not recorded yet, in order: one that was released after a later one had
     # been applied still runs (each migration is self-contained).

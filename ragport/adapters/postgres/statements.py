@@ -32,6 +32,8 @@ __all__ = [
     "lineage_rows_sql",
     "lineage_stats",
     "lineage_update",
+    "live_delete",
+    "live_insert",
     "live_sql",
     "lock_scope",
     "owners_sql",
@@ -123,6 +125,7 @@ def delete_records(s: str, where: str) -> str:
         f", vx AS (DELETE FROM {s}.record_vectors v WHERE v.tenant_id = :t "
         "AND v.resource_id = :r AND v.corpus_id = :c "
         "AND v.row_key IN (SELECT chg.row_key FROM chg)) SELECT count(*) FROM chg",
+        after=live_delete(s, "SELECT chg.id FROM chg WHERE chg.plus IS NULL"),
     )
 
 
@@ -165,13 +168,16 @@ def retire(s: str, where: str) -> str:
         f"bw AS (UPDATE {s}.lexical_batches b SET retired_generation = :g "
         f"WHERE {BSCOPE} AND b.batch IN (SELECT whole.batch FROM whole)), "
     )
+    live = live_delete(
+        s, "SELECT up.id FROM up UNION ALL SELECT gone.id FROM gone WHERE gone.plus IS NULL"
+    )
     return with_stats(
         s,
         f"SELECT plus, minus, tsv, batch, {NAMED_BY} FROM gone "
         f"UNION ALL SELECT plus, minus, tsv, batch, {NAMED_BY} FROM up "
         "WHERE up.batch IS NULL OR up.batch NOT IN (SELECT whole.batch FROM whole)",
         "SELECT count(*) FILTER (WHERE generation <= :p) FROM up",
-        ctes=gone + retired + whole,
+        ctes=gone + retired + whole + live,
     )
 
 
@@ -203,15 +209,17 @@ def rekey_clash_sql(s: str) -> str:
     shares a moved row's generation or could be visible at a pointer where the moved row is
     (live, staged, or retired above both the moved row's generation and the floor ``:floor``).
     """
+    # The moved rows and the destination rows are each read once, by one scan for all ids
+    # (materialized), then joined: no per-pair probe the planner could turn into a scan of
+    # the scope per pair (seen without records_live_id on a table not analyzed yet).
     return (
-        f"SELECT count(*) FROM {s}.records d "
-        "JOIN unnest(CAST(:old AS text[]), CAST(:new AS text[])) AS x(old_id, new_id) "
-        f"ON d.id = x.new_id JOIN {s}.records m "
-        "ON m.tenant_id = d.tenant_id AND m.resource_id = d.resource_id "
-        "AND m.corpus_id = d.corpus_id AND m.id = x.old_id "
-        "AND m.retired_generation IS NULL "
-        "WHERE d.tenant_id = :t AND d.resource_id = :r AND d.corpus_id = :c "
-        "AND NOT (d.id = ANY(:old) AND d.retired_generation IS NULL) "
+        f"WITH m AS MATERIALIZED (SELECT id, generation FROM {s}.records WHERE {SCOPE} "
+        "AND id = ANY(:old) AND retired_generation IS NULL), "
+        f"d AS MATERIALIZED (SELECT id, generation, retired_generation FROM {s}.records "
+        f"WHERE {SCOPE} AND id = ANY(:new)) "
+        "SELECT count(*) FROM unnest(CAST(:old AS text[]), CAST(:new AS text[])) "
+        "AS x(old_id, new_id) JOIN m ON m.id = x.old_id JOIN d ON d.id = x.new_id "
+        "WHERE NOT (d.id = ANY(:old) AND d.retired_generation IS NULL) "
         "AND (d.generation = m.generation OR d.retired_generation IS NULL "
         "OR d.retired_generation > greatest(m.generation, :floor))"
     )
@@ -220,6 +228,10 @@ def rekey_clash_sql(s: str) -> str:
 def rekey_update(s: str) -> str:
     """Move the live rows of ids ``:old`` to ids ``:new`` (pairwise) and source ``:to``."""
     return (
+        f"WITH lu AS (UPDATE {s}.live_ids l SET id = m.new_id "
+        "FROM unnest(CAST(:old AS text[]), CAST(:new AS text[])) AS m(old_id, new_id) "
+        "WHERE l.tenant_id = :t AND l.resource_id = :r AND l.corpus_id = :c "
+        "AND l.id = m.old_id) "
         f"UPDATE {s}.records r SET id = m.new_id, source_id = :to "
         "FROM unnest(CAST(:old AS text[]), CAST(:new AS text[])) AS m(old_id, new_id) "
         f"WHERE {RSCOPE} AND r.id = m.old_id AND r.retired_generation IS NULL"
@@ -318,6 +330,7 @@ def restore_above_sql(s: str) -> str:
         "RETURNING o.retired_generation AS plus, CAST(NULL AS bigint) AS minus, r.tsv, "
         "r.stats_batch AS batch, r.id, r.source_id, r.lineage, r.roots",
         "SELECT count(*) FROM chg",
+        after=live_insert(s, "SELECT chg.id FROM chg"),
     )
 
 
@@ -361,28 +374,53 @@ XSCOPE = "x.tenant_id = :t AND x.resource_id = :r AND x.corpus_id = :c"
 """The exact scope on the ``x`` alias of a statistics table."""
 
 
+def live_insert(s: str, rows: str) -> str:
+    """A CTE ``li``: the ids ``rows`` (a SELECT of ``id``) become live in ``live_ids`` (the
+    primary key refuses an id that is live already; migration 9)."""
+    return (
+        f"li AS (INSERT INTO {s}.live_ids (tenant_id, resource_id, corpus_id, id) "
+        f"SELECT :t, :r, :c, y.id FROM ({rows}) y), "
+    )
+
+
+def live_delete(s: str, rows: str) -> str:
+    """A CTE ``ld``: the ids ``rows`` (a SELECT of ``id``) are no longer live."""
+    return (
+        f"ld AS (DELETE FROM {s}.live_ids l WHERE l.tenant_id = :t AND l.resource_id = :r "
+        f"AND l.corpus_id = :c AND l.id IN ({rows})), "
+    )
+
+
 def with_stats(
-    s: str, changed: str, final: str, *, ctes: str = "", guard: bool = True, batch: bool = False
+    s: str,
+    changed: str,
+    final: str,
+    *,
+    ctes: str = "",
+    after: str = "",
+    guard: bool = True,
+    batch: bool = False,
 ) -> str:
     """``changed`` (a data-modifying statement or a query) as the CTE ``chg``, its effect on the
-    lexical statistics written in the same statement, then ``final`` (a SELECT over ``chg``).
+        lexical statistics written in the same statement, then ``final`` (a SELECT over ``chg``).
 
-    ``chg`` answers ``plus``, ``minus`` (generations, NULL for none), ``tsv`` and ``batch`` (the
-    row's ``stats_batch``) per row: the row's statistics count from generation ``plus`` on and
-    stop counting from ``minus`` on. A new row is (generation, retired_generation); a deleted
-    one the reverse; a retirement (NULL, its new retired_generation); a restore (the old
-    retired_generation, NULL).
+        ``chg`` answers ``plus``, ``minus`` (generations, NULL for none), ``tsv`` and ``batch`` (the
+        row's ``stats_batch``) per row: the row's statistics count from generation ``plus`` on and
+        stop counting from ``minus`` on. A new row is (generation, retired_generation); a deleted
+        one the reverse; a retirement (NULL, its new retired_generation); a restore (the old
+        retired_generation, NULL).
 
-    The statistics count no row a ``forgotten`` tombstone names (its share went when the
-    tombstone was written, ``tombstones_insert``), so with ``guard`` ``chg`` also answers
-    ``NAMED_BY`` and such rows are skipped. ``ctes`` come before ``chg`` (``"name AS (...), "``).
+        The statistics count no row a ``forgotten`` tombstone names (its share went when the
+        tombstone was written, ``tombstones_insert``), so with ``guard`` ``chg`` also answers
+        ``NAMED_BY`` and such rows are skipped. ``ctes`` come before ``chg`` and ``after`` right
+    after it (each ``"name AS (...), "``; ``after`` may read ``chg``).
 
-    The deltas are plain inserts, one row per (lexeme, generation) and statement, summed by
-    the readers and folded by compaction (``fold_stats``): no upsert on the write path. With
-    ``batch`` (``added_stats``) the deltas are those of batch ``:b`` (NULL: none) and the
-    batch row is written, intact unless a row was skipped. Otherwise they are row deltas and
-    every batch with a row in ``chg`` is marked ``broken``: its rows' statistics are no
-    longer exactly the batch's, so it is never retired whole (``retire``).
+        The deltas are plain inserts, one row per (lexeme, generation) and statement, summed by
+        the readers and folded by compaction (``fold_stats``): no upsert on the write path. With
+        ``batch`` (``added_stats``) the deltas are those of batch ``:b`` (NULL: none) and the
+        batch row is written, intact unless a row was skipped. Otherwise they are row deltas and
+        every batch with a row in ``chg`` is marked ``broken``: its rows' statistics are no
+        longer exactly the batch's, so it is never retired whole (``retire``).
     """
     scope = "tenant_id, resource_id, corpus_id"
     # The per-row tombstone probe runs only when the scope has a forgotten tombstone at all
@@ -401,7 +439,7 @@ def with_stats(
             "AND NOT b.broken AND b.batch IN (SELECT kc.batch FROM kc WHERE kc.batch IS NOT NULL)) "
         )
     return (
-        f"WITH {ctes}chg AS ({changed}), "
+        f"WITH {ctes}chg AS ({changed}), {after}"
         f"kc AS (SELECT chg.plus, chg.minus, chg.tsv, chg.batch, ({kept}) AS kept FROM chg), "
         "ev AS (SELECT v.g, v.d, c.tsv FROM kc c CROSS JOIN LATERAL "
         "(VALUES (c.plus, 1), (c.minus, -1)) AS v(g, d) WHERE c.kept AND v.g IS NOT NULL), "
@@ -426,6 +464,7 @@ def added_stats(s: str) -> str:
         f"FROM {s}.records r JOIN unnest(CAST(:ids AS text[]), CAST(:gens AS bigint[])) "
         f"AS x(id, generation) ON r.id = x.id AND r.generation = x.generation WHERE {RSCOPE}",
         "SELECT count(*) FROM chg",
+        after=live_insert(s, "SELECT chg.id FROM chg WHERE chg.minus IS NULL"),
         batch=True,
     )
 
