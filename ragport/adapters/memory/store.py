@@ -45,6 +45,41 @@ __all__ = ["InMemoryStore"]
 _SORT_IN_PYTHON = 64
 """Up to this many finalists are ordered in Python: fewer numpy calls for the usual top-k."""
 _SCORE = operator.itemgetter(1)
+_GROUPS = 256
+"""Score groups for the threshold of ``_top``: one column maximum each (see ``_floor``)."""
+_GROUP_LIMIT = _GROUPS // 8
+"""Up to this limit the group maxima give a tight threshold (a few rows past ``limit``)."""
+
+
+def _floor(scores: np.ndarray, limit: int) -> float | None:
+    """A score that at least ``limit`` rows reach, close to the ``limit``-th best; ``None``
+    when there are too few rows to group or a group maximum is not finite.
+
+    Row i belongs to group ``i % _GROUPS``: the first ``rows * _GROUPS`` scores as a
+    (rows, _GROUPS) view, whose column maxima numpy takes in one vectorised pass, the rest
+    folded into the first columns (so that a NaN anywhere shows). Each group's maximum is one
+    of its rows, so the
+    ``limit``-th largest maximum is reached by at least ``limit`` rows (one per group), and
+    every row scoring above it, ties at the cut included, scores at least it. That costs a
+    pass over the scores and a partition of 256 values instead of a partition of all rows.
+    """
+    size = scores.shape[0]
+    rows = size // _GROUPS
+    if rows < 2 or limit > _GROUP_LIMIT:
+        return None
+    cut = rows * _GROUPS
+    best = scores[:cut].reshape(rows, _GROUPS).max(axis=0)
+    if cut < size:
+        head = best[: size - cut]
+        np.maximum(head, scores[cut:], out=head)
+    best.partition(_GROUPS - limit)
+    # The `limit` largest maxima, the threshold first. A NaN sorts last in a partition, so a
+    # NaN among the scores shows here (or is the threshold): then the exact path decides, as
+    # for an infinite one, whose neighbours may be NaN too.
+    top = best[_GROUPS - limit :].tolist()
+    if not math.isfinite(sum(top)):
+        return None
+    return float(top[0])
 
 
 def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[int, float]]:
@@ -61,9 +96,11 @@ def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[
     if size == 0:
         return []
     if size > limit:
-        part = scores.copy()  # np.partition's own copy, without its Python wrapper
-        part.partition(size - limit)
-        kth = part[size - limit]
+        kth = _floor(scores, limit)
+        if kth is None:
+            part = scores.copy()  # np.partition's own copy, without its Python wrapper
+            part.partition(size - limit)
+            kth = part[size - limit]
         keep = (scores >= kth).nonzero()[0]  # every tie at the cut, in position order
     else:
         keep = np.arange(size)
