@@ -341,16 +341,14 @@ def retrieve_context(
         reranker=reranker,
         redact=redact,
         limits=DEFAULT_LIMITS if limits is None else resolve_limits(limits),
-        given={
-            "top_k": top_k,
-            "query_candidates": query_candidates,
-            "rrf_k": rrf_k,
-            "result_bytes": max_result_bytes,
-            "context_tokens": max_context_tokens,
-            "rerank_bytes": max_rerank_bytes,
-            "rerank_ms": max_rerank_ms,
-            "rerank_concurrency": rerank_concurrency,
-        },
+        top_k=top_k,
+        query_candidates=query_candidates,
+        rrf_k=rrf_k,
+        result_bytes=max_result_bytes,
+        context_tokens=max_context_tokens,
+        rerank_bytes=max_rerank_bytes,
+        rerank_ms=max_rerank_ms,
+        rerank_concurrency=rerank_concurrency,
     )
     tel = telemetry or NOOP_TELEMETRY
     clk = clock or SYSTEM_CLOCK

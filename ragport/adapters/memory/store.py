@@ -21,7 +21,12 @@ import numpy as np
 
 from ragport.adapters.lexical.analyzers import make_analyzer
 from ragport.adapters.memory.lexical import ScopeLexicon
-from ragport.adapters.memory.snapshot import Snapshot, access_mask, hand_out, report_denied
+from ragport.adapters.memory.snapshot import (
+    Snapshot,
+    access_mask,
+    hand_out_scored,
+    report_denied,
+)
 from ragport.adapters.memory.unit_of_work import InMemoryUnitOfWork
 from ragport.domain.errors import CapabilityError, ScopeError
 from ragport.domain.filters import Filter, parse_filter
@@ -273,16 +278,19 @@ class InMemoryStore:
             )
         amask = None if authorization is None else access_mask(snap, index, authorization)
         mask = amask if fmask is None else (fmask if amask is None else amask & fmask)
+        # Rows are unit vectors: the cosine is (row . q) / |q|. Ranking by row . q and dividing
+        # only the finalists' scores costs no numpy call to scale q (dividing by 0 or by 1.0
+        # would change nothing).
         norm = math.sqrt(q.dot(q))  # what np.linalg.norm computes, without its wrapper
-        # Dividing by 0 or by exactly 1.0 would change nothing (an embedder that normalises
-        # often hands out norm 1.0): skip that numpy call.
-        scores = index.matrix @ (q if norm in (0.0, 1.0) else q / norm)
+        scores = index.matrix @ q
         if on_denied is not None and authorization is not None:
             unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit)]
             report_denied(snap, unfiltered, authorization, on_denied)
-        return tuple(
-            ScoredRecord(hand_out(index.rows[i]), score) for i, score in _top(scores, mask, limit)
-        )
+        rows = index.rows
+        found = _top(scores, mask, limit)
+        if norm in (0.0, 1.0):
+            return tuple([hand_out_scored(rows[i], score) for i, score in found])
+        return tuple([hand_out_scored(rows[i], score / norm) for i, score in found])
 
     def lexical_query(
         self,
