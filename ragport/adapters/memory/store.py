@@ -57,40 +57,33 @@ _GROUP_LIMIT = _GROUPS // 8
 
 
 def _floor(scores: np.ndarray, limit: int) -> float | None:
-    """A score that at least ``limit`` rows reach, close to the ``limit``-th best; ``None``
-    when there are too few rows to group or a group maximum is not finite.
+    """A score that at least ``limit`` of the (finite) ``scores`` reach, close to the
+    ``limit``-th best; ``None`` when there are too few rows to group or ``limit`` is too large.
 
-    Row i belongs to group ``i % _GROUPS``: the first ``rows * _GROUPS`` scores as a
-    (rows, _GROUPS) view, whose column maxima numpy takes in one vectorised pass, the rest
-    folded into the first columns (so that a NaN anywhere shows). Each group's maximum is one
-    of its rows, so the
-    ``limit``-th largest maximum is reached by at least ``limit`` rows (one per group), and
-    every row scoring above it, ties at the cut included, scores at least it. That costs a
-    pass over the scores and a partition of 256 values instead of a partition of all rows.
+    Row i of the first ``rows * _GROUPS`` belongs to group ``i % _GROUPS``: those scores as a
+    (rows, _GROUPS) view, whose column maxima numpy takes in one vectorised pass. Each
+    group's maximum is one of its rows, so the ``limit``-th largest maximum is reached by at
+    least ``limit`` rows (one per group), and every row that scores above it, ties at the cut
+    and rows past the last full group included, scores at least it. That costs a pass over the
+    scores and a partition of 256 values instead of a partition of every score.
     """
-    size = scores.shape[0]
-    rows = size // _GROUPS
+    rows = scores.shape[0] // _GROUPS
     if rows < 2 or limit > _GROUP_LIMIT:
         return None
-    cut = rows * _GROUPS
-    best = scores[:cut].reshape(rows, _GROUPS).max(axis=0)
-    if cut < size:
-        head = best[: size - cut]
-        np.maximum(head, scores[cut:], out=head)
+    best = np.maximum.reduce(scores[: rows * _GROUPS].reshape(rows, _GROUPS), axis=0)
     best.partition(_GROUPS - limit)
-    # The `limit` largest maxima, the threshold first. A NaN sorts last in a partition, so a
-    # NaN among the scores shows here (or is the threshold): then the exact path decides, as
-    # for an infinite one, whose neighbours may be NaN too.
-    top = best[_GROUPS - limit :].tolist()
-    if not math.isfinite(sum(top)):
-        return None
-    return float(top[0])
+    return float(best[_GROUPS - limit])
 
 
-def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[int, float]]:
+def _top(
+    scores: np.ndarray, mask: np.ndarray | None, limit: int, *, finite: bool = False
+) -> list[tuple[int, float]]:
     """Positions and scores of the best ``limit`` rows allowed by ``mask``; ties by id.
 
-    An ``Index`` holds its rows in id order, so ties by id are ties by position.
+    An ``Index`` holds its rows in id order, so ties by id are ties by position. ``finite``:
+    the caller knows that no score is NaN or infinite, which lets the threshold come from
+    group maxima (``_floor``); else (a NaN has no place in an order) every score is
+    partitioned, as numpy orders NaN.
     """
     if mask is None:
         positions = None
@@ -101,7 +94,7 @@ def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[
     if size == 0:
         return []
     if size > limit:
-        kth = _floor(scores, limit)
+        kth = _floor(scores, limit) if finite else None
         if kth is None:
             part = scores.copy()  # np.partition's own copy, without its Python wrapper
             part.partition(size - limit)
@@ -282,12 +275,15 @@ class InMemoryStore:
         # only the finalists' scores costs no numpy call to scale q (dividing by 0 or by 1.0
         # would change nothing).
         norm = math.sqrt(q.dot(q))  # what np.linalg.norm computes, without its wrapper
+        # A finite float32 |q|^2 bounds |q| far below float32's range, and the rows are finite
+        # unit vectors (or zero): every score is finite.
+        finite = math.isfinite(norm)
         scores = index.matrix @ q
         if on_denied is not None and authorization is not None:
-            unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit)]
+            unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit, finite=finite)]
             report_denied(snap, unfiltered, authorization, on_denied)
         rows = index.rows
-        found = _top(scores, mask, limit)
+        found = _top(scores, mask, limit, finite=finite)
         if norm in (0.0, 1.0):
             return tuple([hand_out_scored(rows[i], score) for i, score in found])
         return tuple([hand_out_scored(rows[i], score / norm) for i, score in found])
