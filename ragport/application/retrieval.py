@@ -191,8 +191,8 @@ def _search(
                     metadata_filter=metadata_filter,
                     on_denied=on_denied,
                 )
-            for found_key in sorted(answer.foreign_embedders, key=repr):
-                raise _mismatch(embedder, found_key)
+            if answer.foreign_embedders:
+                raise _mismatch(embedder, sorted(answer.foreign_embedders, key=repr)[0])
             found = answer.records
         else:
             with telemetry.span("rag.vector"):
@@ -206,7 +206,7 @@ def _search(
                 )
         ranked = _checked(found, s, expected=expected, embedder=embedder)
         if lexical == "off":
-            by_cosine.extend(Candidate(s, item.record, item.score, "vector") for item in ranked)
+            by_cosine += [Candidate(s, item.record, item.score, "vector") for item in ranked]
         else:
             legs[f"vector:{n}"] = [(s, item.record.id) for item in ranked]
             for item in ranked:
@@ -444,8 +444,9 @@ def retrieve_context(
         # Rendering shows at most top_k hits in order; only a reranker looks further down.
         if reranker is None:
             ordered = ordered[: req.top_k]
+        provider = store.provider
         hits = [
-            build_hit(c, rank, provider=store.provider, retrieved_at=retrieved_at, redact=redact)
+            build_hit(c, rank, provider=provider, retrieved_at=retrieved_at, redact=redact)
             for rank, c in enumerate(ordered, start=1)
         ]
 

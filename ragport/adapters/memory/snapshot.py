@@ -128,10 +128,10 @@ class Snapshot:
         return self._embedders
 
     def index(self, dimensions: int) -> Index:
-        with self._lock:
-            cached = self._indexes.get(dimensions)
-            if cached is not None:
-                return cached
+        # Built once, then only read: a dict read (atomic under the GIL) finds it.
+        cached = self._indexes.get(dimensions)
+        if cached is not None:
+            return cached
         withheld = self.forgotten()
         rows: list[Record] = []
         vectors: list[Vector] = []

@@ -165,6 +165,11 @@ class InMemoryStore:
 
     # -- snapshots -----------------------------------------------------------------------------
     def _snapshot(self, scope: Scope) -> Snapshot:
+        # A committed scope is one dict read (atomic under the GIL; _install swaps whole
+        # snapshots); only a scope's first snapshot is made under the lock.
+        snap = self._snapshots.get(scope)
+        if snap is not None:
+            return snap
         with self._lock:
             snap = self._snapshots.get(scope)
             if snap is None:
