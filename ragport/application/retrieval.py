@@ -444,9 +444,16 @@ def retrieve_context(
         # Rendering shows at most top_k hits in order; only a reranker looks further down.
         if reranker is None:
             ordered = ordered[: req.top_k]
-        provider = store.provider
+        provider, private = store.provider, caps.private_reads
         hits = [
-            build_hit(c, rank, provider=provider, retrieved_at=retrieved_at, redact=redact)
+            build_hit(
+                c,
+                rank,
+                provider=provider,
+                retrieved_at=retrieved_at,
+                redact=redact,
+                private_reads=private,
+            )
             for rank, c in enumerate(ordered, start=1)
         ]
 

@@ -142,6 +142,7 @@ _CAPABILITIES = Capabilities(
     guarded_query=True,
     generation_history=True,
     forgotten_lookup=True,
+    private_reads=True,  # every read hands out copies (snapshot.hand_out)
 )
 
 
