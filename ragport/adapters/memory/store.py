@@ -50,6 +50,7 @@ __all__ = ["InMemoryStore"]
 _SORT_IN_PYTHON = 64
 """Up to this many finalists are ordered in Python: fewer numpy calls for the usual top-k."""
 _SCORE = operator.itemgetter(1)
+_FLOAT32 = np.dtype(np.float32)
 _GROUPS = 256
 """Score groups for the threshold of ``_top``: one column maximum each (see ``_floor``)."""
 _GROUP_LIMIT = _GROUPS // 8
@@ -261,7 +262,9 @@ class InMemoryStore:
         metadata_filter: Mapping[str, Any] | Filter | None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None,
     ) -> tuple[ScoredRecord, ...]:
-        q = np.asarray(vector, dtype=np.float32)
+        q = vector if type(vector) is np.ndarray and vector.dtype is _FLOAT32 else None
+        if q is None:
+            q = np.asarray(vector, dtype=np.float32)
         if q.ndim != 1:
             q = q.reshape(-1)
         if limit <= 0:
