@@ -73,7 +73,7 @@ def _floor(scores: np.ndarray, limit: int) -> float | None:
         return None
     best = np.maximum.reduce(scores[: rows * _GROUPS].reshape(rows, _GROUPS), axis=0)
     best.partition(_GROUPS - limit)
-    return float(best[_GROUPS - limit])
+    return best.item(_GROUPS - limit)  # type: ignore[no-any-return]
 
 
 def _top(
@@ -106,8 +106,10 @@ def _top(
     if keep.shape[0] <= _SORT_IN_PYTHON:
         # keep is in position order and Python's sort is stable (reverse=True too), so ties
         # stay in position order.
-        pairs = zip(keep.tolist(), scores[keep].tolist(), strict=True)
-        found = sorted(pairs, key=_SCORE, reverse=True)[:limit]
+        # (``item`` reads one score as a Python float: for these few rows, cheaper than
+        # gathering them into an array first.)
+        item = scores.item
+        found = sorted([(i, item(i)) for i in keep.tolist()], key=_SCORE, reverse=True)[:limit]
     else:
         # A stable sort of the scores keeps ties in position order.
         order = keep[np.argsort(-scores[keep], kind="stable")[:limit]]
