@@ -211,8 +211,8 @@ _SET_SCORE = ScoredRecord.__dict__["score"].__set__
 
 def hand_out_scored(record: Record, score: float) -> ScoredRecord:
     """``ScoredRecord(hand_out(record), score)``: one per hit of every query, so built through
-    its slots like ``hand_out`` (a float from numpy's ``tolist`` and a record copy need no
-    check; ``tests/adapters/test_memory_hand_out.py`` compares it with the constructor)."""
+    its slots like ``hand_out`` (the top-k's Python float and a record copy need no check;
+    ``tests/adapters/test_memory_hand_out.py`` compares it with the constructor)."""
     out = _new_record(ScoredRecord)
     _SET_RECORD(out, hand_out(record))
     _SET_SCORE(out, score)
