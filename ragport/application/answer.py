@@ -106,14 +106,22 @@ def access_gate(
 
 
 def build_hit(
-    c: Candidate, rank: int, *, provider: str, retrieved_at: datetime, redact: Redaction
+    c: Candidate,
+    rank: int,
+    *,
+    provider: str,
+    retrieved_at: datetime,
+    redact: Redaction,
+    private_reads: bool = False,
 ) -> Hit:
     """The canonical hit of a candidate; its text is redacted before anyone sees it.
 
     Built from the store's record and shared with nobody: a reranker gets copies (see
     rerank_hits), and the metadata is a deep copy (``Hit.of_record``), so writing to a
     returned hit's nested metadata cannot change a stored record even on a store that hands
-    out its own rows.
+    out its own rows. ``private_reads`` (the store declares ``Capabilities.private_reads``,
+    which the aliasing contract checks): the record's metadata is already the caller's own,
+    at every depth, and retrieval holds each record once, so the hit takes it as it is.
     """
     record = c.record
     return Hit.of_record(
@@ -125,6 +133,7 @@ def build_hit(
             record, c.scope, provider=provider, retrieval=c.retrieval, retrieved_at=retrieved_at
         ),
         trust=_TRUST,
+        take_metadata=private_reads,
     )
 
 

@@ -191,8 +191,8 @@ def _search(
                     metadata_filter=metadata_filter,
                     on_denied=on_denied,
                 )
-            for found_key in sorted(answer.foreign_embedders, key=repr):
-                raise _mismatch(embedder, found_key)
+            if answer.foreign_embedders:
+                raise _mismatch(embedder, sorted(answer.foreign_embedders, key=repr)[0])
             found = answer.records
         else:
             with telemetry.span("rag.vector"):
@@ -206,7 +206,7 @@ def _search(
                 )
         ranked = _checked(found, s, expected=expected, embedder=embedder)
         if lexical == "off":
-            by_cosine.extend(Candidate(s, item.record, item.score, "vector") for item in ranked)
+            by_cosine += [Candidate(s, item.record, item.score, "vector") for item in ranked]
         else:
             legs[f"vector:{n}"] = [(s, item.record.id) for item in ranked]
             for item in ranked:
@@ -341,16 +341,14 @@ def retrieve_context(
         reranker=reranker,
         redact=redact,
         limits=DEFAULT_LIMITS if limits is None else resolve_limits(limits),
-        given={
-            "top_k": top_k,
-            "query_candidates": query_candidates,
-            "rrf_k": rrf_k,
-            "result_bytes": max_result_bytes,
-            "context_tokens": max_context_tokens,
-            "rerank_bytes": max_rerank_bytes,
-            "rerank_ms": max_rerank_ms,
-            "rerank_concurrency": rerank_concurrency,
-        },
+        top_k=top_k,
+        query_candidates=query_candidates,
+        rrf_k=rrf_k,
+        result_bytes=max_result_bytes,
+        context_tokens=max_context_tokens,
+        rerank_bytes=max_rerank_bytes,
+        rerank_ms=max_rerank_ms,
+        rerank_concurrency=rerank_concurrency,
     )
     tel = telemetry or NOOP_TELEMETRY
     clk = clock or SYSTEM_CLOCK
@@ -446,8 +444,16 @@ def retrieve_context(
         # Rendering shows at most top_k hits in order; only a reranker looks further down.
         if reranker is None:
             ordered = ordered[: req.top_k]
+        provider, private = store.provider, caps.private_reads
         hits = [
-            build_hit(c, rank, provider=store.provider, retrieved_at=retrieved_at, redact=redact)
+            build_hit(
+                c,
+                rank,
+                provider=provider,
+                retrieved_at=retrieved_at,
+                redact=redact,
+                private_reads=private,
+            )
             for rank, c in enumerate(ordered, start=1)
         ]
 

@@ -85,7 +85,14 @@ def check_request(
     reranker: Reranker | None,
     redact: Redaction,
     limits: Limits,
-    given: Mapping[str, int | None],
+    top_k: int | None,
+    query_candidates: int | None,
+    rrf_k: int | None,
+    result_bytes: int | None,
+    context_tokens: int | None,
+    rerank_bytes: int | None,
+    rerank_ms: int | None,
+    rerank_concurrency: int | None,
 ) -> Request:
     """Step 1: every argument checked once; per-call numbers default to ``limits``."""
     validate_text(query, field="query")
@@ -93,11 +100,32 @@ def check_request(
         raise ValidationError(f"query is longer than {QUERY_MAX_CHARS} characters", field="query")
     wanted = _scopes(scope, scopes)
     # A value left at None comes from ``limits``, whose constructor checked it against the
-    # same ceilings: only the numbers the caller passed are checked here.
-    numbers: dict[str, int] = {
-        name: getattr(limits, name) if value is None else check_limit(name, value)
-        for name, value in given.items()
-    }
+    # same ceilings: only the numbers the caller passed are checked here (each by the
+    # ``Limits`` field of its name).
+    top_k = limits.top_k if top_k is None else check_limit("top_k", top_k)
+    query_candidates = (
+        limits.query_candidates
+        if query_candidates is None
+        else check_limit("query_candidates", query_candidates)
+    )
+    rrf_k = limits.rrf_k if rrf_k is None else check_limit("rrf_k", rrf_k)
+    result_bytes = (
+        limits.result_bytes if result_bytes is None else check_limit("result_bytes", result_bytes)
+    )
+    context_tokens = (
+        limits.context_tokens
+        if context_tokens is None
+        else check_limit("context_tokens", context_tokens)
+    )
+    rerank_bytes = (
+        limits.rerank_bytes if rerank_bytes is None else check_limit("rerank_bytes", rerank_bytes)
+    )
+    rerank_ms = limits.rerank_ms if rerank_ms is None else check_limit("rerank_ms", rerank_ms)
+    rerank_concurrency = (
+        limits.rerank_concurrency
+        if rerank_concurrency is None
+        else check_limit("rerank_concurrency", rerank_concurrency)
+    )
     if lexical not in LEXICAL_MODES:
         raise ValidationError("lexical must be 'off', 'bm25' or 'fts'", field="lexical")
     if fusion != "rrf":
@@ -117,17 +145,17 @@ def check_request(
         query=query,
         text=text,
         scopes=tuple(wanted),
-        top_k=numbers["top_k"],
-        candidates=numbers["query_candidates"],
+        top_k=top_k,
+        candidates=query_candidates,
         lexical=lexical,
-        rrf_k=numbers["rrf_k"],
+        rrf_k=rrf_k,
         fusion_weights=None if fusion_weights is None else dict(fusion_weights),
         metadata_filter=parsed_filter,
         authorization=authorization,
         reranker=reranker,
-        rerank_bytes=numbers["rerank_bytes"],
-        rerank_ms=numbers["rerank_ms"],
-        rerank_concurrency=numbers["rerank_concurrency"],
-        result_bytes=numbers["result_bytes"],
-        context_tokens=numbers["context_tokens"],
+        rerank_bytes=rerank_bytes,
+        rerank_ms=rerank_ms,
+        rerank_concurrency=rerank_concurrency,
+        result_bytes=result_bytes,
+        context_tokens=context_tokens,
     )

@@ -70,7 +70,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.14"
+CONTRACT_VERSION = "1.15"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -110,6 +110,9 @@ CONTRACT_VERSION = "1.14"
 #      and forgetting; limit and id cap). Capabilities gains generation_history.
 # 1.14 ChunkStoreTombstoneContract: forgotten_among (stores that declare forgotten_lookup,
 #      SupportsForgottenLookup) answers what list_invalidated_ids & ids answers.
+# 1.15 ChunkStoreAliasingContract: stores that declare Capabilities.private_reads hand out no
+#      metadata container twice within one answer (retrieval then builds hits on the records'
+#      metadata without copying it). Capabilities gains private_reads.
 
 __all__ = [
     "CONTRACT_VERSION",

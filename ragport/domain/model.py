@@ -452,16 +452,21 @@ class Hit:
         retrieval_rank: int,
         provenance: Provenance,
         trust: Trust,
+        take_metadata: bool = False,
     ) -> Hit:
         """The hit of ``record``: equal to ``Hit(...)`` with the record's id, source and
         metadata, but the metadata was frozen when the record was built, so it is copied
-        (``copy_frozen``) rather than validated and frozen a second time."""
+        (``copy_frozen``) rather than validated and frozen a second time.
+
+        ``take_metadata``: the caller owns ``record`` and hands its metadata over (a store's
+        read that declares ``Capabilities.private_reads``): the hit holds that object, no copy.
+        """
         out = _new(cls)
         put = _HIT
         put["id"](out, record.id)
         put["source_id"](out, record.source_id)
         put["text"](out, text)
-        put["metadata"](out, copy_frozen(record.metadata))
+        put["metadata"](out, record.metadata if take_metadata else copy_frozen(record.metadata))
         put["score"](out, score)
         put["retrieval_rank"](out, retrieval_rank)
         put["provenance"](out, provenance)
@@ -544,7 +549,11 @@ class Capabilities:
     ``generation_history`` (``SupportsGenerationHistory``) and ``forgotten_lookup``
     (``SupportsForgottenLookup``) name optional methods; ``ragport.ports.store.supports`` is
     the one check the use cases make, and the contract suite fails a store that declares what
-    its class does not define.
+    its class does not define. ``private_reads`` names no method: every record a read returns
+    (``query``, ``guarded_query``, ``lexical_query``, ``hybrid_query``, ``get_by_source``)
+    owns its metadata at every depth, shared with nothing the store keeps, hands out again or
+    hands out for another record of the same answer; retrieval then builds its hits on that
+    metadata instead of copying it once more (``ChunkStoreAliasingContract`` checks it).
     """
 
     lexical_modes: tuple[str, ...] = ()
@@ -555,3 +564,4 @@ class Capabilities:
     preparation: bool = False
     generation_history: bool = False
     forgotten_lookup: bool = False
+    private_reads: bool = False

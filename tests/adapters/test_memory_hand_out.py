@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import attrs
 
-from ragport.adapters.memory.snapshot import hand_out
+from ragport.adapters.memory.snapshot import hand_out, hand_out_scored
 from ragport.domain.model import Record, Scope
+from ragport.ports.store import ScoredRecord
 
 
 def _every_field_set() -> Record:
@@ -49,3 +50,18 @@ def test_hand_out_copies_every_field_and_shares_no_metadata() -> None:
     assert copy.metadata["tags"]["lang"] is not record.metadata["tags"]["lang"]
     copy.metadata["tags"]["lang"].append("xx")
     assert record.metadata["tags"]["lang"] == ["en"]
+
+
+def test_hand_out_scored_equals_the_constructor_on_a_copy() -> None:
+    """``hand_out_scored`` equals ``ScoredRecord(hand_out(record), score)`` on every field.
+
+    If this fails, a field was added to ScoredRecord and not to hand_out_scored in
+    adapters/memory/snapshot.py (an unset slot raises AttributeError here).
+    """
+    record = _every_field_set()
+    scored = hand_out_scored(record, 0.25)
+    assert scored == ScoredRecord(record, 0.25)
+    for field in attrs.fields(ScoredRecord):
+        getattr(scored, field.name)  # every slot set
+    assert scored.record is not record
+    assert scored.record.metadata is not record.metadata

@@ -1,4 +1,9 @@
-"""The in-memory store's top-k: best scores first, ties by position (= record id), any mask."""
+"""The in-memory store's top-k: best scores first, ties by position (= record id), any mask.
+
+Small inputs (and scores not known to be finite) take the exact partition; from 512 finite
+scores and limits up to 32, the threshold comes from group maxima (``_floor``). Both are
+checked against a full sort.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragport.adapters.memory.store import _top
+from ragport.adapters.memory.store import _GROUP_LIMIT, _GROUPS, _floor, _top
 
 
 def _reference(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[int, float]]:
@@ -51,3 +56,73 @@ def test_many_ties_at_the_cut_keep_the_first_positions() -> None:
         assert _top(scores, None, limit) == _reference(scores, None, limit)
         assert _top(scores, mask, limit) == _reference(scores, mask, limit)
     assert [pos for pos, _ in _top(scores, None, 3)][:2] == [17, 4_000]
+
+
+_LEVELS = [-np.inf, -1.0, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0, np.inf]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(min_value=0, max_value=5 * _GROUPS + 37),
+    distinct=st.integers(min_value=1, max_value=len(_LEVELS)),
+    infinite=st.booleans(),
+    continuous=st.booleans(),
+    limit=st.integers(min_value=1, max_value=2 * _GROUP_LIMIT),
+    masked=st.booleans(),
+    seed=st.integers(min_value=0, max_value=2**31),
+)
+def test_grouped_threshold_matches_a_full_sort(
+    size: int,
+    distinct: int,
+    infinite: bool,
+    continuous: bool,
+    limit: int,
+    masked: bool,
+    seed: int,
+) -> None:
+    """From 512 rows on (any tail past a multiple of 256), ``_top`` still equals a full sort.
+
+    Few distinct levels make ties at the cut common; scores with infinities are passed as not
+    finite (the exact path, which orders them too); limits past ``_GROUP_LIMIT`` and masks
+    that leave too few rows take the exact path. If this fails, check ``_floor`` in
+    adapters/memory/store.py.
+    """
+    rng = np.random.default_rng(seed)
+    levels = np.asarray(_LEVELS if infinite else _LEVELS[1:-1])
+    if continuous:
+        scores = rng.uniform(-1.0, 1.0, size).astype(np.float32)
+    else:
+        scores = rng.choice(levels[:distinct], size).astype(np.float32)
+    mask = rng.random(size) < 0.7 if masked else None
+    finite = bool(np.isfinite(scores).all())
+    assert _top(scores, mask, limit, finite=finite) == _reference(scores, mask, limit)
+    assert _top(scores, mask, limit) == _reference(scores, mask, limit)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    size=st.integers(min_value=2 * _GROUPS, max_value=6 * _GROUPS + 11),
+    limit=st.integers(min_value=1, max_value=_GROUP_LIMIT),
+    seed=st.integers(min_value=0, max_value=2**31),
+)
+def test_floor_is_reached_by_at_least_limit_rows(size: int, limit: int, seed: int) -> None:
+    """The grouped threshold is at most the ``limit``-th best score, so no row of the top-k
+    scores below it (continuous scores: few ties, the bound must hold on its own).
+
+    If this fails, check that ``_floor`` takes the ``limit``-th largest group maximum.
+    """
+    scores = np.random.default_rng(seed).normal(size=size).astype(np.float32)
+    floor = _floor(scores, limit)
+    assert floor is not None
+    assert floor <= float(np.sort(scores)[::-1][limit - 1])
+
+
+def test_floor_declines_what_it_cannot_bound_tightly() -> None:
+    """Fewer than two full groups, or a limit past ``_GROUP_LIMIT``: no grouped threshold.
+
+    If this fails, check the guards at the top of ``_floor``.
+    """
+    scores = np.linspace(-1.0, 1.0, 4 * _GROUPS, dtype=np.float32)
+    assert _floor(scores[: 2 * _GROUPS - 1], 5) is None
+    assert _floor(scores, _GROUP_LIMIT + 1) is None
+    assert _floor(scores, _GROUP_LIMIT) is not None

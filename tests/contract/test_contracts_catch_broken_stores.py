@@ -35,7 +35,7 @@ from ragport.contract_tests.chunk_store import (
 from ragport.contract_tests.chunk_store._helpers import OTHER_CORPUS
 from ragport.domain.model import Record
 from ragport.ports.history import GenerationChange
-from ragport.ports.store import HybridAnswer
+from ragport.ports.store import HybridAnswer, ScoredRecord
 
 
 def _two_snapshots(store: Any, scope: Any, vector: Any, text: str, **kw: Any) -> HybridAnswer:
@@ -190,6 +190,35 @@ def test_aliasing_contract_catches_a_store_that_keeps_and_hands_out_its_objects(
         contract.test_records_written_do_not_alias_the_callers_objects(InMemoryStore())
     with pytest.raises(AssertionError, match="changed the store"):
         contract.test_records_read_back_do_not_alias_the_store(InMemoryStore())
+
+
+class SharesMetadataWithinAnAnswer(InMemoryStore):
+    """Declares private_reads (as the in-memory store does) but hands every record of one
+    query answer the first record's metadata: the store's state stays intact, yet two hits
+    built on that answer would share one dict."""
+
+    def query(self, scope: Any, vector: Any, **kw: Any) -> Sequence[ScoredRecord]:
+        found = super().query(scope, vector, **kw)
+        for item in found[1:]:
+            object.__setattr__(item.record, "metadata", found[0].record.metadata)
+        return found
+
+
+def test_aliasing_contract_catches_private_reads_that_share_metadata(monkeypatch):
+    """A store declaring private_reads fails the aliasing contract if one answer's records
+    share a metadata container, or if its reads hand out the stored records themselves.
+    If this fails, the private-reads test no longer compares the containers of an answer
+    or no longer writes to what a read returned."""
+    contract = ChunkStoreAliasingContract()
+    store = SharesMetadataWithinAnAnswer()
+    assert store.capabilities.private_reads
+    contract.test_records_read_back_do_not_alias_the_store(SharesMetadataWithinAnAnswer())
+    with pytest.raises(AssertionError, match="one metadata container for two records"):
+        contract.test_declared_private_reads_hand_out_metadata_of_their_own(store)
+    for module in (memory_store, memory_uow, memory_snapshot, memory_lexical):
+        monkeypatch.setattr(module, "hand_out", lambda record: record, raising=False)
+    with pytest.raises(AssertionError, match="changed the store"):
+        contract.test_declared_private_reads_hand_out_metadata_of_their_own(InMemoryStore())
 
 
 class _HistoryWithout(InMemoryStore):

@@ -52,6 +52,8 @@ def test_of_record_equals_the_constructor_on_every_field_and_copies_metadata() -
     fast.metadata["heading"].append("scribbled")
     fast.metadata["tags"]["lang"].clear()
     assert record.metadata == {"heading": ["A"], "tags": {"lang": ["en"]}, "x": None}
+    taken = Hit.of_record(record, text="redacted text", take_metadata=True, **fields)
+    assert taken.metadata is record.metadata  # the caller handed its own copy over
 
 
 def test_provenance_and_citation_of_equal_their_constructors_on_every_field() -> None:

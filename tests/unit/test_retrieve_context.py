@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import attrs
 import pytest
 from doubles import CallLog, CountingEmbedder, CountingStore, Delegating, GuardedCallLog
 
@@ -762,3 +763,60 @@ def test_corrected_tombstone_does_not_withhold(store: InMemoryStore) -> None:
         "handbook",
         "security",
     }
+
+
+# -- hit metadata and private reads ---------------------------------------------------------------
+
+
+class _HandsOutItsRows(InMemoryStore):
+    """Declares no private_reads; with hand_out patched away its reads return its own rows."""
+
+    @property
+    def capabilities(self) -> ragport.Capabilities:
+        return attrs.evolve(super().capabilities, private_reads=False)
+
+
+def test_hits_copy_the_metadata_of_a_store_without_private_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store that does not declare private_reads may hand out its own rows: writing to a
+    hit's nested metadata must still leave the stored record alone (the hit holds a copy).
+
+    If this fails, check build_hit: it may take the record's metadata only when the store
+    declares Capabilities.private_reads.
+    """
+    import ragport.adapters.memory.snapshot as memory_snapshot
+
+    monkeypatch.setattr(memory_snapshot, "hand_out", lambda record: record)
+    store = _HandsOutItsRows()
+    add_source(store, "handbook", HANDBOOK, metadata={"heading": ["Leave"]})
+    result = retrieve(store=store)
+    assert result.hits
+    for hit in result.hits:
+        hit.metadata["heading"].append("scribbled")
+    stored = store.get_by_source(SCOPE, "handbook")
+    assert stored[0] is store.get_by_source(SCOPE, "handbook")[0]  # its own rows indeed
+    assert [r.metadata for r in stored] == [{"heading": ["Leave"]}] * len(stored)
+
+
+def test_hits_of_a_private_reads_store_hold_metadata_of_their_own(store: InMemoryStore) -> None:
+    """On the in-memory store (private_reads), hits take the read's copies: no two hits share
+    a container, and writing to them changes neither the store nor the next retrieval.
+
+    If this fails, check hand_out (one copy per record handed out) and build_hit.
+    """
+    assert store.capabilities.private_reads
+    add_source(store, "leave", HANDBOOK, metadata={"heading": ["Leave"], "tags": {"a": [1]}})
+    first = retrieve(store=store, top_k=8)
+    nested = [c for h in first.hits for c in (h.metadata, h.metadata.get("heading"))]
+    nested = [c for c in nested if c is not None]
+    assert len({id(c) for c in nested}) == len(nested)
+    for hit in first.hits:
+        if "heading" in hit.metadata:
+            hit.metadata["heading"].append("scribbled")
+            hit.metadata["tags"]["a"].clear()
+    again = retrieve(store=store, top_k=8)
+    meta = {"heading": ["Leave"], "tags": {"a": [1]}}
+    assert any(h.metadata == meta for h in again.hits)
+    assert all(h.metadata in ({}, meta) for h in again.hits)
+    assert all(r.metadata == meta for r in store.get_by_source(SCOPE, "leave"))

@@ -26,9 +26,9 @@ from ragport.domain.model import (
     is_visible,
 )
 from ragport.ports.embedder import Vector, VectorMatrix
-from ragport.ports.store import EmbedderKey
+from ragport.ports.store import EmbedderKey, ScoredRecord
 
-__all__ = ["Index", "Key", "Row", "Snapshot", "access_mask", "report_denied"]
+__all__ = ["Index", "Key", "Row", "Snapshot", "access_mask", "hand_out_scored", "report_denied"]
 
 Key = tuple[str, int]  # (record id, generation)
 """A stored row's key: ``(record id, generation)``."""
@@ -128,10 +128,10 @@ class Snapshot:
         return self._embedders
 
     def index(self, dimensions: int) -> Index:
-        with self._lock:
-            cached = self._indexes.get(dimensions)
-            if cached is not None:
-                return cached
+        # Built once, then only read: a dict read (atomic under the GIL) finds it.
+        cached = self._indexes.get(dimensions)
+        if cached is not None:
+            return cached
         withheld = self.forgotten()
         rows: list[Record] = []
         vectors: list[Vector] = []
@@ -202,6 +202,20 @@ def hand_out(record: Record) -> Record:
     _SET["chunk_index"](out, record.chunk_index)
     _SET["start"](out, record.start)
     _SET["end"](out, record.end)
+    return out
+
+
+_SET_RECORD = ScoredRecord.__dict__["record"].__set__
+_SET_SCORE = ScoredRecord.__dict__["score"].__set__
+
+
+def hand_out_scored(record: Record, score: float) -> ScoredRecord:
+    """``ScoredRecord(hand_out(record), score)``: one per hit of every query, so built through
+    its slots like ``hand_out`` (the top-k's Python float and a record copy need no check;
+    ``tests/adapters/test_memory_hand_out.py`` compares it with the constructor)."""
+    out = _new_record(ScoredRecord)
+    _SET_RECORD(out, hand_out(record))
+    _SET_SCORE(out, score)
     return out
 
 

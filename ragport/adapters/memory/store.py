@@ -21,7 +21,12 @@ import numpy as np
 
 from ragport.adapters.lexical.analyzers import make_analyzer
 from ragport.adapters.memory.lexical import ScopeLexicon
-from ragport.adapters.memory.snapshot import Snapshot, access_mask, hand_out, report_denied
+from ragport.adapters.memory.snapshot import (
+    Snapshot,
+    access_mask,
+    hand_out_scored,
+    report_denied,
+)
 from ragport.adapters.memory.unit_of_work import InMemoryUnitOfWork
 from ragport.domain.errors import CapabilityError, ScopeError
 from ragport.domain.filters import Filter, parse_filter
@@ -45,12 +50,41 @@ __all__ = ["InMemoryStore"]
 _SORT_IN_PYTHON = 64
 """Up to this many finalists are ordered in Python: fewer numpy calls for the usual top-k."""
 _SCORE = operator.itemgetter(1)
+_FLOAT32 = np.dtype(np.float32)
+_GROUPS = 256
+"""Score groups for the threshold of ``_top``: one column maximum each (see ``_floor``)."""
+_GROUP_LIMIT = _GROUPS // 8
+"""Up to this limit the group maxima give a tight threshold (a few rows past ``limit``)."""
 
 
-def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[int, float]]:
+def _floor(scores: np.ndarray, limit: int) -> float | None:
+    """A score that at least ``limit`` of the (finite) ``scores`` reach, close to the
+    ``limit``-th best; ``None`` when there are too few rows to group or ``limit`` is too large.
+
+    Row i of the first ``rows * _GROUPS`` belongs to group ``i % _GROUPS``: those scores as a
+    (rows, _GROUPS) view, whose column maxima numpy takes in one vectorised pass. Each
+    group's maximum is one of its rows, so the ``limit``-th largest maximum is reached by at
+    least ``limit`` rows (one per group), and every row that scores above it, ties at the cut
+    and rows past the last full group included, scores at least it. That costs a pass over the
+    scores and a partition of 256 values instead of a partition of every score.
+    """
+    rows = scores.shape[0] // _GROUPS
+    if rows < 2 or limit > _GROUP_LIMIT:
+        return None
+    best = np.maximum.reduce(scores[: rows * _GROUPS].reshape(rows, _GROUPS), axis=0)
+    best.partition(_GROUPS - limit)
+    return best.item(_GROUPS - limit)  # type: ignore[no-any-return]
+
+
+def _top(
+    scores: np.ndarray, mask: np.ndarray | None, limit: int, *, finite: bool = False
+) -> list[tuple[int, float]]:
     """Positions and scores of the best ``limit`` rows allowed by ``mask``; ties by id.
 
-    An ``Index`` holds its rows in id order, so ties by id are ties by position.
+    An ``Index`` holds its rows in id order, so ties by id are ties by position. ``finite``:
+    the caller knows that no score is NaN or infinite, which lets the threshold come from
+    group maxima (``_floor``); else (a NaN has no place in an order) every score is
+    partitioned, as numpy orders NaN.
     """
     if mask is None:
         positions = None
@@ -61,17 +95,21 @@ def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[
     if size == 0:
         return []
     if size > limit:
-        part = scores.copy()  # np.partition's own copy, without its Python wrapper
-        part.partition(size - limit)
-        kth = part[size - limit]
+        kth = _floor(scores, limit) if finite else None
+        if kth is None:
+            part = scores.copy()  # np.partition's own copy, without its Python wrapper
+            part.partition(size - limit)
+            kth = part[size - limit]
         keep = (scores >= kth).nonzero()[0]  # every tie at the cut, in position order
     else:
         keep = np.arange(size)
     if keep.shape[0] <= _SORT_IN_PYTHON:
         # keep is in position order and Python's sort is stable (reverse=True too), so ties
         # stay in position order.
-        pairs = zip(keep.tolist(), scores[keep].tolist(), strict=True)
-        found = sorted(pairs, key=_SCORE, reverse=True)[:limit]
+        # (``item`` reads one score as a Python float: for these few rows, cheaper than
+        # gathering them into an array first.)
+        item = scores.item
+        found = sorted([(i, item(i)) for i in keep.tolist()], key=_SCORE, reverse=True)[:limit]
     else:
         # A stable sort of the scores keeps ties in position order.
         order = keep[np.argsort(-scores[keep], kind="stable")[:limit]]
@@ -107,6 +145,7 @@ _CAPABILITIES = Capabilities(
     guarded_query=True,
     generation_history=True,
     forgotten_lookup=True,
+    private_reads=True,  # every read hands out copies (snapshot.hand_out)
 )
 
 
@@ -130,6 +169,11 @@ class InMemoryStore:
 
     # -- snapshots -----------------------------------------------------------------------------
     def _snapshot(self, scope: Scope) -> Snapshot:
+        # A committed scope is one dict read (atomic under the GIL; _install swaps whole
+        # snapshots); only a scope's first snapshot is made under the lock.
+        snap = self._snapshots.get(scope)
+        if snap is not None:
+            return snap
         with self._lock:
             snap = self._snapshots.get(scope)
             if snap is None:
@@ -220,7 +264,9 @@ class InMemoryStore:
         metadata_filter: Mapping[str, Any] | Filter | None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None,
     ) -> tuple[ScoredRecord, ...]:
-        q = np.asarray(vector, dtype=np.float32)
+        q = vector if type(vector) is np.ndarray and vector.dtype is _FLOAT32 else None
+        if q is None:
+            q = np.asarray(vector, dtype=np.float32)
         if q.ndim != 1:
             q = q.reshape(-1)
         if limit <= 0:
@@ -236,16 +282,22 @@ class InMemoryStore:
             )
         amask = None if authorization is None else access_mask(snap, index, authorization)
         mask = amask if fmask is None else (fmask if amask is None else amask & fmask)
+        # Rows are unit vectors: the cosine is (row . q) / |q|. Ranking by row . q and dividing
+        # only the finalists' scores costs no numpy call to scale q (dividing by 0 or by 1.0
+        # would change nothing).
         norm = math.sqrt(q.dot(q))  # what np.linalg.norm computes, without its wrapper
-        # Dividing by 0 or by exactly 1.0 would change nothing (an embedder that normalises
-        # often hands out norm 1.0): skip that numpy call.
-        scores = index.matrix @ (q if norm in (0.0, 1.0) else q / norm)
+        # A finite float32 |q|^2 bounds |q| far below float32's range, and the rows are finite
+        # unit vectors (or zero): every score is finite.
+        finite = math.isfinite(norm)
+        scores = index.matrix @ q
         if on_denied is not None and authorization is not None:
-            unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit)]
+            unfiltered = [index.rows[i] for i, _ in _top(scores, fmask, limit, finite=finite)]
             report_denied(snap, unfiltered, authorization, on_denied)
-        return tuple(
-            ScoredRecord(hand_out(index.rows[i]), score) for i, score in _top(scores, mask, limit)
-        )
+        rows = index.rows
+        found = _top(scores, mask, limit, finite=finite)
+        if norm in (0.0, 1.0):
+            return tuple([hand_out_scored(rows[i], score) for i, score in found])
+        return tuple([hand_out_scored(rows[i], score / norm) for i, score in found])
 
     def lexical_query(
         self,

@@ -4,7 +4,9 @@ A store that keeps the caller's objects, or hands out its own, lets a caller cha
 state without a unit of work: appending to a chunk's ``metadata["heading"]`` after the write,
 or writing to a returned record's metadata, would change what the next reader sees (and, on
 a store that copies, would not: the fake and the real store would disagree). Every read here
-mutates what it got back, nested lists included, and reads again.
+mutates what it got back, nested lists included, and reads again. A store that declares
+``Capabilities.private_reads`` (retrieval then builds hits on the records' metadata without
+copying it) also hands out no metadata container twice within one answer.
 
 Part of ``ChunkStoreContract``.
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+import pytest
 
 from ragport.application.indexing import replace_source
 from ragport.application.retrieval import retrieve_context
@@ -62,6 +66,49 @@ def _stored(store: ChunkStore) -> list[dict[str, Any]]:
     return [dict(r.metadata) for r in store.get_by_source(SCOPE, SOURCE)]
 
 
+def _containers(value: Any) -> list[Any]:
+    """Every dict and list in ``value`` (itself included), depth first."""
+    if isinstance(value, dict):
+        return [value, *(c for item in value.values() for c in _containers(item))]
+    if isinstance(value, list):
+        return [value, *(c for item in value for c in _containers(item))]
+    return []
+
+
+def _reads(store: ChunkStore) -> list[tuple[str, list[Record]]]:
+    """What every read of the store's port returns for the walrus records, by read."""
+    probe = hash_vector("aliasing walrus one")
+    reads: list[tuple[str, list[Record]]] = [
+        ("get_by_source", list(store.get_by_source(SCOPE, SOURCE))),
+        ("query", [s.record for s in store.query(SCOPE, probe, limit=QUERY_ALL)]),
+    ]
+    caps = store.capabilities
+    if supports(store, "lexical", caps):
+        mode = caps.lexical_modes[0]
+        lexical = store.lexical_query(SCOPE, "walrus", limit=QUERY_ALL, mode=mode)  # type: ignore[attr-defined]
+        hybrid = store.hybrid_query(  # type: ignore[attr-defined]
+            SCOPE,
+            probe,
+            "walrus",
+            embedder_id=CONTRACT_EMBEDDER_ID,
+            dimensions=CONTRACT_DIMENSIONS,
+            limit=QUERY_ALL,
+            mode=mode,
+        )
+        reads.append(("lexical_query", [s.record for s in lexical]))
+        reads.append(("hybrid_query", [s.record for s in [*hybrid.vector, *hybrid.lexical]]))
+    if supports(store, "guarded_query", caps):
+        guarded = store.guarded_query(  # type: ignore[attr-defined]
+            SCOPE,
+            probe,
+            embedder_id=CONTRACT_EMBEDDER_ID,
+            dimensions=CONTRACT_DIMENSIONS,
+            limit=QUERY_ALL,
+        )
+        reads.append(("guarded_query", [s.record for s in guarded.records]))
+    return reads
+
+
 class ChunkStoreAliasingContract(_ChunkStoreContractBase):
     """What goes in and what comes out are copies: stored state changes only by a write."""
 
@@ -83,40 +130,39 @@ class ChunkStoreAliasingContract(_ChunkStoreContractBase):
         ``list_by_source``/``list_live``/``find_dependents``): each must hand out copies.
         """
         _write(store, "aliasing walrus one", "aliasing walrus two")
-        probe = hash_vector("aliasing walrus one")
-        reads: list[tuple[str, list[Record]]] = [
-            ("get_by_source", list(store.get_by_source(SCOPE, SOURCE))),
-            ("query", [s.record for s in store.query(SCOPE, probe, limit=QUERY_ALL)]),
-        ]
-        caps = store.capabilities
-        if supports(store, "lexical", caps):
-            mode = caps.lexical_modes[0]
-            lexical = store.lexical_query(SCOPE, "walrus", limit=QUERY_ALL, mode=mode)  # type: ignore[attr-defined]
-            hybrid = store.hybrid_query(  # type: ignore[attr-defined]
-                SCOPE,
-                probe,
-                "walrus",
-                embedder_id=CONTRACT_EMBEDDER_ID,
-                dimensions=CONTRACT_DIMENSIONS,
-                limit=QUERY_ALL,
-                mode=mode,
-            )
-            reads.append(("lexical_query", [s.record for s in lexical]))
-            reads.append(("hybrid_query", [s.record for s in [*hybrid.vector, *hybrid.lexical]]))
-        if supports(store, "guarded_query", caps):
-            guarded = store.guarded_query(  # type: ignore[attr-defined]
-                SCOPE,
-                probe,
-                embedder_id=CONTRACT_EMBEDDER_ID,
-                dimensions=CONTRACT_DIMENSIONS,
-                limit=QUERY_ALL,
-            )
-            reads.append(("guarded_query", [s.record for s in guarded.records]))
+        reads = _reads(store)
         with store.unit_of_work(SCOPE) as uow:
             reads.append(("list_by_source", list(uow.records.list_by_source(SOURCE))))
             reads.append(("list_live", list(uow.records.list_live(SOURCE))))
         for name, records in reads:
             assert _scribble(records) >= 1, f"{name} returned nothing to check"
+            assert _stored(store) == [META, META], (
+                f"writing to what {name} returned changed the store"
+            )
+
+    def test_declared_private_reads_hand_out_metadata_of_their_own(self, store: ChunkStore) -> None:
+        """With ``capabilities.private_reads``, no dict or list of a returned record's metadata
+        is shared with another record of the same answer, and writing to them changes no
+        later read.
+
+        Only for stores that declare ``private_reads``: retrieval then lets each hit hold its
+        record's metadata as it is, so two records sharing a container would be two hits
+        whose metadata changes together. If this fails, check that every read copies each
+        record's metadata at every depth, once per record handed out.
+        """
+        if not store.capabilities.private_reads:
+            pytest.skip(
+                f"{type(store).__name__} does not declare capabilities.private_reads; "
+                "retrieval copies every hit's metadata"
+            )
+        _write(store, "aliasing walrus one", "aliasing walrus two")
+        for name, records in _reads(store):
+            containers = [c for r in records for c in _containers(r.metadata)]
+            assert len(records) >= 2, f"{name} returned too little to check"
+            assert len({id(c) for c in containers}) == len(containers), (
+                f"{name} handed out one metadata container for two records"
+            )
+            assert _scribble(records) == len(records)
             assert _stored(store) == [META, META], (
                 f"writing to what {name} returned changed the store"
             )
