@@ -235,6 +235,24 @@ def test_migrations_are_idempotent_and_recorded(pg_engine, pg_schema):
     assert store.current_generation(SCOPE) == 0
 
 
+def test_a_schema_with_a_migration_this_ragport_does_not_know_is_refused(pg_engine, pg_schema):
+    """A schema a later ragport upgraded (a migration number this build does not know) is
+    refused before any read or write: this build could not keep what that migration changed
+    (as a build from before migration 9 would not keep ``live_ids``). If this fails, check
+    connections.py _check_schema."""
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True)
+    assert store.current_generation(SCOPE) == 0
+    newer = max(ALL_VERSIONS) + 1
+    with pg_engine.begin() as conn:
+        conn.execute(
+            text(f"INSERT INTO \"{pg_schema}\".schema_migrations VALUES (:v, 'later')"),
+            {"v": newer},
+        )
+    later = PostgresStore(pg_engine, schema=pg_schema)
+    with pytest.raises(StoreError, match=f"migrations \\[{newer}\\]"):
+        later.current_generation(SCOPE)
+
+
 def test_concurrent_upgrades_apply_each_migration_once(pg_engine, pg_schema):
     """Racing upgrades apply each migration once. If this fails, check schema.py upgrade (advisory lock)."""
     results: list[object] = []

@@ -267,8 +267,10 @@ def _live_ids(store: PostgresStore, s: str) -> list[str]:
 
 
 def test_the_database_refuses_a_second_live_row_of_an_id(store, pg_engine) -> None:
-    """Without the partial unique index, ``live_ids``' primary key refuses a second live row
-    of an id, also from a writer that skips ragport's own checks. If this fails, check
+    """Without the partial unique index, ``live_ids`` holds the live ids and its primary key
+    refuses a second one (ragport's own writers go through it: the concurrent-writer test in
+    ``test_postgres_bad_input`` shows a real violation surfacing typed; a writer of its own
+    that inserts into ``records`` without ``live_ids`` is not stopped). If this fails, check
     ``statements.live_insert`` and its callers."""
     import psycopg
 

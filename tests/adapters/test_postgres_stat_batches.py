@@ -260,9 +260,10 @@ def test_two_writers_in_one_scope_keep_batches_and_statistics_right(
 def test_upgrade_from_version_7_keeps_rows_and_statistics(
     store: PostgresStore, pg_engine, pg_schema: str
 ) -> None:
-    """A schema as migration 7 left it (no batch columns, no ``lexical_batches``) upgrades in
-    place: its rows have no batch and are retired with row deltas; new writes get batches.
-    If this fails, check ``schema._v8``."""
+    """A schema as migration 7 left it (no batch columns, no ``lexical_batches``, no
+    ``live_ids``, the partial unique index on live ids, default fillfactor) upgrades in place
+    through 8 and 9: its rows have no batch and are retired with row deltas, their ids are
+    live in ``live_ids``; new writes get batches. If this fails, check ``schema._v8``/``_v9``."""
     from ragport.adapters.postgres import schema as migrations
 
     scope, s = _scope(), f'"{pg_schema}"'
@@ -270,17 +271,25 @@ def test_upgrade_from_version_7_keeps_rows_and_statistics(
     _write(store, scope, "s1", "apple echo", "cedar fox")
     with pg_engine.begin() as conn:
         conn.execute(text(f"DROP TABLE {s}.lexical_batches"))
+        conn.execute(text(f"DROP TABLE {s}.live_ids"))
         for table, column in (
             ("records", "stats_batch"),
             ("lexical_stats", "batch"),
             ("lexical_terms", "batch"),
         ):
             conn.execute(text(f"ALTER TABLE {s}.{table} DROP COLUMN {column}"))
-        conn.execute(text(f"DELETE FROM {s}.schema_migrations WHERE version = 8"))
+        conn.execute(text(f"ALTER TABLE {s}.records RESET (fillfactor)"))
+        conn.execute(
+            text(
+                f"CREATE UNIQUE INDEX records_live_id ON {s}.records "
+                "(tenant_id, resource_id, corpus_id, id) WHERE retired_generation IS NULL"
+            )
+        )
+        conn.execute(text(f"DELETE FROM {s}.schema_migrations WHERE version IN (8, 9)"))
         assert migrations.current_version(conn, pg_schema) == 7
     old = PostgresStore(pg_engine, schema=pg_schema, text_search_config="simple")
-    assert old.upgrade() == [8]
-    _check(old, scope, s)
+    assert old.upgrade() == [8, 9]
+    _check(old, scope, s)  # live_ids included
     assert _batches(old, s, scope, "s0") == []
     terms = _count(old, s, "lexical_terms", scope)
     ragport.delete_source(source_id="s0", store=old, scope=scope)

@@ -73,7 +73,10 @@ class TestPostgresStatusStore(IngestionStatusStoreContract):
         yield PostgresStatusStore(pg_engine, schema=pg_schema, create=True)
 
 
-_TABLES = r"(?:scopes|records|record_vectors|grants|tombstones|ingestion_status)"
+_TABLES = (
+    r"(?:scopes|records|record_vectors|grants|tombstones|ingestion_status"
+    r"|lexical_stats|lexical_terms|lexical_batches|live_ids)"
+)
 _REFERENCE = re.compile(r'"?t_[0-9a-f]{16}"?\.' + _TABLES + r"\b")
 _DDL = re.compile(r"^\s*(CREATE|ALTER|DROP|ANALYZE|COMMENT|SET|SHOW|SELECT set_config)\b", re.I)
 _BIND = r"(?::\w+|%\(\w+\)s|\$\d+)"
@@ -85,14 +88,13 @@ _INSERT_INTO = re.compile(r"\bINSERT INTO [^(]+\(\s*tenant_id\b", re.I)
 
 def _routable(sql: str) -> bool:
     """Whether Citus can route ``sql`` to one tenant's shard (see the test below)."""
-    references = len(_REFERENCE.findall(sql))
     joins = len(_JOIN_EQUALITY.findall(sql))
-    # an INSERT ... SELECT over one table, or over tables joined on tenant_id (co-located, a
-    # migration's backfill), runs on each shard for the tenants it holds
-    if _INSERT.match(sql) and references >= 1 and joins >= references - 1:
-        return True
     # an INSERT INTO ... (tenant_id, ...) routes each row by the tenant value it writes
-    references -= len(_INSERT_INTO.findall(sql))
+    references = len(_REFERENCE.findall(sql)) - len(_INSERT_INTO.findall(sql))
+    # an INSERT ... VALUES, or an INSERT ... SELECT over one table or over tables joined on
+    # tenant_id (co-located, a migration's backfill), runs on each shard for its tenants
+    if _INSERT.match(sql) and joins >= references - 1:
+        return True
     binds = len(_EQUALITY.findall(sql))
     return binds > 0 and binds + joins >= references
 

@@ -27,6 +27,8 @@ from ragport.adapters.postgres._driver import driver_connection, make_engine, tr
 from ragport.adapters.postgres.reads import RawRead
 from ragport.adapters.postgres.schema import (
     LATEST_VERSION,
+    MIGRATIONS,
+    applied_versions,
     current_version,
     quote_schema,
     validate_schema_name,
@@ -135,6 +137,14 @@ class StoreConnections:
     def _check_schema(self, conn: Connection) -> None:
         if self._checked:
             return
+        newer = sorted(v for v in applied_versions(conn, self._schema) if v not in MIGRATIONS)
+        if newer:
+            # A later ragport changed the schema in ways this one does not know how to keep
+            # (migration 9, for one, moved the live-id guarantee into a table the writers keep).
+            raise StoreError(
+                f"schema {self._schema!r} has migrations {newer} that this ragport does not "
+                "know; upgrade ragport before writing to or reading from it"
+            )
         version = current_version(conn, self._schema)
         if version != LATEST_VERSION:
             raise StoreError(
