@@ -402,25 +402,25 @@ def with_stats(
     batch: bool = False,
 ) -> str:
     """``changed`` (a data-modifying statement or a query) as the CTE ``chg``, its effect on the
-        lexical statistics written in the same statement, then ``final`` (a SELECT over ``chg``).
+    lexical statistics written in the same statement, then ``final`` (a SELECT over ``chg``).
 
-        ``chg`` answers ``plus``, ``minus`` (generations, NULL for none), ``tsv`` and ``batch`` (the
-        row's ``stats_batch``) per row: the row's statistics count from generation ``plus`` on and
-        stop counting from ``minus`` on. A new row is (generation, retired_generation); a deleted
-        one the reverse; a retirement (NULL, its new retired_generation); a restore (the old
-        retired_generation, NULL).
+    ``chg`` answers ``plus``, ``minus`` (generations, NULL for none), ``tsv`` and ``batch`` (the
+    row's ``stats_batch``) per row: the row's statistics count from generation ``plus`` on and
+    stop counting from ``minus`` on. A new row is (generation, retired_generation); a deleted
+    one the reverse; a retirement (NULL, its new retired_generation); a restore (the old
+    retired_generation, NULL).
 
-        The statistics count no row a ``forgotten`` tombstone names (its share went when the
-        tombstone was written, ``tombstones_insert``), so with ``guard`` ``chg`` also answers
-        ``NAMED_BY`` and such rows are skipped. ``ctes`` come before ``chg`` and ``after`` right
+    The statistics count no row a ``forgotten`` tombstone names (its share went when the
+    tombstone was written, ``tombstones_insert``), so with ``guard`` ``chg`` also answers
+    ``NAMED_BY`` and such rows are skipped. ``ctes`` come before ``chg`` and ``after`` right
     after it (each ``"name AS (...), "``; ``after`` may read ``chg``).
 
-        The deltas are plain inserts, one row per (lexeme, generation) and statement, summed by
-        the readers and folded by compaction (``fold_stats``): no upsert on the write path. With
-        ``batch`` (``added_stats``) the deltas are those of batch ``:b`` (NULL: none) and the
-        batch row is written, intact unless a row was skipped. Otherwise they are row deltas and
-        every batch with a row in ``chg`` is marked ``broken``: its rows' statistics are no
-        longer exactly the batch's, so it is never retired whole (``retire``).
+    The deltas are plain inserts, one row per (lexeme, generation) and statement, summed by
+    the readers and folded by compaction (``fold_stats``): no upsert on the write path. With
+    ``batch`` (``added_stats``) the deltas are those of batch ``:b`` (NULL: none) and the
+    batch row is written, intact unless a row was skipped. Otherwise they are row deltas and
+    every batch with a row in ``chg`` is marked ``broken``: its rows' statistics are no
+    longer exactly the batch's, so it is never retired whole (``retire``).
     """
     scope = "tenant_id, resource_id, corpus_id"
     # The per-row tombstone probe runs only when the scope has a forgotten tombstone at all
