@@ -29,7 +29,7 @@ from ragport.adapters.postgres.schema import (
     LATEST_VERSION,
     MIGRATIONS,
     applied_versions,
-    current_version,
+    contiguous_version,
     quote_schema,
     validate_schema_name,
 )
@@ -137,7 +137,8 @@ class StoreConnections:
     def _check_schema(self, conn: Connection) -> None:
         if self._checked:
             return
-        newer = sorted(v for v in applied_versions(conn, self._schema) if v not in MIGRATIONS)
+        applied = applied_versions(conn, self._schema)
+        newer = sorted(v for v in applied if v not in MIGRATIONS)
         if newer:
             # A later ragport changed the schema in ways this one does not know how to keep
             # (migration 9, for one, moved the live-id guarantee into a table the writers keep).
@@ -145,7 +146,7 @@ class StoreConnections:
                 f"schema {self._schema!r} has migrations {newer} that this ragport does not "
                 "know; upgrade ragport before writing to or reading from it"
             )
-        version = current_version(conn, self._schema)
+        version = contiguous_version(applied)
         if version != LATEST_VERSION:
             raise StoreError(
                 f"schema {self._schema!r} is at version {version}, expected {LATEST_VERSION}; "

@@ -500,7 +500,12 @@ def current_version(conn: Connection, schema: str) -> int:
     when the schema or its bookkeeping table does not exist). A schema that has a later
     migration but misses an earlier one (upgraded while a migration was not yet released)
     reports the version before the gap, so the store asks for ``ragport db upgrade``."""
-    applied = applied_versions(conn, schema)
+    return contiguous_version(applied_versions(conn, schema))
+
+
+def contiguous_version(applied: frozenset[int]) -> int:
+    """The highest migration with every migration up to it in ``applied`` (see
+    ``current_version``)."""
     version = 0
     for target in sorted(MIGRATIONS):
         if target not in applied:
