@@ -2,7 +2,7 @@
 
 - ``access_gate``: one ``check_source_access`` per scope with every distinct source of the
   candidates; denied or failed checks withhold those sources and are reported.
-- ``build_hit``: the canonical ``Hit`` of a candidate, built from the store's record (its
+- ``build_hits``: the canonical ``Hit`` of each candidate, built from the store's record (its
   text redacted when a redactor is active), shared with nobody.
 - ``render``: ``[citation-id] text`` blocks in rank order until top-k, the byte ceiling or
   the token ceiling; a block that does not fit is dropped whole.
@@ -18,13 +18,13 @@ from typing import NamedTuple
 from ragport.application._support import Redaction
 from ragport.application.results import RetrievalResult
 from ragport.domain.errors import AbortedError
+from ragport.domain.hits import ranked_hits
 from ragport.domain.model import (
     AccessDenial,
     AccessReason,
     Authorization,
     Citation,
     Hit,
-    Provenance,
     Record,
     RetrievalLeg,
     Scope,
@@ -32,7 +32,7 @@ from ragport.domain.model import (
 )
 from ragport.ports.store import ChunkStore
 
-__all__ = ["BLOCK_SEPARATOR", "Candidate", "access_gate", "build_hit", "render"]
+__all__ = ["BLOCK_SEPARATOR", "Candidate", "access_gate", "build_hits", "render"]
 
 BLOCK_SEPARATOR = "\n\n"
 _TRUST = Trust()
@@ -105,33 +105,31 @@ def access_gate(
     return kept
 
 
-def build_hit(
-    c: Candidate,
-    rank: int,
+def build_hits(
+    ordered: Sequence[Candidate],
     *,
     provider: str,
     retrieved_at: datetime,
     redact: Redaction,
     private_reads: bool = False,
-) -> Hit:
-    """The canonical hit of a candidate; its text is redacted before anyone sees it.
+) -> list[Hit]:
+    """The canonical hits of ``ordered``, ranked from 1; each text is redacted before anyone
+    sees it.
 
-    Built from the store's record and shared with nobody: a reranker gets copies (see
-    rerank_hits), and the metadata is a deep copy (``Hit.of_record``), so writing to a
-    returned hit's nested metadata cannot change a stored record even on a store that hands
-    out its own rows. ``private_reads`` (the store declares ``Capabilities.private_reads``,
-    which the aliasing contract checks): the record's metadata is already the caller's own,
-    at every depth, and retrieval holds each record once, so the hit takes it as it is.
+    Built from the store's records and shared with nobody: a reranker gets copies (see
+    rerank_hits), and the metadata is a deep copy (``ranked_hits``), so writing to a returned
+    hit's nested metadata cannot change a stored record even on a store that hands out its
+    own rows (or lends them: ``borrowed_query``). ``private_reads`` (the store declares
+    ``Capabilities.private_reads``, which the aliasing contract checks, and the records were
+    handed out, not lent): the record's metadata is already the caller's own, at every depth,
+    and retrieval holds each record once, so the hit takes it as it is.
     """
-    record = c.record
-    return Hit.of_record(
-        record,
-        text=redact(record.text) if redact.active else record.text,
-        score=c.score,
-        retrieval_rank=rank,
-        provenance=Provenance.of_record(
-            record, c.scope, provider=provider, retrieval=c.retrieval, retrieved_at=retrieved_at
-        ),
+    texts = [redact(c.record.text) for c in ordered] if redact.active else None
+    return ranked_hits(
+        ordered,
+        texts=texts,
+        provider=provider,
+        retrieved_at=retrieved_at,
         trust=_TRUST,
         take_metadata=private_reads,
     )

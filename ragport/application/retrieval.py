@@ -37,7 +37,7 @@ from ragport.application._support import (
 from ragport.application.answer import (
     Candidate,
     access_gate,
-    build_hit,
+    build_hits,
     render,
 )
 from ragport.application.rerank import rerank_hits
@@ -68,6 +68,7 @@ from ragport.domain.model import (
     Trust,
     is_forgotten,
 )
+from ragport.ports.borrowed import SupportsBorrowedQuery
 from ragport.ports.embedder import Embedder, Vector
 from ragport.ports.rerank import Reranker
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
@@ -134,12 +135,16 @@ def _search(
     abort: Abort | None,
     telemetry: Telemetry,
     store_denied: dict[tuple[Scope, str], AccessReason] | None = None,
+    borrowed: bool = False,
 ) -> list[Candidate]:
     """Run each scope's legs and merge them: by cosine with one leg, by RRF with two.
 
     Each (scope, leg) is its own ranked list in the fusion, so scores from different scopes
     or legs are never compared; candidates are keyed on (scope, record id). A store with
     ``guarded_query`` answers the drift guard with the vector leg: a mismatch raises here.
+    ``borrowed`` (the store also offers ``borrowed_query``): the vector-only leg comes from
+    ``borrowed_query``, so its candidates hold the store's own records, which nothing here
+    changes and only ``build_hits`` reads (on a copy of their metadata).
     """
     embedder_id, dimensions = expected
     lexical, limit, authorization, metadata_filter = (
@@ -181,7 +186,11 @@ def _search(
         elif guarded:
             with telemetry.span("rag.vector"):
                 # supports() checked the class; a runtime Protocol check costs ~20 us a call.
-                answer = cast(SupportsGuardedQuery, store).guarded_query(
+                answer = (
+                    cast(SupportsBorrowedQuery, store).borrowed_query
+                    if borrowed
+                    else cast(SupportsGuardedQuery, store).guarded_query
+                )(
                     s,
                     vector,
                     embedder_id=embedder_id,
@@ -388,6 +397,8 @@ def retrieve_context(
         # 3. drift guard (a guarded store answers it with the vector leg, a hybrid query with
         # its legs, in step 5)
         guarded = supports(store, "guarded_query", caps)
+        # A lent record is the store's own: its hit copies the metadata (private_reads off).
+        borrowed = guarded and lexical == "off" and supports(store, "borrowed_query", caps)
         # The active embedder's identity, read once: every check of this query uses it.
         expected = (embedder.id, embedder.dimensions)
         for s in [] if guarded or lexical != "off" else req.scopes:
@@ -424,6 +435,7 @@ def retrieve_context(
             abort=abort,
             telemetry=tel,
             store_denied=store_denied,
+            borrowed=borrowed,
         )
 
         # 7. tombstone guard. Skipped only where it can add nothing: every candidate came from
@@ -444,18 +456,13 @@ def retrieve_context(
         # Rendering shows at most top_k hits in order; only a reranker looks further down.
         if reranker is None:
             ordered = ordered[: req.top_k]
-        provider, private = store.provider, caps.private_reads
-        hits = [
-            build_hit(
-                c,
-                rank,
-                provider=provider,
-                retrieved_at=retrieved_at,
-                redact=redact,
-                private_reads=private,
-            )
-            for rank, c in enumerate(ordered, start=1)
-        ]
+        hits = build_hits(
+            ordered,
+            provider=store.provider,
+            retrieved_at=retrieved_at,
+            redact=redact,
+            private_reads=caps.private_reads and not borrowed,
+        )
 
         # 9-10. rerank, then a fresh gate: a revoke that landed meanwhile still withholds
         if req.reranker is not None and hits:

@@ -70,7 +70,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.15"
+CONTRACT_VERSION = "1.16"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -113,6 +113,10 @@ CONTRACT_VERSION = "1.15"
 # 1.15 ChunkStoreAliasingContract: stores that declare Capabilities.private_reads hand out no
 #      metadata container twice within one answer (retrieval then builds hits on the records'
 #      metadata without copying it). Capabilities gains private_reads.
+# 1.16 ChunkStoreBorrowedQueryContract (stores that declare borrowed_query,
+#      SupportsBorrowedQuery): the answer equals guarded_query's, lent records never change,
+#      one snapshot under concurrent writers; ChunkStoreGuardedQueryContract's tests also run
+#      on borrowed_query. Capabilities gains borrowed_query.
 
 __all__ = [
     "CONTRACT_VERSION",

@@ -545,7 +545,8 @@ class Capabilities:
     """What a store can honestly promise: the one place a store declares what it offers.
 
     ``lexical_modes`` (non-empty: ``lexical_query`` and ``hybrid_query``), ``guarded_query``
-    (``SupportsGuardedQuery``), ``preparation`` (``SupportsPreparation``) and
+    (``SupportsGuardedQuery``), ``borrowed_query`` (``SupportsBorrowedQuery``: used only with
+    ``guarded_query``), ``preparation`` (``SupportsPreparation``) and
     ``generation_history`` (``SupportsGenerationHistory``) and ``forgotten_lookup``
     (``SupportsForgottenLookup``) name optional methods; ``ragport.ports.store.supports`` is
     the one check the use cases make, and the contract suite fails a store that declares what
@@ -565,3 +566,4 @@ class Capabilities:
     generation_history: bool = False
     forgotten_lookup: bool = False
     private_reads: bool = False
+    borrowed_query: bool = False

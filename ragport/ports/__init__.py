@@ -4,6 +4,7 @@ Each docstring states the promises an adapter makes; ``ragport.contract_tests`` 
 Every public name of every port module is re-exported here (a test pins it).
 """
 
+from ragport.ports.borrowed import SupportsBorrowedQuery
 from ragport.ports.derived import (
     DerivedArtifactHandler,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "ScoredRecord",
     "Span",
     "StoredVersion",
+    "SupportsBorrowedQuery",
     "SupportsForgottenLookup",
     "SupportsGenerationHistory",
     "SupportsGuardedQuery",

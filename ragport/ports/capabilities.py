@@ -13,12 +13,18 @@ from ragport.domain.model import Capabilities
 __all__ = ["OptionalCapability", "declared", "missing_methods", "supports"]
 
 OptionalCapability = Literal[
-    "lexical", "guarded_query", "preparation", "generation_history", "forgotten_lookup"
+    "lexical",
+    "guarded_query",
+    "borrowed_query",
+    "preparation",
+    "generation_history",
+    "forgotten_lookup",
 ]
 
 _METHODS: dict[OptionalCapability, tuple[str, ...]] = {
     "lexical": ("lexical_query", "hybrid_query"),
     "guarded_query": ("guarded_query",),
+    "borrowed_query": ("borrowed_query",),
     "preparation": ("prepare",),
     "generation_history": ("generation_history",),
     "forgotten_lookup": ("forgotten_among",),

@@ -25,9 +25,11 @@ from ragport.adapters.postgres import PostgresStore
 from ragport.contract_tests._support import publish_sources
 from ragport.contract_tests.chunk_store import (
     ChunkStoreAliasingContract,
+    ChunkStoreBorrowedQueryContract,
     ChunkStoreCapabilityContract,
     ChunkStoreForgettingContract,
     ChunkStoreGenerationHistoryContract,
+    ChunkStoreGuardedQueryContract,
     ChunkStoreHybridSnapshotContract,
     ChunkStoreRepointUniquenessContract,
     ChunkStoreTombstoneContract,
@@ -301,3 +303,80 @@ def test_history_contract_catches_broken_postgres_history_sql(
         publish_sources(store, OTHER_CORPUS, {"z": ["zed"]})
     with pytest.raises(AssertionError):
         getattr(ChunkStoreGenerationHistoryContract(), test)(store)
+
+
+class _BorrowedIgnoresGrants(InMemoryStore):
+    """Lends records, but its borrowed_query forgets the authorization (and so the grants)."""
+
+    def borrowed_query(self, scope: Any, vector: Any, **kw: Any) -> Any:
+        kw.pop("authorization", None)
+        kw.pop("on_denied", None)
+        return super().borrowed_query(scope, vector, **kw)
+
+
+class _RewritesLentRecords(InMemoryStore):
+    """Lends records, then changes the lent objects' metadata in place at the next commit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lent: list[Record] = []
+
+    def borrowed_query(self, scope: Any, vector: Any, **kw: Any) -> Any:
+        answer = super().borrowed_query(scope, vector, **kw)
+        self._lent.extend(s.record for s in answer.records)
+        return answer
+
+    def _install(self, scope: Any, snap: Any) -> None:
+        super()._install(scope, snap)
+        for record in self._lent:
+            heading = record.metadata.get("heading")
+            if isinstance(heading, list) and "rewritten" not in heading:
+                heading.append("rewritten")
+
+
+def test_borrowed_query_contract_catches_a_borrowed_read_without_the_grants():
+    """A borrowed_query that drops the authorization fails the equality test and the
+    guarded tests run on borrowed_query; the store's own guarded_query still passes them.
+    If this fails, the borrowed contract no longer compares answers under an authorization."""
+    borrowed = ChunkStoreBorrowedQueryContract()
+    guarded = ChunkStoreGuardedQueryContract()
+    with pytest.raises(AssertionError):
+        borrowed.test_borrowed_query_answers_what_guarded_query_answers(_BorrowedIgnoresGrants())
+    with pytest.raises(AssertionError):
+        guarded.test_guarded_query_applies_grants_and_filters_like_query(
+            _BorrowedIgnoresGrants(), "borrowed_query"
+        )
+    guarded.test_guarded_query_applies_grants_and_filters_like_query(
+        _BorrowedIgnoresGrants(), "guarded_query"
+    )
+    borrowed.test_borrowed_query_answers_what_guarded_query_answers(InMemoryStore())
+
+
+def test_borrowed_query_contract_catches_lent_records_changed_in_place():
+    """A store that rewrites lent records at its next commit fails both the later-writes
+    test and the concurrent-writers test (which compares what it held at the end).
+    If this fails, the contract no longer keeps deep copies of what it was lent."""
+    contract = ChunkStoreBorrowedQueryContract()
+    with pytest.raises(AssertionError, match="changed after it was lent"):
+        contract.test_lent_records_stay_as_they_were_after_later_writes(_RewritesLentRecords())
+    with pytest.raises(AssertionError, match="a lent record changed"):
+        contract.test_borrowed_query_reads_one_version_under_concurrent_writers(
+            _RewritesLentRecords()
+        )
+    contract.test_lent_records_stay_as_they_were_after_later_writes(InMemoryStore())
+
+
+def test_aliasing_contract_catches_retrieval_that_keeps_lent_metadata(monkeypatch):
+    """Retrieval over a borrowed_query must copy each hit's metadata: hits that kept the lent
+    records' own dicts let a caller change the store through a hit.
+    If this fails, the aliasing contract no longer writes to a returned hit's metadata."""
+    original = retrieval.build_hits
+
+    def keeps_metadata(ordered: Any, **kw: Any) -> Any:
+        return original(ordered, **{**kw, "private_reads": True})
+
+    contract = ChunkStoreAliasingContract()
+    contract.test_use_cases_neither_keep_nor_hand_out_the_stores_values(InMemoryStore())
+    monkeypatch.setattr(retrieval, "build_hits", keeps_metadata)
+    with pytest.raises(AssertionError):
+        contract.test_use_cases_neither_keep_nor_hand_out_the_stores_values(InMemoryStore())

@@ -243,7 +243,7 @@ def store() -> InMemoryStore:
 
 
 def test_index_derived_stores_a_derived_record_with_lineage_and_roots(store):
-    """A derived record is kind 'derived', its own source, with lineage and roots; hits name the lineage. If this fails, check index_derived and answer.build_hit."""
+    """A derived record is kind 'derived', its own source, with lineage and roots; hits name the lineage. If this fails, check index_derived and answer.build_hits."""
     _source(store, "a", ["alpha text about leave"])
     _source(store, "b", ["beta text about payroll"])
     result = _derived(store, "sum-1", ["a", "b"], "summary of leave and payroll")
@@ -911,7 +911,7 @@ def test_repoint_copies_rows_verbatim_and_never_re_embeds(store):
 
 
 def test_repoint_rewrites_lineage_and_citations_follow(store):
-    """Derived lineage and roots name the new id; hits and citations carry the new ids. If this fails, check rewrite_lineage and answer.build_hit."""
+    """Derived lineage and roots name the new id; hits and citations carry the new ids. If this fails, check rewrite_lineage and answer.build_hits."""
     _source(store, "doc", [DOC_TEXT, "second doc chunk"])
     _source(store, "other", ["other text"])
     _derived(store, "sum", ["doc", "other"], "summary of doc and other")

@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from ragport.domain.errors import ValidationError
+from ragport.domain.hits import ranked_hits
 from ragport.domain.model import Citation, Hit, Provenance, Record, Scope, Trust
 
 
@@ -119,3 +120,66 @@ def test_metadata_changed_in_place_after_freezing_is_frozen_again() -> None:
     record.metadata["nested"] = [{"tags": {"x"}}]
     with pytest.raises(ValidationError):
         hit()
+
+
+def test_ranked_equals_of_record_with_provenance_for_every_hit_and_field() -> None:
+    """``ranked_hits`` builds, per (scope, record, score, retrieval), the hit that
+    ``Hit.of_record`` with ``Provenance.of_record`` builds: same fields, ranks from 1,
+    replacement texts in order, metadata copied unless taken.
+
+    If this fails, a field was added to Hit or Provenance and not to ranked_hits
+    (domain/hits.py).
+    """
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    scopes = (Scope("t", "r", "c"), Scope("t", "r2", "c2"))
+    records = [
+        Record(
+            id=f"doc#000{i}",
+            scope=scopes[i % 2],
+            source_id=f"doc{i}",
+            kind="chunk",
+            text=f"text {i}",
+            metadata={"heading": ["A", str(i)], "tags": {"lang": ["en"]}},
+            lineage=("root",) if i else (),
+        )
+        for i in range(3)
+    ]
+    found = [
+        (scopes[i % 2], r, 1.0 - i / 10, ("vector", "lexical", "hybrid")[i])
+        for i, r in enumerate(records)
+    ]
+    trust = Trust()
+    for texts in (None, ["one", "two", "three"]):
+        for take in (False, True):
+            hits = ranked_hits(
+                found,
+                texts=texts,
+                provider="memory",
+                retrieved_at=at,
+                trust=trust,
+                take_metadata=take,
+            )
+            assert len(hits) == 3
+            for rank, ((scope, record, score, leg), hit) in enumerate(
+                zip(found, hits, strict=True), start=1
+            ):
+                expected = Hit.of_record(
+                    record,
+                    text=record.text if texts is None else texts[rank - 1],
+                    score=score,
+                    retrieval_rank=rank,
+                    provenance=Provenance.of_record(
+                        record, scope, provider="memory", retrieval=leg, retrieved_at=at
+                    ),
+                    trust=trust,
+                )
+                for field in attrs.fields(Hit):
+                    assert getattr(hit, field.name) == getattr(expected, field.name), field.name
+                for field in attrs.fields(Provenance):
+                    assert getattr(hit.provenance, field.name) == getattr(
+                        expected.provenance, field.name
+                    ), field.name
+                assert (hit.metadata is record.metadata) is take
+    copied = ranked_hits(found, provider="memory", retrieved_at=at, trust=trust)
+    copied[0].metadata["heading"].append("scribbled")
+    assert records[0].metadata["heading"] == ["A", "0"]

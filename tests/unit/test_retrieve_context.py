@@ -782,7 +782,7 @@ def test_hits_copy_the_metadata_of_a_store_without_private_reads(
     """A store that does not declare private_reads may hand out its own rows: writing to a
     hit's nested metadata must still leave the stored record alone (the hit holds a copy).
 
-    If this fails, check build_hit: it may take the record's metadata only when the store
+    If this fails, check build_hits: it may take the record's metadata only when the store
     declares Capabilities.private_reads.
     """
     import ragport.adapters.memory.snapshot as memory_snapshot
@@ -803,7 +803,7 @@ def test_hits_of_a_private_reads_store_hold_metadata_of_their_own(store: InMemor
     """On the in-memory store (private_reads), hits take the read's copies: no two hits share
     a container, and writing to them changes neither the store nor the next retrieval.
 
-    If this fails, check hand_out (one copy per record handed out) and build_hit.
+    If this fails, check hand_out (one copy per record handed out) and build_hits.
     """
     assert store.capabilities.private_reads
     add_source(store, "leave", HANDBOOK, metadata={"heading": ["Leave"], "tags": {"a": [1]}})
@@ -820,3 +820,50 @@ def test_hits_of_a_private_reads_store_hold_metadata_of_their_own(store: InMemor
     assert any(h.metadata == meta for h in again.hits)
     assert all(h.metadata in ({}, meta) for h in again.hits)
     assert all(r.metadata == meta for r in store.get_by_source(SCOPE, "leave"))
+
+
+class _ReadLog(InMemoryStore):
+    """Counts the vector reads retrieval makes; ``borrowed`` sets the declaration."""
+
+    def __init__(self, *, borrowed: bool) -> None:
+        super().__init__()
+        self.borrowed, self.reads = borrowed, []
+
+    @property
+    def capabilities(self) -> ragport.Capabilities:
+        return attrs.evolve(super().capabilities, borrowed_query=self.borrowed)
+
+    def guarded_query(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads.append("guarded_query")
+        return super().guarded_query(*args, **kwargs)
+
+    def borrowed_query(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads.append("borrowed_query")
+        return super().borrowed_query(*args, **kwargs)
+
+
+def test_retrieval_borrows_the_vector_only_leg_where_declared_and_copies_metadata() -> None:
+    """A vector-only retrieval reads through borrowed_query where declared (else
+    guarded_query), with the same hits either way; each hit holds a metadata copy, so writing
+    to it leaves the lent record alone. A hybrid retrieval reads neither.
+
+    If this fails, check the choice of read in retrieval._search and build_hits'
+    private_reads argument (off for lent records).
+    """
+    results = {}
+    for borrowed in (True, False):
+        store = _ReadLog(borrowed=borrowed)
+        add_source(store, "leave", HANDBOOK, metadata={"heading": ["Leave"], "tags": {"a": [1]}})
+        result = retrieve(store=store, top_k=4)
+        assert store.reads == ["borrowed_query" if borrowed else "guarded_query"]
+        assert result.hits
+        for hit in result.hits:
+            hit.metadata["heading"].append("scribbled")
+            hit.metadata["tags"]["a"].clear()
+        stored = store.get_by_source(SCOPE, "leave")
+        assert all(r.metadata == {"heading": ["Leave"], "tags": {"a": [1]}} for r in stored)
+        results[borrowed] = [(h.id, h.score, h.text) for h in result.hits]
+        store.reads.clear()
+        retrieve(store=store, lexical="bm25")
+        assert store.reads == []
+    assert results[True] == results[False]

@@ -219,6 +219,15 @@ def hand_out_scored(record: Record, score: float) -> ScoredRecord:
     return out
 
 
+def lend_scored(record: Record, score: float) -> ScoredRecord:
+    """``ScoredRecord(record, score)`` of the stored record itself, for ``borrowed_query``
+    (built through its slots, like ``hand_out_scored``)."""
+    out = _new_record(ScoredRecord)
+    _SET_RECORD(out, record)
+    _SET_SCORE(out, score)
+    return out
+
+
 def access_mask(
     snap: Snapshot, index: Index, authorization: Authorization | None
 ) -> npt.NDArray[np.bool_] | None:

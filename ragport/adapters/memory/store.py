@@ -25,6 +25,7 @@ from ragport.adapters.memory.snapshot import (
     Snapshot,
     access_mask,
     hand_out_scored,
+    lend_scored,
     report_denied,
 )
 from ragport.adapters.memory.unit_of_work import InMemoryUnitOfWork
@@ -146,6 +147,7 @@ _CAPABILITIES = Capabilities(
     generation_history=True,
     forgotten_lookup=True,
     private_reads=True,  # every read hands out copies (snapshot.hand_out)
+    borrowed_query=True,  # ... except borrowed_query, which lends the stored records
 )
 
 
@@ -252,8 +254,31 @@ class InMemoryStore:
     ) -> GuardedQuery:
         """``foreign_embedders`` and ``query`` over one snapshot."""
         snap = self._snapshot(scope)
+        foreign = _foreign(snap, embedder_id, dimensions)
         found = self._query(snap, vector, limit, authorization, metadata_filter, on_denied)
-        return GuardedQuery(_foreign(snap, embedder_id, dimensions), found)
+        return GuardedQuery(foreign, found)
+
+    def borrowed_query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        *,
+        embedder_id: str,
+        dimensions: int,
+        limit: int,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
+    ) -> GuardedQuery:
+        """``guarded_query`` lending the snapshot's own records (``SupportsBorrowedQuery``):
+        no record or metadata copy per hit. The snapshot's records are never changed, so a
+        caller that keeps to the borrowing rules sees exactly what ``guarded_query`` returns."""
+        snap = self._snapshot(scope)
+        foreign = _foreign(snap, embedder_id, dimensions)
+        found = self._query(
+            snap, vector, limit, authorization, metadata_filter, on_denied, lend=True
+        )
+        return GuardedQuery(foreign, found)
 
     def _query(
         self,
@@ -263,7 +288,11 @@ class InMemoryStore:
         authorization: Authorization | None,
         metadata_filter: Mapping[str, Any] | Filter | None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None,
+        *,
+        lend: bool = False,
     ) -> tuple[ScoredRecord, ...]:
+        """The vector leg over ``snap``: copies of its records (``hand_out``), or with
+        ``lend`` the records themselves (``borrowed_query``)."""
         q = vector if type(vector) is np.ndarray and vector.dtype is _FLOAT32 else None
         if q is None:
             q = np.asarray(vector, dtype=np.float32)
@@ -295,9 +324,10 @@ class InMemoryStore:
             report_denied(snap, unfiltered, authorization, on_denied)
         rows = index.rows
         found = _top(scores, mask, limit, finite=finite)
+        scored = lend_scored if lend else hand_out_scored
         if norm in (0.0, 1.0):
-            return tuple([hand_out_scored(rows[i], score) for i, score in found])
-        return tuple([hand_out_scored(rows[i], score / norm) for i, score in found])
+            return tuple([scored(rows[i], score) for i, score in found])
+        return tuple([scored(rows[i], score / norm) for i, score in found])
 
     def lexical_query(
         self,

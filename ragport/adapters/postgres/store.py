@@ -129,6 +129,7 @@ class PostgresStore(StoreConnections):
             preparation=True,
             generation_history=True,
             forgotten_lookup=True,
+            borrowed_query=True,  # every read builds fresh records: lending one lends a copy
         )
 
     def __repr__(self) -> str:
@@ -275,6 +276,10 @@ class PostgresStore(StoreConnections):
         )
         foreign, scored = self._read("query", run, replica=True)
         return GuardedQuery(foreign_embedders=foreign, records=scored)
+
+    borrowed_query = guarded_query
+    """``SupportsBorrowedQuery``: the records of a guarded query are built for this call from
+    the rows read and kept nowhere, so the borrowed read is the guarded read itself."""
 
     def _vector_run(
         self,

@@ -15,7 +15,7 @@ Each capability is a mixin of its own (``ChunkStoreScopeContract``,
 ``ChunkStoreContract`` is all of them plus an isolation canary. One module per capability
 group: ``capabilities``, ``scope``, ``unit_of_work``, ``generations`` (replace and
 generations), ``access`` (grants, denial reports), ``tombstones``, ``query`` (query, filters,
-lexical), ``guarded_query``, ``concurrency``, ``lineage`` (lineage, re-pointing),
+lexical), ``guarded_query``, ``borrowed_query``, ``concurrency``, ``lineage`` (lineage, re-pointing),
 ``forgetting`` (forgetting, re-point uniqueness), ``hybrid``, ``boundary`` and ``history``
 (generation history); the shared base
 class is in ``_base`` and the constants and helpers in ``_helpers``. Tests that depend on a
@@ -39,6 +39,7 @@ from ragport.contract_tests.chunk_store.access import (
     ChunkStoreGrantContract,
 )
 from ragport.contract_tests.chunk_store.aliasing import ChunkStoreAliasingContract
+from ragport.contract_tests.chunk_store.borrowed_query import ChunkStoreBorrowedQueryContract
 from ragport.contract_tests.chunk_store.boundary import ChunkStoreBoundaryContract
 from ragport.contract_tests.chunk_store.capabilities import ChunkStoreCapabilityContract
 from ragport.contract_tests.chunk_store.concurrency import ChunkStoreConcurrencyContract
@@ -73,6 +74,7 @@ from ragport.ports.store import ChunkStore
 
 __all__ = [
     "ChunkStoreAliasingContract",
+    "ChunkStoreBorrowedQueryContract",
     "ChunkStoreBoundaryContract",
     "ChunkStoreCapabilityContract",
     "ChunkStoreConcurrencyContract",
@@ -110,6 +112,7 @@ class ChunkStoreContract(
     ChunkStoreSourceListContract,
     ChunkStoreTombstoneContract,
     ChunkStoreGuardedQueryContract,
+    ChunkStoreBorrowedQueryContract,
     ChunkStoreQueryContract,
     ChunkStoreConcurrencyContract,
     ChunkStoreFilterContract,

@@ -98,6 +98,16 @@ def _require_guarded_query(store: ChunkStore) -> None:
     _require_implemented(store, "guarded_query")
 
 
+def _require_borrowed_query(store: ChunkStore) -> None:
+    if not store.capabilities.borrowed_query:
+        pytest.skip(
+            f"{type(store).__name__} declares capabilities.borrowed_query = False (the optional "
+            "SupportsBorrowedQuery), so retrieval reads through guarded_query; declare and "
+            "define it and this test must pass"
+        )
+    _require_implemented(store, "borrowed_query")
+
+
 def _require_implemented(store: ChunkStore, capability: OptionalCapability) -> None:
     missing = missing_methods(store).get(capability)
     assert not missing, (

@@ -351,7 +351,7 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
         The rendered text, the returned hits and citations come from the store's records; the
         order is the reranker's; trust stays untrusted; the stored metadata is unchanged. If
         this fails, check that rerank_hits hands the reranker copies and returns the caller's
-        hits, and build_hit/render in application/answer.py.
+        hits, and build_hits/render in application/answer.py.
         """
         _ready(store)
         _write(store, "bd-doc", "bdword first text", "bdword second text")

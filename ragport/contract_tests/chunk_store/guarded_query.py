@@ -1,8 +1,15 @@
-"""``ChunkStoreGuardedQueryContract``: ``guarded_query`` equals the separate reads it replaces."""
+"""``ChunkStoreGuardedQueryContract``: ``guarded_query`` equals the separate reads it replaces.
+
+Every test runs twice: once on ``guarded_query`` and once on ``borrowed_query``
+(``SupportsBorrowedQuery``, which must answer the same; it skips on a store that does not
+declare it).
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 from ragport.contract_tests._support import (
     CONTRACT_EMBEDDER_ID,
@@ -21,9 +28,11 @@ from ragport.contract_tests.chunk_store._helpers import (
     _add,
     _ids,
     _require_acl,
+    _require_borrowed_query,
     _require_guarded_query,
 )
 from ragport.domain.model import Authorization, Grant, Scope, Tombstone
+from ragport.ports.borrowed import SupportsBorrowedQuery
 from ragport.ports.embedder import Vector
 from ragport.ports.store import ChunkStore, SupportsGuardedQuery
 
@@ -37,35 +46,52 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
     of its own drift-guard and tombstone reads, so every answer must equal the separate reads.
     """
 
-    def _guarded(self, store: ChunkStore, scope: Scope, vector: Vector, **kwargs: Any) -> Any:
+    @pytest.fixture(params=["guarded_query", "borrowed_query"])
+    def guarded_read(self, request: pytest.FixtureRequest, store: ChunkStore) -> str:
+        """The read under test: ``guarded_query``, or ``borrowed_query`` where declared."""
+        _require_guarded_query(store)
+        if request.param == "borrowed_query":
+            _require_borrowed_query(store)
+        return str(request.param)
+
+    def _guarded(
+        self, store: ChunkStore, read: str, scope: Scope, vector: Vector, **kwargs: Any
+    ) -> Any:
+        if read == "borrowed_query":
+            assert isinstance(store, SupportsBorrowedQuery)
+            return store.borrowed_query(
+                scope, vector, embedder_id=CONTRACT_EMBEDDER_ID, dimensions=DIMS, **kwargs
+            )
         assert isinstance(store, SupportsGuardedQuery)
         return store.guarded_query(
             scope, vector, embedder_id=CONTRACT_EMBEDDER_ID, dimensions=DIMS, **kwargs
         )
 
-    def test_guarded_query_equals_the_two_separate_reads(self, store: ChunkStore) -> None:
+    def test_guarded_query_equals_the_two_separate_reads(
+        self, store: ChunkStore, guarded_read: str
+    ) -> None:
         """Same foreign embedders as foreign_embedders, same records and scores as query.
 
         If this fails, compare the guarded statement with query's and foreign_embedders'.
         """
-        _require_guarded_query(store)
         publish_sources(store, SCOPE, {"a": ["alpha one", "alpha two"], "b": ["beta"]})
         vector = hash_vector("alpha one")
-        answer = self._guarded(store, SCOPE, vector, limit=QUERY_ALL)
+        answer = self._guarded(store, guarded_read, SCOPE, vector, limit=QUERY_ALL)
         assert answer.foreign_embedders == frozenset()
         plain = store.query(SCOPE, vector, limit=QUERY_ALL)
         assert _ids(answer.records) == _ids(plain)
         assert sorted(_ids(plain)) == ["a#0001", "a#0002", "b#0001"]
         assert [round(r.score, 5) for r in answer.records] == [round(r.score, 5) for r in plain]
-        top = self._guarded(store, SCOPE, vector, limit=1)
+        top = self._guarded(store, guarded_read, SCOPE, vector, limit=1)
         assert _ids(top.records) == _ids(store.query(SCOPE, vector, limit=1)) == ["a#0001"]
 
-    def test_guarded_query_names_every_foreign_embedder(self, store: ChunkStore) -> None:
+    def test_guarded_query_names_every_foreign_embedder(
+        self, store: ChunkStore, guarded_read: str
+    ) -> None:
         """Other embedder ids, other dimensions and rows without an id are all reported.
 
         If this fails, check the drift-guard part of the guarded statement (visible rows only).
         """
-        _require_guarded_query(store)
         publish_sources(store, SCOPE, {"a": ["alpha"]})
         publish_sources(store, SCOPE, {"b": ["beta"]}, embedder_id="contract-other:8")
         publish_sources(store, SCOPE, {"c": ["gamma"]}, embedder_id=None)
@@ -82,59 +108,58 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
                 ),
             }
         )
-        answer = self._guarded(store, SCOPE, vector, limit=QUERY_ALL)
+        answer = self._guarded(store, guarded_read, SCOPE, vector, limit=QUERY_ALL)
         assert answer.foreign_embedders == expected
         publish_sources(store, SCOPE, {"b": None, "c": None, "d": None})
-        answer = self._guarded(store, SCOPE, vector, limit=QUERY_ALL)
+        answer = self._guarded(store, guarded_read, SCOPE, vector, limit=QUERY_ALL)
         assert answer.foreign_embedders == frozenset()
         assert _ids(answer.records) == ["a#0001"]
 
     def test_guarded_query_names_a_lone_legacy_row_or_other_dimension(
-        self, store: ChunkStore
+        self, store: ChunkStore, guarded_read: str
     ) -> None:
         """One row without an embedder id (or of another dimension) among consistent ones.
 
         If this fails, check any shortcut the guard takes (PostgreSQL probes the first and last
         (embedder_id, dimensions) in index order, where rows without an id sort last).
         """
-        _require_guarded_query(store)
         publish_sources(store, SCOPE, {"a": ["alpha", "alpha two"]})
         publish_sources(store, SCOPE, {"z": ["zeta"]}, embedder_id=None)
         vector = hash_vector("alpha")
-        answer = self._guarded(store, SCOPE, vector, limit=QUERY_ALL)
+        answer = self._guarded(store, guarded_read, SCOPE, vector, limit=QUERY_ALL)
         assert answer.foreign_embedders == frozenset({(None, DIMS)})
         publish_sources(store, SCOPE, {"z": None})
         publish_sources(store, SCOPE, {"y": ["eta"]}, dimensions=DIMS + 1)
-        answer = self._guarded(store, SCOPE, vector, limit=QUERY_ALL)
+        answer = self._guarded(store, guarded_read, SCOPE, vector, limit=QUERY_ALL)
         assert answer.foreign_embedders == frozenset({(CONTRACT_EMBEDDER_ID, DIMS + 1)})
         assert sorted(_ids(answer.records)) == ["a#0001", "a#0002"]
 
-    def test_guarded_query_on_an_empty_or_foreign_only_scope(self, store: ChunkStore) -> None:
+    def test_guarded_query_on_an_empty_or_foreign_only_scope(
+        self, store: ChunkStore, guarded_read: str
+    ) -> None:
         """No rows: nothing foreign, nothing found. Only foreign rows: they are named.
 
         If this fails, check that the guard still answers when the vector leg finds nothing.
         """
-        _require_guarded_query(store)
         vector = hash_vector("alpha")
-        empty = self._guarded(store, SCOPE, vector, limit=QUERY_ALL)
+        empty = self._guarded(store, guarded_read, SCOPE, vector, limit=QUERY_ALL)
         assert empty.foreign_embedders == frozenset() and list(empty.records) == []
         publish_sources(store, OTHER_CORPUS, {"d": ["delta"]}, dimensions=4)
-        answer = self._guarded(store, OTHER_CORPUS, vector, limit=QUERY_ALL)
+        answer = self._guarded(store, guarded_read, OTHER_CORPUS, vector, limit=QUERY_ALL)
         assert answer.foreign_embedders == frozenset({(CONTRACT_EMBEDDER_ID, 4)})
         assert list(answer.records) == []
-        assert self._guarded(store, SCOPE, vector, limit=QUERY_ALL).foreign_embedders == (
-            frozenset()
-        )
+        assert self._guarded(
+            store, guarded_read, SCOPE, vector, limit=QUERY_ALL
+        ).foreign_embedders == (frozenset())
 
     def test_guarded_query_withholds_forgotten_ids_sources_and_lineage(
-        self, store: ChunkStore
+        self, store: ChunkStore, guarded_read: str
     ) -> None:
         """The promise retrieval relies on to skip its own tombstone re-read.
 
         If this fails, check that the guarded statement applies the same tombstone predicate
         as query (record id, source id, lineage; 'forgotten' only) before the limit.
         """
-        _require_guarded_query(store)
         with store.unit_of_work(SCOPE) as uow:
             staged = uow.generations.stage()
             for source_id in ("keep", "gone-src", "partly"):
@@ -165,17 +190,18 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
             uow.commit()
         visible = {"keep#0001", "keep#0002", "partly#0002"}
         for text in ("keep one", "gone-src one", "derived on gone", "partly one"):
-            answer = self._guarded(store, SCOPE, hash_vector(text), limit=QUERY_ALL)
+            answer = self._guarded(store, guarded_read, SCOPE, hash_vector(text), limit=QUERY_ALL)
             assert set(_ids(answer.records)) == visible, text
-            top = self._guarded(store, SCOPE, hash_vector(text), limit=1)
+            top = self._guarded(store, guarded_read, SCOPE, hash_vector(text), limit=1)
             assert len(top.records) == 1 and top.records[0].record.id in visible, text
 
-    def test_guarded_query_applies_grants_and_filters_like_query(self, store: ChunkStore) -> None:
+    def test_guarded_query_applies_grants_and_filters_like_query(
+        self, store: ChunkStore, guarded_read: str
+    ) -> None:
         """Authorization and metadata filter mean exactly what they mean for query.
 
         If this fails, check that the guarded statement shares query's predicate.
         """
-        _require_guarded_query(store)
         _require_acl(store)
         publish_sources(
             store,
@@ -201,12 +227,13 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
             {"metadata_filter": {"kind": "note"}},
             {"authorization": auth, "metadata_filter": {"kind": {"$ne": "note"}}},
         ):
-            guarded = self._guarded(store, SCOPE, vector, limit=QUERY_ALL, **kwargs)
+            guarded = self._guarded(store, guarded_read, SCOPE, vector, limit=QUERY_ALL, **kwargs)
             plain = store.query(SCOPE, vector, limit=QUERY_ALL, **kwargs)
             assert _ids(guarded.records) == _ids(plain), kwargs
         denied: list[str] = []
         answer = self._guarded(
             store,
+            guarded_read,
             SCOPE,
             vector,
             limit=QUERY_ALL,
