@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import NamedTuple
@@ -18,12 +17,11 @@ from typing import NamedTuple
 from ragport.application._support import Redaction
 from ragport.application.results import RetrievalResult
 from ragport.domain.errors import AbortedError
-from ragport.domain.hits import ranked_hits
+from ragport.domain.hits import citations_of, ranked_hits
 from ragport.domain.model import (
     AccessDenial,
     AccessReason,
     Authorization,
-    Citation,
     Hit,
     Record,
     RetrievalLeg,
@@ -35,6 +33,7 @@ from ragport.ports.store import ChunkStore
 __all__ = ["BLOCK_SEPARATOR", "Candidate", "access_gate", "build_hits", "render"]
 
 BLOCK_SEPARATOR = "\n\n"
+_SEPARATOR_BYTES = len(BLOCK_SEPARATOR.encode("utf-8"))
 _TRUST = Trust()
 
 
@@ -140,26 +139,28 @@ def render(
 ) -> RetrievalResult:
     """``[citation-id] text`` blocks in order until top-k, the byte or the token ceiling."""
     blocks: list[str] = []
-    shown: list[Hit] = []
     used_bytes = 0
     truncated = False
     wanted = hits[:top_k]
+    # The token estimate of n bytes is ceil(n / 4), and ceil(n / 4) > t exactly when n > 4t
+    # (whole numbers): both ceilings are one bound on the bytes.
+    budget = min(max_bytes, 4 * max_tokens)
     for hit in wanted:
         block = f"[{hit.provenance.citation_id}] {hit.text}"
         size = len(block) if block.isascii() else len(block.encode("utf-8"))
-        extra = size + (len(BLOCK_SEPARATOR) if blocks else 0)
-        if used_bytes + extra > max_bytes or math.ceil((used_bytes + extra) / 4) > max_tokens:
+        extra = size + _SEPARATOR_BYTES if blocks else size
+        if used_bytes + extra > budget:
             truncated = True
             break
         used_bytes += extra
         blocks.append(block)
-        shown.append(hit)
+    shown = tuple(wanted[: len(blocks)])
     return RetrievalResult(
         query=query,
         trust=_TRUST,
         text=BLOCK_SEPARATOR.join(blocks),
-        hits=tuple(shown),
-        citations=tuple([Citation.of_hit(h) for h in shown]),
+        hits=shown,
+        citations=tuple(citations_of(shown)),
         truncated=truncated,
         dropped=len(wanted) - len(shown),
     )

@@ -110,10 +110,13 @@ def _checked(
     """Recheck what a leg returned: its scope, its embedder, a finite score, no repeats."""
     out: list[ScoredRecord] = []
     seen: set[str] = set()
+    same = scope  # a Scope object found equal to ``scope``: the next record's is likely it
     for item in found:
         record = item.record
-        if record.scope is not scope and record.scope != scope:
-            raise ScopeError("the store returned a record from another scope", field="scope")
+        if record.scope is not same:
+            if record.scope != scope:
+                raise ScopeError("the store returned a record from another scope", field="scope")
+            same = record.scope
         if record.embedder_id != expected[0] or record.dimensions != expected[1]:
             raise _mismatch(embedder, (record.embedder_id, record.dimensions), (record.id,))
         if not math.isfinite(item.score):

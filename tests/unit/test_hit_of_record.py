@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 from ragport.domain.errors import ValidationError
-from ragport.domain.hits import ranked_hits
+from ragport.domain.hits import citations_of, ranked_hits
 from ragport.domain.model import Citation, Hit, Provenance, Record, Scope, Trust
 
 
@@ -183,3 +183,29 @@ def test_ranked_equals_of_record_with_provenance_for_every_hit_and_field() -> No
     copied = ranked_hits(found, provider="memory", retrieved_at=at, trust=trust)
     copied[0].metadata["heading"].append("scribbled")
     assert records[0].metadata["heading"] == ["A", "0"]
+
+
+def test_citations_of_equals_citation_of_hit_for_every_hit_and_field() -> None:
+    """``citations_of`` builds, per hit and in order, what ``Citation.of_hit`` builds.
+
+    If this fails, a field was added to Citation and not to citations_of (domain/hits.py).
+    """
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    scope = Scope("t", "r", "c")
+    records = [
+        Record(id=f"d#000{i}", scope=scope, source_id="d", kind="chunk", text=f"t{i}")
+        for i in range(3)
+    ]
+    hits = ranked_hits(
+        [(scope, r, 1.0, "vector") for r in records],
+        provider="memory",
+        retrieved_at=at,
+        trust=Trust(),
+    )
+    citations = citations_of(hits)
+    assert len(citations) == 3
+    for hit, citation in zip(hits, citations, strict=True):
+        expected = Citation.of_hit(hit)
+        for field in attrs.fields(Citation):
+            assert getattr(citation, field.name) == getattr(expected, field.name), field.name
+    assert citations_of([]) == []
