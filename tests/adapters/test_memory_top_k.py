@@ -1,8 +1,8 @@
 """The in-memory store's top-k: best scores first, ties by position (= record id), any mask.
 
-Small inputs (and scores not known to be finite) take the exact partition; from 512 finite
-scores and limits up to 32, the threshold comes from group maxima (``_floor``). Both are
-checked against a full sort.
+Scores not known to be finite take the exact partition; finite ones take argmax passes up
+to limit 10 (``_by_argmax``) and, from 512 scores and limits up to 32, a threshold of group
+maxima (``_floor``). Each is checked against a full sort.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragport.adapters.memory.store import _GROUP_LIMIT, _GROUPS, _floor, _top
+from ragport.adapters.memory.store import _BY_ARGMAX, _GROUP_LIMIT, _GROUPS, _floor, _top
 
 
 def _reference(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[int, float]]:
@@ -126,3 +126,42 @@ def test_floor_declines_what_it_cannot_bound_tightly() -> None:
     assert _floor(scores[: 2 * _GROUPS - 1], 5) is None
     assert _floor(scores, _GROUP_LIMIT + 1) is None
     assert _floor(scores, _GROUP_LIMIT) is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(min_value=0, max_value=3 * _GROUPS + 5),
+    distinct=st.integers(min_value=1, max_value=7),
+    continuous=st.booleans(),
+    limit=st.integers(min_value=1, max_value=_BY_ARGMAX + 2),
+    masked=st.booleans(),
+    frozen=st.booleans(),
+    seed=st.integers(min_value=0, max_value=2**31),
+)
+def test_argmax_passes_match_a_full_sort_and_leave_the_scores_alone(
+    size: int,
+    distinct: int,
+    continuous: bool,
+    limit: int,
+    masked: bool,
+    frozen: bool,
+    seed: int,
+) -> None:
+    """Finite scores and a limit up to ``_BY_ARGMAX`` (and just past it): ``_top`` equals a
+    full sort, ties at the cut by position, and the scores are unchanged afterwards (the
+    passes set each pick to -inf and write it back), read-only arrays included.
+
+    If this fails, check ``_by_argmax`` in adapters/memory/store.py: argmax must return the
+    first position of the maximum, and every pick must be written back.
+    """
+    rng = np.random.default_rng(seed)
+    if continuous:
+        scores = rng.uniform(-1.0, 1.0, size).astype(np.float32)
+    else:
+        scores = rng.choice(np.asarray(_LEVELS[1:-1])[:distinct], size).astype(np.float32)
+    before = scores.copy()
+    if frozen:
+        scores.flags.writeable = False
+    mask = rng.random(size) < 0.6 if masked else None
+    assert _top(scores, mask, limit, finite=True) == _reference(scores, mask, limit)
+    assert np.array_equal(scores, before)
