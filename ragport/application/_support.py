@@ -122,13 +122,20 @@ def embed_batches(
     return out
 
 
+_FLOAT32 = np.dtype(np.float32)
+
+
 def check_vectors(vectors: object, *, rows: int, dimensions: int) -> VectorMatrix:
     """Fail closed on an embedder answer of the wrong shape or with non-finite values:
     ``EmbedderError`` (not retryable). Ragged rows or values numpy cannot turn into float32
     are reported by type only: numpy's message may quote the values.
     """
     try:
-        array = np.asarray(vectors, dtype=np.float32)
+        array = (
+            vectors  # already what the checks below need: no numpy call to convert nothing
+            if type(vectors) is np.ndarray and vectors.dtype is _FLOAT32
+            else np.asarray(vectors, dtype=np.float32)
+        )
     except (TypeError, ValueError, OverflowError) as exc:
         error = EmbedderError(
             f"embedder returned rows numpy cannot stack as float32 ({type(exc).__name__})"
