@@ -449,32 +449,6 @@ def _v9(s: str) -> Sequence[str]:
     )
 
 
-def _v10(s: str) -> Sequence[str]:
-    """Every GIN index of ``records`` (each partition's) writes its entries in place
-    (``fastupdate = off``), and what their pending lists held is merged now.
-
-    With ``fastupdate`` on (PostgreSQL's default) a GIN index appends new entries to an
-    unsorted pending list, up to ``gin_pending_list_limit`` (4 MB), and every scan reads that
-    whole list, until a vacuum or a full list merges it. The lexical leg scans
-    ``records_tsv_impact`` and ``records_tsv`` several times a statement, so right after a
-    write a query read megabytes of pending entries: measured on 10,000 rows of 40 Zipf words
-    (``bench/bench_tombstones.py``'s corpus), the fts hybrid p50 was 702 ms with 226 pending
-    pages and 23 ms once merged. Written in place, each write pays for its own entries and no
-    scan pays for others'. A GIN index added by a later migration must set the option
-    itself (``CREATE INDEX ... WITH (fastupdate = off)``)."""
-    return (
-        "DO $$ DECLARE ix regclass; BEGIN "
-        "FOR ix IN SELECT c.oid::regclass FROM pg_index i "
-        "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam "
-        "WHERE a.amname = 'gin' AND c.relkind = 'i' AND i.indrelid IN ("
-        f"SELECT to_regclass('{s}.records') UNION ALL SELECT inhrelid FROM pg_inherits "
-        f"WHERE inhparent = to_regclass('{s}.records')) ORDER BY 1 LOOP "
-        "EXECUTE format('ALTER INDEX %s SET (fastupdate = off)', ix); "
-        "PERFORM gin_clean_pending_list(ix); "
-        "END LOOP; END $$",
-    )
-
-
 def _tsv_expression(conn: Connection, s: str) -> str:
     """The generation expression of ``records.tsv`` (``to_tsvector('<config>'::regconfig,
     text)``), as the catalog holds it."""
@@ -505,7 +479,6 @@ MIGRATIONS: dict[int, str] = {
     7: "records.tsv_impact: lexemes by impact bucket, GIN indexed (pruned lexical leg)",
     8: "BM25 statistics by write batch (lexical_batches): a source deleted whole, one row",
     9: "retirement as a HOT update: live ids in live_ids, records fillfactor 50",
-    10: "GIN indexes of records without pending lists (fastupdate off): scans read no backlog",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -583,7 +556,6 @@ def upgrade(
         7: lambda: _v7(s, _tsv_expression(conn, s)),
         8: lambda: _v8(s),
         9: lambda: _partitioned(s, _v9(s), layout),
-        10: lambda: _v10(s),
     }
     # Every migration not recorded yet, in order: one that was released after a later one had
     # been applied still runs (each migration is self-contained).
