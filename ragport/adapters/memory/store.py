@@ -307,7 +307,9 @@ class InMemoryStore:
     ) -> GuardedQuery:
         """``guarded_query`` lending the snapshot's own records (``SupportsBorrowedQuery``):
         no record or metadata copy per hit. The snapshot's records are never changed, so a
-        caller that keeps to the borrowing rules sees exactly what ``guarded_query`` returns."""
+        caller that keeps to the borrowing rules sees exactly what ``guarded_query`` returns.
+        It reads the snapshot itself, not through ``guarded_query``: a subclass that changes
+        ``guarded_query`` changes this too (or declares ``borrowed_query=False``)."""
         snap = self._snapshot(scope)
         foreign = _foreign(snap, embedder_id, dimensions)
         found = self._query(

@@ -277,9 +277,31 @@ class PostgresStore(StoreConnections):
         foreign, scored = self._read("query", run, replica=True)
         return GuardedQuery(foreign_embedders=foreign, records=scored)
 
-    borrowed_query = guarded_query
-    """``SupportsBorrowedQuery``: the records of a guarded query are built for this call from
-    the rows read and kept nowhere, so the borrowed read is the guarded read itself."""
+    def borrowed_query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        *,
+        embedder_id: str,
+        dimensions: int,
+        limit: int,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
+    ) -> GuardedQuery:
+        """``SupportsBorrowedQuery``: a guarded query's records are built for the call from
+        the rows read and kept nowhere, so the borrowed read is ``self.guarded_query``
+        (a subclass's override included)."""
+        return self.guarded_query(
+            scope,
+            vector,
+            embedder_id=embedder_id,
+            dimensions=dimensions,
+            limit=limit,
+            authorization=authorization,
+            metadata_filter=metadata_filter,
+            on_denied=on_denied,
+        )
 
     def _vector_run(
         self,
