@@ -212,8 +212,10 @@ def test_sigkilled_propagation_leaves_everything_or_nothing_tombstoned(
         assert len(store.get_by_source(SCOPE, SOURCE)) == 3
     else:
         assert rows == 0 and invalidated == frozenset()
-        assert f"{SOURCE}#0001" in _hits(store, "source chunk 1 of the doc")
-        assert "note-00007" in _hits(store, "note 7 resting on the doc")
+        # Hybrid: the lexical leg finds these texts whatever path the HNSW walk takes (the
+        # vector leg alone missed the doc's chunks among 1,101 look-alike notes now and then).
+        assert f"{SOURCE}#0001" in _hits(store, "source chunk 1 of the doc", lexical="fts")
+        assert "note-00007" in _hits(store, "note 7 resting on the doc", lexical="fts")
     # The scope lock died with the backend; propagating again completes everything.
     result = ragport.create_deletion_propagator(
         scope=SCOPE,
