@@ -89,6 +89,12 @@ class PostgresStore(StoreConnections):
     ``partitions=N`` (with ``create=True`` on a new schema) creates the tenant tables
     ``PARTITION BY HASH (tenant_id)`` with N partitions; a query names one tenant, so it
     reads one partition.
+
+    ``merge_pending_lists`` (default on): after a unit of work that added, re-keyed or
+    re-linked rows commits, the writer merges the GIN pending lists of ``records`` (of the
+    tenant's partition) into the indexes, so the next lexical query does not scan the new
+    entries one by one. Turn it off to leave the merge to autovacuum (faster bulk loads,
+    slower lexical queries until it runs; docs/operations.md, "Limits").
     """
 
     provider = "postgres"
@@ -104,6 +110,7 @@ class PostgresStore(StoreConnections):
         replica_fallback: Fallback = "primary",
         replica_wait: float = 1.0,
         partitions: int | None = None,
+        merge_pending_lists: bool = True,
     ):
         self._ts_config = validate_text_search_config(text_search_config)
         self._partitions = validate_partitions(partitions)
@@ -114,7 +121,9 @@ class PostgresStore(StoreConnections):
             replica_fallback=replica_fallback,
             replica_wait=replica_wait,
         )
-        self._indexes = VectorIndexes(self._schema, self._s)
+        self._indexes = VectorIndexes(
+            self._schema, self._s, merge_pending_lists=bool(merge_pending_lists)
+        )
         if create:
             self.upgrade()
 

@@ -75,6 +75,7 @@ class _Records:
                         copy.set_types(rows.VECTOR_COPY_TYPES)
                         for key, vector in zip(keys, matrix, strict=True):
                             copy.write_row(rows.vector_row(uow.scope, key, dims, vector))
+            uow.wrote_gin_entries = True
             conn.execute(
                 text(statements.added_stats(uow.s)),
                 scope_params(
@@ -154,6 +155,7 @@ class _Records:
                 text(statements.rekey_update(uow.s)),
                 scope_params(uow.scope, old=old, new=new, to=to_source_id),
             )
+            uow.wrote_gin_entries = True  # a re-keyed row is a new tuple in every index
             return int(result.rowcount)
 
     def rewrite_lineage(self, from_id: str, to_id: str) -> int:
@@ -184,6 +186,7 @@ class _Records:
                     for row in found
                 ],
             )
+            uow.wrote_gin_entries = True
         return sum(list(row.lineage).count(from_id) for row in found)
 
     def purge_source(self, source_id: str) -> int:
@@ -355,6 +358,9 @@ class PostgresUnitOfWork:
             int(state.floor),
         )
         self.done = False
+        # Whether a statement wrote GIN entries (rows added, re-keyed or re-linked): commit
+        # then merges the pending lists (``VectorIndexes.merge_pending``).
+        self.wrote_gin_entries = False
         self.records = _Records(self)
         self.generations = _Generations(self)
         self.grants = _Grants(self)
@@ -372,6 +378,8 @@ class PostgresUnitOfWork:
                 )
                 self.conn.commit()
         self.done = True
+        if self.wrote_gin_entries:
+            self.indexes.merge_pending(self.conn, self.scope.tenant_id)
 
     def rollback(self) -> None:
         if not self.done:
