@@ -230,3 +230,59 @@ def test_merge_off_never_touches_the_connection():
     conn = _RefusingConnection(AssertionError("a statement ran"))
     assert indexes.merge_pending(conn, "tenant-1") == 0  # type: ignore[arg-type]
     assert conn.rolled_back == 0
+
+
+def test_a_writer_role_granted_execute_merges(writer_role, pg_engine, pg_schema, caplog):
+    """docs/operations.md tells a host to grant EXECUTE on ``merge_pending_lists`` to a
+    writer role that does not own the schema: the function runs as its owner (SECURITY
+    DEFINER), so the role's writes then leave nothing pending."""
+    owner = PostgresStore(pg_engine, schema=pg_schema, text_search_config="simple")
+    scope = _scope()
+    _seed(owner, scope)
+    role = make_url(writer_role).username
+    with pg_engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+        conn.execute(
+            text(f'GRANT EXECUTE ON FUNCTION "{pg_schema}".merge_pending_lists(text) TO "{role}"')
+        )
+    writer = PostgresStore(writer_role, schema=pg_schema, text_search_config="simple")
+    try:
+        with caplog.at_level(logging.WARNING, logger="ragport.adapters.postgres.indexes"):
+            _add(writer, scope)
+            _rekey(writer, scope)
+        assert "pending lists" not in caplog.text
+        assert writer._indexes.merge_pending_lists is True
+        assert _gin_pending(owner) == 0
+    finally:
+        writer.engine.dispose()
+
+
+def test_upgrade_from_version_9_adds_the_merge_function(pg_engine, pg_schema):
+    """A schema at version 9 with data upgrades to 10: the rows stay, the function appears
+    (EXECUTE not granted to PUBLIC), and the next write merges. Migration 10 changes no
+    table, so the version-9 schema is made by writing at 10 and taking the migration back.
+    If this fails, check ``indexes.merge_function_sql``."""
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True, text_search_config="simple")
+    scope = _scope()
+    _seed(store, scope)
+    s = f'"{pg_schema}"'
+    with pg_engine.begin() as conn:
+        conn.execute(text(f"DROP FUNCTION {s}.merge_pending_lists(text)"))
+        conn.execute(text(f"DELETE FROM {s}.schema_migrations WHERE version = 10"))
+    stale = PostgresStore(pg_engine, schema=pg_schema, text_search_config="simple")
+    with pytest.raises(ragport.StoreError):
+        stale.current_generation(scope)  # refused until upgraded
+    assert stale.upgrade() == [10]
+    assert stale.upgrade() == []
+    with pg_engine.connect() as conn:
+        public = conn.execute(
+            text("SELECT has_function_privilege('public', CAST(:f AS regprocedure), 'EXECUTE')"),
+            {"f": f"{s}.merge_pending_lists(text)"},
+        ).scalar_one()
+        definer = conn.execute(
+            text("SELECT prosecdef FROM pg_proc WHERE oid = CAST(:f AS regprocedure)"),
+            {"f": f"{s}.merge_pending_lists(text)"},
+        ).scalar_one()
+    assert public is False and definer is True
+    assert sorted(r.text for r in stale.get_by_source(scope, "a")) == sorted(TEXTS[:6])
+    _add(stale, scope)
+    assert _gin_pending(stale) == 0

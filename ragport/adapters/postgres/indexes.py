@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import zlib
+from collections.abc import Sequence
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -25,7 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ragport.adapters.postgres._driver import translate_errors
 from ragport.domain.errors import RagportError, ValidationError
 
-__all__ = ["HNSW_EF_CONSTRUCTION", "HNSW_M", "VectorIndexes"]
+__all__ = ["HNSW_EF_CONSTRUCTION", "HNSW_M", "VectorIndexes", "merge_function_sql"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -35,6 +36,29 @@ _LOG = logging.getLogger(__name__)
 # gave 0.979-0.99x, at about 2.5x the build and insert time (bench/RESULTS.md, he-retrieve-recall).
 HNSW_M = 24
 HNSW_EF_CONSTRUCTION = 128
+
+
+def merge_function_sql(s: str) -> Sequence[str]:
+    """Migration 10: ``merge_pending_lists(tenant)``, which merges the GIN pending lists of
+    ``records`` (of the tenant's partition, on a partitioned schema) and returns the pages
+    merged. ``gin_clean_pending_list`` needs the index's owner (PostgreSQL 18 too; MAINTAIN
+    is not enough), so the function runs as its owner (SECURITY DEFINER, with a fixed
+    ``search_path``), and EXECUTE is revoked from PUBLIC: the schema's owner grants it to a
+    writer role that does not own the tables."""
+    function = f"{s}.merge_pending_lists(tenant text)"
+    return (
+        f"""CREATE OR REPLACE FUNCTION {function} RETURNS bigint
+            LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+            SELECT coalesce(sum(pg_catalog.gin_clean_pending_list(c.oid)), 0)::bigint
+            FROM pg_catalog.pg_index i
+            JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+            JOIN pg_catalog.pg_am a ON a.oid = c.relam AND a.amname = 'gin'
+            WHERE c.relkind = 'i' AND i.indrelid = coalesce(
+                (SELECT r.tableoid FROM {s}.records r WHERE r.tenant_id = tenant LIMIT 1),
+                '{s}.records'::regclass)
+        $$""",
+        f"REVOKE ALL ON FUNCTION {s}.merge_pending_lists(text) FROM PUBLIC",
+    )
 
 
 class VectorIndexes:
@@ -113,24 +137,16 @@ class VectorIndexes:
         partition) into their trees, in a transaction of its own; returns the pages merged.
 
         Called after a commit, so a failure here loses no write: it is logged (its SQLSTATE
-        only) and the merge is left to autovacuum. A role that may not maintain the table
-        (SQLSTATE 42501: ``gin_clean_pending_list`` needs the table's owner or, from
-        PostgreSQL 17, the MAINTAIN privilege) turns the merge off for this store.
+        only) and the merge is left to autovacuum. A role that may not execute the schema's
+        ``merge_pending_lists`` function (SQLSTATE 42501; migration 10) turns the merge off
+        for this store.
         """
         if not self.merge_pending_lists:
             return 0
         try:
             with translate_errors("merge GIN pending lists"):
                 merged = conn.execute(
-                    text(
-                        "SELECT coalesce(sum(gin_clean_pending_list(c.oid)), 0)::bigint "
-                        "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-                        "JOIN pg_am a ON a.oid = c.relam AND a.amname = 'gin' "
-                        "WHERE c.relkind = 'i' AND i.indrelid = coalesce("
-                        f"(SELECT r.tableoid FROM {self._s}.records r WHERE r.tenant_id = :t "
-                        f"LIMIT 1), CAST(:name AS regclass))"
-                    ),
-                    {"t": tenant_id, "name": f"{self._s}.records"},
+                    text(f"SELECT {self._s}.merge_pending_lists(:t)"), {"t": tenant_id}
                 ).scalar_one()
                 conn.commit()
         except RagportError as exc:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import Connection, text
 
-from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M
+from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M, merge_function_sql
 from ragport.adapters.postgres.queries import impact_function
 from ragport.domain.errors import ValidationError
 
@@ -479,6 +479,7 @@ MIGRATIONS: dict[int, str] = {
     7: "records.tsv_impact: lexemes by impact bucket, GIN indexed (pruned lexical leg)",
     8: "BM25 statistics by write batch (lexical_batches): a source deleted whole, one row",
     9: "retirement as a HOT update: live ids in live_ids, records fillfactor 50",
+    10: "merge_pending_lists(tenant): writers merge GIN pending lists (SECURITY DEFINER)",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -556,6 +557,7 @@ def upgrade(
         7: lambda: _v7(s, _tsv_expression(conn, s)),
         8: lambda: _v8(s),
         9: lambda: _partitioned(s, _v9(s), layout),
+        10: lambda: merge_function_sql(s),
     }
     # Every migration not recorded yet, in order: one that was released after a later one had
     # been applied still runs (each migration is self-contained).

@@ -292,16 +292,26 @@ def tombstones_insert(s: str) -> str:
         "nf AS (SELECT id FROM written WHERE reason = 'forgotten'), "
     )
     # The rows the new ids name, found per id through the indexes on (scope, id), source_id,
-    # lineage and roots (never one big array compared with every row).
+    # lineage and roots (never one big array compared with every row). The lineage and roots
+    # probes run per id whatever the planner thinks of the scope: each is a LATERAL subquery
+    # (OFFSET 0 keeps it one) in which resource and corpus are tested with IS NOT DISTINCT
+    # FROM, which no index serves, so the GIN index is the one that narrows the rows (the
+    # tenant stays an equality: partitions are pruned and Citus routes by it). Planned as a
+    # join, a corpus loaded since the last ANALYZE looked like one row, and the plan compared
+    # every id with every row of it (100,000 ids x 10,000 rows: 9 minutes; bench/RESULTS.md).
     by = f"SELECT n.generation, n.id FROM nf JOIN {s}.records n ON n.tenant_id = :t "
     by += "AND n.resource_id = :r AND n.corpus_id = :c AND "
+    probe = (
+        f"SELECT n.generation, n.id FROM nf CROSS JOIN LATERAL (SELECT generation, id "
+        f"FROM {s}.records WHERE tenant_id = :t "
+        "AND resource_id IS NOT DISTINCT FROM :r AND corpus_id IS NOT DISTINCT FROM :c AND "
+    )
     named = " UNION ".join(
-        by + on
-        for on in (
-            "n.id = nf.id",
-            "n.source_id = nf.id",
-            "n.lineage && ARRAY[nf.id]",
-            "n.roots && ARRAY[nf.id]",
+        (
+            by + "n.id = nf.id",
+            by + "n.source_id = nf.id",
+            probe + "lineage && ARRAY[nf.id] OFFSET 0) n",
+            probe + "roots && ARRAY[nf.id] OFFSET 0) n",
         )
     )
     return with_stats(
