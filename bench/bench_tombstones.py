@@ -9,8 +9,10 @@ of each scope and their ratio (target: 100,000 within 1.1x of 10). Every answer 
 no hit of a forgotten id or source, and both scopes give the same hits.
 
 Run: .venv/bin/python bench/bench_tombstones.py [--store memory|postgres|both] [--rows N]
-[--vector-only]
-(PostgreSQL: an embedded server in a temporary directory, stopped at the end.)
+[--vector-only] [--no-merge]
+(PostgreSQL: an embedded server in a temporary directory, stopped at the end. The queries
+start right after the load, so the fts figure shows the GIN pending lists: merged by the
+writer by default, left to autovacuum with ``--no-merge``.)
 Compare ratios measured in one run: the machine is shared and noisy.
 """
 
@@ -142,6 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--store", choices=("memory", "postgres", "both"), default="both")
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--vector-only", action="store_true", help="skip the hybrid queries")
+    parser.add_argument(
+        "--no-merge",
+        action="store_true",
+        help="PostgreSQL: leave the GIN pending lists to autovacuum (merge_pending_lists=False)",
+    )
     args = parser.parse_args(argv)
     if args.store in ("memory", "both"):
         run(InMemoryStore(), "memory", args.rows, "bm25", not args.vector_only)
@@ -152,7 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             tempfile.TemporaryDirectory(prefix="ragport-bench-tomb-") as tmp,
             embedded_server(Path(tmp) / "data", keep_running=False) as url,
         ):
-            store = PostgresStore(url, schema="bench_tombstones", create=True)
+            store = PostgresStore(
+                url,
+                schema="bench_tombstones",
+                create=True,
+                merge_pending_lists=not args.no_merge,
+            )
             try:
                 run(store, "postgres", args.rows, "fts", not args.vector_only)
             finally:
