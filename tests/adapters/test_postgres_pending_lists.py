@@ -124,9 +124,10 @@ def test_writes_of_other_tenants_partitions_are_merged_per_tenant(stores):
     assert _gin_pending(merging) == 0
 
 
-def test_a_read_only_unit_of_work_does_not_merge(stores, monkeypatch):
-    """A unit of work that only retires (a delete) writes no GIN entry (HOT updates), so it
-    does not call the merge. If this fails, a delete pays for a merge it does not need."""
+def test_only_units_of_work_that_change_rows_merge(stores, monkeypatch):
+    """A unit of work that changes no row of ``records`` (grants only) does not call the
+    merge; a delete (retirement: usually HOT, not for rows on full pages) and an add call it
+    once each. If this fails, a write pays for a merge it does not need, or skips one."""
     merging, _ = stores
     scope = _scope()
     _seed(merging, scope)
@@ -138,10 +139,12 @@ def test_a_read_only_unit_of_work_does_not_merge(stores, monkeypatch):
         return original(self, conn, tenant_id)
 
     monkeypatch.setattr(VectorIndexes, "merge_pending", counting)
-    publish_sources(merging, scope, {"a": None})
+    merging.set_source_access(scope, [ragport.Grant("a", principal_ids=("u1",))])
     assert calls == []
-    _add(merging, scope)
+    publish_sources(merging, scope, {"a": None})
     assert calls == [scope.tenant_id]
+    _add(merging, scope)
+    assert calls == [scope.tenant_id] * 2
 
 
 @pytest.fixture

@@ -99,6 +99,13 @@ def test_dump_restore_round_trip_into_a_fresh_server(
             (pg_schema,),
         ).fetchone()
     assert hnsw == (1,)
+    with psycopg.connect(fresh.url) as conn:
+        public, definer = conn.execute(
+            "SELECT has_function_privilege('public', p.oid, 'EXECUTE'), p.prosecdef "
+            "FROM pg_proc p WHERE p.oid = to_regprocedure(%s)",
+            (f'"{pg_schema}".merge_pending_lists(text)',),
+        ).fetchone()
+    assert (public, definer) == (False, True)  # migration 10's REVOKE survives the restore
     # a second restore over the existing schema is refused, not merged
     with pytest.raises(ValidationError) as caught:
         restore_schema(fresh.url, dump, schema=pg_schema)

@@ -145,6 +145,12 @@ def restore_schema(url: str, path: str | os.PathLike[str], *, schema: str = "rag
     with translate_errors("analyze restored schema"), psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"ANALYZE {quote_schema(schema)}.records")
         conn.execute(f"ANALYZE {quote_schema(schema)}.record_vectors")
+        # --no-privileges restores the merge function with PostgreSQL's default EXECUTE for
+        # PUBLIC; take it back as migration 10 does (dumps from before 10 have no function).
+        merge = f"{quote_schema(schema)}.merge_pending_lists(text)"
+        found = conn.execute("SELECT to_regprocedure(%s)", (merge,)).fetchone()
+        if found is not None and found[0] is not None:
+            conn.execute(f"REVOKE ALL ON FUNCTION {merge} FROM PUBLIC")
 
 
 def copy_schema(

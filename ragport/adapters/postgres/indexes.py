@@ -44,11 +44,14 @@ def merge_function_sql(s: str) -> Sequence[str]:
     merged. ``gin_clean_pending_list`` needs the index's owner (PostgreSQL 18 too; MAINTAIN
     is not enough), so the function runs as its owner (SECURITY DEFINER, with a fixed
     ``search_path``), and EXECUTE is revoked from PUBLIC: the schema's owner grants it to a
-    writer role that does not own the tables."""
+    writer role that does not own the tables. A merge waits for one already running on the
+    same index (another writer's, or autovacuum's) for at most 2 s (``lock_timeout``), then
+    gives up: the committed write is not affected, and the entries are merged later."""
     function = f"{s}.merge_pending_lists(tenant text)"
     return (
         f"""CREATE OR REPLACE FUNCTION {function} RETURNS bigint
-            LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+            LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+            SET lock_timeout = '2s' AS $$
             SELECT coalesce(sum(pg_catalog.gin_clean_pending_list(c.oid)), 0)::bigint
             FROM pg_catalog.pg_index i
             JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid

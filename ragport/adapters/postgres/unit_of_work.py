@@ -98,12 +98,16 @@ class _Records:
     def _retire(self, where: str, generation: int, **params: Any) -> int:
         uow = self._uow
         with translate_errors("retire records"):
-            return int(
+            retired = int(
                 uow.conn.execute(
                     text(statements.retire(uow.s, where)),
                     scope_params(uow.scope, g=generation, p=uow.pointer, **params),
                 ).scalar_one()
             )
+        # Usually a HOT update (no index entry), but not for a row whose page lacks room,
+        # such as every row written before migration 9: merge after those too.
+        uow.wrote_gin_entries = uow.wrote_gin_entries or retired > 0
+        return retired
 
     def retire_source(self, source_id: str, *, generation: int) -> int:
         return self._retire("source_id = :src", generation, src=source_id)
@@ -198,7 +202,9 @@ class _Records:
         return self._count(sql, g=generation)
 
     def restore_above(self, generation: int) -> int:
-        return self._count(statements.restore_above_sql(self._uow.s), g=generation)
+        restored = self._count(statements.restore_above_sql(self._uow.s), g=generation)
+        self._uow.wrote_gin_entries = self._uow.wrote_gin_entries or restored > 0  # as _retire
+        return restored
 
     def purge_retired(self, through: int) -> int:
         uow = self._uow
@@ -358,8 +364,9 @@ class PostgresUnitOfWork:
             int(state.floor),
         )
         self.done = False
-        # Whether a statement wrote GIN entries (rows added, re-keyed or re-linked): commit
-        # then merges the pending lists (``VectorIndexes.merge_pending``).
+        # Whether a statement may have written GIN entries (rows added, retired, restored,
+        # re-keyed or re-linked): commit then merges the pending lists
+        # (``VectorIndexes.merge_pending``).
         self.wrote_gin_entries = False
         self.records = _Records(self)
         self.generations = _Generations(self)
