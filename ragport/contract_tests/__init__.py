@@ -70,7 +70,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.16"
+CONTRACT_VERSION = "1.17"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -117,6 +117,10 @@ CONTRACT_VERSION = "1.16"
 #      SupportsBorrowedQuery): the answer equals guarded_query's, lent records never change,
 #      one snapshot under concurrent writers; ChunkStoreGuardedQueryContract's tests also run
 #      on borrowed_query. Capabilities gains borrowed_query.
+# 1.17 Fix: ChunkStoreBorrowedQueryContract's concurrency test lends one answer before the
+#      writers start and keeps the first answer of each version; up to 1.16 it kept the first
+#      600 lent records, which could all precede the first commit, so a store that changes
+#      lent records at its next commit could pass it.
 
 __all__ = [
     "CONTRACT_VERSION",
