@@ -90,8 +90,8 @@ class PostgresStore(StoreConnections):
     ``PARTITION BY HASH (tenant_id)`` with N partitions; a query names one tenant, so it
     reads one partition.
 
-    ``merge_pending_lists`` (default on): after a unit of work that added, re-keyed or
-    re-linked rows commits, the writer merges the GIN pending lists of ``records`` (of the
+    ``merge_pending_lists`` (default on): after a unit of work that added, retired,
+    restored, re-keyed or re-linked rows commits, the writer merges the GIN pending lists of ``records`` (of the
     tenant's partition) into the indexes, so the next lexical query does not scan the new
     entries one by one. Turn it off to leave the merge to autovacuum (faster bulk loads,
     slower lexical queries until it runs; docs/operations.md, "Limits").
