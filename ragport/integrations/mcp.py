@@ -6,8 +6,13 @@ Two read-only tools:
   section labelled untrusted reference material (``render_untrusted``) as the text content,
   and ``{citations, trust, truncated}`` as structured content; each citation carries the same
   metadata as the retrievers (``hit_metadata``).
-- ``list_sources(limit=50, cursor=None)``: the ingestion-status page of the scope, without the
+- ``list_sources(limit=50, cursor=None)``: the ingestion statuses of the scope, without the
   sources the authorization may not read (nor forgotten ones), and the current generation.
+  Pages are cut from the filtered list: every page but the last holds ``limit`` sources, and
+  its ``cursor`` resumes right after the last source the page shows, so it never names one
+  the caller may not see. Cursors are signed (HMAC-SHA256) with a random key the server draws
+  when it is built: a cursor altered, forged (the status store's own format included) or
+  issued by another server (or before a restart) is a tool error.
 
 The scope and the authorization are the server's, fixed by the host when it builds the server
 (``ragport mcp --corpus ... --principal ... --group ...``). No tool argument names a principal,
@@ -18,8 +23,13 @@ and message, which never carry document text.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import hashlib
+import hmac
 import os
+import secrets
 import sys
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
@@ -39,9 +49,10 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from ragport.application.context import render_untrusted
 from ragport.application.retrieval import QUERY_MAX_CHARS
 from ragport.application.status import list_ingestion_status
-from ragport.domain.errors import RagportError
+from ragport.domain.errors import RagportError, StoreError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS
 from ragport.domain.model import Authorization, Scope
+from ragport.domain.status import IngestionStatus, StatusPage
 from ragport.integrations._common import BoundRetrieval, hit_metadata
 from ragport.ports.embedder import Embedder
 from ragport.ports.status import IngestionStatusStore
@@ -55,6 +66,9 @@ __all__ = [
 ]
 
 _STATUS_PAGE_MAX = 200  # the hard ceiling of list_ingestion_status
+_CURSOR_MAX = 4_096  # characters of a cursor argument
+_CURSOR_DOMAIN = b"ragport-mcp-list-sources-cursor-v1\x00"
+_CUT_ATTEMPTS = 3
 
 
 class TrustLabels(BaseModel):
@@ -107,6 +121,47 @@ def _tool_error(exc: RagportError) -> ToolError:
     field = getattr(exc, "field", None)
     where = f" (field {field})" if field else ""
     return ToolError(f"{type(exc).__name__} [{exc.code}]{where}: {exc}")
+
+
+class _CursorSigner:
+    """Wraps the status store's cursor in an HMAC-SHA256 signature under a per-server key.
+
+    The wrapped cursor always resumes after a row the caller was shown, so signing (not
+    encrypting) is enough: the signature stops forged and tampered cursors, the payload holds
+    nothing the caller has not seen.
+    """
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+
+    def _mac(self, payload: bytes) -> bytes:
+        return hmac.new(self._key, _CURSOR_DOMAIN + payload, hashlib.sha256).digest()
+
+    def wrap(self, inner: str | None) -> str | None:
+        if inner is None:
+            return None
+        payload = inner.encode()
+        return f"{_b64(payload)}.{_b64(self._mac(payload))}"
+
+    def unwrap(self, cursor: str | None) -> str | None:
+        if cursor is None:
+            return None
+        head, dot, tail = cursor.partition(".")
+        try:
+            payload, mac = _unb64(head), _unb64(tail)
+        except (binascii.Error, ValueError):
+            raise ValidationError("cursor is malformed", field="cursor") from None
+        if not dot or not hmac.compare_digest(mac, self._mac(payload)):
+            raise ValidationError("cursor was not issued by this server", field="cursor")
+        return payload.decode()
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 def _strict(fn: Callable[..., Any], *, name: str, description: str) -> Tool:
@@ -183,27 +238,65 @@ def build_server(
             structured_content=output.model_dump(mode="json"),
         )
 
+    signer = _CursorSigner()
+
+    def readable(items: tuple[IngestionStatus, ...], withheld: frozenset[str]) -> list[int]:
+        """Positions in ``items`` of the sources the server's caller may read."""
+        keep = [n for n, i in enumerate(items) if i.source_id not in withheld]
+        if authorization is None or not keep:
+            return keep
+        decisions = store.check_source_access(
+            scope, [items[n].source_id for n in keep], authorization
+        )
+        return [
+            n for n in keep if (d := decisions.get(items[n].source_id)) is not None and d.allowed
+        ]
+
+    def visible_page(
+        statuses: IngestionStatusStore, limit: int, start: str | None
+    ) -> tuple[list[IngestionStatus], str | None]:
+        """Up to ``limit`` readable statuses after ``start`` and the status cursor right after
+        the last of them (``None`` at the end): status pages are read until ``limit`` readable
+        rows are found or the statuses end, so a short page is always the last one."""
+
+        def status_page(size: int, cursor: str | None) -> StatusPage:
+            return list_ingestion_status(store=statuses, scope=scope, limit=size, cursor=cursor)
+
+        withheld = store.list_invalidated_ids(scope)
+        for _ in range(_CUT_ATTEMPTS):
+            kept: list[IngestionStatus] = []
+            cursor = start
+            while True:
+                page = status_page(_STATUS_PAGE_MAX, cursor)
+                shown = readable(page.items, withheld)
+                need = limit - len(kept)
+                if len(shown) < need or (len(shown) == need and shown[-1] == len(page.items) - 1):
+                    kept += [page.items[n] for n in shown]
+                    if page.cursor is None or len(kept) == limit:
+                        return kept, page.cursor
+                    cursor = page.cursor
+                    continue
+                # More readable rows than needed, or withheld rows after the last needed one:
+                # read the page again up to that row, so the cursor resumes right after it.
+                last = shown[need - 1]
+                cut = status_page(last + 1, cursor)
+                if cut.items and cut.items[-1].source_id == page.items[last].source_id:
+                    return kept + [page.items[n] for n in shown[:need]], cut.cursor
+                break  # the statuses changed between the two reads: start the page again
+        raise StoreError("the ingestion statuses kept changing while a page was read")
+
     def list_sources(
         limit: Annotated[
             int, Field(ge=1, le=_STATUS_PAGE_MAX, strict=True, description="Sources per page")
         ] = DEFAULT_LIMITS.status_page,
-        cursor: Annotated[str | None, Field(description="From a previous page")] = None,
+        cursor: Annotated[
+            str | None, Field(max_length=_CURSOR_MAX, description="From a previous page")
+        ] = None,
     ) -> SourcesOutput:
         if status_store is None:
             raise ToolError("this server has no ingestion-status store")
         try:
-            page = list_ingestion_status(
-                store=status_store, scope=scope, limit=limit, cursor=cursor
-            )
-            withheld = store.list_invalidated_ids(scope)
-            items = [i for i in page.items if i.source_id not in withheld]
-            if authorization is not None and items:
-                decisions = store.check_source_access(
-                    scope, [i.source_id for i in items], authorization
-                )
-                items = [
-                    i for i in items if (d := decisions.get(i.source_id)) is not None and d.allowed
-                ]
+            items, after = visible_page(status_store, limit, signer.unwrap(cursor))
             generation = store.current_generation(scope)
         except RagportError as exc:
             raise _tool_error(exc) from exc
@@ -221,7 +314,7 @@ def build_server(
                 )
                 for i in items
             ],
-            cursor=page.cursor,
+            cursor=signer.wrap(after),
         )
 
     tools = [
