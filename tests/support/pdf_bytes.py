@@ -5,13 +5,75 @@ page is one ``Tj``), Flate-compressed content streams and a correct xref table. 
 arguments make the hostile variants the tests need: an ``/Encrypt`` dictionary, a page tree
 that claims many pages, pages without text (an image only), a stream that inflates past any
 cap, a content stream that keeps pdfminer busy.
+
+``manual(pages, size=None)`` is a realistic document for size and speed tests: every page a
+heading, 45 lines of varied words and a footer naming the page; with ``size=`` each page also
+carries an uncompressed figure (an image XObject of incompressible bytes, which pdfminer's
+text extraction never decodes) so the file comes out at ``size`` bytes (within 1%).
 """
 
 from __future__ import annotations
 
+import random
 import zlib
 
-__all__ = ["pdf"]
+__all__ = ["manual", "manual_page", "pdf"]
+
+_VOCABULARY = [
+    "policy",
+    "leave",
+    "approval",
+    "manager",
+    "request",
+    "days",
+    "notice",
+    "records",
+    "travel",
+    "expense",
+    "receipt",
+    "hotel",
+    "train",
+    "booking",
+    "security",
+    "badge",
+    "office",
+    "payroll",
+    "benefit",
+    "review",
+    "quarter",
+    "budget",
+    "contract",
+    "supplier",
+    "invoice",
+    "warranty",
+    "maintenance",
+    "schedule",
+    "inspection",
+    "safety",
+    "valve",
+    "pressure",
+    "sensor",
+    "calibration",
+    "firmware",
+    "update",
+    "network",
+    "gateway",
+    "password",
+    "rotation",
+    "audit",
+    "retention",
+    "archive",
+    "escalation",
+    "incident",
+    "response",
+    "backup",
+    "restore",
+    "capacity",
+    "threshold",
+    "alarm",
+    "operator",
+    "shift",
+]
 
 
 def _escape(text: str) -> bytes:
@@ -35,6 +97,7 @@ def pdf(
     image_only: bool = False,
     bomb_bytes: int = 0,
     busy_ops: int = 0,
+    figure_bytes: int = 0,
 ) -> bytes:
     objects: list[bytes] = []
 
@@ -65,6 +128,20 @@ def pdf(
             if busy_ops and number == 0:
                 body += b"\n" + b"0 0 m 1 1 l S\n" * busy_ops
             resources = b"<< /Font << /F1 %d 0 R >> >>" % font
+            if figure_bytes:
+                pixels = random.Random(number).randbytes(figure_bytes)
+                image = add(
+                    b"<< /Type /XObject /Subtype /Image /Width %d /Height 1 /ColorSpace"
+                    b" /DeviceGray /BitsPerComponent 8 /Length %d >>\nstream\n"
+                    % (figure_bytes, figure_bytes)
+                    + pixels
+                    + b"\nendstream"
+                )
+                body += b"\nq 400 0 0 100 72 40 cm /Fig1 Do Q"
+                resources = b"<< /Font << /F1 %d 0 R >> /XObject << /Fig1 %d 0 R >> >>" % (
+                    font,
+                    image,
+                )
         if bomb_bytes and number == 0:
             body += b"\n%" + b" " * bomb_bytes
         content = add(stream(body))
@@ -106,3 +183,23 @@ def pdf(
         xref,
     )
     return bytes(out)
+
+
+def manual_page(number: int, pages: int, lines: int = 43) -> str:
+    """The text of page ``number`` (1-based) of a ``manual`` with ``pages`` pages."""
+    rng = random.Random(number)
+    out = [f"Section {number}: {rng.choice(_VOCABULARY)} {rng.choice(_VOCABULARY)}"]
+    for _ in range(lines):
+        out.append(" ".join(rng.choice(_VOCABULARY) for _ in range(rng.randint(8, 12))))
+    out.append(f"Page {number} of {pages}")
+    return "\n".join(out)
+
+
+def manual(pages: int, *, size: int | None = None, lines: int = 43) -> bytes:
+    """A ``pages``-page manual, padded with one figure per page to ``size`` bytes if given."""
+    texts = [manual_page(n, pages, lines) for n in range(1, pages + 1)]
+    plain = pdf(texts)
+    if size is None or size <= len(plain):
+        return plain
+    overhead = len(pdf(texts, figure_bytes=1)) - len(plain) - pages  # per-figure dictionaries
+    return pdf(texts, figure_bytes=max(1, (size - len(plain) - overhead) // pages))

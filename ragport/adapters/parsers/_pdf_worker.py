@@ -1,8 +1,9 @@
 """The PDF extraction that runs in a worker process (pdfminer cannot be interrupted).
 
-Run as a script (``python -I _pdf_worker.py``), so the child imports only the standard
-library and pdfminer (not ragport, not the host's ``__main__``). It reads one JSON line of
-settings then the PDF bytes from stdin, and writes one JSON object to stdout:
+Run as a script by ``_worker.run_worker`` (``python -I``, under ``RLIMIT_AS``), so the child
+imports only the standard library and pdfminer (not ragport, not the host's ``__main__``).
+It reads one JSON line of settings then the PDF bytes from stdin, and writes one JSON object
+to stdout:
 ``{"pages": [...]}`` or ``{"error": reason, "detail": ...}`` where ``detail`` is a count or an
 exception type name, never document text. JSON, not pickle: the parent must not execute what
 a child that read hostile bytes sends back. Flate streams inflate
@@ -133,22 +134,10 @@ def extract_pages(data: bytes, *, max_pages: int, max_inflated: int) -> tuple[st
     return tuple(pages)
 
 
-def _limit_memory(max_bytes: int) -> None:
-    try:
-        import resource
-
-        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard == resource.RLIM_INFINITY or hard > max_bytes:
-            resource.setrlimit(resource.RLIMIT_AS, (max_bytes, hard))
-    except (ImportError, ValueError, OSError):  # pragma: no cover - not on every platform
-        pass
-
-
 def main() -> int:
     """Read settings and bytes from stdin, write one JSON answer to stdout."""
     settings = json.loads(sys.stdin.buffer.readline())
     data = sys.stdin.buffer.read()
-    _limit_memory(int(settings["max_memory"]))
     answer: dict[str, Any]
     try:
         pages = extract_pages(
@@ -163,8 +152,10 @@ def main() -> int:
         answer = {"error": "malformed", "detail": "RecursionError"}
     except Exception as exc:  # the parent turns this into ParseError(reason="malformed")
         answer = {"error": "malformed", "detail": type(exc).__name__}
-    sys.stdout.write(json.dumps(answer))
-    sys.stdout.flush()
+    # UTF-8 with lone surrogates passed through, as the parent decodes it: the text arrives
+    # exactly as pdfminer produced it, at one to four bytes a character.
+    sys.stdout.buffer.write(json.dumps(answer, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    sys.stdout.buffer.flush()
     return 0
 
 

@@ -1,22 +1,21 @@
 """PDF on pdfminer.six, in a worker process that is killed at the deadline.
 
 pdfminer has no way to stop a parse from outside, and a hostile PDF can keep it busy for
-minutes, so extraction runs in a child process: ``python -I _pdf_worker.py`` (the standard
-library and pdfminer only; about 0.1 s to start). The parent feeds it the bytes and waits;
-at ``timeout_s`` or on abort it kills the child and reaps it before raising. No
+minutes, so extraction runs in a child process: ``_pdf_worker.py`` under ``python -I`` (the
+standard library and pdfminer only; about 0.1-0.2 s to start), through ``_worker.run_worker``:
+the bytes go over on a writer thread and stdin is closed, the answer comes back on a reader
+thread, and at ``timeout_s`` or on abort the child is killed and reaped before raising. No
 ``multiprocessing``: its spawn and forkserver modes re-import the host's ``__main__`` in the
 child, and ``fork`` is unsafe in a threaded host.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from ragport.adapters.parsers._common import BaseParser, Deadline, check_abort
+from ragport.adapters.parsers._common import BaseParser, Deadline
+from ragport.adapters.parsers._worker import run_worker
 from ragport.domain.errors import ParseError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
 from ragport.ports.documents import ParsedDocument
@@ -25,7 +24,6 @@ from ragport.ports.runtime import Abort
 __all__ = ["PdfParser"]
 
 _WORKER = Path(__file__).with_name("_pdf_worker.py")
-_POLL_S = 0.05  # how often abort is looked at while the worker runs
 _BASE_MEMORY = 1 << 30  # address space for the interpreter and pdfminer, besides the streams
 _MESSAGES = {
     "encrypted": "the PDF is encrypted; ragport does not decrypt documents",
@@ -83,50 +81,21 @@ class PdfParser(BaseParser):
     def _extract(
         self, data: bytes, deadline: Deadline, abort: Abort | None, media_type: str | None
     ) -> tuple[Any, ...]:
-        settings = {
-            "max_pages": self._max_pages,
-            "max_inflated": self._max_inflated,
-            "max_memory": _BASE_MEMORY + 4 * self._max_inflated,
-        }
-        payload: bytes | None = json.dumps(settings).encode() + b"\n" + data
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-I", str(_WORKER)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-            )
-        except OSError as exc:  # no usable interpreter (an embedded host's sys.executable)
-            raise ParseError(
-                f"the PDF worker could not start ({type(exc).__name__})",
-                reason="worker",
-                media_type=media_type,
-            ) from None
-        try:
-            while True:
-                remaining = deadline.remaining()
-                if remaining <= 0:
-                    raise ParseError(
-                        f"parsing took longer than {self.timeout_s:g} s",
-                        reason="timeout",
-                        media_type=media_type,
-                    )
-                try:
-                    out, _ = process.communicate(payload, timeout=min(remaining, _POLL_S))
-                    break
-                except subprocess.TimeoutExpired:
-                    payload = None  # already handed over; a retry must not send it again
-                    check_abort(abort)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-        try:
-            answer = json.loads(out)
-        except ValueError:
-            return ("error", "malformed", f"worker exit code {process.returncode}")
-        if isinstance(answer, dict) and isinstance(answer.get("pages"), list):
+        settings = {"max_pages": self._max_pages, "max_inflated": self._max_inflated}
+        answer = run_worker(
+            _WORKER,
+            settings,
+            data,
+            deadline=deadline,
+            abort=abort,
+            memory_bytes=_BASE_MEMORY + 4 * self._max_inflated,
+            # Text comes from content streams (inflated ones at most max_inflated bytes), at
+            # most 4 bytes a character in UTF-8: four times both is more than any real PDF.
+            max_answer_bytes=4 * (self._max_inflated + self.max_bytes),
+            media_type=media_type,
+        )
+        if isinstance(answer.get("pages"), list):
             return ("ok", answer["pages"])
-        if isinstance(answer, dict) and isinstance(answer.get("error"), str):
+        if isinstance(answer.get("error"), str):
             return ("error", answer["error"], str(answer.get("detail") or ""))
         return ("error", "malformed", "unexpected worker answer")
