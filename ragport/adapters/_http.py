@@ -1,9 +1,10 @@
-"""Helpers shared by the HTTP adapters (embedders, rerankers): URL policy, secrets, checks,
-the POST itself, and reading its answer.
+"""Helpers shared by the HTTP adapters (embedders, rerankers, the web loader, the Drive
+connector): URL policy, secrets, checks, the POST itself, and reading its answer.
 
 Not an adapter of its own: the small validation rules every httpx-based adapter applies
 before any socket opens, and one function per concern after it: ``post_json`` (the request,
-failing with ``HttpFailure``), ``failure_error`` (that failure as the adapter's own error),
+failing with ``HttpFailure``), ``read_body`` (the one capped reader of every streamed answer
+body), ``failure_error`` (that failure as the adapter's own error),
 ``parse_json`` (the body as JSON), ``place_by_index`` (answers that name their input by
 ``index``, in input order). The adapter passes its error class (or a partial of it that
 fills the class's fields) and raises the result with ``raise_unchained``: no error chains
@@ -39,6 +40,7 @@ __all__ = [
     "parse_json",
     "place_by_index",
     "post_json",
+    "read_body",
     "refuse_constant",
 ]
 
@@ -208,7 +210,8 @@ class HttpFailure(Exception):
     """What went wrong with one POST, for the calling adapter to map to its own error.
 
     ``kind`` is ``status`` (non-2xx; ``status`` set), ``too_large`` (body past the byte
-    ceiling), ``timeout`` or ``transport``; ``detail`` is an exception type name at most.
+    ceiling), ``encoding`` (a ``Content-Encoding`` other than identity, which was never asked
+    for), ``timeout`` or ``transport``; ``detail`` is an exception type name at most.
     Carries no URL path, key, request or response text.
     """
 
@@ -239,7 +242,8 @@ def post_json(
     deadline: float,
     max_bytes: int,
 ) -> bytes:
-    """POST ``payload`` as JSON and return the 2xx body, read under ``max_bytes`` by streaming.
+    """POST ``payload`` as JSON and return the 2xx body, read by :func:`read_body` (raw bytes
+    under ``max_bytes``; any ``Content-Encoding`` but identity refused).
 
     The deadline is checked between body chunks too (httpx's timeout is per read). Raises
     :class:`HttpFailure`; never follows redirects (the clients are built without them).
@@ -254,28 +258,46 @@ def post_json(
         headers["Authorization"] = f"Bearer {api_key.reveal()}"
     # ensure_ascii: lone surrogates in a text are escaped rather than failing to encode.
     content = json.dumps(payload, ensure_ascii=True, allow_nan=False).encode("ascii")
-    chunks: list[bytes] = []
     try:
         with client.stream(
             "POST", url, content=content, headers=headers, timeout=timeout_s
         ) as response:
             if not 200 <= response.status_code < 300:
                 raise HttpFailure("status", status=response.status_code)
-            declared = response.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                raise HttpFailure("too_large")
-            size = 0
-            for chunk in response.iter_bytes():
-                size += len(chunk)
-                if size > max_bytes:
-                    raise HttpFailure("too_large")
-                if time.monotonic() > deadline:
-                    raise HttpFailure("timeout")
-                chunks.append(chunk)
+            return read_body(response, max_bytes=max_bytes, deadline=deadline)
     except httpx.TimeoutException as exc:
         raise HttpFailure("timeout", detail=type(exc).__name__) from exc
     except (httpx.HTTPError, httpx.StreamError) as exc:
         raise HttpFailure("transport", detail=type(exc).__name__) from exc
+
+
+def read_body(response: Any, *, max_bytes: int, deadline: float | None = None) -> bytes:
+    """The body of a streamed httpx ``response`` as the bytes that arrived, under ``max_bytes``.
+
+    Raw bytes only (``iter_raw``): httpx's ``iter_bytes``/``read`` decode each raw chunk whole
+    before a caller can count it, so a 50 kB zstd answer could become a 1 GiB allocation.
+    ragport always sends ``Accept-Encoding: identity``, so any other ``Content-Encoding``
+    (gzip, deflate, br, zstd, or one httpx does not know) was never asked for and is refused
+    on the header: ``HttpFailure("encoding")``, before a byte of the body is read. A declared
+    ``Content-Length`` past ``max_bytes`` is refused unread, a body growing past it as soon as
+    it does (``too_large``); ``deadline`` (``time.monotonic()``) is checked between chunks
+    (``timeout``). httpx's own exceptions pass through for the caller to map.
+    """
+    encodings = response.headers.get_list("content-encoding", split_commas=True)
+    if any(value.strip().lower() not in ("", "identity") for value in encodings):
+        raise HttpFailure("encoding")
+    declared = response.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise HttpFailure("too_large")
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_raw():
+        size += len(chunk)
+        if size > max_bytes:
+            raise HttpFailure("too_large")
+        if deadline is not None and time.monotonic() > deadline:
+            raise HttpFailure("timeout")
+        chunks.append(chunk)
     return b"".join(chunks)
 
 
@@ -302,6 +324,11 @@ def failure_error(
         )
     if failure.kind == "status":
         return error(f"{service} server {host} answered HTTP {failure.status}")
+    if failure.kind == "encoding":
+        return error(
+            f"{service} server {host} answered with a Content-Encoding other than the identity "
+            "ragport asked for"
+        )
     if failure.kind == "timeout":
         detail = f" ({failure.detail})" if failure.detail else ""
         return error(f"{service} server {host} did not answer within {within}{detail}")

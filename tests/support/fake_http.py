@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["FakeServer", "Reply", "relevance", "start", "stop"]
+__all__ = ["FakeServer", "Reply", "bomb", "relevance", "start", "stop"]
 
 
 @attrs.define
@@ -120,3 +120,50 @@ def relevance(query: str, document: str) -> float:
     """A deterministic stand-in for a cross-encoder: shared words, then a CRC tie-breaker."""
     shared = len(set(query.lower().split()) & set(document.lower().split()))
     return shared + (zlib.crc32(document.encode()) % 1000) / 10_000
+
+
+_ZEROS = bytes(1 << 20)
+
+
+def _deflate_bomb(wbits: int, inflated: int) -> bytes:
+    """``inflated`` zero bytes (a multiple of 1 MiB) as one gzip (wbits 31) or zlib (15)
+    stream, built from one 1 MiB block compressed once: after a full flush the compressor's
+    state is reset, so every further block compresses to the same bytes and is repeated."""
+    blocks = inflated >> 20
+    compressor = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    first = compressor.compress(_ZEROS) + compressor.flush(zlib.Z_FULL_FLUSH)
+    repeat = compressor.compress(_ZEROS) + compressor.flush(zlib.Z_FULL_FLUSH)
+    end = compressor.flush(zlib.Z_FINISH)
+    if wbits > 15:  # gzip trailer: CRC-32 and size mod 2**32, little-endian
+        crc = 0
+        for _ in range(blocks):
+            crc = zlib.crc32(_ZEROS, crc)
+        end = end[:-8] + crc.to_bytes(4, "little") + (inflated & 0xFFFFFFFF).to_bytes(4, "little")
+    else:  # zlib trailer: Adler-32, big-endian
+        adler = 1
+        for _ in range(blocks):
+            adler = zlib.adler32(_ZEROS, adler)
+        end = end[:-4] + adler.to_bytes(4, "big")
+    return first + repeat * (blocks - 1) + end
+
+
+def bomb(encoding: str, inflated: int = 1 << 30) -> bytes:
+    """A body that decodes to ``inflated`` zero bytes under ``Content-Encoding: encoding``,
+    without ever holding them: ``gzip`` and ``deflate`` (~1 MB for 1 GiB), ``gzip, gzip``
+    (gzip of that: ~2 kB), ``zstd`` (one 1 MiB frame repeated: ~50 kB; zstandard is an
+    httpx extra here). ``br`` is junk: the brotli module is not installed, and a client that
+    refuses unasked-for encodings refuses on the header alone."""
+    if encoding == "gzip":
+        return _deflate_bomb(31, inflated)
+    if encoding == "deflate":
+        return _deflate_bomb(15, inflated)
+    if encoding == "gzip, gzip":
+        compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+        return compressor.compress(_deflate_bomb(31, inflated)) + compressor.flush()
+    if encoding == "zstd":
+        import zstandard
+
+        return zstandard.ZstdCompressor(level=1).compress(_ZEROS) * (inflated >> 20)
+    if encoding == "br":
+        return b"\xff" * 32_768
+    raise ValueError(encoding)

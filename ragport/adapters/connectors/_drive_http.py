@@ -2,7 +2,10 @@
 
 429, 5xx and Drive's 403 rate limits are retried with bounded exponential backoff honouring
 ``Retry-After``; a 401 asks the token provider for a fresh token once; HTTP 410, or 400/404 on
-a page token, is ``SyncCursorError``; bodies are streamed under ``max_bytes``. The token
+a page token, is ``SyncCursorError``; bodies are streamed as raw bytes under ``max_bytes``
+(``ragport.adapters._http.read_body``: any ``Content-Encoding`` but the identity asked for is
+``LoadError(reason="encoding")`` before a byte is decoded); an answer that is not a JSON
+object, or nests too deeply to parse, is ``LoadError(reason="malformed")``. The token
 travels only in the ``Authorization`` header, and no error is chained (httpx's exceptions
 hold the request).
 """
@@ -15,9 +18,16 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ragport.adapters._http import HttpFailure, read_body
 from ragport.domain.errors import LoadError, SyncCursorError, raise_unchained
 
 __all__ = ["DriveHttp"]
+
+
+_FAILURES = {  # read_body's failure kinds -> the LoadError message (the kind is the reason)
+    "too_large": "the answer is over max_bytes={max_bytes}",
+    "encoding": "Drive answered with a Content-Encoding other than the identity asked for",
+}
 
 
 class _Unauthorized(Exception):
@@ -105,27 +115,16 @@ class DriveHttp:
             ) as response:
                 if response.status_code == 401:
                     raise _Unauthorized
-                chunks: list[bytes] = []
-                size = 0
-                if 200 <= response.status_code < 300:
-                    declared = response.headers.get("content-length")
-                    if (
-                        declared is not None
-                        and declared.isdigit()
-                        and int(declared) > self._max_bytes
-                    ):
-                        raise LoadError(
-                            f"the file is over max_bytes={self._max_bytes}", reason="too_large"
-                        )
-                for chunk in response.iter_bytes():
-                    size += len(chunk)
-                    if size > self._max_bytes:
-                        raise LoadError(
-                            f"the file is over max_bytes={self._max_bytes}", reason="too_large"
-                        )
-                    chunks.append(chunk)
-                return response.status_code, response.headers, b"".join(chunks)
-        except (_Unauthorized, LoadError):
+                return (
+                    response.status_code,
+                    response.headers,
+                    read_body(response, max_bytes=self._max_bytes),
+                )
+        except HttpFailure as failure:
+            error = LoadError(
+                _FAILURES[failure.kind].format(max_bytes=self._max_bytes), reason=failure.kind
+            )
+        except _Unauthorized:
             raise
         except httpx.TimeoutException as exc:
             error = LoadError(
@@ -143,7 +142,7 @@ class DriveHttp:
         body, _ = self._get(path, params, what=what, cursor=cursor)
         try:
             data = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's stack
             data = None
         if not isinstance(data, dict):
             raise LoadError(f"Drive answered malformed JSON for {what}", reason="malformed")
@@ -160,6 +159,6 @@ def _rate_limited(body: bytes) -> bool:
     try:
         data = json.loads(body)
         reasons = {e.get("reason") for e in data["error"]["errors"]}
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
         return False
     return bool(reasons & {"rateLimitExceeded", "userRateLimitExceeded"})

@@ -6,9 +6,12 @@ IP literals); the host is resolved once with ``resolver``; every address must be
 (IPv4-mapped IPv6 unwrapped first); the request then goes to that address, with the original
 ``Host`` header and, for https, the original name as TLS SNI and certificate name (the
 ``sni_hostname`` extension of httpcore), so no second DNS lookup can rebind it; no connection
-is kept alive, since the pool would reuse one verified for another name on the same address. Redirects are
-followed by hand (at most ``max_redirects``), each hop checked again. The body streams under
-``max_bytes``; no proxy from the environment is used.
+is kept alive, since the pool would reuse one verified for another name on the same address.
+Redirects are followed by hand (at most ``max_redirects``), each hop checked again. The body
+streams as raw bytes under ``max_bytes`` (``ragport.adapters._http.read_body``); the request
+asks for ``Accept-Encoding: identity`` and any other ``Content-Encoding`` in the answer is
+``LoadError(reason="encoding")`` before a byte is decoded; no proxy from the environment is
+used.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
+from ragport.adapters._http import HttpFailure, read_body
 from ragport.domain.documents import DOCX, base_media_type, media_type_for
-from ragport.domain.errors import LoadError, UrlRejectedError, ValidationError
+from ragport.domain.errors import LoadError, UrlRejectedError, ValidationError, raise_unchained
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
 from ragport.ports.documents import LoadedDocument
 
@@ -44,6 +48,11 @@ Resolver = Callable[[str], Iterable[str]]
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _NUMERIC_HOST = re.compile(r"[0-9a-fx.]+", re.I)  # 2130706433, 0x7f.1, 127.1: inet_aton forms
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_FAILURES = {  # read_body's failure kinds -> the LoadError message (the kind is the reason)
+    "too_large": "the body is over max_bytes={max_bytes}",
+    "encoding": "the server answered with a Content-Encoding other than the identity asked for",
+    "timeout": "the download took too long",
+}
 
 
 def system_resolver(host: str) -> list[str]:
@@ -240,30 +249,20 @@ class WebFetchDocumentLoader:
             raise LoadError(
                 f"media type {str(media_type)[:80]!r} is not allowed", reason="media_type"
             )
-        length = response.headers.get("content-length")
-        if length and length.isdigit() and int(length) > self._max_bytes:
-            raise LoadError(
-                f"the body is {length} bytes, over max_bytes={self._max_bytes}", reason="too_large"
-            )
-        parts: list[bytes] = []
-        size = 0
         try:
-            for part in response.iter_bytes():
-                size += len(part)
-                if size > self._max_bytes:
-                    raise LoadError(
-                        f"the body is over max_bytes={self._max_bytes}", reason="too_large"
-                    )
-                if time.monotonic() > deadline:
-                    raise LoadError("the download took too long", reason="timeout")
-                parts.append(part)
-        except httpx.HTTPError as exc:
+            body = read_body(response, max_bytes=self._max_bytes, deadline=deadline)
+        except HttpFailure as failure:
+            message = _FAILURES[failure.kind].format(max_bytes=self._max_bytes)
+            raise_unchained(LoadError(message, reason=failure.kind))
+        except httpx.TimeoutException as exc:
+            raise LoadError("the server did not answer in time", reason="timeout") from exc
+        except (httpx.HTTPError, httpx.StreamError) as exc:
             raise LoadError(
                 f"the download failed ({type(exc).__name__})", reason="transport"
             ) from exc
         final = str(url)
         return LoadedDocument(
-            b"".join(parts),
+            body,
             header or media_type,
             None,
             {"url": final, "citation": final, "untrusted": True},
