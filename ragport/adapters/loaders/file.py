@@ -1,11 +1,17 @@
-"""``FileDocumentLoader``: regular files under one root, never outside it."""
+"""``FileDocumentLoader``: regular files under one root, never outside it.
+
+``resolve`` finds the real path (symlinks inside the root are allowed); ``load`` then opens
+that path component by component under the root's descriptor without following any symlink
+(``ragport.adapters._files``), so a folder swapped for a symlink after ``resolve`` is refused,
+and a FIFO cannot block the open.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from ragport.adapters._files import read_regular_file
+from ragport.adapters._files import read_file_under
 from ragport.domain.documents import media_type_for
 from ragport.domain.errors import LoadError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
@@ -16,12 +22,14 @@ __all__ = ["FileDocumentLoader"]
 
 class FileDocumentLoader:
     """Reads files under ``root`` only: a path that resolves outside it (through ``..`` or a
-    symlink) is ``LoadError(reason="outside_root")``.
+    symlink), or that meets a symlink when it is opened, is ``LoadError(reason="outside_root")``.
 
     ``load(path)`` takes a path relative to the root (or an absolute one inside it); the media
     type comes from the suffix; ``source_id`` is the resolved path relative to the root in
     POSIX form, so ``a/../b.md`` and ``b.md`` are one source. Files over ``max_bytes`` are
-    ``LoadError(reason="too_large")`` without being read.
+    ``LoadError(reason="too_large")`` without being read; a missing path (or one holding a
+    NUL) is ``not_found``; a folder, FIFO, socket or device is ``not_a_file``; a permission or
+    I/O error is ``unreadable``.
     """
 
     def __init__(
@@ -46,7 +54,8 @@ class FileDocumentLoader:
         candidate = path if path.is_absolute() else self._root / path
         try:
             resolved = candidate.resolve(strict=True)
-        except (OSError, RuntimeError):  # missing, a symlink loop, a permission problem
+        # missing, a symlink loop, a permission problem, a NUL in the path (ValueError)
+        except (OSError, RuntimeError, ValueError):
             raise LoadError("no such file under the root", reason="not_found") from None
         if not resolved.is_relative_to(self._root):
             raise LoadError("the path resolves outside the loader's root", reason="outside_root")
@@ -58,6 +67,7 @@ class FileDocumentLoader:
 
     def load(self, uri: str) -> LoadedDocument:
         resolved = self.resolve(uri)
-        data = read_regular_file(resolved, self._max_bytes)
-        source_id = resolved.relative_to(self._root).as_posix()
+        relative = resolved.relative_to(self._root)
+        data = read_file_under(self._root, relative.parts, self._max_bytes)
+        source_id = relative.as_posix()
         return LoadedDocument(data, media_type_for(resolved.name), source_id, {"path": source_id})
