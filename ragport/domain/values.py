@@ -18,6 +18,7 @@ from ragport.domain.errors import ValidationError
 
 __all__ = [
     "ID_MAX",
+    "METADATA_INT_LIMIT",
     "SCOPE_ID_MAX",
     "copy_frozen",
     "freeze_metadata",
@@ -29,6 +30,11 @@ __all__ = [
 ]
 
 SCOPE_ID_MAX = 256
+METADATA_INT_LIMIT = 10**308
+"""Metadata integers must lie strictly between ``-METADATA_INT_LIMIT`` and ``METADATA_INT_LIMIT``
+(at most 308 decimal digits): inside the range of a finite double, so a JSON reader that
+parses numbers as doubles reads a finite number, and far below the 640 digits that are the
+lowest integer-to-text limit Python can be set to (``sys.set_int_max_str_digits``)."""
 ID_MAX = 1_024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
@@ -92,7 +98,8 @@ def freeze_metadata(value: Mapping[str, Any] | None, *, field: str = "metadata")
     """A deep copy of ``value`` holding JSON types only: no aliasing, nothing coerced.
 
     Keys must be strings (``json.dumps`` would turn ``1`` and ``None`` into ``"1"`` and
-    ``"null"`` and silently drop a colliding value); numbers must be finite; strings (keys and
+    ``"null"`` and silently drop a colliding value); numbers must be finite, integers of
+    magnitude below ``METADATA_INT_LIMIT`` (10**308); strings (keys and
     values, at any depth) must not hold NUL or lone surrogates. Tuples become lists and
     subclasses of str, int and float their base type, as a JSON round trip would make them.
     """
@@ -131,6 +138,8 @@ def _freeze_value(value: object, field: str, path: set[int]) -> Any:
             raise ValidationError(f"{field} strings must not contain {problem}", field=field)
         return str.__str__(value)
     if isinstance(value, int):
+        if not -METADATA_INT_LIMIT < value < METADATA_INT_LIMIT:
+            raise ValidationError(f"{field} integers must have at most 308 digits", field=field)
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
