@@ -15,22 +15,37 @@
 5. In one unit of work: one generation staged for the page; deleted and withheld sources
    retired; each changed source's rows retired and its new rows added; grants set from each
    item's access (skipped and failed items too: a revocation never waits for content; withheld
-   and deleted sources get an empty grant); the pointer published; commit. At the end of a
-   bootstrap the page also retires the sources the full listing no longer contains (the sweep).
-6. Record ingestion status: ``indexed``/``current`` (written or unchanged), ``failed``/
+   and deleted sources get an empty grant); the pointer published. At the end of a bootstrap
+   the page also retires the sources the full listing no longer contains (the sweep).
+6. Still in that unit of work, compare-and-set the checkpoint from the version read, then
+   commit: the page and its checkpoint commit or fail together. A checkpoint store that
+   ``SupportsCheckpointsInUnitOfWork`` for this store's unit of work makes this exact
+   (PostgreSQL: one transaction; in memory: the scope's writer lock). Otherwise the version is
+   read again inside the unit of work and compare-and-set right after the commit, which leaves
+   a window; such a pair must run one worker per scope (docs/sync.md). A lost compare-and-set
+   (another worker advanced the checkpoint) rolls the page back and stops this worker at once:
+   ``SyncResult.lost``, nothing written. A crash before the commit replays the page on the
+   next run: unchanged items are skipped by their skip key, so the replay writes the same rows.
+7. Record ingestion status: ``indexed``/``current`` (written or unchanged), ``failed``/
    ``stale``, ``failed``/``unavailable`` (withheld); deleted sources lose their status.
-7. Only now compare-and-set the checkpoint from the version read. A crash before this point
-   replays the page on the next run: unchanged items are skipped by their skip key, so the
-   replay writes the same rows. A lost compare-and-set (another worker advanced the
-   checkpoint) stops this worker at once: ``SyncResult.lost``.
 8. Repeat until the listing is exhausted (a bootstrap ends after its last page), ``max_pages``
    pages were committed, or the caller aborts.
+
+Failed and withheld items are retried: the checkpoint keeps them (``retry``: attempts and the
+earliest next try) until they succeed or are deleted upstream. A run in ``changes`` mode with
+a retry due starts with one full listing (a bootstrap that keeps what is known; unchanged
+items are skipped by their skip key), at most once a run. The first retry is due at once (the
+next run), then after 1, 2, 4, ... minutes, at most one hour apart.
+
+Any exception raised while one item is loaded, parsed or chunked is that item's failure (it
+keeps its previous version); only abort, store and embedder failures sink the page.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Literal, cast
 
 import attrs
@@ -49,10 +64,12 @@ from ragport.application._support import (
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
 from ragport.domain.errors import (
-    LoadError,
-    ParseError,
+    AbortedError,
+    CapabilityError,
+    EmbedderError,
+    EmbedderMismatchError,
+    StoreError,
     SyncCursorError,
-    UrlRejectedError,
     ValidationError,
 )
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
@@ -63,16 +80,34 @@ from ragport.ports.documents import LoadedDocument, Parser
 from ragport.ports.embedder import Embedder
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
 from ragport.ports.status import IngestionStatusStore
-from ragport.ports.store import ChunkStore, SupportsPreparation, supports
-from ragport.ports.sync import CheckpointStore, Connector, Page, Upsert
+from ragport.ports.store import ChunkStore, SupportsPreparation, UnitOfWork, supports
+from ragport.ports.sync import (
+    CheckpointStore,
+    Connector,
+    Page,
+    SupportsCheckpointsInUnitOfWork,
+    Upsert,
+)
 
 __all__ = ["SyncResult", "sync_knowledge"]
 
 STATE_VERSION = 1
 WITHHELD_ERROR = "withheld by the host access mapping"
-# What fails one item and not the page: the item's own bytes, type or size. A store, embedder
-# or abort failure sinks the page (nothing committed, the page replays).
-ITEM_ERRORS = (LoadError, ParseError, UrlRejectedError, ValidationError, OSError, UnicodeError)
+# What sinks the page rather than one item (nothing committed, the page replays): the caller's
+# abort, the store, the embedder. Any other exception from loading, parsing or chunking one item
+# (a parser's RecursionError or MemoryError included) is that item's failure.
+PAGE_ERRORS = (AbortedError, StoreError, EmbedderError, EmbedderMismatchError, CapabilityError)
+# Retry backoff of failed and withheld items: the first retry at once (the next run), then
+# 1, 2, 4, ... minutes after the last failure, at most RETRY_MAX_S apart.
+RETRY_BASE_S = 60
+RETRY_MAX_S = 3600
+
+
+def retry_delay(attempts: int) -> timedelta:
+    """How long after its ``attempts``-th failure an item is tried again."""
+    if attempts <= 1:
+        return timedelta(0)
+    return timedelta(seconds=min(RETRY_BASE_S * 2 ** min(attempts - 2, 16), RETRY_MAX_S))
 
 
 @attrs.frozen
@@ -85,7 +120,8 @@ class SyncResult:
     kept). ``cursor`` is the connector cursor the checkpoint now holds, ``exhausted`` whether
     the listing was read to its end, ``bootstrapped`` whether a full listing ran (the first
     sync or after a cursor error), ``lost`` whether another worker advanced the checkpoint
-    first (this worker then stopped; its last page was already committed, idempotently).
+    first (this worker then stopped and its page was rolled back: it wrote nothing).
+    ``retrying`` is how many failed or withheld items the checkpoint keeps for a retry.
     """
 
     pages: int
@@ -99,6 +135,7 @@ class SyncResult:
     swept: int = 0
     bootstrapped: bool = False
     lost: bool = False
+    retrying: int = 0
 
 
 @attrs.frozen
@@ -107,19 +144,27 @@ class _State:
     cursor: str | None
     known: frozenset[str] = frozenset()
     seen: frozenset[str] = frozenset()
+    # source id -> (failed attempts, earliest next try as an ISO 8601 instant)
+    retry: Mapping[str, tuple[int, str]] = attrs.field(factory=dict)
 
     def encode(self) -> str:
-        return json.dumps(
-            {
-                "v": STATE_VERSION,
-                "mode": self.mode,
-                "cursor": self.cursor,
-                "known": sorted(self.known),
-                "seen": sorted(self.seen),
-            },
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
+        state: dict[str, Any] = {
+            "v": STATE_VERSION,
+            "mode": self.mode,
+            "cursor": self.cursor,
+            "known": sorted(self.known),
+            "seen": sorted(self.seen),
+        }
+        if self.retry:
+            state["retry"] = {k: list(v) for k, v in sorted(self.retry.items())}
+        return json.dumps(state, separators=(",", ":"), ensure_ascii=False)
+
+    def retry_due(self, now: datetime) -> bool:
+        return any(_instant(at) <= now for _, at in self.retry.values())
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text)
 
 
 START = _State("bootstrap", None)
@@ -142,9 +187,36 @@ def _decode_state(text: str | None) -> _State:
         and all(isinstance(i, str) for i in raw["known"] + raw["seen"])
         and (raw["mode"] == "bootstrap" or isinstance(raw.get("cursor"), str))
     )
-    if not ok:
+    retry = _decode_retry(raw.get("retry", {})) if ok else None
+    if not ok or retry is None:
         raise SyncCursorError("the stored sync checkpoint is malformed", reason="malformed")
-    return _State(raw["mode"], raw["cursor"], frozenset(raw["known"]), frozenset(raw["seen"]))
+    return _State(
+        raw["mode"], raw["cursor"], frozenset(raw["known"]), frozenset(raw["seen"]), retry
+    )
+
+
+def _decode_retry(raw: object) -> dict[str, tuple[int, str]] | None:
+    if not isinstance(raw, dict):
+        return None
+    retry: dict[str, tuple[int, str]] = {}
+    for source_id, entry in raw.items():
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and isinstance(entry[0], int)
+            and not isinstance(entry[0], bool)
+            and entry[0] >= 1
+            and isinstance(entry[1], str)
+        ):
+            return None
+        try:
+            when = _instant(entry[1])
+        except ValueError:
+            return None
+        if when.tzinfo is None:
+            return None
+        retry[source_id] = (entry[0], entry[1])
+    return retry
 
 
 @attrs.frozen
@@ -171,6 +243,7 @@ class _PageOutcome:
     failed: tuple[str, ...]
     deleted: tuple[str, ...]
     swept: int
+    wrote: bool = True
 
 
 @attrs.define
@@ -249,8 +322,15 @@ class _Run:
             )
         )
 
-    def apply(self, page: Page, sweep: Sequence[str]) -> _PageOutcome:
-        """Steps 3 to 6 for one page; returns what it committed."""
+    def apply(
+        self,
+        page: Page,
+        sweep: Sequence[str],
+        settle: Callable[[UnitOfWork, _PageOutcome], bool],
+    ) -> _PageOutcome | None:
+        """Steps 3 to 7 for one page: what it committed, or ``None`` when ``settle`` (the
+        checkpoint's compare-and-set, called inside the unit of work before its commit) lost
+        and the page was rolled back."""
         upserts: dict[str, Upsert] = {}
         for upsert in page.upserts:
             upserts[upsert.source_id] = upsert  # the last listing of an id wins
@@ -276,11 +356,25 @@ class _Run:
             grants.append(Grant(source_id, access.principal_ids, access.group_ids))
             try:
                 prepared, size = self.prepare(upsert)
-            except ITEM_ERRORS as exc:
+            except PAGE_ERRORS:
+                raise
+            except Exception as exc:  # the item's own failure, whatever raised it
                 failed[source_id] = (self.redact.error(exc), 0)
                 continue
             if prepared.unchanged:
                 skipped[source_id] = (size, prepared.stored)
+            elif any(r.kind != "chunk" for r in self.store.get_by_source(self.scope, source_id)):
+                # The id names a derived record, which cannot take chunks: this item fails,
+                # not the page (the unit of work checks again, against a racing writer).
+                failed[source_id] = (
+                    self.redact.error(
+                        ValidationError(
+                            "source_id already names a derived record in this scope",
+                            field="source_id",
+                        )
+                    ),
+                    0,
+                )
             else:
                 changed.append((prepared, size))
 
@@ -338,7 +432,19 @@ class _Run:
             revoked = [Grant(s) for s in dict.fromkeys([*deletions, *sweep, *withheld])]
             if grants or revoked:
                 uow.grants.set([*grants, *revoked])
+            outcome = _PageOutcome(
+                upserted=tuple(p.source_id for p, _ in changed),
+                skipped=tuple(skipped),
+                withheld=tuple(withheld),
+                failed=tuple(failed),
+                deleted=tuple(deleted),
+                swept=swept,
+                wrote=bool(changed or visible or grants or revoked),
+            )
             check_abort(self.abort)
+            if not settle(uow, outcome):
+                span.set_attribute("rag.sync.lost", True)
+                return None  # leaving without commit rolls the page back
             uow.commit()
             span.set_attribute("rag.sync.upserted", len(changed))
         for prepared, size in changed:
@@ -354,22 +460,28 @@ class _Run:
         if self.status_store is not None:
             for source_id in [*deletions, *sweep]:
                 self.status_store.delete(self.scope, source_id)
-        return _PageOutcome(
-            upserted=tuple(p.source_id for p, _ in changed),
-            skipped=tuple(skipped),
-            withheld=tuple(withheld),
-            failed=tuple(failed),
-            deleted=tuple(deleted),
-            swept=swept,
-        )
+        return outcome
 
 
-def _next_state(state: _State, page: Page, outcome: _PageOutcome) -> _State:
+def _next_retry(
+    retry: Mapping[str, tuple[int, str]], outcome: _PageOutcome, page: Page, now: datetime
+) -> dict[str, tuple[int, str]]:
+    """Failed and withheld items count one more attempt; what succeeded or is gone drops."""
+    done = {*outcome.upserted, *outcome.skipped, *page.deletions, *outcome.deleted}
+    nxt = {k: v for k, v in retry.items() if k not in done}
+    for source_id in (*outcome.failed, *outcome.withheld):
+        attempts = nxt[source_id][0] + 1 if source_id in nxt else 1
+        nxt[source_id] = (attempts, (now + retry_delay(attempts)).isoformat())
+    return nxt
+
+
+def _next_state(state: _State, page: Page, outcome: _PageOutcome, now: datetime) -> _State:
     present = {*outcome.upserted, *outcome.skipped, *outcome.failed}
     gone = {*page.deletions, *outcome.withheld, *outcome.deleted} - present
     known = (state.known | present) - gone
+    retry = _next_retry(state.retry, outcome, page, now)
     if state.mode == "changes":
-        return _State("changes", page.cursor or state.cursor, known)
+        return _State("changes", page.cursor or state.cursor, known, retry=retry)
     seen = state.seen | {u.source_id for u in page.upserts}
     if page.exhausted:
         if page.cursor is None:
@@ -377,12 +489,15 @@ def _next_state(state: _State, page: Page, outcome: _PageOutcome) -> _State:
                 "the last bootstrap page must carry the cursor changes start from",
                 field="cursor",
             )
-        return _State("changes", page.cursor, known)
+        # What the full listing no longer holds cannot be retried.
+        return _State(
+            "changes", page.cursor, known, retry={k: v for k, v in retry.items() if k in seen}
+        )
     if page.cursor is None:
         raise ValidationError(
             "a bootstrap page that is not the last needs a cursor", field="cursor"
         )
-    return _State("bootstrap", page.cursor, known, seen)
+    return _State("bootstrap", page.cursor, known, seen, retry)
 
 
 def sync_knowledge(
@@ -493,11 +608,42 @@ def sync_knowledge(
             exhausted=exhausted,
             bootstrapped=bootstrapped,
             lost=lost,
+            retrying=len(state.retry),
             **totals,
         )
 
+    joined = isinstance(checkpoints, SupportsCheckpointsInUnitOfWork)
+    new_state: _State = state
+    settled_after: str | None = None
+    page = Page()
+
+    def settle(uow: UnitOfWork, outcome: _PageOutcome) -> bool:
+        """Step 6 inside the page's unit of work: compare-and-set the next state (computed
+        here, so a malformed page cursor rolls the page back too)."""
+        nonlocal new_state, settled_after
+        new_state = _next_state(state, page, outcome, run.clock.now())
+        settled_after = None
+        if not (outcome.wrote or new_state != state or version == 0):
+            return True  # nothing to commit, nothing to move
+        if joined and cast(SupportsCheckpointsInUnitOfWork, checkpoints).joins(uow):
+            return cast(SupportsCheckpointsInUnitOfWork, checkpoints).compare_and_set_in(
+                uow, connector_id, scope, version, new_state.encode()
+            )
+        # A checkpoint store that cannot join this unit of work: refuse a page another worker
+        # already moved past, and compare-and-set right after the commit.
+        if checkpoints.get(connector_id, scope).version != version:
+            return False
+        settled_after = new_state.encode()
+        return True
+    retried = False
+
     while max_pages is None or totals["pages"] < max_pages:
         check_abort(abort)
+        if state.mode == "changes" and not retried and state.retry_due(run.clock.now()):
+            # Failed or withheld items are due: one full listing finds them again (unchanged
+            # items are skipped by their skip key); what it no longer lists is swept.
+            retried = True
+            state = _State("bootstrap", None, state.known, retry=state.retry)
         mode = state.mode
         try:
             if mode == "bootstrap":
@@ -510,7 +656,7 @@ def sync_knowledge(
                 raise
             # One full listing from the start; what it no longer lists is swept at its end.
             restarted = True
-            state = _State("bootstrap", None, state.known)
+            state = _State("bootstrap", None, state.known, retry=state.retry)
             continue
         if not isinstance(page, Page):
             raise ValidationError("the connector did not return a Page", field="connector")
@@ -521,8 +667,9 @@ def sync_knowledge(
         if mode == "bootstrap" and page.exhausted:
             listed = state.seen | {u.source_id for u in page.upserts}
             sweep = sorted(state.known - listed)
-        outcome = run.apply(page, sweep)
-        new_state = _next_state(state, page, outcome)
+        outcome = run.apply(page, sweep, settle)
+        if outcome is None:
+            return result(exhausted=False, lost=True)  # rolled back: nothing written
         totals["pages"] += 1
         totals["upserted"] += len(outcome.upserted)
         totals["skipped"] += len(outcome.skipped)
@@ -532,9 +679,12 @@ def sync_knowledge(
         totals["swept"] += outcome.swept
         counts["done"] = counts["listed"]
         report()
-        if new_state != state or version == 0:
-            if not checkpoints.compare_and_set(connector_id, scope, version, new_state.encode()):
+        if settled_after is not None:
+            # Not joined: the page is committed; a lost compare-and-set now stops this worker.
+            if not checkpoints.compare_and_set(connector_id, scope, version, settled_after):
                 return result(exhausted=False, lost=True)
+            version += 1
+        elif outcome.wrote or new_state != state or version == 0:
             version += 1
         state = new_state
         if page.exhausted:

@@ -302,6 +302,16 @@ def ingest_files(
                 seconds=tick() - started,
             )
             continue
+        except Exception as exc:  # a parser's RecursionError, MemoryError...: this file only
+            yield FileOutcome(
+                shown,
+                candidate.source_id,
+                "failed",
+                reason="internal",
+                error=type(exc).__name__,  # a foreign message may quote the document
+                seconds=tick() - started,
+            )
+            continue
         yield FileOutcome(
             shown,
             candidate.source_id,

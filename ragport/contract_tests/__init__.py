@@ -61,7 +61,10 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.plugin",
 )
 
-from ragport.contract_tests.checkpoint_store import CheckpointStoreContract  # noqa: E402
+from ragport.contract_tests.checkpoint_store import (  # noqa: E402
+    CheckpointInUnitOfWorkContract,
+    CheckpointStoreContract,
+)
 from ragport.contract_tests.chunk_store import ChunkStoreContract  # noqa: E402
 from ragport.contract_tests.connector import ConnectorContract, ConnectorHarness  # noqa: E402
 from ragport.contract_tests.derived import DerivedArtifactHandlerContract  # noqa: E402
@@ -121,9 +124,13 @@ CONTRACT_VERSION = "1.17"
 #      writers start and keeps the first answer of each version; up to 1.16 it kept the first
 #      600 lent records, which could all precede the first commit, so a store that changes
 #      lent records at its next commit could pass it.
+# 1.18 CheckpointInUnitOfWorkContract (checkpoint stores that SupportsCheckpointsInUnitOfWork):
+#      a compare-and-set inside a chunk store's unit of work commits and rolls back with it;
+#      racing units of work, one winner.
 
 __all__ = [
     "CONTRACT_VERSION",
+    "CheckpointInUnitOfWorkContract",
     "CheckpointStoreContract",
     "ChunkStoreContract",
     "ConnectorContract",

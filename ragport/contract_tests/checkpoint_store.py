@@ -16,15 +16,16 @@ Override a test only by wrapping it in ``pytest.mark.xfail(reason=...)``.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
 from ragport.contract_tests._base import ContractSuite, required_fixture
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
-from ragport.ports.sync import Checkpoint, CheckpointStore
+from ragport.ports.sync import Checkpoint, CheckpointStore, SupportsCheckpointsInUnitOfWork
 
-__all__ = ["CheckpointStoreContract"]
+__all__ = ["CheckpointInUnitOfWorkContract", "CheckpointStoreContract"]
 
 SCOPE = Scope("contract-tenant", "contract-resource", "contract-corpus")
 OTHER_CORPUS = Scope("contract-tenant", "contract-resource", "contract-corpus-2")
@@ -226,3 +227,92 @@ class CheckpointStoreContract(ContractSuite):
         module-level store, a table not truncated, a class attribute).
         """
         _assert_empty(checkpoint_store)
+
+
+class CheckpointInUnitOfWorkContract(ContractSuite):
+    """A checkpoint store that ``SupportsCheckpointsInUnitOfWork`` commits and rolls back with
+    the chunk store's unit of work, so a sync page and its checkpoint are one step.
+
+    Fixture ``joined_checkpoints``: yield ``(checkpoint_store, chunk_store)``, both empty, that
+    share a transaction (e.g. one PostgreSQL database and schema), and clean up.
+    """
+
+    joined_checkpoints = required_fixture(
+        "CheckpointInUnitOfWorkContract",
+        "joined_checkpoints",
+        "yield (checkpoint_store, chunk_store), both empty and sharing a unit of work",
+    )
+
+    def test_joins_its_store_and_nothing_else(self, joined_checkpoints: Any) -> None:
+        """``joins`` accepts the paired store's unit of work and refuses a foreign object.
+
+        If this fails, check ``joins``: it must recognise the store's unit of work (same
+        database and schema) and say False for anything else.
+        """
+        checkpoints, store = joined_checkpoints
+        assert isinstance(checkpoints, SupportsCheckpointsInUnitOfWork)
+        assert checkpoints.joins(object()) is False
+        with store.unit_of_work(SCOPE) as uow:
+            assert checkpoints.joins(uow) is True
+
+    def test_a_joined_cas_lands_only_when_the_unit_of_work_commits(
+        self, joined_checkpoints: Any
+    ) -> None:
+        """Inside the unit of work the CAS returns True; once it commits ``get`` reads the
+        cursor at version 1, and a CAS of a rolled-back unit of work leaves nothing.
+
+        If this fails, check that ``compare_and_set_in`` writes through the unit of work's
+        transaction (its connection), not a connection or lock of its own.
+        """
+        checkpoints, store = joined_checkpoints
+        with store.unit_of_work(SCOPE) as uow:
+            assert checkpoints.compare_and_set_in(uow, CONNECTOR, SCOPE, 0, "rolled-back")
+            # leaving without commit rolls back
+        assert checkpoints.get(CONNECTOR, SCOPE) == Checkpoint(None, 0)
+        with store.unit_of_work(SCOPE) as uow:
+            assert checkpoints.compare_and_set_in(uow, CONNECTOR, SCOPE, 0, "kept")
+            uow.commit()
+        assert checkpoints.get(CONNECTOR, SCOPE) == Checkpoint("kept", 1)
+        with store.unit_of_work(SCOPE) as uow:
+            assert checkpoints.compare_and_set_in(uow, CONNECTOR, SCOPE, 0, "stale") is False
+            uow.commit()
+        assert checkpoints.get(CONNECTOR, SCOPE) == Checkpoint("kept", 1)
+
+    def test_racing_units_of_work_exactly_one_wins(self, joined_checkpoints: Any) -> None:
+        """Two threads each open a unit of work and CAS from version 1; the first holds its
+        unit of work open for a moment before committing. Exactly one CAS returns True and the
+        stored cursor is the winner's.
+
+        If this fails, check that the second CAS waits for the first unit of work (a row lock
+        or the scope's writer lock) and then sees the version it moved to.
+        """
+        checkpoints, store = joined_checkpoints
+        assert checkpoints.compare_and_set(CONNECTOR, SCOPE, 0, "start")
+        results: dict[int, bool] = {}
+        first_in = threading.Event()
+
+        def worker(n: int) -> None:
+            if n == 1:
+                assert first_in.wait(10)
+            with store.unit_of_work(SCOPE) as uow:
+                won = checkpoints.compare_and_set_in(uow, CONNECTOR, SCOPE, 1, f"worker-{n}")
+                if n == 0:
+                    first_in.set()
+                    threading.Event().wait(0.3)  # the other worker races in meanwhile
+                results[n] = won
+                uow.commit()
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert results == {0: True, 1: False}, results
+        assert checkpoints.get(CONNECTOR, SCOPE) == Checkpoint("worker-0", 2)
+
+    def test_isolation_canary(self, joined_checkpoints: Any) -> None:
+        """Collected last: the fixture still yields an empty checkpoint store.
+
+        If this fails, check that ``joined_checkpoints`` does not share state between tests.
+        """
+        _assert_empty(joined_checkpoints[0])

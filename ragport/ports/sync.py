@@ -3,9 +3,11 @@
 A ``Connector`` lists an external system (a folder, a Drive) as pages of upserts and
 deletions; a ``CheckpointStore`` keeps, per (connector id, scope), the cursor the last
 committed page ended at, behind a version that only a compare-and-set moves. ``sync_knowledge``
-(``ragport.application.sync``) joins them: it commits each page to the chunk store in one unit
-of work and only then compare-and-sets the cursor, so a crash replays the page and a second
-worker that loses the race stops. ``ConnectorContract`` and ``CheckpointStoreContract``
+(``ragport.application.sync``) joins them: each page and its checkpoint commit or fail
+together. A checkpoint store that ``SupportsCheckpointsInUnitOfWork`` for the chunk store's
+unit of work compare-and-sets inside it (PostgreSQL: the same transaction; in memory: under
+the scope's writer lock, right before a commit that cannot fail), so a second worker that
+loses the race writes nothing and stops, and a crash replays the page. ``ConnectorContract`` and ``CheckpointStoreContract``
 (``ragport.contract_tests``) check the promises below.
 """
 
@@ -21,7 +23,14 @@ from ragport.domain.model import Scope, validate_id
 from ragport.domain.sync import Access
 from ragport.ports.documents import LoadedDocument
 
-__all__ = ["Checkpoint", "CheckpointStore", "Connector", "Page", "Upsert"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointStore",
+    "Connector",
+    "Page",
+    "SupportsCheckpointsInUnitOfWork",
+    "Upsert",
+]
 
 
 def _source_id(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
@@ -139,4 +148,32 @@ class CheckpointStore(Protocol):
 
     def delete(self, connector_id: str, scope: Scope) -> bool:
         """Forget the checkpoint (the next sync bootstraps); whether one existed."""
+        ...
+
+
+@runtime_checkable
+class SupportsCheckpointsInUnitOfWork(Protocol):
+    """A checkpoint store whose compare-and-set can join a chunk store's unit of work.
+
+    Promises (checked by ``CheckpointInUnitOfWorkContract``):
+
+    - ``joins(uow)`` says whether ``compare_and_set_in(uow, ...)`` makes the checkpoint
+      commit exactly when ``uow`` commits: the same database transaction, or (a process-local
+      store) a unit of work that serializes the scope's writers and whose commit cannot fail.
+      It is False for a unit of work of another backend, database or schema.
+    - ``compare_and_set_in(uow, connector_id, scope, expected_version, cursor)`` has the
+      semantics of ``compare_and_set`` but its effect is part of ``uow``: rolled back with it,
+      visible to ``get`` only once it commits. Of two workers whose units of work race with
+      the same expected version, exactly one returns True (the other waits for the first
+      to finish, then sees the new version).
+    """
+
+    def joins(self, uow: object) -> bool:
+        """Whether ``compare_and_set_in`` commits and rolls back with ``uow``."""
+        ...
+
+    def compare_and_set_in(
+        self, uow: object, connector_id: str, scope: Scope, expected_version: int, cursor: str
+    ) -> bool:
+        """``compare_and_set`` as part of ``uow`` (which ``joins`` must accept)."""
         ...

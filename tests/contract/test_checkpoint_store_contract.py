@@ -7,10 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from ragport.adapters.memory import InMemoryCheckpointStore
-from ragport.contract_tests import CheckpointStoreContract
+from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStore
+from ragport.contract_tests import CheckpointInUnitOfWorkContract, CheckpointStoreContract
 from ragport.contract_tests.checkpoint_store import CONNECTOR, OTHER_CORPUS, SCOPE
 from ragport.ports.sync import Checkpoint
+
+FAILURE = (AssertionError, pytest.fail.Exception)
 
 
 class TestInMemoryCheckpointStore(CheckpointStoreContract):
@@ -25,6 +27,68 @@ class TestPostgresCheckpointStore(CheckpointStoreContract):
         from ragport.adapters.postgres import PostgresCheckpointStore
 
         yield PostgresCheckpointStore(pg_engine, schema=pg_schema, create=True)
+
+
+class TestInMemoryCheckpointsInUnitOfWork(CheckpointInUnitOfWorkContract):
+    @pytest.fixture
+    def joined_checkpoints(self):
+        yield InMemoryCheckpointStore(), InMemoryStore()
+
+
+class TestPostgresCheckpointsInUnitOfWork(CheckpointInUnitOfWorkContract):
+    @pytest.fixture
+    def joined_checkpoints(self, pg_engine, pg_schema):
+        from ragport.adapters.postgres import PostgresCheckpointStore, PostgresStore
+
+        store = PostgresStore(pg_engine, schema=pg_schema, create=True)
+        yield PostgresCheckpointStore(pg_engine, schema=pg_schema), store
+
+
+def test_postgres_checkpoints_do_not_join_another_schema(pg_engine, pg_schema):
+    """A checkpoint store of another schema on the same server does not join the unit of
+    work (its table is not the one the unit of work writes).
+
+    If this fails, check PostgresCheckpointStore.joins: it compares schema and server.
+    """
+    from sqlalchemy import text
+
+    from ragport.adapters.postgres import PostgresCheckpointStore, PostgresStore
+
+    other = pg_schema + "_other"
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True)
+    try:
+        foreign = PostgresCheckpointStore(pg_engine, schema=other, create=True)
+        mine = PostgresCheckpointStore(pg_engine, schema=pg_schema)
+        with store.unit_of_work(SCOPE) as uow:
+            assert mine.joins(uow) is True
+            assert foreign.joins(uow) is False
+        assert InMemoryCheckpointStore().joins(object()) is False
+    finally:
+        with pg_engine.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{other}" CASCADE'))
+
+
+class DetachedStore(InMemoryCheckpointStore):
+    """Claims to join but compare-and-sets at once, outside the unit of work."""
+
+    def compare_and_set_in(self, uow, connector_id, scope, expected_version, cursor):
+        return self.compare_and_set(connector_id, scope, expected_version, cursor)
+
+
+def test_the_joined_contract_catches_a_detached_store():
+    """A store whose joined CAS ignores the unit of work fails the rollback test.
+
+    If this fails, CheckpointInUnitOfWorkContract no longer checks that a rolled-back unit
+    of work leaves the checkpoint unchanged.
+    """
+    suite = CheckpointInUnitOfWorkContract()
+    with pytest.raises(FAILURE):
+        suite.test_a_joined_cas_lands_only_when_the_unit_of_work_commits(
+            (DetachedStore(), InMemoryStore())
+        )
+    suite.test_a_joined_cas_lands_only_when_the_unit_of_work_commits(
+        (InMemoryCheckpointStore(), InMemoryStore())
+    )
 
 
 class UnconditionalStore:
@@ -44,9 +108,6 @@ class UnconditionalStore:
 
     def delete(self, connector_id, scope):
         return self.items.pop(scope.corpus_id.rstrip("-2"), None) is not None
-
-
-FAILURE = (AssertionError, pytest.fail.Exception)
 
 
 @pytest.mark.parametrize(

@@ -263,7 +263,8 @@ class AdvancedMeanwhile:
 
 
 def test_lost_cas_stops_the_worker(stores):
-    """A lost compare-and-set ends the run after the page it committed: lost=True, no page 2."""
+    """A checkpoint store that cannot join the unit of work and loses its compare-and-set after
+    the commit ends the run after that page: lost=True, no page 2."""
     connector = DictConnector(ITEMS)
     result = sync(
         Stores(stores.store, AdvancedMeanwhile(stores.checkpoints), stores.status), connector

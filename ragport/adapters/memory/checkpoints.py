@@ -1,10 +1,17 @@
-"""In-memory CheckpointStore: versioned cursors behind one lock."""
+"""In-memory CheckpointStore: versioned cursors behind one lock.
+
+It joins an in-memory store's unit of work (``SupportsCheckpointsInUnitOfWork``): such a unit
+of work holds its scope's writer lock from start to commit and its commit cannot fail, so a
+compare-and-set checked inside it and written when it commits is atomic with the page.
+"""
 
 from __future__ import annotations
 
 import threading
 
 from ragport.adapters._checkpoints import check_cas_args, check_checkpoint_args
+from ragport.adapters.memory.unit_of_work import InMemoryUnitOfWork
+from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
 from ragport.ports.sync import Checkpoint
 
@@ -34,6 +41,38 @@ class InMemoryCheckpointStore:
                 return False
             self._items[(connector_id, scope)] = Checkpoint(cursor, expected_version + 1)
             return True
+
+    def joins(self, uow: object) -> bool:
+        """Whether ``uow`` is an in-memory unit of work (scope-serialized, infallible commit)."""
+        return isinstance(uow, InMemoryUnitOfWork)
+
+    def compare_and_set_in(
+        self, uow: object, connector_id: str, scope: Scope, expected_version: int, cursor: str
+    ) -> bool:
+        """Check the version now; store the cursor when ``uow`` commits (never if it rolls
+        back). Another joined call for the same scope cannot run in between: it waits for
+        this unit of work's writer lock."""
+        check_checkpoint_args(connector_id, scope)
+        check_cas_args(expected_version, cursor)
+        if not isinstance(uow, InMemoryUnitOfWork) or uow.scope != scope:
+            raise ValidationError(
+                "compare_and_set_in needs an in-memory unit of work of the same scope",
+                field="uow",
+            )
+        key = (connector_id, scope)
+        with self._lock:
+            if self._items.get(key, Checkpoint(None, 0)).version != expected_version:
+                return False
+
+        def install() -> None:
+            with self._lock:
+                # A bare compare_and_set of the same key in between (not a sync worker: those
+                # join a unit of work of this scope and wait) wins; the page then replays.
+                if self._items.get(key, Checkpoint(None, 0)).version == expected_version:
+                    self._items[key] = Checkpoint(cursor, expected_version + 1)
+
+        uow.add_commit_hook(install)
+        return True
 
     def delete(self, connector_id: str, scope: Scope) -> bool:
         check_checkpoint_args(connector_id, scope)

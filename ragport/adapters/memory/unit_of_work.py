@@ -287,6 +287,7 @@ class InMemoryUnitOfWork:
         self._install = install
         self._snap = snapshot.copy()
         self._done = False
+        self._commit_hooks: list[Callable[[], None]] = []
         self.records = _Records(self)
         self.generations = _Generations(self)
         self.grants = _Grants(self)
@@ -297,6 +298,16 @@ class InMemoryUnitOfWork:
             raise ValidationError("unit of work already finished", field="unit_of_work")
         self._install(self.scope, self._snap)
         self._done = True
+        for hook in self._commit_hooks:
+            hook()
+
+    def add_commit_hook(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` right after this unit of work commits (never if it rolls back): what a
+        process-local store joins to the commit (``InMemoryCheckpointStore.compare_and_set_in``).
+        The hook must not raise."""
+        if self._done:
+            raise ValidationError("unit of work already finished", field="unit_of_work")
+        self._commit_hooks.append(hook)
 
     def rollback(self) -> None:
         self._done = True
