@@ -3,7 +3,8 @@
 ``FakeDrive`` holds files (id, name, mimeType, parents, trashed, content, driveId,
 permissions), a change log, and knobs: ``tokens`` (valid bearer tokens), ``fail_next`` (a
 list of ``Reply`` objects answered before the real one: 429 with Retry-After, 503, ...),
-``expired_below`` (changes page tokens below it answer 410). It answers:
+``expired_below`` (changes page tokens below it answer 410), ``tamper`` (``(path, query,
+reply) -> Reply``: rewrites each authorized answer, for hostile-answer tests). It answers:
 
 - ``GET /drive/v3/files/root``, ``GET /drive/v3/files?q='<id>' in parents and trashed = false``
   (``pageSize``, ``pageToken``; shared-drive items only with ``supportsAllDrives``,
@@ -19,6 +20,7 @@ import itertools
 import json
 import re
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -57,6 +59,7 @@ class FakeDrive:
             "parents": [],
         }
         self.downloads: list[str] = []
+        self.tamper: Callable[[str, dict[str, str], Reply], Reply] | None = None
 
     # -- building the drive -------------------------------------------------------------------
 
@@ -139,7 +142,8 @@ class FakeDrive:
             parts = urlsplit(request["path"])
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             path = unquote(parts.path)
-            return self._route(path, query)
+            reply = self._route(path, query)
+            return reply if self.tamper is None else self.tamper(path, query, reply)
 
     def _visible(self, file: dict[str, Any], query: dict[str, str]) -> bool:
         drive_id = file.get("driveId")

@@ -16,7 +16,12 @@ Drive v3 over httpx:
   ``ParseError(reason="unsupported_type")`` without a download; other files with
   ``alt=media``, streamed under ``max_bytes``. Shortcuts are never followed (the target, when
   it is inside the folder, is listed on its own).
-- HTTP 410, or 400 on a page token, is ``SyncCursorError``; 429, 5xx and Drive's 403 rate
+- HTTP 410, or 400 on a page token, is ``SyncCursorError``, and so is a page token a listing
+  has already followed (files.list of one folder, a folder moved in, or a run of changes.list
+  pages up to the exhausted one: the cursor remembers short digests of them), since it would
+  page forever; an answer that is not a JSON object, nests too deeply, or whose ``files`` or
+  ``changes`` is not a list is ``LoadError(reason="malformed")``; any ``Content-Encoding``
+  but identity is ``LoadError(reason="encoding")``; 429, 5xx and Drive's 403 rate
   limits are retried with bounded exponential backoff honouring ``Retry-After``; a 401 asks
   ``token_provider`` for a fresh token once. The token travels only in the ``Authorization``
   header: no error, cursor or log line holds it, and nothing is chained (httpx's exceptions
@@ -67,17 +72,31 @@ FILE_FIELDS = (
     "id,name,mimeType,parents,trashed,modifiedTime,md5Checksum,version,size,webViewLink,"
     "driveId,shortcutDetails,permissions(type,role,emailAddress,domain)"
 )
+_PERMISSION_FIELDS = ("type", "role", "emailAddress", "domain")
 _VERSION = 1
 _MAX_PATH = 1024
 
 
-def drive_permissions_access(file: Mapping[str, Any]) -> Access:
+def drive_permissions_access(file: Mapping[str, Any]) -> Access | None:
     """A simple host mapping: users with a listed permission become principals (their email),
     groups become group ids; ``anyone`` and ``domain`` permissions grant nobody in particular.
-    Files whose permissions were not listed get ``Access()`` (trusted callers only)."""
+    Files whose permissions were not listed get ``Access()`` (trusted callers only).
+
+    Fails closed on a malformed answer: ``permissions`` that is not a list, an entry that is
+    not an object, or a ``type``, ``role``, ``emailAddress`` or ``domain`` that is present but
+    not a string withholds the file (``None``: not indexed, its rows retired), rather than
+    granting from the part that could be read."""
+    permissions = file.get("permissions")
+    if permissions is None:
+        return Access()
+    if not isinstance(permissions, list) or not all(
+        isinstance(p, dict) and all(isinstance(p.get(k, ""), str) for k in _PERMISSION_FIELDS)
+        for p in permissions
+    ):
+        return None
     users: list[str] = []
     groups: list[str] = []
-    for permission in file.get("permissions") or ():
+    for permission in permissions:
         address = permission.get("emailAddress")
         if not isinstance(address, str) or not address:
             continue
@@ -270,6 +289,7 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
             token_ok = body.get("token") is None or isinstance(body.get("token"), str)
             if not (queue_ok and token_ok and isinstance(body.get("start"), str)):
                 raise SyncCursorError("the cursor was not issued by this Drive connector")
+        seen = _seen(body)  # digests of the page tokens followed in this folder's listing
         folders: dict[str, list[str]] = body["folders"]
         files: dict[str, str] = body["files"]
         queue: list[str] = list(body["queue"])
@@ -283,13 +303,16 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
                     upserts.append(upsert)
             token = data.get("nextPageToken")
             if isinstance(token, str) and token:
+                seen.append(_follow(token, seen, "files.list"))
                 body["token"] = token
             else:
                 body["token"] = None
+                seen = []  # the next folder's listing starts afresh
                 queue.pop(0)
             if upserts or not queue:
                 break
         body["queue"] = queue
+        body["seen"] = seen
         if not queue:
             return Page(
                 upserts,
@@ -351,9 +374,20 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
             "fields": f"nextPageToken,newStartPageToken,changes(fileId,removed,file({FILE_FIELDS}))",
         }
         data = self._json("/drive/v3/changes", params, what="changes.list", cursor=True)
+        # Tokens followed since this run of changes pages began (reset once one is exhausted).
+        seen = [*_seen(body), _digest(token)]
+        nxt = data.get("nextPageToken")
+        exhausted = not (isinstance(nxt, str) and nxt)
+        if isinstance(nxt, str) and nxt:
+            _follow(nxt, seen, "changes.list")
+        changes = data.get("changes")
+        if changes is None:
+            changes = []
+        if not isinstance(changes, list):
+            raise LoadError("Drive answered changes.list without a list", reason="malformed")
         upserts: dict[str, Upsert] = {}
         deletions: dict[str, None] = {}
-        for change in data.get("changes") or ():
+        for change in changes:
             if not isinstance(change, dict):
                 continue
             file_id = change.get("fileId")
@@ -361,11 +395,7 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
                 continue
             file = change.get("file") if isinstance(change.get("file"), dict) else None
             gone = bool(change.get("removed")) or file is None or bool(file.get("trashed"))
-            parents = (
-                []
-                if gone or file is None
-                else [p for p in file.get("parents") or () if isinstance(p, str)]
-            )
+            parents = [] if gone or file is None else _parents(file)
             inside = next((p for p in parents if p in folders), None)
             is_folder = file is not None and file.get("mimeType") == FOLDER
             if file_id in folders or (is_folder and inside is not None):
@@ -383,8 +413,6 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
                 files.pop(file_id)
                 upserts.pop(file_id, None)
                 deletions[file_id] = None
-        nxt = data.get("nextPageToken")
-        exhausted = not (isinstance(nxt, str) and nxt)
         new_token = data.get("newStartPageToken") if exhausted else nxt
         if not isinstance(new_token, str) or not new_token:
             raise LoadError("Drive answered changes.list without a page token", reason="malformed")
@@ -392,7 +420,12 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
             list(upserts.values()),
             list(deletions),
             self._cursor(
-                "changes", token=new_token, root=body.get("root"), folders=folders, files=files
+                "changes",
+                token=new_token,
+                root=body.get("root"),
+                folders=folders,
+                files=files,
+                seen=[] if exhausted else seen,
             ),
             exhausted=exhausted,
         )
@@ -432,6 +465,7 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
             while queue:
                 current = queue.pop(0)
                 token: str | None = None
+                followed: list[str] = []
                 while True:
                     data = self._list(current, token)
                     for child in _files(data):
@@ -442,6 +476,7 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
                     nxt = data.get("nextPageToken")
                     if not (isinstance(nxt, str) and nxt):
                         break
+                    followed.append(_follow(nxt, followed, "files.list"))
                     token = nxt
             return
         if file is not None and inside is not None and folders.get(folder_id, [""])[0]:
@@ -455,6 +490,34 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
 def _child_path(folders: Mapping[str, list[str]], parent: str, name: str) -> str:
     base = folders.get(parent, ["", ""])[1]
     return f"{base}/{name}".lstrip("/")[:_MAX_PATH]
+
+
+def _digest(token: str) -> str:
+    """A page token as the cursor remembers it: short, and not the token itself."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _follow(token: str, seen: list[str], what: str) -> str:
+    """``token``'s digest, or ``SyncCursorError`` when this listing has followed it already:
+    a page token seen twice would page forever."""
+    digest = _digest(token)
+    if digest in seen:
+        raise SyncCursorError(f"Drive repeated a page token within one {what}", reason="invalid")
+    return digest
+
+
+def _seen(body: Mapping[str, Any]) -> list[str]:
+    seen = body.get("seen", [])
+    if not isinstance(seen, list) or not all(isinstance(d, str) for d in seen):
+        raise SyncCursorError("the cursor was not issued by this Drive connector")
+    return list(seen)
+
+
+def _parents(file: Mapping[str, Any]) -> list[str]:
+    """The parents listed as strings; ``parents`` that is not a list names none (the file is
+    then judged outside the folder, which fails closed: a known file is deleted)."""
+    parents = file.get("parents")
+    return [p for p in parents if isinstance(p, str)] if isinstance(parents, list) else []
 
 
 def _files(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
