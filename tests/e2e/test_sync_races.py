@@ -307,3 +307,78 @@ def test_an_item_error_is_a_parse_error_type_for_the_real_parsers(stores):
     result = sync(stores, connector)
     assert (result.upserted, result.failed) == (1, 1)
     assert issubclass(ParseError, ragport.RagportError)
+
+
+KILLED_INSIDE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from doubles import CountingEmbedder
+from sync_support import DictConnector
+import ragport
+from ragport.adapters.parsers import parser_for
+from ragport.adapters.postgres import PostgresCheckpointStore, PostgresStatusStore, PostgresStore
+
+url, schema = sys.argv[2], sys.argv[3]
+items = {f"doc-{i}.md": f"# Doc {i}\n\nitem{i} text\n".encode() for i in range(7)}
+
+class Pausing(PostgresCheckpointStore):
+    calls = 0
+    def compare_and_set_in(self, uow, c, s, v, cursor):
+        won = super().compare_and_set_in(uow, c, s, v, cursor)
+        Pausing.calls += 1
+        if Pausing.calls == 2:
+            print(json.dumps({"inside": 2, "won": won}), flush=True)
+            sys.stdin.readline()  # killed here: the page's rows and its CAS are uncommitted
+        return won
+
+ragport.sync_knowledge(
+    connector=DictConnector(items), checkpoints=Pausing(url, schema=schema),
+    store=PostgresStore(url, schema=schema), embedder=CountingEmbedder(),
+    scope=ragport.Scope("tenant-1", "kb", "races"),
+    status_store=PostgresStatusStore(url, schema=schema), parser=parser_for,
+)
+"""
+
+
+def test_a_process_killed_inside_the_page_commits_neither_rows_nor_checkpoint(
+    pg_url, pg_engine, pg_schema, tmp_path
+):
+    """A real process killed after its joined compare-and-set, before the commit: the server
+    aborts both, so the checkpoint and the pointer are still at page 1; the next run replays
+    page 2 and ends equal to an uninterrupted sync."""
+    import os
+    from pathlib import Path
+
+    from child_process import Child
+
+    from ragport.adapters.postgres import (
+        PostgresCheckpointStore,
+        PostgresStatusStore,
+        PostgresStore,
+    )
+
+    stores = Stores(
+        PostgresStore(pg_engine, schema=pg_schema, create=True),
+        PostgresCheckpointStore(pg_engine, schema=pg_schema),
+        PostgresStatusStore(pg_engine, schema=pg_schema),
+    )
+    support = str(Path(__file__).parents[1] / "support")
+    child = Child(
+        KILLED_INSIDE, [support, pg_url, pg_schema], dict(os.environ), tmp_path / "child.log"
+    )
+    try:
+        assert child.expect(60) == {"inside": 2, "won": True}
+        child.proc.kill()
+        child.proc.wait(10)
+    finally:
+        child.stop()
+    items = {f"doc-{i}.md": f"# Doc {i}\n\nitem{i} text\n".encode() for i in range(7)}
+    assert stores.checkpoints.get("dict", SCOPE).version == 1
+    assert stores.store.current_generation(SCOPE) == 1, "page 2 committed without its CAS"
+    result = sync(stores, DictConnector(items))
+    assert (result.lost, result.exhausted) == (False, True)
+    reference = Stores(InMemoryStore(), InMemoryCheckpointStore(), InMemoryStatusStore())
+    sync(reference, DictConnector(items))
+    for source_id in items:
+        assert stored(stores, source_id) == stored(reference, source_id), source_id
+    assert stores.checkpoints.get("dict", SCOPE).version == 3
