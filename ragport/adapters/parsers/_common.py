@@ -7,7 +7,7 @@ import time
 from importlib import metadata as _metadata
 from typing import ClassVar
 
-from ragport.domain.errors import AbortedError, ParseError, ValidationError
+from ragport.domain.errors import AbortedError, ParseError, RagportError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, check_limit
 from ragport.ports.documents import ParsedDocument
 from ragport.ports.runtime import Abort
@@ -63,6 +63,10 @@ class BaseParser:
 
     ``parse`` checks the type and size of the input and ``abort`` before calling ``_parse``,
     and ``abort`` and the deadline after it, so a result is returned whole or not at all.
+    Whatever else ``_parse`` raises (``RecursionError``, ``MemoryError``, a library's
+    ``KeyError``...) becomes ``ParseError(reason="malformed")`` naming only the exception's
+    type, with no cause chained; ragport's own errors (``AbortedError``, a cap's
+    ``ParseError``) pass as raised, and so do ``KeyboardInterrupt`` and ``SystemExit``.
     Libraries that cannot be interrupted run to completion in process (the deadline is checked
     between stages and during tree walks); only the PDF parser runs in a worker it can kill.
     """
@@ -112,7 +116,14 @@ class BaseParser:
             )
         check_abort(abort)
         deadline = Deadline(self._timeout_s)
-        document = self._parse(raw, media_type=media_type, deadline=deadline, abort=abort)
+        try:
+            document = self._parse(raw, media_type=media_type, deadline=deadline, abort=abort)
+        except RagportError:
+            raise
+        except Exception as exc:
+            # One hostile document must be an item error, never a crash of the caller's loop;
+            # a library's message may quote the input, so nothing is chained.
+            raise failed(self.library or self.name, exc, media_type=media_type) from None
         check_abort(abort)
         deadline.check()
         if not document.text.strip():

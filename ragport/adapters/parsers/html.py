@@ -201,7 +201,7 @@ class HtmlParser(BaseParser):
         # enough to tell which attribute names it ever spells.
         names = text.encode("ascii", "ignore").lower()
         content = _content_root(root, names)
-        _prune(content, names)
+        _prune(content, names, deadline, abort)
         deadline.check()
         out = _Walker(self._max_depth, deadline, abort, media_type).walk(content)
         if len(out) > self._max_bytes:
@@ -228,26 +228,41 @@ def _decode(data: bytes, media_type: str | None) -> str:
             encoding = meta.group(1).decode("ascii")
             if encoding.lower().replace("_", "-").startswith("utf-16"):
                 encoding = "utf-8"  # a <meta> cannot declare UTF-16 (the HTML standard)
-    encoding = encoding or "utf-8"
-    try:
-        codec = codecs.lookup(encoding)
-    except LookupError:
+    codec = _text_codec(encoding or "utf-8")
+    if codec is None:
         raise ParseError(
-            "the declared charset is not one Python knows",
+            "the declared charset is not a text encoding Python knows",
             reason="encoding",
             media_type=media_type,
-        ) from None
+        )
     try:
         text = data.decode(codec.name)
-    except UnicodeDecodeError as exc:
+    except UnicodeError as exc:  # punycode and idna raise a bare UnicodeError
+        where = f" (first bad byte at offset {exc.start})" if hasattr(exc, "start") else ""
         raise ParseError(
-            f"the bytes are not valid {codec.name} (first bad byte at offset {exc.start})",
+            f"the bytes are not valid {codec.name}{where}",
             reason="decode",
             media_type=media_type,
         ) from None
     if "\x00" in text:
         raise ParseError("the text holds NUL bytes", reason="nul", media_type=media_type)
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _text_codec(name: str) -> codecs.CodecInfo | None:
+    """The codec for a declared charset, or None if it is unknown or not a text encoding.
+
+    ``codecs.lookup`` also knows bytes-to-bytes and str-to-str codecs (``base64``, ``zip``,
+    ``rot13``...), which ``bytes.decode`` refuses with a ``LookupError``, and ``undefined``,
+    which refuses everything: a page that declares one is treated as an unknown charset.
+    """
+    try:
+        codec = codecs.lookup(name)
+    except LookupError:
+        return None
+    if not getattr(codec, "_is_text_encoding", True) or codec.name == "undefined":
+        return None
+    return codec
 
 
 def _content_root(root: Any, names: bytes) -> Any:
@@ -265,37 +280,68 @@ def _content_root(root: Any, names: bytes) -> Any:
     return root
 
 
-def _prune(content: Any, names: bytes) -> None:
+# (id(node), is_text) -> (node, is_text, pieces): see _drop
+_Moved = dict[tuple[int, bool], tuple[Any, bool, list[str]]]
+
+
+def _prune(content: Any, names: bytes, deadline: Deadline, abort: Abort | None) -> None:
     """Drop chrome and hidden elements (tails kept), then unwrap inline tags, in place."""
     import lxml.etree
 
     lxml.etree.strip_elements(content, *DROP, with_tail=False)
     # Only ``hidden``, ``aria-hidden`` or a non-empty ``style`` hide an element, and attribute
-    # names are never escaped: a page that never spells them skips the XPath scan.
+    # names are never escaped: a page that never spells them skips the scan. A Python pass
+    # over the elements, not XPath: libxml2 merges a union (and the parents of an attribute
+    # node-set) with a quadratic duplicate scan (18,000 elements carrying all three took
+    # 260 s), and attribute results cost a smart string each.
+    hidden: list[Any] = []
     if b"hidden" in names or _STYLE_ATTR.search(names):
-        # The same elements as .//*[@hidden or @aria-hidden or @style], in document order, for
-        # about half of libxml2's time: its predicate on every element is the slow part.
-        candidates = (
-            "(descendant::*/@hidden | descendant::*/@aria-hidden | descendant::*/@style)/.."
-        )
-        for element in content.xpath(candidates):
-            if not _visible(element):
-                _drop(element)
+        for n, element in enumerate(content.iter(lxml.etree.Element)):
+            if n % 4096 == 0:
+                deadline.check()
+                check_abort(abort)
+            # ``attrib`` first: most elements have none, and it is the cheapest test.
+            if element.attrib and element is not content and not _visible(element):
+                hidden.append(element)
+    # Tails of dropped elements are collected per receiving node and joined once at the end:
+    # appending each to the node's text in turn re-read and re-wrote a growing string,
+    # quadratic in a run of hidden siblings.
+    moved: _Moved = {}
+    for n, element in enumerate(hidden):
+        if n % 4096 == 4095:
+            deadline.check()
+            check_abort(abort)
+        _drop(element, moved)
+    for node, is_text, pieces in moved.values():
+        if is_text:
+            node.text = "".join(pieces)
+        else:
+            node.tail = "".join(pieces)
     lxml.etree.strip_tags(content, *INLINE)
 
 
-def _drop(element: Any) -> None:
-    """Remove ``element`` and its subtree, keeping its tail text in place."""
+def _drop(element: Any, moved: _Moved) -> None:
+    """Remove ``element`` and its subtree; its tail is owed to the node before it.
+
+    ``moved`` maps ``(id(node), is_text)`` to the node, whether its ``text`` (a parent) or
+    its ``tail`` (the previous sibling) receives, and the pieces it will be set to. Elements
+    may come in any order: an element whose own tail is still owed pieces (a later sibling
+    dropped first) hands them on with its tail; pieces owed to a node in a dropped subtree
+    land there, harmlessly. ``moved`` holds every node it names, so no ``id`` is reused.
+    """
     parent = element.getparent()
     if parent is None:
         return
-    tail = element.tail
+    own = moved.pop((id(element), False), None)
+    tail = "".join(own[2]) if own is not None else element.tail
     if tail:
         previous = element.getprevious()
-        if previous is not None:
-            previous.tail = (previous.tail or "") + tail
-        else:
-            parent.text = (parent.text or "") + tail
+        node, is_text = (parent, True) if previous is None else (previous, False)
+        entry = moved.get((id(node), is_text))
+        if entry is None:
+            entry = (node, is_text, [(node.text if is_text else node.tail) or ""])
+            moved[(id(node), is_text)] = entry
+        entry[2].append(tail)
     parent.remove(element)
 
 

@@ -109,6 +109,10 @@ def _front_matter(source: str, media_type: str | None) -> dict[str, Any]:
         raise ParseError(
             "the front matter is not valid YAML", reason="front_matter", media_type=media_type
         ) from None
+    except RecursionError:  # PyYAML composes and constructs nested nodes recursively
+        raise ParseError(
+            "the front matter nests too deep", reason="front_matter", media_type=media_type
+        ) from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -116,7 +120,12 @@ def _front_matter(source: str, media_type: str | None) -> dict[str, Any]:
             "the front matter must be a YAML mapping", reason="front_matter", media_type=media_type
         )
     budget = [_FRONT_MATTER_NODES]
-    fields = _json_value(loaded, budget, media_type)
+    try:
+        fields = _json_value(loaded, budget, media_type)
+    except RecursionError:
+        raise ParseError(
+            "the front matter nests too deep", reason="front_matter", media_type=media_type
+        ) from None
     assert isinstance(fields, dict)
     size = len(json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
     if size > FRONT_MATTER_BYTES:
