@@ -3,6 +3,10 @@
 It turns documents a host owns into cited, access-checked context for a language model and
 keeps that context correct when documents are replaced, renamed, revoked or deleted.
 Importing ragport has no side effects: no engines, no network, no environment reads.
+
+``sync_knowledge``, ``replace_document`` and ``Rag`` are the wired ones (``ragport.bootstrap``):
+``parser=`` defaults to ``ragport.adapters.parsers.parser_for``; the functions of
+``ragport.application`` keep requiring an injected parser.
 """
 
 from ragport.application import (
@@ -12,7 +16,6 @@ from ragport.application import (
     Evidence,
     IndexResult,
     PropagationResult,
-    Rag,
     RagContextProvider,
     RagDeletionHandler,
     RenameBatchResult,
@@ -33,14 +36,13 @@ from ragport.application import (
     index_derived,
     list_ingestion_status,
     publish_generation,
-    replace_document,
     replace_source,
     repoint_source,
     rerank_hits,
     retrieve_context,
     rollback_generation,
-    sync_knowledge,
 )
+from ragport.bootstrap.stores import Rag, replace_document, sync_knowledge
 from ragport.domain import (
     DEFAULT_LIMITS,
     HARD_LIMITS,

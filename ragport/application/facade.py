@@ -39,7 +39,13 @@ class Rag:
     ``telemetry``, ``redactor`` and ``limits`` are passed to every use case that takes them;
     ``status_store`` (optional) is used by the writes and by ``status``. Each method takes the
     same keyword arguments as its function, minus the bound ones.
+
+    ``default_parser`` is what ``replace_document`` parses with when no ``parser=`` is given:
+    none here (the application knows no parser adapter), ``parser_for`` in ``ragport.Rag``
+    (the wired subclass in ``ragport.bootstrap``).
     """
+
+    default_parser: Parser | ParserSelector | None = None
 
     def __init__(
         self,
@@ -121,12 +127,13 @@ class Rag:
         parser: Parser | ParserSelector | None = None,
         **options: Any,
     ) -> ReplaceResult:
-        """``replace_document`` in the bound scope (``parser`` a Parser or e.g. ``parser_for``)."""
+        """``replace_document`` in the bound scope (``parser`` a Parser or e.g. ``parser_for``;
+        by default ``default_parser``)."""
         options.setdefault("status_store", self._status)
         return replace_document(
             uri=uri,
             loader=loader,
-            parser=parser,
+            parser=parser if parser is not None else self.default_parser,
             **self._bound_write(),
             **options,
         )

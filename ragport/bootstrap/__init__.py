@@ -36,6 +36,7 @@ from ragport.bootstrap.ingest import (
 )
 from ragport.bootstrap.stores import (
     EMBEDDED,
+    Rag,
     Stores,
     build_embedder,
     embedder_name_for,
@@ -43,6 +44,8 @@ from ragport.bootstrap.stores import (
     open_rag,
     open_stores,
     postgres_url,
+    replace_document,
+    sync_knowledge,
 )
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "CorpusRoots",
     "FileOutcome",
     "QueryDefaults",
+    "Rag",
     "ReindexResult",
     "SourceRow",
     "Stores",
@@ -74,6 +78,8 @@ __all__ = [
     "open_stores",
     "postgres_url",
     "reindex_corpus",
+    "replace_document",
     "sync_connector",
+    "sync_knowledge",
     "walk_documents",
 ]

@@ -1,20 +1,24 @@
 """Stores from a URL (``memory://``, ``postgresql://``, the embedded server), the checkpoint
-store beside them, embedders by name, and a bound ``Rag``.
+store beside them, embedders by name, a bound ``Rag``, and the wired public entry points.
+
+``ragport.sync_knowledge``, ``ragport.replace_document`` and ``ragport.Rag`` are the use cases
+with ``parser=`` defaulting to ``ragport.adapters.parsers.parser_for``: the application keeps
+requiring an injected parser (it never imports an adapter), the wiring supplies the default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import attrs
 
+from ragport import application
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStatusStore, InMemoryStore
-from ragport.application import (
-    Rag,
-)
+from ragport.adapters.parsers import parser_for
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
 from ragport.ports.embedder import Embedder
@@ -23,6 +27,32 @@ from ragport.ports.store import ChunkStore
 from ragport.ports.sync import CheckpointStore
 
 EMBEDDED = "embedded"
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _parser_for_by_default(use_case: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``use_case`` with ``parser=`` (when omitted or None) set to ``parser_for``."""
+
+    @functools.wraps(use_case)
+    def wired(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if kwargs.get("parser") is None:
+            kwargs["parser"] = parser_for
+        return use_case(*args, **kwargs)
+
+    return wired
+
+
+sync_knowledge = _parser_for_by_default(application.sync_knowledge)
+replace_document = _parser_for_by_default(application.replace_document)
+
+
+class Rag(application.Rag):
+    """``ragport.Rag``: the application's ``Rag`` whose ``replace_document`` parses with
+    ``parser_for`` unless given ``parser=``."""
+
+    default_parser = staticmethod(parser_for)
 
 
 @attrs.frozen

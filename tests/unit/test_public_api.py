@@ -80,13 +80,14 @@ def test_every_api_name_is_exported_from_ragport():
 
 
 def test_names_are_importable_from_the_layer_that_defines_them():
-    """Domain names come from ragport.domain, use cases from ragport.application.
+    """Domain names come from ragport.domain, use cases from ragport.application (the wired
+    ``sync_knowledge``, ``replace_document`` and ``Rag`` from ragport.bootstrap).
 
     If this fails, check the re-exports in ragport/domain/__init__.py and application/__init__.py.
     """
-    from ragport import application, domain, ports
+    from ragport import application, bootstrap, domain, ports
 
-    layers = (domain, ports, application)
+    layers = (domain, ports, application, bootstrap)
     homeless = [
         name
         for name in ragport.__all__
@@ -98,7 +99,8 @@ def test_names_are_importable_from_the_layer_that_defines_them():
     assert application.replace_source is ragport.replace_source
     assert application.RagContextProvider is ragport.RagContextProvider
     assert application.evidence_from_citation is ragport.evidence_from_citation
-    assert application.replace_document is ragport.replace_document
+    assert bootstrap.replace_document is ragport.replace_document
+    assert bootstrap.sync_knowledge is ragport.sync_knowledge and bootstrap.Rag is ragport.Rag
     assert domain.errors.EmbedderMismatchError.code == "ERR_RAG_EMBEDDER_MISMATCH"
 
 
