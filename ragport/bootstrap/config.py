@@ -1,7 +1,10 @@
-"""``ragport.toml``: store, scope, embedder and query defaults, found upward from a folder."""
+"""``ragport.toml``: store, scope, embedder and query defaults, found upward from a folder
+(only through folders the current user owns, up to the home folder or a repository root)."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import attrs
@@ -35,13 +38,50 @@ class CliConfig:
 CONFIG_FILE = "ragport.toml"
 
 
-def find_config(start: Path) -> Path | None:
-    """The nearest ``ragport.toml`` in ``start`` or a folder above it."""
+def find_config(start: Path, *, home: Path | None = None) -> Path | None:
+    """The nearest trusted ``ragport.toml`` in ``start`` or a folder above it.
+
+    The search goes up from ``start`` and stops: before the first folder not owned by the
+    current user (its file is not read), and after the home folder (``home``, default
+    ``Path.home()``) and after a repository root (a folder holding ``.git``). A file found
+    that is not owned by the current user, or that others (group or world) may write, is a
+    ``ValidationError(field="config")`` naming it: it is refused, never skipped for one
+    further up. Where the operating system has no user ids (Windows) only the home and
+    repository stops apply.
+    """
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    try:
+        stop_home = (home if home is not None else Path.home()).resolve()
+    except (OSError, RuntimeError):  # no home folder to stop at
+        stop_home = None
+    start = start.resolve()
     for folder in [start, *start.parents]:
+        try:
+            owner = folder.stat().st_uid
+        except OSError:
+            return None
+        if uid is not None and owner != uid:
+            return None
         candidate = folder / CONFIG_FILE
         if candidate.is_file():
+            _check_trusted(candidate, uid)
             return candidate
+        if folder == stop_home or (folder / ".git").exists():
+            return None
     return None
+
+
+def _check_trusted(path: Path, uid: int | None) -> None:
+    info = path.stat()
+    if uid is not None and info.st_uid != uid:
+        raise ValidationError(
+            f"{path} is not owned by the current user: refusing to read it", field="config"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ValidationError(
+            f"{path} is writable by other users: refusing to read it (chmod go-w {path})",
+            field="config",
+        )
 
 
 def load_config(path: Path) -> CliConfig:

@@ -32,11 +32,26 @@ def _config(args: argparse.Namespace) -> CliConfig:
     cached = getattr(args, "_config", None)
     if isinstance(cached, CliConfig):
         return cached
-    path = find_config(Path.cwd())
+    cwd = Path.cwd()
+    path = find_config(cwd)
     config = load_config(path) if path is not None else CliConfig()
+    if path is not None and path.parent != cwd.resolve():
+        _announce(path, store=config.store is not None)
     args._config = config
     args._config_path = path
     return config
+
+
+_ANNOUNCED: set[Path] = set()
+
+
+def _announce(path: Path, *, store: bool) -> None:
+    """Say once per process which ragport.toml from a folder above the current one is used
+    (a file in the current folder is the user's own and is used silently)."""
+    if path in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(path)
+    _note(f"{'store' if store else 'configuration'} from {path}")
 
 
 def _resolve(args: argparse.Namespace) -> None:
