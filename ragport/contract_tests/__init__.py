@@ -73,7 +73,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.18"
+CONTRACT_VERSION = "1.19"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -127,6 +127,8 @@ CONTRACT_VERSION = "1.18"
 # 1.18 CheckpointInUnitOfWorkContract (checkpoint stores that SupportsCheckpointsInUnitOfWork):
 #      a compare-and-set inside a chunk store's unit of work commits and rolls back with it;
 #      racing units of work, one winner.
+# 1.19 ParserContract: input nested thousands deep (markup, YAML front matter, brackets,
+#      indentation) gives a ParsedDocument or a ParseError, never another exception.
 
 __all__ = [
     "CONTRACT_VERSION",

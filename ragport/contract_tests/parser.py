@@ -39,6 +39,18 @@ CANARY = "QX7-CANARY-do-not-echo"
 INVALID = b"\xc3\x28 caf\xe9 \x80\x81 " + CANARY.encode() + b" \xff"
 """Bytes no format ragport reads accepts: invalid UTF-8, not a PDF, not a zip."""
 
+NESTED = (
+    b"<div>" * 5_000 + b"x",
+    b"---\na: " + b"[" * 2_000 + b"\n---\nx\n",
+    b"[" * 5_000 + b"x" + b"]" * 5_000,
+    b"{" * 5_000 + b"x" + b"}" * 5_000,
+    b"> " * 5_000 + b"x\n",
+    b"".join(b"  " * i + b"- x\n\n" for i in range(300)),
+    b"".join(b" " * i + b"x\n\n" for i in range(400)),
+)
+"""Input nested thousands deep (markup, YAML front matter, brackets, quotes, indentation):
+past Python's default recursion limit for any recursive reader. Added in contract 1.19."""
+
 
 @attrs.frozen
 class Sample:
@@ -70,7 +82,8 @@ def _chain_text(exc: BaseException) -> str:
 
 
 class ParserContract(ContractSuite):
-    """Caps, strict decoding, abort, determinism, no text in errors, no partial result."""
+    """Caps, strict decoding, abort, determinism, no text in errors, no partial result, and
+    no exception but ParseError on deeply nested input."""
 
     parser = required_fixture(
         "ParserContract", "parser", "return (or yield, then clean up) the Parser under test"
@@ -177,6 +190,25 @@ class ParserContract(ContractSuite):
         """
         with pytest.raises(ParseError):
             parser.parse(INVALID, media_type=parser_sample.media_type)
+
+    def test_deeply_nested_input_is_a_document_or_a_parse_error(
+        self, parser: Parser, parser_sample: Sample
+    ) -> None:
+        """Input nested thousands deep parses or raises ParseError, never another exception.
+
+        If this fails, check recursive code in the parser and its library (a YAML loader, a
+        markup tree builder, a recursive descent): every failure, RecursionError and
+        MemoryError included, must become a ParseError, with `from None` when the library's
+        message could quote the document.
+        """
+        for data in NESTED:
+            try:
+                doc = parser.parse(data[: parser.max_bytes], media_type=parser_sample.media_type)
+            except ParseError:
+                continue
+            except Exception as exc:
+                pytest.fail(f"deeply nested input raised {type(exc).__name__}, not ParseError")
+            assert isinstance(doc, ParsedDocument)
 
     def test_empty_input_is_refused(self, parser: Parser, parser_sample: Sample) -> None:
         """Empty input raises ParseError: an empty document is never an empty index.

@@ -76,3 +76,25 @@ def test_a_leaky_parser_fails_the_contract(test):
     suite = ParserContract()
     with pytest.raises(FAILURE):
         getattr(suite, test)(LeakyParser(), SAMPLE)
+
+
+class RecursingParser(LeakyParser):
+    """Reads brackets by recursive descent and lets RecursionError out, as PyYAML did."""
+
+    def parse(self, data, *, media_type=None, abort=None):
+        def depth(i: int) -> int:
+            return 1 + depth(i + 1) if data[i : i + 1] in (b"[", b"{") else 0
+
+        depth(0)
+        return super().parse(data, media_type=media_type, abort=abort)
+
+
+def test_a_recursing_parser_fails_the_nesting_contract():
+    """A parser whose RecursionError escapes fails the deep-nesting test, with pytest.fail.
+
+    If this fails, check test_deeply_nested_input_is_a_document_or_a_parse_error.
+    """
+    suite = ParserContract()
+    with pytest.raises(pytest.fail.Exception):
+        suite.test_deeply_nested_input_is_a_document_or_a_parse_error(RecursingParser(), SAMPLE)
+    suite.test_deeply_nested_input_is_a_document_or_a_parse_error(LeakyParser(), SAMPLE)
