@@ -31,11 +31,12 @@
 8. Repeat until the listing is exhausted (a bootstrap ends after its last page), ``max_pages``
    pages were committed, or the caller aborts.
 
-Failed and withheld items are retried: the checkpoint keeps them (``retry``: attempts and the
+Failed (by a load failure, a parse timeout, a killed parser worker, or any exception other than
+a parser's verdict on the bytes) and withheld items are retried: the checkpoint keeps them (``retry``: attempts and the
 earliest next try) until they succeed or are deleted upstream. A run in ``changes`` mode with
 a retry due starts with one full listing (a bootstrap that keeps what is known; unchanged
 items are skipped by their skip key), at most once a run. The first retry is due at once (the
-next run), then after 1, 2, 4, ... minutes, at most one hour apart.
+next run), then after 1, 2, 4, ... minutes, at most a day apart.
 
 Any exception raised while one item is loaded, parsed or chunked is that item's failure (it
 keeps its previous version); only abort, store and embedder failures sink the page.
@@ -68,6 +69,7 @@ from ragport.domain.errors import (
     CapabilityError,
     EmbedderError,
     EmbedderMismatchError,
+    ParseError,
     StoreError,
     SyncCursorError,
     ValidationError,
@@ -98,9 +100,23 @@ WITHHELD_ERROR = "withheld by the host access mapping"
 # (a parser's RecursionError or MemoryError included) is that item's failure.
 PAGE_ERRORS = (AbortedError, StoreError, EmbedderError, EmbedderMismatchError, CapabilityError)
 # Retry backoff of failed and withheld items: the first retry at once (the next run), then
-# 1, 2, 4, ... minutes after the last failure, at most RETRY_MAX_S apart.
+# 1, 2, 4, ... minutes after the last failure, at most RETRY_MAX_S (a day) apart.
 RETRY_BASE_S = 60
-RETRY_MAX_S = 3600
+RETRY_MAX_S = 86_400
+
+
+# A parser's verdict on the bytes themselves (malformed, too large, unsupported, ...) repeats
+# for the same bytes, so it is not retried: an upstream edit lists the item again anyway.
+# A load failure, a parse timeout, a killed worker, a missing dependency or any other
+# exception may be transient and is retried.
+TRANSIENT_PARSE_REASONS = frozenset({"timeout", "worker", "memory", "dependency"})
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a failed item may succeed on a later run with the same upstream content."""
+    if isinstance(exc, ParseError):
+        return exc.reason in TRANSIENT_PARSE_REASONS
+    return True
 
 
 def retry_delay(attempts: int) -> timedelta:
@@ -244,6 +260,8 @@ class _PageOutcome:
     deleted: tuple[str, ...]
     swept: int
     wrote: bool = True
+    # failed items a retry may heal (not a parser's verdict on the same bytes)
+    retryable: tuple[str, ...] = ()
 
 
 @attrs.define
@@ -341,6 +359,7 @@ class _Run:
         failed: dict[str, tuple[str, int]] = {}
         skipped: dict[str, tuple[int, int]] = {}
         changed: list[tuple[PreparedDocument, int]] = []
+        retryable: list[str] = []
         for source_id, upsert in upserts.items():
             check_abort(self.abort)
             if self.on_item is not None:
@@ -360,6 +379,8 @@ class _Run:
                 raise
             except Exception as exc:  # the item's own failure, whatever raised it
                 failed[source_id] = (self.redact.error(exc), 0)
+                if is_retryable(exc):
+                    retryable.append(source_id)
                 continue
             if prepared.unchanged:
                 skipped[source_id] = (size, prepared.stored)
@@ -375,6 +396,7 @@ class _Run:
                     ),
                     0,
                 )
+                retryable.append(source_id)  # heals when the derived record goes
             else:
                 changed.append((prepared, size))
 
@@ -440,6 +462,7 @@ class _Run:
                 deleted=tuple(deleted),
                 swept=swept,
                 wrote=bool(changed or visible or grants or revoked),
+                retryable=tuple(retryable),
             )
             check_abort(self.abort)
             if not settle(uow, outcome):
@@ -468,8 +491,9 @@ def _next_retry(
 ) -> dict[str, tuple[int, str]]:
     """Failed and withheld items count one more attempt; what succeeded or is gone drops."""
     done = {*outcome.upserted, *outcome.skipped, *page.deletions, *outcome.deleted}
-    nxt = {k: v for k, v in retry.items() if k not in done}
-    for source_id in (*outcome.failed, *outcome.withheld):
+    final = set(outcome.failed) - set(outcome.retryable)  # the same bytes fail the same way
+    nxt = {k: v for k, v in retry.items() if k not in done and k not in final}
+    for source_id in (*outcome.retryable, *outcome.withheld):
         attempts = nxt[source_id][0] + 1 if source_id in nxt else 1
         nxt[source_id] = (attempts, (now + retry_delay(attempts)).isoformat())
     return nxt

@@ -392,7 +392,10 @@ def test_sync_from_drive_follows_revoked_permissions(make, tree, drive):
         permissions=[{"type": "user", "role": "reader", "emailAddress": "bob@example.com"}],
     )
     second = run()
-    assert second.skipped >= 1 and not second.bootstrapped
+    # The withheld sheet is due for a retry, so the second run re-lists the folder (the
+    # unsupported form is a parser's verdict on its bytes: not retried).
+    assert second.skipped >= 1 and second.bootstrapped
+    assert (second.withheld, second.retrying) == (1, 1)
     assert tree["b"] not in sees("alice@example.com", "bees buzz")
     assert tree["b"] in sees("bob@example.com", "bees buzz")
 

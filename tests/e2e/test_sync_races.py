@@ -222,7 +222,7 @@ def test_retries_back_off_and_end_when_the_item_is_deleted(stores):
     connector.remove("b.md")
     fifth = sync(stores, connector, clock=clock)
     assert fifth.retrying == 0
-    clock.at += timedelta(hours=2)
+    clock.at += timedelta(days=2)
     sixth = sync(stores, connector, clock=clock)
     assert (sixth.bootstrapped, sixth.retrying) == (False, 0)
 
@@ -301,11 +301,14 @@ def test_an_id_naming_a_derived_record_fails_that_item_not_the_page(stores):
     assert (status.state, status.freshness) == ("failed", "stale")
 
 
-def test_an_item_error_is_a_parse_error_type_for_the_real_parsers(stores):
-    """Sanity check of the harness: a real parser's refusal (empty Markdown) is a failed item."""
+def test_a_parsers_verdict_on_the_bytes_is_not_retried(stores):
+    """A real parser's refusal of the bytes (empty Markdown) fails the item but is not kept for
+    a retry: the next run with nothing changed upstream lists nothing again."""
     connector = DictConnector({"a.md": b"# A\n\nalpha\n", "empty.md": b"   \n"})
     result = sync(stores, connector)
-    assert (result.upserted, result.failed) == (1, 1)
+    assert (result.upserted, result.failed, result.retrying) == (1, 1, 0)
+    again = sync(stores, connector)
+    assert (again.bootstrapped, again.failed) == (False, 0)
     assert issubclass(ParseError, ragport.RagportError)
 
 
