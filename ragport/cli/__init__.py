@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from ragport.cli.config import _resolve
 
@@ -28,7 +28,7 @@ from ragport.cli.config import _resolve
 # docs tests walk _parser and _iter_commands).
 from ragport.cli.lifecycle import GenerationsOut as GenerationsOut
 from ragport.cli.lifecycle import GrantOut as GrantOut
-from ragport.cli.output import EXIT_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE
+from ragport.cli.output import EXIT_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, EscapingStream
 from ragport.cli.output import NothingFound as NothingFound
 from ragport.cli.parser import EMBEDDERS as EMBEDDERS
 from ragport.cli.parser import MODES as MODES
@@ -72,7 +72,22 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None, *, stderr: TextIO | None = None) -> int:
     args: Any = _parser().parse_args(argv)
-    err = stderr or sys.stderr
+    if args.command == "mcp":  # JSON-RPC on stdio, not a terminal: left as the server writes it
+        return _main(args, stderr or sys.stderr)
+    # Everything a command prints goes through escape_controls (see ragport/cli/output.py).
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _escaping(out), _escaping(err)
+    try:
+        return _main(args, _escaping(stderr) if stderr is not None else sys.stderr)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _escaping(stream: TextIO) -> TextIO:
+    return stream if isinstance(stream, EscapingStream) else cast(TextIO, EscapingStream(stream))
+
+
+def _main(args: Any, err: TextIO) -> int:
     try:
         return _run(args)
     except BrokenPipeError:

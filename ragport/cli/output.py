@@ -1,5 +1,15 @@
 """Output of the ``ragport`` command: exit codes, tables (rich on a terminal, plain columns
-otherwise), JSON through one cattrs converter, notes on stderr.
+otherwise), JSON through one cattrs converter, notes on stderr, and the one escape of
+control characters every printed line goes through.
+
+``escape_controls`` writes each C0 control but newline and tab, DEL, each C1 control
+(U+0080-U+009F) and each bidirectional embedding, override or isolate (U+202A-U+202E,
+U+2066-U+2069) as ``\\uXXXX``: document text, file names and error messages cannot clear
+the screen, set the title or write the clipboard. The form is JSON's own escape, so JSON
+output (where ``json.dumps`` already escapes C0 but leaves C1, DEL and bidi raw) stays valid
+and decodes to the original text. ``main`` wraps stdout and stderr in ``EscapingStream`` for
+a command's run, so every ``print`` is covered; rich consoles write to the raw stream (their
+own styling must pass) and get escaped, markup-free ``Text``.
 """
 
 from __future__ import annotations
@@ -8,7 +18,7 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TextIO
 
 import cattrs
 
@@ -34,6 +44,42 @@ _json = cattrs.Converter()
 _json.register_unstructure_hook(datetime, lambda d: d.isoformat())
 
 
+_CONTROLS = {
+    c: f"\\u{c:04x}"
+    for c in [
+        *range(0x00, 0x20),
+        *range(0x7F, 0xA0),
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    ]
+    if c not in (0x09, 0x0A)
+}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with terminal control characters written as ``\\uXXXX`` (see the module)."""
+    return text.translate(_CONTROLS)
+
+
+class EscapingStream:
+    """A text stream whose ``write`` escapes control characters before the wrapped one's."""
+
+    def __init__(self, raw: TextIO) -> None:
+        self.raw = raw
+
+    def write(self, text: str) -> int:
+        self.raw.write(escape_controls(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+def raw_stream(stream: TextIO) -> TextIO:
+    """The stream under an ``EscapingStream`` (for rich, whose styling must pass)."""
+    return stream.raw if isinstance(stream, EscapingStream) else stream
+
+
 class NothingFound(Exception):
     """The command ran and found nothing to act on (exit 1); the message says what."""
 
@@ -46,7 +92,7 @@ def _rich_console() -> Any | None:
         from rich.console import Console
     except ImportError:  # pragma: no cover - rich is in the cli extra
         return None
-    return Console()
+    return Console(file=raw_stream(sys.stdout))
 
 
 def _table(columns: Sequence[str], rows: Sequence[Sequence[object]], *, title: str = "") -> None:
@@ -55,12 +101,13 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[object]], *, title: s
     cells = [["" if c is None else str(c) for c in row] for row in rows]
     if console is not None:
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=title or None)
+        table = Table(title=Text(escape_controls(title)) if title else None)
         for column in columns:
             table.add_column(column)
         for row in cells:
-            table.add_row(*row)
+            table.add_row(*(Text(escape_controls(cell)) for cell in row))
         console.print(table)
         return
     if title:

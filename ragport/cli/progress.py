@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ragport.cli.output import escape_controls
+
 __all__ = ["Tracker", "console", "track", "wanted"]
 
 
@@ -25,7 +27,9 @@ def console() -> Any | None:
         from rich.console import Console
     except ImportError:  # pragma: no cover - rich is in the cli extra
         return None
-    return Console(stderr=True)
+    from ragport.cli.output import raw_stream
+
+    return Console(file=raw_stream(sys.stderr))
 
 
 def wanted(*, json_out: bool) -> bool:
@@ -44,7 +48,10 @@ class Tracker:
     def update(self, *, done: int, total: int | None = None, item: str = "") -> None:
         if self._progress is None:
             return
-        fields: dict[str, Any] = {"completed": done, "item": item[-60:]}
+        from rich.markup import escape
+
+        shown = escape(escape_controls(item[-60:]))
+        fields: dict[str, Any] = {"completed": done, "item": shown}
         if total is not None:
             fields["total"] = max(total, done)
         self._progress.update(self._task, refresh=True, **fields)
@@ -52,7 +59,9 @@ class Tracker:
     def print(self, line: str) -> None:
         """``line`` on stdout; above the bar when the bar shares stdout's terminal."""
         if self._progress is not None and sys.stdout.isatty():
-            self._progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            self._progress.console.print(
+                escape_controls(line), markup=False, highlight=False, soft_wrap=True
+            )
         else:
             print(line, flush=True)
 
