@@ -49,8 +49,9 @@ class DocxParser(BaseParser):
 
     Body paragraphs and tables in document order; ``Title`` and ``Heading N`` styles become
     ``#`` headings, ``List Bullet`` / ``List Number`` styles ``-`` / ``1.`` items, each table
-    row one line with `` | `` between cells (merged cells once). Core properties ``title``
-    and ``author`` go to metadata.
+    row one line with `` | `` between cells (merged cells once per row). Core properties
+    ``title`` and ``author`` go to metadata. A row past ``MAX_TABLE_COLUMNS`` grid columns or
+    text past ``MAX_TEXT_CHARS`` is ``ParseError(reason="too_large")``.
     """
 
     name = "docx"
