@@ -5,26 +5,32 @@ raw HTML through and prints warnings. Here it only parses: no config files, no f
 no raw directive, nothing printed, never halts. A directive it does not know becomes a
 ``system_message`` holding the directive's source; that source is kept as a literal block, so
 the text survives and nothing runs.
+
+``publish_doctree`` is one library call that never looks at a deadline and can run for a
+minute on a megabyte (a simple table, many sections), so the conversion (docutils and the
+Markdown writer) runs in a worker process, ``_rst_worker.py`` through ``_worker.run_worker``
+as the PDF parser does: killed and reaped at ``timeout_s`` or on abort (within 50 ms), under
+an address-space limit of ``worker_memory_bytes(len(data))``. Every document pays the
+worker's start, about 0.1-0.2 s on an idle machine.
 """
 
 from __future__ import annotations
 
-import io
-from typing import Any
+import importlib.util
+from pathlib import Path
 
 from ragport.adapters.parsers._common import (
     BaseParser,
     Deadline,
-    check_abort,
     decode_utf8,
-    failed,
     normalise_newlines,
 )
+from ragport.adapters.parsers._worker import run_worker
 from ragport.domain.errors import ParseError
 from ragport.ports.documents import ParsedDocument
 from ragport.ports.runtime import Abort
 
-__all__ = ["RstParser"]
+__all__ = ["RstParser", "worker_memory_bytes"]
 
 MAX_DEPTH = 256
 SETTINGS = {
@@ -42,6 +48,20 @@ SETTINGS = {
     "traceback": True,
     "syntax_highlight": "none",
 }
+_WORKER = Path(__file__).with_name("_rst_worker.py")
+_BASE_MEMORY = 512 << 20  # the interpreter and docutils
+_MEMORY_PER_BYTE = 256  # a doctree takes about 300 bytes a source byte at its peak
+_MESSAGES = {
+    "too_deep": f"the document nests deeper than {MAX_DEPTH}",
+    "memory": "the reST worker ran out of memory",
+    "dependency": "reStructuredText needs docutils: install ragport[rst]",
+    "malformed": "docutils could not read the document",
+}
+
+
+def worker_memory_bytes(size: int) -> int:
+    """The worker's address-space limit (``RLIMIT_AS``) for a document of ``size`` bytes."""
+    return _BASE_MEMORY + _MEMORY_PER_BYTE * size
 
 
 class RstParser(BaseParser):
@@ -57,106 +77,30 @@ class RstParser(BaseParser):
         text = normalise_newlines(decode_utf8(data, media_type=media_type))
         if "\x00" in text:
             raise ParseError("the text holds NUL bytes", reason="nul", media_type=media_type)
-        try:
-            from docutils.core import publish_doctree
-        except ImportError:  # pragma: no cover - part of ragport[rst]
-            raise ParseError(
-                "reStructuredText needs docutils: install ragport[rst]",
-                reason="dependency",
-                media_type=media_type,
-            ) from None
-        try:
-            tree = publish_doctree(
-                text,
-                settings_overrides={**SETTINGS, "warning_stream": io.StringIO()},
-            )
-        except Exception as exc:
-            raise failed("docutils", exc, media_type=media_type) from None
-        deadline.check()
-        check_abort(abort)
-        writer = _Writer(deadline, abort, media_type)
-        writer.node(tree, 0, 0)
-        metadata = {"title": writer.title} if writer.title else {}
-        return ParsedDocument(writer.text(), metadata, "text/x-rst", markdown=True)
-
-
-class _Writer:
-    def __init__(self, deadline: Deadline, abort: Abort | None, media_type: str | None) -> None:
-        from docutils import nodes
-
-        self.nodes = nodes
-        self.deadline = deadline
-        self.abort = abort
-        self.media_type = media_type
-        self.blocks: list[str] = []
-        self.title: str | None = None
-        self.steps = 0
-
-    def text(self) -> str:
-        return "\n\n".join(b for b in self.blocks if b.strip())
-
-    def node(self, node: Any, section: int, depth: int) -> None:
-        nodes = self.nodes
-        self.steps += 1
-        if self.steps % 1024 == 0:
-            self.deadline.check()
-            check_abort(self.abort)
-        if depth > MAX_DEPTH:
-            raise ParseError(
-                f"the document nests deeper than {MAX_DEPTH}",
-                reason="too_deep",
-                media_type=self.media_type,
-            )
-        if isinstance(node, (nodes.comment, nodes.substitution_definition, nodes.target)):
-            return
-        if isinstance(node, nodes.system_message):
-            # An unknown or disabled directive: keep its source text, drop the complaint.
-            for child in node.findall(nodes.literal_block):
-                self.literal(child.astext())
-            return
-        if isinstance(node, nodes.section):
-            for child in node.children:
-                self.node(child, section + 1, depth + 1)
-            return
-        if isinstance(node, nodes.title):
-            title = " ".join(node.astext().split())
-            if title:
-                self.title = self.title or title
-                self.blocks.append("#" * min(6, max(1, section)) + " " + title)
-            return
-        if isinstance(node, (nodes.literal_block, nodes.doctest_block)):
-            self.literal(node.astext())
-            return
-        if isinstance(node, (nodes.bullet_list, nodes.enumerated_list)):
-            ordered = isinstance(node, nodes.enumerated_list)
-            lines = []
-            for n, item in enumerate(node.children, start=1):
-                marker = f"{n}." if ordered else "-"
-                lines.append(f"{marker} {' '.join(item.astext().split())}")
-            self.blocks.append("\n".join(lines))
-            return
-        if isinstance(node, nodes.table):
-            rows = [
-                " | ".join(" ".join(entry.astext().split()) for entry in row.children)
-                for row in node.findall(nodes.row)
-            ]
-            self.blocks.append("\n".join(rows))
-            return
-        if isinstance(node, nodes.TextElement):
-            text = " ".join(node.astext().split())
-            if text:
-                self.blocks.append(text)
-            return
-        for child in node.children:
-            if isinstance(child, nodes.Text):
-                text = " ".join(child.astext().split())
-                if text:
-                    self.blocks.append(text)
-            else:
-                self.node(child, section, depth + 1)
-
-    def literal(self, body: str) -> None:
-        body = body.strip("\n")
-        longest = max((len(run) for run in body.split() if set(run) == {"`"}), default=2)
-        fence = "`" * max(3, longest + 1)
-        self.blocks.append(f"{fence}\n{body}\n{fence}")
+        if importlib.util.find_spec("docutils") is None:  # pragma: no cover - ragport[rst]
+            raise ParseError(_MESSAGES["dependency"], reason="dependency", media_type=media_type)
+        payload = text.encode("utf-8")
+        answer = run_worker(
+            _WORKER,
+            {"docutils": SETTINGS, "max_depth": MAX_DEPTH},
+            payload,
+            deadline=deadline,
+            abort=abort,
+            memory_bytes=worker_memory_bytes(len(payload)),
+            # JSON of the text and title: escapes can take 6 bytes a character, and text
+            # that substitutions inflate past this is a bomb, not a document.
+            max_answer_bytes=8 * self.max_bytes + (64 << 10),
+            media_type=media_type,
+        )
+        body, title = answer.get("text"), answer.get("title")
+        if isinstance(body, str) and (title is None or isinstance(title, str)):
+            metadata = {"title": title} if title else {}
+            return ParsedDocument(body, metadata, "text/x-rst", markdown=True)
+        reason = str(answer.get("error"))
+        reason = reason if reason in _MESSAGES else "malformed"
+        detail = str(answer.get("detail") or "") if reason == "malformed" else ""
+        raise ParseError(
+            _MESSAGES[reason] + (f" ({detail})" if detail else ""),
+            reason=reason,
+            media_type=media_type,
+        )
