@@ -4,8 +4,10 @@ index_derived:
 1. Validate ids, text, metadata and lineage.
 2. Redact and embed the text.
 3. In one transaction: refuse an id that names a source of chunks; resolve each lineage id to
-   root sources (a derived record contributes its own roots), refusing cycles, lineage deeper
-   than 8 and anything resting on forgotten content; replace the derived record and publish.
+   root sources (a derived record contributes its own roots), refusing an id with no live
+   record in the scope (neither a source of chunks nor a derived record), cycles, lineage
+   deeper than 8 and anything resting on forgotten content; replace the derived record and
+   publish.
 """
 
 from __future__ import annotations
@@ -45,20 +47,28 @@ __all__ = ["index_derived"]
 def _roots(
     uow: UnitOfWork, record_id: str, lineage: Sequence[str], limits: Limits
 ) -> tuple[str, ...]:
-    """Flatten ``lineage`` to root source ids, refusing cycles, lineage deeper than allowed and
-    anything that rests on forgotten content.
+    """Flatten ``lineage`` to root source ids, refusing unknown ids, cycles, lineage deeper than
+    allowed and anything that rests on forgotten content.
 
-    A lineage id with derived records contributes their stored roots; walking their own
+    Every lineage id must have live rows in the scope: a source of chunks (a root) or a derived
+    record, which contributes its stored roots; walking their own
     lineage (breadth first) proves the new record is not among its ancestors and that no
     ancestor, at any depth, or root is withheld by a ``forgotten`` tombstone.
     """
     roots: dict[str, None] = {}
     for item in lineage:
-        derived = [r for r in uow.records.list_by_source(item) if r.kind == "derived"]
-        if not derived:
+        # Live rows (staged ones included: this unit publishes the staged generation).
+        live = uow.records.list_live(item, limit=1)
+        if not live:
+            raise ValidationError(
+                "lineage names an id that is neither a source with records nor a derived "
+                "record in this scope: nothing was written",
+                field="lineage",
+            )
+        if live[0].kind == "derived":
+            roots.update(dict.fromkeys(live[0].roots))
+        else:
             roots[item] = None
-        for record in derived:
-            roots.update(dict.fromkeys(record.roots))
     seen: set[str] = set()
     frontier = list(lineage)
     depth = 0

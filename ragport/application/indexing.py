@@ -38,6 +38,7 @@ from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
 from ragport.domain.model import (
     Chunk,
+    Grant,
     Record,
     Scope,
     metadata_bytes,
@@ -299,8 +300,11 @@ def delete_source(
     """Retire every record of ``source_id`` in exactly ``scope`` at a new generation.
 
     Versioned like a replacement with no chunks: ``rollback_generation`` can bring it back
-    until ``compact`` purges it. To forget a source everywhere (derived records included,
-    rows physically removed), use the deletion propagator.
+    until ``compact`` purges it. Its grant is revoked in the same unit of work (replaced by an
+    empty grant: grants are not versioned), so a document later written under the same id,
+    or the content a rollback brings back, is denied under authorization until granted again.
+    To forget a source everywhere (derived records included, rows physically removed), use
+    the deletion propagator.
     """
     scope = require_scope(scope)
     validate_id(source_id, field="source_id")
@@ -310,6 +314,9 @@ def delete_source(
     with tel.span("rag.delete"), store.unit_of_work(scope) as uow:
         generation = uow.generations.stage()
         deleted = uow.records.retire_source(source_id, generation=generation)
+        grant = uow.grants.get([source_id]).get(source_id)
+        if grant is not None and not grant.is_empty:
+            uow.grants.set([Grant(source_id)])  # the port has no delete; empty is no grant
         uow.generations.publish(generation)
         uow.commit()
     if status_store is not None:

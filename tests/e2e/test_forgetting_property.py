@@ -396,6 +396,8 @@ def _run_sequence(store: Any, lexical: str, program: list[Step]) -> None:
         elif op == "forget" and names:
             name = names[a % len(names)]
             model.forgotten_roots |= visible[name]
+            # delete_source revokes the grant and a rollback restores content, not grants.
+            store.set_source_access(scope, [Grant(name, principal_ids=("admin", "reader"))])
             handlers = [RagDeletionHandler(store=store, scope=scope)] if b % 2 else []
             create_deletion_propagator(
                 scope=scope, store=store, authorization=ADMIN, handlers=handlers

@@ -183,13 +183,21 @@ def _derive(metadata: dict[str, Any], limits: ragport.Limits) -> object:
     from ragport.adapters.embedders import HashEmbedder
     from ragport.adapters.memory import InMemoryStore
 
+    store = InMemoryStore()
+    ragport.replace_source(  # the lineage must name a source with records
+        source_id="doc",
+        chunks=[ragport.Chunk.of("doc", 0, "the doc")],
+        embedder=HashEmbedder(8),
+        store=store,
+        scope=SCOPE,
+    )
     return ragport.index_derived(
         record_id="summary",
         text="a summary",
         lineage=["doc"],
         metadata=metadata,
         embedder=HashEmbedder(8),
-        store=InMemoryStore(),
+        store=store,
         scope=SCOPE,
         limits=limits,
     )
