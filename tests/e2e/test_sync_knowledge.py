@@ -331,9 +331,20 @@ def test_two_racing_workers_advance_each_page_once(stores):
 def test_arguments_are_checked(stores):
     """Bad arguments are ValidationErrors before anything is read."""
     connector = DictConnector(ITEMS)
-    for bad in ({"max_pages": 0}, {"on_cursor_error": "ignore"}, {"parser": None}):
+    for bad in ({"max_pages": 0}, {"on_cursor_error": "ignore"}):
         with pytest.raises(ValidationError):
             sync(stores, connector, **bad)
+    from ragport.application.sync import sync_knowledge as core_sync
+
+    with pytest.raises(ValidationError) as caught:  # the core keeps requiring an injected parser
+        core_sync(
+            connector=connector,
+            checkpoints=stores.checkpoints,
+            store=stores.store,
+            embedder=CountingEmbedder(),
+            scope=SCOPE,
+        )
+    assert caught.value.field == "parser"
     with pytest.raises(ValidationError):
         ragport.sync_knowledge(
             connector=object(),
