@@ -305,8 +305,9 @@ def _check_data(path: str | os.PathLike[str], reference: _Reference) -> None:
                 bad = True
                 break
     finally:
+        if bad:
+            proc.kill()
         proc.stdout.close()
-        proc.kill() if bad else None
         code = proc.wait()
     if bad or in_copy:
         raise _refused("data statements other than rows of ragport's tables")
