@@ -72,6 +72,7 @@ from ragport.ports.sync import (
     CheckpointStore,
     Connector,
     Page,
+    SupportsCheckpointsInUnitOfWork,
     Upsert,
 )
 
@@ -108,6 +109,7 @@ __all__ = [
     "Span",
     "StoredVersion",
     "SupportsBorrowedQuery",
+    "SupportsCheckpointsInUnitOfWork",
     "SupportsForgottenLookup",
     "SupportsGenerationHistory",
     "SupportsGuardedQuery",
