@@ -178,8 +178,10 @@ class Rag:
         )
 
     def rollback(self, *, to: int) -> RollbackResult:
-        """``rollback_generation`` of the bound scope."""
-        return rollback_generation(store=self._store, scope=self._write_scope(), to=to)
+        """``rollback_generation`` of the bound scope (correcting the bound status store)."""
+        return rollback_generation(
+            store=self._store, scope=self._write_scope(), to=to, status_store=self._status
+        )
 
     def status(self, *, limit: int | None = None, cursor: str | None = None) -> StatusPage:
         """``list_ingestion_status`` of the bound scope (needs ``status_store``)."""

@@ -347,7 +347,9 @@ def _generations(args: argparse.Namespace) -> int:
 def _rollback(args: argparse.Namespace) -> int:
     scope = _scope(args)
     with _stores(args) as stores:
-        result = rollback_generation(store=stores.chunks, scope=scope, to=args.to)
+        result = rollback_generation(
+            store=stores.chunks, scope=scope, to=args.to, status_store=stores.status
+        )
     if args.json:
         _print_json(result)
     else:
