@@ -22,6 +22,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("bench_bm25.py", (), ("--quick",)),
     ("bench_forgetting.py", (), ("--quick",)),
     ("bench_parsers.py", ("--repeat", "7"), ("--repeat", "2", "--skip-ingest")),
+    ("bench_pdf.py", ("--repeat", "5"), ("--repeat", "1", "--only", "100kB", "8MB")),
     ("bench_sync.py", ("--repeat", "3", "--postgres"), ("--repeat", "1", "--files", "200")),
     ("bench_mcp.py", (), ("--calls", "5")),
     ("bench_rerank_seam.py", (), ()),
