@@ -68,7 +68,8 @@ class BaseParser:
     type, with no cause chained; ragport's own errors (``AbortedError``, a cap's
     ``ParseError``) pass as raised, and so do ``KeyboardInterrupt`` and ``SystemExit``.
     Libraries that cannot be interrupted run to completion in process (the deadline is checked
-    between stages and during tree walks); only the PDF parser runs in a worker it can kill.
+    between stages and during tree walks); the PDF and reST parsers run their library call in a worker process
+    (``_worker.run_worker``) that is killed at the deadline or on abort.
     """
 
     name: ClassVar[str] = "base"
