@@ -171,7 +171,8 @@ def test_load_failures_are_recorded_under_the_given_source_id(stores, corpus):
 
 
 def test_loader_metadata_reaches_every_chunk_and_a_parser_is_required(stores):
-    """untrusted and url from the loader are on every chunk; parser=None is a ValidationError.
+    """untrusted and url from the loader are on every chunk; the core replace_document refuses
+    parser=None with a ValidationError (the public, wired one defaults to parser_for).
 
     If this fails, check the metadata merge and _pick_parser in replace_document.
     """
@@ -188,6 +189,11 @@ def test_loader_metadata_reaches_every_chunk_and_a_parser_is_required(stores):
     (row,) = store.get_by_source(SCOPE, uri)
     assert row.metadata["untrusted"] is True and row.metadata["url"] == uri
     assert row.metadata["title"] == "Wiki" and row.metadata["heading"] == ["Leave"]
+    from ragport.application.documents import replace_document as core_replace
+
     with pytest.raises(ragport.ValidationError) as info:
-        _replace(stores, loader, uri, HashEmbedder(dimensions=64), parser=None)
+        core_replace(
+            uri=uri, loader=loader, embedder=HashEmbedder(dimensions=64), store=store,
+            scope=SCOPE, parser=None,
+        )  # fmt: skip
     assert info.value.field == "parser"
