@@ -205,3 +205,41 @@ def test_runner_answer_that_is_not_json_is_malformed(tmp_path):
     )
     assert answer["error"] == "malformed"
     assert json.dumps(answer)  # plain JSON values only
+
+
+def test_runner_worker_killed_by_a_signal_is_a_worker_failure(tmp_path):
+    """A worker killed by a signal (the OOM killer, a crash) is reason "worker", which a sync
+    retries, not "malformed", a verdict on the bytes.
+
+    If this fails, check run_worker's answer when the return code is negative.
+    """
+    answer = run_worker(
+        _script(tmp_path, "killed_worker.py", "import os, signal\nos.kill(os.getpid(), 9)\n"),
+        {},
+        b"abc",
+        deadline=Deadline(20),
+        abort=None,
+        memory_bytes=256 * MIB,
+        max_answer_bytes=MIB,
+        media_type=None,
+    )
+    assert answer["error"] == "worker"
+
+
+def test_a_pdf_worker_killed_by_a_signal_is_a_retryable_parse_error(monkeypatch, tmp_path):
+    """PdfParser turns a killed worker into ParseError(reason="worker"), which sync_knowledge
+    keeps for a retry.
+
+    If this fails, check PdfParser's mapping of the runner's "worker" answer.
+    """
+    from pdf_bytes import pdf
+
+    from ragport.adapters.parsers import pdf as pdf_module
+    from ragport.application._sync_state import is_retryable
+
+    killer = _script(tmp_path, "killed_pdf_worker.py", "import os\nos.kill(os.getpid(), 9)\n")
+    monkeypatch.setattr(pdf_module, "_WORKER", killer)
+    with pytest.raises(ParseError) as caught:
+        PdfParser().parse(pdf(["hello"]))
+    assert caught.value.reason == "worker"
+    assert is_retryable(caught.value)

@@ -68,6 +68,23 @@ def test_postgres_checkpoints_do_not_join_another_schema(pg_engine, pg_schema):
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{other}" CASCADE'))
 
 
+def test_in_memory_checkpoints_join_one_store_only():
+    """Units of work of a second InMemoryStore hold another writer lock: not joined, so two
+    stores sharing a checkpoint store never both pass a "check now, write at commit" CAS.
+
+    If this fails, check InMemoryCheckpointStore.joins: it binds to the first store it joins.
+    """
+    first, second = InMemoryStore(), InMemoryStore()
+    checkpoints = InMemoryCheckpointStore()
+    with first.unit_of_work(SCOPE) as uow:
+        assert checkpoints.joins(uow) is True
+    with second.unit_of_work(SCOPE) as uow:
+        assert checkpoints.joins(uow) is False
+    bound = InMemoryCheckpointStore(store=second)
+    with first.unit_of_work(SCOPE) as uow:
+        assert bound.joins(uow) is False
+
+
 class DetachedStore(InMemoryCheckpointStore):
     """Claims to join but compare-and-sets at once, outside the unit of work."""
 

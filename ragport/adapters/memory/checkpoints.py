@@ -1,8 +1,11 @@
 """In-memory CheckpointStore: versioned cursors behind one lock.
 
-It joins an in-memory store's unit of work (``SupportsCheckpointsInUnitOfWork``): such a unit
+It joins the units of work of one in-memory store (``SupportsCheckpointsInUnitOfWork``): the
+first ``InMemoryStore`` whose unit of work it joins, or the one given as ``store=``. Such a unit
 of work holds its scope's writer lock from start to commit and its commit cannot fail, so a
-compare-and-set checked inside it and written when it commits is atomic with the page.
+compare-and-set checked inside it and written when it commits is atomic with the page. Units
+of work of a second store hold another lock, so they are not joined (the sync then takes its
+one-worker-per-scope path).
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ __all__ = ["InMemoryCheckpointStore"]
 class InMemoryCheckpointStore:
     """Process-local checkpoints; a host that needs restarts uses ``PostgresCheckpointStore``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, store: object = None) -> None:
         self._items: dict[tuple[str, Scope], Checkpoint] = {}
         self._lock = threading.Lock()
+        self._store = store  # the InMemoryStore whose units of work this store joins
 
     def get(self, connector_id: str, scope: Scope) -> Checkpoint:
         check_checkpoint_args(connector_id, scope)
@@ -43,8 +47,14 @@ class InMemoryCheckpointStore:
             return True
 
     def joins(self, uow: object) -> bool:
-        """Whether ``uow`` is an in-memory unit of work (scope-serialized, infallible commit)."""
-        return isinstance(uow, InMemoryUnitOfWork)
+        """Whether ``uow`` is an in-memory unit of work (scope-serialized, infallible commit) of
+        the one store this checkpoint store joins (the first it is asked about)."""
+        if not isinstance(uow, InMemoryUnitOfWork) or uow.owner is None:
+            return False
+        with self._lock:
+            if self._store is None:
+                self._store = uow.owner
+            return uow.owner is self._store
 
     def compare_and_set_in(
         self, uow: object, connector_id: str, scope: Scope, expected_version: int, cursor: str
@@ -54,7 +64,7 @@ class InMemoryCheckpointStore:
         this unit of work's writer lock."""
         check_checkpoint_args(connector_id, scope)
         check_cas_args(expected_version, cursor)
-        if not isinstance(uow, InMemoryUnitOfWork) or uow.scope != scope:
+        if not self.joins(uow) or not isinstance(uow, InMemoryUnitOfWork) or uow.scope != scope:
             raise ValidationError(
                 "compare_and_set_in needs an in-memory unit of work of the same scope",
                 field="uow",

@@ -230,7 +230,7 @@ class InMemoryStore:
         if not isinstance(scope, Scope):
             raise ScopeError("scope must be a Scope", field="scope")
         with self._writer(scope):
-            uow = InMemoryUnitOfWork(scope, self._snapshot(scope), self._install)
+            uow = InMemoryUnitOfWork(scope, self._snapshot(scope), self._install, owner=self)
             try:
                 yield uow
             finally:

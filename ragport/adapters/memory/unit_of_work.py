@@ -281,9 +281,15 @@ class InMemoryUnitOfWork:
     """Writes to a copy of ``snapshot``; ``commit`` hands the copy to ``install``."""
 
     def __init__(
-        self, scope: Scope, snapshot: Snapshot, install: Callable[[Scope, Snapshot], None]
+        self,
+        scope: Scope,
+        snapshot: Snapshot,
+        install: Callable[[Scope, Snapshot], None],
+        owner: object = None,
     ):
         self.scope = scope
+        # The store whose writer lock this unit of work holds (what a checkpoint store joins).
+        self.owner = owner
         self._install = install
         self._snap = snapshot.copy()
         self._done = False

@@ -99,7 +99,8 @@ def run_worker(
     max_answer_bytes: int,
     media_type: str | None,
 ) -> dict[str, Any]:
-    """The worker's JSON answer, or ``{"error": "malformed", "detail": ...}`` if it sent none.
+    """The worker's JSON answer, or ``{"error": "malformed", "detail": ...}`` if it sent none
+    (``"worker"`` instead when a signal killed it).
 
     Raises ``ParseError`` ``worker`` (no interpreter to start), ``timeout`` or ``too_large``,
     or ``AbortedError``; in every case the worker is dead and reaped first.
@@ -166,5 +167,9 @@ def run_worker(
     except ValueError:
         answer = None
     if not isinstance(answer, dict):
+        if process.returncode < 0:
+            # Killed by a signal (the OOM killer, a crash): not a verdict on the bytes, so a
+            # sync retries it (reason "worker").
+            return {"error": "worker", "detail": f"worker killed by signal {-process.returncode}"}
         return {"error": "malformed", "detail": f"worker exit code {process.returncode}"}
     return answer

@@ -348,34 +348,16 @@ def restore_schema(url: str, path: str | os.PathLike[str], *, schema: str = "rag
     dsn, env = _libpq(url)
     if not Path(path).is_file():
         raise ValidationError("no such dump file", field="path")
-    if _dumped_schemas(path) != {schema}:
-        raise ValidationError(f"the dump does not hold exactly schema {schema!r}", field="schema")
-    with translate_errors("prepare restore"), psycopg.connect(dsn, autocommit=True) as conn:
-        _refuse_existing(conn, schema)
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    _check_archive(url, path, schema)
+    # Every check and the restore read one private copy (a 0700 folder), so a dump swapped in
+    # its folder after the checks cannot be what runs.
     work = Path(tempfile.mkdtemp(prefix="ragport-restore-"))
     try:
-        # Everything but the CREATE SCHEMA, which _restore_role made, owned by the role.
-        listing = work / "restore.list"
-        listing.write_text(
-            "".join(f"{e.line}\n" for e in _toc(path) if e.kind != "SCHEMA"), encoding="utf-8"
-        )
-        with _restore_role(dsn, schema) as (role_dsn, role_env, set_role):
-            _run(
-                "pg_restore",
-                [
-                    "--single-transaction",
-                    "--exit-on-error",
-                    "--no-owner",
-                    "--no-privileges",
-                    *([f"--role={set_role}"] if set_role else []),
-                    f"--use-list={listing}",
-                    f"--dbname={role_dsn}",
-                    os.fspath(path),
-                ],
-                {**env, **role_env},
-            )
+        dump = work / "checked.dump"
+        try:
+            shutil.copyfile(path, dump)
+        except OSError:
+            raise ValidationError("the dump file could not be read", field="path") from None
+        _restore_checked(url, dsn, env, dump, work, schema)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     with translate_errors("analyze restored schema"), psycopg.connect(dsn, autocommit=True) as conn:
@@ -387,6 +369,37 @@ def restore_schema(url: str, path: str | os.PathLike[str], *, schema: str = "rag
         found = conn.execute("SELECT to_regprocedure(%s)", (merge,)).fetchone()
         if found is not None and found[0] is not None:
             conn.execute(f"REVOKE ALL ON FUNCTION {merge} FROM PUBLIC")
+
+
+def _restore_checked(
+    url: str, dsn: str, env: dict[str, str], dump: Path, work: Path, schema: str
+) -> None:
+    if _dumped_schemas(dump) != {schema}:
+        raise ValidationError(f"the dump does not hold exactly schema {schema!r}", field="schema")
+    with translate_errors("prepare restore"), psycopg.connect(dsn, autocommit=True) as conn:
+        _refuse_existing(conn, schema)
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    _check_archive(url, dump, schema)
+    # Everything but the CREATE SCHEMA, which _restore_role made, owned by the role.
+    listing = work / "restore.list"
+    listing.write_text(
+        "".join(f"{e.line}\n" for e in _toc(dump) if e.kind != "SCHEMA"), encoding="utf-8"
+    )
+    with _restore_role(dsn, schema) as (role_dsn, role_env, set_role):
+        _run(
+            "pg_restore",
+            [
+                "--single-transaction",
+                "--exit-on-error",
+                "--no-owner",
+                "--no-privileges",
+                *([f"--role={set_role}"] if set_role else []),
+                f"--use-list={listing}",
+                f"--dbname={role_dsn}",
+                os.fspath(dump),
+            ],
+            {**env, **role_env},
+        )
 
 
 def _refuse_existing(conn: psycopg.Connection[Any], schema: str) -> None:
