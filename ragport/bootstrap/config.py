@@ -72,8 +72,11 @@ def find_config(start: Path, *, home: Path | None = None) -> Path | None:
 
 
 def _check_trusted(path: Path, uid: int | None) -> None:
+    # A symlink is judged by its own owner too: in a folder others may write, a link planted
+    # by them to a file the user owns would otherwise pass.
+    link = path.lstat()
     info = path.stat()
-    if uid is not None and info.st_uid != uid:
+    if uid is not None and (info.st_uid != uid or link.st_uid != uid):
         raise ValidationError(
             f"{path} is not owned by the current user: refusing to read it", field="config"
         )

@@ -124,3 +124,19 @@ def test_a_file_from_a_parent_folder_is_announced_once(
     monkeypatch.setattr(cli_config, "_ANNOUNCED", set())
     assert main(["config", "--json"]) == EXIT_OK
     assert str(parent) not in capsys.readouterr().err  # the current folder's own file
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to chown")
+def test_a_symlink_planted_by_another_user_is_refused(tmp_path, monkeypatch):
+    """A ragport.toml that is a symlink owned by another user (to a file the user owns) is
+    refused: the link's owner counts, not only its target's."""
+    project = tmp_path / "project"
+    project.mkdir()
+    own = tmp_path / "mine.toml"
+    own.write_text('store = "memory://"\n')
+    link = project / "ragport.toml"
+    link.symlink_to(own)
+    os.lchown(link, 12345, 12345)
+    with pytest.raises(ValidationError) as caught:
+        find_config(project, home=tmp_path)
+    assert caught.value.field == "config"
