@@ -82,7 +82,7 @@ def _decode_state(text: str | None) -> _State:
         return START
     try:
         raw = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a deeply nested checkpoint is malformed too
         raw = None
     ok = (
         isinstance(raw, dict)

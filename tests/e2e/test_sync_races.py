@@ -385,3 +385,20 @@ def test_a_process_killed_inside_the_page_commits_neither_rows_nor_checkpoint(
     for source_id in items:
         assert stored(stores, source_id) == stored(reference, source_id), source_id
     assert stores.checkpoints.get("dict", SCOPE).version == 3
+
+
+def test_a_deeply_nested_checkpoint_or_connector_cursor_is_a_cursor_error(stores, tmp_path):
+    """A checkpoint (or a folder cursor) of JSON nested far past the interpreter's recursion
+    limit is a SyncCursorError, never a raw RecursionError; with on_cursor_error="bootstrap"
+    the sync starts over."""
+    from ragport.adapters.connectors import FolderConnector
+    from ragport.domain.errors import SyncCursorError
+
+    nested = "[" * 100_000 + "]" * 100_000
+    assert stores.checkpoints.compare_and_set("dict", SCOPE, 0, nested)
+    with pytest.raises(SyncCursorError):
+        sync(stores, DictConnector({"a.md": b"# A\n\nalpha\n"}), on_cursor_error="raise")
+    assert sync(stores, DictConnector({"a.md": b"# A\n\nalpha\n"})).bootstrapped
+    (tmp_path / "a.md").write_text("# A\n\nalpha\n")
+    with pytest.raises(SyncCursorError):
+        FolderConnector(tmp_path).changes(nested)

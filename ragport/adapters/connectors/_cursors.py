@@ -18,7 +18,7 @@ def decode_cursor(
         raise bad
     try:
         body = json.loads(cursor)
-    except ValueError:
+    except (ValueError, RecursionError):  # a deeply nested (hostile or corrupt) cursor
         raise bad from None
     if (
         not isinstance(body, dict)
