@@ -54,7 +54,7 @@ def test_realistic_pdf_parses_whole_well_within_the_default_timeout(pages, size,
     parser = PdfParser(max_bytes=HARD_LIMITS.parse_bytes)
     started = time.monotonic()
     doc = parser.parse(data)
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 25  # the default deadline is 30 s; ~2-7 s here
     assert len(doc.pages) == pages and doc.metadata["pages"] == pages
     assert doc.pages[pages // 2] == manual_page(pages // 2 + 1, pages, lines)
     assert doc.pages[-1].endswith(f"Page {pages} of {pages}")
@@ -71,7 +71,8 @@ def test_a_pdf_past_the_pipe_buffer_is_not_a_timeout():
 
 
 def test_abort_during_a_long_parse_stops_it_and_reaps_the_worker():
-    """An abort set 0.3 s into a 256-page parse raises AbortedError within ~0.1 s; no worker left.
+    """An abort set 0.3 s into a 256-page parse (2-7 s whole) raises AbortedError long before the
+    parse could end (~0.1 s after the abort; 3 s allowed on a loaded machine); no worker left.
 
     If this fails, check the abort poll and the kill in run_worker's wait loop.
     """
@@ -79,12 +80,13 @@ def test_abort_during_a_long_parse_stops_it_and_reaps_the_worker():
     started = time.monotonic()
     with pytest.raises(AbortedError):
         PdfParser().parse(data, abort=_AbortAfter(0.3))
-    assert time.monotonic() - started < 1.2
+    assert time.monotonic() - started < 3
     assert worker_children("_pdf_worker.py") == []
 
 
 def test_the_deadline_kills_the_worker_of_a_large_pdf():
-    """A 256-page parse under timeout_s=0.5 is ParseError(timeout) within ~0.6 s; no worker left.
+    """A 256-page parse under timeout_s=0.5 is ParseError(timeout) within ~0.6 s (3 s allowed on a
+    loaded machine, still well before the parse could end); no worker left.
 
     If this fails, check the deadline check and the kill in run_worker's wait loop.
     """
@@ -93,7 +95,7 @@ def test_the_deadline_kills_the_worker_of_a_large_pdf():
     with pytest.raises(ParseError) as info:
         PdfParser(timeout_s=0.5).parse(data)
     assert info.value.reason == "timeout"
-    assert time.monotonic() - started < 1.3
+    assert time.monotonic() - started < 3
     assert worker_children("_pdf_worker.py") == []
 
 
