@@ -27,6 +27,7 @@ _TABLE: dict[str, tuple[int, int, int]] = {
     "document_chars": (1_048_576, 8_388_608, 1),
     "chunks_per_source": (2_048, 8_192, 1),
     "embed_batch": (32, 128, 1),
+    "embed_concurrency": (4, 16, 1),
     "top_k": (5, 32, 1),
     "query_candidates": (20, 128, 1),
     "result_bytes": (65_536, 524_288, 1),
@@ -88,6 +89,7 @@ class Limits:
     document_chars: int = _field("document_chars")
     chunks_per_source: int = _field("chunks_per_source")
     embed_batch: int = _field("embed_batch")
+    embed_concurrency: int = _field("embed_concurrency")
     top_k: int = _field("top_k")
     query_candidates: int = _field("query_candidates")
     result_bytes: int = _field("result_bytes")

@@ -160,14 +160,15 @@ def test_empty_input_makes_no_request(serve, dialect):
 def test_batches_never_exceed_batch_size(serve, dialect):
     """Seven texts with batch_size=3 become requests of 3, 3 and 1, results in input order.
 
-    If this fails, check the batching loop and the row offsets in _HttpEmbedder.embed.
+    The requests may arrive in any order (batches are concurrent, issue 27). If this fails,
+    check the batching loop and the row offsets in _HttpEmbedder.embed.
     """
     build, answer = dialect
     server = serve(answer)
     texts = [f"text number {i}" for i in range(7)]
     out = build(server, batch_size=3).embed(texts)
     sizes = [len(r["json"].get("input") or r["json"].get("inputs")) for r in server.requests]
-    assert sizes == [3, 3, 1]
+    assert sorted(sizes) == [1, 3, 3]
     np.testing.assert_allclose(out, _HASH.embed(texts), rtol=0, atol=1e-6)
 
 

@@ -8,7 +8,10 @@ Both are synchronous httpx clients with the same guard rails:
 - ``dimensions`` is required: the port needs ``id`` and ``dimensions`` before the first call,
   and every answer must have exactly that width.
 - At most ``batch_size`` texts per request (hard ceiling 128, the ``embed_batch`` limit); a
-  longer input becomes several requests, in order.
+  longer input becomes several requests. Up to ``max_concurrency`` of them are in flight at
+  once (default 4, hard ceiling 16, the ``embed_concurrency`` limit), on worker threads that
+  share the one ``httpx.Client``; rows come back in input order whatever order the answers
+  arrive in. ``max_concurrency=1`` sends them one after another on the calling thread.
 - Every phase of a request (connect, write, each read) waits at most ``timeout_s``, and the
   whole answer must have arrived by then (checked between body chunks). The body is streamed
   and counted; past ``max_response_bytes`` (decoded) the request is abandoned.
@@ -19,6 +22,11 @@ Both are synchronous httpx clients with the same guard rails:
   holds for every server. A row of zeros stays zero.
 
 Failures:
+
+- A batch that fails fails the whole ``embed`` call: the batches not yet sent are cancelled,
+  those in flight are waited for (no thread outlives the call), and the error of the first
+  failed batch in input order is raised; no partial matrix is ever returned. Nothing is
+  retried here: a client with a retrying transport retries each request (one batch) alone.
 
 - ``ValidationError(field=...)`` at construction for a bad argument; ``field="texts"`` for a
   bad input.
@@ -43,6 +51,7 @@ import functools
 import math
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -80,6 +89,15 @@ def _check_batch_size(value: object) -> int:
         return check_limit("embed_batch", value)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise ValidationError(str(exc), field="batch_size", limit="embed_batch") from None
+
+
+def _check_concurrency(value: object) -> int:
+    try:
+        return check_limit("embed_concurrency", value)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ValidationError(
+            str(exc), field="max_concurrency", limit="embed_concurrency"
+        ) from None
 
 
 def _check_timeout(value: object) -> float:
@@ -138,6 +156,16 @@ def _normalise(rows: list[list[float]], dimensions: int, host: str) -> VectorMat
     return np.asarray(matrix, dtype=np.float32)
 
 
+def _first_failure(futures: list[Future[None]]) -> BaseException | None:
+    """The error of the first finished-and-failed batch in input order, if any."""
+    for future in futures:
+        if future.done() and not future.cancelled():
+            error = future.exception()
+            if error is not None:
+                return error
+    return None
+
+
 class _HttpEmbedder(OwnedClient):
     """The transport, limits and output checks the two API dialects share."""
 
@@ -152,6 +180,7 @@ class _HttpEmbedder(OwnedClient):
         dimensions: int,
         api_key: str | None,
         batch_size: int,
+        max_concurrency: int,
         timeout_s: float,
         max_response_bytes: int,
         allow_loopback: bool,
@@ -162,6 +191,7 @@ class _HttpEmbedder(OwnedClient):
         self._dimensions = check_int(dimensions, "dimensions", 1, _MAX_DIMENSIONS)
         self._api_key = check_api_key(api_key)
         self._batch_size = _check_batch_size(batch_size)
+        self._max_concurrency = _check_concurrency(max_concurrency)
         self._timeout_s = _check_timeout(timeout_s)
         self._max_response_bytes = check_int(
             max_response_bytes, "max_response_bytes", 1024, _MAX_RESPONSE_BYTES_CEILING
@@ -177,17 +207,38 @@ class _HttpEmbedder(OwnedClient):
         return (
             f"{type(self).__name__}(base_url={self._base_url!r}, model={self._model!r}, "
             f"dimensions={self._dimensions}, batch_size={self._batch_size}, "
-            f"timeout_s={self._timeout_s:g}, api_key={key})"
+            f"max_concurrency={self._max_concurrency}, timeout_s={self._timeout_s:g}, api_key={key})"
         )
 
     def embed(self, texts: Sequence[str]) -> VectorMatrix:
         items = _check_texts(texts)
         out = np.zeros((len(items), self._dimensions), dtype=np.float32)
-        for start in range(0, len(items), self._batch_size):
-            batch = items[start : start + self._batch_size]
-            rows = self._parse(self._post(self._payload(batch)), len(batch))
-            out[start : start + len(batch)] = _normalise(rows, self._dimensions, self._host)
+        starts = range(0, len(items), self._batch_size)
+        if self._max_concurrency == 1 or len(starts) <= 1:
+            for start in starts:
+                self._embed_batch(items, start, out)
+            return out
+        with ThreadPoolExecutor(
+            max_workers=min(self._max_concurrency, len(starts)),
+            thread_name_prefix="ragport-embed",
+        ) as pool:
+            futures = [pool.submit(self._embed_batch, items, start, out) for start in starts]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            # On a failure: drop the batches not yet started; leaving the block waits for the
+            # ones in flight, so no worker thread outlives the call.
+            if _first_failure(futures) is not None:
+                for future in futures:
+                    future.cancel()
+        failed = _first_failure(futures)  # every future is now finished or cancelled
+        if failed is not None:
+            raise failed
         return out
+
+    def _embed_batch(self, items: list[str], start: int, out: VectorMatrix) -> None:
+        """Embed ``items[start : start + batch_size]`` into the same rows of ``out``."""
+        batch = items[start : start + self._batch_size]
+        rows = self._parse(self._post(self._payload(batch)), len(batch))
+        out[start : start + len(batch)] = _normalise(rows, self._dimensions, self._host)
 
     def _payload(self, batch: list[str]) -> dict[str, Any]:
         raise NotImplementedError
@@ -250,6 +301,7 @@ class OpenAICompatibleEmbedder(_HttpEmbedder):
         api_key: str | None = None,
         send_dimensions: bool = False,
         batch_size: int = 64,
+        max_concurrency: int = 4,
         timeout_s: float = 30.0,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         allow_loopback: bool = False,
@@ -262,6 +314,7 @@ class OpenAICompatibleEmbedder(_HttpEmbedder):
             dimensions=dimensions,
             api_key=api_key,
             batch_size=batch_size,
+            max_concurrency=max_concurrency,
             timeout_s=timeout_s,
             max_response_bytes=max_response_bytes,
             allow_loopback=allow_loopback,
@@ -313,6 +366,7 @@ class TeiEmbedder(_HttpEmbedder):
         dimensions: int,
         model: str | None = None,
         batch_size: int = 32,
+        max_concurrency: int = 4,
         timeout_s: float = 30.0,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         allow_loopback: bool = False,
@@ -326,6 +380,7 @@ class TeiEmbedder(_HttpEmbedder):
             dimensions=dimensions,
             api_key=api_key,
             batch_size=batch_size,
+            max_concurrency=max_concurrency,
             timeout_s=timeout_s,
             max_response_bytes=max_response_bytes,
             allow_loopback=allow_loopback,
