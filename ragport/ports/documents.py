@@ -61,7 +61,10 @@ class Parser(Protocol):
     - ``id`` names the parser and its version (``"html-v1+lxml-6.1"``); it changes whenever
       the same bytes could parse to different text, so ``replace_document`` re-indexes.
     - ``max_bytes`` is the input cap: longer input raises ``ParseError(reason="too_large")``
-      before any parsing.
+      before any parsing, never truncated. The cap has a hard ceiling: a constructor given
+      ``max_bytes`` above ``HARD_LIMITS.parse_bytes`` (``ragport.domain.limits``, 8 MiB), or
+      ``max_bytes <= 0`` or ``timeout_s <= 0``, raises ``ValidationError``.
+    - Empty input (``b""``) raises ``ParseError``: an empty document is never an empty index.
     - Strict decoding: bytes that do not decode raise ``ParseError(reason="decode")``; nothing
       is guessed or replaced.
     - Input past a page, depth, inflation or time cap, or that the library cannot read, raises

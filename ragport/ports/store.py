@@ -155,8 +155,8 @@ class RecordRepository(Protocol):
         Ids stay unique at every pointer a scope can reach (the current one, a staged publish,
         any rollback target down to the floor): when a stored row of a new id (live, staged or
         retired, of any source, other than the rows being moved) could be visible at a pointer
-        where the moved row is (``rekey_collides``), it is a ``ValidationError`` and nothing
-        moves."""
+        where the moved row is (``rekey_collides``), it is ``ValidationError(field="to_id")``
+        and nothing moves."""
         ...
 
     def rewrite_lineage(self, from_id: str, to_id: str) -> int:
@@ -359,7 +359,10 @@ class UnitOfWork(Protocol):
         ...
 
     def commit(self) -> None:
-        """Make every change of the unit visible at once; the unit is finished afterwards."""
+        """Make every change of the unit visible at once; the unit is finished afterwards.
+
+        A second ``commit()`` is ``ValidationError(field="unit_of_work")``; ``rollback()``
+        after it does nothing. Write nothing through the repositories once finished."""
         ...
 
     def rollback(self) -> None:
@@ -384,7 +387,12 @@ class ChunkStore(Protocol):
       every root source must be allowed), and ``metadata_filter`` (the filter language of
       ``ragport.domain.filters``: a mapping, parsed with ``parse_filter``, or a parsed
       ``Filter``; it is never authorization). Results are ordered by
-      descending score, ties by id, at most ``limit`` of them.
+      descending score, ties by id, at most ``limit`` of them; ``limit <= 0`` gives ``()``.
+    - Reads refuse NUL and lone surrogates (``validate_text``) as ``ValidationError``:
+      ``get_by_source`` ``field="source_id"``, ``check_source_access`` ``"source_ids"``,
+      ``lexical_query`` ``"query"``, ``forgotten_among`` ``"ids"``.
+    - A driver failure is a ``StoreError`` raised ``from None`` (no ``__cause__`` and no
+      ``__context__``: a driver's message may quote parameters, hence document text).
     """
 
     @property
@@ -504,7 +512,8 @@ class SupportsLexicalSearch(Protocol):
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         """Top ``limit`` visible records containing a query term, best first (the mode's
-        score), with the same predicate as ``query`` applied before the limit."""
+        score), with the same predicate as ``query`` applied before the limit. A ``tuple``:
+        ``()`` when nothing matches, the text has no term or ``limit <= 0``."""
         ...
 
     def hybrid_query(
@@ -530,18 +539,13 @@ class SupportsGuardedQuery(Protocol):
     """A store that answers the retrieval guards inside its vector leg's own statement.
 
     ``guarded_query`` returns what ``foreign_embedders(scope, embedder_id, dimensions)`` and
-    ``query(scope, vector, ...)`` would return, read from one snapshot (one statement on
-    PostgreSQL), with ``forgotten`` tombstones (record id, source id, lineage) applied in that
-    same snapshot. ``retrieve_context`` then skips its separate drift-guard read (a mismatch is
-    raised from the leg's answer, before anything is fused or returned) and, when the vector
-    leg is the only leg, its tombstone re-read after the legs: the candidates already come
-    from one snapshot that saw every tombstone committed before it. With a lexical leg (a
-    second statement, a second snapshot) the re-read still runs, as it always does for stores
-    without this method: that is what catches a store whose legs miss a tombstone.
-
-    Retrieval uses it only when ``capabilities.guarded_query`` is declared and the store's own
-    class defines ``guarded_query`` (``supports``): a wrapper that delegates unknown
-    attributes keeps the plain path, so its own ``query`` still runs.
+    ``query(scope, vector, ...)`` would, from one snapshot (one statement on PostgreSQL) with
+    ``forgotten`` tombstones (record id, source id, lineage) applied in it. ``retrieve_context``
+    then skips its drift-guard read (a mismatch is raised from the leg's answer) and, when the
+    vector leg is the only leg, its tombstone re-read; with a lexical leg (a second snapshot)
+    the re-read still runs, which catches legs that miss a tombstone. Used only when
+    ``capabilities.guarded_query`` is declared and the store's own class defines it
+    (``supports``): a wrapper that delegates unknown attributes keeps its own ``query``.
     """
 
     def guarded_query(
