@@ -18,6 +18,7 @@ import ipaddress
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from types import ModuleType
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit
@@ -42,6 +43,7 @@ __all__ = [
     "post_json",
     "read_body",
     "refuse_constant",
+    "run_in_order",
 ]
 
 _T = TypeVar("_T")
@@ -376,3 +378,42 @@ def place_by_index(
         placed[index] = read(item)
     # count matched and no index repeated, so every index in 0..count-1 was placed.
     return [placed[i] for i in range(count)]
+
+
+def run_in_order(
+    calls: Sequence[Callable[[], _T]], max_concurrency: int, *, thread_name: str
+) -> list[_T]:
+    """Run ``calls`` (one HTTP batch each) on up to ``max_concurrency`` worker threads and
+    return their results in the order of ``calls``, whatever order they finish in.
+
+    One call or ``max_concurrency == 1``: all run one after another on the calling thread, as
+    a plain loop would. When a call raises, the calls not yet started are cancelled, those
+    running are waited for (no worker thread outlives this function) and the exception of the
+    first failed call in input order is raised: never a partial list. Workers share whatever
+    the calls close over (an ``httpx.Client`` is safe to share between threads).
+    """
+    if max_concurrency <= 1 or len(calls) <= 1:
+        return [call() for call in calls]
+    with ThreadPoolExecutor(
+        max_workers=min(max_concurrency, len(calls)), thread_name_prefix=thread_name
+    ) as pool:
+        futures = [pool.submit(call) for call in calls]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        if _first_failure(futures) is not None:
+            for future in futures:
+                future.cancel()
+        # Leaving the block waits for the calls still running.
+    failed = _first_failure(futures)  # every future is now finished or cancelled
+    if failed is not None:
+        raise failed
+    return [future.result() for future in futures]
+
+
+def _first_failure(futures: Sequence[Future[_T]]) -> BaseException | None:
+    """The exception of the first finished-and-failed future in input order, if any."""
+    for future in futures:
+        if future.done() and not future.cancelled():
+            error = future.exception()
+            if error is not None:
+                return error
+    return None

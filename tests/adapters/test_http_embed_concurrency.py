@@ -320,3 +320,87 @@ def test_max_concurrency_defaults_to_the_embed_concurrency_limit(
     with make(kind, server) as default, make(kind, server, max_concurrency=16) as widest:
         assert "max_concurrency=4" in repr(default)
         assert "max_concurrency=16" in repr(widest)
+
+
+# --- TeiReranker(max_batch=...): the one HTTP reranker whose call holds several batches ---
+
+
+def rerank_answer(request: dict[str, Any]) -> Reply:
+    """TEI's rerank answer: a score per text (its number), best first."""
+    texts = request["json"]["texts"]
+    items = [{"index": i, "score": number(t) / 1000} for i, t in enumerate(texts)]
+    return Reply(body=json.dumps(sorted(items, key=lambda it: -it["score"])).encode())
+
+
+def rerank_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("ragport-rerank")]
+
+
+def test_tei_reranker_batches_run_concurrently_and_merge_in_input_order(
+    serve: Callable[..., FakeServer],
+) -> None:
+    """max_batch=2, max_concurrency=3: three requests at once at the peak, scores merged right."""
+    from ragport.adapters.rerankers import TeiReranker
+    from ragport.contract_tests.reranker import contract_hits
+
+    gauge = Gauge()
+
+    def held(request: dict[str, Any]) -> Reply:
+        gauge.enter()
+        try:
+            gauge.wait_for_peak(3, timeout_s=5.0)
+            first = number(request["json"]["texts"][0])
+            time.sleep(max(0.0, 0.05 - 0.005 * first))  # earlier batches answer later
+            return rerank_answer(request)
+        finally:
+            gauge.leave()
+
+    server = serve(held)
+    given = contract_hits([f"candidate {i}" for i in range(12)])
+    with TeiReranker(
+        server.url, allow_loopback=True, max_batch=2, max_concurrency=3, timeout_ms=5_000
+    ) as reranker:
+        out = reranker.rerank("query", given)
+    assert [hit.id for hit, _ in out] == [hit.id for hit in reversed(given)]
+    assert [score for _, score in out] == [i / 1000 for i in reversed(range(12))]
+    assert gauge.peak == 3
+    assert len(server.requests) == 6
+    assert rerank_threads() == []
+
+
+def test_tei_reranker_failed_batch_cancels_the_rest_and_raises_rerank_error(
+    serve: Callable[..., FakeServer],
+) -> None:
+    """A 500 on the second batch fails the call: no merged partial scores, queued ones unsent."""
+    from ragport.adapters.rerankers import TeiReranker
+    from ragport.contract_tests.reranker import contract_hits
+    from ragport.domain.errors import RerankError
+
+    def fail_second(request: dict[str, Any]) -> Reply:
+        if number(request["json"]["texts"][0]) == 2:
+            return Reply(status=500)
+        time.sleep(0.05)
+        return rerank_answer(request)
+
+    server = serve(fail_second)
+    given = contract_hits([f"candidate {i}" for i in range(80)])
+    with (
+        TeiReranker(
+            server.url, allow_loopback=True, max_batch=2, max_concurrency=2, timeout_ms=9_000
+        ) as reranker,
+        pytest.raises(RerankError) as caught,
+    ):
+        reranker.rerank("query", given)
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
+    assert len(server.requests) < 20
+    assert rerank_threads() == []
+
+
+@pytest.mark.parametrize("value", [0, 17, True, 2.5])
+def test_tei_reranker_max_concurrency_is_validated(value: object) -> None:
+    """TeiReranker's max_concurrency must be an int in 1..16."""
+    from ragport.adapters.rerankers import TeiReranker
+
+    with pytest.raises(ValidationError) as caught:
+        TeiReranker("https://rerank.example", max_batch=8, max_concurrency=value).close()
+    assert caught.value.field == "max_concurrency"

@@ -51,7 +51,6 @@ import functools
 import math
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -68,6 +67,7 @@ from ragport.adapters._http import (
     parse_json,
     place_by_index,
     post_json,
+    run_in_order,
 )
 from ragport.domain.errors import EmbedderError, ValidationError, raise_unchained
 from ragport.domain.limits import check_limit
@@ -156,16 +156,6 @@ def _normalise(rows: list[list[float]], dimensions: int, host: str) -> VectorMat
     return np.asarray(matrix, dtype=np.float32)
 
 
-def _first_failure(futures: list[Future[None]]) -> BaseException | None:
-    """The error of the first finished-and-failed batch in input order, if any."""
-    for future in futures:
-        if future.done() and not future.cancelled():
-            error = future.exception()
-            if error is not None:
-                return error
-    return None
-
-
 class _HttpEmbedder(OwnedClient):
     """The transport, limits and output checks the two API dialects share."""
 
@@ -214,31 +204,22 @@ class _HttpEmbedder(OwnedClient):
         items = _check_texts(texts)
         out = np.zeros((len(items), self._dimensions), dtype=np.float32)
         starts = range(0, len(items), self._batch_size)
-        if self._max_concurrency == 1 or len(starts) <= 1:
-            for start in starts:
-                self._embed_batch(items, start, out)
-            return out
-        with ThreadPoolExecutor(
-            max_workers=min(self._max_concurrency, len(starts)),
-            thread_name_prefix="ragport-embed",
-        ) as pool:
-            futures = [pool.submit(self._embed_batch, items, start, out) for start in starts]
-            wait(futures, return_when=FIRST_EXCEPTION)
-            # On a failure: drop the batches not yet started; leaving the block waits for the
-            # ones in flight, so no worker thread outlives the call.
-            if _first_failure(futures) is not None:
-                for future in futures:
-                    future.cancel()
-        failed = _first_failure(futures)  # every future is now finished or cancelled
-        if failed is not None:
-            raise failed
+        matrices = run_in_order(
+            [
+                functools.partial(self._embed_batch, items[start : start + self._batch_size])
+                for start in starts
+            ],
+            self._max_concurrency,
+            thread_name="ragport-embed",
+        )
+        for start, matrix in zip(starts, matrices, strict=True):
+            out[start : start + len(matrix)] = matrix
         return out
 
-    def _embed_batch(self, items: list[str], start: int, out: VectorMatrix) -> None:
-        """Embed ``items[start : start + batch_size]`` into the same rows of ``out``."""
-        batch = items[start : start + self._batch_size]
+    def _embed_batch(self, batch: list[str]) -> VectorMatrix:
+        """One request: the normalised rows of ``batch``."""
         rows = self._parse(self._post(self._payload(batch)), len(batch))
-        out[start : start + len(batch)] = _normalise(rows, self._dimensions, self._host)
+        return _normalise(rows, self._dimensions, self._host)
 
     def _payload(self, batch: list[str]) -> dict[str, Any]:
         raise NotImplementedError

@@ -8,7 +8,9 @@ All three are synchronous httpx clients with the same guard rails:
   default URL (its own API).
 - One ``POST {base_url}/rerank`` per ``rerank`` call with every candidate; ``top_k`` is never
   sent, so the server scores them all. ``TeiReranker(max_batch=n)`` is the one exception: it
-  splits a longer candidate list into requests of at most ``n`` and merges the scores.
+  splits a longer candidate list into requests of at most ``n``, sends up to
+  ``max_concurrency`` of them at once (default 4, ceiling 16) and merges the scores in input
+  order; one failed request cancels those not yet sent and fails the call.
 - ``timeout_ms`` is the deadline of the whole call: every phase of every request waits at most
   what is left of it, and it is checked between body chunks (a server that drips its answer
   cannot stretch it).
@@ -33,6 +35,7 @@ here ignores proxy and netrc settings from the environment (``trust_env=False``)
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -49,9 +52,10 @@ from ragport.adapters._http import (
     parse_json,
     place_by_index,
     post_json,
+    run_in_order,
 )
 from ragport.domain.errors import RerankError, ValidationError, raise_unchained
-from ragport.domain.limits import check_limit
+from ragport.domain.limits import HARD_LIMITS, check_limit
 from ragport.domain.model import Hit
 
 if TYPE_CHECKING:
@@ -198,7 +202,10 @@ class TeiReranker(_HttpReranker):
     ``RerankError`` here; pass ``max_batch=32`` (or the server's setting) to split a longer
     candidate list into several requests instead. Their scores are merged as they are: with
     ``raw_scores`` false each score is a per-pair probability, comparable across requests.
-    All requests of one call share the ``timeout_ms`` deadline.
+    All requests of one call share the ``timeout_ms`` deadline. Up to ``max_concurrency``
+    of them (default 4, ceiling 16, as the HTTP embedders' ``embed_concurrency``) are in
+    flight at once on worker threads sharing the client; a failed one cancels those not yet
+    sent, the call raises the first failure in input order and never merges partial scores.
     """
 
     _score_key = "score"
@@ -213,6 +220,7 @@ class TeiReranker(_HttpReranker):
         api_key: str | None = None,
         allow_loopback: bool = False,
         max_batch: int | None = None,
+        max_concurrency: int = 4,
         client: httpx.Client | None = None,
         transport: httpx.BaseTransport | None = None,
     ):
@@ -231,16 +239,28 @@ class TeiReranker(_HttpReranker):
         self._max_batch = (
             None if max_batch is None else check_int(max_batch, "max_batch", 1, _MAX_BATCH_CEILING)
         )
+        self._max_concurrency = check_int(
+            max_concurrency, "max_concurrency", 1, HARD_LIMITS.embed_concurrency
+        )
 
     def __repr__(self) -> str:
-        return f"{super().__repr__()[:-1]}, max_batch={self._max_batch})"
+        return (
+            f"{super().__repr__()[:-1]}, max_batch={self._max_batch}, "
+            f"max_concurrency={self._max_concurrency})"
+        )
 
     def _scores(self, query: str, documents: list[str], deadline: float) -> list[float]:
         step = self._max_batch or len(documents)
-        scores: list[float] = []
-        for start in range(0, len(documents), step):
-            scores.extend(super()._scores(query, documents[start : start + step], deadline))
-        return scores
+        one = super()._scores
+        parts = run_in_order(
+            [
+                functools.partial(one, query, documents[start : start + step], deadline)
+                for start in range(0, len(documents), step)
+            ],
+            self._max_concurrency,
+            thread_name="ragport-rerank",
+        )
+        return [score for part in parts for score in part]
 
     def _payload(self, query: str, documents: list[str]) -> dict[str, Any]:
         return {"query": query, "texts": documents, "raw_scores": False}
