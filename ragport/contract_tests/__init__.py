@@ -99,7 +99,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.19"
+CONTRACT_VERSION = "1.20"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -155,6 +155,10 @@ CONTRACT_VERSION = "1.19"
 #      racing units of work, one winner.
 # 1.19 ParserContract: input nested thousands deep (markup, YAML front matter, brackets,
 #      indentation) gives a ParsedDocument or a ParseError, never another exception.
+# 1.20 ChunkStoreLexicalContract: another tenant's and another corpus's documents change no
+#      order or score of a scope (BM25 statistics per scope), and mode bm25 matches exactly
+#      tokenize_lexical's tokens (cafe is not café, strasse is Straße). Every chunk_store
+#      mixin also imports from ragport.contract_tests.
 
 __all__ = [
     "CONTRACT_VERSION",

@@ -491,8 +491,12 @@ class SupportsLexicalSearch(Protocol):
     current pointer, ``forgotten`` tombstones, grants when ``authorization`` is given,
     ``metadata_filter``) *before* ``limit``, and returns records that contain at least one
     query term, best first (ties by id). Scores are the mode's own (BM25 in both built-in
-    stores) and are comparable only within one call. A mode the store does not offer is a
-    ``CapabilityError``.
+    stores), comparable only within one call, with statistics (document count, lengths,
+    document frequencies) per exact scope: another scope's records never change a scope's
+    order or scores. Mode ``bm25`` tokenizes with ``ragport.domain.lexical.tokenize_lexical``
+    (then may drop stop words or stem): ``strasse`` matches ``Straße``, ``cafe`` not ``café``;
+    ``fts`` tokenizes with the PostgreSQL text-search configuration. A mode the store does not
+    offer is a ``CapabilityError``.
 
     ``hybrid_query`` is what hybrid retrieval calls: what ``foreign_embedders``, ``query`` and
     ``lexical_query`` would return, all read from *one* snapshot (one pointer, one set of

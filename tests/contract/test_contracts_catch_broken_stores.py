@@ -7,6 +7,8 @@ that cannot fail.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -20,6 +22,7 @@ import ragport.adapters.memory.store as memory_store
 import ragport.adapters.memory.unit_of_work as memory_uow
 import ragport.adapters.postgres.history as pg_history
 import ragport.application.retrieval as retrieval
+from ragport.adapters.lexical import Bm25Index
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.postgres import PostgresStore
 from ragport.contract_tests._support import publish_sources
@@ -31,10 +34,12 @@ from ragport.contract_tests.chunk_store import (
     ChunkStoreGenerationHistoryContract,
     ChunkStoreGuardedQueryContract,
     ChunkStoreHybridSnapshotContract,
+    ChunkStoreLexicalContract,
     ChunkStoreRepointUniquenessContract,
     ChunkStoreTombstoneContract,
 )
 from ragport.contract_tests.chunk_store._helpers import OTHER_CORPUS
+from ragport.domain.lexical import tokenize_lexical
 from ragport.domain.model import Record
 from ragport.ports.history import GenerationChange
 from ragport.ports.store import HybridAnswer, ScoredRecord
@@ -380,3 +385,56 @@ def test_aliasing_contract_catches_retrieval_that_keeps_lent_metadata(monkeypatc
     monkeypatch.setattr(retrieval, "build_hits", keeps_metadata)
     with pytest.raises(AssertionError):
         contract.test_use_cases_neither_keep_nor_hand_out_the_stores_values(InMemoryStore())
+
+
+class TableWideStatistics(InMemoryStore):
+    """SQLite FTS5's default: one BM25 index over every scope's records (statistics over the
+    whole table), each scope's answer still restricted to its own records."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._table = Bm25Index(analyzer=tokenize_lexical)
+
+    def _lexical_query(self, scope: Any, *args: Any) -> Any:
+        for other in list(self._snapshots):
+            if other not in self._lexical:
+                lexicon = memory_lexical.ScopeLexicon(self._analyzer)
+                lexicon.index = self._table
+                self._lexical[other] = lexicon
+            with self._lexical[other].lock:
+                self._lexical[other].sync(self._snapshot(other))
+        return super()._lexical_query(scope, *args)
+
+
+def test_lexical_contract_catches_bm25_statistics_shared_by_every_scope():
+    """Table-wide BM25 statistics: the contract must see another tenant's documents change the
+    scope's order or scores. If this fails, the noise the test writes elsewhere no longer
+    moves table-wide statistics."""
+    contract = ChunkStoreLexicalContract()
+    with pytest.raises(AssertionError):
+        contract.test_lexical_order_and_scores_ignore_other_scopes_documents(TableWideStatistics())
+    contract.test_lexical_order_and_scores_ignore_other_scopes_documents(InMemoryStore())
+
+
+class FoldsAccents(InMemoryStore):
+    """The tokens of SQLite FTS5's default ``unicode61``: lowercased, accents removed, ``ß``
+    kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def unicode61(text: str) -> list[str]:
+            decomposed = unicodedata.normalize("NFKD", text.lower())
+            plain = "".join(c for c in decomposed if not unicodedata.combining(c))
+            return re.findall(r"\w+", plain)
+
+        self._analyzer = unicode61
+
+
+def test_lexical_contract_catches_a_tokenizer_other_than_tokenize_lexical():
+    """A bm25 leg whose tokenizer folds accents and not ``ß`` matches ``cafe`` to ``café`` and
+    not ``strasse`` to ``Straße``: the contract must fail it."""
+    with pytest.raises(AssertionError):
+        ChunkStoreLexicalContract().test_lexical_bm25_matches_exactly_the_tokens_of_tokenize_lexical(
+            FoldsAccents()
+        )

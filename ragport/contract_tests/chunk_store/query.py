@@ -27,6 +27,7 @@ from ragport.contract_tests.chunk_store._helpers import (
     ALICE,
     DIMS,
     OTHER_CORPUS,
+    OTHER_TENANT,
     QUERY_ALL,
     SCOPE,
     _add,
@@ -37,6 +38,7 @@ from ragport.contract_tests.chunk_store._helpers import (
 )
 from ragport.domain.errors import CapabilityError
 from ragport.domain.filters import parse_filter
+from ragport.domain.lexical import tokenize_lexical
 from ragport.domain.model import AccessDecision, Grant, Tombstone
 from ragport.ports.embedder import Vector
 from ragport.ports.store import ChunkStore, SupportsLexicalSearch
@@ -394,6 +396,24 @@ class ChunkStoreFilterContract(_ChunkStoreContractBase):
         assert set(_ids(few)) <= expected and len(few) == min(1, len(expected))
 
 
+# A scope where "walrus" and "ice" are rare, and noise that makes "walrus" common elsewhere.
+LEXICAL_SCOPE_TEXTS: dict[str, str] = {
+    "lst-a": "walrus colonies haul out on the ice floes",
+    "lst-b": "a walrus walrus herd",
+    "lst-c": "ice ice and more ice on the fjord",
+    "lst-d": "walrus research on sea ice and walrus diets in the arctic summer season",
+    **{f"lst-fill-{i}": f"penguin colony number {i} nests far inland" for i in range(8)},
+}
+LEXICAL_NOISE_SOURCES = 40
+# Texts whose tokens tokenize_lexical decides: accents kept, casefolded (ß becomes ss).
+TOKENIZER_TEXTS: dict[str, str] = {
+    "tok-cafe": "un café au lait",
+    "tok-strasse": "die Straße entlang",
+    "tok-plain": "a cafe and a strasse sign",
+}
+TOKENIZER_QUERIES = ("cafe", "café", "CAFÉ", "strasse", "Straße", "STRASSE")
+
+
 class ChunkStoreLexicalContract(_ChunkStoreContractBase):
     """The lexical leg of stores that advertise ``lexical_modes``."""
 
@@ -462,6 +482,76 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
         assert [item.record.source_id for item in found] == ["lex-walrus"]
         assert {d.source_id for d in denied} == {"lex-secret"}
         assert all(not d.allowed for d in denied)
+
+    def test_lexical_order_and_scores_ignore_other_scopes_documents(
+        self, store: ChunkStore
+    ) -> None:
+        """``lexical_query``: documents written to another tenant and to another corpus leave a
+        scope's answer as it was, the same records in the same order with the same scores
+        (within 1e-9), in every mode: BM25 statistics (document count, average length,
+        document frequencies) are per exact scope.
+
+        If this fails, check where the store's corpus statistics come from: table-wide
+        statistics (SQLite FTS5's ``bm25()``, one index shared by every scope) let another
+        tenant's documents reorder this scope's results and reveal how often it uses a word.
+        """
+        modes = self._modes(store)
+        assert isinstance(store, SupportsLexicalSearch)
+        publish_sources(store, SCOPE, {sid: [text] for sid, text in LEXICAL_SCOPE_TEXTS.items()})
+
+        def answers() -> dict[str, list[tuple[str, float]]]:
+            return {
+                mode: [
+                    (item.record.id, item.score)
+                    for item in store.lexical_query(SCOPE, "walrus ice", limit=QUERY_ALL, mode=mode)
+                ]
+                for mode in modes
+            }
+
+        before = answers()
+        assert all(len(found) >= 4 for found in before.values()), before
+        noise = {
+            f"lst-noise-{i}": [f"walrus walrus walrus walrus tusk {i}"]
+            for i in range(LEXICAL_NOISE_SOURCES)
+        }
+        for other in (OTHER_TENANT, OTHER_CORPUS):
+            publish_sources(store, other, noise)
+        after = answers()
+        for mode in modes:
+            assert [rid for rid, _ in after[mode]] == [rid for rid, _ in before[mode]], mode
+            for (rid, old), (_, new) in zip(before[mode], after[mode], strict=True):
+                assert abs(new - old) <= 1e-9, (mode, rid, old, new)
+
+    def test_lexical_bm25_matches_exactly_the_tokens_of_tokenize_lexical(
+        self, store: ChunkStore
+    ) -> None:
+        """``lexical_query`` in mode ``bm25``: a query matches exactly the texts that share a
+        ``tokenize_lexical`` token with it, so ``cafe`` does not match ``café`` (accents are
+        kept) and ``strasse`` matches ``Straße`` (casefolding), whatever the engine's own
+        tokenizer would do. Skips for stores without mode ``bm25``.
+
+        If this fails, check the store's tokenizer: tokenize texts and queries with
+        ragport.domain.lexical.tokenize_lexical (an analyzer may then drop stop words or stem
+        each token). SQLite FTS5's default ``unicode61`` folds accents and keeps ``ß``.
+        """
+        if "bm25" not in self._modes(store):
+            pytest.skip(
+                f"{type(store).__name__} offers no lexical mode 'bm25', the mode whose tokens "
+                "are tokenize_lexical's"
+            )
+        assert isinstance(store, SupportsLexicalSearch)
+        publish_sources(store, SCOPE, {sid: [text] for sid, text in TOKENIZER_TEXTS.items()})
+        expected: dict[str, set[str]] = {}
+        for query in TOKENIZER_QUERIES:
+            terms = set(tokenize_lexical(query))
+            expected[query] = {
+                sid for sid, text in TOKENIZER_TEXTS.items() if terms & set(tokenize_lexical(text))
+            }
+        # The cases discriminate: some query misses a text that another spelling matches.
+        assert len({frozenset(want) for want in expected.values()}) >= 2, expected
+        for query, want in expected.items():
+            found = store.lexical_query(SCOPE, query, limit=QUERY_ALL, mode="bm25")
+            assert {item.record.source_id for item in found} == want, query
 
     def test_unknown_lexical_mode_is_a_capability_error(self, store: ChunkStore) -> None:
         """Asking for a mode the store does not advertise fails closed.
