@@ -26,6 +26,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("bench_sync.py", ("--repeat", "3", "--postgres"), ("--repeat", "1", "--files", "200")),
     ("bench_mcp.py", (), ("--calls", "5")),
     ("bench_rerank_seam.py", (), ()),
+    ("bench_http_embed.py", (), ("--chunks", "1000", "--repeat", "1")),
     ("quality.py", (), ("--limit-queries", "40")),
     ("bench_postgres.py", (), ("--quick",)),
     ("bench_scale_out.py", (), ("--rows", "2000", "--seconds", "3")),

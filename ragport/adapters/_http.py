@@ -18,7 +18,7 @@ import ipaddress
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from types import ModuleType
 from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit
@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_U = TypeVar("_U")
 ErrorFactory = Callable[[str], Exception]
 """Builds an adapter's error from a message: its error class, or a partial of it."""
 
@@ -381,39 +382,61 @@ def place_by_index(
 
 
 def run_in_order(
-    calls: Sequence[Callable[[], _T]], max_concurrency: int, *, thread_name: str
-) -> list[_T]:
-    """Run ``calls`` (one HTTP batch each) on up to ``max_concurrency`` worker threads and
-    return their results in the order of ``calls``, whatever order they finish in.
+    calls: Sequence[Callable[[], _T]],
+    finish: Callable[[int, _T], _U],
+    max_concurrency: int,
+    *,
+    thread_name: str,
+) -> list[_U]:
+    """Run ``calls`` (one HTTP request each) on up to ``max_concurrency`` worker threads and
+    return ``finish(i, result of calls[i])`` for every ``i``, in the order of ``calls``.
 
-    One call or ``max_concurrency == 1``: all run one after another on the calling thread, as
-    a plain loop would. When a call raises, the calls not yet started are cancelled, those
-    running are waited for (no worker thread outlives this function) and the exception of the
-    first failed call in input order is raised: never a partial list. Workers share whatever
-    the calls close over (an ``httpx.Client`` is safe to share between threads).
+    ``finish`` (parsing an answer, say) runs on the calling thread, in input order, as soon as
+    a result and all before it have arrived; the workers meanwhile go on sending, so a parse
+    that holds the GIL never keeps the next request waiting behind it. One call or
+    ``max_concurrency == 1``: call, finish, call, finish, ... on the calling thread, as a
+    plain loop. When a call or a ``finish`` raises, the calls not yet started are cancelled,
+    those running are waited for (no worker thread outlives this function) and the first
+    failure in input order is raised: never a partial list. Workers share whatever the calls
+    close over (an ``httpx.Client`` is safe to share between threads).
     """
     if max_concurrency <= 1 or len(calls) <= 1:
-        return [call() for call in calls]
+        return [finish(i, call()) for i, call in enumerate(calls)]
+    results: list[_U] = []
+    failure: tuple[int, BaseException] | None = None
     with ThreadPoolExecutor(
         max_workers=min(max_concurrency, len(calls)), thread_name_prefix=thread_name
     ) as pool:
         futures = [pool.submit(call) for call in calls]
-        wait(futures, return_when=FIRST_EXCEPTION)
-        if _first_failure(futures) is not None:
+        pending = set(futures)
+        try:
+            while len(results) < len(futures):
+                _, pending = wait(pending, return_when=FIRST_COMPLETED)
+                failed = _first_failure(futures)
+                if failed is not None:
+                    failure = failed
+                    break
+                while len(results) < len(futures) and futures[len(results)].done():
+                    index = len(results)
+                    results.append(finish(index, futures[index].result()))
+        except BaseException as exc:  # a finish failed, or the caller was interrupted
+            failure = (len(results), exc)
+        if failure is not None:
             for future in futures:
                 future.cancel()
         # Leaving the block waits for the calls still running.
-    failed = _first_failure(futures)  # every future is now finished or cancelled
-    if failed is not None:
-        raise failed
-    return [future.result() for future in futures]
+    if failure is None:
+        return results
+    later = _first_failure(futures)  # every future is now finished or cancelled
+    first = failure if later is None or later[0] >= failure[0] else later
+    raise first[1]
 
 
-def _first_failure(futures: Sequence[Future[_T]]) -> BaseException | None:
-    """The exception of the first finished-and-failed future in input order, if any."""
-    for future in futures:
+def _first_failure(futures: Sequence[Future[_T]]) -> tuple[int, BaseException] | None:
+    """``(index, exception)`` of the first finished-and-failed future in input order."""
+    for index, future in enumerate(futures):
         if future.done() and not future.cancelled():
             error = future.exception()
             if error is not None:
-                return error
+                return index, error
     return None

@@ -404,3 +404,23 @@ def test_tei_reranker_max_concurrency_is_validated(value: object) -> None:
     with pytest.raises(ValidationError) as caught:
         TeiReranker("https://rerank.example", max_batch=8, max_concurrency=value).close()
     assert caught.value.field == "max_concurrency"
+
+
+def test_a_malformed_answer_parsed_on_the_calling_thread_cancels_the_rest(
+    serve: Callable[..., FakeServer], kind: str, no_embed_threads: None
+) -> None:
+    """Batch 0's answer is not JSON: EmbedderError, queued batches unsent, no thread left."""
+    batches = 40
+
+    def bad_first(request: dict[str, Any]) -> Reply:
+        if number(batch_texts(request)[0]) == 0:
+            return Reply(body=b"not json")
+        time.sleep(0.05)
+        return answer(request)
+
+    server = serve(bad_first)
+    with make(kind, server, max_concurrency=2) as embedder, pytest.raises(EmbedderError) as caught:
+        embedder.embed(texts_for(batches * BATCH))
+    assert caught.value.retryable is False and caught.value.status is None
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
+    assert len(server.requests) < batches // 2

@@ -203,23 +203,26 @@ class _HttpEmbedder(OwnedClient):
     def embed(self, texts: Sequence[str]) -> VectorMatrix:
         items = _check_texts(texts)
         out = np.zeros((len(items), self._dimensions), dtype=np.float32)
-        starts = range(0, len(items), self._batch_size)
+        batches = [
+            items[start : start + self._batch_size]
+            for start in range(0, len(items), self._batch_size)
+        ]
+        # The requests go out concurrently; each answer is parsed on this thread, in order.
         matrices = run_in_order(
-            [
-                functools.partial(self._embed_batch, items[start : start + self._batch_size])
-                for start in starts
-            ],
+            [functools.partial(self._post, self._payload(batch)) for batch in batches],
+            lambda index, body: self._rows(body, len(batches[index])),
             self._max_concurrency,
             thread_name="ragport-embed",
         )
-        for start, matrix in zip(starts, matrices, strict=True):
+        start = 0
+        for matrix in matrices:
             out[start : start + len(matrix)] = matrix
+            start += len(matrix)
         return out
 
-    def _embed_batch(self, batch: list[str]) -> VectorMatrix:
-        """One request: the normalised rows of ``batch``."""
-        rows = self._parse(self._post(self._payload(batch)), len(batch))
-        return _normalise(rows, self._dimensions, self._host)
+    def _rows(self, body: bytes, count: int) -> VectorMatrix:
+        """The normalised rows of one answer to a batch of ``count`` texts."""
+        return _normalise(self._parse(body, count), self._dimensions, self._host)
 
     def _payload(self, batch: list[str]) -> dict[str, Any]:
         raise NotImplementedError

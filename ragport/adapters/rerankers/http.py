@@ -257,6 +257,7 @@ class TeiReranker(_HttpReranker):
                 functools.partial(one, query, documents[start : start + step], deadline)
                 for start in range(0, len(documents), step)
             ],
+            lambda _index, scores: scores,
             self._max_concurrency,
             thread_name="ragport-rerank",
         )
