@@ -176,7 +176,7 @@ def test_a_batch_failing_for_good_cancels_the_batches_not_yet_sent(
     serve: Callable[..., FakeServer], kind: str, no_embed_threads: None
 ) -> None:
     """A 400 on batch 1 raises its EmbedderError; queued batches are never sent."""
-    batches = 40
+    batches = 80
 
     def fail_second(request: dict[str, Any]) -> Reply:
         if number(batch_texts(request)[0]) // BATCH == 1:
@@ -383,7 +383,7 @@ def test_tei_reranker_failed_batch_cancels_the_rest_and_raises_rerank_error(
         return rerank_answer(request)
 
     server = serve(fail_second)
-    given = contract_hits([f"candidate {i}" for i in range(80)])
+    given = contract_hits([f"candidate {i}" for i in range(160)])
     with (
         TeiReranker(
             server.url, allow_loopback=True, max_batch=2, max_concurrency=2, timeout_ms=9_000
@@ -392,7 +392,7 @@ def test_tei_reranker_failed_batch_cancels_the_rest_and_raises_rerank_error(
     ):
         reranker.rerank("query", given)
     assert caught.value.__cause__ is None and caught.value.__context__ is None
-    assert len(server.requests) < 20
+    assert len(server.requests) < 40
     assert rerank_threads() == []
 
 
@@ -410,7 +410,7 @@ def test_a_malformed_answer_parsed_on_the_calling_thread_cancels_the_rest(
     serve: Callable[..., FakeServer], kind: str, no_embed_threads: None
 ) -> None:
     """Batch 0's answer is not JSON: EmbedderError, queued batches unsent, no thread left."""
-    batches = 40
+    batches = 80
 
     def bad_first(request: dict[str, Any]) -> Reply:
         if number(batch_texts(request)[0]) == 0:
