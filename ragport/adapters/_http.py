@@ -427,6 +427,8 @@ def run_in_order(
         # Leaving the block waits for the calls still running.
     if failure is None:
         return results
+    if not isinstance(failure[1], Exception):
+        raise failure[1]  # an interrupt (KeyboardInterrupt, SystemExit) stays what it is
     later = _first_failure(futures)  # every future is now finished or cancelled
     first = failure if later is None or later[0] >= failure[0] else later
     raise first[1]
