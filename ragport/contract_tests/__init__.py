@@ -157,8 +157,10 @@ CONTRACT_VERSION = "1.20"
 #      indentation) gives a ParsedDocument or a ParseError, never another exception.
 # 1.20 ChunkStoreLexicalContract: another tenant's and another corpus's documents change no
 #      order or score of a scope (BM25 statistics per scope), and mode bm25 matches exactly
-#      tokenize_lexical's tokens (cafe is not café, strasse is Straße). Every chunk_store
-#      mixin also imports from ragport.contract_tests.
+#      tokenize_lexical's tokens (cafe is not café, strasse is Straße); query and
+#      lexical_query answer nothing for limit <= 0 (lexical: ()); ChunkStoreUnitOfWorkContract:
+#      a second commit() is ValidationError(field="unit_of_work"). Every chunk_store mixin also
+#      imports from ragport.contract_tests.
 
 __all__ = [
     "CONTRACT_VERSION",

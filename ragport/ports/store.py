@@ -387,7 +387,7 @@ class ChunkStore(Protocol):
       every root source must be allowed), and ``metadata_filter`` (the filter language of
       ``ragport.domain.filters``: a mapping, parsed with ``parse_filter``, or a parsed
       ``Filter``; it is never authorization). Results are ordered by
-      descending score, ties by id, at most ``limit`` of them; ``limit <= 0`` gives ``()``.
+      descending score, ties by id, at most ``limit`` of them (none for ``limit <= 0``).
     - Reads refuse NUL and lone surrogates (``validate_text``) as ``ValidationError``:
       ``get_by_source`` ``field="source_id"``, ``check_source_access`` ``"source_ids"``,
       ``lexical_query`` ``"query"``, ``forgotten_among`` ``"ids"``.

@@ -35,8 +35,10 @@ from ragport.contract_tests.chunk_store import (
     ChunkStoreGuardedQueryContract,
     ChunkStoreHybridSnapshotContract,
     ChunkStoreLexicalContract,
+    ChunkStoreQueryContract,
     ChunkStoreRepointUniquenessContract,
     ChunkStoreTombstoneContract,
+    ChunkStoreUnitOfWorkContract,
 )
 from ragport.contract_tests.chunk_store._helpers import OTHER_CORPUS
 from ragport.domain.lexical import tokenize_lexical
@@ -438,3 +440,47 @@ def test_lexical_contract_catches_a_tokenizer_other_than_tokenize_lexical():
         ChunkStoreLexicalContract().test_lexical_bm25_matches_exactly_the_tokens_of_tokenize_lexical(
             FoldsAccents()
         )
+
+
+def test_unit_of_work_contract_catches_a_commit_that_runs_twice(monkeypatch):
+    """A unit of work that commits again after commit(): the contract must refuse it."""
+
+    def commit_again(uow: Any) -> None:
+        uow._install(uow.scope, uow._snap)
+        uow._done = True
+
+    monkeypatch.setattr(memory_uow.InMemoryUnitOfWork, "commit", commit_again)
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        ChunkStoreUnitOfWorkContract().test_a_finished_unit_of_work_refuses_a_second_commit(
+            InMemoryStore()
+        )
+
+
+class LimitMustBePositive(InMemoryStore):
+    """Refuses ``limit <= 0`` instead of answering nothing (what ``Bm25Index`` does)."""
+
+    def query(self, scope: Any, vector: Any, *, limit: int, **kw: Any) -> Any:
+        if limit < 1:
+            raise ValueError("limit must be >= 1")
+        return super().query(scope, vector, limit=limit, **kw)
+
+    def lexical_query(self, scope: Any, text: str, *, limit: int, **kw: Any) -> Any:
+        if limit < 1:
+            raise ValueError("limit must be >= 1")
+        return super().lexical_query(scope, text, limit=limit, **kw)
+
+
+@pytest.mark.parametrize(
+    ("suite", "test"),
+    [
+        (ChunkStoreQueryContract, "test_query_with_a_non_positive_limit_is_empty"),
+        (
+            ChunkStoreLexicalContract,
+            "test_lexical_query_with_a_non_positive_limit_is_the_empty_tuple",
+        ),
+    ],
+)
+def test_query_contracts_catch_a_store_that_refuses_a_non_positive_limit(suite, test):
+    """query and lexical_query must answer nothing for limit 0 or -1, not raise."""
+    with pytest.raises(ValueError):
+        getattr(suite(), test)(LimitMustBePositive())

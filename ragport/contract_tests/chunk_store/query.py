@@ -228,6 +228,16 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
             {(CONTRACT_EMBEDDER_ID, DIMS), ("contract-v1:4", 4)}
         )
 
+    def test_query_with_a_non_positive_limit_is_empty(self, store: ChunkStore) -> None:
+        """``query`` with ``limit`` 0 or -1 returns an empty sequence, not an error.
+
+        If this fails, check the limit handling at the top of query.
+        """
+        publish_sources(store, SCOPE, {"lim": ["limit one", "limit two"]})
+        assert len(store.query(SCOPE, hash_vector("limit one"), limit=QUERY_ALL)) == 2
+        for limit in (0, -1):
+            assert len(store.query(SCOPE, hash_vector("limit one"), limit=limit)) == 0, limit
+
     def test_list_embedders_reports_visible_rows_only(self, store: ChunkStore) -> None:
         """list_embedders lists (embedder_id, dimensions) of visible rows, not retired or staged.
 
@@ -521,6 +531,21 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
             assert [rid for rid, _ in after[mode]] == [rid for rid, _ in before[mode]], mode
             for (rid, old), (_, new) in zip(before[mode], after[mode], strict=True):
                 assert abs(new - old) <= 1e-9, (mode, rid, old, new)
+
+    def test_lexical_query_with_a_non_positive_limit_is_the_empty_tuple(
+        self, store: ChunkStore
+    ) -> None:
+        """``lexical_query`` with ``limit`` 0 or -1 returns ``()``, in every mode, not an error.
+
+        If this fails, check the limit handling at the top of lexical_query.
+        """
+        modes = self._modes(store)
+        assert isinstance(store, SupportsLexicalSearch)
+        self._seed(store)
+        for mode in modes:
+            assert store.lexical_query(SCOPE, "walrus", limit=QUERY_ALL, mode=mode) != ()
+            for limit in (0, -1):
+                assert store.lexical_query(SCOPE, "walrus", limit=limit, mode=mode) == (), limit
 
     def test_lexical_bm25_matches_exactly_the_tokens_of_tokenize_lexical(
         self, store: ChunkStore

@@ -130,6 +130,24 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
             listed = {(r.id, r.text) for r in uow.records.list_by_source("doc")}
         assert listed == visible_pairs(store, SCOPE, ["doc"])
 
+    def test_a_finished_unit_of_work_refuses_a_second_commit(self, store: ChunkStore) -> None:
+        """``UnitOfWork.commit``: a second ``commit()`` is ``ValidationError(field=
+        "unit_of_work")``, ``rollback()`` after ``commit()`` does nothing, and what the first
+        commit made visible stays.
+
+        If this fails, check that commit() marks the unit finished and refuses a second call.
+        """
+        _require_transactions(store)
+        with store.unit_of_work(SCOPE) as uow:
+            self._write_everything(uow)
+            uow.commit()
+            with pytest.raises(ValidationError) as info:
+                uow.commit()
+            assert info.value.field == "unit_of_work"
+            uow.rollback()
+        assert visible_pairs(store, SCOPE, ["doc"]) == {("doc#0001", "alpha"), ("doc#0002", "beta")}
+        assert store.current_generation(SCOPE) == 1
+
     def test_readers_do_not_see_an_open_unit_of_work(self, store: ChunkStore) -> None:
         """A reader in another thread sees nothing of an uncommitted unit of work.
 
