@@ -11,8 +11,10 @@ Part of ``ChunkStoreContract``; needs ``transactions``, ``generations`` and a le
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -153,7 +155,8 @@ class ChunkStoreHybridSnapshotContract(_ChunkStoreContractBase):
         stop.set()
         for thread in threads:
             thread.join(WRITER_TIMEOUT_S)
-        assert not any(t.is_alive() for t in threads), "the writer or a reader hung"
+        hung = [t for t in threads if t.is_alive()]
+        assert not hung, "the writer or a reader hung; where they wait:\n" + _stacks(hung)
         assert not errors, f"a thread raised: {errors[0]!r}"
         assert not mixed, (
             f"{len(mixed)} of {sum(reads.values())} hybrid reads mixed two versions of "
@@ -165,3 +168,18 @@ class ChunkStoreHybridSnapshotContract(_ChunkStoreContractBase):
             f"hybrid snapshot: {writes[0]} replacements, {reads['store']} hybrid_query and "
             f"{reads['retrieve']} retrieve_context reads, 0 mixed"
         )
+
+
+def _stacks(threads: list[threading.Thread]) -> str:
+    """Where each of ``threads`` is now: file, line and function of its innermost frames (code
+    locations only, no local values), to find what a hung thread waits for."""
+    frames = sys._current_frames()
+    out = []
+    for thread in threads:
+        frame = frames.get(thread.ident or -1)
+        summary = traceback.extract_stack(frame)[-14:] if frame is not None else []
+        out.append(
+            f"{thread.name}:\n"
+            + "\n".join(f"  {f.filename}:{f.lineno} in {f.name}" for f in summary)
+        )
+    return "\n".join(out)
