@@ -190,6 +190,12 @@ def prepare_document(
         loaded.data, embedder=embedder, parser_id=chosen.id, size=size, overlap=overlap
     )
     stored = store.get_by_source(scope, source_id)
+    if any(r.kind != "chunk" for r in stored):
+        # Refused before parsing and embedding (the unit of work checks again, against a
+        # racing writer): sync_knowledge counts it as this item's failure, not the page's.
+        raise ValidationError(
+            "source_id already names a derived record in this scope", field="source_id"
+        )
     if stored and all(
         r.content_hash == key
         and r.embedder_id == embedder.id

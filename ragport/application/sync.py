@@ -268,19 +268,6 @@ class _Run:
                 continue
             if prepared.unchanged:
                 skipped[source_id] = (size, prepared.stored)
-            elif any(r.kind != "chunk" for r in self.store.get_by_source(self.scope, source_id)):
-                # The id names a derived record, which cannot take chunks: this item fails,
-                # not the page (the unit of work checks again, against a racing writer).
-                failed[source_id] = (
-                    self.redact.error(
-                        ValidationError(
-                            "source_id already names a derived record in this scope",
-                            field="source_id",
-                        )
-                    ),
-                    0,
-                )
-                retryable.append(source_id)  # heals when the derived record goes
             else:
                 changed.append((prepared, size))
 
