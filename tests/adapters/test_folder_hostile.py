@@ -12,14 +12,13 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import attrs
 import pytest
 from doubles import CountingEmbedder
 from hostile import run_limited
+from sync_support import Stores, sync_stores
 
 import ragport
 from ragport.adapters.connectors import FolderConnector
-from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStatusStore, InMemoryStore
 from ragport.adapters.parsers import parser_for
 from ragport.domain.errors import LoadError
 from ragport.ports.sync import Page
@@ -308,31 +307,9 @@ def test_an_unreadable_subfolder_is_a_listing_error_not_deletions(folder, monkey
 SCOPE = ragport.Scope("tenant-1", "kb", "folder-hostile")
 
 
-@attrs.define
-class Stores:
-    store: object
-    checkpoints: object
-    status: object
-
-
 @pytest.fixture(params=["memory", "postgres"])
 def stores(request) -> Iterator[Stores]:
-    if request.param == "memory":
-        yield Stores(InMemoryStore(), InMemoryCheckpointStore(), InMemoryStatusStore())
-        return
-    from ragport.adapters.postgres import (
-        PostgresCheckpointStore,
-        PostgresStatusStore,
-        PostgresStore,
-    )
-
-    engine = request.getfixturevalue("pg_engine")
-    schema = request.getfixturevalue("pg_schema")
-    yield Stores(
-        PostgresStore(engine, schema=schema, create=True),
-        PostgresCheckpointStore(engine, schema=schema),
-        PostgresStatusStore(engine, schema=schema),
-    )
+    yield sync_stores(request)
 
 
 def _sync(stores: Stores, connector) -> ragport.SyncResult:

@@ -11,10 +11,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import attrs
 import pytest
 from doubles import CountingEmbedder
-from sync_support import DictConnector
+from sync_support import DictConnector, Stores, sync_stores
 
 import ragport
 from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStatusStore, InMemoryStore
@@ -28,31 +27,9 @@ ITEMS = {
 }
 
 
-@attrs.define
-class Stores:
-    store: object
-    checkpoints: object
-    status: object
-
-
 @pytest.fixture(params=["memory", "postgres"])
 def stores(request) -> Iterator[Stores]:
-    if request.param == "memory":
-        yield Stores(InMemoryStore(), InMemoryCheckpointStore(), InMemoryStatusStore())
-        return
-    from ragport.adapters.postgres import (
-        PostgresCheckpointStore,
-        PostgresStatusStore,
-        PostgresStore,
-    )
-
-    engine = request.getfixturevalue("pg_engine")
-    schema = request.getfixturevalue("pg_schema")
-    yield Stores(
-        PostgresStore(engine, schema=schema, create=True),
-        PostgresCheckpointStore(engine, schema=schema),
-        PostgresStatusStore(engine, schema=schema),
-    )
+    yield sync_stores(request)
 
 
 def sync(stores: Stores, connector, embedder=None, **kwargs) -> ragport.SyncResult:

@@ -14,12 +14,14 @@ import hashlib
 import json
 from typing import Any
 
+import attrs
+
 import ragport
 from ragport.domain.errors import LoadError, SyncCursorError
 from ragport.ports.documents import LoadedDocument
 from ragport.ports.sync import Page, Upsert
 
-__all__ = ["DictConnector"]
+__all__ = ["DictConnector", "Stores", "sync_stores"]
 
 
 def _rev(data: bytes) -> str:
@@ -106,3 +108,38 @@ class DictConnector:
         upserts = [i for i in sorted(now) if before.get(i) != now[i]]
         deletions = [i for i in sorted(before) if i not in now]
         return Page([self._upsert(i) for i in upserts], deletions, self._encode("chg", now), True)
+
+
+@attrs.define
+class Stores:
+    """A chunk store with its checkpoint and status stores (one backend)."""
+
+    store: object
+    checkpoints: object
+    status: object
+
+
+def sync_stores(request: Any) -> Stores:
+    """The ``Stores`` of ``request.param``: ``memory``, or ``postgres`` on the session server
+    (``pg_engine``) in a fresh schema (``pg_schema``, dropped after the test)."""
+    from ragport.adapters.memory import (
+        InMemoryCheckpointStore,
+        InMemoryStatusStore,
+        InMemoryStore,
+    )
+
+    if request.param == "memory":
+        return Stores(InMemoryStore(), InMemoryCheckpointStore(), InMemoryStatusStore())
+    from ragport.adapters.postgres import (
+        PostgresCheckpointStore,
+        PostgresStatusStore,
+        PostgresStore,
+    )
+
+    engine = request.getfixturevalue("pg_engine")
+    schema = request.getfixturevalue("pg_schema")
+    return Stores(
+        PostgresStore(engine, schema=schema, create=True),
+        PostgresCheckpointStore(engine, schema=schema),
+        PostgresStatusStore(engine, schema=schema),
+    )
