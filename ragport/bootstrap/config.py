@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -87,6 +88,18 @@ def _check_trusted(path: Path, uid: int | None) -> None:
         )
 
 
+def _toml_position(exc: ValueError) -> str:
+    """`` at line L, column C`` of a TOML error (never the file's text)."""
+    line, column = getattr(exc, "lineno", None), getattr(exc, "colno", None)
+    if not isinstance(line, int):  # Python < 3.14 keeps the position only in the message
+        found = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        if found is None:
+            found = re.search(r"\(at end of document\)", str(exc))
+            return " at the end of the file" if found else ""
+        line, column = int(found[1]), int(found[2])
+    return f" at line {line}, column {column}"
+
+
 def load_config(path: Path) -> CliConfig:
     """Read ``path`` (TOML); an unknown key or a wrong type is a ``ValidationError`` naming it."""
     import tomllib
@@ -95,7 +108,11 @@ def load_config(path: Path) -> CliConfig:
 
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeError, tomllib.TOMLDecodeError) as exc:
+    except tomllib.TOMLDecodeError as exc:
+        raise ValidationError(
+            f"{path} is not valid TOML{_toml_position(exc)}", field="config"
+        ) from None
+    except (OSError, UnicodeError) as exc:
         raise ValidationError(
             f"{path} is not readable TOML ({type(exc).__name__})", field="config"
         ) from None

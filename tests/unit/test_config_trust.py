@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ragport.bootstrap import find_config
+from ragport.bootstrap import find_config, load_config
 from ragport.cli import EXIT_OK, EXIT_USAGE, main
 from ragport.cli import config as cli_config
 from ragport.domain.errors import ValidationError
@@ -140,3 +140,22 @@ def test_a_symlink_planted_by_another_user_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ValidationError) as caught:
         find_config(project, home=tmp_path)
     assert caught.value.field == "config"
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ('corpus = "kb"\nembedder = = "hash"\n', "at line 2, column 12"),
+        ('corpus = "kb"\n[query\n', "at line 2"),
+    ],
+)
+def test_a_toml_syntax_error_names_its_line_and_not_the_text(
+    tmp_path: Path, body: str, where: str
+) -> None:
+    path = tmp_path / "ragport.toml"
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(ValidationError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert where in message and caught.value.field == "config"
+    assert "hash" not in message and "query" not in message  # the position, never the text
