@@ -347,6 +347,15 @@ def _generations(args: argparse.Namespace) -> int:
 def _rollback(args: argparse.Namespace) -> int:
     scope = _scope(args)
     with _stores(args) as stores:
+        with stores.chunks.unit_of_work(scope) as uow:
+            current = uow.generations.current()
+        if not _confirm(
+            f"show corpus {scope.corpus_id} as it was at generation {args.to} (now "
+            f"{current}; undo with `ragport rollback --to {current}` until a compact)?",
+            yes=args.yes,
+        ):
+            _note("nothing rolled back")
+            return EXIT_FAILED
         result = rollback_generation(
             store=stores.chunks, scope=scope, to=args.to, status_store=stores.status
         )
@@ -363,6 +372,13 @@ def _rollback(args: argparse.Namespace) -> int:
 def _compact(args: argparse.Namespace) -> int:
     scope = _scope(args)
     with _stores(args) as stores:
+        if not _confirm(
+            f"remove the retired rows of corpus {scope.corpus_id} older than its last "
+            f"{args.keep} generation(s) for good (rollback before them becomes impossible)?",
+            yes=args.yes,
+        ):
+            _note("nothing removed")
+            return EXIT_FAILED
         result = compact(store=stores.chunks, scope=scope, keep=args.keep)
     if args.json:
         _print_json(result)

@@ -269,16 +269,18 @@ def _parser() -> argparse.ArgumentParser:
     generations.set_defaults(func=_generations)
 
     rollback = _sub(sub, "rollback", "show the corpus as it was at generation N",
-                    ["ragport rollback --to 3 --corpus handbook"], [corpus_only, json_out])  # fmt: skip
+                    ["ragport rollback --to 3 --corpus handbook --yes"], [corpus_only, json_out])  # fmt: skip
     rollback.add_argument("--to", type=int, required=True, help="the generation to go back to")
+    rollback.add_argument("--yes", action="store_true", help="do not ask before rolling back")
     rollback.set_defaults(func=_rollback)
 
     compact_p = _sub(
         sub, "compact",
         "physically remove retired rows (and their text) older than the last N generations",
-        ["ragport compact --keep 2 --corpus handbook"], [corpus_only, json_out],
+        ["ragport compact --keep 2 --corpus handbook --yes"], [corpus_only, json_out],
     )  # fmt: skip
     compact_p.add_argument("--keep", type=int, default=1, help="generations kept for rollback")
+    compact_p.add_argument("--yes", action="store_true", help="do not ask before removing rows")
     compact_p.set_defaults(func=_compact)
 
     reindex = _sub(

@@ -69,14 +69,14 @@ def test_generations_show_sources_written_and_retired(cli, tmp_path):
     assert code == EXIT_OK and "b.md" in out and "retired" in out.lower()
 
     # rollback: the delete is gone from the history, b is visible again
-    assert cli("rollback", "--to", str(current - 1), "--corpus", "kb")[0] == EXIT_OK
+    assert cli("rollback", "--to", str(current - 1), "--corpus", "kb", "--yes")[0] == EXIT_OK
     back = _generations(cli)
     assert back["current"] == current - 1
     assert back["changes"][0]["generation"] == current - 1
     assert all("b.md" not in c["retired"] for c in back["changes"])
 
     # compaction: only generations above the floor are shown
-    assert cli("compact", "--keep", "0", "--corpus", "kb")[0] == EXIT_OK
+    assert cli("compact", "--keep", "0", "--corpus", "kb", "--yes")[0] == EXIT_OK
     compacted = _generations(cli)
     assert compacted["floor"] == compacted["current"] - 1
     assert [c["generation"] for c in compacted["changes"]] == [compacted["current"]]
@@ -97,3 +97,34 @@ def test_generations_refuses_bad_limits_and_an_empty_corpus(cli):
     """
     assert cli("generations", "--corpus", "kb", "--limit", "0")[0] == EXIT_USAGE
     assert cli("generations", "--corpus", "nope")[0] == EXIT_FAILED
+
+
+def test_rollback_and_compact_ask_first_like_delete_prefix(cli, tmp_path, monkeypatch):
+    """Without --yes: refused when stdin is no terminal (exit 2), and a "no" at the prompt
+    changes nothing (exit 1); --yes runs them."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nfirst\n")
+    assert cli("ingest", str(docs / "a.md"), "--corpus", "kb", *HASH)[0] == EXIT_OK
+    (docs / "a.md").write_text("# A\n\nsecond\n")
+    assert cli("ingest", str(docs / "a.md"), "--corpus", "kb", *HASH)[0] == EXIT_OK
+    current = _generations(cli)["current"]
+
+    monkeypatch.setattr("sys.stdin.isatty", lambda: False)
+    for command in (["rollback", "--to", str(current - 1)], ["compact", "--keep", "0"]):
+        code, _, err = cli(*command, "--corpus", "kb")
+        assert code == EXIT_USAGE and "--yes" in err
+    assert _generations(cli)["current"] == current
+
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda _prompt: "n")
+    code, _, err = cli("rollback", "--to", str(current - 1), "--corpus", "kb")
+    assert code == EXIT_FAILED and "nothing rolled back" in err
+    code, _, err = cli("compact", "--keep", "0", "--corpus", "kb")
+    assert code == EXIT_FAILED and "nothing removed" in err
+    shown = _generations(cli)
+    assert (shown["current"], shown["floor"]) == (current, 0)
+
+    monkeypatch.setattr("builtins.input", lambda _prompt: "y")
+    assert cli("rollback", "--to", str(current - 1), "--corpus", "kb")[0] == EXIT_OK
+    assert _generations(cli)["current"] == current - 1

@@ -146,12 +146,12 @@ def test_the_lifecycle_of_a_corpus(env):
     assert left == ["penguin.md", "zebra.md"]
 
     # rollback brings the drafts back; compact says what it removed
-    back = _json(_run(env, "rollback", "--to", str(before["current"]), "--corpus", "kb", "--json"))
+    back = _json(_run(env, "rollback", "--to", str(before["current"]), "--corpus", "kb", "--json", "--yes"))
     assert back["generation"] == before["current"] and back["restored"] == 2
     assert len(_json(_run(env, "sources", "--corpus", "kb", "--json"))) == 4
     gens = _json(_run(env, "generations", "--corpus", "kb", "--json"))
     assert gens["current"] == before["current"] and gens["written"]
-    compacted = _run(env, "compact", "--keep", "0", "--corpus", "kb")
+    compacted = _run(env, "compact", "--keep", "0", "--corpus", "kb", "--yes")
     assert compacted.returncode == 0 and "physically removed" in compacted.stdout
 
     # reindex under minilm: every source moves at once, queries then run under minilm

@@ -359,7 +359,7 @@ def test_cli_rollback_corrects_ragport_status(tmp_path, monkeypatch, pg_url, pg_
         return {i["source_id"] for i in items}
 
     assert listed() == {"a.md", "b.md"}
-    assert main(["rollback", "--to", "1", "--corpus", "kb", *store]) == EXIT_OK
+    assert main(["rollback", "--to", "1", "--corpus", "kb", "--yes", *store]) == EXIT_OK
     capsys.readouterr()
     assert listed() == {"a.md"}
 
