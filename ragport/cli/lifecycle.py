@@ -183,32 +183,69 @@ def _sources(args: argparse.Namespace) -> int:
 
 @attrs.frozen
 class GrantOut:
-    """One source's grant as ``ragport grants show --json`` prints it (``grant`` null: none)."""
+    """One source's grant as ``ragport grants show --json`` prints it: the lists are null when
+    no grant is stored; ``granted`` is false both then and for an empty grant (each denies
+    every caller with an authorization)."""
 
     source_id: str
     principal_ids: list[str] | None
     group_ids: list[str] | None
     access_version: int | None
+    granted: bool = False  # false for no grant and for an empty one: both deny every caller
+
+
+# How a source no authorization may see is shown, whether it has no grant or an empty one.
+NO_GRANT = "(no grant: denied to every caller with an authorization)"
 
 
 def _grants_set(args: argparse.Namespace) -> int:
+    if (args.source_id is None) == (args.prefix is None):
+        raise ValidationError("name one SOURCE or pass --prefix P", field="source_id")
     scope = _scope(args)
-    grant = Grant(
-        args.source_id,
-        principal_ids=tuple(args.principal or ()),
-        group_ids=tuple(args.group or ()),
-        access_version=args.access_version,
-    )
     with _stores(args) as stores:
-        if _known_sources(stores, scope, [args.source_id]):
-            raise NothingFound(
-                f"no source {args.source_id} in corpus {scope.corpus_id}; no grant set"
+        if args.source_id is not None:
+            if _known_sources(stores, scope, [args.source_id]):
+                raise NothingFound(
+                    f"no source {args.source_id} in corpus {scope.corpus_id}; no grant set"
+                )
+            targets = [args.source_id]
+        else:
+            targets = [
+                row.source_id
+                for row in list_sources(stores, scope)
+                if row.source_id.startswith(args.prefix) and row.chunks
+            ]
+            if not targets:
+                raise NothingFound(
+                    f"no source of corpus {scope.corpus_id} starts with {args.prefix!r}; "
+                    "no grant set"
+                )
+            if not _confirm(
+                f"replace the grant of {len(targets)} source(s) starting with {args.prefix!r} "
+                f"in corpus {scope.corpus_id}?",
+                yes=args.yes,
+            ):
+                _note("no grant set")
+                return EXIT_FAILED
+        grants = [
+            Grant(
+                source_id,
+                principal_ids=tuple(args.principal or ()),
+                group_ids=tuple(args.group or ()),
+                access_version=args.access_version,
             )
-        stores.chunks.set_source_access(scope, [grant])
-    print(
-        f"{args.source_id}: principals {list(grant.principal_ids)}, groups "
-        f"{list(grant.group_ids)}, access version {grant.access_version}"
+            for source_id in targets
+        ]
+        stores.chunks.set_source_access(scope, grants)  # one call: all or none
+    grant = grants[0]
+    who = (
+        f"principals {list(grant.principal_ids)}, groups {list(grant.group_ids)}, "
+        f"access version {grant.access_version}"
     )
+    if not grant.principal_ids and not grant.group_ids:
+        who = f"{NO_GRANT} (access version {grant.access_version})"
+    for source_id in targets:
+        print(f"{source_id}: {who}")
     return EXIT_OK
 
 
@@ -228,6 +265,7 @@ def _grants_show(args: argparse.Namespace) -> int:
                 None if g is None else list(g.principal_ids),
                 None if g is None else list(g.group_ids),
                 None if g is None else g.access_version,
+                g is not None and bool(g.principal_ids or g.group_ids),
             )
         )
     if args.json:
@@ -238,9 +276,7 @@ def _grants_show(args: argparse.Namespace) -> int:
             [
                 (
                     r.source_id,
-                    "(no grant: nobody with an authorization)"
-                    if r.principal_ids is None
-                    else " ".join(r.principal_ids),
+                    NO_GRANT if not r.granted else " ".join(r.principal_ids or []),
                     " ".join(r.group_ids or []),
                     r.access_version if r.access_version is not None else "",
                 )

@@ -240,11 +240,14 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     grants_sub = grants.add_subparsers(dest="grants_command", required=True, metavar="COMMAND")
     gset = _sub(
-        grants_sub, "set", "replace a source's grant",
-        ["ragport grants set leave.md --principal alice --group staff --corpus handbook"],
+        grants_sub, "set", "replace the grant of a source (or of every source under --prefix)",
+        ["ragport grants set leave.md --principal alice --group staff --corpus handbook",
+         "ragport grants set --prefix hr/ --group hr --corpus handbook --yes"],
         [corpus_only],
     )  # fmt: skip
-    gset.add_argument("source_id", help="the source id")
+    gset.add_argument("source_id", nargs="?", help="the source id")
+    gset.add_argument("--prefix", help="every source whose id starts with this (asks first)")
+    gset.add_argument("--yes", action="store_true", help="do not ask before a --prefix set")
     gset.add_argument("--principal", action="append", help="a principal id (repeatable)")
     gset.add_argument("--group", action="append", help="a group id (repeatable)")
     gset.add_argument("--access-version", type=int, default=1, help="the grant's access version")
