@@ -33,9 +33,13 @@ def test_docs_have_examples():
 
 
 @pytest.mark.parametrize(("where", "code"), EXAMPLES, ids=[w for w, _ in EXAMPLES])
-def test_example_runs(where, code, capsys):
+def test_example_runs(where, code, capsys, monkeypatch, tmp_path):
     """The example at ``where`` executes without raising.
 
-    If this fails, the page and the code disagree: fix whichever is wrong.
+    An example that reads ``RAGPORT_STORE`` gets ``memory://`` (and no example touches the
+    user's data directory). If this fails, the page and the code disagree: fix whichever is
+    wrong.
     """
+    monkeypatch.setenv("RAGPORT_STORE", "memory://")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     exec(compile(code, where, "exec"), {"__name__": "__docs__"})
