@@ -357,6 +357,18 @@ class _Run:
         return outcome
 
 
+def _scope_source_ids(store: ChunkStore, scope: Scope) -> frozenset[str]:
+    """Every source id with a chunk visible in ``scope`` (derived records are not sources)."""
+    found: list[str] = []
+    after: str | None = None
+    while True:
+        page = store.list_source_ids(scope, after=after, limit=1_000)
+        found.extend(page)
+        if len(page) < 1_000:
+            return frozenset(found)
+        after = page[-1]
+
+
 def sync_knowledge(
     *,
     connector: Connector,
@@ -378,8 +390,15 @@ def sync_knowledge(
     limits: Limits | None = None,
     clock: Clock | None = None,
     on_progress: Callable[[SyncProgress], None] | None = None,
+    adopt: bool = False,
 ) -> SyncResult:
     """Bring ``scope`` up to date with ``connector``; see the module docstring for the steps.
+
+    ``adopt``: when this connector has no checkpoint for ``scope`` yet, the sources already in
+    the scope (written by ``ingest``, ``replace_document`` or another connector) count as
+    this sync's own, so the end of the first full listing retires those the connector does
+    not list: the scope then equals the connector. Without it (the default) they are left
+    alone and only what this sync indexed is ever retired by it.
 
     ``on_progress`` is called with a ``SyncProgress`` as pages are listed, items handled and
     pages committed (for a progress bar; it must not raise).
@@ -394,6 +413,8 @@ def sync_knowledge(
         raise ValidationError("connector must be a Connector", field="connector")
     if not isinstance(checkpoints, CheckpointStore):
         raise ValidationError("checkpoints must be a CheckpointStore", field="checkpoints")
+    if not isinstance(adopt, bool):
+        raise ValidationError("adopt must be True or False", field="adopt")
     if on_cursor_error not in ("bootstrap", "raise"):
         raise ValidationError(
             'on_cursor_error must be "bootstrap" or "raise"', field="on_cursor_error"
@@ -458,6 +479,8 @@ def sync_knowledge(
         if on_cursor_error == "raise":
             raise
         state, restarted = START, True
+    if adopt and version == 0 and state == START:
+        state = attrs.evolve(state, known=_scope_source_ids(store, scope))
 
     def result(*, exhausted: bool, lost: bool = False) -> SyncResult:
         return SyncResult(

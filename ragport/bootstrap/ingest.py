@@ -335,8 +335,10 @@ def sync_connector(
     max_bytes: int = DEFAULT_LIMITS.parse_bytes,
     max_pages: int | None = None,
     on_progress: Callable[[SyncProgress], None] | None = None,
+    adopt: bool = False,
 ) -> SyncResult:
-    """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``)."""
+    """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``);
+    ``adopt`` as there (the command line adopts: a corpus equals what it syncs)."""
     from ragport.adapters.parsers import parser_for
 
     def parsers(media_type_or_name: str) -> Parser:
@@ -355,4 +357,5 @@ def sync_connector(
         overlap=overlap,
         limits=ingest_limits(max_bytes),
         on_progress=on_progress,
+        adopt=adopt,
     )

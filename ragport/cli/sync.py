@@ -66,6 +66,7 @@ def _sync_run(args: argparse.Namespace, connector: Any) -> int:
             max_bytes=args.max_bytes,
             max_pages=args.max_pages,
             on_progress=progress,
+            adopt=True,  # the corpus equals what it syncs, whoever wrote it before
         )
     return _print_sync(args, result, time.perf_counter() - started)
 

@@ -72,6 +72,27 @@ def test_sync_folder_keeps_a_corpus_equal_to_the_folder(cli, tmp_path):
     assert code == 0 and "0 upserted" in out
 
 
+def test_sync_folder_into_an_ingested_corpus_adopts_it(cli, tmp_path, monkeypatch):
+    """Files ingested, then deleted and renamed before the first sync: the sync retires them
+    (the same ids: paths under the folder), so they are not searchable for ever."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.md").write_text("# Alpha\n\nAardvarks dig burrows.\n")
+    (root / "b.md").write_text("# Beta\n\nBaboons live in troops.\n")
+    (root / "c.md").write_text("# Gamma\n\nCapybaras like water.\n")
+    code, _ = cli("ingest", str(root), "--root", str(root), "--corpus", "notes")
+    assert code == 0, cli.err
+    (root / "b.md").unlink()
+    shutil.move(root / "c.md", root / "c2.md")
+    first = _sync(cli, root)
+    assert (first["upserted"], first["swept"]) == (1, 2), first
+    assert "b.md" not in _hits(cli, "baboons troops")
+    found = _hits(cli, "capybaras water")
+    assert "c2.md" in found and "c.md" not in found
+    assert "a.md" in _hits(cli, "aardvarks")
+
+
 def test_sync_folder_of_a_missing_path_is_an_error(cli, tmp_path):
     """A folder that does not exist: exit 2 and a ValidationError line, nothing synced."""
     code, _ = cli("sync", "folder", str(tmp_path / "nope"), "--corpus", "notes")

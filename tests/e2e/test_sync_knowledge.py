@@ -449,3 +449,46 @@ def test_folder_sync_follows_adds_edits_renames_and_deletes(stores, tmp_path):
     assert "edited" in rows(stores, ["a.md"])["a.md"][0][1]
     embedder = CountingEmbedder()
     assert sync(stores, connector, embedder).upserted == 0 and embedder.texts == []
+
+
+def _ingest_outside_sync(stores: Stores, names: dict[str, str]) -> None:
+    for name, text in names.items():
+        ragport.replace_source(
+            source_id=name,
+            chunks=ragport.chunk_markdown(text, source_id=name),
+            embedder=CountingEmbedder(),
+            store=stores.store,
+            scope=SCOPE,
+        )
+
+
+@pytest.mark.parametrize("adopt", [True, False])
+def test_adopt_makes_the_scope_equal_the_connector_across_pages(stores, adopt):
+    """Sources written before the first sync (by ingest) and gone from the connector: with
+    adopt the first full listing (three pages here) retires them; without, they stay.
+    A derived record resting on a kept source is not a source and stays either way."""
+    _ingest_outside_sync(
+        stores, {"doc-0.md": "# Doc 0\n\nold zero\n", "gone.md": "# Gone\n\ngone\n"}
+    )
+    ragport.index_derived(
+        record_id="summary-0",
+        text="a summary of document zero",
+        lineage=["doc-0.md"],
+        embedder=CountingEmbedder(),
+        store=stores.store,
+        scope=SCOPE,
+    )
+    result = sync(stores, DictConnector(ITEMS), adopt=adopt)
+    assert result.pages == 3 and result.exhausted
+    kept = set(rows(stores, [*ITEMS, "gone.md", "summary-0"]))
+    assert kept == set(ITEMS) | {"summary-0"} | (set() if adopt else {"gone.md"})
+    assert result.swept == (1 if adopt else 0)
+    # the next run has a checkpoint: nothing is adopted again
+    again = sync(stores, DictConnector(ITEMS), adopt=adopt)
+    assert again.swept == 0 and again.upserted == 0
+
+
+def test_adopt_must_be_a_bool(stores):
+    with pytest.raises(ValidationError) as caught:
+        sync(stores, DictConnector(ITEMS), adopt="yes")
+    assert caught.value.field == "adopt"
