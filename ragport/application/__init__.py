@@ -33,7 +33,7 @@ from ragport.application.results import (
 )
 from ragport.application.retrieval import estimate_tokens, retrieve_context
 from ragport.application.status import list_ingestion_status
-from ragport.application.sync import SyncResult, sync_knowledge
+from ragport.application.sync import SyncFailure, SyncResult, sync_knowledge
 
 __all__ = [
     "CompactResult",
@@ -52,6 +52,7 @@ __all__ = [
     "RepointResult",
     "RetrievalResult",
     "RollbackResult",
+    "SyncFailure",
     "SyncResult",
     "apply_source_renames",
     "compact",

@@ -137,6 +137,8 @@ class _PageOutcome:
     wrote: bool = True
     # failed items a retry may heal (not a parser's verdict on the same bytes)
     retryable: tuple[str, ...] = ()
+    # (source id, reason, redacted error) of each failed item
+    failures: tuple[tuple[str, str, str], ...] = ()
 
 
 def _next_retry(

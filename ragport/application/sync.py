@@ -96,12 +96,34 @@ from ragport.ports.sync import (
     Upsert,
 )
 
-__all__ = ["SyncResult", "sync_knowledge"]
+__all__ = ["SyncFailure", "SyncResult", "sync_knowledge"]
 WITHHELD_ERROR = "withheld by the host access mapping"
 # What sinks the page rather than one item (nothing committed, the page replays): the caller's
 # abort, the store, the embedder. Any other exception from loading, parsing or chunking one item
 # (a parser's RecursionError or MemoryError included) is that item's failure.
 PAGE_ERRORS = (AbortedError, StoreError, EmbedderError, EmbedderMismatchError, CapabilityError)
+
+
+def _reason(exc: BaseException) -> str:
+    """A failure's reason code: the error's ``reason`` or ``limit``, else its type name."""
+    for name in ("reason", "limit"):
+        value = getattr(exc, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(exc).__name__
+
+
+@attrs.frozen
+class SyncFailure:
+    """One item that failed in a run: its source id, a reason code (``too_large``, ``timeout``,
+    ``malformed``, ... or the error type) and the error, redacted and free of document text.
+    ``retrying``: the checkpoint keeps the item for a retry (a load failure, a parse timeout,
+    a killed worker); a parser's verdict on the same bytes waits for the item to change."""
+
+    source_id: str
+    reason: str
+    error: str
+    retrying: bool
 
 
 @attrs.frozen
@@ -116,6 +138,7 @@ class SyncResult:
     sync or after a cursor error), ``lost`` whether another worker advanced the checkpoint
     first (this worker then stopped and its page was rolled back: it wrote nothing).
     ``retrying`` is how many failed or withheld items the checkpoint keeps for a retry.
+    ``failures`` names each item that failed in this run, with its reason (``failed`` of them).
     """
 
     pages: int
@@ -130,6 +153,7 @@ class SyncResult:
     bootstrapped: bool = False
     lost: bool = False
     retrying: int = 0
+    failures: tuple[SyncFailure, ...] = ()
 
 
 @attrs.frozen
@@ -240,7 +264,7 @@ class _Run:
         sweep = [s for s in sweep if s not in upserts and s not in deletions]
         grants: list[Grant] = []
         withheld: list[str] = []
-        failed: dict[str, tuple[str, int]] = {}
+        failed: dict[str, tuple[str, str]] = {}  # source id -> (error, reason)
         skipped: dict[str, tuple[int, int]] = {}
         changed: list[tuple[PreparedDocument, int]] = []
         retryable: list[str] = []
@@ -262,7 +286,7 @@ class _Run:
             except PAGE_ERRORS:
                 raise
             except Exception as exc:  # the item's own failure, whatever raised it
-                failed[source_id] = (self.redact.error(exc), 0)
+                failed[source_id] = (self.redact.error(exc), _reason(exc))
                 if is_retryable(exc):
                     retryable.append(source_id)
                 continue
@@ -334,6 +358,7 @@ class _Run:
                 swept=swept,
                 wrote=bool(changed or visible or grants or revoked),
                 retryable=tuple(retryable),
+                failures=tuple((s, reason, error) for s, (error, reason) in failed.items()),
             )
             check_abort(self.abort)
             if not settle(uow, outcome):
@@ -473,6 +498,7 @@ def sync_knowledge(
         ("pages", "upserted", "deleted", "skipped", "withheld", "failed", "swept"), 0
     )
     bootstrapped = False
+    failures: list[SyncFailure] = []
     try:
         state = _decode_state(checkpoint.cursor)
     except SyncCursorError:
@@ -489,6 +515,7 @@ def sync_knowledge(
             bootstrapped=bootstrapped,
             lost=lost,
             retrying=len(state.retry),
+            failures=tuple(failures),
             **totals,
         )
 
@@ -556,6 +583,10 @@ def sync_knowledge(
         totals["skipped"] += len(outcome.skipped)
         totals["withheld"] += len(outcome.withheld)
         totals["failed"] += len(outcome.failed)
+        failures.extend(
+            SyncFailure(source_id, reason, error, source_id in outcome.retryable)
+            for source_id, reason, error in outcome.failures
+        )
         totals["deleted"] += len(outcome.deleted)
         totals["swept"] += outcome.swept
         counts["done"] = counts["listed"]

@@ -6,13 +6,16 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ragport.application import (
     SyncResult,
+    list_ingestion_status,
 )
 from ragport.application.sync import SyncProgress
 from ragport.bootstrap import (
+    Stores,
     open_checkpoints,
     sync_connector,
 )
@@ -22,11 +25,34 @@ from ragport.cli.progress import track, wanted
 from ragport.domain.errors import (
     ValidationError,
 )
+from ragport.domain.model import Scope
+from ragport.domain.status import IngestionStatus
 
 
-def _print_sync(args: argparse.Namespace, result: SyncResult, seconds: float) -> int:
+def _still_failing(stores: Stores, scope: Scope) -> list[IngestionStatus]:
+    """The scope's sources whose last attempt failed (withheld ones aside: the host's access
+    mapping said no, which a retry does not change)."""
+    found: list[IngestionStatus] = []
+    cursor: str | None = None
+    while True:
+        page = list_ingestion_status(store=stores.status, scope=scope, limit=200, cursor=cursor)
+        found.extend(s for s in page.items if s.state == "failed" and s.freshness != "unavailable")
+        if page.cursor is None:
+            return found
+        cursor = page.cursor
+
+
+def _print_sync(
+    args: argparse.Namespace,
+    result: SyncResult,
+    seconds: float,
+    still: Sequence[IngestionStatus],
+) -> int:
     if args.json:
-        print(json.dumps({**_json.unstructure(result), "seconds": round(seconds, 3)}))
+        shown = _json.unstructure(result)
+        del shown["cursor"]  # the connector's internal state: not for people or scripts
+        shown["still_failing"] = [{"source_id": s.source_id, "error": s.error} for s in still]
+        print(json.dumps({**shown, "seconds": round(seconds, 3)}))
     else:
         print(
             f"synced corpus {args.corpus} in {seconds:.2f} s: {result.pages} page(s), "
@@ -34,11 +60,22 @@ def _print_sync(args: argparse.Namespace, result: SyncResult, seconds: float) ->
             f"{f' ({result.swept} swept)' if result.swept else ''}, {result.withheld} withheld, "
             f"{result.failed} failed" + (" (full listing)" if result.bootstrapped else "")
         )
+        if result.failures:
+            width = max(len(f.source_id) for f in result.failures)
+            print("failed:")
+            for f in result.failures:
+                again = "retried next run" if f.retrying else "retried when it changes"
+                print(f"  {f.source_id:<{width}}  {f.reason:<16} {f.error}  ({again})")
+        earlier = [s for s in still if s.source_id not in {f.source_id for f in result.failures}]
+        if earlier:
+            print(f"{len(earlier)} source(s) still failing from earlier runs:")
+            for s in earlier:
+                print(f"  {s.source_id}  {s.error or ''}")
         if result.lost:
             print("another worker advanced the checkpoint first; this run stopped")
         elif not result.exhausted:
             print("more pages remain: run again to continue")
-    return 1 if result.failed else 0
+    return 1 if result.failed or still else 0
 
 
 def _sync_run(args: argparse.Namespace, connector: Any) -> int:
@@ -68,7 +105,8 @@ def _sync_run(args: argparse.Namespace, connector: Any) -> int:
             on_progress=progress,
             adopt=True,  # the corpus equals what it syncs, whoever wrote it before
         )
-    return _print_sync(args, result, time.perf_counter() - started)
+        still = _still_failing(stores, scope)
+    return _print_sync(args, result, time.perf_counter() - started, still)
 
 
 def _sync_folder(args: argparse.Namespace) -> int:

@@ -93,6 +93,42 @@ def test_sync_folder_into_an_ingested_corpus_adopts_it(cli, tmp_path, monkeypatc
     assert "a.md" in _hits(cli, "aardvarks")
 
 
+def test_sync_folder_names_each_failure_and_counts_what_still_fails(cli, tmp_path):
+    """A file over --max-bytes and a broken PDF: each is named with its reason (text and
+    JSON, which carries no internal cursor); the next run, with nothing new, still exits 1
+    and names them."""
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.md").write_text("# Alpha\n\nAardvarks dig burrows.\n")
+    (root / "big.md").write_text("# Big\n\n" + "word " * 400)
+    (root / "broken.pdf").write_bytes(b"%PDF-1.4\nnot really a pdf\n")
+    code, out = cli(
+        "sync", "folder", str(root), "--corpus", "notes", "--json", "--max-bytes", "1024"
+    )
+    shown = json.loads(out)
+    assert code == 1 and "cursor" not in shown
+    reasons = {f["source_id"]: f["reason"] for f in shown["failures"]}
+    assert set(reasons) == {"big.md", "broken.pdf"} and shown["failed"] == 2
+    assert reasons["big.md"] == "too_large"
+    assert all("word" not in f["error"] for f in shown["failures"])  # no document text
+
+    # the retry is due at once: the next run lists the folder again and both fail again
+    code, out = cli("sync", "folder", str(root), "--corpus", "notes", "--max-bytes", "1024")
+    assert code == 1 and "2 failed" in out and "big.md" in out and "broken.pdf" in out
+    # the next retry waits a minute: the unchanged broken PDF is not read again, and the run
+    # still names it and exits 1
+    code, out = cli(
+        "sync", "folder", str(root), "--corpus", "notes", "--json", "--max-bytes", "1024"
+    )
+    shown = json.loads(out)
+    assert code == 1 and "broken.pdf" not in {f["source_id"] for f in shown["failures"]}
+    assert {s["source_id"] for s in shown["still_failing"]} == {"big.md", "broken.pdf"}
+    (root / "big.md").unlink()
+    (root / "broken.pdf").unlink()
+    code, out = cli("sync", "folder", str(root), "--corpus", "notes", "--json")
+    assert code == 0 and json.loads(out)["still_failing"] == []
+
+
 def test_sync_folder_of_a_missing_path_is_an_error(cli, tmp_path):
     """A folder that does not exist: exit 2 and a ValidationError line, nothing synced."""
     code, _ = cli("sync", "folder", str(tmp_path / "nope"), "--corpus", "notes")

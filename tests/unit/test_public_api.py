@@ -32,7 +32,7 @@ EXPORTED = {
     "RagportError", "Record", "Rename", "RenameBatchResult", "RenameEvent", "RenameFailure",
     "ReplaceResult", "ReplicaLagError", "RepointResult", "RerankError", "RetrievalResult",
     "RollbackResult", "Scope", "ScopeError", "StatusPage", "StoreError", "SyncCursorError",
-    "SyncResult", "Tombstone", "Trust", "UrlRejectedError", "ValidationError", "__version__",
+    "SyncFailure", "SyncResult", "Tombstone", "Trust", "UrlRejectedError", "ValidationError", "__version__",
     "apply_source_renames", "chunk_markdown", "chunk_text", "compact",
     "create_deletion_propagator", "delete_source", "estimate_tokens", "evidence_from_citation",
     "fuse_reciprocal_rank", "index_chunks", "index_derived", "is_valid_content_hash",
