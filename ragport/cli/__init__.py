@@ -28,7 +28,14 @@ from ragport.cli.config import _resolve
 # docs tests walk _parser and _iter_commands).
 from ragport.cli.lifecycle import GenerationsOut as GenerationsOut
 from ragport.cli.lifecycle import GrantOut as GrantOut
-from ragport.cli.output import EXIT_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, EscapingStream
+from ragport.cli.output import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_STORE,
+    EXIT_USAGE,
+    EscapingStream,
+)
 from ragport.cli.output import NothingFound as NothingFound
 from ragport.cli.parser import EMBEDDERS as EMBEDDERS
 from ragport.cli.parser import MODES as MODES
@@ -47,7 +54,7 @@ from ragport.domain.errors import (
     ValidationError,
 )
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "main"]
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "main"]
 
 
 def _exit_code(exc: RagportError) -> int:
@@ -93,6 +100,11 @@ def _main(args: Any, err: TextIO) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_OK
+    except KeyboardInterrupt:
+        # Ctrl-C: what was committed stays (each file and each sync page is one transaction);
+        # the one in flight wrote nothing. No traceback, the shell's exit status for SIGINT.
+        print("ragport: interrupted; work already committed stays", file=err)
+        return EXIT_INTERRUPTED
     except NothingFound as exc:
         print(f"ragport: {exc}", file=err)
         return EXIT_FAILED

@@ -15,6 +15,7 @@ own styling must pass) and get escaped, markup-free ``Text``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -36,6 +37,9 @@ EXIT_USAGE = 2  # a bad option, value or configuration
 
 
 EXIT_STORE = 3  # the store is unavailable
+
+
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as a shell reports it
 
 
 _json = cattrs.Converter()
@@ -62,14 +66,40 @@ def escape_controls(text: str) -> str:
 
 
 class EscapingStream:
-    """A text stream whose ``write`` escapes control characters before the wrapped one's."""
+    """A text stream whose ``write`` escapes control characters before the wrapped one's.
+
+    When the reader goes away (``ragport ingest | head -2``) the stream goes quiet instead of
+    raising ``BrokenPipeError``: the command finishes its work, and its exit status says how
+    the work went, not whether anyone read the output (``pipe_closed`` records it).
+    """
 
     def __init__(self, raw: TextIO) -> None:
         self.raw = raw
+        self.pipe_closed = False
 
     def write(self, text: str) -> int:
-        self.raw.write(escape_controls(text))
+        if not self.pipe_closed:
+            try:
+                self.raw.write(escape_controls(text))
+            except BrokenPipeError:
+                self._gone()
         return len(text)
+
+    def flush(self) -> None:
+        if not self.pipe_closed:
+            try:
+                self.raw.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self) -> None:
+        self.pipe_closed = True
+        try:  # point the descriptor at /dev/null so the interpreter's last flush is silent
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.raw.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # not a real file (a test's StringIO)
+            pass
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)
