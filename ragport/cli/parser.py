@@ -329,6 +329,10 @@ def _parser() -> argparse.ArgumentParser:
         [sync_common],
     )  # fmt: skip
     folder.add_argument("path", help="the folder to keep the corpus equal to")
+    folder.add_argument(
+        "--page-size", type=int, default=50,
+        help="files per committed page (1..10000): an interrupt loses at most one page",
+    )  # fmt: skip
     folder.set_defaults(func=_sync_folder)
     drive = _sub(
         sync_sub, "drive",

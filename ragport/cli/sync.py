@@ -112,7 +112,8 @@ def _sync_run(args: argparse.Namespace, connector: Any) -> int:
 def _sync_folder(args: argparse.Namespace) -> int:
     from ragport.adapters.connectors import FolderConnector
 
-    return _sync_run(args, FolderConnector(args.path, max_bytes=args.max_bytes))
+    connector = FolderConnector(args.path, max_bytes=args.max_bytes, page_size=args.page_size)
+    return _sync_run(args, connector)
 
 
 def _sync_drive(args: argparse.Namespace) -> int:

@@ -168,3 +168,14 @@ def test_sync_drive_against_the_fake_server(cli, serve, monkeypatch):
     monkeypatch.setenv("RAGPORT_DRIVE_ACCESS_TOKEN", "tok-SECRET-1")
     code, _ = cli(*args)
     assert code == 2 and "base_url" in cli.err, "plain http needs --allow-loopback"
+
+
+def test_sync_folder_commits_pages_of_page_size_files(cli, tmp_path):
+    root = tmp_path / "notes"
+    root.mkdir()
+    for i in range(7):
+        (root / f"n{i}.md").write_text(f"# N{i}\n\nnote {i}\n")
+    code, out = cli("sync", "folder", str(root), "--corpus", "notes", "--json", "--page-size", "3")
+    assert code == 0 and json.loads(out)["pages"] == 3
+    code, _ = cli("sync", "folder", str(root), "--corpus", "notes", "--page-size", "0")
+    assert code == 2
