@@ -2,7 +2,9 @@
 
 DeletionPropagator.propagate(source_id):
 1. Privilege: an authorization is required, its tenant must match, and on an ACL store it must
-   hold a grant for the source (``AccessDeniedError`` before anything is written).
+   hold a grant for the source (``AccessDeniedError`` before anything is written). Only a
+   propagator created ``as_owner=True`` (the host acting for the data's owner, as the command
+   line does without ``--principal``) skips this step.
 2. In one unit of work: expand the lineage closure (the source and every derived record resting
    on it, transitively, over every stored version; depth <= 8, edges <= 4,096, else
    ``ValidationError`` and nothing is written) and tombstone the whole set ``forgotten``;
@@ -120,10 +122,18 @@ class DeletionPropagator:
         handlers: Sequence[DerivedArtifactHandler] = (),
         limits: Limits | None = None,
         redactor: Redactor | None = None,
+        as_owner: bool = False,
     ):
         self._scope = require_scope(scope)
         self._store = store
+        if not isinstance(as_owner, bool):
+            raise ValidationError("as_owner must be True or False", field="as_owner")
+        if as_owner and authorization is not None:
+            raise ValidationError(
+                "pass an authorization or as_owner=True, not both", field="as_owner"
+            )
         self._authorization = authorization
+        self._as_owner = as_owner
         self._handlers: list[DerivedArtifactHandler] = []
         self._limits = resolve_limits(limits)
         self._redact = Redaction(redactor)
@@ -143,7 +153,8 @@ class DeletionPropagator:
     def propagate(self, source_id: str) -> PropagationResult:
         validate_id(source_id, field="source_id")
         require_transactions(self._store, "propagate")
-        require_privilege(self._store, self._scope, self._authorization, [source_id])
+        if not self._as_owner:
+            require_privilege(self._store, self._scope, self._authorization, [source_id])
         with self._store.unit_of_work(self._scope) as uow:
             ids = _closure(uow, source_id, self._limits)
             batches = 0
@@ -180,8 +191,11 @@ def create_deletion_propagator(
     handlers: Sequence[DerivedArtifactHandler] = (),
     limits: Limits | None = None,
     redactor: Redactor | None = None,
+    as_owner: bool = False,
 ) -> DeletionPropagator:
-    """A propagator for one scope; ``authorization`` is required when it propagates.
+    """A propagator for one scope; ``authorization`` is required when it propagates, unless
+    ``as_owner=True``: the host itself acting for the data's owner (no grant is checked; never
+    derive it from a request's caller).
 
     ``redactor`` cleans the error descriptions a failed handler leaves in
     ``PropagationError.errors``.
@@ -193,6 +207,7 @@ def create_deletion_propagator(
         handlers=handlers,
         limits=limits,
         redactor=redactor,
+        as_owner=as_owner,
     )
 
 

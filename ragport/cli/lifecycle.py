@@ -95,7 +95,14 @@ def _delete(args: argparse.Namespace) -> int:
 
 def _forget(args: argparse.Namespace) -> int:
     scope = _scope(args)
-    authorization = Authorization(args.principal, args.tenant, group_ids=tuple(args.group or ()))
+    # Without --principal the command line acts for the corpus's owner, as `delete` does.
+    authorization = (
+        Authorization(args.principal, args.tenant, group_ids=tuple(args.group or ()))
+        if args.principal is not None
+        else None
+    )
+    if authorization is None and args.group:
+        raise ValidationError("--group needs --principal", field="group")
     with _stores(args) as stores:
         if _known_sources(stores, scope, [args.source_id]):
             raise NothingFound(f"no source {args.source_id} in corpus {scope.corpus_id}")
@@ -106,6 +113,7 @@ def _forget(args: argparse.Namespace) -> int:
             handlers=(
                 RagDeletionHandler(store=stores.chunks, scope=scope, status_store=stores.status),
             ),
+            as_owner=authorization is None,
         )
         result = propagator.propagate(args.source_id)
     if args.json:

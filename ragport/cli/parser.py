@@ -206,12 +206,15 @@ def _parser() -> argparse.ArgumentParser:
     forget = _sub(
         sub, "forget",
         "forget a source everywhere: tombstone it and what rests on it, remove its rows",
-        ["ragport forget leave.md --principal admin --corpus handbook"],
+        ["ragport forget leave.md --corpus handbook",
+         "ragport forget leave.md --principal admin --corpus handbook"],
         [corpus_only, json_out],
     )  # fmt: skip
     forget.add_argument("source_id", help="the source id")
     forget.add_argument(
-        "--principal", required=True, help="who forgets (needs a grant on the source)"
+        "--principal",
+        help="who forgets (needs a grant on the source); default: the corpus's owner, "
+        "as for delete"
     )
     forget.add_argument("--group", action="append", help="a group of the principal (repeatable)")
     forget.set_defaults(func=_forget)

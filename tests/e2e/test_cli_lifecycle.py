@@ -146,7 +146,9 @@ def test_the_lifecycle_of_a_corpus(env):
     assert left == ["penguin.md", "zebra.md"]
 
     # rollback brings the drafts back; compact says what it removed
-    back = _json(_run(env, "rollback", "--to", str(before["current"]), "--corpus", "kb", "--json", "--yes"))
+    back = _json(
+        _run(env, "rollback", "--to", str(before["current"]), "--corpus", "kb", "--json", "--yes")
+    )
     assert back["generation"] == before["current"] and back["restored"] == 2
     assert len(_json(_run(env, "sources", "--corpus", "kb", "--json"))) == 4
     gens = _json(_run(env, "generations", "--corpus", "kb", "--json"))
@@ -169,6 +171,9 @@ def test_the_lifecycle_of_a_corpus(env):
         _run(env, "forget", "zebra.md", "--principal", "alice", "--corpus", "kb", "--json")
     )
     assert forgotten["tombstoned"] >= 1
+    # without --principal the command line acts for the owner, as delete does: no grant needed
+    owner = _json(_run(env, "forget", "drafts/a.md", "--corpus", "kb", "--json"))
+    assert owner["tombstoned"] >= 1
     assert "zebra.md" not in [
         s["source_id"] for s in _json(_run(env, "sources", "--corpus", "kb", "--json"))
     ]

@@ -377,6 +377,26 @@ def test_propagate_needs_a_privileged_authorization(store, authorization):
     assert {"doc#0001", "sum"} <= _everything_seen(store, [DOC_TEXT, "sum derived text"])
 
 
+def test_as_owner_forgets_without_an_authorization_or_a_grant(store):
+    """The host acting for the owner (the CLI without --principal): no grant is needed, and
+    the source and what rests on it are tombstoned as with a privileged authorization."""
+    _source(store, "doc", [DOC_TEXT])
+    _derived(store, "sum", ["doc"])
+    result = _propagator(store, authorization=None, as_owner=True).propagate("doc")
+    assert set(result.ids) == {"doc", "sum"}
+    assert sorted(_tombstones(store)) == [("doc", "forgotten"), ("sum", "forgotten")]
+
+
+@pytest.mark.parametrize("as_owner", ["yes", 1])
+def test_as_owner_is_a_bool_and_excludes_an_authorization(store, as_owner):
+    with pytest.raises(ValidationError) as caught:
+        _propagator(store, authorization=None, as_owner=as_owner)
+    assert caught.value.field == "as_owner"
+    with pytest.raises(ValidationError) as caught:
+        _propagator(store, as_owner=True)  # ADMIN as well
+    assert caught.value.field == "as_owner"
+
+
 def test_propagate_rejects_a_bad_source_id(store):
     """An invalid source id is a ValidationError before anything. If this fails, check DeletionPropagator.propagate."""
     with pytest.raises(ValidationError):
