@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragport.adapters.parsers._common import BaseParser
+from ragport.adapters.parsers._common import BaseParser, EncodedTextParser, check_encoding
 from ragport.adapters.parsers.docx import DocxParser
 from ragport.adapters.parsers.html import HtmlParser
 from ragport.adapters.parsers.pdf import PdfParser
@@ -43,9 +43,14 @@ _BY_TYPE = {media_type: cls for cls in PARSERS for media_type in cls.media_types
 def parser_for(media_type_or_name: str, **options: Any) -> BaseParser:
     """A parser for a media type (``"text/html; charset=utf-8"``) or a file name (``"a.pdf"``).
 
-    ``options`` go to the parser's constructor (``max_bytes=``, ``timeout_s=``, ...). An unknown
+    ``options`` go to the parser's constructor (``max_bytes=``, ``timeout_s=``, ...), except
+    ``encoding=``, which only the parsers of plain text, Markdown and reST take (HTML, PDF and
+    DOCX carry their own): ``"utf-8"`` (the default), ``"auto"`` or a codec name. An unknown
     type is a ``ParseError(reason="unsupported_type")`` naming it: ragport never guesses.
     """
+    encoding = options.pop("encoding", None)
+    if encoding is not None:
+        encoding = check_encoding(encoding)  # refused whatever the type: a typo never waits
     if not isinstance(media_type_or_name, str) or not media_type_or_name.strip():
         raise ParseError("no media type or file name to pick a parser", reason="unsupported_type")
     value = media_type_or_name.strip()
@@ -58,4 +63,6 @@ def parser_for(media_type_or_name: str, **options: Any) -> BaseParser:
         raise ParseError(
             f"no parser for {shown!r}", reason="unsupported_type", media_type=media_type
         )
+    if encoding is not None and issubclass(cls, EncodedTextParser):
+        return cls(encoding=encoding, **options)
     return cls(**options)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 import math
 import time
 from importlib import metadata as _metadata
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ragport.domain.errors import AbortedError, ParseError, RagportError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, check_limit
@@ -150,6 +151,74 @@ def decode_utf8(data: bytes, *, media_type: str | None = None) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
+# EBCDIC code pages: charset-normalizer can rank one first for ASCII-heavy Western bytes, and
+# no file on a modern system is in one; name the codec to read such a file.
+_NEVER_GUESSED = ("cp037", "cp273", "cp424", "cp500", "cp875", "cp1026", "cp1140")
+AUTO = "auto"
+"""``encoding="auto"``: UTF-8 when the bytes are UTF-8, else the best guess of
+charset-normalizer (Latin-1, cp1252, Shift-JIS, ...)."""
+
+
+def check_encoding(encoding: object) -> str:
+    """``"utf-8"``, ``"auto"`` or a Python text codec name; anything else is a
+    ``ValidationError(field="encoding")``. Returns the canonical name."""
+    if not isinstance(encoding, str) or not encoding.strip() or len(encoding) > 64:
+        raise ValidationError("encoding must be 'auto' or a text codec name", field="encoding")
+    if encoding.strip().lower() == AUTO:
+        return AUTO
+    try:
+        info = codecs.lookup(encoding)
+    except LookupError:
+        info = None
+    # bytes-to-bytes codecs (base64, zlib) and str-to-str ones (rot13) read no text
+    if info is None or not getattr(info, "_is_text_encoding", True):
+        raise ValidationError(
+            f"{encoding[:64]!r} is not a text encoding Python knows", field="encoding"
+        )
+    name = info.name
+    return "utf-8" if name == "utf-8" else name
+
+
+def decode_text(data: bytes, *, encoding: str, media_type: str | None) -> tuple[str, str]:
+    """The text of ``data`` and the encoding it was read with (``encoding`` checked by
+    ``check_encoding``). Strict: bytes the encoding cannot read are ``ParseError(reason=
+    "decode")``, never replaced. A UTF-8 BOM is dropped."""
+    if encoding == "utf-8":
+        return decode_utf8(data, media_type=media_type), "utf-8"
+    if encoding == AUTO:
+        try:
+            return decode_utf8(data, media_type=media_type), "utf-8"
+        except ParseError:
+            pass
+        try:
+            from charset_normalizer import from_bytes
+        except ImportError:
+            raise ParseError(
+                "encoding='auto' needs charset-normalizer: pip install 'ragport[detect]'",
+                reason="dependency",
+                media_type=media_type,
+            ) from None
+        matches = from_bytes(data, cp_exclusion=list(_NEVER_GUESSED))
+        best = matches.best()
+        if best is None:
+            raise ParseError(
+                "no text encoding reads these bytes", reason="decode", media_type=media_type
+            )
+        plausible = {codecs.lookup(m.encoding).name for m in matches}
+        # Legacy Western files are nearly always Windows-1252; charset-normalizer often ranks
+        # a sibling code page (cp1250) first on short French or German text.
+        encoding = "cp1252" if "cp1252" in plausible else codecs.lookup(best.encoding).name
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise ParseError(
+            f"the bytes are not valid {encoding} (first bad byte at offset {exc.start})",
+            reason="decode",
+            media_type=media_type,
+        ) from None
+    return (text[1:] if text.startswith("\ufeff") else text), encoding
+
+
 def normalise_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
@@ -161,3 +230,32 @@ def failed(library: str, exc: BaseException, *, media_type: str | None) -> Parse
         reason="malformed",
         media_type=media_type,
     )
+
+
+class EncodedTextParser(BaseParser):
+    """A parser of text bytes in one ``encoding``: ``"utf-8"`` (the default, strict),
+    ``"auto"`` (UTF-8, else the best guess of charset-normalizer) or a Python codec name.
+    Any choice but the default is part of the parser's ``id`` (so changing it re-parses) and
+    is recorded as ``metadata["encoding"]`` (the codec that read the bytes)."""
+
+    def __init__(self, *, encoding: str = "utf-8", **options: Any) -> None:
+        super().__init__(**options)
+        self._encoding = check_encoding(encoding)
+
+    @property
+    def id(self) -> str:
+        base = super().id
+        return base if self._encoding == "utf-8" else f"{base}+encoding-{self._encoding}"
+
+    @property
+    def encoding(self) -> str:
+        return self._encoding
+
+    def _text(self, data: bytes, media_type: str | None, metadata: dict[str, Any]) -> str:
+        text, used = decode_text(data, encoding=self._encoding, media_type=media_type)
+        if self._encoding != "utf-8":
+            metadata["encoding"] = used
+        text = normalise_newlines(text)
+        if "\x00" in text:
+            raise ParseError("the text holds NUL bytes", reason="nul", media_type=media_type)
+        return text

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 from ragport.adapters.parsers._common import (
-    BaseParser,
     Deadline,
-    decode_utf8,
-    normalise_newlines,
+    EncodedTextParser,
 )
 from ragport.adapters.parsers._worker import run_worker
 from ragport.domain.errors import ParseError
@@ -64,7 +63,7 @@ def worker_memory_bytes(size: int) -> int:
     return _BASE_MEMORY + _MEMORY_PER_BYTE * size
 
 
-class RstParser(BaseParser):
+class RstParser(EncodedTextParser):
     """reStructuredText as Markdown-ish text; ``title`` from the first section title."""
 
     name = "rst"
@@ -74,9 +73,8 @@ class RstParser(BaseParser):
     def _parse(
         self, data: bytes, *, media_type: str | None, deadline: Deadline, abort: Abort | None
     ) -> ParsedDocument:
-        text = normalise_newlines(decode_utf8(data, media_type=media_type))
-        if "\x00" in text:
-            raise ParseError("the text holds NUL bytes", reason="nul", media_type=media_type)
+        metadata: dict[str, Any] = {}
+        text = self._text(data, media_type, metadata)
         if importlib.util.find_spec("docutils") is None:  # pragma: no cover - ragport[rst]
             raise ParseError(_MESSAGES["dependency"], reason="dependency", media_type=media_type)
         payload = text.encode("utf-8")
@@ -94,7 +92,8 @@ class RstParser(BaseParser):
         )
         body, title = answer.get("text"), answer.get("title")
         if isinstance(body, str) and (title is None or isinstance(title, str)):
-            metadata = {"title": title} if title else {}
+            if title:
+                metadata["title"] = title
             return ParsedDocument(body, metadata, "text/x-rst", markdown=True)
         reason = str(answer.get("error"))
         reason = reason if reason in _MESSAGES else "malformed"

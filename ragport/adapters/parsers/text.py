@@ -9,10 +9,8 @@ import re
 from typing import Any
 
 from ragport.adapters.parsers._common import (
-    BaseParser,
     Deadline,
-    decode_utf8,
-    normalise_newlines,
+    EncodedTextParser,
 )
 from ragport.domain.errors import ParseError
 from ragport.ports.documents import ParsedDocument
@@ -29,15 +27,9 @@ _SETEXT = re.compile(r"^ {0,3}(\S[^\n]*)\n {0,3}(?:=+|-+)[ \t]*$", re.M)
 _FENCE = re.compile(r"^ {0,3}(?:`{3,}|~{3,})", re.M)
 
 
-def _text(data: bytes, media_type: str | None) -> str:
-    text = normalise_newlines(decode_utf8(data, media_type=media_type))
-    if "\x00" in text:
-        raise ParseError("the text holds NUL bytes", reason="nul", media_type=media_type)
-    return text
-
-
-class TextParser(BaseParser):
-    """Strict UTF-8 text: a BOM is dropped, ``\\r\\n`` and ``\\r`` become ``\\n``, NUL refused."""
+class TextParser(EncodedTextParser):
+    """Text: strict UTF-8 by default (see ``encoding``), a BOM dropped, ``\\r\\n`` and ``\\r``
+    become ``\\n``, NUL refused."""
 
     name = "text"
     media_types = ("text/plain",)
@@ -45,10 +37,12 @@ class TextParser(BaseParser):
     def _parse(
         self, data: bytes, *, media_type: str | None, deadline: Deadline, abort: Abort | None
     ) -> ParsedDocument:
-        return ParsedDocument(_text(data, media_type), {}, "text/plain")
+        metadata: dict[str, Any] = {}
+        text = self._text(data, media_type, metadata)
+        return ParsedDocument(text, metadata, "text/plain")
 
 
-class MarkdownParser(BaseParser):
+class MarkdownParser(EncodedTextParser):
     """Markdown as :class:`TextParser` reads text, plus YAML front matter.
 
     Front matter (a first line ``---``, YAML, a line ``---`` or ``...``) is parsed with
@@ -64,8 +58,8 @@ class MarkdownParser(BaseParser):
     def _parse(
         self, data: bytes, *, media_type: str | None, deadline: Deadline, abort: Abort | None
     ) -> ParsedDocument:
-        text = _text(data, media_type)
         metadata: dict[str, Any] = {}
+        text = self._text(data, media_type, metadata)
         front = _FRONT.match(text)
         if front is not None:
             fields = _front_matter(front.group(1) or "", media_type)
