@@ -5,6 +5,7 @@ compact, reindex.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from typing import cast
 
@@ -31,6 +32,7 @@ from ragport.cli.output import (
     EXIT_OK,
     NothingFound,
     _confirm,
+    _json,
     _note,
     _print_json,
     _table,
@@ -126,6 +128,29 @@ def _forget(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _status_totals(stores: Stores, scope: Scope) -> dict[str, int]:
+    """How many of the scope's sources are in each ingestion state (every page read)."""
+    totals: dict[str, int] = {}
+    cursor: str | None = None
+    while True:
+        page = list_ingestion_status(store=stores.status, scope=scope, limit=200, cursor=cursor)
+        for item in page.items:
+            totals[item.state] = totals.get(item.state, 0) + 1
+        if page.cursor is None:
+            return totals
+        cursor = page.cursor
+
+
+def _count_sources(stores: Stores, scope: Scope) -> int:
+    total, after = 0, None
+    while True:
+        ids = stores.chunks.list_source_ids(scope, after=after, limit=1_000)
+        total += len(ids)
+        if len(ids) < 1_000:
+            return total
+        after = ids[-1]
+
+
 def _status(args: argparse.Namespace) -> int:
     scope = _scope(args)
     with _stores(args) as stores:
@@ -133,10 +158,23 @@ def _status(args: argparse.Namespace) -> int:
             store=stores.status, scope=scope, limit=args.limit, cursor=args.cursor
         )
         generation = stores.chunks.current_generation(scope)
+        totals = _status_totals(stores, scope)
+    total = sum(totals.values())
     if args.json:
-        _print_json(page)
+        shown = _json.unstructure(page)
+        print(
+            json.dumps(
+                {"corpus": scope.corpus_id, "generation": generation, "total": total,
+                 "states": totals, **shown},
+                indent=2, ensure_ascii=False,
+            )
+        )  # fmt: skip
     else:
-        print(f"corpus {scope.corpus_id}: generation {generation}")
+        states = ", ".join(f"{n} {state}" for state, n in sorted(totals.items()))
+        print(
+            f"corpus {scope.corpus_id}: generation {generation}, {total} source(s)"
+            + (f" ({states})" if states else "")
+        )
         _table(
             ["source", "state", "chunks", "bytes", "updated", "error"],
             [
@@ -161,11 +199,22 @@ def _status(args: argparse.Namespace) -> int:
 def _sources(args: argparse.Namespace) -> int:
     scope = _scope(args)
     with _stores(args) as stores:
+        wanted = None if args.limit is None else args.limit + 1  # one more: is there a next page
         rows: list[SourceRow] = list(
-            list_sources(stores, scope, start=args.cursor, limit=args.limit, counts=True)
+            list_sources(stores, scope, start=args.cursor, limit=wanted, counts=True)
         )
+        total = _count_sources(stores, scope)
+    more = args.limit is not None and len(rows) > args.limit
+    rows = rows[: args.limit] if more else rows
+    cursor = rows[-1].source_id if more else None
     if args.json:
-        _print_json(rows)
+        print(
+            json.dumps(
+                {"corpus": scope.corpus_id, "total": total, "items": _json.unstructure(rows),
+                 "cursor": cursor},
+                indent=2, ensure_ascii=False,
+            )
+        )  # fmt: skip
     else:
         _table(
             ["source", "chunks", "generation", "content hash", "embedder", "state"],
@@ -180,10 +229,11 @@ def _sources(args: argparse.Namespace) -> int:
                 )
                 for r in rows
             ],
-            title=f"corpus {scope.corpus_id}: {len(rows)} source(s)",
+            title=f"corpus {scope.corpus_id}: {total} source(s)"
+            + (f", {len(rows)} shown" if len(rows) != total else ""),
         )
-        if args.limit is not None and len(rows) == args.limit:
-            print(f"more: --cursor {rows[-1].source_id}")
+        if cursor:
+            print(f"more: --cursor {cursor}")
     if not rows and args.cursor is None:
         raise NothingFound(f"corpus {scope.corpus_id} is empty or unknown")
     return EXIT_OK

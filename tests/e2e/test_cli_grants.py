@@ -79,3 +79,28 @@ def test_no_grant_and_an_empty_grant_read_the_same(cli):
     lines = {line.split()[0]: line for line in out.splitlines() if line.strip()[:1] in "ht"}
     denied = "no grant: denied to every caller"
     assert denied in lines["travel.md"] and denied in lines["hr/pay.md"]
+
+
+def test_sources_and_status_page_with_one_cursor_style_and_totals(cli):
+    """Both print `more: --cursor X` and give `cursor` (null on the last page) and totals in
+    JSON; following the cursors visits every source once."""
+    seen: list[str] = []
+    cursor: list[str] = []
+    while True:
+        code, out, _ = cli("sources", "--corpus", "kb", "--json", "--limit", "2", *cursor)
+        shown = json.loads(out)
+        assert code == EXIT_OK and shown["total"] == 3 and len(shown["items"]) <= 2
+        seen += [row["source_id"] for row in shown["items"]]
+        if shown["cursor"] is None:
+            break
+        cursor = ["--cursor", shown["cursor"]]
+    assert seen == ["hr/leave.md", "hr/pay.md", "travel.md"]
+
+    code, out, _ = cli("sources", "--corpus", "kb", "--limit", "2")
+    assert "3 source(s), 2 shown" in out and "more: --cursor hr/pay.md" in out
+    code, out, _ = cli("status", "--corpus", "kb", "--json", "--limit", "2")
+    shown = json.loads(out)
+    assert (shown["total"], shown["states"]) == (3, {"indexed": 3})
+    assert len(shown["items"]) == 2 and shown["cursor"]
+    code, out, _ = cli("status", "--corpus", "kb", "--limit", "2")
+    assert "3 source(s) (3 indexed)" in out and "more: --cursor " in out

@@ -89,7 +89,7 @@ def test_the_lifecycle_of_a_corpus(env):
     """
     root = Path(env["RAGPORT_TEST_CWD"]) / "docs"
     assert _run(env, "ingest", str(root), "--corpus", "kb", *HASH).returncode == 0
-    sources = _json(_run(env, "sources", "--corpus", "kb", "--json"))
+    sources = _json(_run(env, "sources", "--corpus", "kb", "--json"))["items"]
     assert [s["source_id"] for s in sources] == [
         "drafts/a.md",
         "drafts/b.md",
@@ -142,7 +142,7 @@ def test_the_lifecycle_of_a_corpus(env):
     )  # no tty, no --yes
     deleted = _json(_run(env, "delete", "--prefix", "drafts/", "--yes", "--corpus", "kb", "--json"))
     assert sorted(d["source_id"] for d in deleted) == ["drafts/a.md", "drafts/b.md"]
-    left = [s["source_id"] for s in _json(_run(env, "sources", "--corpus", "kb", "--json"))]
+    left = [s["source_id"] for s in _json(_run(env, "sources", "--corpus", "kb", "--json"))["items"]]
     assert left == ["penguin.md", "zebra.md"]
 
     # rollback brings the drafts back; compact says what it removed
@@ -150,7 +150,7 @@ def test_the_lifecycle_of_a_corpus(env):
         _run(env, "rollback", "--to", str(before["current"]), "--corpus", "kb", "--json", "--yes")
     )
     assert back["generation"] == before["current"] and back["restored"] == 2
-    assert len(_json(_run(env, "sources", "--corpus", "kb", "--json"))) == 4
+    assert len(_json(_run(env, "sources", "--corpus", "kb", "--json"))["items"]) == 4
     gens = _json(_run(env, "generations", "--corpus", "kb", "--json"))
     assert gens["current"] == before["current"] and gens["written"]
     compacted = _run(env, "compact", "--keep", "0", "--corpus", "kb", "--yes")
@@ -159,7 +159,7 @@ def test_the_lifecycle_of_a_corpus(env):
     # reindex under minilm: every source moves at once, queries then run under minilm
     reindexed = _json(_run(env, "reindex", "--embedder", "minilm", "--corpus", "kb", "--json"))
     assert reindexed["sources"] == 4 and reindexed["embedder"].startswith("all-minilm")
-    assert {s["embedder"] for s in _json(_run(env, "sources", "--corpus", "kb", "--json"))} == {
+    assert {s["embedder"] for s in _json(_run(env, "sources", "--corpus", "kb", "--json"))["items"]} == {
         reindexed["embedder"]
     }
     found = _json(_run(env, "query", "striped animals", "--corpus", "kb", "--json", "--top-k", "1"))
@@ -175,7 +175,7 @@ def test_the_lifecycle_of_a_corpus(env):
     owner = _json(_run(env, "forget", "drafts/a.md", "--corpus", "kb", "--json"))
     assert owner["tombstoned"] >= 1
     assert "zebra.md" not in [
-        s["source_id"] for s in _json(_run(env, "sources", "--corpus", "kb", "--json"))
+        s["source_id"] for s in _json(_run(env, "sources", "--corpus", "kb", "--json"))["items"]
     ]
 
     status = _json(_run(env, "db", "status", "--json"))

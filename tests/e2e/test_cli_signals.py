@@ -33,7 +33,7 @@ def corpus(tmp_path, pg_url, pg_schema, monkeypatch, capsys):
     def sources() -> list[str]:
         code = main(["sources", "--corpus", "kb", "--json", *store])
         out = capsys.readouterr().out
-        return [row["source_id"] for row in json.loads(out)] if code == EXIT_OK else []
+        return [row["source_id"] for row in json.loads(out)["items"]] if code == EXIT_OK else []
 
     def ingest(root: Path) -> subprocess.Popen[bytes]:
         argv = [sys.executable, "-m", "ragport.cli", "ingest", str(root), "--root", str(root)]
