@@ -104,6 +104,19 @@ def test_upgrade_from_version_3_keeps_data_and_indexes_metadata(
             for row in conn.execute(text(f"EXPLAIN SELECT id FROM {s}.records WHERE {sql}"), params)
         )
     assert "records_metadata" in plan or "_metadata_idx" in plan, plan
+    # $in: an OR of containments, one index probe per item, then the exact test
+    found = store.query(
+        SCOPE, EMB.embed(["note 1"])[0], limit=20, metadata_filter={"n": {"$in": [1, 4.0, 99]}}
+    )
+    assert sorted(x.record.id for x in found) == ["s1#0001", "s4#0001"]
+    sql, params = compile_filter(parse_filter({"n": {"$in": [1, 4.0, 99]}}), column="metadata")
+    with pg_engine.begin() as conn:
+        conn.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = " ".join(
+            row[0]
+            for row in conn.execute(text(f"EXPLAIN SELECT id FROM {s}.records WHERE {sql}"), params)
+        )
+    assert ("records_metadata" in plan or "_metadata_idx" in plan) and "BitmapOr" in plan, plan
 
 
 def test_a_migration_released_after_a_later_one_was_applied_still_runs(pg_engine, pg_schema):

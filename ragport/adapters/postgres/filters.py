@@ -9,6 +9,7 @@ The SQL has exactly the semantics of :meth:`ragport.domain.filters.Filter.matche
   the filter language's JSON equality by construction (numbers are compared as the decimal
   their JSON text spells, in Python and in ``numeric``), after a containment test
   (``column @> {key: value}``, implied by equality) that the GIN index on metadata serves;
+  ``$in`` likewise after an ``OR`` of one containment per item;
 - every condition is two-valued: missing keys (SQL ``NULL`` from ``->``) are folded to
   ``false`` with ``coalesce`` or ``CASE``, so ``NOT`` is an exact complement and ``$ne`` /
   ``$nin`` match a missing key; a SQL ``NULL`` column behaves like ``{}``;
@@ -93,7 +94,17 @@ class _Compiler:
                 f"coalesce({field} = ANY(ARRAY(SELECT jsonb_array_elements(CAST({v} AS jsonb)))), "
                 "false)"
             )
-            return f"({member})" if op == "$in" else f"(NOT {member})"
+            if op == "$nin":
+                return f"(NOT {member})"
+            # An OR of containments first, as for $eq: each is one GIN index probe (a
+            # BitmapOr), and an equal value is always contained, so the exact test after it
+            # decides alone. The items are scalars (at most MAX_IN_ITEMS).
+            key = json.dumps(node.key, ensure_ascii=False)
+            contained = " OR ".join(
+                f"{col} @> CAST({self.bind('{' + key + ': ' + json.dumps(item) + '}')} AS jsonb)"
+                for item in json.loads(node.value_json)
+            )
+            return f"(({contained}) AND {member})"
         sql_op = _ORDERED[op]
         text_value = f"({col} ->> CAST({k} AS text))"
         if isinstance(node.value, str):
