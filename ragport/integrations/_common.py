@@ -15,6 +15,7 @@ from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
 from ragport.domain.model import Authorization, Hit, Scope
 from ragport.ports.embedder import Embedder
+from ragport.ports.runtime import Abort
 from ragport.ports.store import ChunkStore
 
 __all__ = ["METADATA_KEYS", "BoundRetrieval", "hit_metadata", "pick_top_k"]
@@ -65,6 +66,16 @@ def pick_top_k(k: object, top_k: object, default: int) -> int:
     return check_limit("top_k", chosen)  # type: ignore[arg-type]
 
 
+class _EitherAbort:
+    """Set when any of its signals is: a call's own abort next to one bound at construction."""
+
+    def __init__(self, *signals: Abort) -> None:
+        self._signals = signals
+
+    def is_set(self) -> bool:
+        return any(s.is_set() for s in self._signals)
+
+
 def _read_only(options: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(options))
 
@@ -108,10 +119,22 @@ class BoundRetrieval:
             options=extra,
         )
 
-    def run(self, query: str, *, top_k: int | None = None, **overrides: Any) -> RetrievalResult:
+    def run(
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        abort: Abort | None = None,
+        **overrides: Any,
+    ) -> RetrievalResult:
         """Retrieve for ``query``; ``overrides`` may only be retrieve options (never a scope or
-        an authorization), and override the bound ones for this call."""
+        an authorization), and override the bound ones for this call. ``abort`` is this
+        call's signal (an async face's cancellation); a bound ``abort`` option still applies,
+        so either one stops the call."""
         options = {**self.options, **check_retrieve_options(overrides)}
+        if abort is not None:
+            bound = options.get("abort")
+            options["abort"] = abort if bound is None else _EitherAbort(bound, abort)
         return retrieve_context(
             query,
             embedder=self.embedder,

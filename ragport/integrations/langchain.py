@@ -6,6 +6,13 @@ metadata carries ``citation_id, source_id, chunk_id, page, heading, score, retri
 (and the scope's ``tenant_id, resource_id, corpus_id``). ``k`` is an alias of ``top_k`` in the
 constructor and in ``invoke``. Store, embedder, scope(s), authorization and options are fixed
 at construction; ``invoke`` takes only a result count, anything else is a ``ValidationError``.
+
+``ainvoke`` runs the retrieval on a worker thread through ``ragport.aio.run_abortable``, never
+on the event loop. ``max_threads`` (default 8, at most 64) bounds this retriever's concurrent
+async calls; ``limiter=`` (an ``anyio.CapacityLimiter``) shares one bound with other faces
+instead. Cancelling ``ainvoke`` sets the call's abort; the cancellation reaches the caller
+once the thread has stopped at the retrieval's next abort check (``AbortedError`` inside),
+so it leaves no thread, token or connection behind.
 """
 
 from __future__ import annotations
@@ -14,24 +21,27 @@ from collections.abc import Sequence
 from typing import Any
 
 try:
+    import anyio
     from langchain_core.callbacks import (
         AsyncCallbackManagerForRetrieverRun,
         CallbackManagerForRetrieverRun,
     )
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
-    from langchain_core.runnables.config import run_in_executor
     from pydantic import ConfigDict
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
         "ragport.integrations.langchain needs the langchain extra: pip install 'ragport[langchain]'"
     ) from exc
 
+from ragport.aio import run_abortable
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS
 from ragport.domain.model import Authorization, Scope
+from ragport.integrations._async import thread_limiter
 from ragport.integrations._common import BoundRetrieval, hit_metadata, pick_top_k
 from ragport.ports.embedder import Embedder
+from ragport.ports.runtime import Abort
 from ragport.ports.store import ChunkStore
 
 __all__ = ["RagportRetriever"]
@@ -46,6 +56,7 @@ class RagportRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
 
     bound: BoundRetrieval
+    limiter: anyio.CapacityLimiter
 
     def __init__(
         self,
@@ -57,6 +68,8 @@ class RagportRetriever(BaseRetriever):
         authorization: Authorization | None = None,
         top_k: int | None = None,
         k: int | None = None,
+        max_threads: int | None = None,
+        limiter: anyio.CapacityLimiter | None = None,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         **options: Any,
@@ -70,8 +83,14 @@ class RagportRetriever(BaseRetriever):
             top_k=pick_top_k(k, top_k, DEFAULT_LIMITS.top_k),
             options=options,
         )
-        # A pydantic field: mypy runs without the pydantic plugin, so it cannot see it.
-        super().__init__(bound=bound, tags=tags, metadata=metadata)  # type: ignore[call-arg]
+        threads = thread_limiter(max_threads, limiter)
+        # Pydantic fields: mypy runs without the pydantic plugin, so it cannot see them.
+        super().__init__(
+            bound=bound,
+            limiter=threads,  # type: ignore[call-arg]
+            tags=tags,
+            metadata=metadata,
+        )
 
     @property
     def top_k(self) -> int:
@@ -81,8 +100,8 @@ class RagportRetriever(BaseRetriever):
     def authorization(self) -> Authorization | None:
         return self.bound.authorization
 
-    def _documents(self, query: str, top_k: int) -> list[Document]:
-        result = self.bound.run(query, top_k=top_k)
+    def _documents(self, query: str, top_k: int, abort: Abort | None = None) -> list[Document]:
+        result = self.bound.run(query, top_k=top_k, abort=abort)
         return [
             Document(
                 page_content=hit.text, metadata=hit_metadata(hit), id=hit.provenance.citation_id
@@ -118,5 +137,8 @@ class RagportRetriever(BaseRetriever):
         **kwargs: Any,
     ) -> list[Document]:
         count = self._count(k, top_k, kwargs)
-        # The store and embedder are synchronous: run them off the event loop.
-        return await run_in_executor(None, self._documents, query, count)
+        # The store and embedder are synchronous: a worker thread runs them, and cancelling
+        # this coroutine sets the abort the retrieval checks between its steps.
+        return await run_abortable(
+            lambda abort: self._documents(query, count, abort), limiter=self.limiter
+        )

@@ -19,6 +19,13 @@ The scope and the authorization are the server's, fixed by the host when it buil
 tenant or scope: the tools' argument models forbid unknown arguments, so trying is a tool error
 (``is_error``), like any bad argument or ragport error. The error text is the error's type, code
 and message, which never carry document text.
+
+The tools are coroutines: each runs its work on a worker thread through
+``ragport.aio.run_abortable``, so a retrieval never blocks the server's event loop.
+``max_threads`` (default 8, at most 64) bounds the tool calls running at once; ``limiter=`` (an
+``anyio.CapacityLimiter``) shares one bound with other faces instead. When the client cancels a
+call (``notifications/cancelled``), the SDK cancels the handler, which sets the call's abort
+and waits for the thread to stop at its next abort check; the cancelled call is not answered.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Literal
 
 try:
+    import anyio
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.server.mcpserver.tools import Tool
@@ -46,6 +54,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "ragport.integrations.mcp needs the mcp extra: pip install 'ragport[mcp]'"
     ) from exc
 
+from ragport.aio import run_abortable
+from ragport.application._support import check_abort
 from ragport.application.context import render_untrusted
 from ragport.application.retrieval import QUERY_MAX_CHARS
 from ragport.application.status import list_ingestion_status
@@ -53,8 +63,10 @@ from ragport.domain.errors import RagportError, StoreError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS
 from ragport.domain.model import Authorization, Scope
 from ragport.domain.status import IngestionStatus, StatusPage
+from ragport.integrations._async import thread_limiter
 from ragport.integrations._common import BoundRetrieval, hit_metadata
 from ragport.ports.embedder import Embedder
+from ragport.ports.runtime import Abort
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
 
@@ -192,10 +204,13 @@ def build_server(
     status_store: IngestionStatusStore | None = None,
     authorization: Authorization | None = None,
     name: str = "ragport",
+    max_threads: int | None = None,
+    limiter: anyio.CapacityLimiter | None = None,
     **options: Any,
 ) -> MCPServer:
     """An MCP server with ``search`` and ``list_sources`` over ``scope``, bound to
-    ``authorization`` (``None``: a trusted caller, no grant filtering) and retrieve options."""
+    ``authorization`` (``None``: a trusted caller, no grant filtering) and retrieve options;
+    ``max_threads`` or ``limiter`` bounds the tool calls running at once (default 8)."""
     bound = BoundRetrieval.bind(
         store=store,
         embedder=embedder,
@@ -204,22 +219,12 @@ def build_server(
         top_k=DEFAULT_LIMITS.top_k,
         options=options,
     )
+    threads = thread_limiter(max_threads, limiter)
     corpus = scope.corpus_id
 
-    def search(
-        query: Annotated[
-            str, Field(min_length=1, max_length=QUERY_MAX_CHARS, description="What to look for")
-        ],
-        top_k: Annotated[
-            int, Field(ge=1, le=HARD_LIMITS.top_k, strict=True, description="Passages to return")
-        ] = DEFAULT_LIMITS.top_k,
-        lexical: Annotated[
-            Literal["off", "bm25", "fts"],
-            Field(description="Add a lexical leg fused with the vector leg"),
-        ] = "off",
-    ) -> Annotated[CallToolResult, SearchOutput]:
+    def search_now(query: str, top_k: int, lexical: str, abort: Abort) -> CallToolResult:
         try:
-            result = bound.run(query, top_k=top_k, lexical=lexical)
+            result = bound.run(query, top_k=top_k, lexical=lexical, abort=abort)
         except RagportError as exc:
             raise _tool_error(exc) from exc
         if result.hits:
@@ -238,6 +243,22 @@ def build_server(
             structured_content=output.model_dump(mode="json"),
         )
 
+    async def search(
+        query: Annotated[
+            str, Field(min_length=1, max_length=QUERY_MAX_CHARS, description="What to look for")
+        ],
+        top_k: Annotated[
+            int, Field(ge=1, le=HARD_LIMITS.top_k, strict=True, description="Passages to return")
+        ] = DEFAULT_LIMITS.top_k,
+        lexical: Annotated[
+            Literal["off", "bm25", "fts"],
+            Field(description="Add a lexical leg fused with the vector leg"),
+        ] = "off",
+    ) -> Annotated[CallToolResult, SearchOutput]:
+        return await run_abortable(
+            lambda abort: search_now(query, top_k, lexical, abort), limiter=threads
+        )
+
     signer = _CursorSigner()
 
     def readable(items: tuple[IngestionStatus, ...], withheld: frozenset[str]) -> list[int]:
@@ -253,13 +274,14 @@ def build_server(
         ]
 
     def visible_page(
-        statuses: IngestionStatusStore, limit: int, start: str | None
+        statuses: IngestionStatusStore, limit: int, start: str | None, abort: Abort
     ) -> tuple[list[IngestionStatus], str | None]:
         """Up to ``limit`` readable statuses after ``start`` and the status cursor right after
         the last of them (``None`` at the end): status pages are read until ``limit`` readable
         rows are found or the statuses end, so a short page is always the last one."""
 
         def status_page(size: int, cursor: str | None) -> StatusPage:
+            check_abort(abort)
             return list_ingestion_status(store=statuses, scope=scope, limit=size, cursor=cursor)
 
         withheld = store.list_invalidated_ids(scope)
@@ -285,18 +307,12 @@ def build_server(
                 break  # the statuses changed between the two reads: start the page again
         raise StoreError("the ingestion statuses kept changing while a page was read")
 
-    def list_sources(
-        limit: Annotated[
-            int, Field(ge=1, le=_STATUS_PAGE_MAX, strict=True, description="Sources per page")
-        ] = DEFAULT_LIMITS.status_page,
-        cursor: Annotated[
-            str | None, Field(max_length=_CURSOR_MAX, description="From a previous page")
-        ] = None,
-    ) -> SourcesOutput:
+    def list_sources_now(limit: int, cursor: str | None, abort: Abort) -> SourcesOutput:
         if status_store is None:
             raise ToolError("this server has no ingestion-status store")
         try:
-            items, after = visible_page(status_store, limit, signer.unwrap(cursor))
+            items, after = visible_page(status_store, limit, signer.unwrap(cursor), abort)
+            check_abort(abort)
             generation = store.current_generation(scope)
         except RagportError as exc:
             raise _tool_error(exc) from exc
@@ -315,6 +331,18 @@ def build_server(
                 for i in items
             ],
             cursor=signer.wrap(after),
+        )
+
+    async def list_sources(
+        limit: Annotated[
+            int, Field(ge=1, le=_STATUS_PAGE_MAX, strict=True, description="Sources per page")
+        ] = DEFAULT_LIMITS.status_page,
+        cursor: Annotated[
+            str | None, Field(max_length=_CURSOR_MAX, description="From a previous page")
+        ] = None,
+    ) -> SourcesOutput:
+        return await run_abortable(
+            lambda abort: list_sources_now(limit, cursor, abort), limiter=threads
         )
 
     tools = [
