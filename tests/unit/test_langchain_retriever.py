@@ -121,3 +121,21 @@ def test_errors_are_typed_and_async_works(corpus):
         asyncio.run(retriever.ainvoke("leave"))
     docs = asyncio.run(RagportRetriever(**corpus, lexical="bm25").ainvoke("parental leave", k=1))
     assert docs[0].metadata["retrieval"] in ("hybrid", "lexical", "vector")
+
+
+def test_a_bound_abort_still_stops_an_async_call(corpus):
+    """An abort= bound at construction stops invoke and ainvoke, beside ainvoke's own signal.
+
+    If this fails, check how BoundRetrieval.run combines its abort with a bound one.
+    """
+    import threading
+
+    stop = threading.Event()
+    retriever = RagportRetriever(**corpus, abort=stop)
+    assert asyncio.run(retriever.ainvoke("parental leave"))
+    stop.set()
+    with pytest.raises(ragport.AbortedError):
+        retriever.invoke("parental leave")
+    with pytest.raises(ragport.AbortedError):
+        asyncio.run(retriever.ainvoke("parental leave"))
+    assert retriever.limiter.borrowed_tokens == 0
