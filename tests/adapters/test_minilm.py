@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -234,6 +235,9 @@ def test_a_different_model_file_is_refused(monkeypatch, tmp_path):
     [
         ({"threads": 0}, "threads"),
         ({"threads": True}, "threads"),
+        ({"threads": 257}, "threads"),
+        ({"threads": "2"}, "threads"),
+        ({"threads": 2.0}, "threads"),
         ({"batch_size": 0}, "batch_size"),
         ({"batch_size": 129}, "batch_size"),
         ({"max_tokens": 1}, "max_tokens"),
@@ -298,3 +302,21 @@ def test_the_session_keeps_its_arena_and_plans_no_memory_patterns():
     options = runtime.session.get_session_options()
     assert options.enable_cpu_mem_arena is True
     assert options.enable_mem_pattern is False
+
+
+def test_the_session_runs_on_every_core_by_default_and_on_the_threads_asked_for():
+    """By default onnxruntime's intra-op pool has one thread per core this process may use
+    (its affinity, not the host's count); ``threads=`` sets it, and runs stay sequential.
+
+    bench/bench_minilm.py measured this against a pool of single-threaded sessions and kept it
+    (bench/RESULTS.md, docs/models.md "Threads and throughput").
+    If this fails, check _default_threads and _session_options in minilm.py.
+    """
+    default, one = MiniLmEmbedder(), MiniLmEmbedder(threads=1)
+    default.load()
+    one.load()
+    assert default._runtime is not None and one._runtime is not None
+    options = default._runtime.session.get_session_options()
+    assert options.intra_op_num_threads == len(os.sched_getaffinity(0))
+    assert options.inter_op_num_threads == 1
+    assert one._runtime.session.get_session_options().intra_op_num_threads == 1

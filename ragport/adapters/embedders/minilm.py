@@ -100,6 +100,26 @@ class _ModelPackage(Protocol):
     def model_path(self) -> Path: ...
 
 
+def _session_options(ort: Any, threads: int) -> Any:
+    """The SessionOptions every MiniLM session runs with (bench/bench_minilm.py uses them too)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    # Peak memory (bench/bench_ingest_memory.py, docs/models.md). Keep onnxruntime's CPU arena:
+    # without it every activation is a malloc, and glibc's dynamic mmap threshold then serves
+    # the 10-32 MiB attention buffers from the heap, which fragments: one batch of 22 x 175
+    # tokens grew the heap to 812 MB with 189 MB of it in use. The arena reuses its own blocks
+    # instead, and holds at most what the largest batch needs, which the token budget bounds.
+    # Memory patterns stay off: they plan (and keep) one block per input shape, and every
+    # batch here has its own width.
+    options.enable_cpu_mem_arena = True
+    options.enable_mem_pattern = False
+    return options
+
+
 def _load_session(threads: int) -> Any:
     try:
         import onnxruntime as ort
@@ -119,21 +139,7 @@ def _load_session(threads: int) -> Any:
             f"built for (sha256 mismatch); install version 1.0.0: {_INSTALL}",
             capability="embedding",
         )
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    # Peak memory (bench/bench_ingest_memory.py, docs/models.md). Keep onnxruntime's CPU arena:
-    # without it every activation is a malloc, and glibc's dynamic mmap threshold then serves
-    # the 10-32 MiB attention buffers from the heap, which fragments: one batch of 22 x 175
-    # tokens grew the heap to 812 MB with 189 MB of it in use. The arena reuses its own blocks
-    # instead, and holds at most what the largest batch needs, which the token budget bounds.
-    # Memory patterns stay off: they plan (and keep) one block per input shape, and every
-    # batch here has its own width.
-    options.enable_cpu_mem_arena = True
-    options.enable_mem_pattern = False
+    options = _session_options(ort, threads)
     # Load from the bytes we hashed, so the checked file is the file that runs.
     session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
     inputs = {i.name: i.type for i in session.get_inputs()}
