@@ -11,7 +11,7 @@ configuration), 3 the store is unavailable.
 The package: ``parser`` (every command's options and help), ``config`` (store, scope and
 embedder from options, environment and ``ragport.toml``), ``output`` (tables, JSON, exit
 codes), ``progress``, and one module per command group (``query``, ``ingest``,
-``lifecycle``, ``sync``, ``db``).
+``lifecycle``, ``sync``, ``db``, ``demo``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO, cast
 
 from ragport.cli.config import _resolve
+from ragport.cli.demo import DEMO_QUERIES as DEMO_QUERIES
 
 # Every public name of the former single module stays importable from here (and the help and
 # docs tests walk _parser and _iter_commands).
@@ -41,7 +42,6 @@ from ragport.cli.parser import EMBEDDERS as EMBEDDERS
 from ragport.cli.parser import MODES as MODES
 from ragport.cli.parser import _iter_commands as _iter_commands
 from ragport.cli.parser import _parser as _parser
-from ragport.cli.query import DEMO_QUERIES as DEMO_QUERIES
 from ragport.cli.query import TOKENS_PER_HIT as TOKENS_PER_HIT
 from ragport.cli.query import HitOut as HitOut
 from ragport.cli.query import QueryOut as QueryOut

@@ -8,6 +8,7 @@ from typing import Any
 
 from ragport.cli.config import _config_show
 from ragport.cli.db import _db_copy, _db_dump, _db_restore, _db_status, _db_stop, _db_upgrade
+from ragport.cli.demo import _demo
 from ragport.cli.ingest import _ingest
 from ragport.cli.lifecycle import (
     _compact,
@@ -21,7 +22,7 @@ from ragport.cli.lifecycle import (
     _sources,
     _status,
 )
-from ragport.cli.query import TOKENS_PER_HIT, _demo, _mcp, _query
+from ragport.cli.query import TOKENS_PER_HIT, _mcp, _query
 from ragport.cli.sync import _sync_drive, _sync_folder
 from ragport.domain.documents import DOCUMENT_SUFFIXES
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS
@@ -108,12 +109,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ragport {ragport_version}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = _sub(sub, "demo", "ingest the bundled corpus and print cited results",
-                ["ragport demo --store memory://"], [common])  # fmt: skip
-    demo.add_argument("--query", action="append", help="a query to run (repeatable)")
-    demo.add_argument("--top-k", type=int, default=3, help="hits per query")
+    demo = _sub(sub, "demo", "run the bundled corpus through every guarantee, step by step",
+                ["ragport demo", "ragport demo --store memory:// --embedder hash --json",
+                 "ragport demo --clean"], [embed, json_out])  # fmt: skip
+    demo.add_argument(
+        "--store",
+        help="memory://, postgresql://... or embedded (default: RAGPORT_STORE, ragport.toml, "
+        "else the embedded server); the demo writes only to schema ragport_demo, emptied first",
+    )
+    demo.add_argument("--tenant", help="tenant id (default: ragport.toml, else local)")
+    demo.add_argument("--resource", help="resource id (default: ragport.toml, else default)")
+    demo.add_argument("--query", action="append", help="a question to ask in step 2 (repeatable)")
+    demo.add_argument("--top-k", type=int, default=3, help="hits per question")
     demo.add_argument("--size", type=int, default=400, help="chunk size in characters")
     demo.add_argument("--overlap", type=int, default=40, help="chunk overlap in characters")
+    demo.add_argument("--clean", action="store_true", help="remove the demo's data and exit")
     demo.set_defaults(func=_demo)
 
     ingest = _sub(

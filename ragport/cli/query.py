@@ -1,4 +1,4 @@
-"""``ragport query``, ``ragport demo`` and ``ragport mcp``: retrieval from the command line."""
+"""``ragport query`` and ``ragport mcp``: retrieval from the command line."""
 
 from __future__ import annotations
 
@@ -15,25 +15,14 @@ from ragport.application import (
     RetrievalResult,
     retrieve_context,
 )
-from ragport.bootstrap import (
-    Stores,
-    build_embedder,
-    demo_documents,
-    ingest_text,
-)
-from ragport.cli.config import _config, _embedder, _scope, _stores
+from ragport.bootstrap import Stores
+from ragport.cli.config import _embedder, _scope, _stores
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, NothingFound, _json, _note, _print_json, _table
 from ragport.domain.errors import (
     ValidationError,
 )
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS
 from ragport.domain.model import AccessDenial, Authorization, Hit, Scope
-
-DEMO_QUERIES = (
-    "Who has to approve a large payment?",
-    "How long is parental leave?",
-)
-
 
 # Tokens of context budget per wanted hit: a 1,000-character chunk is ~250 tokens plus its
 # citation, so --top-k 20 gets room for 20 hits (capped at the hard ceiling).
@@ -51,35 +40,6 @@ def _print_result(result: RetrievalResult) -> None:
     print("context:")
     for line in result.text.splitlines():
         print(f"    {line}")
-
-
-def _demo(args: argparse.Namespace) -> int:
-    embedder = build_embedder(args.embedder or _config(args).embedder)
-    scope = Scope(args.tenant, args.resource, "demo")
-    with _stores(args) as stores:
-        print(
-            f"ragport demo: {stores.description}, embedder {embedder.id}, corpus {scope.corpus_id}"
-        )
-        for name, text in demo_documents().items():
-            result = ingest_text(
-                name=name,
-                text=text,
-                store=stores.chunks,
-                status_store=stores.status,
-                embedder=embedder,
-                scope=scope,
-                size=args.size,
-                overlap=args.overlap,
-            )
-            state = "unchanged, skipped" if result.skipped else f"{result.indexed} chunks"
-            print(f"  ingested {result.source_id}: {state} (generation {result.generation})")
-        for query in args.query or DEMO_QUERIES:
-            found = retrieve_context(
-                query, embedder=embedder, store=stores.chunks, scope=scope, top_k=args.top_k
-            )
-            print(f"\nquery: {query}")
-            _print_result(found)
-    return EXIT_OK
 
 
 @attrs.frozen
