@@ -119,3 +119,44 @@ def test_another_layout_for_an_existing_schema_is_refused(pg_engine: Any, pg_sch
     assert caught.value.field == "partitions"
     with pytest.raises(ValidationError):
         PostgresStore(pg_engine, schema=pg_schema, partitions=0)
+
+
+def test_checkpoints_and_lexical_statistics_live_in_the_tenant_partition(
+    pg_engine: Any, pg_schema: str
+) -> None:
+    """sync_checkpoints and the BM25 statistics tables are partitioned like records: each
+    tenant's rows sit in one partition, the one its records use."""
+    from ragport.adapters.postgres import PostgresCheckpointStore
+
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True, partitions=PARTITIONS)
+    checkpoints = PostgresCheckpointStore(pg_engine, schema=pg_schema)
+    emb = HashEmbedder(dimensions=16)
+    for tenant in ("t1", "t2", "t3", "t4", "t5", "t6"):
+        scope = ragport.Scope(tenant, "kb", "docs")
+        ragport.replace_source(
+            source_id="doc", chunks=[ragport.Chunk.of("doc", 0, f"leave policy of {tenant}")],
+            embedder=emb, store=store, scope=scope,
+        )  # fmt: skip
+        assert checkpoints.compare_and_set("folder", scope, 0, "{}")
+    tables = ("records", "sync_checkpoints", "lexical_stats", "lexical_terms", "lexical_batches")
+    with pg_engine.connect() as conn:
+        for table in tables:
+            parts = conn.execute(
+                text("SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:t)"),
+                {"t": f'"{pg_schema}".{table}'},
+            ).scalar_one()
+            assert parts == PARTITIONS, table
+        placed: dict[str, dict[str, set[str]]] = {}
+        for table in ("records", "sync_checkpoints", "lexical_stats", "lexical_terms"):
+            rows = conn.execute(
+                text(f'SELECT tableoid::regclass::text, tenant_id FROM "{pg_schema}".{table}')
+            ).all()
+            for where, tenant in rows:
+                placed.setdefault(tenant, {}).setdefault(table, set()).add(where.split(".")[-1])
+    assert len(placed) == 6
+    for tenant, by_table in placed.items():
+        suffixes = {p.rsplit("_p", 1)[-1] for parts in by_table.values() for p in parts}
+        assert len(suffixes) == 1 and set(by_table) >= {"records", "sync_checkpoints"}, (
+            tenant,
+            by_table,
+        )

@@ -134,6 +134,13 @@ _PARTITIONED = (
     "ingestion_status",
     "record_vectors",
     "live_ids",
+    # Created by migrations 2, 3 and 8 in the layout of records: a new partitioned schema
+    # keeps each tenant's checkpoints and BM25 statistics in the tenant's partition. (A
+    # schema partitioned before this keeps them as plain tables: the rows are the same.)
+    "sync_checkpoints",
+    "lexical_stats",
+    "lexical_terms",
+    "lexical_batches",
 )
 MAX_PARTITIONS = 1024
 
@@ -549,13 +556,13 @@ def upgrade(
     # ones left it).
     steps: dict[int, Callable[[], Sequence[str]]] = {
         1: lambda: _partitioned(s, _v1(s, ts), partitions),
-        2: lambda: _v2(s, ts),
-        3: lambda: _v3(s),
+        2: lambda: _partitioned(s, _v2(s, ts), layout),
+        3: lambda: _partitioned(s, _v3(s), layout),
         4: lambda: _partitioned(s, _v4(s, schema), layout),
         5: lambda: _v5(s),
         6: lambda: _v6(s),
         7: lambda: _v7(s, _tsv_expression(conn, s)),
-        8: lambda: _v8(s),
+        8: lambda: _partitioned(s, _v8(s), layout),
         9: lambda: _partitioned(s, _v9(s), layout),
         10: lambda: merge_function_sql(s),
     }
