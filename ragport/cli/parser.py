@@ -9,6 +9,7 @@ from typing import Any
 from ragport.cli.config import _config_show
 from ragport.cli.db import _db_copy, _db_dump, _db_restore, _db_status, _db_stop, _db_upgrade
 from ragport.cli.demo import _demo
+from ragport.cli.evaluate import add_eval_command
 from ragport.cli.ingest import _ingest
 from ragport.cli.lifecycle import (
     _compact,
@@ -202,6 +203,7 @@ def _parser() -> argparse.ArgumentParser:
         "comes from RAGPORT_RERANK_API_KEY)",
     )  # fmt: skip
     query.set_defaults(func=_query)
+    add_eval_command(sub, _sub, [common, json_out])
 
     delete = _sub(
         sub, "delete", "retire every record of one or more sources (a new generation)",
