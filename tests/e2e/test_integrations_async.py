@@ -249,6 +249,60 @@ def test_cancelling_an_async_call_sets_its_abort_and_waits_for_the_thread(kind):
     assert waited == (kind != "mcp_stream")
 
 
+class BlockingStatuses:
+    """A status store whose first ``list_page`` blocks until ``release``; counts the reads."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def list_page(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        self.entered.set()
+        assert self.release.wait(10), "the test never released the status store"
+        return self._inner.list_page(*args, **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["mcp", "mcp_stream"])
+def test_a_cancelled_list_sources_stops_before_its_next_status_read(kind):
+    """list_sources(limit=1) reads a page, then a cut page; cancelled during the first read, it
+    stops at the abort check before the second, and the token comes back.
+
+    If this fails, check that list_sources passes run_abortable's abort to visible_page.
+    """
+    parts = _parts(HashEmbedder())
+    statuses = BlockingStatuses(parts["status_store"])
+    limiter = anyio.CapacityLimiter(8)
+    face = _face(kind, {**parts, "status_store": statuses}, limiter)
+
+    async def main() -> None:
+        mode = "legacy" if kind == "mcp_stream" else "auto"
+        async with Client(face.obj, mode=mode) as client:
+            task = asyncio.create_task(client.call_tool("list_sources", {"limit": 1}))
+            await _until(statuses.entered.is_set, "the status read")
+            task.cancel()
+            await asyncio.sleep(0.05)
+            statuses.release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await _until(lambda: limiter.borrowed_tokens == 0, "the token to come back")
+            assert statuses.reads == 1
+            statuses.reads = 0
+            page = await client.call_tool("list_sources", {"limit": 1})
+            assert not page.is_error and len(page.structured_content["sources"]) == 1
+            assert statuses.reads == 2  # uncancelled, the same call reads twice
+
+    try:
+        asyncio.run(main())
+    finally:
+        statuses.release.set()
+    assert limiter.borrowed_tokens == 0
+
+
 # ragport.aio.run_abortable (commit 775cd4b) does not cancel a call still queued for a token:
 # the cancellation waits for a token, then runs the call with its abort set.
 _QUEUED_CANCEL_WAITS = pytest.mark.xfail(
