@@ -22,6 +22,7 @@ retrieve_context:
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -139,6 +140,7 @@ def _search(
     telemetry: Telemetry,
     store_denied: dict[tuple[Scope, str], AccessReason] | None = None,
     borrowed: bool = False,
+    collapse: bool = False,
 ) -> list[Candidate]:
     """Run each scope's legs and merge them: by cosine with one leg, by RRF with two.
 
@@ -156,9 +158,15 @@ def _search(
         req.authorization,
         req.metadata_filter,
     )
-    if lexical == "off" and guarded and authorization is None and req.reranker is None:
+    if (
+        lexical == "off"
+        and guarded
+        and authorization is None
+        and req.reranker is None
+        and not collapse
+    ):
         # Nothing downstream can drop or reorder a candidate (no tombstone re-read, no access
-        # gate, no fusion, no reranker), so the top_k of each scope's top `candidates` are its
+        # gate, no fusion, no reranker, no collapse of duplicates), so the top_k of each scope's top `candidates` are its
         # top_k: asking for more would build, recheck and discard records never rendered.
         limit = min(limit, req.top_k)
     legs: dict[str, list[_Key]] = {}
@@ -302,6 +310,18 @@ def _mismatch(
     )
 
 
+def _distinct_texts(ordered: list[Candidate]) -> list[Candidate]:
+    """The first (best-ranked) of the candidates whose text is the same, whitespace folded."""
+    seen: set[bytes] = set()
+    kept: list[Candidate] = []
+    for candidate in ordered:
+        key = hashlib.sha256(" ".join(candidate.record.text.split()).encode()).digest()
+        if key not in seen:
+            seen.add(key)
+            kept.append(candidate)
+    return kept
+
+
 def retrieve_context(
     query: str,
     *,
@@ -330,8 +350,13 @@ def retrieve_context(
     secrets: Sequence[str] | None = None,
     clock: Clock | None = None,
     limits: Limits | None = None,
+    collapse_duplicates: bool = False,
 ) -> RetrievalResult:
     """Retrieve cited context for ``query``; see the module docstring for the steps.
+
+    ``collapse_duplicates=True`` keeps only the best-ranked of candidates whose text is the
+    same (whitespace folded), after the access gate, so copies of one file under several
+    names do not fill the top-k; the next distinct candidates take their places.
 
     A number left at ``None`` takes its default from ``limits`` (``DEFAULT_LIMITS``: top-k
     5, 20 candidates, rrf_k 60, 65,536 result bytes, 2,000 context tokens, ...); every value
@@ -340,6 +365,10 @@ def retrieve_context(
     0 is left out, so ``{"vector": 0}`` is lexical-only retrieval.
     """
     # 1. arguments
+    if not isinstance(collapse_duplicates, bool):
+        raise ValidationError(
+            "collapse_duplicates must be True or False", field="collapse_duplicates"
+        )
     redact = _NO_REDACTION if redactor is None and secrets is None else Redaction(redactor, secrets)
     req = check_request(
         query,
@@ -439,6 +468,7 @@ def retrieve_context(
             telemetry=tel,
             store_denied=store_denied,
             borrowed=borrowed,
+            collapse=collapse_duplicates,
         )
 
         # 7. tombstone guard. Skipped only where it can add nothing: every candidate came from
@@ -456,6 +486,8 @@ def retrieve_context(
                 ordered = access_gate(store, ordered, authorization, report, redact)
         check_abort(abort)
         retrieved_at = clk.now()
+        if collapse_duplicates:
+            ordered = _distinct_texts(ordered)
         # Rendering shows at most top_k hits in order; only a reranker looks further down.
         if reranker is None:
             ordered = ordered[: req.top_k]

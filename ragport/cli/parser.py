@@ -191,6 +191,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     query.add_argument("--filter", help="metadata filter as JSON (docs/access-control.md)")
     query.add_argument("--principal", help="retrieve as this principal (grants enforced)")
+    query.add_argument(
+        "--keep-duplicates", action="store_true",
+        help="show every copy of the same text (default: the best-ranked copy only)",
+    )  # fmt: skip
     query.add_argument("--group", action="append", help="a group of the principal (repeatable)")
     query.add_argument(
         "--rerank",

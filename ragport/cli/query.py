@@ -218,6 +218,7 @@ def _query(args: argparse.Namespace) -> int:
             on_access_denied=denials.append,
             reranker=reranker,
             max_context_tokens=_budget(args.top_k, args.max_tokens),
+            collapse_duplicates=not args.keep_duplicates,
         )
         offsets = _offsets(stores, result.hits) if result.hits else {}
     withheld = None

@@ -232,3 +232,24 @@ def test_ragport_toml_found_upward_gives_corpus_and_query_defaults(
     assert shown["file"] == str(tmp_path / "ragport.toml") and shown["corpus"] == "kb"
     (tmp_path / "ragport.toml").write_text('corpuss = "kb"\n')
     assert main(["config"]) == EXIT_USAGE
+
+
+def test_copies_of_one_file_fill_the_top_k_once_unless_kept(kb, tmp_path, capsys):
+    """Three copies of one file under three names: one hit by default, every copy with
+    --keep-duplicates."""
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        (copies / name).write_text("# Quagga\n\nThe quagga was a subspecies of zebra.\n")
+    assert main(["ingest", str(copies), "--corpus", "copies", *kb, *HASH]) == EXIT_OK
+    capsys.readouterr()
+    code, out, _ = _query(capsys, "quagga subspecies", "--corpus", "copies", *kb)
+    assert code == EXIT_OK and len(out["hits"]) == 1
+    code, out, _ = _query(
+        capsys, "quagga subspecies", "--corpus", "copies", "--keep-duplicates", *kb
+    )
+    assert code == EXIT_OK and sorted(h["source_id"] for h in out["hits"]) == [
+        "a.md",
+        "b.md",
+        "c.md",
+    ]

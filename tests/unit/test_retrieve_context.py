@@ -230,6 +230,46 @@ def test_same_record_id_in_two_scopes_are_two_hits(store: InMemoryStore) -> None
     assert {scope for scope, _ in handbook_hits} == {SCOPE, SCOPE_B}
 
 
+def test_collapse_duplicates_keeps_the_best_copy_and_fills_top_k() -> None:
+    """Two copies of one file (same text, whitespace apart) under two names: by default both
+    fill the top-k; collapsed, only the better-ranked copy stays and a distinct hit moves up.
+    Only after the access gate: a denied copy never hides a permitted one."""
+    store = InMemoryStore()
+    text = "Parental leave lasts sixteen weeks at full pay."
+    add_source(store, "leave.md", [text])
+    add_source(store, "copy-of-leave.md", ["Parental  leave lasts sixteen weeks\nat full pay."])
+    add_source(store, "travel.md", ["Parental leave and travel: book trains for trips."])
+    plain = retrieve("parental leave sixteen weeks", store=store, top_k=2)
+    assert {h.source_id for h in plain.hits} == {"leave.md", "copy-of-leave.md"}
+    collapsed = retrieve(
+        "parental leave sixteen weeks", store=store, top_k=2, collapse_duplicates=True
+    )
+    assert len(collapsed.hits) == 2 and collapsed.hits[1].source_id == "travel.md"
+    assert collapsed.hits[0].source_id == plain.hits[0].source_id
+
+    best = plain.hits[0].source_id
+    other = "copy-of-leave.md" if best == "leave.md" else "leave.md"
+    store.set_source_access(
+        SCOPE,
+        [
+            ragport.Grant(best, principal_ids=("bob",)),
+            ragport.Grant(other, principal_ids=("alice",)),
+            ragport.Grant("travel.md", principal_ids=("alice",)),
+        ],
+    )
+    alice = ragport.Authorization("alice", SCOPE.tenant_id)
+    gated = retrieve(
+        "parental leave sixteen weeks",
+        store=store,
+        top_k=2,
+        collapse_duplicates=True,
+        authorization=alice,
+    )
+    assert [h.source_id for h in gated.hits] == [other, "travel.md"]
+    with pytest.raises(ragport.ValidationError):
+        retrieve(store=store, collapse_duplicates="yes")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "limit"),
     [
