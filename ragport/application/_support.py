@@ -99,6 +99,13 @@ class Redaction:
         return self(text)[:ERROR_MAX]
 
 
+# One ``embedder.embed`` call carries up to this many batches of ``batch_size`` texts (the
+# whole list when smaller): an HTTP embedder then has ``embed_concurrency`` (default 4)
+# requests to send at once, and a local model full batches. Abort is checked between calls,
+# so an abort waits for at most one call of ``batch_size * EMBED_CALL_BATCHES`` texts.
+EMBED_CALL_BATCHES = DEFAULT_LIMITS.embed_concurrency
+
+
 def embed_batches(
     embedder: Embedder,
     texts: Sequence[str],
@@ -107,13 +114,19 @@ def embed_batches(
     abort: Abort | None,
     telemetry: Telemetry,
 ) -> VectorMatrix:
-    """Embed ``texts`` in bounded batches, checking abort before each batch and the output shape."""
+    """Embed ``texts`` in calls of at most ``batch_size * EMBED_CALL_BATCHES`` texts.
+
+    Abort is checked before each call and after the last; each answer's shape and values
+    are checked. Memory stays bounded by the call size: the embedder splits a call into its
+    own batches (an HTTP embedder's ``batch_size`` per request, MiniLM's token budget).
+    """
     check_limit("embed_batch", batch_size)
     dims = embedder.dimensions
     out = np.empty((len(texts), dims), dtype=np.float32)
-    for start in range(0, len(texts), batch_size):
+    step = batch_size * EMBED_CALL_BATCHES
+    for start in range(0, len(texts), step):
         check_abort(abort)
-        batch = list(texts[start : start + batch_size])
+        batch = list(texts[start : start + step])
         with telemetry.span("rag.embed") as span:
             span.set_attribute("rag.embed.count", len(batch))
             vectors = check_vectors(embedder.embed(batch), rows=len(batch), dimensions=dims)

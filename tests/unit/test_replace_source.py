@@ -141,7 +141,7 @@ def test_embedder_failure_keeps_previous_version(store: InMemoryStore) -> None:
     failing = CountingEmbedder(fail_on_call=2)
 
     with pytest.raises(RuntimeError):
-        replace(store, V2, embedder=failing, batch_size=2, status_store=statuses)
+        replace(store, V2, embedder=failing, batch_size=1, status_store=statuses)  # calls of 4
 
     assert len(failing.calls) == 2
     assert list(store.get_by_source(SCOPE, "policy")) == before_records
@@ -396,14 +396,15 @@ def test_batch_size_past_ceiling_is_refused(store: InMemoryStore, bad: int) -> N
 
 
 def test_embeds_in_bounded_batches(store: InMemoryStore) -> None:
-    """70 chunks at batch 32 embed as 32, 32, 6. If this fails, check embed_batches."""
-    texts = [f"paragraph number {i} about topic {i % 7}" for i in range(70)]
+    """300 chunks at batch 32 embed in calls of 32 x EMBED_CALL_BATCHES (4): 128, 128, 44.
+    If this fails, check embed_batches."""
+    texts = [f"paragraph number {i} about topic {i % 7}" for i in range(300)]
     embedder = CountingEmbedder()
     result = replace(store, texts, embedder=embedder, batch_size=32)
-    assert [len(c) for c in embedder.calls] == [32, 32, 6]
+    assert [len(c) for c in embedder.calls] == [128, 128, 44]
     assert embedder.texts == texts
-    assert result.indexed == 70
-    assert len(store.get_by_source(SCOPE, "policy")) == 70
+    assert result.indexed == 300
+    assert len(store.get_by_source(SCOPE, "policy")) == 300
 
 
 def test_secrets_are_redacted_everywhere(store: InMemoryStore) -> None:
