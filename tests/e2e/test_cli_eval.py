@@ -129,3 +129,27 @@ def test_usage_errors_and_empty_corpus(tmp_path, capsys):
         main(["eval", QUERIES, QRELS, "--store", "memory://", "--embedder", "hash"]) == EXIT_FAILED
     )
     capsys.readouterr()
+
+
+def test_docs_evaluation_example_runs_as_written(monkeypatch, capsys):
+    """docs/evaluation.md's tested example runs from the repository root, each line exit 0.
+
+    If this fails, the page and the command line disagree: fix whichever is wrong.
+    """
+    import re
+    import shlex
+
+    page = (ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8")
+    block = re.search(
+        r"elsewhere tests/e2e/test_cli_eval.py -->\n```sh\n(.*?)^```$", page, re.S | re.M
+    )
+    assert block is not None
+    lines = [line for line in block.group(1).splitlines() if line.strip()]
+    assert len(lines) == 2 and all(line.startswith("ragport eval ") for line in lines)
+    monkeypatch.chdir(ROOT)
+    outputs = []
+    for line in lines:
+        assert main(shlex.split(line)[1:]) == EXIT_OK, line
+        outputs.append(capsys.readouterr().out)
+    assert "NDCG@10" in outputs[0]
+    assert [r["mode"] for r in json.loads(outputs[1])["results"]] == ["vector", "lexical", "hybrid"]
