@@ -262,13 +262,9 @@ def retriever(
     weights = config.weights
     if config.mode == "lexical":
         weights = {**(weights or {}), "vector": 0.0}
-    wide: dict[str, int] = {
-        "max_result_bytes": HARD_LIMITS.result_bytes,
-        "max_context_tokens": HARD_LIMITS.context_tokens,
-    }
-    if config.reranker is not None:
-        wide["max_rerank_bytes"] = HARD_LIMITS.rerank_bytes
-        wide["max_rerank_ms"] = HARD_LIMITS.rerank_ms
+    # Rendering ceilings at their maximum: the context budget must not cut a ranked hit.
+    rerank_bytes = HARD_LIMITS.rerank_bytes if config.reranker is not None else None
+    rerank_ms = HARD_LIMITS.rerank_ms if config.reranker is not None else None
 
     def run(text: str) -> list[str]:
         result = retrieve_context(
@@ -281,7 +277,10 @@ def retriever(
             lexical="off" if config.mode == "vector" else config.lexical,
             fusion_weights=None if config.mode == "vector" else weights,
             reranker=config.reranker,
-            **wide,
+            max_rerank_bytes=rerank_bytes,
+            max_rerank_ms=rerank_ms,
+            max_result_bytes=HARD_LIMITS.result_bytes,
+            max_context_tokens=HARD_LIMITS.context_tokens,
         )
         return [hit.source_id for hit in result.hits]
 
