@@ -39,7 +39,7 @@ from ragport.application._support import (
     require_transactions,
     resolve_limits,
 )
-from ragport.application.indexing import replace_source
+from ragport.application.indexing import ReusableEmbeddings, replace_source
 from ragport.application.results import ReplaceResult
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import base_media_type
@@ -57,7 +57,9 @@ __all__ = [
     "PreparedDocument",
     "document_skip_key",
     "prepare_document",
+    "record_failed",
     "replace_document",
+    "replace_prepared",
 ]
 
 CHUNKER_VERSION = "chunk-v2"  # v2: setext headings; bump when the same text chunks differently
@@ -291,36 +293,13 @@ def replace_document(
             limits=lim,
             abort=abort,
         )
-        if prepared.unchanged:
-            put_status(
-                status_store,
-                scope=scope,
-                source_id=sid,
-                state="indexed",
-                clock=clk,
-                size=size_bytes,
-                total=prepared.stored,
-                indexed=prepared.stored,
-            )
-            return ReplaceResult(sid, 0, 0, True, store.current_generation(scope))
-        key, chunks = prepared.skip_key, prepared.chunks
-        put_status(
-            status_store,
-            scope=scope,
-            source_id=sid,
-            state="pending",
-            clock=clk,
-            size=size_bytes,
-            total=len(chunks),
-        )
-        result = replace_source(
-            source_id=sid,
-            chunks=chunks,
+        return replace_prepared(
+            prepared,
+            size_bytes=size_bytes,
             embedder=embedder,
             store=store,
             scope=scope,
-            content_hash=key,
-            skip_if_unchanged=False,
+            status_store=status_store,
             batch_size=batch_size,
             telemetry=telemetry,
             abort=abort,
@@ -332,15 +311,106 @@ def replace_document(
     except BaseException as exc:
         failed_id = sid if sid is not None else _id_or_none(uri)
         if failed_id is not None:
-            put_status(
-                status_store,
-                scope=scope,
-                source_id=failed_id,
-                state="failed",
-                clock=clk,
-                size=size_bytes,
-                error=redact.error(exc),
-            )
+            record_failed(
+                status_store, scope=scope, source_id=failed_id, size_bytes=size_bytes,
+                error=exc, redaction=redact, clock=clk,
+            )  # fmt: skip
+        raise
+
+
+def record_failed(
+    status_store: IngestionStatusStore | None,
+    *,
+    scope: Scope,
+    source_id: str,
+    size_bytes: int,
+    error: BaseException,
+    redaction: Redaction | None = None,
+    clock: Clock | None = None,
+) -> None:
+    """Step 7's ``failed`` status for ``source_id``, its error redacted (no document text)."""
+    put_status(
+        status_store,
+        scope=scope,
+        source_id=source_id,
+        state="failed",
+        clock=clock or SYSTEM_CLOCK,
+        size=size_bytes,
+        error=(redaction or Redaction()).error(error),
+    )
+
+
+def replace_prepared(
+    prepared: PreparedDocument,
+    *,
+    size_bytes: int,
+    embedder: Embedder,
+    store: ChunkStore,
+    scope: Scope,
+    status_store: IngestionStatusStore | None = None,
+    vectors: ReusableEmbeddings | None = None,
+    batch_size: int = DEFAULT_LIMITS.embed_batch,
+    telemetry: Telemetry | None = None,
+    abort: Abort | None = None,
+    redactor: Redactor | None = None,
+    secrets: Sequence[str] | None = None,
+    limits: Limits | None = None,
+    clock: Clock | None = None,
+) -> ReplaceResult:
+    """Steps 6 and 7 of ``replace_document`` for a ``prepare_document`` result.
+
+    ``vectors`` (chunk id -> (text, vector)) are embeddings computed beforehand, e.g. by a
+    pipeline that embeds several documents in one call; ``replace_source`` takes them
+    through its reuse path (exact text, this embedder's dimension, finite) and embeds
+    whatever they miss, with every validation unchanged. Records ``failed`` and re-raises
+    on a failure of the write; a failure before this call is the caller's to record.
+    """
+    clk = clock or SYSTEM_CLOCK
+    sid = prepared.source_id
+    if prepared.unchanged:
+        put_status(
+            status_store,
+            scope=scope,
+            source_id=sid,
+            state="indexed",
+            clock=clk,
+            size=size_bytes,
+            total=prepared.stored,
+            indexed=prepared.stored,
+        )
+        return ReplaceResult(sid, 0, 0, True, store.current_generation(scope))
+    put_status(
+        status_store,
+        scope=scope,
+        source_id=sid,
+        state="pending",
+        clock=clk,
+        size=size_bytes,
+        total=len(prepared.chunks),
+    )
+    try:
+        result = replace_source(
+            source_id=sid,
+            chunks=prepared.chunks,
+            embedder=embedder,
+            store=store,
+            scope=scope,
+            content_hash=prepared.skip_key,
+            skip_if_unchanged=False,
+            reuse_embeddings=vectors,
+            batch_size=batch_size,
+            telemetry=telemetry,
+            abort=abort,
+            redactor=redactor,
+            secrets=secrets,
+            limits=limits,
+            clock=clk,
+        )
+    except BaseException as exc:
+        record_failed(
+            status_store, scope=scope, source_id=sid, size_bytes=size_bytes, error=exc,
+            redaction=Redaction(redactor, secrets), clock=clk,
+        )  # fmt: skip
         raise
     put_status(
         status_store,

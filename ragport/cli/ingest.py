@@ -16,6 +16,7 @@ from ragport.bootstrap import (
     default_root,
     ingest_files,
 )
+from ragport.bootstrap.ingest import check_workers
 from ragport.cli.config import _embedder, _is_memory, _scope, _store_url, _stores
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, _json, _note
 from ragport.cli.progress import track, wanted
@@ -64,6 +65,8 @@ def _outcome_line(n: int, total: int, outcome: FileOutcome) -> str:
 
 
 def _ingest(args: argparse.Namespace) -> int:
+    if args.workers is not None:
+        check_workers(args.workers)  # before any store opens
     scope = _scope(args)
     root = _corpus_root(args)
     candidates = collect_documents(args.paths, root=root)
@@ -88,6 +91,7 @@ def _ingest(args: argparse.Namespace) -> int:
             size=args.size,
             overlap=args.overlap,
             max_bytes=args.max_bytes,
+            workers=args.workers,
         )
         for n, outcome in enumerate(results, start=1):
             outcomes.append(outcome)

@@ -146,6 +146,13 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_LIMITS.parse_bytes,
         help=f"document byte cap, at most {HARD_LIMITS.parse_bytes}",
     )
+    ingest.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="parse threads of the pipelined ingest, 1..32 (1: one file after another; "
+        "default: the cores, 2 to 8)",
+    )
     ingest.set_defaults(func=_ingest)
 
     query = _sub(
