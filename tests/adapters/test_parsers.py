@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import io
-import subprocess
 import time
 import zipfile
 from pathlib import Path
 
 import pytest
 from pdf_bytes import pdf
+from worker_children import worker_children
 
 from ragport.adapters.parsers import (
     DocxParser,
@@ -282,8 +282,8 @@ def test_pdf_abort_during_extraction_kills_the_worker():
 
 
 def _pdf_workers() -> set[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if "_pdf_worker.py" in line}
+    # This process's own children only: under pytest-xdist other workers run PDF tests too.
+    return {entry.split()[0] for entry in worker_children("_pdf_worker.py")}
 
 
 # --- DOCX ---------------------------------------------------------------------------------------
