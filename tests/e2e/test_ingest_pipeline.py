@@ -276,3 +276,35 @@ def test_the_cli_takes_workers(tmp_path: Path, capsys) -> None:
     strip = [line.split('"seconds"')[0] for line in one.splitlines()]
     assert strip == [line.split('"seconds"')[0] for line in two.splitlines()]
     assert main([*base, "--workers", "0"]) != 0
+
+
+class PoisonEmbedder(CountingEmbedder):
+    """Refuses any call holding a text with ``poison`` (an embedder's verdict on one input)."""
+
+    def embed(self, texts: Any) -> Any:
+        if any("poison" in t for t in texts):
+            self.calls.append(list(texts))
+            raise ragport.EmbedderError("refused an input")
+        return super().embed(texts)
+
+
+def test_a_file_the_embedder_refuses_fails_alone(tmp_path: Path) -> None:
+    """Ten small files embedded in shared calls, one holding a text the embedder refuses:
+    that file fails (EmbedderError), the nine others are indexed with their rows.
+    If this fails, check the solo retry in _settle."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    for n in range(10):
+        word = "poison" if n == 4 else "fine"
+        (root / f"p{n:02d}.md").write_text(
+            f"# Doc {n}\n\n{word} " + _section(n, 60), encoding="utf-8"
+        )
+    stores = sync_stores_memory()
+    scope = ragport.Scope("t", "r", "c")
+    embedder = PoisonEmbedder()
+    outcomes = run(root, stores, scope, embedder=embedder, workers=2)
+    assert [o.state for o in outcomes] == ["indexed"] * 4 + ["failed"] + ["indexed"] * 5
+    assert outcomes[4].reason == "EmbedderError"
+    for o in outcomes:
+        assert bool(stores.store.get_by_source(scope, o.source_id)) == (o.state == "indexed")
+    assert stores.status.get(scope, "p04.md").state == "failed"
