@@ -59,6 +59,11 @@ async def run_abortable(
             await finished.wait()
         except anyio.get_cancelled_exc_class():
             abort.set()
+            # A native task.cancel() reaches only this task: cancel the runner too, so a call
+            # still waiting for a limiter token never starts. Once its thread runs, run_sync
+            # shields it and the runner waits for the thread, which stops at its next abort
+            # check.
+            group.cancel_scope.cancel()
             with anyio.CancelScope(shield=True):
                 await finished.wait()
             raise

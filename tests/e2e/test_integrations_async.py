@@ -303,23 +303,7 @@ def test_a_cancelled_list_sources_stops_before_its_next_status_read(kind):
     assert limiter.borrowed_tokens == 0
 
 
-# ragport.aio.run_abortable (commit 775cd4b) does not cancel a call still queued for a token:
-# the cancellation waits for a token, then runs the call with its abort set.
-_QUEUED_CANCEL_WAITS = pytest.mark.xfail(
-    reason="run_abortable: a cancelled call queued for a limiter token waits for a token",
-    strict=True,
-)
-
-
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param("langchain", marks=_QUEUED_CANCEL_WAITS),
-        pytest.param("llama_index", marks=_QUEUED_CANCEL_WAITS),
-        pytest.param("mcp", marks=_QUEUED_CANCEL_WAITS),
-        "mcp_stream",
-    ],
-)
+@pytest.mark.parametrize("kind", ["langchain", "llama_index", "mcp", "mcp_stream"])
 def test_a_cancelled_call_waiting_for_a_token_never_runs(kind):
     """With the only token held by a blocked call, a second call queues; cancelled, it ends at
     once and never embeds, and the first call still answers.
