@@ -28,8 +28,12 @@ typecheck: install
 layers: install
 	$(BIN)/lint-imports
 
+# pytest-xdist: one worker process per core, each with its own embedded PostgreSQL server
+# (tests/conftest.py). PYTEST_WORKERS=0 runs the suite in this one process.
+PYTEST_WORKERS ?= auto
+
 pytest: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS)
 
 test: lint typecheck layers pytest
 

@@ -33,11 +33,17 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     # Not under pytest's temp tree: pytest resets it to mode 0700 when a session starts, and
     # the server runs as its own system user when the tests run as root.
+    # Under pytest-xdist every worker runs this once: its own folder, so its own server (the
+    # server listens on a Unix socket in that folder, so no port is shared).
     base = Path(tempfile.mkdtemp(prefix="ragport-pg-"))
     try:
-        with embedded_server(base / "data", keep_running=False) as url:
+        with embedded_server(base / "data", keep_running=True) as url:
             yield url
     finally:
+        # The data is thrown away: stop without the shutdown checkpoint (seconds under load).
+        from pg_cluster import stop_immediately
+
+        stop_immediately(base / "data")
         shutil.rmtree(base, ignore_errors=True)
 
 

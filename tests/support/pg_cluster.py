@@ -57,6 +57,13 @@ def _own(path: Path) -> None:
         os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
+def stop_immediately(data: Path) -> None:
+    """Stop the server of ``data`` (if one runs) without its shutdown checkpoint."""
+    if (data / "postmaster.pid").exists():
+        with contextlib.suppress(subprocess.SubprocessError):
+            _run("pg_ctl", "-D", str(data), "-w", "stop", "-m", "immediate", timeout=60)
+
+
 class Server:
     """One server: ``start()``, ``stop(mode)``, ``url``."""
 
