@@ -14,15 +14,24 @@ until then.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
 
+from ragport.application.documents import ParserSelector
+from ragport.application.facade import Rag
+from ragport.application.results import ReplaceResult, RetrievalResult, RollbackResult
+from ragport.application.sync import SyncResult, sync_knowledge
+from ragport.domain.errors import ValidationError
+from ragport.domain.model import Chunk
+from ragport.domain.status import StatusPage
+from ragport.ports.documents import DocumentLoader, Parser
 from ragport.ports.runtime import Abort
+from ragport.ports.sync import CheckpointStore, Connector
 
-__all__ = ["run_abortable"]
+__all__ = ["MAX_THREADS", "AsyncRag", "run_abortable"]
 
 T = TypeVar("T")
 
@@ -72,3 +81,119 @@ async def run_abortable(
         assert isinstance(value, BaseException)
         raise value
     return value  # type: ignore[return-value]
+
+
+class _EitherAbort:
+    """Set when the coroutine is cancelled or when the caller's own ``abort=`` is."""
+
+    def __init__(self, ours: Abort, theirs: Abort | None) -> None:
+        self._ours, self._theirs = ours, theirs
+
+    def is_set(self) -> bool:
+        return self._ours.is_set() or (self._theirs is not None and self._theirs.is_set())
+
+
+MAX_THREADS = 64
+"""The ceiling of ``AsyncRag(max_threads=...)``: each running call holds a thread and, on a
+database store, a pooled connection while it reads or writes."""
+
+
+class AsyncRag:
+    """The ``Rag`` facade's methods as coroutines, over the same synchronous core.
+
+    Each call runs on a worker thread under ``limiter`` (``max_threads`` tokens, default 8,
+    at most 64; keep it at or under the store's connection pool size). Cancelling a call sets
+    its abort: a retrieve or a replace stops at its next abort check, writes nothing partial
+    (a replace is one unit of work) and has given its connection back before the cancellation
+    propagates. ``rollback`` and ``status`` are short single statements without abort checks:
+    cancelled, they finish first. A caller's own ``abort=`` option still works.
+    """
+
+    def __init__(self, rag: Rag, *, max_threads: int = 8) -> None:
+        if not isinstance(rag, Rag):
+            raise ValidationError("AsyncRag wraps a ragport Rag", field="rag")
+        if (
+            isinstance(max_threads, bool)
+            or not isinstance(max_threads, int)
+            or not 1 <= max_threads <= MAX_THREADS
+        ):
+            raise ValidationError(
+                f"max_threads must be an integer in 1..{MAX_THREADS}", field="max_threads"
+            )
+        self._rag = rag
+        self._limiter = anyio.CapacityLimiter(max_threads)
+
+    @property
+    def rag(self) -> Rag:
+        return self._rag
+
+    @property
+    def limiter(self) -> anyio.CapacityLimiter:
+        return self._limiter
+
+    async def _call(self, fn: Callable[..., T], /, **options: Any) -> T:
+        theirs = options.pop("abort", None)
+        return await run_abortable(
+            lambda abort: fn(abort=_EitherAbort(abort, theirs), **options), limiter=self._limiter
+        )
+
+    async def retrieve(self, query: str, **options: Any) -> RetrievalResult:
+        """``Rag.retrieve`` as a coroutine."""
+        return await self._call(self._rag.retrieve, query=query, **options)
+
+    async def replace_source(
+        self, *, source_id: str, chunks: Sequence[Chunk], **options: Any
+    ) -> ReplaceResult:
+        return await self._call(
+            self._rag.replace_source, source_id=source_id, chunks=chunks, **options
+        )
+
+    async def replace_document(
+        self,
+        *,
+        uri: str,
+        loader: DocumentLoader,
+        parser: Parser | ParserSelector | None = None,
+        **options: Any,
+    ) -> ReplaceResult:
+        return await self._call(
+            self._rag.replace_document, uri=uri, loader=loader, parser=parser, **options
+        )
+
+    async def delete_source(self, *, source_id: str, **options: Any) -> ReplaceResult:
+        return await self._call(self._rag.delete_source, source_id=source_id, **options)
+
+    async def index_derived(
+        self, *, record_id: str, text: str, lineage: Sequence[str], **options: Any
+    ) -> ReplaceResult:
+        return await self._call(
+            self._rag.index_derived, record_id=record_id, text=text, lineage=lineage, **options
+        )
+
+    async def rollback(self, *, to: int) -> RollbackResult:
+        return await run_abortable(lambda abort: self._rag.rollback(to=to), limiter=self._limiter)
+
+    async def status(self, *, limit: int | None = None, cursor: str | None = None) -> StatusPage:
+        return await run_abortable(
+            lambda abort: self._rag.status(limit=limit, cursor=cursor), limiter=self._limiter
+        )
+
+    async def sync_knowledge(
+        self, *, connector: Connector, checkpoints: CheckpointStore, **options: Any
+    ) -> SyncResult:
+        """``sync_knowledge`` over the Rag's store, embedder, scope and status store, parsing
+        with ``parser=`` or the Rag's ``default_parser``."""
+        rag = self._rag
+        if rag.scope is None:
+            raise ValidationError("bind one scope= to sync", field="scope")
+        options.setdefault("parser", rag.default_parser)
+        options.setdefault("status_store", rag.status_store)  # the bound status store
+        return await self._call(
+            sync_knowledge,
+            connector=connector,
+            checkpoints=checkpoints,
+            store=rag.store,
+            embedder=rag.embedder,
+            scope=rag.scope,
+            **options,
+        )

@@ -85,6 +85,10 @@ class Rag:
         return self._scope
 
     @property
+    def status_store(self) -> IngestionStatusStore | None:
+        return self._status
+
+    @property
     def scopes(self) -> tuple[Scope, ...]:
         """Every scope ``retrieve`` searches."""
         return self._scopes if self._scopes is not None else (self._write_scope(),)

@@ -237,7 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     forget.add_argument(
         "--principal",
         help="who forgets (needs a grant on the source); default: the corpus's owner, "
-        "as for delete"
+        "as for delete",
     )
     forget.add_argument("--group", action="append", help="a group of the principal (repeatable)")
     forget.set_defaults(func=_forget)

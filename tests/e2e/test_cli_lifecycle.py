@@ -142,7 +142,9 @@ def test_the_lifecycle_of_a_corpus(env):
     )  # no tty, no --yes
     deleted = _json(_run(env, "delete", "--prefix", "drafts/", "--yes", "--corpus", "kb", "--json"))
     assert sorted(d["source_id"] for d in deleted) == ["drafts/a.md", "drafts/b.md"]
-    left = [s["source_id"] for s in _json(_run(env, "sources", "--corpus", "kb", "--json"))["items"]]
+    left = [
+        s["source_id"] for s in _json(_run(env, "sources", "--corpus", "kb", "--json"))["items"]
+    ]
     assert left == ["penguin.md", "zebra.md"]
 
     # rollback brings the drafts back; compact says what it removed
@@ -159,9 +161,9 @@ def test_the_lifecycle_of_a_corpus(env):
     # reindex under minilm: every source moves at once, queries then run under minilm
     reindexed = _json(_run(env, "reindex", "--embedder", "minilm", "--corpus", "kb", "--json"))
     assert reindexed["sources"] == 4 and reindexed["embedder"].startswith("all-minilm")
-    assert {s["embedder"] for s in _json(_run(env, "sources", "--corpus", "kb", "--json"))["items"]} == {
-        reindexed["embedder"]
-    }
+    assert {
+        s["embedder"] for s in _json(_run(env, "sources", "--corpus", "kb", "--json"))["items"]
+    } == {reindexed["embedder"]}
     found = _json(_run(env, "query", "striped animals", "--corpus", "kb", "--json", "--top-k", "1"))
     assert found["hits"][0]["source_id"] in ("zebra.md", "drafts/a.md")
 
