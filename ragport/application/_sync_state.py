@@ -177,3 +177,25 @@ def _next_state(state: _State, page: Page, outcome: _PageOutcome, now: datetime)
             "a bootstrap page that is not the last needs a cursor", field="cursor"
         )
     return _State("bootstrap", page.cursor, known, seen, retry)
+
+
+def _reason(exc: BaseException) -> str:
+    """A failure's reason code: the error's ``reason`` or ``limit``, else its type name."""
+    for name in ("reason", "limit"):
+        value = getattr(exc, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(exc).__name__
+
+
+@attrs.frozen
+class SyncFailure:
+    """One item that failed in a run: its source id, a reason code (``too_large``, ``timeout``,
+    ``malformed``, ... or the error type) and the error, redacted and free of document text.
+    ``retrying``: the checkpoint keeps the item for a retry (a load failure, a parse timeout,
+    a killed worker); a parser's verdict on the same bytes waits for the item to change."""
+
+    source_id: str
+    reason: str
+    error: str
+    retrying: bool

@@ -62,9 +62,11 @@ from ragport.application._support import (
 )
 from ragport.application._sync_state import (
     START,
+    SyncFailure,
     _decode_state,
     _next_state,
     _PageOutcome,
+    _reason,
     _State,
     is_retryable,
 )
@@ -102,28 +104,6 @@ WITHHELD_ERROR = "withheld by the host access mapping"
 # abort, the store, the embedder. Any other exception from loading, parsing or chunking one item
 # (a parser's RecursionError or MemoryError included) is that item's failure.
 PAGE_ERRORS = (AbortedError, StoreError, EmbedderError, EmbedderMismatchError, CapabilityError)
-
-
-def _reason(exc: BaseException) -> str:
-    """A failure's reason code: the error's ``reason`` or ``limit``, else its type name."""
-    for name in ("reason", "limit"):
-        value = getattr(exc, name, None)
-        if isinstance(value, str) and value:
-            return value
-    return type(exc).__name__
-
-
-@attrs.frozen
-class SyncFailure:
-    """One item that failed in a run: its source id, a reason code (``too_large``, ``timeout``,
-    ``malformed``, ... or the error type) and the error, redacted and free of document text.
-    ``retrying``: the checkpoint keeps the item for a retry (a load failure, a parse timeout,
-    a killed worker); a parser's verdict on the same bytes waits for the item to change."""
-
-    source_id: str
-    reason: str
-    error: str
-    retrying: bool
 
 
 @attrs.frozen

@@ -31,7 +31,6 @@ from ragport.bootstrap.ingest import (
     ingest_files,
     ingest_limits,
     ingest_text,
-    sync_connector,
     walk_documents,
 )
 from ragport.bootstrap.stores import (
@@ -47,6 +46,7 @@ from ragport.bootstrap.stores import (
     replace_document,
     sync_knowledge,
 )
+from ragport.bootstrap.syncing import sync_connector
 
 __all__ = [
     "CONFIG_FILE",

@@ -1,9 +1,7 @@
 """``ragport demo``'s logic: the bundled corpus through every guarantee, step by step.
 
-``run_demo`` runs nine steps over one set of stores and hands each to ``on_step`` as it
-finishes, as a ``DemoStep`` whose ``outcome`` is plain JSON data (stable keys, documented in
-docs/cli.md "ragport demo"); the command line prints them. Every outcome is measured from
-the store (retrieval results, visible records, generation pointers), not asserted:
+``run_demo`` hands each of nine steps to ``on_step`` as a ``DemoStep`` whose ``outcome`` is
+JSON data (keys in docs/cli.md), measured from the store, not asserted:
 
 1. ``ingest``: every bundled file through ``replace_document`` and ``parser_for``;
 2. ``questions``: cited answers (file, heading breadcrumb, PDF page);
@@ -39,8 +37,8 @@ from ragport.application import (
     retrieve_context,
     rollback_generation,
 )
-from ragport.bootstrap.ingest import sync_connector
 from ragport.bootstrap.stores import EMBEDDED, Stores, open_checkpoints, open_stores, postgres_url
+from ragport.bootstrap.syncing import sync_connector
 from ragport.domain.documents import DOCUMENT_SUFFIXES, media_type_for
 from ragport.domain.model import AccessDenial, Authorization, Grant, Hit, Scope
 from ragport.ports.documents import LoadedDocument, Parser
@@ -58,50 +56,28 @@ __all__ = [
     "run_demo",
 ]
 
-DEMO_SCHEMA = "ragport_demo"
-DEMO_CORPUS = "demo"
-FOLDER_CORPUS = "demo-folder"
-
-DEMO_QUESTIONS = (
-    "How often are the brakes of a truck inspected?",
-    "How are business trips in a private car reimbursed?",
-    "How often is a forklift licence renewed?",
-)
-
-# Step 4: the leave policy's new version changes one figure; the old one must vanish.
-REPLACED = "leave-policy.md"
-OLD_PHRASE = "16 weeks"
-NEW_PHRASE = "20 weeks"
-REPLACE_QUERY = "How many weeks of parental leave at full pay?"
-
-# Step 5: everyone is in group staff; the security guide is for group security only.
-PRINCIPAL = "dana"
-GROUP = "staff"
-DENIED = "security-guide.md"
-DENIED_QUERY = "Who has to approve a payment above 10,000 EUR?"
-
-# Step 6: a derived summary of the onboarding guide, resting on it.
-FORGOTTEN = "onboarding.md"
-SUMMARY_ID = "summary:onboarding.md"
-SUMMARY = (
-    "Summary of the onboarding guide: on the first day collect the laptop at 09:00 and set "
-    "up the password manager; in the first week shadow two dispatcher shifts and book the "
-    "warehouse safety course; in the first month agree on goals with your manager."
-)
-FORGET_QUERY = "What happens in the first week of onboarding?"
-
-# Step 8: the folder before the changes (file name -> Markdown).
-FOLDER_FILES = {
-    "depot-hours.md": "# Depot hours\n\nThe north depot opens at 05:30 and closes at 22:00.\n",
-    "parking.md": "# Parking\n\nStaff park behind building C; the front yard is for trucks.\n",
-    "canteen.md": "# Canteen\n\nThe canteen serves hot meals from 11:30 to 14:00.\n",
-    "visitors.md": "# Visitors\n\nVisitors sign in at reception and wear a visitor badge.\n",
-}
-EDITED, RENAMED, RENAMED_TO, DELETED_FILE = (
-    "depot-hours.md",
-    "parking.md",
-    "parking-and-charging.md",
-    "canteen.md",
+from ragport.bootstrap._demo_text import (  # noqa: I001
+    DELETED_FILE,
+    EDITED,
+    RENAMED,
+    RENAMED_TO,
+    DEMO_CORPUS,
+    DEMO_QUESTIONS,
+    DEMO_SCHEMA,
+    DENIED,
+    DENIED_QUERY,
+    FOLDER_CORPUS,
+    FOLDER_FILES,
+    FORGET_QUERY,
+    FORGOTTEN,
+    GROUP,
+    NEW_PHRASE,
+    OLD_PHRASE,
+    PRINCIPAL,
+    REPLACE_QUERY,
+    REPLACED,
+    SUMMARY,
+    SUMMARY_ID,
 )
 
 

@@ -5,7 +5,6 @@ file, and ``sync_knowledge`` with ragport's parsers.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 from collections import deque
@@ -19,10 +18,8 @@ import attrs
 
 from ragport.application import (
     ReplaceResult,
-    SyncResult,
     replace_document,
     replace_source,
-    sync_knowledge,
 )
 from ragport.application._support import (
     EMBED_CALL_BATCHES,
@@ -36,8 +33,7 @@ from ragport.application.documents import (
     record_failed,
     replace_prepared,
 )
-from ragport.application.sync import SyncProgress
-from ragport.bootstrap.stores import Stores
+from ragport.bootstrap.roots import CorpusRoots as CorpusRoots
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
 from ragport.domain.errors import AbortedError, RagportError, ValidationError
@@ -48,7 +44,6 @@ from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
-from ragport.ports.sync import CheckpointStore, Connector
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 
@@ -184,40 +179,6 @@ def default_root(paths: Sequence[str | os.PathLike[str]]) -> Path:
     return Path(os.path.commonpath(folders)) if folders else Path.cwd().resolve()
 
 
-class CorpusRoots:
-    """The root recorded for each corpus on its first ingest, in the user's data directory.
-
-    Keyed by store, schema and scope, so ``ragport ingest corpus`` and, later,
-    ``cd corpus && ragport ingest nodejs`` name the same file with the same id.
-    """
-
-    def __init__(self, path: Path | None = None) -> None:
-        if path is None:
-            import platformdirs
-
-            path = Path(platformdirs.user_data_dir("ragport")) / "corpus-roots.json"
-        self.path = path
-
-    def _load(self) -> dict[str, str]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-    def get(self, key: str) -> Path | None:
-        value = self._load().get(key)
-        return Path(value) if value else None
-
-    def set(self, key: str, root: Path) -> None:
-        data = self._load()
-        data[key] = str(root)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-        tmp.replace(self.path)
-
-
 @attrs.frozen
 class FileOutcome:
     """What happened to one file of an ingest run."""
@@ -329,7 +290,7 @@ def ingest_files(
     from ragport.adapters.loaders import FileDocumentLoader
     from ragport.adapters.parsers import parser_for
 
-    count = default_workers() if workers is None else check_workers(workers)
+    count = 1 if workers is None else check_workers(workers)
     tick = clock or time.perf_counter
     limits = ingest_limits(max_bytes)
     loader = FileDocumentLoader(root=root, max_bytes=max_bytes)
@@ -629,41 +590,3 @@ def _write(
     except Exception as exc:
         return _failure(sid, sid, exc, tick() - slot.started)
     return _success(sid, result, tick() - slot.started)
-
-
-def sync_connector(
-    connector: Connector,
-    *,
-    stores: Stores,
-    checkpoints: CheckpointStore,
-    embedder: Embedder,
-    scope: Scope,
-    size: int = 1_000,
-    overlap: int = 100,
-    max_bytes: int = DEFAULT_LIMITS.parse_bytes,
-    max_pages: int | None = None,
-    on_progress: Callable[[SyncProgress], None] | None = None,
-    adopt: bool = False,
-) -> SyncResult:
-    """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``);
-    ``adopt`` as there (the command line adopts: a corpus equals what it syncs)."""
-    from ragport.adapters.parsers import parser_for
-
-    def parsers(media_type_or_name: str) -> Parser:
-        return parser_for(media_type_or_name, max_bytes=max_bytes)
-
-    return sync_knowledge(
-        connector=connector,
-        checkpoints=checkpoints,
-        store=stores.chunks,
-        embedder=embedder,
-        scope=scope,
-        status_store=stores.status,
-        max_pages=max_pages,
-        parser=parsers,
-        size=size,
-        overlap=overlap,
-        limits=ingest_limits(max_bytes),
-        on_progress=on_progress,
-        adopt=adopt,
-    )

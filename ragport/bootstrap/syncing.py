@@ -1,0 +1,53 @@
+"""``sync_connector``: ``sync_knowledge`` with ragport's parsers (``ragport sync``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ragport.application import SyncResult
+from ragport.application.sync import SyncProgress
+from ragport.bootstrap.ingest import ingest_limits
+from ragport.bootstrap.stores import Stores, sync_knowledge
+from ragport.domain.limits import DEFAULT_LIMITS
+from ragport.domain.model import Scope
+from ragport.ports.documents import Parser
+from ragport.ports.embedder import Embedder
+from ragport.ports.sync import CheckpointStore, Connector
+
+
+def sync_connector(
+    connector: Connector,
+    *,
+    stores: Stores,
+    checkpoints: CheckpointStore,
+    embedder: Embedder,
+    scope: Scope,
+    size: int = 1_000,
+    overlap: int = 100,
+    max_bytes: int = DEFAULT_LIMITS.parse_bytes,
+    max_pages: int | None = None,
+    on_progress: Callable[[SyncProgress], None] | None = None,
+    adopt: bool = False,
+) -> SyncResult:
+    """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``);
+    ``adopt`` as there (the command line adopts: a corpus equals what it syncs)."""
+    from ragport.adapters.parsers import parser_for
+
+    def parsers(media_type_or_name: str) -> Parser:
+        return parser_for(media_type_or_name, max_bytes=max_bytes)
+
+    return sync_knowledge(
+        connector=connector,
+        checkpoints=checkpoints,
+        store=stores.chunks,
+        embedder=embedder,
+        scope=scope,
+        status_store=stores.status,
+        max_pages=max_pages,
+        parser=parsers,
+        size=size,
+        overlap=overlap,
+        limits=ingest_limits(max_bytes),
+        on_progress=on_progress,
+        adopt=adopt,
+    )
