@@ -150,8 +150,7 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=None,
-        help="parse threads of the pipelined ingest, 1..32 (1: one file after another; "
-        "default: the cores, 2 to 8)",
+        help="parse threads of the pipelined ingest, 1..32 (default 1: one file after another)",
     )
     ingest.set_defaults(func=_ingest)
 
