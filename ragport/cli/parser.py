@@ -150,7 +150,8 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=None,
-        help="parse threads of the pipelined ingest, 1..32 (default 1: one file after another)",
+        help="parse threads of the pipelined ingest, 1..32 (1: one file after another; "
+        "default: the cores, 2 to 8)",
     )
     ingest.set_defaults(func=_ingest)
 

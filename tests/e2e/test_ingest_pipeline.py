@@ -15,7 +15,7 @@ from doubles import CountingEmbedder
 from sync_support import Stores, sync_stores
 
 import ragport
-from ragport.bootstrap import ingest as ingest_module
+from ragport.bootstrap import pipeline as pipeline_module
 from ragport.bootstrap.ingest import collect_documents, ingest_files
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -78,7 +78,7 @@ def test_pipeline_matches_the_serial_path(tmp_path: Path, stores: Stores) -> Non
     """Over a mixed folder (md, html, pdf, docx, a bad PDF in the middle) workers=1 and
     workers=3 give the same outcomes, the same stored rows and generations in input order;
     the bad file fails alone and the files after it are indexed.
-    If this fails, check _pipeline and _settle in ragport/bootstrap/ingest.py."""
+    If this fails, check pipeline and _settle in ragport/bootstrap/pipeline.py."""
     root = mixed_folder(tmp_path / "docs")
     serial_scope = ragport.Scope("t", "r", "serial")
     piped_scope = ragport.Scope("t", "r", "piped")
@@ -100,14 +100,10 @@ def test_pipeline_matches_the_serial_path(tmp_path: Path, stores: Stores) -> Non
     assert [o.state for o in again if o.source_id in ids] == ["unchanged"] * len(ids)
 
 
-@pytest.mark.xfail(
-    reason="known: the embed thread groups only what is parsed when it looks; failed in the "
-    "full run (max call 18 texts); grouping to be made deterministic",
-    strict=False,
-)
 def test_one_embed_call_carries_the_chunks_of_several_files(tmp_path: Path) -> None:
     """Twenty small files (3 chunks each) go to the embedder in calls of more than 32 texts,
-    at most embed_batch x EMBED_CALL_BATCHES. If this fails, check step 3 of _pipeline."""
+    at most embed_batch x EMBED_CALL_BATCHES, and the grouping does not depend on timing:
+    a slow parse changes no call. If this fails, check _next_group in ragport/bootstrap/pipeline.py."""
     root = tmp_path / "docs"
     root.mkdir()
     for n in range(20):
@@ -123,8 +119,41 @@ def test_one_embed_call_carries_the_chunks_of_several_files(tmp_path: Path) -> N
     sizes = [len(c) for c in embedder.calls]
     assert sum(sizes) == chunks
     assert max(sizes) > 32
-    assert max(sizes) <= ingest_module.PIPELINE_CALL
+    assert max(sizes) <= pipeline_module.PIPELINE_CALL
     assert len(sizes) < len(outcomes)
+    # the same folder with every parse slowed down and the first file slowest: same calls
+    slowed = CountingEmbedder()
+    real = pipeline_module.prepare_document
+
+    def slow_prepare(loaded: Any, **kwargs: Any) -> Any:
+        import time
+
+        time.sleep(0.2 if kwargs["source_id"] == "s00.md" else 0.01)
+        return real(loaded, **kwargs)
+
+    pipeline_module.prepare_document = slow_prepare  # type: ignore[assignment]
+    try:
+        run(root, sync_stores_memory(), ragport.Scope("t", "r", "c"), embedder=slowed, workers=2)
+    finally:
+        pipeline_module.prepare_document = real  # type: ignore[assignment]
+    assert [len(c) for c in slowed.calls] == sizes
+
+
+def test_a_file_name_with_a_control_character_fails_alone(tmp_path: Path) -> None:
+    """A file whose name has a control character (an id the domain refuses) is that file's
+    failure in the pipeline, as in the serial path: the other files are indexed, and no
+    status is recorded under the refused id. If this fails, check _settle's record_failed."""
+    root = mixed_folder(tmp_path / "docs", small=4, bad_at=None)
+    (root / "b-red\x1b[31mzebra.md").write_text("# Red\n\nA red zebra.\n", encoding="utf-8")
+    outcomes = {}
+    for workers in (1, 3):
+        stores = sync_stores_memory()
+        got = run(root, stores, ragport.Scope("t", "r", f"w{workers}"), workers=workers)
+        outcomes[workers] = shape(got)
+        failed = [o for o in got if o.state == "failed"]
+        assert len(failed) == 1 and "zebra" in failed[0].path, shape(got)
+        assert [o.state for o in got if o is not failed[0]] == ["indexed"] * (len(got) - 1)
+    assert outcomes[3] == outcomes[1]
 
 
 def sync_stores_memory() -> Stores:
@@ -137,10 +166,10 @@ def test_files_and_chunks_in_flight_are_bounded(tmp_path: Path, monkeypatch) -> 
     """Sixty one-chunk files, workers=2, calls of at most 8 texts: never more than 2 parses
     at once, at most 2 x workers + 3 x the call size files between their parse and their
     outcome, and no embed call past the call size.
-    If this fails, check the admission bounds in _pipeline."""
+    If this fails, check the admission bounds in ragport/bootstrap/pipeline.py."""
     import ragport.adapters.parsers as parsers
 
-    monkeypatch.setattr(ingest_module, "PIPELINE_CALL", 8)
+    monkeypatch.setattr(pipeline_module, "PIPELINE_CALL", 8)
     real = parsers.parser_for
     lock = threading.Lock()
     state = {"now": 0, "most": 0, "started": 0, "yielded": 0, "ahead": 0}
@@ -197,7 +226,7 @@ def _memory() -> Any:
 def test_abort_mid_run_leaves_each_source_old_or_new(tmp_path: Path) -> None:
     """An abort set after the second embed call stops the run with AbortedError, leaves no
     pipeline thread, and every source holds either its old rows or its new ones, whole.
-    If this fails, check the finally of _pipeline and _write."""
+    If this fails, check the finally of ragport.bootstrap.pipeline.pipeline and _write."""
     root = tmp_path / "docs"
     root.mkdir()
     for n in range(30):
@@ -242,7 +271,7 @@ def test_abort_mid_run_leaves_each_source_old_or_new(tmp_path: Path) -> None:
 
 def test_closing_the_generator_stops_every_thread(tmp_path: Path) -> None:
     """Leaving the loop early (as Ctrl-C does) stops the parse and embed threads.
-    If this fails, check the finally of _pipeline."""
+    If this fails, check the finally of ragport.bootstrap.pipeline.pipeline."""
     root = mixed_folder(tmp_path / "docs", small=10, bad_at=None)
     results = ingest_files(
         collect_documents([root], root=root.resolve()),
