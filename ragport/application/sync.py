@@ -60,6 +60,7 @@ from ragport.application._support import (
     require_transactions,
     resolve_limits,
 )
+from ragport.application._sync_page import prepare_page
 from ragport.application._sync_state import (
     START,
     SyncFailure,
@@ -68,7 +69,6 @@ from ragport.application._sync_state import (
     _PageOutcome,
     _reason,
     _State,
-    is_retryable,
 )
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
@@ -84,9 +84,8 @@ from ragport.domain.errors import (
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
 from ragport.domain.model import Grant, Scope, validate_text
 from ragport.domain.status import ERROR_MAX, Freshness, IngestionState, IngestionStatus
-from ragport.domain.sync import Access
 from ragport.ports.documents import LoadedDocument, Parser
-from ragport.ports.embedder import Embedder
+from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore, SupportsPreparation, UnitOfWork, supports
@@ -168,9 +167,11 @@ class _Run:
     redact: Redaction
     limits: Limits
     clock: Clock
+    workers: int = 1
     on_item: Callable[[str], None] | None = None
 
-    def prepare(self, upsert: Upsert) -> tuple[PreparedDocument, int]:
+    def prepare(self, upsert: Upsert, abort: Abort | None) -> tuple[PreparedDocument, int]:
+        check_abort(abort)
         loaded = upsert.load()
         if isinstance(loaded, bytes):
             loaded = LoadedDocument(loaded, upsert.media_type)
@@ -197,7 +198,7 @@ class _Run:
             size=self.size,
             overlap=self.overlap,
             limits=self.limits,
-            abort=self.abort,
+            abort=abort,
             pinned_metadata=upsert.metadata,
         )
         return prepared, len(loaded.data)
@@ -242,51 +243,28 @@ class _Run:
             upserts[upsert.source_id] = upsert  # the last listing of an id wins
         deletions = [d for d in dict.fromkeys(page.deletions) if d not in upserts]
         sweep = [s for s in sweep if s not in upserts and s not in deletions]
-        grants: list[Grant] = []
-        withheld: list[str] = []
-        failed: dict[str, tuple[str, str]] = {}  # source id -> (error, reason)
-        skipped: dict[str, tuple[int, int]] = {}
-        changed: list[tuple[PreparedDocument, int]] = []
-        retryable: list[str] = []
-        for source_id, upsert in upserts.items():
-            check_abort(self.abort)
-            if self.on_item is not None:
-                self.on_item(source_id)
-            access = upsert.access
-            if access is None:
-                withheld.append(source_id)
-                continue
-            if not isinstance(access, Access):
-                raise ValidationError(
-                    "an upsert's access must be an Access or None", field="access"
-                )
-            grants.append(Grant(source_id, access.principal_ids, access.group_ids))
-            try:
-                prepared, size = self.prepare(upsert)
-            except PAGE_ERRORS:
-                raise
-            except Exception as exc:  # the item's own failure, whatever raised it
-                failed[source_id] = (self.redact.error(exc), _reason(exc))
-                if is_retryable(exc):
-                    retryable.append(source_id)
-                continue
-            if prepared.unchanged:
-                skipped[source_id] = (size, prepared.stored)
-            else:
-                changed.append((prepared, size))
-
-        texts = [
-            validate_text(self.redact(c.text), field="text") if self.redact.active else c.text
-            for prepared, _ in changed
-            for c in prepared.chunks
-        ]
-        vectors = embed_batches(
-            self.embedder,
-            texts,
+        work = prepare_page(
+            upserts,
+            prepare=self.prepare,
+            embed=lambda batch, abort: embed_batches(
+                self.embedder, batch, batch_size=self.batch_size, abort=abort,
+                telemetry=self.telemetry,
+            ),
+            texts_of=lambda prepared: [
+                validate_text(self.redact(c.text), field="text") if self.redact.active else c.text
+                for c in prepared.chunks
+            ],
+            error_of=lambda exc: (self.redact.error(exc), _reason(exc)),
+            page_errors=PAGE_ERRORS,
             batch_size=self.batch_size,
+            dimensions=self.embedder.dimensions,
             abort=self.abort,
-            telemetry=self.telemetry,
-        )
+            on_item=self.on_item,
+            workers=self.workers,
+        )  # fmt: skip
+        grants, withheld, failed, skipped = work.grants, work.withheld, work.failed, work.skipped
+        changed, retryable, texts = work.changed, work.retryable, work.texts
+        vectors = cast(VectorMatrix, work.vectors)
         check_abort(self.abort)
         if changed and supports(self.store, "preparation"):
             cast(SupportsPreparation, self.store).prepare(
@@ -396,6 +374,7 @@ def sync_knowledge(
     clock: Clock | None = None,
     on_progress: Callable[[SyncProgress], None] | None = None,
     adopt: bool = False,
+    workers: int = 1,
 ) -> SyncResult:
     """Bring ``scope`` up to date with ``connector``; see the module docstring for the steps.
 
@@ -404,6 +383,12 @@ def sync_knowledge(
     this sync's own, so the end of the first full listing retires those the connector does
     not list: the scope then equals the connector. Without it (the default) they are left
     alone and only what this sync indexed is ever retired by it.
+
+    ``workers`` (1..32, default 1): more than 1 loads and parses up to that many items of a
+    page at once on worker threads, and embeds the chunks of the items already parsed while
+    later ones parse (``ragport.application._sync_page``); the page is still written by one
+    unit of work, so nothing else changes. The connector's ``Upsert.load`` callables are then
+    called from those threads: a connector must allow that before a caller raises ``workers``.
 
     ``on_progress`` is called with a ``SyncProgress`` as pages are listed, items handled and
     pages committed (for a progress bar; it must not raise).
@@ -420,6 +405,8 @@ def sync_knowledge(
         raise ValidationError("checkpoints must be a CheckpointStore", field="checkpoints")
     if not isinstance(adopt, bool):
         raise ValidationError("adopt must be True or False", field="adopt")
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 32:
+        raise ValidationError("workers must be an integer in 1..32", field="workers")
     if on_cursor_error not in ("bootstrap", "raise"):
         raise ValidationError(
             'on_cursor_error must be "bootstrap" or "raise"', field="on_cursor_error"
@@ -455,6 +442,7 @@ def sync_knowledge(
         redact=Redaction(redactor, secrets),
         limits=resolve_limits(limits),
         clock=clock or SYSTEM_CLOCK,
+        workers=workers,
     )
     check_abort(abort)
     counts = {"listed": 0, "done": 0}

@@ -28,9 +28,11 @@ def sync_connector(
     max_pages: int | None = None,
     on_progress: Callable[[SyncProgress], None] | None = None,
     adopt: bool = False,
+    workers: int = 1,
 ) -> SyncResult:
     """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``);
-    ``adopt`` as there (the command line adopts: a corpus equals what it syncs)."""
+    ``adopt`` and ``workers`` as there (the command line adopts: a corpus equals what it
+    syncs; it syncs a folder with ``default_workers()`` parse threads)."""
     from ragport.adapters.parsers import parser_for
 
     def parsers(media_type_or_name: str) -> Parser:
@@ -50,4 +52,5 @@ def sync_connector(
         limits=ingest_limits(max_bytes),
         on_progress=on_progress,
         adopt=adopt,
+        workers=workers,
     )

@@ -346,6 +346,11 @@ def _parser() -> argparse.ArgumentParser:
         "--max-pages", type=int,
         help="stop after N committed pages; the next run continues (default: until done)",
     )  # fmt: skip
+    sync_common.add_argument(
+        "--workers", type=int, default=None,
+        help="items of a page loaded and parsed at once, 1..32 (default: the cores, 2 to 8, "
+        "for a folder; 1 for a Drive)",
+    )  # fmt: skip
     folder = _sub(
         sync_sub, "folder",
         "sync a local folder: new and edited files upserted, removed ones deleted "

@@ -19,6 +19,7 @@ from ragport.bootstrap import (
     open_checkpoints,
     sync_connector,
 )
+from ragport.bootstrap.ingest import check_workers, default_workers
 from ragport.cli.config import _embedder, _scope, _stores
 from ragport.cli.output import _json
 from ragport.cli.progress import track, wanted
@@ -78,7 +79,9 @@ def _print_sync(
     return 1 if result.failed or still else 0
 
 
-def _sync_run(args: argparse.Namespace, connector: Any) -> int:
+def _sync_run(args: argparse.Namespace, connector: Any, *, workers: int = 1) -> int:
+    if args.workers is not None:
+        check_workers(args.workers)  # before any store opens
     scope = _scope(args)
     started = time.perf_counter()
     with (
@@ -104,6 +107,7 @@ def _sync_run(args: argparse.Namespace, connector: Any) -> int:
             max_pages=args.max_pages,
             on_progress=progress,
             adopt=True,  # the corpus equals what it syncs, whoever wrote it before
+            workers=workers if args.workers is None else args.workers,
         )
         still = _still_failing(stores, scope)
     return _print_sync(args, result, time.perf_counter() - started, still)
@@ -113,7 +117,7 @@ def _sync_folder(args: argparse.Namespace) -> int:
     from ragport.adapters.connectors import FolderConnector
 
     connector = FolderConnector(args.path, max_bytes=args.max_bytes, page_size=args.page_size)
-    return _sync_run(args, connector)
+    return _sync_run(args, connector, workers=default_workers())
 
 
 def _sync_drive(args: argparse.Namespace) -> int:
