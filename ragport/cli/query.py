@@ -299,11 +299,20 @@ def _mcp(args: argparse.Namespace) -> int:
         if args.principal is not None
         else None
     )
+    # The SDK reports a bad tool argument with pydantic's message; without this each line
+    # of it ends with a link to pydantic's documentation, meaningless to the model reading it.
+    # pydantic reads the variable once, at its first error message: this process has had none.
+    os.environ.setdefault("PYDANTIC_ERRORS_INCLUDE_URL", "0")
     # stdout is the MCP channel: nothing started while opening the stores may write to it.
     with contextlib.ExitStack() as stack:
         with stdout_to_stderr():
             stores = stack.enter_context(_stores(args))
             embedder = _embedder(args, stores, [_scope(args)])
+            if stores.chunks.current_generation(_scope(args)) == 0:
+                _note(
+                    f"corpus {args.corpus} is empty or unknown; serving it anyway (ingest "
+                    "documents with `ragport ingest PATH --corpus NAME`)"
+                )
         build_server(
             store=stores.chunks,
             status_store=stores.status,

@@ -112,6 +112,8 @@ def test_mcp_server_over_stdio_respects_grants_and_answers_bad_arguments(pg_url,
     for name, result in out["bad"].items():
         assert result.is_error, name
         assert SECRET_WORD not in result.content[0].text, name
+        assert "pydantic" not in result.content[0].text.lower(), (name, result.content[0].text)
+        assert "http" not in result.content[0].text, (name, result.content[0].text)
     assert not out["after_errors"].is_error  # the server survived every bad call
 
     median_ms = statistics.median(out["timings"]) * 1000
@@ -154,3 +156,19 @@ def test_groups_without_a_principal_are_refused_before_serving():
     )
     assert done.returncode == 2
     assert "ValidationError" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_unknown_corpus_is_warned_about_on_stderr():
+    """`ragport mcp --corpus nowhere` on a store without it says so on stderr (stdout is the
+    MCP channel) and still serves (the corpus may be ingested later).
+
+    If this fails, check the empty-corpus note in `_mcp` in ragport/cli/query.py.
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", "ragport.cli", "mcp", "--store", "memory://", "--corpus", "nowhere",
+         "--embedder", "hash"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert "corpus nowhere is empty or unknown" in done.stderr, done.stderr
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
