@@ -9,7 +9,11 @@ in each child before the clock starts). Variants alternate within each round; th
 gives each one's median files/s, chunks/s and peak RSS, and the ratio pipelined / serial.
 
     .venv/bin/python bench/bench_ingest_pipeline.py [--files 300] [--rounds 1]
-        [--workers 2] [--store memory://|postgresql://...|embedded]
+        [--workers 2] [--store memory://|postgresql://...|embedded] [--embedder minilm|tei]
+
+``--embedder tei`` replaces MiniLM by ``TeiEmbedder`` against bench_http_embed's
+TEI-compatible server in its own process on 127.0.0.1, answering each batch after
+``--delay-ms`` (default 50): an embedder that waits instead of computing.
 
 ``--store embedded`` uses ragport's embedded PostgreSQL (``open_stores(None)``), a URL a
 server; each child ingests into its own corpus, so no variant sees the other's rows.
@@ -58,8 +62,12 @@ from ragport.bootstrap import collect_documents, ingest_files, open_stores
 from ragport.domain.model import Scope
 
 folder, workers, store_url, corpus = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-embedder = MiniLmEmbedder()
-embedder.load()
+if len(sys.argv) > 5:
+    from ragport.adapters.embedders import TeiEmbedder
+    embedder = TeiEmbedder(sys.argv[5], dimensions=384, batch_size=32, allow_loopback=True)
+else:
+    embedder = MiniLmEmbedder()
+    embedder.load()
 embedder.embed(["warm up the session"])
 url = None if store_url == "embedded" else store_url
 with open_stores(url) as stores:
@@ -79,9 +87,19 @@ print(json.dumps({
 """
 
 
-def run_child(folder: Path, workers: int, store: str) -> dict[str, float]:
+def run_child(folder: Path, workers: int, store: str, url: str | None) -> dict[str, float]:
+    extra = [] if url is None else [url]
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(folder), str(workers), store, uuid.uuid4().hex[:12]],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(folder),
+            str(workers),
+            store,
+            uuid.uuid4().hex[:12],
+            *extra,
+        ],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
@@ -103,7 +121,21 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workers", type=int, default=2, help="parse threads of the pipeline")
     parser.add_argument("--store", default="memory://")
+    parser.add_argument("--embedder", choices=("minilm", "tei"), default="minilm")
+    parser.add_argument("--delay-ms", type=float, default=50.0)
     args = parser.parse_args()
+    url = None
+    if args.embedder == "tei":
+        import multiprocessing
+
+        from bench_http_embed import _serve
+
+        ours, theirs = multiprocessing.Pipe()
+        server = multiprocessing.get_context("spawn").Process(
+            target=_serve, args=(args.delay_ms / 1000, 384, 32, theirs), daemon=True
+        )
+        server.start()
+        url = f"http://127.0.0.1:{ours.recv()}"
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp).resolve()
         started = time.perf_counter()
@@ -112,7 +144,7 @@ def main() -> int:
         results: dict[str, list[dict[str, float]]] = {"serial": [], "pipelined": []}
         for _ in range(args.rounds):
             for name, workers in (("serial", 1), ("pipelined", args.workers)):
-                figures = run_child(folder, workers, args.store)
+                figures = run_child(folder, workers, args.store, url)
                 results[name].append(figures)
                 print(name, json.dumps(figures), flush=True)
     print()
