@@ -153,6 +153,7 @@ def test_200_concurrent_retrieves_over_a_pool_of_10(pg_engine, pg_schema):
         for sid in SOURCES:
             sync.replace_source(source_id=sid, chunks=version_chunks(sid, 0))
         expected = {q: _answer(sync.retrieve(q, top_k=5)) for q in QUERIES}
+        assert all(hits for _text, hits, *_ in expected.values())
         arag = AsyncRag(sync, max_threads=40)
         queries = [QUERIES[i % len(QUERIES)] for i in range(200)]
 
@@ -181,6 +182,27 @@ def test_200_concurrent_retrieves_over_a_pool_of_10(pg_engine, pg_schema):
         assert out[1] == 10, f"at most {out[1]} connections at once"
         assert engine.pool.checkedout() == 0
         assert arag.limiter.borrowed_tokens == 0
+
+        # The LlamaIndex face runs on the same primitive: the same answers, nothing held.
+        li = pytest.importorskip("ragport.integrations.llama_index")
+        retriever = li.RagportRetriever(
+            store=store, embedder=sync.embedder, scope=SCOPE, top_k=5, max_threads=40
+        )
+
+        def nodes(found) -> list[tuple[str, str, float | None]]:
+            return [(n.node.node_id, n.node.get_content(), n.score) for n in found]
+
+        want = {q: nodes(retriever.retrieve(q)) for q in QUERIES}
+        assert all(want.values())
+
+        async def through_llama_index() -> list[list[object]]:
+            return list(await asyncio.gather(*(retriever.aretrieve(q) for q in queries)))
+
+        got = asyncio.run(through_llama_index())
+        wrong = [q for q, r in zip(queries, got, strict=True) if nodes(r) != want[q]]
+        assert wrong == [], f"{len(wrong)} LlamaIndex answers differ from its retrieve"
+        assert engine.pool.checkedout() == 0
+        assert retriever.limiter.borrowed_tokens == 0
     finally:
         engine.dispose()
 
