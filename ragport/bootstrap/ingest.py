@@ -137,10 +137,16 @@ def collect_documents(paths: Sequence[str | os.PathLike[str]], *, root: Path) ->
                 )
                 continue
             files = [path]
+        elif path.is_symlink():
+            refused.append(Candidate(path, None, "broken_symlink", _BROKEN))
+            continue
         else:
             refused.append(Candidate(path, None, "not_found", "no such file or folder"))
             continue
         for file in files:
+            if file.is_symlink() and not file.exists():
+                refused.append(Candidate(file, None, "broken_symlink", _BROKEN))
+                continue
             resolved = file.resolve()
             if not resolved.is_relative_to(root):
                 refused.append(
@@ -152,6 +158,9 @@ def collect_documents(paths: Sequence[str | os.PathLike[str]], *, root: Path) ->
             sid = resolved.relative_to(root).as_posix()
             found.setdefault(sid, Candidate(file, sid))
     return [*sorted(found.values(), key=lambda c: c.source_id or ""), *refused]
+
+
+_BROKEN = "a symlink whose target does not exist"
 
 
 def default_root(paths: Sequence[str | os.PathLike[str]]) -> Path:

@@ -96,3 +96,27 @@ def test_the_cli_reports_a_raising_parser_as_a_failed_file(
     assert code == 1
     assert "Traceback" not in out.err + out.out
     assert "bad.txt" in out.err + out.out
+
+
+def test_a_broken_symlink_is_reported_as_such(tmp_path: Path) -> None:
+    """A dangling symlink, found in a folder or given by name, is `broken_symlink` (not
+    `outside_root` or `not_found`); a symlink to a file outside the root stays `outside_root`.
+    If this fails, check collect_documents in ragport/bootstrap/ingest.py."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "ok.md").write_text("# Ok\n\nfine\n")
+    (root / "gone.md").symlink_to(tmp_path / "nowhere" / "gone.md")
+    (root / "gone-inside.md").symlink_to(root / "missing.md")
+    outside = tmp_path / "outside.md"
+    outside.write_text("# Out\n")
+    (root / "out.md").symlink_to(outside)
+    found = collect_documents([root], root=root.resolve())
+    reasons = {c.path.name: c.reason for c in found}
+    assert reasons == {
+        "ok.md": None, "gone.md": "broken_symlink", "gone-inside.md": "broken_symlink",
+        "out.md": "outside_root",
+    }, reasons  # fmt: skip
+    named = collect_documents([root / "gone.md"], root=root.resolve())
+    assert [(c.path.name, c.reason) for c in named] == [("gone.md", "broken_symlink")]
+    detail = next(c.detail for c in found if c.path.name == "gone.md")
+    assert "symlink" in detail and "nowhere" not in detail
