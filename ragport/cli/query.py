@@ -308,9 +308,10 @@ def _mcp(args: argparse.Namespace) -> int:
         with stdout_to_stderr():
             stores = stack.enter_context(_stores(args))
             embedder = _embedder(args, stores, [_scope(args)])
-            if stores.chunks.current_generation(_scope(args)) == 0:
+            scope = _scope(args)
+            if stores.chunks.current_generation(scope) == 0:
                 _note(
-                    f"corpus {args.corpus} is empty or unknown; serving it anyway (ingest "
+                    f"corpus {scope.corpus_id} is empty or unknown; serving it anyway (ingest "
                     "documents with `ragport ingest PATH --corpus NAME`)"
                 )
         build_server(
