@@ -123,11 +123,16 @@ def _worker_threads() -> int:
     return sum(t.name == "AnyIO worker thread" for t in threading.enumerate())
 
 
-def _threads_back_to(baseline: int, within: float = 15.0) -> int:
+def _new_threads(before: set[int], within: float = 15.0) -> list[str]:
+    """Names of the threads alive now that were not alive in ``before`` (idents), after
+    waiting up to ``within`` seconds for them to end. Threads that ended meanwhile (another
+    test's) do not matter: only new ones are leaks."""
     deadline = time.monotonic() + within
-    while threading.active_count() > baseline and time.monotonic() < deadline:
+    while True:
+        new = [t.name for t in threading.enumerate() if t.ident not in before]
+        if not new or time.monotonic() >= deadline:
+            return new
         time.sleep(0.05)
-    return threading.active_count()
 
 
 def test_200_concurrent_retrieves_over_a_pool_of_10(pg_engine, pg_schema):
@@ -277,7 +282,8 @@ def test_1000_calls_cancelled_at_random_points_leave_nothing_behind(stress_rag):
     sync, engine = stress_rag
     for sid in SOURCES:
         sync.replace_source(source_id=sid, chunks=version_chunks(sid, 0))
-    baseline, embeds_before = threading.active_count(), sync.embedder.calls
+    baseline = {t.ident for t in threading.enumerate() if t.ident is not None}
+    embeds_before = sync.embedder.calls
     arag = AsyncRag(sync, max_threads=8)
     in_loop: dict[str, int] = {}
 
@@ -299,7 +305,7 @@ def test_1000_calls_cancelled_at_random_points_leave_nothing_behind(stress_rag):
     assert in_loop["tokens"] == 0 and arag.limiter.borrowed_tokens == 0
     assert in_loop["workers"] <= 8, in_loop  # idle workers kept by anyio, no more
     # anyio stops its idle workers when the loop's root task ends: none is left running.
-    assert _threads_back_to(baseline) == baseline, [t.name for t in threading.enumerate()]
+    assert _new_threads(baseline) == []
     if engine is not None:
         assert engine.pool.checkedout() == 0
     assert check_sources(sync, attempted) == {}, outcomes
