@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
+from ragport.application._support import EitherAbort
 from ragport.application.documents import ParserSelector
 from ragport.application.facade import Rag
 from ragport.application.results import ReplaceResult, RetrievalResult, RollbackResult
@@ -83,16 +84,6 @@ async def run_abortable(
     return value  # type: ignore[return-value]
 
 
-class _EitherAbort:
-    """Set when the coroutine is cancelled or when the caller's own ``abort=`` is."""
-
-    def __init__(self, ours: Abort, theirs: Abort | None) -> None:
-        self._ours, self._theirs = ours, theirs
-
-    def is_set(self) -> bool:
-        return self._ours.is_set() or (self._theirs is not None and self._theirs.is_set())
-
-
 MAX_THREADS = 64
 """The ceiling of ``AsyncRag(max_threads=...)``: each running call holds a thread and, on a
 database store, a pooled connection while it reads or writes."""
@@ -134,7 +125,7 @@ class AsyncRag:
     async def _call(self, fn: Callable[..., T], /, **options: Any) -> T:
         theirs = options.pop("abort", None)
         return await run_abortable(
-            lambda abort: fn(abort=_EitherAbort(abort, theirs), **options), limiter=self._limiter
+            lambda abort: fn(abort=EitherAbort(abort, theirs), **options), limiter=self._limiter
         )
 
     async def retrieve(self, query: str, **options: Any) -> RetrievalResult:

@@ -39,6 +39,17 @@ class SystemClock:
 SYSTEM_CLOCK = SystemClock()
 
 
+class EitherAbort:
+    """An ``Abort`` set when any of its signals is (``None`` entries are ignored): a call's
+    own stop next to its caller's ``abort=``."""
+
+    def __init__(self, *signals: Abort | None) -> None:
+        self._signals = tuple(s for s in signals if s is not None)
+
+    def is_set(self) -> bool:
+        return any(s.is_set() for s in self._signals)
+
+
 def check_abort(abort: Abort | None) -> None:
     """Raise ``AbortedError`` when the caller's signal is set."""
     if abort is not None and abort.is_set():

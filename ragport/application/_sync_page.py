@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import attrs
 import numpy as np
 
-from ragport.application._support import EMBED_CALL_BATCHES, check_abort
+from ragport.application._support import EMBED_CALL_BATCHES, EitherAbort, check_abort
 from ragport.application._sync_state import is_retryable
 from ragport.application.documents import PreparedDocument
 from ragport.domain.errors import ValidationError
@@ -46,17 +46,6 @@ class PageWork:
     vectors: VectorMatrix | None = None
 
 
-class _Stop:
-    """The caller's abort, or this page's own stop (set when the page leaves early)."""
-
-    def __init__(self, outer: Abort | None) -> None:
-        self.outer = outer
-        self.event = threading.Event()
-
-    def is_set(self) -> bool:
-        return self.event.is_set() or (self.outer is not None and self.outer.is_set())
-
-
 def prepare_page(
     upserts: Mapping[str, Upsert],
     *,
@@ -78,7 +67,8 @@ def prepare_page(
     a ``page_errors`` exception (or an embed failure) raises out, after every thread stopped.
     ``on_item`` is called on the calling thread for each item, in listing order.
     """
-    stop = _Stop(abort)
+    stopped = threading.Event()  # set when the page leaves, early or not
+    stop = EitherAbort(stopped, abort)
     work = PageWork()
     step = batch_size * EMBED_CALL_BATCHES
     parse_pool = ThreadPoolExecutor(workers, "ragport-sync-parse") if workers > 1 else None
@@ -151,7 +141,7 @@ def prepare_page(
         work.vectors = out
         return work
     finally:
-        stop.event.set()  # parses and embed calls still running stop at their next check
+        stopped.set()  # parses and embed calls still running stop at their next check
         for pool in (parse_pool, embed_pool):
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)

@@ -16,6 +16,7 @@ import attrs
 from ragport.application._support import (
     EMBED_CALL_BATCHES,
     NOOP_TELEMETRY,
+    EitherAbort,
     check_abort,
     embed_batches,
 )
@@ -35,17 +36,6 @@ from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
-
-
-class _Stop:
-    """The caller's abort, or this run's own stop (set when the generator exits)."""
-
-    def __init__(self, outer: Abort | None) -> None:
-        self.outer = outer
-        self.event = threading.Event()
-
-    def is_set(self) -> bool:
-        return self.event.is_set() or (self.outer is not None and self.outer.is_set())
 
 
 @attrs.define
@@ -97,7 +87,8 @@ def pipeline(
     (its vectors through ``replace_source``'s reuse path: every validation kept) by this
     generator only, in input order.
     """
-    stop = _Stop(abort)
+    stopped = threading.Event()  # set when the generator exits, early or not
+    stop = EitherAbort(stopped, abort)
     telemetry = NOOP_TELEMETRY
     parse_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragport-parse")
     embed_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragport-embed")
@@ -199,7 +190,7 @@ def pipeline(
             if pending:
                 wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
     finally:
-        stop.event.set()  # parsers and the embedder stop at their next check
+        stopped.set()  # parsers and the embedder stop at their next check
         parse_pool.shutdown(wait=True, cancel_futures=True)
         embed_pool.shutdown(wait=True, cancel_futures=True)
 

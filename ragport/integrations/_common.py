@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from ragport.application._support import EitherAbort
 from ragport.application.context import check_binding, check_retrieve_options
 from ragport.application.results import RetrievalResult
 from ragport.application.retrieval import retrieve_context
@@ -64,16 +65,6 @@ def pick_top_k(k: object, top_k: object, default: int) -> int:
         raise ValidationError("pass k or top_k, not both", field="top_k")
     chosen = top_k if top_k is not None else k if k is not None else default
     return check_limit("top_k", chosen)  # type: ignore[arg-type]
-
-
-class _EitherAbort:
-    """Set when any of its signals is: a call's own abort next to one bound at construction."""
-
-    def __init__(self, *signals: Abort) -> None:
-        self._signals = signals
-
-    def is_set(self) -> bool:
-        return any(s.is_set() for s in self._signals)
 
 
 def _read_only(options: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -134,7 +125,7 @@ class BoundRetrieval:
         options = {**self.options, **check_retrieve_options(overrides)}
         if abort is not None:
             bound = options.get("abort")
-            options["abort"] = abort if bound is None else _EitherAbort(bound, abort)
+            options["abort"] = abort if bound is None else EitherAbort(bound, abort)
         return retrieve_context(
             query,
             embedder=self.embedder,
