@@ -342,3 +342,29 @@ def test_a_file_the_embedder_refuses_fails_alone(tmp_path: Path) -> None:
     for o in outcomes:
         assert bool(stores.store.get_by_source(scope, o.source_id)) == (o.state == "indexed")
     assert stores.status.get(scope, "p04.md").state == "failed"
+
+
+def test_a_folder_of_thousands_with_a_file_near_the_cap(tmp_path: Path) -> None:
+    """2,000 small files and one Markdown file of about 900 kB (the default cap is 1 MiB)
+    through the pipeline: every file indexed once, in input order, the big one whole (its
+    chunks cover its text), and the embed calls never above PIPELINE_CALL texts."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    for n in range(2_000):
+        (root / f"f{n:04d}.md").write_text(f"# F{n}\n\nfile {n} about topic{n % 37}.\n")
+    big = "# Big\n\n" + "".join(_section(k, 150) for k in range(390))
+    assert 800_000 < len(big.encode()) < 1_048_576
+    (root / "m-big.md").write_text(big, encoding="utf-8")
+    embedder = CountingEmbedder()
+    stores = sync_stores_memory()
+    scope = ragport.Scope("t", "r", "big")
+    outcomes = run(root, stores, scope, embedder=embedder, workers=3)
+    assert [o.state for o in outcomes] == ["indexed"] * 2_001
+    assert [o.source_id for o in outcomes] == sorted(o.source_id for o in outcomes)
+    generations = [o.generation for o in outcomes]
+    assert generations == sorted(generations)
+    stored = stores.store.get_by_source(scope, "m-big.md")
+    assert len(stored) == next(o.chunks for o in outcomes if o.source_id == "m-big.md") > 500
+    assert "Section 389" in "".join(r.text for r in stored)
+    assert max(len(c) for c in embedder.calls) <= pipeline_module.PIPELINE_CALL
+    assert sum(len(c) for c in embedder.calls) == sum(o.chunks for o in outcomes)

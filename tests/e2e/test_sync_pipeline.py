@@ -260,3 +260,32 @@ def test_the_cli_syncs_a_folder_with_workers(
     assert summaries["3"] == summaries["1"] == (12, 1)
     assert main(["sync", "folder", str(root), "--workers", "0", "--embedder", "hash"]) == 2
     assert "workers" in capsys.readouterr().err
+
+
+def test_a_page_of_a_thousand_items_with_one_near_the_cap() -> None:
+    """1,200 items (two pages) and one Markdown item of about 900 kB: workers=3 stores the
+    same rows as workers=1, the big item whole."""
+    from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStatusStore, InMemoryStore
+
+    items = {
+        f"s{n:04d}.md": f"# S{n}\n\nitem {n} about topic{n % 41}.\n".encode() for n in range(1_200)
+    }
+    items["big.md"] = b"# Big\n\n" + b"".join(
+        f"## Part {k}\n\n{' '.join(f'w{(k * 11 + j) % 97}' for j in range(300))}.\n\n".encode()
+        for k in range(750)
+    )
+    assert 800_000 < len(items["big.md"]) < 1_048_576
+    state = {}
+    for workers in (1, 3):
+        stores = Stores(InMemoryStore(), InMemoryCheckpointStore(), InMemoryStatusStore())
+        scope = ragport.Scope("t", "r", "big")
+        result = _sync(stores, DictConnector(items, page_size=700), scope, workers=workers)
+        assert (result.pages, result.upserted, result.failed) == (2, 1_201, 0), _counts(result)
+        big = stores.store.get_by_source(scope, "big.md")
+        assert len(big) > 500 and "Part 749" in "".join(r.text for r in big)
+        state[workers] = sorted(
+            (r.source_id, r.id, r.text)
+            for sid in items
+            for r in stores.store.get_by_source(scope, sid)
+        )
+    assert state[3] == state[1]

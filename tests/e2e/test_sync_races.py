@@ -32,6 +32,16 @@ def stores(request) -> Iterator[Stores]:
     yield sync_stores(request)
 
 
+_WORKERS = [1]
+
+
+@pytest.fixture(autouse=True, params=[1, 3], ids=["serial", "pipelined"])
+def workers(request) -> int:
+    """Every race runs with the page's items parsed one by one and on 3 threads."""
+    _WORKERS[0] = request.param
+    return request.param
+
+
 @attrs.define
 class Clock:
     at: datetime = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -48,7 +58,7 @@ def sync(stores: Stores, connector, **kwargs) -> ragport.SyncResult:
         embedder=CountingEmbedder(),
         scope=SCOPE,
         status_store=stores.status,
-        **{"parser": parser_for, **kwargs},
+        **{"parser": parser_for, "workers": _WORKERS[0], **kwargs},
     )
 
 
