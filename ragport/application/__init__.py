@@ -32,6 +32,7 @@ from ragport.application.results import (
     RollbackResult,
 )
 from ragport.application.retrieval import estimate_tokens, retrieve_context
+from ragport.application.shared_generation import SharedGeneration
 from ragport.application.status import list_ingestion_status
 from ragport.application.sync import SyncFailure, SyncResult, sync_knowledge
 
@@ -52,6 +53,7 @@ __all__ = [
     "RepointResult",
     "RetrievalResult",
     "RollbackResult",
+    "SharedGeneration",
     "SyncFailure",
     "SyncResult",
     "apply_source_renames",

@@ -41,6 +41,7 @@ from ragport.application._support import (
 )
 from ragport.application.indexing import ReusableEmbeddings, replace_source
 from ragport.application.results import ReplaceResult
+from ragport.application.shared_generation import SharedGeneration
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import base_media_type
 from ragport.domain.errors import ParseError, ValidationError
@@ -239,6 +240,7 @@ def replace_document(
     secrets: Sequence[str] | None = None,
     limits: Limits | None = None,
     clock: Clock | None = None,
+    shared_generation: SharedGeneration | None = None,
 ) -> ReplaceResult:
     """Load ``uri``, parse, chunk and replace its source atomically; see the module steps.
 
@@ -307,6 +309,7 @@ def replace_document(
             secrets=secrets,
             limits=lim,
             clock=clk,
+            shared_generation=shared_generation,
         )
     except BaseException as exc:
         failed_id = sid if sid is not None else _id_or_none(uri)
@@ -356,6 +359,7 @@ def replace_prepared(
     secrets: Sequence[str] | None = None,
     limits: Limits | None = None,
     clock: Clock | None = None,
+    shared_generation: SharedGeneration | None = None,
 ) -> ReplaceResult:
     """Steps 6 and 7 of ``replace_document`` for a ``prepare_document`` result.
 
@@ -405,6 +409,7 @@ def replace_prepared(
             secrets=secrets,
             limits=limits,
             clock=clk,
+            shared_generation=shared_generation,
         )
     except BaseException as exc:
         record_failed(

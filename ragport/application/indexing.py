@@ -34,6 +34,7 @@ from ragport.application._support import (
     resolve_limits,
 )
 from ragport.application.results import IndexResult, ReplaceResult
+from ragport.application.shared_generation import SharedGeneration
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
 from ragport.domain.model import (
@@ -175,16 +176,23 @@ def replace_source(
     secrets: Sequence[str] | None = None,
     limits: Limits | None = None,
     clock: Clock | None = None,
+    shared_generation: SharedGeneration | None = None,
 ) -> ReplaceResult:
     """Replace every record of ``source_id`` in ``scope`` with ``chunks``, atomically.
 
     Embeds first, then swaps old for new in one transaction: a failure anywhere before commit
     leaves the previous version fully visible. See the module docstring for the steps.
+    ``shared_generation``: write into the generation earlier writes through it used, while it
+    is still the scope's newest (see ``SharedGeneration``); needs ``advance_generation``.
     """
     scope = require_scope(scope)
     validate_id(source_id, field="source_id")
     lim = resolve_limits(limits)
     check_limit("embed_batch", batch_size)
+    if shared_generation is not None and not advance_generation:
+        raise ValidationError(
+            "shared_generation needs advance_generation=True", field="shared_generation"
+        )
     checked = _check_chunks(chunks, lim, source_id=source_id)
     content_hash = validate_content_hash(content_hash)
     require_transactions(store, "replace_source")
@@ -241,7 +249,10 @@ def replace_source(
             cast(SupportsPreparation, store).prepare(scope, dimensions=embedder.dimensions)
         with tel.span("rag.replace") as span, store.unit_of_work(scope) as uow:
             require_kind(uow, source_id, "chunk", field="source_id")
-            generation = uow.generations.stage()
+            if shared_generation is None:
+                generation, fresh = uow.generations.stage(), True
+            else:
+                generation, fresh = shared_generation.take(uow, [source_id])
             deleted = uow.records.retire_source(source_id, generation=generation)
             records = _records(
                 checked,
@@ -252,10 +263,12 @@ def replace_source(
                 content_hash=content_hash,
             )
             uow.records.add(records, vectors)
-            if advance_generation:
+            if advance_generation and fresh:
                 uow.generations.publish(generation)
             check_abort(abort)
             uow.commit()
+            if shared_generation is not None:
+                shared_generation.committed(generation)
             span.set_attribute("rag.replace.indexed", len(records))
     except BaseException as exc:
         put_status(
@@ -296,8 +309,10 @@ def delete_source(
     status_store: IngestionStatusStore | None = None,
     telemetry: Telemetry | None = None,
     abort: Abort | None = None,
+    shared_generation: SharedGeneration | None = None,
 ) -> ReplaceResult:
-    """Retire every record of ``source_id`` in exactly ``scope`` at a new generation.
+    """Retire every record of ``source_id`` in exactly ``scope`` at a new generation
+    (or at ``shared_generation``'s, see ``SharedGeneration``).
 
     Versioned like a replacement with no chunks: ``rollback_generation`` can bring it back
     until ``compact`` purges it. Its grant is revoked in the same unit of work (replaced by an
@@ -312,13 +327,19 @@ def delete_source(
     check_abort(abort)
     tel = telemetry or NOOP_TELEMETRY
     with tel.span("rag.delete"), store.unit_of_work(scope) as uow:
-        generation = uow.generations.stage()
+        if shared_generation is None:
+            generation, fresh = uow.generations.stage(), True
+        else:
+            generation, fresh = shared_generation.take(uow, [source_id])
         deleted = uow.records.retire_source(source_id, generation=generation)
         grant = uow.grants.get([source_id]).get(source_id)
         if grant is not None and not grant.is_empty:
             uow.grants.set([Grant(source_id)])  # the port has no delete; empty is no grant
-        uow.generations.publish(generation)
+        if fresh:
+            uow.generations.publish(generation)
         uow.commit()
+    if shared_generation is not None:
+        shared_generation.committed(generation)
     if status_store is not None:
         status_store.delete(scope, source_id)
     return ReplaceResult(

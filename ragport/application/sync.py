@@ -72,6 +72,7 @@ from ragport.application._sync_state import (
 )
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
+from ragport.application.shared_generation import SharedGeneration
 from ragport.domain.errors import (
     AbortedError,
     CapabilityError,
@@ -169,6 +170,7 @@ class _Run:
     clock: Clock
     workers: int = 1
     on_item: Callable[[str], None] | None = None
+    shared: SharedGeneration | None = None
 
     def prepare(self, upsert: Upsert, abort: Abort | None) -> tuple[PreparedDocument, int]:
         check_abort(abort)
@@ -280,8 +282,13 @@ class _Run:
             for prepared, _ in changed:
                 require_kind(uow, prepared.source_id, "chunk", field="source_id")
             visible = [s for s in retire if uow.records.list_by_source(s)]
+            generation = 0
             if changed or visible:
-                generation = uow.generations.stage()
+                if self.shared is None:
+                    generation, fresh = uow.generations.stage(), True
+                else:
+                    written = [*visible, *(p.source_id for p, _ in changed)]
+                    generation, fresh = self.shared.take(uow, written)
                 for source_id in visible:
                     retired = uow.records.retire_source(source_id, generation=generation)
                     if retired and source_id not in withheld:
@@ -303,7 +310,8 @@ class _Run:
                         vectors[offset : offset + n],
                     )
                     offset += n
-                uow.generations.publish(generation)
+                if fresh:
+                    uow.generations.publish(generation)
             revoked = [Grant(s) for s in dict.fromkeys([*deletions, *sweep, *withheld])]
             if grants or revoked:
                 uow.grants.set([*grants, *revoked])
@@ -323,6 +331,8 @@ class _Run:
                 span.set_attribute("rag.sync.lost", True)
                 return None  # leaving without commit rolls the page back
             uow.commit()
+            if self.shared is not None and generation:
+                self.shared.committed(generation)
             span.set_attribute("rag.sync.upserted", len(changed))
         for prepared, size in changed:
             self.status(
@@ -375,6 +385,7 @@ def sync_knowledge(
     on_progress: Callable[[SyncProgress], None] | None = None,
     adopt: bool = False,
     workers: int = 1,
+    shared_generation: SharedGeneration | None = None,
 ) -> SyncResult:
     """Bring ``scope`` up to date with ``connector``; see the module docstring for the steps.
 
@@ -389,6 +400,10 @@ def sync_knowledge(
     later ones parse (``ragport.application._sync_page``); the page is still written by one
     unit of work, so nothing else changes. The connector's ``Upsert.load`` callables are then
     called from those threads: a connector must allow that before a caller raises ``workers``.
+
+    ``shared_generation``: every page this run commits writes into one generation while it
+    stays the scope's newest (``SharedGeneration``), so one rollback undoes the run; each page
+    is still its own unit of work.
 
     ``on_progress`` is called with a ``SyncProgress`` as pages are listed, items handled and
     pages committed (for a progress bar; it must not raise).
@@ -407,6 +422,10 @@ def sync_knowledge(
         raise ValidationError("adopt must be True or False", field="adopt")
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 32:
         raise ValidationError("workers must be an integer in 1..32", field="workers")
+    if shared_generation is not None and not isinstance(shared_generation, SharedGeneration):
+        raise ValidationError(
+            "shared_generation must be a SharedGeneration", field="shared_generation"
+        )
     if on_cursor_error not in ("bootstrap", "raise"):
         raise ValidationError(
             'on_cursor_error must be "bootstrap" or "raise"', field="on_cursor_error"
@@ -443,6 +462,7 @@ def sync_knowledge(
         limits=resolve_limits(limits),
         clock=clock or SYSTEM_CLOCK,
         workers=workers,
+        shared=shared_generation,
     )
     check_abort(abort)
     counts = {"listed": 0, "done": 0}
