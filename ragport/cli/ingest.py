@@ -9,24 +9,41 @@ import sys
 import time
 from pathlib import Path
 
+import attrs
+
 from ragport.bootstrap import (
     CorpusRoots,
     FileOutcome,
+    Stores,
     collect_documents,
-    default_root,
     ingest_files,
 )
 from ragport.bootstrap.ingest import check_workers
+from ragport.bootstrap.roots import check_root, first_root, widen_corpus_root, widened_root
 from ragport.cli.config import _embedder, _is_memory, _scope, _store_url, _stores
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, _json, _note
 from ragport.cli.progress import track, wanted
 from ragport.domain.errors import (
     ValidationError,
 )
+from ragport.domain.model import Scope
 
 
-def _corpus_root(args: argparse.Namespace) -> Path:
-    """``--root``, else the root recorded with the corpus, else the paths' common folder.
+@attrs.frozen
+class _Root:
+    """The root of this run; ``widen_from``: the recorded root it widens (sources to rename);
+    ``record``: whether to record ``path`` once the run may go on."""
+
+    path: Path
+    widen_from: Path | None = None
+    record: bool = False
+    key: str = ""
+
+
+def _corpus_root(args: argparse.Namespace) -> _Root:
+    """``--root``, else the root recorded with the corpus (widened to hold paths outside it),
+    else ``first_root`` of the paths (bootstrap/roots.py); a root chosen here that is ``/`` or
+    above the home folder is refused, naming ``--root``.
 
     The chosen root is recorded (except for ``memory://``), so later runs name every file
     the same way however its path is typed.
@@ -37,20 +54,53 @@ def _corpus_root(args: argparse.Namespace) -> Path:
     key = "|".join([store, args.schema, args.tenant, args.resource, args.corpus])
     roots = None if _is_memory(url) else CorpusRoots()
     recorded = roots.get(key) if roots is not None else None
+    widen_from = None
     if args.root:
         root = Path(args.root).resolve()
         if not root.is_dir():
             raise ValidationError(f"--root {args.root} is not an existing folder", field="root")
         if recorded is not None and recorded != root:
-            _note(f"corpus root changed from {recorded} to {root}")
+            if recorded.is_relative_to(root):
+                widen_from = recorded
+            else:
+                _note(f"corpus root changed from {recorded} to {root}")
     else:
         existing = [p for p in args.paths if Path(p).exists()]
         if not existing and recorded is None:
-            return Path.cwd().resolve()  # nothing to ingest: record no root from it
-        root = recorded or default_root(existing)
-    if roots is not None and root != recorded:
-        roots.set(key, root)
-    return root
+            return _Root(Path.cwd().resolve())  # nothing to ingest: record no root from it
+        if recorded is None:
+            root = check_root(first_root(existing, cwd=Path.cwd()))
+        else:
+            wider = widened_root(recorded, existing)
+            if wider is not None:
+                widen_from = recorded
+            root = recorded if wider is None else check_root(wider, old=recorded)
+    return _Root(root, widen_from, roots is not None and root != recorded, key)
+
+
+def _widen(root: _Root, stores: Stores, scope: Scope) -> None:
+    """Rename the sources of the old root, then record the new one (not when any failed:
+    the next run tries again, and nothing is ingested under ids that would duplicate)."""
+    if root.widen_from is not None:
+        done = widen_corpus_root(
+            store=stores.chunks, status_store=stores.status, scope=scope,
+            old=root.widen_from, new=root.path,
+        )  # fmt: skip
+        kept = f"; {done.kept} kept their ids (files gone)" if done.kept else ""
+        _note(
+            f"corpus root widened from {done.old} to {done.new}; "
+            f"{done.renamed} sources renamed{kept}"
+        )
+        if done.failures:
+            first, error = done.failures[0]
+            raise ValidationError(
+                f"{len(done.failures)} source(s) could not be renamed under the widened root "
+                f"(first: {first}: {error}); nothing ingested, run again or pass --root "
+                f"{done.old}",
+                field="root",
+            )
+    if root.record:
+        CorpusRoots().set(root.key, root.path)
 
 
 def _outcome_line(n: int, total: int, outcome: FileOutcome) -> str:
@@ -68,7 +118,8 @@ def _ingest(args: argparse.Namespace) -> int:
     if args.workers is not None:
         check_workers(args.workers)  # before any store opens
     scope = _scope(args)
-    root = _corpus_root(args)
+    chosen = _corpus_root(args)
+    root = chosen.path
     candidates = collect_documents(args.paths, root=root)
     for c in candidates:
         if c.reason == "not_found":
@@ -81,6 +132,7 @@ def _ingest(args: argparse.Namespace) -> int:
         track("ingest", total=total, unit="files", enabled=wanted(json_out=args.json)) as bar,
     ):
         embedder = _embedder(args, stores, [scope])
+        _widen(chosen, stores, scope)
         results = ingest_files(
             candidates,
             root=root,

@@ -90,9 +90,9 @@ def test_ids_do_not_depend_on_how_the_path_is_typed(
     corpus, capsys, monkeypatch, tmp_path, pg_url, pg_schema
 ):
     """The root recorded on the first ingest names files the same from another directory;
-    a path outside the root is refused; a PDF hit cites its page.
+    a path outside an explicit --root is refused; a PDF hit cites its page.
 
-    If this fails, check _corpus_root in ragport/cli/ingest.py and CorpusRoots in ragport/bootstrap/ingest.py.
+    If this fails, check _corpus_root in ragport/cli/ingest.py and CorpusRoots in ragport/bootstrap/roots.py.
     """
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     store = ["--store", pg_url, "--schema", pg_schema, "--corpus", "kb", *HASH]
@@ -107,7 +107,7 @@ def test_ids_do_not_depend_on_how_the_path_is_typed(
     assert "] leave.html" not in again
     outside = tmp_path / "elsewhere.md"
     outside.write_text("# Elsewhere\n")
-    assert main(["ingest", str(outside), *store]) == 1
+    assert main(["ingest", str(outside), "--root", str(corpus), *store]) == 1
     assert "FAILED (outside_root)" in capsys.readouterr().out
     assert main(["query", "hotel costs thirty days", "--json", "--top-k", "3", *store]) == 0
     hits = json.loads(capsys.readouterr().out)["hits"]
