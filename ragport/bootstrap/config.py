@@ -33,6 +33,7 @@ class CliConfig:
     resource: str = "default"
     corpus: str = "default"
     embedder: str = "minilm"
+    encoding: str = "utf-8"  # ingest and sync folder: utf-8, auto or a codec name
     query: QueryDefaults = QueryDefaults()
 
 

@@ -263,6 +263,7 @@ def ingest_files(
     clock: Callable[[], float] | None = None,
     workers: int | None = None,
     abort: Abort | None = None,
+    encoding: str = "utf-8",
 ) -> Iterator[FileOutcome]:
     """``replace_document`` for every candidate, one outcome each; a failure never stops the run.
 
@@ -277,19 +278,25 @@ def ingest_files(
     and a file failing anywhere is that file's failure only. ``abort`` stops the run at the
     next check (``AbortedError``); closing the generator (or Ctrl-C) stops every thread
     before it returns, and the file in flight writes nothing.
+
+    ``encoding`` goes to the plain text, Markdown and reST parsers (``parser_for``):
+    ``"utf-8"`` (strict), ``"auto"`` or a codec name; a bad name is a ``ValidationError``
+    before any file is read.
     """
     import time
 
     from ragport.adapters.loaders import FileDocumentLoader
     from ragport.adapters.parsers import parser_for
+    from ragport.adapters.parsers._common import check_encoding
 
     count = default_workers() if workers is None else check_workers(workers)
+    encoding = check_encoding(encoding)
     tick = clock or time.perf_counter
     limits = ingest_limits(max_bytes)
     loader = FileDocumentLoader(root=root, max_bytes=max_bytes)
 
     def parsers(media_type_or_name: str) -> Parser:
-        return parser_for(media_type_or_name, max_bytes=max_bytes)
+        return parser_for(media_type_or_name, max_bytes=max_bytes, encoding=encoding)
 
     if count > 1:
         from ragport.bootstrap.pipeline import pipeline

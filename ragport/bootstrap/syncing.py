@@ -12,7 +12,27 @@ from ragport.domain.limits import DEFAULT_LIMITS
 from ragport.domain.model import Scope
 from ragport.ports.documents import Parser
 from ragport.ports.embedder import Embedder
-from ragport.ports.sync import CheckpointStore, Connector
+from ragport.ports.sync import CheckpointStore, Connector, Page
+
+
+class _ReadWith:
+    """``connector`` whose checkpoint also names the encoding its text files are read with:
+    a sync under another ``encoding`` starts from a full listing, so files that failed to
+    decode (and files read otherwise before) are read again, not skipped as unchanged."""
+
+    def __init__(self, connector: Connector, encoding: str) -> None:
+        self._connector = connector
+        self._encoding = encoding
+
+    @property
+    def id(self) -> str:
+        return f"{self._connector.id}+encoding-{self._encoding}"
+
+    def bootstrap(self, cursor: str | None = None) -> Page:
+        return self._connector.bootstrap(cursor)
+
+    def changes(self, cursor: str) -> Page:
+        return self._connector.changes(cursor)
 
 
 def sync_connector(
@@ -29,14 +49,22 @@ def sync_connector(
     on_progress: Callable[[SyncProgress], None] | None = None,
     adopt: bool = False,
     workers: int = 1,
+    encoding: str = "utf-8",
 ) -> SyncResult:
     """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``);
     ``adopt`` and ``workers`` as there (the command line adopts: a corpus equals what it
-    syncs; it syncs a folder with ``default_workers()`` parse threads)."""
+    syncs; it syncs a folder with ``default_workers()`` parse threads); ``encoding`` for the
+    plain text, Markdown and reST parsers (``parser_for``), checked before anything runs;
+    another encoding than ``utf-8`` keeps its own checkpoint (``_ReadWith``)."""
     from ragport.adapters.parsers import parser_for
+    from ragport.adapters.parsers._common import check_encoding
+
+    encoding = check_encoding(encoding)
+    if encoding != "utf-8":  # the default keeps the connector's own checkpoint
+        connector = _ReadWith(connector, encoding)
 
     def parsers(media_type_or_name: str) -> Parser:
-        return parser_for(media_type_or_name, max_bytes=max_bytes)
+        return parser_for(media_type_or_name, max_bytes=max_bytes, encoding=encoding)
 
     return sync_knowledge(
         connector=connector,

@@ -7,6 +7,7 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -20,7 +21,7 @@ from ragport.bootstrap import (
 )
 from ragport.bootstrap.ingest import check_workers
 from ragport.bootstrap.roots import check_root, first_root, widen_corpus_root, widened_root
-from ragport.cli.config import _embedder, _is_memory, _scope, _store_url, _stores
+from ragport.cli.config import _config, _embedder, _is_memory, _scope, _store_url, _stores
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, _json, _note
 from ragport.cli.progress import track, wanted
 from ragport.domain.errors import (
@@ -103,6 +104,37 @@ def _widen(root: _Root, stores: Stores, scope: Scope) -> None:
         CorpusRoots().set(root.key, root.path)
 
 
+def _text_encoding(args: argparse.Namespace) -> str:
+    """``--encoding``, else ``encoding`` in ragport.toml, else ``utf-8``; checked here, before
+    any store opens (a bad name is a usage error naming where it came from)."""
+    from ragport.adapters.parsers._common import check_encoding
+
+    given = getattr(args, "encoding", None)
+    configured = _config(args).encoding
+    try:
+        return check_encoding(given or configured)
+    except ValidationError as exc:
+        where = "--encoding" if given else f"encoding in {args._config_path}"
+        raise ValidationError(f"{where}: {exc}", field="encoding") from None
+
+
+DECODE_HINT = "try --encoding auto (or the file's codec, e.g. --encoding cp1252)"
+
+
+def _hinted(outcomes: Iterator[FileOutcome], encoding: str) -> Iterator[FileOutcome]:
+    """Each outcome; a file that did not decode gets the hint to name its encoding. Closing
+    this closes ``outcomes`` at once (ingest_files then stops its threads)."""
+    try:
+        for outcome in outcomes:
+            if outcome.reason == "decode" and encoding != "auto":
+                outcome = attrs.evolve(outcome, error=f"{outcome.error or ''}; {DECODE_HINT}")
+            yield outcome
+    finally:
+        close = getattr(outcomes, "close", None)
+        if close is not None:
+            close()
+
+
 def _outcome_line(n: int, total: int, outcome: FileOutcome) -> str:
     name = outcome.source_id or outcome.path
     if outcome.state == "failed":
@@ -117,6 +149,7 @@ def _outcome_line(n: int, total: int, outcome: FileOutcome) -> str:
 def _ingest(args: argparse.Namespace) -> int:
     if args.workers is not None:
         check_workers(args.workers)  # before any store opens
+    encoding = _text_encoding(args)
     scope = _scope(args)
     chosen = _corpus_root(args)
     root = chosen.path
@@ -133,7 +166,7 @@ def _ingest(args: argparse.Namespace) -> int:
     ):
         embedder = _embedder(args, stores, [scope])
         _widen(chosen, stores, scope)
-        results = ingest_files(
+        results = _hinted(ingest_files(
             candidates,
             root=root,
             store=stores.chunks,
@@ -144,7 +177,8 @@ def _ingest(args: argparse.Namespace) -> int:
             overlap=args.overlap,
             max_bytes=args.max_bytes,
             workers=args.workers,
-        )
+            encoding=encoding,
+        ), encoding)  # fmt: skip
         for n, outcome in enumerate(results, start=1):
             outcomes.append(outcome)
             bar.update(done=n, item=outcome.source_id or outcome.path)

@@ -33,6 +33,10 @@ EMBEDDERS = ("minilm", "hash")
 
 
 MODES = ("vector", "lexical", "hybrid")
+ENCODING_HELP = (
+    "how .txt .md .rst bytes are read: utf-8 (strict), auto (UTF-8, else detected: for "
+    "Latin-1/cp1252 folders) or a codec name such as cp1252 (default: ragport.toml, else utf-8)"
+)
 
 
 class _Help(argparse.RawDescriptionHelpFormatter):
@@ -153,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
         help="parse threads of the pipelined ingest, 1..32 (1: one file after another; "
         "default: the cores, 2 to 8)",
     )
+    ingest.add_argument("--encoding", help=ENCODING_HELP)
     ingest.set_defaults(func=_ingest)
 
     query = _sub(
@@ -364,6 +369,7 @@ def _parser() -> argparse.ArgumentParser:
         "--page-size", type=int, default=50,
         help="files per committed page (1..10000): an interrupt loses at most one page",
     )  # fmt: skip
+    folder.add_argument("--encoding", help=ENCODING_HELP)
     folder.set_defaults(func=_sync_folder)
     drive = _sub(
         sync_sub, "drive",

@@ -21,6 +21,7 @@ from ragport.bootstrap import (
 )
 from ragport.bootstrap.ingest import check_workers, default_workers
 from ragport.cli.config import _embedder, _scope, _stores
+from ragport.cli.ingest import DECODE_HINT, _text_encoding
 from ragport.cli.output import _json
 from ragport.cli.progress import track, wanted
 from ragport.domain.errors import (
@@ -66,7 +67,12 @@ def _print_sync(
             print("failed:")
             for f in result.failures:
                 again = "retried next run" if f.retrying else "retried when it changes"
-                print(f"  {f.source_id:<{width}}  {f.reason:<16} {f.error}  ({again})")
+                hint = (
+                    f"; {DECODE_HINT}"
+                    if f.reason == "decode" and _decode_hint_applies(args)
+                    else ""
+                )
+                print(f"  {f.source_id:<{width}}  {f.reason:<16} {f.error}{hint}  ({again})")
         earlier = [s for s in still if s.source_id not in {f.source_id for f in result.failures}]
         if earlier:
             print(f"{len(earlier)} source(s) still failing from earlier runs:")
@@ -79,7 +85,15 @@ def _print_sync(
     return 1 if result.failed or still else 0
 
 
-def _sync_run(args: argparse.Namespace, connector: Any, *, workers: int = 1) -> int:
+def _decode_hint_applies(args: argparse.Namespace) -> bool:
+    """Whether a decode failure may be read with another ``--encoding`` (a folder sync not
+    already detecting)."""
+    return args.sync_command == "folder" and _text_encoding(args) != "auto"
+
+
+def _sync_run(
+    args: argparse.Namespace, connector: Any, *, workers: int = 1, encoding: str = "utf-8"
+) -> int:
     if args.workers is not None:
         check_workers(args.workers)  # before any store opens
     scope = _scope(args)
@@ -108,6 +122,7 @@ def _sync_run(args: argparse.Namespace, connector: Any, *, workers: int = 1) -> 
             on_progress=progress,
             adopt=True,  # the corpus equals what it syncs, whoever wrote it before
             workers=workers if args.workers is None else args.workers,
+            encoding=encoding,
         )
         still = _still_failing(stores, scope)
     return _print_sync(args, result, time.perf_counter() - started, still)
@@ -116,8 +131,9 @@ def _sync_run(args: argparse.Namespace, connector: Any, *, workers: int = 1) -> 
 def _sync_folder(args: argparse.Namespace) -> int:
     from ragport.adapters.connectors import FolderConnector
 
+    encoding = _text_encoding(args)  # before the folder is listed
     connector = FolderConnector(args.path, max_bytes=args.max_bytes, page_size=args.page_size)
-    return _sync_run(args, connector, workers=default_workers())
+    return _sync_run(args, connector, workers=default_workers(), encoding=encoding)
 
 
 def _sync_drive(args: argparse.Namespace) -> int:
