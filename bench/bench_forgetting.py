@@ -15,8 +15,8 @@
 3. The same two measurements on the in-memory store, for comparison.
 
 Run: .venv/bin/python bench/bench_forgetting.py [--quick] [--url URL]
-(default: an embedded server in a temporary directory, stopped at the end; --quick: 2 runs
-and 2,000 rows.) Compare figures measured in one run: these machines are shared and noisy.
+(default: an embedded server in a temporary directory, stopped at the end; --quick: 1 run
+and 1,000 rows.) Compare figures measured in one run: these machines are shared and noisy.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _results import figure, note_postgres, target, write_result
 from sqlalchemy import event, text
 
 from ragport import (
@@ -224,6 +225,7 @@ def bench_propagate(store: Any, runs: int, label: str) -> dict[str, Any]:
         "min_ms": min(times) * 1e3,
         "max_ms": max(times) * 1e3,
         "batches": -(-(DERIVED + 1) // TOMBSTONE_BATCH),
+        "times_ms": [t * 1e3 for t in times],
     }
     if counts:
         assert len(set(counts)) == 1, counts
@@ -290,6 +292,7 @@ def report(name: str, propagate: dict[str, Any], repoint: dict[str, Any]) -> Non
 
 
 def run_postgres(url: str, runs: int, rows: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    note_postgres(url)
     schema = "bench_forget_" + uuid.uuid4().hex[:8]
     store = PostgresStore(url, schema=schema, create=True)
     try:
@@ -303,13 +306,13 @@ def run_postgres(url: str, runs: int, rows: int) -> tuple[dict[str, Any], dict[s
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 runs, 2,000 rows (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="1 run, 1,000 rows (smoke test)")
     parser.add_argument(
         "--url", default=None, help="postgresql:// URL instead of an embedded server"
     )
     args = parser.parse_args(argv)
-    runs = 2 if args.quick else 5
-    rows = 2_000 if args.quick else REPOINT_ROWS
+    runs = 1 if args.quick else 5
+    rows = 1_000 if args.quick else REPOINT_ROWS
 
     memory = InMemoryStore()
     mem_propagate = bench_propagate(memory, runs, "memory")
@@ -323,6 +326,36 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pg_propagate, pg_repoint = run_postgres(url, runs, rows)
     report("postgres", pg_propagate, pg_repoint)
     report("memory", mem_propagate, mem_repoint)
+    ids = f"{pg_propagate['ids']:,}"
+    write_result(
+        "forgetting",
+        quick=args.quick,
+        figures={
+            "pg_propagate_ms": figure(
+                f"PostgreSQL: propagate a deletion to {ids} ids",
+                "ms",
+                samples=pg_propagate["times_ms"],
+            ),
+            "pg_propagate_statements": figure(
+                "PostgreSQL: statements in propagate", "", pg_propagate.get("statements")
+            ),
+            "pg_repoint_rows_per_s": figure(
+                f"PostgreSQL: repoint_source of {pg_repoint['rows']:,} rows",
+                "rows/s",
+                pg_repoint["rows_per_s"],
+            ),
+            "memory_propagate_ms": figure(
+                f"in memory: propagate to {ids} ids", "ms", samples=mem_propagate["times_ms"]
+            ),
+            "memory_repoint_rows_per_s": figure(
+                f"in memory: repoint_source of {mem_repoint['rows']:,} rows",
+                "rows/s",
+                mem_repoint["rows_per_s"],
+            ),
+        },
+        targets=[target("pg_repoint_rows_per_s", ">=", 5000)],
+        details={"postgres": {"propagate": pg_propagate, "repoint": pg_repoint}},
+    )
     return 0
 
 

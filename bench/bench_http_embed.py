@@ -25,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 
 import numpy as np
+from _results import figure, target, write_result
 
 from ragport.adapters.embedders import TeiEmbedder
 
@@ -127,12 +128,24 @@ def main(argv: list[str] | None = None) -> int:
             f"runs {', '.join(f'{t:.2f}' for t in times[c])}; server peak in flight "
             f"{peaks[c]}; sleep floor {floor / c:.2f} s)"
         )
+    figures = {
+        f"c{c}_s": figure(
+            f"embed {len(texts):,} chunks at max_concurrency={c}", "s", samples=times[c]
+        )
+        for c in args.concurrency
+    }
+    targets = []
     if 1 in times and len(times) > 1:
         base = statistics.median(times[1])
         for c in args.concurrency:
             if c != 1:
                 ratio = base / statistics.median(times[c])
                 print(f"  speed-up at {c} vs 1: {ratio:.2f}x (goal at 4: >= 3.5x)")
+                figures[f"speedup_{c}"] = figure(f"speed-up at {c} vs 1 (medians)", "x", ratio)
+                figures[f"speedup_{c}"]["ratio_of"] = ["c1_s", f"c{c}_s"]
+                if c == 4:
+                    targets.append(target("speedup_4", ">=", 3.5))
+    write_result("http_embed", figures=figures, targets=targets)
     for embedder in embedders.values():
         embedder.close()
     server.terminate()

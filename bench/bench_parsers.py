@@ -33,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
+from _results import figure, ratio, target, write_result  # noqa: E402
 from pdf_bytes import pdf  # noqa: E402
 
 WORDS = [
@@ -323,8 +324,18 @@ def main() -> int:
     args = parser.parse_args()
     print("| Parser | Document | ragport MB/s | bare call MB/s | ratio |")
     print("|---|---|---|---|---|")
+    figures: dict[str, dict[str, object]] = {}
+    targets = []
     for name, size, ours, bare in parse_figures(args.repeat, args.only):
         print(f"| {name} | {size / 1e3:,.0f} KB | {ours:.3g} | {bare:.3g} | {ours / bare:.2f}x |")
+        key = name.lower()
+        figures[f"{key}_mb_s"] = figure(f"{name} ({size / 1e3:,.0f} KB): ragport", "MB/s", ours)
+        figures[f"{key}_bare_mb_s"] = figure(f"{name}: bare library call", "MB/s", bare)
+        figures[f"{key}_ratio"] = ratio(
+            f"{name}: ragport / bare call", ours, bare, (f"{key}_mb_s", f"{key}_bare_mb_s")
+        )
+        if name != "Markdown":  # its bare call is bytes.decode, not a like-for-like baseline
+            targets.append(target(f"{key}_ratio", ">=", 0.8))
     if not args.skip_ingest:
         f = ingest_figures()
         print(
@@ -332,6 +343,12 @@ def main() -> int:
             f"{f['seconds']:.1f} s, {f['files'] / f['seconds']:.1f} files/s; "
             f"parse {f['parse']:.1f} s, embed {f['embed']:.1f} s, load+chunk+write {f['write']:.1f} s"
         )
+        figures["ingest_files_per_s"] = figure(
+            f"ingest_files of {f['files']:.0f} mixed files (HashEmbedder)",
+            "files/s",
+            f["files"] / f["seconds"],
+        )
+    write_result("parsers", figures=figures, targets=targets)
     return 0
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
+from _results import figure, ratio, target, write_result  # noqa: E402
 from pdf_bytes import manual  # noqa: E402
 
 FILES: dict[str, Callable[[], bytes]] = {
@@ -99,6 +100,10 @@ def main() -> int:
         " | ratio | ratio less worker start |"
     )
     print("|---|---|---|---|---|---|---|")
+    figures: dict[str, dict[str, object]] = {
+        "worker_start_ms": figure("worker start (empty round trip, median)", "ms", start * 1000)
+    }
+    targets = []
     for name, make in FILES.items():
         if args.only and name not in args.only:
             continue
@@ -114,6 +119,17 @@ def main() -> int:
             f" | {(m_ours - start) / m_bare:.2f}x |",
             flush=True,
         )
+        key = name.lower()
+        figures[f"{key}_parser_s"] = figure(f"{name} ({pages} pages): PdfParser", "s", samples=ours)
+        figures[f"{key}_pdfminer_s"] = figure(f"{name}: in-process pdfminer", "s", samples=bare)
+        figures[f"{key}_ratio"] = ratio(
+            f"{name}: ratio of medians less the worker start",
+            m_ours - start,
+            m_bare,
+            (f"{key}_parser_s", f"{key}_pdfminer_s"),
+        )
+        targets.append(target(f"{key}_ratio", "<=", 1.3))
+    write_result("pdf", figures=figures, targets=targets)
     return 0
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import bench_postgres as bp
 import numpy as np
+from _results import figure, note_postgres, target, write_result
 from psycopg.types.json import Jsonb
 
 from ragport.adapters.postgres import PostgresStore, embedded_server
@@ -186,7 +187,9 @@ def measure(
     return out
 
 
-def run(url: str, rows: int, builds: int) -> None:
+def run(url: str, rows: int, builds: int) -> dict[str, list[dict[str, Any]]]:
+    note_postgres(url)
+    measured: dict[str, list[dict[str, Any]]] = {}
     schema = f"bench_recall_{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()
     corpus = bp.Corpus(rows)
@@ -204,6 +207,7 @@ def run(url: str, rows: int, builds: int) -> None:
             seconds = build_index(url, store)
             log(f"build {build}: HNSW index built in {seconds:.1f} s")
             for case in measure(url, store, corpus, granted, queries):
+                measured.setdefault(case["case"], []).append(case)
                 print(
                     f"build {build} (HNSW build {seconds:.1f} s, {rows:,} rows): "
                     f"{case['case']} ({case['qualifying']:,} rows, {case['pct']:.2f}%): "
@@ -217,6 +221,24 @@ def run(url: str, rows: int, builds: int) -> None:
         with bp.raw_connection(url) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     log(f"total {time.perf_counter() - t0:.0f} s")
+    return measured
+
+
+def write_json(measured: dict[str, list[dict[str, Any]]], rows: int, builds: int) -> None:
+    """Recall@10 per predicate over the builds; issue 17's target: at least 0.95 each."""
+    figures: dict[str, dict[str, Any]] = {}
+    for name, cases in measured.items():
+        key = name.replace(" + ", "_").replace(" ", "_").lower()
+        figures[f"recall_{key}"] = figure(
+            f"recall@10, {name} ({cases[0]['pct']:.2f}% of {rows:,} rows), {builds} HNSW builds",
+            "",
+            samples=[c["recall"] for c in cases],
+        )
+        figures[f"p50_{key}"] = figure(
+            f"store.query p50, {name}", "ms", samples=[c["p50_ms"] for c in cases]
+        )
+    targets = [target(k, ">=", 0.95) for k in figures if k.startswith("recall_")]
+    write_result("pg_recall", figures=figures, targets=targets, quick=rows < 100_000)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -227,13 +249,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.data:
         with embedded_server(Path(args.data), keep_running=True) as url:
-            run(url, args.rows, args.builds)
-        return 0
-    with (
-        tempfile.TemporaryDirectory(prefix="ragport-bench-recall-") as tmp,
-        embedded_server(Path(tmp) / "data", keep_running=False) as url,
-    ):
-        run(url, args.rows, args.builds)
+            measured = run(url, args.rows, args.builds)
+    else:
+        with (
+            tempfile.TemporaryDirectory(prefix="ragport-bench-recall-") as tmp,
+            embedded_server(Path(tmp) / "data", keep_running=False) as url,
+        ):
+            measured = run(url, args.rows, args.builds)
+    write_json(measured, args.rows, args.builds)
     return 0
 
 

@@ -68,6 +68,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from _results import note_postgres
 from pg_corpus import (  # re-exported: bench_pg_lexical.py and pg_latency_probe.py use them
     DIMS,
     EMBEDDER_ID,
@@ -83,7 +84,14 @@ from pg_corpus import (  # re-exported: bench_pg_lexical.py and pg_latency_probe
     raw_connection,
 )
 from pg_recall import FILTER_TAG, GRANTED_FRACTION, N_RECALL_QUERIES, print_recall
-from pg_writes import DELETE_ROWS, DELETE_RUNS, StatementCounter, bench_delete, bench_replace
+from pg_writes import (
+    DELETE_ROWS,
+    DELETE_RUNS,
+    StatementCounter,
+    bench_delete,
+    bench_replace,
+    write_json,
+)
 from psycopg.types.json import Jsonb
 
 from ragport import replace_source, retrieve_context
@@ -402,7 +410,7 @@ def bench_retrieve(
 
 def report_reads(
     url: str, store: PostgresStore, corpus: Corpus, embedder: PrecomputedEmbedder, rows: int
-) -> None:
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Sections 2 and 3: retrieve latency against raw SQL, recall."""
     retrieve = bench_retrieve(url, store, corpus, embedder)
     print(
@@ -422,11 +430,14 @@ def report_reads(
         f"HNSW: {retrieve['uses_hnsw']}; top-{TOP_K} overlap {retrieve['overlap']:.3f}",
         flush=True,
     )
-    print_recall(url, store, corpus)
+    return retrieve, print_recall(url, store, corpus)
 
 
 # -- main ---------------------------------------------------------------------------------------
-def run(url: str, rows: int, *, isotropic: bool = False, writes_only: bool = False) -> None:
+def run(
+    url: str, rows: int, *, isotropic: bool = False, writes_only: bool = False
+) -> dict[str, Any]:
+    note_postgres(url)
     tag = uuid.uuid4().hex[:8]
     rp_schema, copy_schema = f"bench_rp_{tag}", f"bench_copy_{tag}"
     t0 = time.perf_counter()
@@ -458,8 +469,7 @@ def run(url: str, rows: int, *, isotropic: bool = False, writes_only: bool = Fal
             f"statements + {copies} COPY (+ COMMIT)",
             flush=True,
         )
-        if not writes_only:
-            report_reads(url, store, corpus, embedder, rows)
+        reads = None if writes_only else report_reads(url, store, corpus, embedder, rows)
         replace = bench_replace(store, corpus, embedder)
         print(
             f"replace_source of an existing {PER_SOURCE}-chunk source median "
@@ -486,6 +496,7 @@ def run(url: str, rows: int, *, isotropic: bool = False, writes_only: bool = Fal
             for schema in (rp_schema, copy_schema):
                 conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     log(f"total {time.perf_counter() - t0:.0f} s")
+    return {"rows": rows, "ingest": ingest, "reads": reads, "replace": replace, "delete": delete}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -505,17 +516,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="ingest, replacement and deletion only (no retrieve or recall sections)",
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="40 queries, 2 delete and 3 replace runs instead of 200, 5 and 10 (make bench-quick)",
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        import pg_recall
+        import pg_writes
+
+        global N_QUERIES, DELETE_RUNS
+        N_QUERIES = pg_recall.N_RECALL_QUERIES = 40
+        pg_recall.N_EXACT = 5
+        DELETE_RUNS = pg_writes.DELETE_RUNS = 2
+        pg_writes.REPLACE_RUNS = 3
     rows = args.rows or (10_000 if args.quick else 100_000)
     if rows < DELETE_ROWS:
         parser.error(f"--rows must be at least {DELETE_ROWS}")
     if args.url:
-        run(args.url, rows, isotropic=args.isotropic, writes_only=args.writes_only)
-        return 0
-    with tempfile.TemporaryDirectory(prefix="ragport-bench-pg-") as tmp:
-        log("starting an embedded server")
-        with embedded_server(Path(tmp) / "data", keep_running=False) as url:
-            run(url, rows, isotropic=args.isotropic, writes_only=args.writes_only)
+        measured = run(args.url, rows, isotropic=args.isotropic, writes_only=args.writes_only)
+    else:
+        with tempfile.TemporaryDirectory(prefix="ragport-bench-pg-") as tmp:
+            log("starting an embedded server")
+            with embedded_server(Path(tmp) / "data", keep_running=False) as url:
+                measured = run(url, rows, isotropic=args.isotropic, writes_only=args.writes_only)
+    if not args.isotropic:  # the isotropic corpus is a sensitivity check, not the headline
+        measured["writes_only"] = args.writes_only
+        write_json(measured, args.quick or args.smoke or rows < 100_000)
     return 0
 
 

@@ -13,6 +13,8 @@ import sys
 import time
 from datetime import UTC, datetime
 
+from _results import figure, target, write_result
+
 from ragport import Hit, Provenance, rerank_hits
 
 
@@ -59,6 +61,17 @@ def main() -> int:
         f"rerank_hits over {len(hits)} candidates: median {statistics.median(seam) * 1e6:.0f} us, "
         f"reranker alone {statistics.median(direct) * 1e6:.1f} us, seam overhead "
         f"{overhead * 1e6:.0f} us (p95 {statistics.quantiles(seam, n=20)[-1] * 1e6:.0f} us)"
+    )
+    write_result(
+        "rerank_seam",
+        figures={
+            "seam_ms": figure(
+                f"rerank_hits, {len(hits)} candidates", "ms", samples=[t * 1e3 for t in seam]
+            ),
+            "direct_ms": figure("the reranker alone", "ms", samples=[t * 1e3 for t in direct]),
+            "overhead_ms": figure("seam overhead (difference of medians)", "ms", overhead * 1e3),
+        },
+        targets=[target("overhead_ms", "<=", 1.0)],
     )
     return 0
 

@@ -30,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
+from _results import figure, note_postgres, target, write_result  # noqa: E402
+
 import ragport  # noqa: E402
 from ragport.adapters.connectors import FolderConnector, GoogleDriveConnector  # noqa: E402
 from ragport.adapters.embedders import HashEmbedder  # noqa: E402
@@ -203,6 +205,21 @@ def main() -> None:
         f"  bootstrap            {drive['bootstrap_s']:.2f} s  = {drive['files_per_s']:.0f} files/s"
     )
     print(f"  no-change run        {drive['no_change_s'] * 1000:.0f} ms")
+    n = f"{args.files:,}"
+    figures = {
+        "memory_files_per_s": figure(
+            f"folder bootstrap of {n} files, in memory", "files/s", folder["files_per_s"]
+        ),
+        "memory_no_change_s": figure("no-change run, in memory", "s", folder["no_change_s"]),
+        "memory_embedded": figure(
+            "texts embedded by the no-change run, in memory", "texts", folder["embedded"]
+        ),
+        "drive_files_per_s": figure(
+            f"fake-Drive bootstrap of {n} files", "files/s", drive["files_per_s"]
+        ),
+        "drive_no_change_s": figure("fake-Drive no-change run", "s", drive["no_change_s"]),
+    }
+    targets = [target("memory_no_change_s", "<=", 1.0), target("memory_embedded", "<=", 0)]
     if args.postgres:
         import shutil
 
@@ -216,6 +233,7 @@ def main() -> None:
         base = Path(tempfile.mkdtemp(prefix="ragport-bench-sync-"))
         try:
             with embedded_server(base / "data", keep_running=False) as url:
+                note_postgres(url)
                 counter = iter(range(1000))
 
                 def pg_stores():
@@ -238,6 +256,17 @@ def main() -> None:
             f"  no-change run        {pg['no_change_s'] * 1000:.0f} ms, {pg['embedded']} texts embedded"
         )
         print(f"  no-change run, racy  {pg['no_change_racy_s'] * 1000:.0f} ms")
+        figures.update(
+            pg_files_per_s=figure(
+                f"folder bootstrap of {n} files, PostgreSQL", "files/s", pg["files_per_s"]
+            ),
+            pg_no_change_s=figure("no-change run, PostgreSQL", "s", pg["no_change_s"]),
+            pg_embedded=figure(
+                "texts embedded by the no-change run, PostgreSQL", "texts", pg["embedded"]
+            ),
+        )
+        targets += [target("pg_no_change_s", "<=", 1.0), target("pg_embedded", "<=", 0)]
+    write_result("sync", figures=figures, targets=targets)
 
 
 if __name__ == "__main__":

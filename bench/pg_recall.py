@@ -159,10 +159,11 @@ def bench_recall(url: str, store: PostgresStore, corpus: Corpus) -> list[dict[st
     return results
 
 
-def print_recall(url: str, store: PostgresStore, corpus: Corpus) -> None:
-    """Section 3's printed lines."""
+def print_recall(url: str, store: PostgresStore, corpus: Corpus) -> list[dict[str, Any]]:
+    """Section 3's printed lines; returns the measured cases."""
     granted = max(1, round(len(corpus.sources) * GRANTED_FRACTION))
-    for case in bench_recall(url, store, corpus):
+    cases = bench_recall(url, store, corpus)
+    for case in cases:
         r, n, e, ms, poor = (
             case["recall"],
             case["count"],
@@ -191,3 +192,4 @@ def print_recall(url: str, store: PostgresStore, corpus: Corpus) -> None:
             f"re-run equals store.query in {case['same_as_store']}/{N_RECALL_QUERIES}",
             flush=True,
         )
+    return cases

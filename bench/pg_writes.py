@@ -1,4 +1,4 @@
-"""Write figures of ``bench_postgres.py``: statement counts, deletion, replacement."""
+"""Write figures of ``bench_postgres.py``: statement counts, deletion, replacement; its JSON."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from _results import figure, ratio, target, write_result
 from pg_corpus import (
     N_CENTROIDS,
     SCOPE,
@@ -159,3 +160,67 @@ def bench_replace(
         "replace_ms": statistics.median(again) * 1e3,
         "ratio": statistics.median(again) / statistics.median(first),
     }
+
+
+def write_json(measured: dict[str, Any], quick: bool) -> None:
+    """The headline figures and issue 17's targets (bench/history/RESULTS-2026-12.md)."""
+    n = f"{measured['rows'] // 1000}k rows"
+    ingest, replace, delete = measured["ingest"], measured["replace"], measured["delete"]
+    figures = {
+        "ingest_rps": figure(f"ingest via replace_source, {n}", "rows/s", ingest["rp_rps"]),
+        "copy_rps": figure("raw binary COPY of the same rows", "rows/s", ingest["copy_rps"]),
+        "ingest_ratio": figure("ingest / raw COPY", "%", 100 * ingest["ratio"]),
+        "replace_ratio": figure(
+            "replace_source of an existing source / a first write", "x", replace["ratio"]
+        ),
+        "delete_ms": figure(
+            f"delete_source of {DELETE_ROWS:,} rows (median)", "ms", delete["median_ms"]
+        ),
+        "raw_delete_ms": figure(
+            f"raw DELETE of {DELETE_ROWS:,} rows", "ms", delete["raw_median_ms"]
+        ),
+        "delete_ratio": ratio(
+            "delete_source / raw DELETE",
+            delete["median_ms"],
+            delete["raw_median_ms"],
+            ("delete_ms", "raw_delete_ms"),
+        ),
+    }
+    figures["ingest_ratio"]["ratio_of"] = ["ingest_rps", "copy_rps"]
+    targets = [
+        target("ingest_ratio", ">=", 70),
+        target("replace_ratio", "<=", 1.3),
+        target("delete_ratio", "<=", 10),
+    ]
+    if measured["reads"] is not None:
+        retrieve, recall = measured["reads"]
+        figures.update(
+            retrieve_p50_ms=figure(
+                "retrieve_context p50 (vector, top 10 of 20)", "ms", retrieve["rp_p50"]
+            ),
+            raw_p50_ms=figure("equivalent raw SQL p50", "ms", retrieve["raw_p50"]),
+            retrieve_ratio=ratio(
+                "retrieve / equivalent raw SQL, p50",
+                retrieve["rp_p50"],
+                retrieve["raw_p50"],
+                ("retrieve_p50_ms", "raw_p50_ms"),
+            ),
+            hybrid_p50_ms=figure(
+                "hybrid retrieve_context(lexical='fts') p50", "ms", retrieve["hybrid_p50"]
+            ),
+        )
+        targets += [target("retrieve_ratio", "<=", 1.5), target("hybrid_p50_ms", "<=", 50)]
+        for case in recall:
+            key = "recall_" + case["case"].replace(" + ", "_").replace(" ", "_").lower()
+            figures[key] = figure(
+                f"recall@10 of store.query, {case['case']} ({case['qualifying_pct']:.2f}% qualify)",
+                "",
+                case["recall"]["store"],
+            )
+            targets.append(target(key, ">=", 0.95))
+    write_result(
+        "postgres" if not measured.get("writes_only") else "postgres_writes",
+        quick=quick,
+        figures=figures,
+        targets=targets,
+    )

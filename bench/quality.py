@@ -25,6 +25,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
+from _results import figure, note_postgres, target, write_result
 
 from ragport import Chunk, Scope, index_chunks
 from ragport.adapters.embedders import MiniLmEmbedder
@@ -84,6 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--store", choices=("memory", "postgres"), default="memory")
     parser.add_argument("--limit-queries", type=int, default=None)
     parser.add_argument(
+        "--limit-docs",
+        type=int,
+        default=None,
+        help="index only the abstracts these queries judge plus the first N others (quick runs)",
+    )
+    parser.add_argument(
         "--language",
         choices=("english", "simple"),
         default="english",
@@ -96,6 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     queries = [q for q in queries if q.id in qrels]
     if args.limit_queries:
         queries = queries[: args.limit_queries]
+    if args.limit_docs is not None:
+        judged = {doc_id for q in queries for doc_id in qrels[q.id]}
+        others = [doc for doc in corpus if doc.id not in judged][: args.limit_docs]
+        keep = judged | {doc.id for doc in others}
+        corpus = [doc for doc in corpus if doc.id in keep]
     embedder = CachedEmbedder(MiniLmEmbedder(), CACHE / "cranfield-minilm.npz")
     with ExitStack() as stack:
         if args.store == "memory":
@@ -107,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             url = stack.enter_context(
                 embedded_server(tempfile.mkdtemp() + "/pg", keep_running=False)
             )
+            note_postgres(url)
             store = PostgresStore(url, schema="quality", create=True)
             stack.callback(store.engine.dispose)
             mode = "fts"
@@ -151,6 +164,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in results
     }
     (CACHE / f"quality-{args.store}.json").write_text(json.dumps(summary, indent=2))
+    names = ("lexical", "vector", "hybrid", "rerank_embedding", "rerank_fake")
+    figures: dict[str, dict[str, object]] = {}
+    for key, r in zip(names, results, strict=True):
+        figures[f"{key}_ndcg"] = figure(f"{r.config}: nDCG@10", "", r.ndcg)
+        figures[f"{key}_recall"] = figure(f"{r.config}: recall@10", "", r.recall)
+    figures["hybrid_mrr"] = figure(f"{results[2].config}: MRR@10", "", results[2].mrr)
+    figures["hybrid_p50_ms"] = figure(
+        f"{results[2].config}: p50 per query", "ms", results[2].p50_ms
+    )
+    # The targets RESULTS.md states: the hybrid reaches nDCG@10 0.39 in memory (English
+    # analyzer) and 0.392 on PostgreSQL (issue 17), over the 150 judged development queries.
+    bound = 0.392 if args.store == "postgres" else 0.39
+    name = f"quality_{args.store}" + ("_simple" if args.language == "simple" else "")
+    write_result(
+        name,
+        figures=figures,
+        targets=[target("hybrid_ndcg", ">=", bound)],
+        details={"queries": len(queries), "abstracts": len(corpus), "analyzer": analyzer},
+    )
     return 0
 
 
