@@ -29,11 +29,12 @@ layers: install
 	$(BIN)/lint-imports
 
 # pytest-xdist: one worker process per core, each with its own embedded PostgreSQL server
-# (tests/conftest.py). PYTEST_WORKERS=0 runs the suite in this one process.
+# (tests/conftest.py). PYTEST_WORKERS=0 runs the suite in this one process. --dist loadgroup keeps
+# a module marked xdist_group on one worker (tests/contract/test_postgres_store_contract.py).
 PYTEST_WORKERS ?= auto
 
 pytest: install
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS)
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: lint typecheck layers pytest
 

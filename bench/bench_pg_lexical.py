@@ -48,6 +48,7 @@ from ragport.adapters.postgres.indexes import VectorIndexes
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pg_corpus as bp
+from _results import figure, note_postgres, ratio, target, write_result
 
 S = '"prof"'
 SCOPE = ragport.Scope("bench", "r", "c")
@@ -250,7 +251,7 @@ def add_vectors(store: PostgresStore, rows: int) -> np.ndarray:
 
 def bench_hybrid(
     store: PostgresStore, rows: int, texts: list[str], n: int, baseline: ModuleType | None
-) -> None:
+) -> dict[str, list[float]]:
     """``retrieve_context(lexical="fts")`` p50/p95 over ``n`` bench-style hybrid queries, this
     tree's lexical SQL and (``baseline``) another's alternating per query."""
     vectors = add_vectors(store, rows)
@@ -286,6 +287,60 @@ def bench_hybrid(
             f"  {name}: p50 {np.median(ms):.1f} ms, p95 {np.percentile(ms, 95):.1f} ms, "
             f"max {ms.max():.1f} ms"
         )
+    return times
+
+
+def write_json(args: argparse.Namespace, load: str, times: dict[str, list[float]]) -> None:
+    """Issue 17's targets: hybrid p50 <= 50 ms at 100k rows, the lexical leg's p50 <= 200 ms
+    at 1M rows, and 100,000 tombstones at most 1.1x the time of 10."""
+    what = "hybrid retrieve_context(lexical='fts')" if args.hybrid else "lexical statement (k 20)"
+    figures: dict[str, dict[str, object]] = {}
+    targets = []
+    for name, ts in times.items():
+        key = (
+            "this_tree"
+            if name == "this tree"
+            else ("baseline" if name == "baseline" else "tombstones")
+        )
+        ms = [t * 1e3 for t in ts]
+        figures[f"{key}_p50_ms"] = figure(
+            f"{what} p50, {name}, {args.rows:,} rows", "ms", float(np.median(ms))
+        )
+        figures[f"{key}_p95_ms"] = figure(f"{what} p95, {name}", "ms", float(np.percentile(ms, 95)))
+    if args.hybrid:
+        targets.append(target("this_tree_p50_ms", "<=", 50))
+    else:
+        targets.append(target("this_tree_p50_ms", "<=", 200))
+    if "tombstones_p50_ms" in figures:
+        figures["tombstone_ratio"] = ratio(
+            f"{args.tombstones:,} more tombstones / this tree, p50",
+            figures["tombstones_p50_ms"]["value"],
+            figures["this_tree_p50_ms"]["value"],
+            ("tombstones_p50_ms", "this_tree_p50_ms"),
+        )
+        targets.append(target("tombstone_ratio", "<=", 1.1))
+    suffix = (
+        ""
+        if args.hybrid and not args.tombstones and not args.baseline
+        else "_"
+        + "_".join(
+            part
+            for part, on in (
+                ("lexical", not args.hybrid),
+                ("tombstones", args.tombstones),
+                ("baseline", args.baseline),
+            )
+            if on
+        )
+    )
+    big = args.rows >= (100_000 if args.hybrid else 1_000_000)
+    write_result(
+        f"pg_lexical{suffix}",
+        figures=figures,
+        targets=targets,
+        quick=not big,
+        details={"rows": args.rows, "load": load, "queries": args.queries},
+    )
 
 
 def main() -> None:
@@ -297,9 +352,11 @@ def main() -> None:
     ap.add_argument("--tombstones", type=int, default=0)
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--hybrid", action="store_true", help="time retrieve_context(lexical='fts')")
+    ap.add_argument("--stop", action="store_true", help="stop the server at the end (data kept)")
     args = ap.parse_args()
     load = args.load or ("store" if args.rows <= 100_000 else "copy")
-    with embedded_server(args.data, keep_running=True) as url:
+    with embedded_server(args.data, keep_running=not args.stop) as url:
+        note_postgres(url)
         store = PostgresStore(url, schema="prof", create=True)
         if store.current_generation(SCOPE) == 0:
             texts = (load_copy if load == "copy" else load_store)(store, args.rows)
@@ -309,7 +366,9 @@ def main() -> None:
             texts = list(bp.Corpus(args.rows).texts)
         if args.hybrid:
             base = _module(args.baseline) if args.baseline else None
-            bench_hybrid(store, args.rows, texts, args.queries, base)
+            times = bench_hybrid(store, args.rows, texts, args.queries, base)
+            store.engine.dispose()
+            write_json(args, load, times)
             return
         legs: dict[str, tuple[ModuleType, ragport.Scope]] = {"this tree": (queries, SCOPE)}
         if args.baseline:
@@ -354,6 +413,8 @@ def main() -> None:
                 f"max {ms.max():.1f} ms; p50 ratio to this tree {np.median(ts) / base:.2f}x"
             )
         print("  ranks equal to 1e-6 across legs on every query")
+        store.engine.dispose()
+    write_json(args, load, times)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,10 @@ from ragport.adapters.postgres import status as status_module
 from ragport.adapters.postgres import store as store_module
 from ragport.contract_tests import ChunkStoreContract, IngestionStatusStoreContract
 
+# One xdist worker runs the whole module (make test passes --dist loadgroup): the last test
+# reads what the suites before it captured in this process.
+pytestmark = pytest.mark.xdist_group("postgres_statement_capture")
+
 CAPTURED: list[str] = []
 _MIGRATING = [False]
 

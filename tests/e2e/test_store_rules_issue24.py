@@ -358,10 +358,11 @@ def test_cli_rollback_corrects_ragport_status(tmp_path, monkeypatch, pg_url, pg_
         items = out["items"] if isinstance(out, dict) else out
         return {i["source_id"] for i in items}
 
-    assert listed() == {"a.md", "b.md"}
+    # a file under the current folder is rooted there (docs/cli.md, "The corpus root")
+    assert listed() == {"docs/a.md", "docs/b.md"}
     assert main(["rollback", "--to", "1", "--corpus", "kb", "--yes", *store]) == EXIT_OK
     capsys.readouterr()
-    assert listed() == {"a.md"}
+    assert listed() == {"docs/a.md"}
 
 
 def test_the_facade_rollback_corrects_its_status_store():
