@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo install lint typecheck layers pytest bench clean
+.PHONY: test demo install lint typecheck layers pytest bench bench-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,18 @@ test: lint typecheck layers pytest
 demo: install
 	$(BIN)/ragport demo
 
+# Every benchmark (hours), or each at its smoke size (bench-quick, under 5 minutes); both write
+# JSON to bench/results[/quick]/ and end by rendering bench/RESULTS.md from it (a failed benchmark
+# still renders what ran, then exits 1). psycopg-pool is bench_aio.py's bench-only dependency.
+BENCH_DEPS := 'psycopg-pool>=3.2,<4'
+
 bench: install
+	$(BIN)/python -m pip install --quiet $(BENCH_DEPS)
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
+
+bench-quick: install
+	$(BIN)/python -m pip install --quiet $(BENCH_DEPS)
+	$(BIN)/python bench/run_all.py --quick $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -38,9 +38,11 @@ from the batch start to the call's end (so it includes waiting for a token, a co
 a thread: 200 calls share 10); p50/p95 ms; and the bench process's CPU time (all its threads,
 ``time.process_time``) per call, which is the client's share of the 2 cores: what is left of
 the wall time is the server's work and waiting. Printed: calls/s min/median/max, median p50 and
-p95, and the ratio B/A (and C/A) of the median calls/s. Written to ``bench/results/aio.json``
-with the machine (cores, memory, CPU model), PostgreSQL and pgvector versions, git commit
-and date.
+p95, and the ratio B/A (and C/A) of the median calls/s. Written by ``_results.write_result``
+to ``bench/results/aio.json`` (``results/quick/`` for a smaller corpus or fewer rounds): A's
+and B's calls/s per round and B/A per mode as figures, with the target B/A <= 1.2 (native
+async does not pay below it, so the reads stay on the limiter), and every path's summary,
+C included, as details.
 
 Bench-only dependency: ``psycopg-pool`` (``.venv/bin/pip install psycopg-pool``); ragport
 itself does not depend on it.
@@ -55,24 +57,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
+from _results import figure, note_postgres, target, write_result
 from pg_corpus import log, pct, random_texts
 from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool
@@ -96,7 +94,8 @@ PATH_NAMES = {
     "B": "psycopg AsyncConnectionPool(10), replayed SQL (upper bound)",
     "C": "sync retrieve on ThreadPoolExecutor(10)",
 }
-RESULTS = Path(__file__).parent / "results" / "aio.json"
+MODE_TEXT = {"vector": "vector", "hybrid": "hybrid (fts)"}
+NATIVE_PAYS = 1.2  # B/A above this and native async reads would be worth their code
 
 Statement = tuple[str, Any, bool | None, int]  # query, params, prepare, rowcount
 
@@ -255,39 +254,6 @@ def summarise(batches: list[list[float]], cpu_ms: list[float]) -> dict[str, Any]
     }
 
 
-def machine(url: str) -> dict[str, Any]:
-    cpu = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem_gb = None
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        kb = Path("/proc/meminfo").read_text().split("\n")[0].split()[1]
-        mem_gb = round(int(kb) / 1024 / 1024, 1)
-    with psycopg.connect(url) as conn:
-        pg = conn.execute("SHOW server_version").fetchone()
-        vec = conn.execute(
-            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-        ).fetchone()
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
-    ).stdout.strip()
-    return {
-        "cores": os.cpu_count(),
-        "memory_gb": mem_gb,
-        "cpu_model": cpu,
-        "python": platform.python_version(),
-        "postgresql": pg[0] if pg else None,
-        "pgvector": vec[0] if vec else None,
-        "psycopg": psycopg.__version__,
-        "git_commit": commit,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "load_average": os.getloadavg(),
-    }
-
-
 def print_table(summary: dict[str, dict[str, dict[str, Any]]], rounds: int) -> None:
     print(f"{CALLS} concurrent retrieve calls ({N_QUERIES} distinct queries), {rounds} rounds")
     print(
@@ -402,7 +368,6 @@ def run(url: str, args: argparse.Namespace, *, drop: bool) -> dict[str, Any]:
         summary, sa_count = asyncio.run(
             measure(rag, engine, url, query_texts, args.rounds, args.seed)
         )
-        info = machine(url)
     finally:
         if drop:
             with engine.begin() as conn:
@@ -419,8 +384,6 @@ def run(url: str, args: argparse.Namespace, *, drop: bool) -> dict[str, Any]:
         for m in summary
     }
     return {
-        "bench": "bench/bench_aio.py",
-        "command": " ".join([".venv/bin/python", "bench/bench_aio.py", *sys.argv[1:]]),
         "chunks": args.sources * args.per_source,
         "sources": args.sources,
         "load_seconds": round(load_s, 1),
@@ -434,8 +397,35 @@ def run(url: str, args: argparse.Namespace, *, drop: bool) -> dict[str, Any]:
         "sqlalchemy_statements_during_capture": sa_count,
         "results": summary,
         "ratio_of_medians": ratios,
-        "machine": info,
     }
+
+
+def figures_and_targets(
+    summary: dict[str, dict[str, dict[str, Any]]],
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """A's and B's calls/s (one sample per round) and B/A of the medians, per mode."""
+    figures: dict[str, dict[str, Any]] = {}
+    targets = []
+    for mode, paths in summary.items():
+        what = MODE_TEXT[mode]
+        figures[f"{mode}_a_calls_per_s"] = figure(
+            f"{what}: A, AsyncRag (limiter of {POOL})",
+            "calls/s",
+            samples=paths["A"]["calls_per_s_runs"],
+        )
+        figures[f"{mode}_b_calls_per_s"] = figure(
+            f"{what}: B, psycopg async pool (upper bound)",
+            "calls/s",
+            samples=paths["B"]["calls_per_s_runs"],
+        )
+        figures[f"{mode}_b_over_a"] = figure(
+            f"{what}: B / A (medians)",
+            "x",
+            paths["B"]["calls_per_s"]["median"] / paths["A"]["calls_per_s"]["median"],
+            ratio_of=(f"{mode}_b_calls_per_s", f"{mode}_a_calls_per_s"),
+        )
+        targets.append(target(f"{mode}_b_over_a", "<=", NATIVE_PAYS))
+    return figures, targets
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -445,18 +435,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-source", type=int, default=50)
     parser.add_argument("--seed", type=int, default=20241203)
     parser.add_argument("--url", help="an existing PostgreSQL with pgvector (default: embedded)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.url:
+        note_postgres(args.url)
         report = run(args.url, args, drop=True)
     else:
         with tempfile.TemporaryDirectory(prefix="ragport-bench-aio-") as tmp:
             log("starting an embedded server")
             with embedded_server(Path(tmp) / "data", keep_running=False) as url:
+                note_postgres(url)
                 report = run(url, args, drop=False)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    log(f"wrote {args.out}")
+    figures, targets = figures_and_targets(report["results"])
+    write_result(
+        "aio",
+        figures=figures,
+        targets=targets,
+        quick=args.sources * args.per_source < 20_000 or args.rounds < 3,
+        details={**report, "psycopg": psycopg.__version__},
+    )
     return 0
 
 

@@ -16,6 +16,9 @@ Prints the median and p95 of each and their ratio, on the in-memory store and (w
 
 Run: .venv/bin/python bench/bench_generation_history.py [--sources N] [--chunks N]
      [--edits N] [--repeat N] [--postgres]
+
+No target was set for this command; the times (min/median/max of the repeats) and the ratio
+go to ``bench/results/generation_history.json`` (``results/quick/`` below 2,000 sources).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
+from _results import figure, note_postgres, ratio, write_result
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
@@ -63,7 +68,7 @@ def _time(run: Callable[[], Any]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def _measure(name: str, stores: Stores, args: argparse.Namespace) -> None:
+def _measure(name: str, stores: Stores, args: argparse.Namespace) -> dict[str, list[float]]:
     scope = ragport.Scope("bench", "r", "history")
     started = time.perf_counter()
     _load(stores, scope, args)
@@ -87,8 +92,36 @@ def _measure(name: str, stores: Stores, args: argparse.Namespace) -> None:
         values.sort()
         p95 = values[min(len(values) - 1, int(0.95 * len(values)))]
         print(f"  {key:<8} median {statistics.median(values):9.2f} ms  p95 {p95:9.2f} ms")
-    ratio = statistics.median(times["listing"]) / statistics.median(times["history"])
-    print(f"  listing / history (medians): {ratio:.1f}x")
+    speedup = statistics.median(times["listing"]) / statistics.median(times["history"])
+    print(f"  listing / history (medians): {speedup:.1f}x")
+    return times
+
+
+STORE_TEXT = {"memory": "in memory", "postgres": "PostgreSQL"}
+
+
+def _write_json(measured: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> None:
+    figures: dict[str, dict[str, Any]] = {}
+    for name, times in measured.items():
+        where = STORE_TEXT[name]
+        figures[f"{name}_history_ms"] = figure(
+            f"{where}: generation_history(limit=10)", "ms", samples=times["history"]
+        )
+        figures[f"{name}_listing_ms"] = figure(
+            f"{where}: the listing it replaced", "ms", samples=times["listing"]
+        )
+        figures[f"{name}_ratio"] = ratio(
+            f"{where}: listing / history (medians)",
+            statistics.median(times["listing"]),
+            statistics.median(times["history"]),
+            (f"{name}_listing_ms", f"{name}_history_ms"),
+        )
+    write_result(
+        "generation_history",
+        figures=figures,
+        quick=args.sources < 2000,
+        details={"sources": args.sources, "chunks": args.chunks, "edits": args.edits},
+    )
 
 
 def main() -> None:
@@ -99,7 +132,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=11)
     parser.add_argument("--postgres", action="store_true")
     args = parser.parse_args()
-    _measure("memory", Stores(InMemoryStore(), InMemoryStatusStore(), "memory"), args)
+    measured = {
+        "memory": _measure("memory", Stores(InMemoryStore(), InMemoryStatusStore(), "memory"), args)
+    }
     if args.postgres:
         from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, embedded_server
 
@@ -107,12 +142,14 @@ def main() -> None:
             tempfile.TemporaryDirectory() as data,
             embedded_server(data, keep_running=False) as url,
         ):
+            note_postgres(url)
             store = PostgresStore(url, schema="bench_history", create=True)
             try:
                 status = PostgresStatusStore(store.engine, schema="bench_history")
-                _measure("postgres", Stores(store, status, "postgres"), args)
+                measured["postgres"] = _measure("postgres", Stores(store, status, "postgres"), args)
             finally:
                 store.engine.dispose()
+    _write_json(measured, args)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ settings in the child through MiniLmEmbedder's batch_tokens and onnxruntime's Se
 
     .venv/bin/python bench/bench_ingest_memory.py [--files 12] [--kb 16] [--size 1000]
         [--variants before,main,after] [--rounds 2]
+
+Each variant's peak RSS and chunks/s (min/median/max over the rounds), the ``after`` /
+``before`` chunks/s ratio when both ran, and the target (``after`` peaks at or under 800 MB)
+go to ``bench/results/ingest_memory.json`` (``results/quick/`` for fewer than 12 files).
 """
 
 from __future__ import annotations
@@ -33,7 +37,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from _results import figure, ratio, target, write_result
+
+PEAK_RSS_TARGET_MB = 800  # issue 12, item "Memory": the shipped settings
 WORDS = [
     "node",
     "stream",
@@ -214,6 +222,37 @@ def main() -> None:
             for key in ("peak_rss_mb", "chunks_per_s", "chunks_per_cpu_s", "seconds", "cpu_s")
         }
         print(json.dumps({"variant": variant, "runs": len(runs), **summary}), flush=True)
+    write_json(args, results)
+
+
+def write_json(args: argparse.Namespace, results: dict[str, list[dict[str, object]]]) -> None:
+    figures: dict[str, dict[str, Any]] = {}
+    for variant, runs in results.items():
+        figures[f"{variant}_rss_mb"] = figure(
+            f"{variant}: peak RSS", "MB", samples=[float(str(r["peak_rss_mb"])) for r in runs]
+        )
+        figures[f"{variant}_chunks_per_s"] = figure(
+            f"{variant}: chunks/s (wall)",
+            "chunks/s",
+            samples=[float(str(r["chunks_per_s"])) for r in runs],
+        )
+    targets = []
+    if "after" in results:
+        targets.append(target("after_rss_mb", "<=", PEAK_RSS_TARGET_MB))
+    if "after" in results and "before" in results:
+        figures["after_before_chunks_per_s"] = ratio(
+            "after / before, chunks/s (medians)",
+            statistics.median(float(str(r["chunks_per_s"])) for r in results["after"]),
+            statistics.median(float(str(r["chunks_per_s"])) for r in results["before"]),
+            ("after_chunks_per_s", "before_chunks_per_s"),
+        )
+    write_result(
+        "ingest_memory",
+        figures=figures,
+        targets=targets,
+        quick=args.files < 12,
+        details={"files": args.files, "kb": args.kb, "size": args.size, "runs": results},
+    )
 
 
 if __name__ == "__main__":

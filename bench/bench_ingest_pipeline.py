@@ -17,6 +17,11 @@ TEI-compatible server in its own process on 127.0.0.1, answering each batch afte
 
 ``--store embedded`` uses ragport's embedded PostgreSQL (``open_stores(None)``), a URL a
 server; each child ingests into its own corpus, so no variant sees the other's rows.
+
+Files/s of each variant (min/median/max over the rounds), their ratio (no target is fixed:
+issue 27 asks for both in one run) and the pipeline's peak RSS go to
+``bench/results/ingest_pipeline.json`` with ``--embedder tei`` (what ``make bench`` runs),
+``ingest_pipeline_minilm.json`` with MiniLM; ``results/quick/`` below 300 files.
 """
 
 from __future__ import annotations
@@ -31,10 +36,15 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT / "bench"))
+
+from _results import figure, ratio, write_result  # noqa: E402
+
+EMBEDDER_TEXT = {"minilm": "MiniLM", "tei": "TEI stub"}
 
 
 def write_corpus(folder: Path, files: int) -> None:
@@ -161,7 +171,43 @@ def main() -> int:
             f"{max(r['rss_mb'] for r in runs):.0f} |"
         )
     print(f"\npipelined / serial files/s: {rate['pipelined'] / rate['serial']:.2f}x")
+    write_json(args, results, rate)
     return 0
+
+
+def write_json(
+    args: argparse.Namespace, results: dict[str, list[dict[str, float]]], rate: dict[str, float]
+) -> None:
+    embedder = EMBEDDER_TEXT[args.embedder]
+    if args.embedder == "tei":
+        embedder += f" ({args.delay_ms:g} ms a batch)"
+    figures: dict[str, dict[str, Any]] = {}
+    for name, runs in results.items():
+        what = "serial (workers=1)" if name == "serial" else f"pipelined (workers={args.workers})"
+        figures[f"{name}_files_per_s"] = figure(
+            f"{embedder}, {args.files} files: {what}",
+            "files/s",
+            samples=[r["files"] / r["seconds"] for r in runs],
+        )
+    figures["ratio"] = ratio(
+        "pipelined / serial files/s (medians)",
+        rate["pipelined"],
+        rate["serial"],
+        ("pipelined_files_per_s", "serial_files_per_s"),
+    )
+    figures["pipelined_rss_mb"] = figure(
+        "pipelined: peak RSS", "MB", max(r["rss_mb"] for r in results["pipelined"])
+    )
+    write_result(
+        "ingest_pipeline" if args.embedder == "tei" else "ingest_pipeline_minilm",
+        figures=figures,
+        quick=args.files < 300,
+        details={
+            "files": args.files,
+            "store": args.store if "://" not in args.store else args.store.split("://")[0],
+            "runs": results,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ Configurations (``--configs`` picks some, comma-separated; the default runs them
 Goal: ``embed`` at least 0.85 x ``bare-all`` (and reported against the best bare setting).
 
 Run: .venv/bin/python bench/bench_minilm.py [--chunks 2000] [--repeat 5] [--configs ...]
+(chunks/s of each configuration, the ``embed`` / ``bare-all`` ratio and its goal go to
+``bench/results/minilm.json``; ``results/quick/`` below 600 chunks or 5 rounds)
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _results import figure, ratio, target, write_result
 
 from ragport.adapters.embedders import MiniLmEmbedder, minilm
 
@@ -222,6 +225,39 @@ def main() -> None:
         embeds = {n: v for n, v in medians.items() if n.startswith("embed")}
         top = max(embeds, key=embeds.__getitem__)
         print(f"best embed ({top}) / best bare ({best}): {embeds[top] / bare[best]:.3f}")
+    write_json(args, texts, rates, medians)
+
+
+def write_json(
+    args: argparse.Namespace,
+    texts: list[str],
+    rates: dict[str, list[float]],
+    medians: dict[str, float],
+) -> None:
+    figures: dict[str, dict[str, Any]] = {
+        name.replace("-", "_"): figure(f"{name}, {len(texts):,} chunks", "chunks/s", samples=values)
+        for name, values in rates.items()
+    }
+    targets = []
+    if "embed" in medians and "bare-all" in medians:
+        figures["embed_ratio"] = ratio(
+            "embed / bare-all (medians)",
+            medians["embed"],
+            medians["bare-all"],
+            ("embed", "bare_all"),
+        )
+        targets.append(target("embed_ratio", ">=", 0.85))
+    write_result(
+        "minilm",
+        figures=figures,
+        targets=targets,
+        quick=args.chunks < 600 or args.repeat < 5,
+        details={
+            "chunks": len(texts),
+            "repeat": args.repeat,
+            "cores": len(os.sched_getaffinity(0)),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ Two servers on 127.0.0.1 in streaming replication (``tests/support/pg_cluster.py
    against the primary alone and against primary + replica (``read_url``).
 
 Run: .venv/bin/python bench/bench_scale_out.py [--rows N] [--seconds S]
+(figures and the partitioned-ingest target, within 10% of plain, go to
+``bench/results/scale_out.json``; ``results/quick/`` below 100,000 rows)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from _results import figure, note_postgres, ratio, target, write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
@@ -55,7 +58,8 @@ def _ingest(store: PostgresStore, rows: int, rng: np.random.Generator) -> float:
     return rows / (time.perf_counter() - start)
 
 
-def _retrieve(store: PostgresStore, rng: np.random.Generator) -> tuple[float, float]:
+def _retrieve(store: PostgresStore, rng: np.random.Generator) -> list[float]:
+    """Per-query times (ms) of 200 vector-only retrieves, sorted."""
     times = []
     for _ in range(200):
         scope = ragport.Scope(f"tenant{rng.integers(TENANTS)}", "kb", "docs")
@@ -63,8 +67,7 @@ def _retrieve(store: PostgresStore, rng: np.random.Generator) -> tuple[float, fl
         start = time.perf_counter()
         ragport.retrieve_context(query, embedder=EMB, store=store, scope=scope, top_k=10)
         times.append(time.perf_counter() - start)
-    times.sort()
-    return statistics.median(times) * 1000, times[int(len(times) * 0.95)] * 1000
+    return sorted(t * 1000 for t in times)
 
 
 def _client(args: tuple[str, str | None, str, float, int]) -> int:
@@ -98,14 +101,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         primary = cluster.primary()
         replica = cluster.replica_of(primary)
         rng = np.random.default_rng(7)
+        note_postgres(primary.url)
         results = {}
+        samples: dict[str, list[float]] = {}
         for name, partitions in (("plain", None), ("partitioned", TENANTS)):
             store = PostgresStore(primary.url, schema=name, create=True, partitions=partitions)
             store.prepare(ragport.Scope("tenant0", "kb", "docs"), dimensions=384)
             _log(f"ingest {name} ...")
             rate = _ingest(store, args.rows, rng)
-            p50, p95 = _retrieve(store, rng)
+            times = _retrieve(store, rng)
+            p50, p95 = statistics.median(times), times[int(len(times) * 0.95)]
             results[name] = (rate, p50, p95)
+            samples[name] = times
             _log(f"{name}: ingest {rate:.0f} rows/s, retrieve p50 {p50:.1f} ms p95 {p95:.1f} ms")
             store.engine.dispose()
         time.sleep(2)  # let the replica replay the load
@@ -119,9 +126,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"store.query, 2 client processes, {args.seconds:g} s each:")
         print(f"| primary alone | {alone:.0f} q/s |")
         print(f"| primary + replica (reads on the replica) | {both:.0f} q/s |")
+        write_json(args, results, samples, alone, both)
     finally:
         cluster.close()
     return 0
+
+
+def write_json(
+    args: argparse.Namespace,
+    results: dict[str, tuple[float, float, float]],
+    samples: dict[str, list[float]],
+    alone: float,
+    both: float,
+) -> None:
+    figures = {
+        "plain_ingest_rps": figure("ingest, plain schema", "rows/s", results["plain"][0]),
+        "partitioned_ingest_rps": figure(
+            f"ingest, partitioned schema (partitions={TENANTS})",
+            "rows/s",
+            results["partitioned"][0],
+        ),
+        "ingest_ratio": ratio(
+            "partitioned / plain ingest",
+            results["partitioned"][0],
+            results["plain"][0],
+            ("partitioned_ingest_rps", "plain_ingest_rps"),
+        ),
+        "plain_retrieve_ms": figure(
+            "retrieve_context, plain schema (200 queries)", "ms", samples=samples["plain"]
+        ),
+        "partitioned_retrieve_ms": figure(
+            "retrieve_context, partitioned schema", "ms", samples=samples["partitioned"]
+        ),
+        "primary_qps": figure("store.query, 2 clients, primary alone", "q/s", alone),
+        "replica_qps": figure("store.query, 2 clients, reads on the replica", "q/s", both),
+    }
+    write_result(
+        "scale_out",
+        figures=figures,
+        targets=[target("ingest_ratio", ">=", 0.9)],
+        quick=args.rows < 100_000,
+        details={
+            "rows": args.rows,
+            "tenants": TENANTS,
+            "seconds": args.seconds,
+            "p95_ms": {name: r[2] for name, r in results.items()},
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ Run: .venv/bin/python bench/bench_tombstones.py [--store memory|postgres|both] [
 (PostgreSQL: an embedded server in a temporary directory, stopped at the end. The queries
 start right after the load, so the fts figure shows the GIN pending lists: merged by the
 writer by default, left to autovacuum with ``--no-merge``.)
-Compare ratios measured in one run: the machine is shared and noisy.
+Compare ratios measured in one run: the machine is shared and noisy. The ratios (and, as
+details, each p50) go to ``bench/results/tombstones.json`` (``results/quick/`` below 10,000
+rows).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _results import figure, note_postgres, target, write_result
 
 from ragport import Chunk, Scope, Tombstone, index_chunks, retrieve_context
 from ragport.adapters.embedders import HashEmbedder
@@ -125,18 +128,56 @@ def measure(
     return {"few": p50[few], "many": p50[many], "ratio": p50[many] / p50[few], "same": same}
 
 
-def run(store: ChunkStore, name: str, rows: int, lexical: str, hybrid: bool = True) -> None:
+def run(
+    store: ChunkStore, name: str, rows: int, lexical: str, hybrid: bool = True
+) -> dict[str, dict[str, Any]]:
+    """Measure each mode on ``store``; return ``{mode: measure(...)}``."""
     embedder = HashEmbedder(64)
     chunks = corpus(rows)
     few, many = load(store, chunks, embedder)
+    measured: dict[str, dict[str, Any]] = {}
     for mode in ("off", lexical) if hybrid else ("off",):
-        r = measure(store, embedder, chunks, few, many, mode)
+        r = measured[mode] = measure(store, embedder, chunks, few, many, mode)
         print(
             f"{name}, lexical={mode!r}, {rows:,} rows: retrieve_context p50 with {REAL} "
             f"forgotten ids {r['few']:.2f} ms, with {MANY:,} {r['many']:.2f} ms: ratio "
             f"{r['ratio']:.2f}x (target <= 1.1x); same hits in {r['same']}/{QUERIES * ROUNDS}",
             flush=True,
         )
+    return measured
+
+
+STORE_TEXT = {"memory": "in memory", "postgres": "PostgreSQL"}
+
+
+def write_json(measured: dict[str, dict[str, dict[str, Any]]], rows: int) -> None:
+    """One ratio per store and mode (target <= 1.1x); the p50s and hit checks as details."""
+    figures: dict[str, dict[str, Any]] = {}
+    targets = []
+    for name, modes in measured.items():
+        for mode, r in modes.items():
+            leg = "vector-only" if mode == "off" else f"hybrid ({mode})"
+            key = f"{name}_{'vector' if mode == 'off' else mode}_ratio"
+            figures[key] = figure(
+                f"{STORE_TEXT[name]}, {leg}: p50 with {MANY:,} forgotten ids / with {REAL}",
+                "x",
+                r["ratio"],
+            )
+            targets.append(target(key, "<=", 1.1))
+    fts = measured.get("postgres", {}).get("fts")
+    if fts is not None:  # the figure the GIN pending-list merge is for
+        figures["postgres_fts_p50_ms"] = figure(
+            f"PostgreSQL hybrid (fts) p50 right after indexing, {REAL} forgotten ids",
+            "ms",
+            fts["few"],
+        )
+    write_result(
+        "tombstones",
+        figures=figures,
+        targets=targets,
+        quick=rows < 10_000,
+        details={"rows": rows, "queries": QUERIES * ROUNDS, "measured": measured},
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -150,8 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="PostgreSQL: leave the GIN pending lists to autovacuum (merge_pending_lists=False)",
     )
     args = parser.parse_args(argv)
+    measured: dict[str, dict[str, dict[str, Any]]] = {}
     if args.store in ("memory", "both"):
-        run(InMemoryStore(), "memory", args.rows, "bm25", not args.vector_only)
+        measured["memory"] = run(InMemoryStore(), "memory", args.rows, "bm25", not args.vector_only)
     if args.store in ("postgres", "both"):
         from ragport.adapters.postgres import PostgresStore, embedded_server
 
@@ -159,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tempfile.TemporaryDirectory(prefix="ragport-bench-tomb-") as tmp,
             embedded_server(Path(tmp) / "data", keep_running=False) as url,
         ):
+            note_postgres(url)
             store = PostgresStore(
                 url,
                 schema="bench_tombstones",
@@ -166,9 +209,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 merge_pending_lists=not args.no_merge,
             )
             try:
-                run(store, "postgres", args.rows, "fts", not args.vector_only)
+                measured["postgres"] = run(
+                    store, "postgres", args.rows, "fts", not args.vector_only
+                )
             finally:
                 store.engine.dispose()
+    write_json(measured, args.rows)
     return 0
 
 

@@ -3,8 +3,11 @@
 Each benchmark prints its own table and writes its headline figures and targets as JSON
 (``bench/results/<name>.json``; ``bench/_results.py``), from which ``bench/render_results.py``
 writes bench/RESULTS.md. ``--quick`` runs each script's smoke-test size instead (under five
-minutes in all rather than hours) and the JSON goes to ``bench/results/quick/``. A benchmark that fails does not stop the others; the exit status is 1 when any
-failed. The machines are shared and noisy: compare ratios measured within one run.
+minutes in all rather than hours) and the JSON goes to ``bench/results/quick/``. A benchmark
+that fails does not stop the others. At the end bench/RESULTS.md is rendered again from all
+the JSON there is (what this run wrote and what earlier runs left), also when a benchmark
+failed (``--no-render`` skips it); the exit status is 1 when any benchmark failed. The
+machines are shared and noisy: compare ratios measured within one run.
 """
 
 from __future__ import annotations
@@ -63,14 +66,14 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
         "quality.py",
         "Retrieval quality: Cranfield, in memory",
         ("--store", "memory"),
-        ("--store", "memory", "--limit-queries", "40"),
+        ("--store", "memory", "--limit-queries", "40", "--limit-docs", "200"),
     ),
     (
         "quality_postgres",
         "quality.py",
         "Retrieval quality: Cranfield, PostgreSQL",
         ("--store", "postgres"),
-        ("--store", "postgres", "--limit-queries", "20"),
+        ("--store", "postgres", "--limit-queries", "20", "--limit-docs", "200"),
     ),
     (
         "postgres",
@@ -90,8 +93,27 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
         "pg_lexical",
         "bench_pg_lexical.py",
         "PostgreSQL lexical leg and hybrid retrieve",
-        ("100000", PG_LEXICAL_DATA + "-100k", "--load", "copy", "--hybrid", "--queries", "80"),
-        ("5000", PG_LEXICAL_DATA + "-5k", "--load", "copy", "--hybrid", "--queries", "10"),
+        # --stop: the server the script keeps for later runs on DIR is stopped (data kept)
+        (
+            "100000",
+            PG_LEXICAL_DATA + "-100k",
+            "--load",
+            "copy",
+            "--hybrid",
+            "--queries",
+            "80",
+            "--stop",
+        ),
+        (
+            "5000",
+            PG_LEXICAL_DATA + "-5k",
+            "--load",
+            "copy",
+            "--hybrid",
+            "--queries",
+            "10",
+            "--stop",
+        ),
     ),
     (
         "tombstones",
@@ -159,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", nargs="*", default=None, help="result or script names to run (default all)"
     )
+    parser.add_argument("--no-render", action="store_true", help="leave bench/RESULTS.md as it is")
     args = parser.parse_args(argv)
     failed: list[str] = []
     env = dict(os.environ)
@@ -177,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"=== {script}: exit {code} after {time.perf_counter() - started:.1f} s", flush=True)
         if code != 0:
             failed.append(script)
+    if not args.no_render:
+        import render_results  # here: it imports this module's BENCHMARKS
+
+        render_results.main([])
     if failed:
         print(f"failed: {' '.join(failed)}", file=sys.stderr)
         return 1
