@@ -45,6 +45,8 @@ from ragport.application import (
 )
 from ragport.bootstrap.stores import Rag, replace_document, sync_knowledge
 from ragport.domain import (
+    ABSOLUTE_CAPS,
+    DEFAULT_CEILINGS,
     DEFAULT_LIMITS,
     HARD_LIMITS,
     AbortedError,
@@ -55,6 +57,7 @@ from ragport.domain import (
     Authorization,
     Capabilities,
     CapabilityError,
+    Ceilings,
     Chunk,
     Citation,
     EmbedderError,
@@ -92,6 +95,8 @@ from ragport.domain import (
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ABSOLUTE_CAPS",
+    "DEFAULT_CEILINGS",
     "DEFAULT_LIMITS",
     "HARD_LIMITS",
     "AbortedError",
@@ -102,6 +107,7 @@ __all__ = [
     "Authorization",
     "Capabilities",
     "CapabilityError",
+    "Ceilings",
     "Chunk",
     "Citation",
     "CompactResult",

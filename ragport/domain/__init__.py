@@ -22,7 +22,14 @@ from ragport.domain.errors import (
 )
 from ragport.domain.fusion import FusedCandidate, fuse_reciprocal_rank
 from ragport.domain.lexical import tokenize_lexical
-from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, Limits
+from ragport.domain.limits import (
+    ABSOLUTE_CAPS,
+    DEFAULT_CEILINGS,
+    DEFAULT_LIMITS,
+    HARD_LIMITS,
+    Ceilings,
+    Limits,
+)
 from ragport.domain.model import (
     AccessDecision,
     AccessDenial,
@@ -48,6 +55,8 @@ from ragport.domain.status import IngestionStatus, StatusPage
 from ragport.domain.sync import Access
 
 __all__ = [
+    "ABSOLUTE_CAPS",
+    "DEFAULT_CEILINGS",
     "DEFAULT_LIMITS",
     "HARD_LIMITS",
     "AbortedError",
@@ -58,6 +67,7 @@ __all__ = [
     "Authorization",
     "Capabilities",
     "CapabilityError",
+    "Ceilings",
     "Chunk",
     "Citation",
     "EmbedderError",

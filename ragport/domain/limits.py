@@ -1,9 +1,15 @@
 """Every default and hard ceiling in one frozen value object.
 
-``DEFAULT_LIMITS`` holds the defaults; ``HARD_LIMITS`` holds the ceilings no configuration may
-pass. Constructing a :class:`Limits` with any field above its hard ceiling (or below its floor)
-raises :class:`~ragport.domain.errors.ValidationError` naming the field: ragport never clamps
-and never truncates input silently.
+``DEFAULT_LIMITS`` holds the defaults; ``HARD_LIMITS`` holds the default ceilings. Constructing
+a :class:`Limits` with any field above its ceiling (or below its floor) raises
+:class:`~ragport.domain.errors.ValidationError` naming the field: ragport never clamps and
+never truncates input silently.
+
+Six ceilings about the size of one document (``parse_bytes``, ``parse_ms``,
+``document_chars``, ``chunks_per_source``, ``pdf_pages``, ``inflated_bytes``) can be raised
+by an operator, explicitly: ``Limits(ceilings=Ceilings(parse_bytes=...), parse_bytes=...)``.
+A :class:`Ceilings` lies between ``HARD_LIMITS`` (it only raises) and ``ABSOLUTE_CAPS``, which
+nothing passes.
 
 Input caps (``document_chars``, ``chunks_per_source``, ``metadata_bytes``) are enforced with the
 ``limits=`` a caller passes; per-call parameters (``size``, ``top_k``, ...) default to the
@@ -12,13 +18,23 @@ values here and are checked against ``HARD_LIMITS``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from ragport.domain.errors import ValidationError
 
-__all__ = ["DEFAULT_LIMITS", "HARD_LIMITS", "Limits", "check_limit"]
+__all__ = [
+    "ABSOLUTE_CAPS",
+    "DEFAULT_CEILINGS",
+    "DEFAULT_LIMITS",
+    "HARD_LIMITS",
+    "RAISABLE",
+    "Ceilings",
+    "Limits",
+    "check_limit",
+]
 
 # field -> (default, hard ceiling, floor)
 _TABLE: dict[str, tuple[int, int, int]] = {
@@ -51,6 +67,18 @@ _TABLE: dict[str, tuple[int, int, int]] = {
     "compact_keep": (1, 1_000_000, 0),
 }
 
+# field -> absolute cap: the most a raised ceiling (``Ceilings``) may allow
+_ABSOLUTE: dict[str, int] = {
+    "parse_bytes": 268_435_456,  # 256 MiB
+    "parse_ms": 600_000,  # 10 minutes
+    "document_chars": 268_435_456,  # 256 Mi characters
+    "chunks_per_source": 65_536,
+    "pdf_pages": 65_536,
+    "inflated_bytes": 1_073_741_824,  # 1 GiB
+}
+RAISABLE: tuple[str, ...] = tuple(_ABSOLUTE)
+"""The fields whose ceiling a :class:`Ceilings` may raise."""
+
 
 def check_limit(name: str, value: int, ceiling: int | None = None) -> int:
     """Return ``value`` if it lies within ``name``'s floor and ``ceiling`` (default: the hard one).
@@ -72,17 +100,88 @@ def check_limit(name: str, value: int, ceiling: int | None = None) -> int:
     return value
 
 
+def _check_ceiling(instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
+    name = attribute.name
+    _default, hard, _floor = _TABLE[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"the {name} ceiling must be an integer", field=name, limit=name)
+    if value < hard:
+        raise ValidationError(
+            f"the {name} ceiling cannot go below its default ceiling of {hard} (got {value}); "
+            f"set the limit itself lower instead",
+            field=name,
+            limit=name,
+        )
+    if value > _ABSOLUTE[name]:
+        raise ValidationError(
+            f"the {name} ceiling is past its absolute cap of {_ABSOLUTE[name]} (got {value})",
+            field=name,
+            limit=name,
+        )
+
+
+def _ceiling(name: str) -> Any:
+    return attrs.field(default=_TABLE[name][1], validator=_check_ceiling)
+
+
+@attrs.frozen
+class Ceilings:
+    """Raised ceilings for the limits of one document, an operator's explicit choice.
+
+    Each field defaults to its ``HARD_LIMITS`` value and may be raised up to
+    ``ABSOLUTE_CAPS``; below the default ceiling or above the absolute cap is a
+    ``ValidationError`` naming the field (never clamped). A ``Limits`` built with
+    ``ceilings=`` checks these fields against them instead of ``HARD_LIMITS``; the parsers,
+    loaders and connectors take ``ceilings=`` for their ``max_bytes=`` / ``timeout_s=`` /
+    ``max_pages=`` / ``max_inflated_bytes=`` checks.
+    """
+
+    parse_bytes: int = _ceiling("parse_bytes")
+    parse_ms: int = _ceiling("parse_ms")
+    document_chars: int = _ceiling("document_chars")
+    chunks_per_source: int = _ceiling("chunks_per_source")
+    pdf_pages: int = _ceiling("pdf_pages")
+    inflated_bytes: int = _ceiling("inflated_bytes")
+
+    def of(self, name: str) -> int:
+        """The ceiling of any ``Limits`` field: raised here, else its hard one."""
+        return int(getattr(self, name)) if name in _ABSOLUTE else _TABLE[name][1]
+
+    def check(self, name: str, value: int) -> int:
+        """``check_limit(name, value)`` against this ceiling."""
+        return check_limit(name, value, self.of(name))
+
+
+DEFAULT_CEILINGS = Ceilings()
+ABSOLUTE_CAPS = Ceilings(**_ABSOLUTE)
+
+
 def _validate(instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
-    check_limit(attribute.name, value)
+    # attrs runs validators once every field is set, so ``ceilings`` is there already
+    check_limit(attribute.name, value, instance.ceilings.of(attribute.name))
 
 
 def _field(name: str) -> Any:
     return attrs.field(default=_TABLE[name][0], validator=_validate)
 
 
+def _to_ceilings(value: Ceilings | Mapping[str, int]) -> Ceilings:
+    """A ``Ceilings``, or a mapping of its fields (``attrs.asdict`` of a ``Limits`` round-trips),
+    checked against the absolute caps all the same."""
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(RAISABLE))
+        if unknown:
+            raise ValidationError(f"{unknown[0]!r} is not a raisable ceiling", field="ceilings")
+        return Ceilings(**value)
+    if not isinstance(value, Ceilings):
+        raise ValidationError("ceilings must be a Ceilings", field="ceilings")
+    return value
+
+
 @attrs.frozen
 class Limits:
-    """Defaults and caps for one deployment; every field is bounded by ``HARD_LIMITS``."""
+    """Defaults and caps for one deployment; every field is bounded by its ceiling:
+    ``HARD_LIMITS``, or for the fields of ``RAISABLE`` the ``ceilings=`` given."""
 
     chunk_size: int = _field("chunk_size")
     overlap: int = _field("overlap")
@@ -111,6 +210,7 @@ class Limits:
     propagation_edges: int = _field("propagation_edges")
     repoint_page: int = _field("repoint_page")
     compact_keep: int = _field("compact_keep")
+    ceilings: Ceilings = attrs.field(default=DEFAULT_CEILINGS, kw_only=True, converter=_to_ceilings)
 
     def __attrs_post_init__(self) -> None:
         if self.overlap >= self.chunk_size:
@@ -120,4 +220,5 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
-HARD_LIMITS = Limits(**{name: spec[1] for name, spec in _TABLE.items()})
+_HARD: dict[str, Any] = {name: spec[1] for name, spec in _TABLE.items()}
+HARD_LIMITS = Limits(**_HARD)

@@ -23,6 +23,7 @@ API_NAMES = {
 
 
 EXPORTED = {
+    "ABSOLUTE_CAPS", "Ceilings", "DEFAULT_CEILINGS",  # issue 26: raised ceilings
     "AbortedError", "Access", "AccessDecision", "AccessDenial", "AccessDeniedError",
     "Authorization", "Capabilities", "CapabilityError", "Chunk", "Citation", "CompactResult",
     "ContextBlock", "DEFAULT_LIMITS", "DeletionPropagator", "EmbedderError",
