@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"  # what render_results reads at the end ...
+RESULTS_MD = HERE / "RESULTS.md"  # ... and writes
 QUICK_ENV = "RAGPORT_BENCH_QUICK"  # read by _results.write_result
 
 # (result name, script, title, arguments of the full run, arguments of the quick run). The
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_render:
         import render_results  # here: it imports this module's BENCHMARKS
 
-        render_results.main([])
+        render_results.main(["--results", str(RESULTS), "--out", str(RESULTS_MD)])
     if failed:
         print(f"failed: {' '.join(failed)}", file=sys.stderr)
         return 1

@@ -101,3 +101,73 @@ def test_committed_results_md_is_the_rendering_of_bench_results(bench_modules):
     committed = (BENCH / "RESULTS.md").read_text()
     assert committed == render.render(BENCH / "results")
     assert committed.count("\n") < 300
+
+
+FAKE_BENCH = """
+import sys
+from pathlib import Path
+
+sys.path.insert(0, {bench!r})
+from _results import figure, write_result
+
+out = Path({out!r})
+write_result(
+    "foundation",
+    figures={{"ratio": figure("ragport / bare numpy", "x", 1.2)}},
+    quick=True,
+    out_dir=out / "quick",
+)
+"""
+
+
+def test_run_all_renders_what_ran_when_a_benchmark_fails_and_exits_1(
+    bench_modules, tmp_path, monkeypatch
+):
+    """A failing benchmark does not stop the others; RESULTS.md is still rendered; exit 1.
+
+    If this fails, check run_all.main: the render must come after the loop, before the
+    failure's return.
+    """
+    _, _, run_all = bench_modules
+    scripts, results = tmp_path / "bench", tmp_path / "results"
+    scripts.mkdir()
+    (scripts / "fails.py").write_text("raise SystemExit(3)\n")
+    (scripts / "writes.py").write_text(FAKE_BENCH.format(bench=str(BENCH), out=str(results)))
+    monkeypatch.setattr(run_all, "HERE", scripts)
+    monkeypatch.setattr(run_all, "RESULTS", results)
+    monkeypatch.setattr(run_all, "RESULTS_MD", tmp_path / "RESULTS.md")
+    monkeypatch.setattr(
+        run_all,
+        "BENCHMARKS",
+        (
+            ("bm25", "fails.py", "Fails", (), ()),
+            ("foundation", "writes.py", "Writes", (), ()),
+        ),
+    )
+    assert run_all.main(["--quick"]) == 1
+    rendered = (tmp_path / "RESULTS.md").read_text()
+    foundation = rendered.split("## Foundation")[1].split("\n## ")[0]
+    assert "| ragport / bare numpy | – | 1.20x |  |  |" in foundation
+    assert "Not run: no JSON" in rendered.split("## Lexical index")[1].split("\n## ")[0]
+
+
+def test_every_benchmark_run_all_runs_writes_its_json(bench_modules):
+    """Each script of run_all.BENCHMARKS (or a bench module it imports) calls write_result.
+
+    If this fails, a benchmark prints figures that never reach bench/RESULTS.md: give it
+    a _results.write_result call with its headline figures and targets.
+    """
+    _, _, run_all = bench_modules
+    local = {path.stem for path in BENCH.glob("*.py")}
+    missing = []
+    for _name, script, *_ in run_all.BENCHMARKS:
+        source = (BENCH / script).read_text()
+        helpers = {
+            line.split()[1]
+            for line in source.splitlines()
+            if line.startswith("from ") and line.split()[1] in local - {"_results"}
+        }
+        texts = [source, *((BENCH / f"{helper}.py").read_text() for helper in helpers)]
+        if not any("write_result(" in text for text in texts):
+            missing.append(script)
+    assert missing == []
