@@ -33,6 +33,7 @@ __all__ = [
     "RAISABLE",
     "Ceilings",
     "Limits",
+    "check_ceilings",
     "check_limit",
 ]
 
@@ -156,6 +157,13 @@ DEFAULT_CEILINGS = Ceilings()
 ABSOLUTE_CAPS = Ceilings(**_ABSOLUTE)
 
 
+def check_ceilings(value: object) -> Ceilings:
+    """``value`` when it is a ``Ceilings``, else ``ValidationError(field="ceilings")``."""
+    if not isinstance(value, Ceilings):
+        raise ValidationError("ceilings must be a Ceilings", field="ceilings")
+    return value
+
+
 def _validate(instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
     # attrs runs validators once every field is set, so ``ceilings`` is there already
     check_limit(attribute.name, value, instance.ceilings.of(attribute.name))
@@ -173,9 +181,7 @@ def _to_ceilings(value: Ceilings | Mapping[str, int]) -> Ceilings:
         if unknown:
             raise ValidationError(f"{unknown[0]!r} is not a raisable ceiling", field="ceilings")
         return Ceilings(**value)
-    if not isinstance(value, Ceilings):
-        raise ValidationError("ceilings must be a Ceilings", field="ceilings")
-    return value
+    return check_ceilings(value)
 
 
 @attrs.frozen

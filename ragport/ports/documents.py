@@ -61,9 +61,11 @@ class Parser(Protocol):
     - ``id`` names the parser and its version (``"html-v1+lxml-6.1"``); it changes whenever
       the same bytes could parse to different text, so ``replace_document`` re-indexes.
     - ``max_bytes`` is the input cap: longer input raises ``ParseError(reason="too_large")``
-      before any parsing, never truncated. The cap has a hard ceiling: a constructor given
+      before any parsing, never truncated. The cap has a ceiling: a constructor given
       ``max_bytes`` above ``HARD_LIMITS.parse_bytes`` (``ragport.domain.limits``, 8 MiB), or
-      ``max_bytes <= 0`` or ``timeout_s <= 0``, raises ``ValidationError``.
+      ``timeout_s`` above ``parse_ms`` (30 s), or ``max_bytes <= 0`` or ``timeout_s <= 0``,
+      raises ``ValidationError``, unless its ``ceilings=`` (``Ceilings``, an operator's
+      explicit choice) raises them, never past ``ABSOLUTE_CAPS`` (256 MiB, 600 s).
     - Empty input (``b""``) raises ``ParseError``: an empty document is never an empty index.
     - Strict decoding: bytes that do not decode raise ``ParseError(reason="decode")``; nothing
       is guessed or replaced.

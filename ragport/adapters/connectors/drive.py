@@ -51,7 +51,7 @@ from ragport.domain.errors import (
     SyncCursorError,
     ValidationError,
 )
-from ragport.domain.limits import DEFAULT_LIMITS, check_limit
+from ragport.domain.limits import DEFAULT_CEILINGS, DEFAULT_LIMITS, Ceilings, check_ceilings
 from ragport.domain.model import validate_id
 from ragport.domain.sync import Access
 from ragport.ports.documents import LoadedDocument
@@ -128,6 +128,7 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        ceilings: Ceilings = DEFAULT_CEILINGS,
     ):
         if not callable(token_provider):
             raise ValidationError("token_provider must be callable", field="token_provider")
@@ -139,7 +140,7 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
         self._base, self._host = check_base_url(base_url, allow_loopback)
         self._page_size = check_int(page_size, "page_size", 1, 1000)
         self._max_retries = check_int(max_retries, "max_retries", 0, 10)
-        self._max_bytes = check_limit("parse_bytes", max_bytes)
+        self._max_bytes = check_ceilings(ceilings).check("parse_bytes", max_bytes)
         if not (0 < float(timeout_s) <= 600):
             raise ValidationError("timeout_s must be in (0, 600]", field="timeout_s")
         self._timeout = float(timeout_s)

@@ -31,7 +31,7 @@ from ragport.adapters._files import open_folder, read_file_under
 from ragport.adapters.connectors._cursors import decode_cursor
 from ragport.domain.documents import DOCUMENT_SUFFIXES, media_type_for
 from ragport.domain.errors import LoadError, SyncCursorError, ValidationError
-from ragport.domain.limits import DEFAULT_LIMITS, check_limit
+from ragport.domain.limits import DEFAULT_CEILINGS, DEFAULT_LIMITS, Ceilings, check_ceilings
 from ragport.domain.model import ID_MAX, validate_id
 from ragport.domain.sync import Access
 from ragport.ports.documents import LoadedDocument
@@ -62,7 +62,8 @@ class FolderConnector:
     ``resolve_access(file) -> Access | None`` maps a ``FolderFile`` to who may see it (default:
     ``Access()``, an empty grant: only trusted callers, ``authorization=None``, see the
     chunks). ``suffixes`` limits the files listed (default: every suffix ragport parses),
-    ``page_size`` bounds the upserts per page, ``max_bytes`` the size of a file loaded.
+    ``page_size`` bounds the upserts per page, ``max_bytes`` the size of a file loaded (up to
+    ``ceilings.parse_bytes``: the hard 8 MiB unless an operator's ``Ceilings`` raises it).
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class FolderConnector:
         suffixes: Iterable[str] | None = DOCUMENT_SUFFIXES,
         page_size: int = 200,
         max_bytes: int = DEFAULT_LIMITS.parse_bytes,
+        ceilings: Ceilings = DEFAULT_CEILINGS,
     ):
         try:
             resolved = Path(root).resolve(strict=True)
@@ -93,7 +95,7 @@ class FolderConnector:
         self._resolve_access = resolve_access
         self._suffixes = None if suffixes is None else frozenset(s.lower() for s in suffixes)
         self._page_size = page_size
-        self._max_bytes = check_limit("parse_bytes", max_bytes)
+        self._max_bytes = check_ceilings(ceilings).check("parse_bytes", max_bytes)
 
     @property
     def id(self) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from ragport.adapters._files import read_file_under
 from ragport.domain.documents import media_type_for
 from ragport.domain.errors import LoadError, ValidationError
-from ragport.domain.limits import DEFAULT_LIMITS, check_limit
+from ragport.domain.limits import DEFAULT_CEILINGS, DEFAULT_LIMITS, Ceilings, check_ceilings
 from ragport.ports.documents import LoadedDocument
 
 __all__ = ["FileDocumentLoader"]
@@ -29,11 +29,16 @@ class FileDocumentLoader:
     POSIX form, so ``a/../b.md`` and ``b.md`` are one source. Files over ``max_bytes`` are
     ``LoadError(reason="too_large")`` without being read; a missing path (or one holding a
     NUL) is ``not_found``; a folder, FIFO, socket or device is ``not_a_file``; a permission or
-    I/O error is ``unreadable``.
+    I/O error is ``unreadable``. ``max_bytes`` is checked against ``ceilings`` (default: the
+    hard 8 MiB; ``Ceilings(parse_bytes=...)`` raises it).
     """
 
     def __init__(
-        self, *, root: str | os.PathLike[str], max_bytes: int = DEFAULT_LIMITS.parse_bytes
+        self,
+        *,
+        root: str | os.PathLike[str],
+        max_bytes: int = DEFAULT_LIMITS.parse_bytes,
+        ceilings: Ceilings = DEFAULT_CEILINGS,
     ):
         try:
             resolved = Path(root).resolve(strict=True)
@@ -42,7 +47,7 @@ class FileDocumentLoader:
         if not resolved.is_dir():
             raise ValidationError("root is not a folder", field="root")
         self._root = resolved
-        self._max_bytes = check_limit("parse_bytes", max_bytes)
+        self._max_bytes = check_ceilings(ceilings).check("parse_bytes", max_bytes)
 
     @property
     def root(self) -> Path:

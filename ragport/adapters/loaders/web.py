@@ -27,7 +27,7 @@ from typing import Any
 from ragport.adapters._http import HttpFailure, read_body
 from ragport.domain.documents import DOCX, base_media_type, media_type_for
 from ragport.domain.errors import LoadError, UrlRejectedError, ValidationError, raise_unchained
-from ragport.domain.limits import DEFAULT_LIMITS, check_limit
+from ragport.domain.limits import DEFAULT_CEILINGS, DEFAULT_LIMITS, Ceilings, check_ceilings
 from ragport.ports.documents import LoadedDocument
 
 __all__ = ["DEFAULT_MEDIA_TYPES", "WebFetchDocumentLoader", "check_address", "system_resolver"]
@@ -114,8 +114,9 @@ class WebFetchDocumentLoader:
         max_redirects: int = 5,
         timeout_s: float = 30.0,
         allow_loopback: bool = False,
+        ceilings: Ceilings = DEFAULT_CEILINGS,
     ) -> None:
-        self._max_bytes = check_limit("parse_bytes", max_bytes)
+        self._max_bytes = check_ceilings(ceilings).check("parse_bytes", max_bytes)
         self._allowed = frozenset(base_media_type(t) for t in allowed_media_types)
         if (
             isinstance(max_redirects, bool)

@@ -16,7 +16,8 @@ from ragport.adapters.parsers.pdf import PdfParser
 from ragport.adapters.parsers.rst import RstParser
 from ragport.adapters.parsers.text import MarkdownParser, TextParser
 from ragport.domain.documents import base_media_type, media_type_for
-from ragport.domain.errors import ParseError
+from ragport.domain.errors import ParseError, ValidationError
+from ragport.domain.limits import Limits
 
 __all__ = [
     "PARSERS",
@@ -43,11 +44,17 @@ _BY_TYPE = {media_type: cls for cls in PARSERS for media_type in cls.media_types
 def parser_for(media_type_or_name: str, **options: Any) -> BaseParser:
     """A parser for a media type (``"text/html; charset=utf-8"``) or a file name (``"a.pdf"``).
 
-    ``options`` go to the parser's constructor (``max_bytes=``, ``timeout_s=``, ...), except
-    ``encoding=``, which only the parsers of plain text, Markdown and reST take (HTML, PDF and
-    DOCX carry their own): ``"utf-8"`` (the default), ``"auto"`` or a codec name. An unknown
-    type is a ``ParseError(reason="unsupported_type")`` naming it: ragport never guesses.
+    ``options`` go to the parser's constructor (``max_bytes=``, ``timeout_s=``,
+    ``ceilings=``, ...), except ``encoding=``, which only the parsers of plain text, Markdown
+    and reST take (HTML, PDF and DOCX carry their own): ``"utf-8"`` (the default), ``"auto"``
+    or a codec name, and ``limits=``: a ``Limits`` whose caps (``parse_bytes``, ``parse_ms``,
+    ``html_depth``, ``pdf_pages``, ``inflated_bytes``) and ``ceilings`` the parser takes, each
+    where an explicit option does not say otherwise. An unknown type is a
+    ``ParseError(reason="unsupported_type")`` naming it: ragport never guesses.
     """
+    limits = options.pop("limits", None)
+    if limits is not None and not isinstance(limits, Limits):
+        raise ValidationError("limits must be a Limits", field="limits")
     encoding = options.pop("encoding", None)
     if encoding is not None:
         encoding = check_encoding(encoding)  # refused whatever the type: a typo never waits
@@ -63,6 +70,8 @@ def parser_for(media_type_or_name: str, **options: Any) -> BaseParser:
         raise ParseError(
             f"no parser for {shown!r}", reason="unsupported_type", media_type=media_type
         )
+    if limits is not None:
+        options = {**cls.limit_options(limits), **options}
     if encoding is not None and issubclass(cls, EncodedTextParser):
         return cls(encoding=encoding, **options)
     return cls(**options)

@@ -9,12 +9,20 @@ from importlib import metadata as _metadata
 from typing import Any, ClassVar
 
 from ragport.domain.errors import AbortedError, ParseError, RagportError, ValidationError
-from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, check_limit
+from ragport.domain.limits import (
+    DEFAULT_CEILINGS,
+    DEFAULT_LIMITS,
+    HARD_LIMITS,
+    Ceilings,
+    Limits,
+    check_ceilings,
+)
 from ragport.ports.documents import ParsedDocument
 from ragport.ports.runtime import Abort
 
 DEFAULT_TIMEOUT_S = DEFAULT_LIMITS.parse_ms / 1000
 MAX_TIMEOUT_S = HARD_LIMITS.parse_ms / 1000
+"""The default ceiling of ``timeout_s``; ``ceilings=Ceilings(parse_ms=...)`` raises it."""
 
 
 def check_abort(abort: Abort | None) -> None:
@@ -31,13 +39,14 @@ def library_version(distribution: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def check_timeout(timeout_s: object) -> float:
+def check_timeout(timeout_s: object, ceiling_s: float = MAX_TIMEOUT_S) -> float:
+    """``timeout_s`` as a float in (0, ``ceiling_s``]; else ``ValidationError(limit="parse_ms")``."""
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
         raise ValidationError("timeout_s must be a number", field="timeout_s", limit="parse_ms")
     value = float(timeout_s)
-    if not math.isfinite(value) or value <= 0 or value > MAX_TIMEOUT_S:
+    if not math.isfinite(value) or value <= 0 or value > ceiling_s:
         raise ValidationError(
-            f"timeout_s must be above 0 and at most {MAX_TIMEOUT_S:g}",
+            f"timeout_s must be above 0 and at most {ceiling_s:g}",
             field="timeout_s",
             limit="parse_ms",
         )
@@ -71,6 +80,11 @@ class BaseParser:
     Libraries that cannot be interrupted run to completion in process (the deadline is checked
     between stages and during tree walks); the PDF and reST parsers run their library call in a worker process
     (``_worker.run_worker``) that is killed at the deadline or on abort.
+
+    ``max_bytes`` and ``timeout_s`` (and a subclass's page and inflation caps) are checked
+    against ``ceilings`` (default ``DEFAULT_CEILINGS``, i.e. ``HARD_LIMITS``): an operator's
+    ``Ceilings`` lets them go further, never past ``ABSOLUTE_CAPS``. ``from_limits`` builds a
+    parser from a ``Limits`` (its caps and its ceilings).
     """
 
     name: ClassVar[str] = "base"
@@ -83,9 +97,20 @@ class BaseParser:
         *,
         max_bytes: int = DEFAULT_LIMITS.parse_bytes,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        ceilings: Ceilings = DEFAULT_CEILINGS,
     ) -> None:
-        self._max_bytes = check_limit("parse_bytes", max_bytes)
-        self._timeout_s = check_timeout(timeout_s)
+        self._ceilings = check_ceilings(ceilings)
+        self._max_bytes = ceilings.check("parse_bytes", max_bytes)
+        self._timeout_s = check_timeout(timeout_s, ceilings.parse_ms / 1000)
+
+    @classmethod
+    def limit_options(cls, limits: Limits) -> dict[str, Any]:
+        """The constructor options ``limits`` gives this parser (subclasses add their own)."""
+        return {
+            "max_bytes": limits.parse_bytes,
+            "timeout_s": limits.parse_ms / 1000,
+            "ceilings": limits.ceilings,
+        }
 
     @property
     def id(self) -> str:

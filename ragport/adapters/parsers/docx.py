@@ -24,7 +24,7 @@ from typing import Any
 
 from ragport.adapters.parsers._common import BaseParser, Deadline, check_abort, failed
 from ragport.domain.errors import ParseError, RagportError
-from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, check_limit
+from ragport.domain.limits import DEFAULT_CEILINGS, DEFAULT_LIMITS, HARD_LIMITS, Ceilings, Limits
 from ragport.ports.documents import ParsedDocument
 from ragport.ports.runtime import Abort
 
@@ -64,9 +64,14 @@ class DocxParser(BaseParser):
         max_bytes: int = DEFAULT_LIMITS.parse_bytes,
         timeout_s: float = DEFAULT_LIMITS.parse_ms / 1000,
         max_inflated_bytes: int = DEFAULT_LIMITS.inflated_bytes,
+        ceilings: Ceilings = DEFAULT_CEILINGS,
     ) -> None:
-        super().__init__(max_bytes=max_bytes, timeout_s=timeout_s)
-        self._max_inflated = check_limit("inflated_bytes", max_inflated_bytes)
+        super().__init__(max_bytes=max_bytes, timeout_s=timeout_s, ceilings=ceilings)
+        self._max_inflated = ceilings.check("inflated_bytes", max_inflated_bytes)
+
+    @classmethod
+    def limit_options(cls, limits: Limits) -> dict[str, Any]:
+        return {**super().limit_options(limits), "max_inflated_bytes": limits.inflated_bytes}
 
     def _parse(
         self, data: bytes, *, media_type: str | None, deadline: Deadline, abort: Abort | None

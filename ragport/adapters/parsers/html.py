@@ -15,7 +15,7 @@ from typing import Any
 
 from ragport.adapters.parsers._common import BaseParser, Deadline, check_abort, failed
 from ragport.domain.errors import ParseError
-from ragport.domain.limits import DEFAULT_LIMITS, check_limit
+from ragport.domain.limits import DEFAULT_CEILINGS, DEFAULT_LIMITS, Ceilings, Limits, check_limit
 from ragport.ports.documents import ParsedDocument
 from ragport.ports.runtime import Abort
 
@@ -152,9 +152,14 @@ class HtmlParser(BaseParser):
         max_bytes: int = DEFAULT_LIMITS.parse_bytes,
         timeout_s: float = DEFAULT_LIMITS.parse_ms / 1000,
         max_depth: int = DEFAULT_LIMITS.html_depth,
+        ceilings: Ceilings = DEFAULT_CEILINGS,
     ) -> None:
-        super().__init__(max_bytes=max_bytes, timeout_s=timeout_s)
+        super().__init__(max_bytes=max_bytes, timeout_s=timeout_s, ceilings=ceilings)
         self._max_depth = check_limit("html_depth", max_depth)
+
+    @classmethod
+    def limit_options(cls, limits: Limits) -> dict[str, Any]:
+        return {**super().limit_options(limits), "max_depth": limits.html_depth}
 
     def _parse(
         self, data: bytes, *, media_type: str | None, deadline: Deadline, abort: Abort | None
