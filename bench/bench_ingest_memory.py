@@ -232,7 +232,7 @@ def write_json(args: argparse.Namespace, results: dict[str, list[dict[str, objec
             f"{variant}: peak RSS", "MB", samples=[float(str(r["peak_rss_mb"])) for r in runs]
         )
         figures[f"{variant}_chunks_per_s"] = figure(
-            f"{variant}: chunks/s (wall)",
+            f"{variant}: ingest rate over wall time",
             "chunks/s",
             samples=[float(str(r["chunks_per_s"])) for r in runs],
         )

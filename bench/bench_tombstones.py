@@ -9,7 +9,7 @@ of each scope and their ratio (target: 100,000 within 1.1x of 10). Every answer 
 no hit of a forgotten id or source, and both scopes give the same hits.
 
 Run: .venv/bin/python bench/bench_tombstones.py [--store memory|postgres|both] [--rows N]
-[--vector-only] [--no-merge]
+[--vector-only] [--no-merge] [--rounds R]
 (PostgreSQL: an embedded server in a temporary directory, stopped at the end. The queries
 start right after the load, so the fts figure shows the GIN pending lists: merged by the
 writer by default, left to autovacuum with ``--no-merge``.)
@@ -104,13 +104,14 @@ def measure(
     few: Scope,
     many: Scope,
     lexical: str,
+    rounds: int = ROUNDS,
 ) -> dict[str, Any]:
     rng = np.random.default_rng(9)
     queries = [" ".join(rng.choice(WORDS[:200], size=4)) for _ in range(QUERIES)]
     withheld = {t.id for t in forgotten(chunks, False)}
     times: dict[Scope, list[float]] = {few: [], many: []}
     same = 0
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for q in queries:
             answers = {}
             for scope in (few, many) if rng.random() < 0.5 else (many, few):
@@ -129,7 +130,12 @@ def measure(
 
 
 def run(
-    store: ChunkStore, name: str, rows: int, lexical: str, hybrid: bool = True
+    store: ChunkStore,
+    name: str,
+    rows: int,
+    lexical: str,
+    hybrid: bool = True,
+    rounds: int = ROUNDS,
 ) -> dict[str, dict[str, Any]]:
     """Measure each mode on ``store``; return ``{mode: measure(...)}``."""
     embedder = HashEmbedder(64)
@@ -137,11 +143,11 @@ def run(
     few, many = load(store, chunks, embedder)
     measured: dict[str, dict[str, Any]] = {}
     for mode in ("off", lexical) if hybrid else ("off",):
-        r = measured[mode] = measure(store, embedder, chunks, few, many, mode)
+        r = measured[mode] = measure(store, embedder, chunks, few, many, mode, rounds)
         print(
             f"{name}, lexical={mode!r}, {rows:,} rows: retrieve_context p50 with {REAL} "
             f"forgotten ids {r['few']:.2f} ms, with {MANY:,} {r['many']:.2f} ms: ratio "
-            f"{r['ratio']:.2f}x (target <= 1.1x); same hits in {r['same']}/{QUERIES * ROUNDS}",
+            f"{r['ratio']:.2f}x (target <= 1.1x); same hits in {r['same']}/{QUERIES * rounds}",
             flush=True,
         )
     return measured
@@ -150,7 +156,7 @@ def run(
 STORE_TEXT = {"memory": "in memory", "postgres": "PostgreSQL"}
 
 
-def write_json(measured: dict[str, dict[str, dict[str, Any]]], rows: int) -> None:
+def write_json(measured: dict[str, dict[str, dict[str, Any]]], rows: int, rounds: int) -> None:
     """One ratio per store and mode (target <= 1.1x); the p50s and hit checks as details."""
     figures: dict[str, dict[str, Any]] = {}
     targets = []
@@ -175,8 +181,8 @@ def write_json(measured: dict[str, dict[str, dict[str, Any]]], rows: int) -> Non
         "tombstones",
         figures=figures,
         targets=targets,
-        quick=rows < 10_000,
-        details={"rows": rows, "queries": QUERIES * ROUNDS, "measured": measured},
+        quick=rows < 10_000 or rounds < ROUNDS,
+        details={"rows": rows, "queries": QUERIES * rounds, "measured": measured},
     )
 
 
@@ -185,6 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--store", choices=("memory", "postgres", "both"), default="both")
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--vector-only", action="store_true", help="skip the hybrid queries")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds of {QUERIES} queries")
     parser.add_argument(
         "--no-merge",
         action="store_true",
@@ -193,7 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     measured: dict[str, dict[str, dict[str, Any]]] = {}
     if args.store in ("memory", "both"):
-        measured["memory"] = run(InMemoryStore(), "memory", args.rows, "bm25", not args.vector_only)
+        measured["memory"] = run(
+            InMemoryStore(), "memory", args.rows, "bm25", not args.vector_only, args.rounds
+        )
     if args.store in ("postgres", "both"):
         from ragport.adapters.postgres import PostgresStore, embedded_server
 
@@ -210,11 +219,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             try:
                 measured["postgres"] = run(
-                    store, "postgres", args.rows, "fts", not args.vector_only
+                    store, "postgres", args.rows, "fts", not args.vector_only, args.rounds
                 )
             finally:
                 store.engine.dispose()
-    write_json(measured, args.rows)
+    write_json(measured, args.rows, args.rounds)
     return 0
 
 

@@ -82,7 +82,7 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
         "bench_postgres.py",
         "PostgreSQL: ingest, retrieve, recall, delete",
         (),
-        ("--quick",),
+        ("--quick", "--smoke", "--rows", "2000"),
     ),
     (
         "pg_recall",
@@ -122,14 +122,14 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
         "bench_tombstones.py",
         "100,000 tombstones vs 10",
         (),
-        ("--rows", "2000"),
+        ("--rows", "2000", "--rounds", "1"),
     ),
     (
         "scale_out",
         "bench_scale_out.py",
         "Scale out: read replica, partitioned schema",
         (),
-        ("--rows", "2000", "--seconds", "3"),
+        ("--rows", "1000", "--seconds", "2"),
     ),
     (
         "ingest_memory",
@@ -150,7 +150,7 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
         "bench_minilm.py",
         "MiniLM on every core: MiniLmEmbedder.embed vs a bare onnxruntime session",
         ("--chunks", "600", "--repeat", "5", "--configs", "bare-all,embed,bare-2x1"),
-        ("--chunks", "100", "--repeat", "1", "--configs", "bare-all,embed"),
+        ("--chunks", "48", "--repeat", "1", "--configs", "bare-all,embed"),
     ),
     (
         "aio",
