@@ -26,6 +26,7 @@ from ragport.application.documents import (
     record_failed,
     replace_prepared,
 )
+from ragport.application.shared_generation import SharedGeneration
 from ragport.bootstrap.ingest import Candidate, FileOutcome, _failure, _success
 from ragport.domain.errors import AbortedError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits
@@ -74,6 +75,7 @@ def pipeline(
     tick: Callable[[], float],
     workers: int,
     abort: Abort | None,
+    shared_generation: SharedGeneration | None = None,
 ) -> Iterator[FileOutcome]:
     """Load and parse in ``workers`` threads, embed in one thread, write here, in input order.
 
@@ -181,6 +183,7 @@ def pipeline(
                 yield _write(
                     head, store=store, status_store=status_store, embedder=embedder,
                     scope=scope, limits=limits, tick=tick, stop=stop,
+                    shared_generation=shared_generation,
                 )  # fmt: skip
             if wrote:
                 continue
@@ -291,6 +294,7 @@ def _write(
     limits: Limits,
     tick: Callable[[], float],
     stop: Abort,
+    shared_generation: SharedGeneration | None = None,
 ) -> FileOutcome:
     """Write one parsed and embedded file (its own transaction) and say what happened."""
     prepared = cast(PreparedDocument, slot.prepared)
@@ -303,6 +307,7 @@ def _write(
         result = replace_prepared(
             prepared, size_bytes=slot.size_bytes, embedder=embedder, store=store, scope=scope,
             status_store=status_store, vectors=vectors, limits=limits, abort=stop,
+            shared_generation=shared_generation,
         )  # fmt: skip
     except AbortedError:
         raise

@@ -13,6 +13,7 @@ import attrs
 
 from ragport.application import (
     RagDeletionHandler,
+    SharedGeneration,
     compact,
     create_deletion_propagator,
     delete_source,
@@ -81,9 +82,14 @@ def _delete(args: argparse.Namespace) -> int:
                 _note("nothing deleted")
                 return EXIT_FAILED
             wanted = list(dict.fromkeys([*wanted, *matched]))
+        shared = SharedGeneration()  # one generation per command: one rollback undoes it
         results = [
             delete_source(
-                source_id=source_id, store=stores.chunks, scope=scope, status_store=stores.status
+                source_id=source_id,
+                store=stores.chunks,
+                scope=scope,
+                status_store=stores.status,
+                shared_generation=shared,
             )
             for source_id in wanted
         ]

@@ -86,8 +86,9 @@ def test_generations_show_sources_written_and_retired(cli, tmp_path):
     (docs / "d.md").write_text("# D\n\nd\n")
     assert cli("ingest", str(docs / "c.md"), str(docs / "d.md"), "--corpus", "kb", *HASH)[0] == 0
     one = _generations(cli, "--limit", "1", "--max-ids", "0")
-    assert [(c["written"], c["sources_written"]) for c in one["changes"]] == [([], 1)]
-    assert _generations(cli, "--limit", "1")["changes"][0]["written"] == ["d.md"]
+    # one command, one generation: both files in it
+    assert [(c["written"], c["sources_written"]) for c in one["changes"]] == [([], 2)]
+    assert _generations(cli, "--limit", "1")["changes"][0]["written"] == ["c.md", "d.md"]
 
 
 def test_generations_refuses_bad_limits_and_an_empty_corpus(cli):
