@@ -35,10 +35,11 @@ again; after running one benchmark by hand, run `.venv/bin/python bench/render_r
 Do not edit it: no figure here is typed by hand, and `tests/unit/test_bench_results.py`
 fails when it differs from the rendering. Quick runs use smaller sizes than the targets
 state, so a quick "met" is indicative only. The machines are shared and noisy: compare
-ratios measured within one run, not absolute times across runs. History: the hand-written
-results up to 2026-12-03, with the analysis behind each figure, are in
-[{HISTORY}]({HISTORY}); earlier renderings and their JSON are in git
-(`git log -p bench/results bench/RESULTS.md`).
+ratios measured within one run, not absolute times across runs.
+
+History: the hand-written results up to 2026-12-03, with the analysis behind each figure,
+are in [{HISTORY}]({HISTORY}); earlier renderings and their JSON
+are in git (`git log -p bench/results bench/RESULTS.md`).
 """
 
 
