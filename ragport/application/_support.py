@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
@@ -124,12 +124,14 @@ def embed_batches(
     batch_size: int,
     abort: Abort | None,
     telemetry: Telemetry,
+    on_embedded: Callable[[int], None] | None = None,
 ) -> VectorMatrix:
     """Embed ``texts`` in calls of at most ``batch_size * EMBED_CALL_BATCHES`` texts.
 
     Abort is checked before each call and after the last; each answer's shape and values
     are checked. Memory stays bounded by the call size: the embedder splits a call into its
     own batches (an HTTP embedder's ``batch_size`` per request, MiniLM's token budget).
+    ``on_embedded(n)`` runs after each checked call with its row count (progress displays).
     """
     check_limit("embed_batch", batch_size)
     dims = embedder.dimensions
@@ -142,6 +144,8 @@ def embed_batches(
             span.set_attribute("rag.embed.count", len(batch))
             vectors = check_vectors(embedder.embed(batch), rows=len(batch), dimensions=dims)
         out[start : start + len(batch)] = vectors
+        if on_embedded is not None:
+            on_embedded(len(batch))
     check_abort(abort)
     return out
 

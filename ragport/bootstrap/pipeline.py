@@ -27,7 +27,13 @@ from ragport.application.documents import (
     replace_prepared,
 )
 from ragport.application.shared_generation import SharedGeneration
-from ragport.bootstrap.ingest import Candidate, FileOutcome, _failure, _success
+from ragport.bootstrap.ingest import (
+    Candidate,
+    FileOutcome,
+    IngestProgress,
+    _failure,
+    _success,
+)
 from ragport.domain.errors import AbortedError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits
 from ragport.domain.model import Scope
@@ -76,6 +82,7 @@ def pipeline(
     workers: int,
     abort: Abort | None,
     shared_generation: SharedGeneration | None = None,
+    progress: IngestProgress | None = None,
 ) -> Iterator[FileOutcome]:
     """Load and parse in ``workers`` threads, embed in one thread, write here, in input order.
 
@@ -87,7 +94,8 @@ def pipeline(
     embed thread calls the embedder. A failed group call is retried one file per call, so
     a file the embedder refuses fails alone. Each file is written by ``replace_prepared``
     (its vectors through ``replace_source``'s reuse path: every validation kept) by this
-    generator only, in input order.
+    generator only, in input order. ``progress`` hears which file the embed thread is on
+    (the group's first, with how many more), each embed call's chunks, and each write.
     """
     stopped = threading.Event()  # set when the generator exits, early or not
     stop = EitherAbort(stopped, abort)
@@ -110,10 +118,13 @@ def pipeline(
         )  # fmt: skip
         return prepared, len(loaded.data)
 
-    def embed(texts: list[str]) -> VectorMatrix:
+    def embed(texts: list[str], label: str = "") -> VectorMatrix:
+        if progress is not None and label:
+            progress.working(label, "embedding")
         return embed_batches(
-            embedder, texts, batch_size=DEFAULT_LIMITS.embed_batch, abort=stop, telemetry=telemetry
-        )
+            embedder, texts, batch_size=DEFAULT_LIMITS.embed_batch, abort=stop,
+            telemetry=telemetry, on_embedded=None if progress is None else progress.embedded,
+        )  # fmt: skip
 
     def submit_embed(group: list[_Slot]) -> Future[VectorMatrix]:
         texts: list[str] = []
@@ -121,7 +132,9 @@ def pipeline(
             chunks = cast(PreparedDocument, slot.prepared).chunks
             slot.rows = slice(len(texts), len(texts) + len(chunks))
             texts.extend(c.text for c in chunks)
-        future = embed_pool.submit(embed, texts)
+        ids = [cast(PreparedDocument, s.prepared).source_id for s in group]
+        label = ids[0] + (f" (+{len(ids) - 1} more)" if len(ids) > 1 else "")
+        future = embed_pool.submit(embed, texts, label)
         for slot in group:
             slot.embed = future
         return future
@@ -180,6 +193,8 @@ def pipeline(
                 if outcome is not _WRITE:
                     yield cast(FileOutcome, outcome)
                     continue
+                if progress is not None:
+                    progress.working(cast(PreparedDocument, head.prepared).source_id, "writing")
                 yield _write(
                     head, store=store, status_store=status_store, embedder=embedder,
                     scope=scope, limits=limits, tick=tick, stop=stop,

@@ -1,0 +1,160 @@
+"""The progress display shows work in flight (issue 26): while one big file embeds, the bar
+names that file (not the one before), counts chunks embedded with their rate, and its clock
+and ETA keep moving; without a terminal a plain heartbeat line on stderr says the same."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+import ragport.cli.ingest as cli_ingest
+import ragport.cli.progress as progress
+from ragport.adapters.embedders import HashEmbedder
+from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
+from ragport.bootstrap.ingest import collect_documents, ingest_files
+from ragport.cli import EXIT_OK, main
+from ragport.domain.model import Scope
+
+
+class SlowEmbedder:
+    """HashEmbedder whose every call takes ``delay`` seconds (an embedder on a busy CPU)."""
+
+    def __init__(self, delay: float) -> None:
+        self._inner = HashEmbedder()
+        self._delay = delay
+
+    @property
+    def id(self) -> str:
+        return self._inner.id
+
+    @property
+    def dimensions(self) -> int:
+        return self._inner.dimensions
+
+    def embed(self, texts: list[str]) -> Any:
+        time.sleep(self._delay)
+        return self._inner.embed(texts)
+
+
+class Recorder:
+    """An IngestProgress that records what it hears, with the thread it heard it on."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str | int]] = []
+        self.lock = threading.Lock()
+
+    def working(self, source_id: str, stage: str) -> None:
+        with self.lock:
+            self.events.append((stage, source_id))
+
+    def embedded(self, chunks: int) -> None:
+        with self.lock:
+            self.events.append(("embedded", chunks))
+
+
+def _folder(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a-small.md").write_text("# Small\n\nA short note.\n")
+    words = " ".join(f"word{i % 997} sentence{i % 113}." for i in range(30_000))
+    (docs / "b-big.md").write_text("# Big\n\n" + words + "\n")  # ~600 chunks of 1,000 chars
+    return docs
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ingest_files_reports_the_file_in_flight_and_every_embed_call(tmp_path, workers):
+    """The reports name the big file while it embeds, after the small one's outcome came out,
+    and the embedded counts add up to the chunks written.
+
+    If this fails, check IngestProgress calls in ingest_files (ragport/bootstrap/ingest.py)
+    and in pipeline's embed / write steps (pipeline.py), and embed_batches' on_embedded."""
+    docs = _folder(tmp_path)
+    recorder = Recorder()
+    scope = Scope("t", "r", "c")
+    outcomes = []
+    for outcome in ingest_files(
+        collect_documents([docs], root=docs), root=docs, store=InMemoryStore(),
+        status_store=InMemoryStatusStore(), embedder=HashEmbedder(), scope=scope,
+        workers=workers, progress=recorder,
+    ):  # fmt: skip
+        with recorder.lock:
+            recorder.events.append(("outcome", outcome.source_id or ""))
+        outcomes.append(outcome)
+    assert [o.state for o in outcomes] == ["indexed", "indexed"]
+    chunks = sum(o.chunks for o in outcomes)
+    assert chunks > 300
+    assert sum(n for kind, n in recorder.events if kind == "embedded") == chunks
+    stages = [(k, v) for k, v in recorder.events if k != "embedded"]
+    big = [k for k, v in stages if isinstance(v, str) and v.startswith("b-big.md")]
+    assert ("embedding" in big) if workers > 1 else ("reading" in big)
+    if workers > 1:
+        # several embed calls for the big file: the count moves while it is in flight
+        assert sum(1 for k, _ in recorder.events if k == "embedded") >= 2
+    # the big file is reported as in flight before its own outcome
+    first_big = next(i for i, (k, v) in enumerate(stages) if str(v).startswith("b-big.md"))
+    big_done = stages.index(("outcome", "b-big.md"))
+    assert first_big < big_done
+
+
+def test_the_bar_names_the_embedding_file_and_counts_chunks_while_the_clock_runs(
+    tmp_path, monkeypatch, capsys
+):
+    """On a terminal, while the big file embeds (each call 0.4 s), the auto-refreshing bar
+    shows `embedding b-big.md`, a growing chunk count with a rate, and an ETA.
+
+    If this fails, check Tracker.working / embedded and track()'s auto_refresh and stats
+    column (ragport/cli/progress.py), and that _ingest passes progress=bar."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    docs = _folder(tmp_path)
+    buffer = io.StringIO()
+    monkeypatch.setattr(
+        progress,
+        "console",
+        lambda: Console(file=buffer, force_terminal=True, width=160, color_system=None),
+    )
+    monkeypatch.setattr(cli_ingest, "_embedder", lambda *a, **k: SlowEmbedder(0.4))
+    code = main(["ingest", str(docs), "--store", "memory://", "--workers", "2"])
+    assert code == EXIT_OK
+    drawn = buffer.getvalue()
+    assert "embedding b-big.md" in drawn
+    assert " chunks (" in drawn and "/s), ETA" in drawn
+    # frames drawn while the big file was in flight: the count grew between refreshes
+    counts = {
+        int(part.split(" chunks")[0].split()[-1].replace(",", ""))
+        for part in drawn.split("\r")
+        if " chunks (" in part and "embedding b-big.md" in part
+    }
+    assert len(counts) >= 2, counts
+
+
+def test_without_a_terminal_a_heartbeat_line_names_the_work_in_flight(monkeypatch, capsys):
+    """No terminal: a plain line on stderr at most every HEARTBEAT_S seconds with done/total,
+    chunks and their rate, the ETA and the file in flight; none before the interval.
+
+    If this fails, check Tracker._show's plain branch in ragport/cli/progress.py."""
+    now = [100.0]
+    tracker = progress.Tracker(
+        None, None, description="ingest", unit="files", total=4, plain=True, clock=lambda: now[0]
+    )
+    tracker.working("docs/big.pdf", "embedding")
+    tracker.embedded(64)
+    assert capsys.readouterr().err == ""  # before the first interval: silent
+    now[0] += progress.HEARTBEAT_S
+    tracker.update(done=1)
+    err = capsys.readouterr().err
+    assert err.startswith("ingest: 1/4 files, 64 chunks (")
+    assert "ETA 0:45" in err and "now embedding docs/big.pdf" in err
+    now[0] += 1.0
+    tracker.embedded(64)
+    assert capsys.readouterr().err == ""  # at most one line per interval
+    silent = progress.Tracker(None, None, description="ingest", unit="files", plain=False)
+    silent.working("x", "embedding")
+    now[0] += 100
+    silent.update(done=1)
+    assert capsys.readouterr().err == ""
