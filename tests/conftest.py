@@ -38,6 +38,7 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     base = Path(tempfile.mkdtemp(prefix="ragport-pg-"))
     try:
         with embedded_server(base / "data", keep_running=True) as url:
+            _no_flushes(url)
             yield url
     finally:
         # The data is thrown away: stop without the shutdown checkpoint (seconds under load).
@@ -45,6 +46,21 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
         stop_immediately(base / "data")
         shutil.rmtree(base, ignore_errors=True)
+
+
+# The session server's data is thrown away at its end and the server itself is never crashed
+# (tests that crash servers start their own, tests/support/pg_cluster.py, also without fsync):
+# no WAL or data flush to disk. On a busy shared disk a flush took seconds.
+NO_FLUSH_SETTINGS = {"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
+
+
+def _no_flushes(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name, value in NO_FLUSH_SETTINGS.items():
+            conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+        conn.execute("SELECT pg_reload_conf()")
 
 
 @pytest.fixture(scope="session")

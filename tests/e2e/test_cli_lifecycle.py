@@ -1,5 +1,10 @@
-"""Every lifecycle command through the real entry point (``python -m ragport.cli``) on the
-embedded default server: one server (one private user data directory) for the module."""
+"""Every lifecycle command on the embedded default server: one server (one private user data
+directory) for the module.
+
+The commands run through ``main()`` in this process (tests/support/cli_inprocess.py: a child
+costs seconds before it starts, and these promises are about exit codes and output); the
+real entry point (``python -m ragport.cli``) runs for --version and a closed pipe, and
+tests/e2e/test_cli_persistent.py covers what one process leaves for the next."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 
 HASH = ("--embedder", "hash")
 
@@ -17,6 +23,11 @@ HASH = ("--embedder", "hash")
 def _run(
     env: dict[str, str], *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    return run_cli(env, *args, stdin=stdin)
+
+
+def _entry(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m ragport.cli ARGS`` in a child process."""
     return subprocess.run(
         [sys.executable, "-m", "ragport.cli", *args],
         capture_output=True,
@@ -24,7 +35,7 @@ def _run(
         timeout=180,
         env=env,
         check=False,
-        input=stdin if stdin is not None else "",
+        input="",
         cwd=env["RAGPORT_TEST_CWD"],
     )
 
@@ -64,7 +75,7 @@ def test_failures_have_their_exit_codes(env):
     unknown = _run(env, "query", "zebra", "--corpus", "never-made")
     assert unknown.returncode == 1 and "never-made" in unknown.stderr
     assert _run(env, "status", "--corpus", "never-made").returncode == 1
-    version = _run(env, "--version")
+    version = _entry(env, "--version")
     assert version.returncode == 0 and version.stdout.startswith("ragport ")
     helped = _run(env, "query", "--help")
     assert helped.returncode == 0 and "--top-k" in helped.stdout and "examples:" in helped.stdout
@@ -185,7 +196,7 @@ def test_the_lifecycle_of_a_corpus(env):
     assert status["recorded_binaries"] == status["our_binaries"] and status["size_bytes"] > 0
 
 
-def test_sync_folder_then_generations_through_the_entry_point(env):
+def test_sync_folder_then_generations_names_what_the_second_wrote(env):
     """`sync folder` twice (the second with the corpus's own embedder), then `generations`
     names what the second sync wrote and retired; no progress output without a terminal;
     `sync drive` without a token is a usage error; `sync folder --help` shows the defaults.

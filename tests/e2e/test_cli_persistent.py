@@ -1,4 +1,8 @@
-"""The persistent command line on the embedded default: what `ingest` stores, a new process finds."""
+"""The persistent command line on the embedded default: what `ingest` stores, a new process finds.
+
+`ingest` and the first `query` run as ``python -m ragport.cli`` children (the promise is about
+processes); the commands after them run through ``main()`` in this process
+(tests/support/cli_inprocess.py), a second or more cheaper each."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -60,25 +65,25 @@ def test_ingest_then_query_in_new_processes_uses_the_embedded_server(cli_env, tm
     assert result["hits"][0]["provenance"]["provider"] == "postgres"
     assert result["text"].startswith("[guides/zebra.md#0001] ")
 
-    expenses = _run(
+    expenses = run_cli(
         cli_env, "query", "hotel costs within thirty days", "--corpus", "animals", "--json"
     )
     top = json.loads(expenses.stdout)["hits"][0]
     assert top["source_id"] == "travel-policy.pdf" and top["metadata"]["page"] == 3
     assert top["provenance"]["citation_id"] == "travel-policy.pdf#0003"
 
-    again = _run(cli_env, "ingest", str(docs), "--corpus", "animals")
+    again = run_cli(cli_env, "ingest", str(docs), "--corpus", "animals")
     assert "guides/zebra.md: unchanged" in again.stdout
 
-    status = _run(cli_env, "status", "--corpus", "animals")
+    status = run_cli(cli_env, "status", "--corpus", "animals")
     assert re.search(r"guides/zebra\.md\s+indexed\s+1/1\s", status.stdout), status.stdout
 
-    deleted = _run(cli_env, "delete", "guides/zebra.md", "--corpus", "animals")
+    deleted = run_cli(cli_env, "delete", "guides/zebra.md", "--corpus", "animals")
     assert deleted.returncode == 0 and "1 record(s) retired" in deleted.stdout
-    after = json.loads(_run(cli_env, "query", "zebra", "--corpus", "animals", "--json").stdout)
+    after = json.loads(run_cli(cli_env, "query", "zebra", "--corpus", "animals", "--json").stdout)
     assert all(hit["source_id"] != "guides/zebra.md" for hit in after["hits"])
 
-    other = _run(cli_env, "query", "zebra", "--corpus", "plants", "--json")
+    other = run_cli(cli_env, "query", "zebra", "--corpus", "plants", "--json")
     assert other.returncode == 1 and "plants" in other.stderr  # an unknown corpus: nothing found
 
 
