@@ -14,6 +14,7 @@ from __future__ import annotations
 from ragport.bootstrap.config import (
     CONFIG_FILE,
     CliConfig,
+    LimitsConfig,
     QueryDefaults,
     find_config,
     load_config,
@@ -57,6 +58,7 @@ __all__ = [
     "CliConfig",
     "CorpusRoots",
     "FileOutcome",
+    "LimitsConfig",
     "QueryDefaults",
     "Rag",
     "ReindexResult",

@@ -1,5 +1,6 @@
-"""``ragport.toml``: store, scope, embedder and query defaults, found upward from a folder
-(only through folders the current user owns, up to the home folder or a repository root)."""
+"""``ragport.toml``: store, scope, embedder, query defaults and ``[limits]``, found upward from a
+folder (only through folders the current user owns, up to the home folder or a repository
+root)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import attrs
 
 from ragport.domain.errors import ValidationError
+from ragport.domain.limits import DEFAULT_LIMITS, RAISABLE, Ceilings, Limits
 
 
 @attrs.frozen
@@ -21,6 +23,31 @@ class QueryDefaults:
     mode: str = "vector"
     lexical: str | None = None
     rerank: str | None = None
+
+
+@attrs.frozen
+class LimitsConfig:
+    """``[limits]`` in ragport.toml: the per-document caps of ``ingest`` and ``sync``, each one
+    an operator's choice that also raises its ceiling (``Ceilings``) up to ``ABSOLUTE_CAPS``.
+
+    A key left out keeps its default (and its default ceiling, ``HARD_LIMITS``). A key set is
+    the value those commands use (``parse_bytes`` the default of ``--max-bytes``, ``parse_ms``
+    of ``--timeout``) and the ceiling their flags may go up to (or its default ceiling, when
+    that is higher).
+    """
+
+    parse_bytes: int | None = None
+    parse_ms: int | None = None
+    document_chars: int | None = None
+    chunks_per_source: int | None = None
+    pdf_pages: int | None = None
+    inflated_bytes: int | None = None
+
+    def limits(self) -> Limits:
+        """``DEFAULT_LIMITS`` with the keys set here, under the ceilings they raise."""
+        given = {k: v for k, v in attrs.asdict(self).items() if v is not None}
+        ceilings = Ceilings(**{k: max(v, Ceilings().of(k)) for k, v in given.items()})
+        return attrs.evolve(DEFAULT_LIMITS, ceilings=ceilings, **given)
 
 
 @attrs.frozen
@@ -35,6 +62,7 @@ class CliConfig:
     embedder: str = "minilm"
     encoding: str = "utf-8"  # ingest and sync folder: utf-8, auto or a codec name
     query: QueryDefaults = QueryDefaults()
+    limits: LimitsConfig = LimitsConfig()
 
 
 CONFIG_FILE = "ragport.toml"
@@ -117,9 +145,11 @@ def load_config(path: Path) -> CliConfig:
         raise ValidationError(
             f"{path} is not readable TOML ({type(exc).__name__})", field="config"
         ) from None
+    # [limits] is read here, strictly: cattrs would turn 1.5 or "16" into an integer
+    limits = _limits_table(data.pop("limits", {}), path)
     converter = cattrs.Converter(forbid_extra_keys=True)
     try:
-        config = converter.structure(data, CliConfig)
+        config = attrs.evolve(converter.structure(data, CliConfig), limits=limits)
     except (cattrs.BaseValidationError, cattrs.ForbiddenExtraKeysError) as exc:
         found = "; ".join(cattrs.transform_error(exc, path=str(path)))
         raise ValidationError(f"invalid configuration: {found}", field="config") from None
@@ -129,4 +159,26 @@ def load_config(path: Path) -> CliConfig:
         )
     if config.embedder not in ("minilm", "hash"):
         raise ValidationError(f"{path}: embedder must be minilm or hash", field="embedder")
+    return config
+
+
+def _limits_table(table: object, path: Path) -> LimitsConfig:
+    """``[limits]``: only the raisable keys, integers, within floor and ``ABSOLUTE_CAPS``;
+    anything else is a ``ValidationError(field="limits.KEY")`` naming the key and the file."""
+    if not isinstance(table, dict):
+        raise ValidationError(f"{path}: limits must be a table ([limits])", field="limits")
+    for key, value in table.items():
+        if key not in RAISABLE:
+            raise ValidationError(
+                f"{path}: limits.{key} is not a key of [limits] (one of {', '.join(RAISABLE)})",
+                field=f"limits.{key}",
+            )
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValidationError(f"{path}: limits.{key} must be an integer", field=f"limits.{key}")
+    config = LimitsConfig(**table)
+    try:
+        config.limits()
+    except ValidationError as exc:
+        key = f"limits.{exc.field}"
+        raise ValidationError(f"{path}: {key}: {exc}", field=key, limit=exc.limit) from None
     return config

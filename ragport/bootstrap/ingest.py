@@ -21,7 +21,7 @@ from ragport.bootstrap.roots import CorpusRoots as CorpusRoots
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
 from ragport.domain.errors import AbortedError, RagportError, ValidationError
-from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS, Limits, check_limit
+from ragport.domain.limits import DEFAULT_LIMITS, Limits
 from ragport.domain.model import Scope
 from ragport.ports.documents import Parser
 from ragport.ports.embedder import Embedder
@@ -187,14 +187,21 @@ class FileOutcome:
     seconds: float = 0.0
 
 
-def ingest_limits(max_bytes: int) -> Limits:
-    """Limits that let a document of ``max_bytes`` through the chunker."""
-    check_limit("parse_bytes", max_bytes)
+def ingest_limits(max_bytes: int, *, base: Limits | None = None) -> Limits:
+    """``base`` (default ``DEFAULT_LIMITS``) with ``parse_bytes=max_bytes`` (checked against
+    ``base.ceilings``); past the default 1 MiB, ``document_chars`` rises to ``max_bytes`` (up
+    to its ceiling) and ``chunks_per_source`` to its ceiling, so such a document gets through
+    the chunker."""
+    base = DEFAULT_LIMITS if base is None else base
+    base.ceilings.check("parse_bytes", max_bytes)
     if max_bytes <= DEFAULT_LIMITS.parse_bytes:
-        return DEFAULT_LIMITS
-    return Limits(
-        document_chars=max(DEFAULT_LIMITS.document_chars, max_bytes),
-        chunks_per_source=HARD_LIMITS.chunks_per_source,
+        return attrs.evolve(base, parse_bytes=max_bytes)
+    chars = max(base.document_chars, min(max_bytes, base.ceilings.document_chars))
+    return attrs.evolve(
+        base,
+        parse_bytes=max_bytes,
+        document_chars=chars,
+        chunks_per_source=base.ceilings.chunks_per_source,
     )
 
 
@@ -264,6 +271,7 @@ def ingest_files(
     workers: int | None = None,
     abort: Abort | None = None,
     encoding: str = "utf-8",
+    limits: Limits | None = None,
 ) -> Iterator[FileOutcome]:
     """``replace_document`` for every candidate, one outcome each; a failure never stops the run.
 
@@ -282,6 +290,10 @@ def ingest_files(
     ``encoding`` goes to the plain text, Markdown and reST parsers (``parser_for``):
     ``"utf-8"`` (strict), ``"auto"`` or a codec name; a bad name is a ``ValidationError``
     before any file is read.
+
+    ``limits`` (default ``DEFAULT_LIMITS``): the loader's and parsers' caps and ceilings
+    (``parse_ms``, ``pdf_pages``, ``inflated_bytes``, ``Limits.ceilings``: an operator's
+    raised ``Ceilings``); ``max_bytes`` replaces its ``parse_bytes`` (``ingest_limits``).
     """
     import time
 
@@ -292,11 +304,11 @@ def ingest_files(
     count = default_workers() if workers is None else check_workers(workers)
     encoding = check_encoding(encoding)
     tick = clock or time.perf_counter
-    limits = ingest_limits(max_bytes)
-    loader = FileDocumentLoader(root=root, max_bytes=max_bytes)
+    limits = ingest_limits(max_bytes, base=limits)
+    loader = FileDocumentLoader(root=root, max_bytes=max_bytes, ceilings=limits.ceilings)
 
     def parsers(media_type_or_name: str) -> Parser:
-        return parser_for(media_type_or_name, max_bytes=max_bytes, encoding=encoding)
+        return parser_for(media_type_or_name, limits=limits, encoding=encoding)
 
     if count > 1:
         from ragport.bootstrap.pipeline import pipeline

@@ -8,7 +8,7 @@ from ragport.application import SyncResult
 from ragport.application.sync import SyncProgress
 from ragport.bootstrap.ingest import ingest_limits
 from ragport.bootstrap.stores import Stores, sync_knowledge
-from ragport.domain.limits import DEFAULT_LIMITS
+from ragport.domain.limits import DEFAULT_LIMITS, Limits
 from ragport.domain.model import Scope
 from ragport.ports.documents import Parser
 from ragport.ports.embedder import Embedder
@@ -50,21 +50,24 @@ def sync_connector(
     adopt: bool = False,
     workers: int = 1,
     encoding: str = "utf-8",
+    limits: Limits | None = None,
 ) -> SyncResult:
     """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``);
     ``adopt`` and ``workers`` as there (the command line adopts: a corpus equals what it
     syncs; it syncs a folder with ``default_workers()`` parse threads); ``encoding`` for the
     plain text, Markdown and reST parsers (``parser_for``), checked before anything runs;
-    another encoding than ``utf-8`` keeps its own checkpoint (``_ReadWith``)."""
+    another encoding than ``utf-8`` keeps its own checkpoint (``_ReadWith``); ``limits``: the
+    parsers' caps and ceilings, ``max_bytes`` replacing its ``parse_bytes`` (``ingest_limits``)."""
     from ragport.adapters.parsers import parser_for
     from ragport.adapters.parsers._common import check_encoding
 
     encoding = check_encoding(encoding)
+    limits = ingest_limits(max_bytes, base=limits)
     if encoding != "utf-8":  # the default keeps the connector's own checkpoint
         connector = _ReadWith(connector, encoding)
 
     def parsers(media_type_or_name: str) -> Parser:
-        return parser_for(media_type_or_name, max_bytes=max_bytes, encoding=encoding)
+        return parser_for(media_type_or_name, limits=limits, encoding=encoding)
 
     return sync_knowledge(
         connector=connector,
@@ -77,7 +80,7 @@ def sync_connector(
         parser=parsers,
         size=size,
         overlap=overlap,
-        limits=ingest_limits(max_bytes),
+        limits=limits,
         on_progress=on_progress,
         adopt=adopt,
         workers=workers,

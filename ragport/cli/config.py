@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from ragport.bootstrap import (
     CliConfig,
     Stores,
@@ -23,7 +25,9 @@ from ragport.bootstrap import (
 from ragport.cli.output import EXIT_OK, _json, _note, _table
 from ragport.domain.errors import (
     EmbedderMismatchError,
+    ValidationError,
 )
+from ragport.domain.limits import Limits
 from ragport.domain.model import Scope
 from ragport.ports.embedder import Embedder
 
@@ -75,6 +79,44 @@ def _resolve(args: argparse.Namespace) -> None:
             args.lexical = config.query.lexical
     if hasattr(args, "rerank") and args.rerank is None:
         args.rerank = config.query.rerank
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    """The caps of ``ingest`` and ``sync``: ``[limits]`` in ragport.toml (its keys raise their
+    ceilings), then ``--max-bytes`` and ``--timeout``, each checked against the ceiling in
+    effect here, before any store opens: past it is a ``ValidationError`` naming the flag."""
+    import math
+
+    from ragport.bootstrap.ingest import ingest_limits
+
+    base = _config(args).limits.limits()
+    where = getattr(args, "_config_path", None)
+    hint = f"raise it with [limits] {{key}} in {where or 'ragport.toml'} (docs/limits.md)"
+    max_bytes = getattr(args, "max_bytes", None)
+    if max_bytes is None:
+        max_bytes = base.parse_bytes
+    try:
+        base.ceilings.check("parse_bytes", max_bytes)
+    except ValidationError as exc:
+        raise ValidationError(
+            f"--max-bytes: {exc}; {hint.format(key='parse_bytes')}",
+            field="max_bytes",
+            limit="parse_bytes",
+        ) from None
+    timeout = getattr(args, "timeout", None)
+    if timeout is not None:
+        ms = round(timeout * 1000) if math.isfinite(timeout) and timeout > 0 else 0
+        try:
+            base = attrs.evolve(base, parse_ms=base.ceilings.check("parse_ms", ms))
+        except ValidationError as exc:
+            ceiling = base.ceilings.parse_ms / 1000
+            raise ValidationError(
+                f"--timeout must be above 0 and at most {ceiling:g} seconds (got {timeout:g}); "
+                + hint.format(key="parse_ms"),
+                field="timeout",
+                limit=exc.limit,
+            ) from None
+    return ingest_limits(max_bytes, base=base)
 
 
 def _store_url(args: argparse.Namespace) -> str | None:
@@ -161,8 +203,9 @@ def _config_show(args: argparse.Namespace) -> int:
         print(f"store ({where}): {values['store']}")
         _table(
             ["key", "value"],
-            [(k, v) for k, v in values.items() if k not in ("store", "query")]
-            + [(f"query.{k}", v) for k, v in values["query"].items()],
+            [(k, v) for k, v in values.items() if k not in ("store", "query", "limits")]
+            + [(f"query.{k}", v) for k, v in values["query"].items()]
+            + [(f"limits.{k}", v) for k, v in values["limits"].items() if v is not None],
         )
     return EXIT_OK
 

@@ -21,7 +21,15 @@ from ragport.bootstrap import (
 )
 from ragport.bootstrap.ingest import check_workers
 from ragport.bootstrap.roots import check_root, first_root, widen_corpus_root, widened_root
-from ragport.cli.config import _config, _embedder, _is_memory, _scope, _store_url, _stores
+from ragport.cli.config import (
+    _config,
+    _embedder,
+    _is_memory,
+    _limits,
+    _scope,
+    _store_url,
+    _stores,
+)
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, _json, _note
 from ragport.cli.progress import track, wanted
 from ragport.domain.errors import (
@@ -150,6 +158,7 @@ def _ingest(args: argparse.Namespace) -> int:
     if args.workers is not None:
         check_workers(args.workers)  # before any store opens
     encoding = _text_encoding(args)
+    limits = _limits(args)  # --max-bytes, --timeout, [limits]: before any store opens
     scope = _scope(args)
     chosen = _corpus_root(args)
     root = chosen.path
@@ -175,7 +184,8 @@ def _ingest(args: argparse.Namespace) -> int:
             scope=scope,
             size=args.size,
             overlap=args.overlap,
-            max_bytes=args.max_bytes,
+            max_bytes=limits.parse_bytes,
+            limits=limits,
             workers=args.workers,
             encoding=encoding,
         ), encoding)  # fmt: skip

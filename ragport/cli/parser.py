@@ -37,6 +37,16 @@ ENCODING_HELP = (
     "how .txt .md .rst bytes are read: utf-8 (strict), auto (UTF-8, else detected: for "
     "Latin-1/cp1252 folders) or a codec name such as cp1252 (default: ragport.toml, else utf-8)"
 )
+MAX_BYTES_HELP = (
+    f"document byte cap (default: [limits] parse_bytes in ragport.toml, else "
+    f"{DEFAULT_LIMITS.parse_bytes}); at most {HARD_LIMITS.parse_bytes}, or the parse_bytes "
+    f"ragport.toml sets (docs/limits.md)"
+)
+TIMEOUT_HELP = (
+    f"seconds one document may take to parse (default: [limits] parse_ms / 1000 in "
+    f"ragport.toml, else {DEFAULT_LIMITS.parse_ms // 1000}); at most "
+    f"{HARD_LIMITS.parse_ms // 1000}, or what parse_ms in ragport.toml sets"
+)
 
 
 class _Help(argparse.RawDescriptionHelpFormatter):
@@ -144,12 +154,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     ingest.add_argument("--size", type=int, default=1000, help="chunk size in characters")
     ingest.add_argument("--overlap", type=int, default=100, help="chunk overlap in characters")
-    ingest.add_argument(
-        "--max-bytes",
-        type=int,
-        default=DEFAULT_LIMITS.parse_bytes,
-        help=f"document byte cap, at most {HARD_LIMITS.parse_bytes}",
-    )
+    ingest.add_argument("--max-bytes", type=int, default=None, help=MAX_BYTES_HELP)
+    ingest.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
     ingest.add_argument(
         "--workers",
         type=int,
@@ -343,10 +349,8 @@ def _parser() -> argparse.ArgumentParser:
     sync_common = argparse.ArgumentParser(add_help=False, parents=[common, json_out])
     sync_common.add_argument("--size", type=int, default=1000, help="chunk size in characters")
     sync_common.add_argument("--overlap", type=int, default=100, help="chunk overlap in characters")
-    sync_common.add_argument(
-        "--max-bytes", type=int, default=DEFAULT_LIMITS.parse_bytes,
-        help=f"document byte cap, at most {HARD_LIMITS.parse_bytes}",
-    )  # fmt: skip
+    sync_common.add_argument("--max-bytes", type=int, default=None, help=MAX_BYTES_HELP)
+    sync_common.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
     sync_common.add_argument(
         "--max-pages", type=int,
         help="stop after N committed pages; the next run continues (default: until done)",

@@ -20,7 +20,7 @@ from ragport.bootstrap import (
     sync_connector,
 )
 from ragport.bootstrap.ingest import check_workers, default_workers
-from ragport.cli.config import _embedder, _scope, _stores
+from ragport.cli.config import _embedder, _limits, _scope, _stores
 from ragport.cli.ingest import DECODE_HINT, _text_encoding
 from ragport.cli.output import _json
 from ragport.cli.progress import track, wanted
@@ -96,6 +96,7 @@ def _sync_run(
 ) -> int:
     if args.workers is not None:
         check_workers(args.workers)  # before any store opens
+    limits = _limits(args)  # --max-bytes, --timeout, [limits]: before any store opens
     scope = _scope(args)
     started = time.perf_counter()
     with (
@@ -117,7 +118,8 @@ def _sync_run(
             scope=scope,
             size=args.size,
             overlap=args.overlap,
-            max_bytes=args.max_bytes,
+            max_bytes=limits.parse_bytes,
+            limits=limits,
             max_pages=args.max_pages,
             on_progress=progress,
             adopt=True,  # the corpus equals what it syncs, whoever wrote it before
@@ -132,7 +134,10 @@ def _sync_folder(args: argparse.Namespace) -> int:
     from ragport.adapters.connectors import FolderConnector
 
     encoding = _text_encoding(args)  # before the folder is listed
-    connector = FolderConnector(args.path, max_bytes=args.max_bytes, page_size=args.page_size)
+    limits = _limits(args)  # before the folder is listed
+    connector = FolderConnector(
+        args.path, max_bytes=limits.parse_bytes, page_size=args.page_size, ceilings=limits.ceilings
+    )
     return _sync_run(args, connector, workers=default_workers(), encoding=encoding)
 
 
@@ -153,7 +158,8 @@ def _sync_drive(args: argparse.Namespace) -> int:
         shared_drive_id=args.shared_drive,
         base_url=args.base_url,
         allow_loopback=args.allow_loopback,
-        max_bytes=args.max_bytes,
+        max_bytes=_limits(args).parse_bytes,
+        ceilings=_limits(args).ceilings,
     )
     try:
         return _sync_run(args, connector)
