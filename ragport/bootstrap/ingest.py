@@ -9,11 +9,13 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Protocol
 
 import attrs
 
 from ragport.application import (
     ReplaceResult,
+    SharedGeneration,
     replace_document,
     replace_source,
 )
@@ -172,6 +174,20 @@ def default_root(paths: Sequence[str | os.PathLike[str]]) -> Path:
     return Path(os.path.commonpath(folders)) if folders else Path.cwd().resolve()
 
 
+class IngestProgress(Protocol):
+    """What ``ingest_files`` reports while files are in flight (a progress display).
+
+    Called from the pipeline's threads: implementations must be thread-safe and quick, and
+    must not raise (an exception escapes as the run's own failure)."""
+
+    def working(self, source_id: str, stage: str) -> None:
+        """``source_id`` is being ``stage`` now: ``reading`` (serial: load, parse, embed and
+        write), ``embedding`` or ``writing``."""
+
+    def embedded(self, chunks: int) -> None:
+        """``chunks`` more chunks were embedded (after each embedder call)."""
+
+
 @attrs.frozen
 class FileOutcome:
     """What happened to one file of an ingest run."""
@@ -271,7 +287,9 @@ def ingest_files(
     workers: int | None = None,
     abort: Abort | None = None,
     encoding: str = "utf-8",
+    shared_generation: SharedGeneration | None = None,
     limits: Limits | None = None,
+    progress: IngestProgress | None = None,
 ) -> Iterator[FileOutcome]:
     """``replace_document`` for every candidate, one outcome each; a failure never stops the run.
 
@@ -294,6 +312,13 @@ def ingest_files(
     ``limits`` (default ``DEFAULT_LIMITS``): the loader's and parsers' caps and ceilings
     (``parse_ms``, ``pdf_pages``, ``inflated_bytes``, ``Limits.ceilings``: an operator's
     raised ``Ceilings``); ``max_bytes`` replaces its ``parse_bytes`` (``ingest_limits``).
+
+    ``shared_generation``: every file this run writes shares one generation while it stays
+    the scope's newest (``SharedGeneration``), so one rollback undoes the run; each file is
+    still its own transaction.
+
+    ``progress``: told the file in flight and each embedder call's chunks as they happen
+    (``IngestProgress``), between the outcomes this yields.
     """
     import time
 
@@ -316,7 +341,7 @@ def ingest_files(
         yield from pipeline(
             candidates, loader=loader, parsers=parsers, store=store, status_store=status_store,
             embedder=embedder, scope=scope, size=size, overlap=overlap, limits=limits,
-            tick=tick, workers=count, abort=abort,
+            tick=tick, workers=count, abort=abort, shared_generation=shared_generation, progress=progress,
         )  # fmt: skip
         return
     for candidate in candidates:
@@ -327,6 +352,8 @@ def ingest_files(
             )
             continue
         started = tick()
+        if progress is not None:
+            progress.working(candidate.source_id, "reading")
         try:
             result = replace_document(
                 uri=candidate.source_id,
@@ -341,10 +368,13 @@ def ingest_files(
                 status_store=status_store,
                 limits=limits,
                 abort=abort,
+                shared_generation=shared_generation,
             )
         except AbortedError:
             raise
         except Exception as exc:
             yield _failure(shown, candidate.source_id, exc, tick() - started)
             continue
+        if progress is not None and result.indexed and not result.skipped:
+            progress.embedded(result.indexed)
         yield _success(shown, result, tick() - started)

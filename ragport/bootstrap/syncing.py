@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ragport.application import SyncResult
+from ragport.application import SharedGeneration, SyncResult
 from ragport.application.sync import SyncProgress
 from ragport.bootstrap.ingest import ingest_limits
 from ragport.bootstrap.stores import Stores, sync_knowledge
@@ -50,14 +50,17 @@ def sync_connector(
     adopt: bool = False,
     workers: int = 1,
     encoding: str = "utf-8",
+    shared_generation: SharedGeneration | None = None,
     limits: Limits | None = None,
 ) -> SyncResult:
     """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``);
     ``adopt`` and ``workers`` as there (the command line adopts: a corpus equals what it
     syncs; it syncs a folder with ``default_workers()`` parse threads); ``encoding`` for the
     plain text, Markdown and reST parsers (``parser_for``), checked before anything runs;
-    another encoding than ``utf-8`` keeps its own checkpoint (``_ReadWith``); ``limits``: the
-    parsers' caps and ceilings, ``max_bytes`` replacing its ``parse_bytes`` (``ingest_limits``)."""
+    another encoding than ``utf-8`` keeps its own checkpoint (``_ReadWith``);
+    ``shared_generation``: the pages of this run share one generation (``SharedGeneration``);
+    ``limits``: the parsers' caps and ceilings, ``max_bytes`` replacing its ``parse_bytes``
+    (``ingest_limits``)."""
     from ragport.adapters.parsers import parser_for
     from ragport.adapters.parsers._common import check_encoding
 
@@ -84,4 +87,5 @@ def sync_connector(
         on_progress=on_progress,
         adopt=adopt,
         workers=workers,
+        shared_generation=shared_generation,
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import attrs
 
+from ragport.application import SharedGeneration
 from ragport.bootstrap import (
     CorpusRoots,
     FileOutcome,
@@ -154,6 +155,13 @@ def _outcome_line(n: int, total: int, outcome: FileOutcome) -> str:
     return f"[{n}/{total}] {name}: {detail}"
 
 
+def _generation_line(generations: tuple[int, ...]) -> str:
+    """Which generation(s) the command wrote and the one rollback that undoes it."""
+    first, last = generations[0], generations[-1]
+    wrote = f"generation {first}" if first == last else f"generations {first}..{last}"
+    return f"wrote {wrote} (undo: ragport rollback --to {first - 1})"
+
+
 def _ingest(args: argparse.Namespace) -> int:
     if args.workers is not None:
         check_workers(args.workers)  # before any store opens
@@ -168,6 +176,7 @@ def _ingest(args: argparse.Namespace) -> int:
             _note(f"no such file or folder: {c.path}")
     total = len(candidates)
     outcomes: list[FileOutcome] = []
+    shared = SharedGeneration()  # one generation per command: one rollback undoes it
     started = time.perf_counter()
     with (
         _stores(args) as stores,
@@ -188,10 +197,12 @@ def _ingest(args: argparse.Namespace) -> int:
             limits=limits,
             workers=args.workers,
             encoding=encoding,
+            shared_generation=shared,
+            progress=bar,
         ), encoding)  # fmt: skip
         for n, outcome in enumerate(results, start=1):
             outcomes.append(outcome)
-            bar.update(done=n, item=outcome.source_id or outcome.path)
+            bar.update(done=n)  # the item shown is the work in flight (bar.working)
             if args.json:
                 print(json.dumps(_json.unstructure(outcome), ensure_ascii=False), flush=True)
             elif not (bar.active and sys.stdout.isatty()) or outcome.state == "failed":
@@ -208,6 +219,8 @@ def _ingest(args: argparse.Namespace) -> int:
         print(f"  {'indexed':<10}{counts['indexed']:>6}")
         print(f"  {'unchanged':<10}{counts['unchanged']:>6}")
         print(f"  {'failed':<10}{counts['failed']:>6}")
+        if shared.generations:
+            print(_generation_line(shared.generations))
         if failed:
             width = max(len(o.source_id or o.path) for o in failed)
             print("failed:")

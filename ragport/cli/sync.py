@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragport.application import (
+    SharedGeneration,
     SyncResult,
     list_ingestion_status,
 )
@@ -21,7 +22,7 @@ from ragport.bootstrap import (
 )
 from ragport.bootstrap.ingest import check_workers, default_workers
 from ragport.cli.config import _embedder, _limits, _scope, _stores
-from ragport.cli.ingest import DECODE_HINT, _text_encoding
+from ragport.cli.ingest import DECODE_HINT, _generation_line, _text_encoding
 from ragport.cli.output import _json
 from ragport.cli.progress import track, wanted
 from ragport.domain.errors import (
@@ -49,11 +50,13 @@ def _print_sync(
     result: SyncResult,
     seconds: float,
     still: Sequence[IngestionStatus],
+    generations: tuple[int, ...] = (),
 ) -> int:
     if args.json:
         shown = _json.unstructure(result)
         del shown["cursor"]  # the connector's internal state: not for people or scripts
         shown["still_failing"] = [{"source_id": s.source_id, "error": s.error} for s in still]
+        shown["generations"] = list(generations)
         print(json.dumps({**shown, "seconds": round(seconds, 3)}))
     else:
         print(
@@ -62,6 +65,8 @@ def _print_sync(
             f"{f' ({result.swept} swept)' if result.swept else ''}, {result.withheld} withheld, "
             f"{result.failed} failed" + (" (full listing)" if result.bootstrapped else "")
         )
+        if generations:
+            print(_generation_line(generations))
         if result.failures:
             width = max(len(f.source_id) for f in result.failures)
             print("failed:")
@@ -98,6 +103,7 @@ def _sync_run(
         check_workers(args.workers)  # before any store opens
     limits = _limits(args)  # --max-bytes, --timeout, [limits]: before any store opens
     scope = _scope(args)
+    shared = SharedGeneration()  # one generation per run: one rollback undoes it
     started = time.perf_counter()
     with (
         _stores(args) as stores,
@@ -125,9 +131,10 @@ def _sync_run(
             adopt=True,  # the corpus equals what it syncs, whoever wrote it before
             workers=workers if args.workers is None else args.workers,
             encoding=encoding,
+            shared_generation=shared,
         )
         still = _still_failing(stores, scope)
-    return _print_sync(args, result, time.perf_counter() - started, still)
+    return _print_sync(args, result, time.perf_counter() - started, still, shared.generations)
 
 
 def _sync_folder(args: argparse.Namespace) -> int:
