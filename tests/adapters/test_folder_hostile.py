@@ -392,6 +392,7 @@ def test_sync_reports_a_file_vanished_between_listing_and_load_as_failed(stores,
 # In memory only: the folder connector's behaviour at size does not depend on the store, and
 # PostgreSQL takes 45 s here for the 2,000-file bootstrap (its sync is tested above and in
 # tests/e2e/test_sync_knowledge.py).
+@pytest.mark.slow
 @pytest.mark.parametrize("stores", ["memory"], indirect=True)
 def test_a_folder_of_two_thousand_files_syncs_and_follows_edits_renames_and_deletes(
     stores, tmp_path

@@ -291,6 +291,7 @@ def test_sigkilled_writer_leaves_previous_version_and_no_orphans(
     assert _assert_one_complete_version(store) == "v3 n2"
 
 
+@pytest.mark.slow
 def test_two_processes_replacing_one_source_end_with_one_complete_version(
     store, pg_engine, pg_schema, spawn
 ):
@@ -322,6 +323,7 @@ def test_two_processes_replacing_one_source_end_with_one_complete_version(
     assert [r for r in results if r["error"] is not None] == [], "no replace failed"
 
 
+@pytest.mark.slow
 def test_reader_never_sees_two_versions_or_a_partial_one(store, spawn, tmp_path):
     """A polling reader sees whole single versions during 30 replaces. If this fails, check store.py get_by_source/query."""
     _replace(store, "init v0", 3)

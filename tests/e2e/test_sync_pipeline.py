@@ -262,6 +262,7 @@ def test_the_cli_syncs_a_folder_with_workers(
     assert "workers" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_page_of_a_thousand_items_with_one_near_the_cap() -> None:
     """1,200 items (two pages) and one Markdown item of about 900 kB: workers=3 stores the
     same rows as workers=1, the big item whole."""
