@@ -47,7 +47,7 @@ from ragport.ports.store import (
     rekey_collides,
 )
 
-__all__ = ["SqliteStore"]
+__all__ = ["SqliteStore", "open_sqlite_store"]
 
 BUSY_TIMEOUT_S = 60.0  # how long a writer waits for the one write lock before StoreError
 
@@ -560,6 +560,18 @@ class SqliteStore:
         with self._read(scope) as db:
             ids = sorted({r.source_id for r in db.visible("kind = 'chunk'")})
         return [s for s in ids if after is None or s > after][:limit]
+
+
+def open_sqlite_store(url: str) -> SqliteStore:
+    """The ``ragport.stores`` entry point ``sqlite`` (see pyproject.toml): ``sqlite://PATH``.
+
+    ``sqlite:///tmp/x.db`` is the file ``/tmp/x.db``, ``sqlite://x.db`` one in the current
+    folder. ragport adds in-memory ingestion-status and checkpoint stores beside it.
+    """
+    scheme, sep, path = url.partition("://")
+    if scheme.lower() != "sqlite" or not sep or not path or "?" in path or "\x00" in path:
+        raise ValidationError("a SQLite store URL is sqlite://PATH", field="store")
+    return SqliteStore(path)
 
 
 if TYPE_CHECKING:  # mypy proves the structural match with the port; nothing runs here

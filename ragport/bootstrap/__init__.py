@@ -5,8 +5,9 @@ here runs at import time; optional adapters are imported when a URL asks for the
 
 Modules: ``stores`` (stores, checkpoints, embedders and a ``Rag`` from a URL), ``ingest``
 (files and folders into a corpus, and sync with ragport's parsers), ``corpus`` (listing and
-re-embedding a corpus), ``config`` (``ragport.toml``). Every name is importable from
-``ragport.bootstrap`` itself.
+re-embedding a corpus), ``config`` (``ragport.toml``), ``plugins`` (stores, embedders and
+parsers installed as entry points). Every name is importable from ``ragport.bootstrap``
+itself.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from ragport.bootstrap.ingest import (
     ingest_text,
     walk_documents,
 )
+from ragport.bootstrap.plugins import InstalledPlugin, installed_plugins
+from ragport.bootstrap.plugins import clear_cache as clear_plugin_cache
 from ragport.bootstrap.stores import (
     EMBEDDED,
     Rag,
@@ -58,6 +61,7 @@ __all__ = [
     "CliConfig",
     "CorpusRoots",
     "FileOutcome",
+    "InstalledPlugin",
     "LimitsConfig",
     "QueryDefaults",
     "Rag",
@@ -65,6 +69,7 @@ __all__ = [
     "SourceRow",
     "Stores",
     "build_embedder",
+    "clear_plugin_cache",
     "collect_documents",
     "default_root",
     "demo_documents",
@@ -73,6 +78,7 @@ __all__ = [
     "ingest_files",
     "ingest_limits",
     "ingest_text",
+    "installed_plugins",
     "list_sources",
     "load_config",
     "open_checkpoints",

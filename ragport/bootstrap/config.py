@@ -157,8 +157,11 @@ def load_config(path: Path) -> CliConfig:
         raise ValidationError(
             f"{path}: query.mode must be vector, lexical or hybrid", field="query.mode"
         )
-    if config.embedder not in ("minilm", "hash"):
-        raise ValidationError(f"{path}: embedder must be minilm or hash", field="embedder")
+    from ragport.bootstrap.plugins import embedder_names
+
+    if config.embedder not in embedder_names():  # the built-ins, then installed plugins
+        names = ", ".join(embedder_names())
+        raise ValidationError(f"{path}: embedder must be one of {names}", field="embedder")
     return config
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -170,9 +170,10 @@ def clean_demo(url: str | None) -> tuple[DemoPlace, bool]:
 
 
 def _parser_name(name: str) -> str:
-    from ragport.adapters.parsers import parser_for
+    from ragport.adapters.parsers import BaseParser, parser_for
 
-    return str(parser_for(media_type_for(name) or name).name)
+    # the demo's bundled files are all of built-in types, which no plugin replaces
+    return str(cast(BaseParser, parser_for(media_type_for(name) or name)).name)
 
 
 def _hit_out(rank: int, hit: Hit) -> dict[str, Any]:

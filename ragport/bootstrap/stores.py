@@ -1,5 +1,7 @@
-"""Stores from a URL (``memory://``, ``postgresql://``, the embedded server), the checkpoint
-store beside them, embedders by name, a bound ``Rag``, and the wired public entry points.
+"""Stores from a URL (``memory://``, ``postgresql://``, the embedded server, or a scheme an
+installed ``ragport.stores`` plugin names), the checkpoint store beside them, embedders by
+name (built-in or a ``ragport.embedders`` plugin), a bound ``Rag``, and the wired public entry
+points.
 
 ``ragport.sync_knowledge``, ``ragport.replace_document`` and ``ragport.Rag`` are the use cases
 with ``parser=`` defaulting to ``ragport.adapters.parsers.parser_for``: the application keeps
@@ -19,7 +21,8 @@ from ragport import application
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStatusStore, InMemoryStore
 from ragport.adapters.parsers import parser_for
-from ragport.domain.errors import ValidationError
+from ragport.bootstrap import plugins
+from ragport.domain.errors import RagportError, ValidationError, raise_unchained
 from ragport.domain.model import Scope
 from ragport.ports.embedder import Embedder
 from ragport.ports.status import IngestionStatusStore
@@ -57,11 +60,14 @@ class Rag(application.Rag):
 
 @attrs.frozen
 class Stores:
-    """A chunk store and an ingestion-status store over one backend, and where it lives."""
+    """A chunk store and an ingestion-status store over one backend, where it lives, and the
+    checkpoint store of ``sync`` beside them (``None``: this backend keeps no checkpoints,
+    and ``open_checkpoints`` refuses it)."""
 
     chunks: ChunkStore
     status: IngestionStatusStore
     description: str
+    checkpoints: CheckpointStore | None = None
 
 
 @contextmanager
@@ -75,7 +81,11 @@ def open_stores(
 ) -> Iterator[Stores]:
     """Stores for ``url``: ``memory://``, a ``postgresql://`` URL, or ``None`` / ``embedded``
     for the embedded PostgreSQL server under the user's data directory (started on demand,
-    left running for the next command).
+    left running for the next command); else the ``ragport.stores`` plugin named by the URL's
+    scheme (see ``ragport.bootstrap.plugins``), called with the URL. A plugin returning a bare
+    ``ChunkStore`` gets an in-memory status store and checkpoint store (not durable); one
+    returning ``Stores`` is used as it is. ``schema`` and ``upgrade`` are PostgreSQL's: a
+    plugin store ignores them; ``read_url`` and ``partitions`` it refuses.
 
     ``upgrade`` applies migrations first: the default is yes for the embedded server (ragport
     owns it) and no for a server someone else runs (use ``ragport db upgrade``).
@@ -91,9 +101,18 @@ def open_stores(
     if url in ("memory://", "memory"):
         if read_url is not None:
             raise ValidationError("the in-memory store has no read replica", field="read_store")
-        yield Stores(InMemoryStore(), InMemoryStatusStore(), "in-memory store")
+        yield Stores(
+            InMemoryStore(), InMemoryStatusStore(), "in-memory store", InMemoryCheckpointStore()
+        )
         return
-    from ragport.adapters.postgres import PostgresStatusStore, PostgresStore
+    if url not in (None, "", EMBEDDED) and not _is_postgres(url):
+        yield _plugin_stores(url, read_url=read_url, partitions=partitions)
+        return
+    from ragport.adapters.postgres import (
+        PostgresCheckpointStore,
+        PostgresStatusStore,
+        PostgresStore,
+    )
 
     if url in (None, "", EMBEDDED):
         from ragport.adapters.postgres import default_data_dir, embedded_server
@@ -111,22 +130,64 @@ def open_stores(
                     store,
                     PostgresStatusStore(store.engine, schema=schema, read_url=store.read_engine),
                     f"embedded PostgreSQL in {default_data_dir()}",
+                    PostgresCheckpointStore(store.engine, schema=schema),
                 )
             finally:
                 _dispose(store)
         return
-    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
-        store = PostgresStore(
-            url, schema=schema, create=bool(upgrade), read_url=read_url, partitions=partitions
+    assert url is not None
+    store = PostgresStore(
+        url, schema=schema, create=bool(upgrade), read_url=read_url, partitions=partitions
+    )
+    status = PostgresStatusStore(store.engine, schema=schema, read_url=store.read_engine)
+    checkpoints = PostgresCheckpointStore(store.engine, schema=schema)
+    try:
+        yield Stores(
+            store, status, "PostgreSQL" + (" + read replica" if read_url else ""), checkpoints
         )
-        status = PostgresStatusStore(store.engine, schema=schema, read_url=store.read_engine)
-        try:
-            yield Stores(store, status, "PostgreSQL" + (" + read replica" if read_url else ""))
-        finally:
-            _dispose(store)
-        return
-    scheme = url.split(":", 1)[0]
-    raise ValidationError(f"unsupported store URL scheme {scheme!r}", field="store")
+    finally:
+        _dispose(store)
+
+
+def _is_postgres(url: str) -> bool:
+    return url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://"))
+
+
+def _plugin_stores(url: str, *, read_url: str | None, partitions: int | None) -> Stores:
+    """The stores of the ``ragport.stores`` plugin named by ``url``'s scheme."""
+    scheme = plugins.url_scheme(url)
+    found = plugins.load_store_factory(scheme) if scheme else None
+    if found is None:
+        installed = [n for n in plugins.installed_plugins() if n.group == plugins.STORES]
+        others = sorted({p.name for p in installed if p.status == "available"})
+        hint = f"; installed plugins: {', '.join(others)}" if others else ""
+        raise ValidationError(
+            f"unsupported store URL scheme {scheme[:40]!r} (built in: memory://, "
+            f"postgresql://, embedded{hint})",
+            field="store",
+        )
+    plugin, factory = found
+    if read_url is not None:
+        raise ValidationError(f"the {scheme} store has no read replica", field="read_store")
+    if partitions is not None:
+        raise ValidationError(f"the {scheme} store has no partitions", field="partitions")
+    try:
+        made = factory(url)
+    except RagportError:
+        raise
+    except Exception as exc:  # someone else's code: its message may quote the URL's secret
+        raise_unchained(plugins.broken(plugin, f"raised {type(exc).__name__}"))
+    if isinstance(made, Stores):
+        return made
+    if isinstance(made, ChunkStore):
+        where = f" ({plugin.distribution})" if plugin.distribution else ""
+        return Stores(
+            made,
+            InMemoryStatusStore(),
+            f"{scheme} store{where}, ingestion status and checkpoints in memory",
+            InMemoryCheckpointStore(),
+        )
+    raise plugins.broken(plugin, f"returned a {type(made).__name__}, not Stores or a ChunkStore")
 
 
 @contextmanager
@@ -140,7 +201,7 @@ def postgres_url(url: str | None) -> Iterator[str]:
             yield server_url
         return
     assert url is not None
-    if not url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+    if not _is_postgres(url):
         raise ValidationError("this command needs a PostgreSQL store", field="store")
     yield url
 
@@ -153,14 +214,18 @@ def _dispose(store: Any) -> None:
 
 def build_embedder(name: str = "minilm") -> Embedder:
     """The embedder named ``name``: ``minilm`` (all-MiniLM-L6-v2 int8, offline; the default)
-    or ``hash`` (deterministic, zero dependencies, not semantic)."""
+    or ``hash`` (deterministic, zero dependencies, not semantic), else the ``ragport.embedders``
+    plugin of that name (see ``ragport.bootstrap.plugins``)."""
     if name == "minilm":
         from ragport.adapters.embedders import MiniLmEmbedder
 
         return MiniLmEmbedder()
     if name == "hash":
         return HashEmbedder(dimensions=256)
-    raise ValidationError(f"unknown embedder {name!r} (use minilm or hash)", field="embedder")
+    embedder = plugins.load_embedder(name) if isinstance(name, str) and name else None
+    if embedder is None:
+        raise plugins.unknown_embedder(str(name))
+    return embedder
 
 
 def embedder_name_for(embedder_id: str) -> str | None:
@@ -193,13 +258,12 @@ def open_rag(
 
 
 def open_checkpoints(stores: Stores, *, schema: str = "ragport") -> CheckpointStore:
-    """The checkpoint store beside ``stores``: in memory for the in-memory store, else the
-    ``sync_checkpoints`` table of the same PostgreSQL schema."""
-    if isinstance(stores.chunks, InMemoryStore):
-        return InMemoryCheckpointStore()
-    from ragport.adapters.postgres import PostgresCheckpointStore
-
-    engine = getattr(stores.chunks, "engine", None)
-    if engine is None:
+    """The checkpoint store beside ``stores`` (``Stores.checkpoints``): in memory for the
+    in-memory store and a plugin's bare ``ChunkStore``, the ``sync_checkpoints`` table of the
+    PostgreSQL schema ``open_stores`` was given for PostgreSQL. ``schema`` is kept for
+    callers of old; the checkpoints are those of the schema the stores were opened in. Stores
+    without one are a ``ValidationError(field="store")``."""
+    del schema
+    if stores.checkpoints is None:
         raise ValidationError("this store has no checkpoint store beside it", field="store")
-    return PostgresCheckpointStore(engine, schema=schema)
+    return stores.checkpoints

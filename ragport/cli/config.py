@@ -25,6 +25,7 @@ from ragport.bootstrap import (
 from ragport.cli.output import EXIT_OK, _json, _note, _table
 from ragport.domain.errors import (
     EmbedderMismatchError,
+    RagportError,
     ValidationError,
 )
 from ragport.domain.limits import Limits
@@ -32,8 +33,13 @@ from ragport.domain.model import Scope
 from ragport.ports.embedder import Embedder
 
 
+def _option(args: argparse.Namespace, name: str) -> Any:
+    """The option ``name`` of ``args``, ``None`` when the command has no such option."""
+    return vars(args).get(name)
+
+
 def _config(args: argparse.Namespace) -> CliConfig:
-    cached = getattr(args, "_config", None)
+    cached = _option(args, "_config")
     if isinstance(cached, CliConfig):
         return cached
     cwd = Path.cwd()
@@ -61,13 +67,15 @@ def _announce(path: Path, *, store: bool) -> None:
 def _resolve(args: argparse.Namespace) -> None:
     """Fill the options left unset from ragport.toml, then the built-in defaults."""
     config = _config(args)
-    for name in ("schema", "tenant", "resource"):
-        if hasattr(args, name) and getattr(args, name) is None:
-            setattr(args, name, getattr(config, name))
-    if getattr(args, "corpus_many", False):
+    given = vars(args)
+    defaults = {"schema": config.schema, "tenant": config.tenant, "resource": config.resource}
+    for name, default in defaults.items():
+        if name in given and given[name] is None:
+            setattr(args, name, default)
+    if _option(args, "corpus_many"):
         if not args.corpus:
             args.corpus = [config.corpus]
-    elif hasattr(args, "corpus") and args.corpus is None:
+    elif "corpus" in given and args.corpus is None:
         args.corpus = config.corpus
     if args.command == "query":
         if args.top_k is None:
@@ -77,7 +85,7 @@ def _resolve(args: argparse.Namespace) -> None:
             args.mode = "hybrid" if args.lexical is not None else config.query.mode
         if args.lexical is None and args.mode != "vector":
             args.lexical = config.query.lexical
-    if hasattr(args, "rerank") and args.rerank is None:
+    if "rerank" in given and args.rerank is None:
         args.rerank = config.query.rerank
 
 
@@ -90,9 +98,9 @@ def _limits(args: argparse.Namespace) -> Limits:
     from ragport.bootstrap.ingest import ingest_limits
 
     base = _config(args).limits.limits()
-    where = getattr(args, "_config_path", None)
+    where = _option(args, "_config_path")
     hint = f"raise it with [limits] {{key}} in {where or 'ragport.toml'} (docs/limits.md)"
-    max_bytes = getattr(args, "max_bytes", None)
+    max_bytes = _option(args, "max_bytes")
     if max_bytes is None:
         max_bytes = base.parse_bytes
     try:
@@ -103,7 +111,7 @@ def _limits(args: argparse.Namespace) -> Limits:
             field="max_bytes",
             limit="parse_bytes",
         ) from None
-    timeout = getattr(args, "timeout", None)
+    timeout = _option(args, "timeout")
     if timeout is not None:
         ms = round(timeout * 1000) if math.isfinite(timeout) and timeout > 0 else 0
         try:
@@ -124,7 +132,7 @@ def _store_url(args: argparse.Namespace) -> str | None:
 
 
 def _read_url(args: argparse.Namespace) -> str | None:
-    return getattr(args, "read_store", None) or os.environ.get("RAGPORT_READ_STORE") or None
+    return _option(args, "read_store") or os.environ.get("RAGPORT_READ_STORE") or None
 
 
 def _scope(args: argparse.Namespace, corpus: str | None = None) -> Scope:
@@ -163,6 +171,8 @@ def _embedder(args: argparse.Namespace, stores: Stores, scopes: Sequence[Scope])
     if wanted is None:
         names = {embedder_name_for(e) for e in recorded}
         wanted = names.pop() if len(names) == 1 else None
+        if wanted is None and len(recorded) == 1:
+            wanted = _plugin_embedder_for(next(iter(recorded)))
         wanted = wanted or _config(args).embedder
     embedder = build_embedder(wanted)
     if recorded and embedder.id not in recorded:
@@ -178,9 +188,29 @@ def _embedder(args: argparse.Namespace, stores: Stores, scopes: Sequence[Scope])
     return embedder
 
 
+def _plugin_embedder_for(embedder_id: str) -> str | None:
+    """The installed ``ragport.embedders`` plugin whose embedder has ``embedder_id``.
+
+    Only for a corpus embedded by no built-in: each available plugin is built in turn (one
+    that fails is passed over here, since none was asked for by name).
+    """
+    from ragport.bootstrap.plugins import EMBEDDERS, installed_plugins, load_embedder
+
+    for row in installed_plugins():
+        if row.group != EMBEDDERS or row.status != "available":
+            continue
+        try:
+            candidate = load_embedder(row.name)
+        except RagportError:
+            continue
+        if candidate is not None and candidate.id == embedder_id:
+            return row.name
+    return None
+
+
 def _config_show(args: argparse.Namespace) -> int:
     config = _config(args)
-    path = getattr(args, "_config_path", None)
+    path = _option(args, "_config_path")
     store = args.store or os.environ.get("RAGPORT_STORE") or config.store
     where = (
         "--store"
@@ -192,10 +222,15 @@ def _config_show(args: argparse.Namespace) -> int:
         else "default"
     )
     values = {**_json.unstructure(config), "store": _redact_url(store) if store else "embedded"}
+    from ragport.bootstrap.plugins import installed_plugins
+
+    plugins = [_json.unstructure(p) for p in installed_plugins()]
     if args.json:
         print(
             json.dumps(
-                {"file": str(path) if path else None, "store_from": where, **values}, indent=2
+                {"file": str(path) if path else None, "store_from": where, **values}
+                | {"plugins": plugins},
+                indent=2,
             )
         )
     else:
@@ -207,6 +242,20 @@ def _config_show(args: argparse.Namespace) -> int:
             + [(f"query.{k}", v) for k, v in values["query"].items()]
             + [(f"limits.{k}", v) for k, v in values["limits"].items() if v is not None],
         )
+        if plugins:
+            print("installed plugins (entry points; built-ins come first):")
+            _table(
+                ["group", "name", "object", "distribution", "status"],
+                [
+                    (p["group"], p["name"], p["value"], p["distribution"] or "", p["status"])
+                    for p in plugins
+                ],
+            )
+        else:
+            print(
+                "installed plugins: none (entry point groups ragport.stores, "
+                "ragport.embedders, ragport.parsers)"
+            )
     return EXIT_OK
 
 

@@ -106,8 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     embed = argparse.ArgumentParser(add_help=False)
     embed.add_argument(
         "--embedder",
-        choices=EMBEDDERS,
-        help="embedder (default: the one the corpus was ingested with, ragport.toml, else minilm)",
+        help="embedder: minilm, hash or an installed plugin's name (default: the one the "
+        "corpus was ingested with, ragport.toml, else minilm)",
     )
     json_out = argparse.ArgumentParser(add_help=False)
     json_out.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -328,7 +328,9 @@ def _parser() -> argparse.ArgumentParser:
         "re-embed a corpus under another embedder (old vectors serve until the new commit)",
         ["ragport reindex --embedder minilm --corpus handbook"], [corpus_only, json_out],
     )  # fmt: skip
-    reindex.add_argument("--embedder", required=True, choices=EMBEDDERS, help="the new embedder")
+    reindex.add_argument(
+        "--embedder", required=True, help="the new embedder: minilm, hash or a plugin's name"
+    )
     reindex.set_defaults(func=_reindex)
 
     config = _sub(sub, "config", "show the configuration in effect and where it came from",
