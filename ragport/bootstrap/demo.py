@@ -41,6 +41,7 @@ from ragport.bootstrap.stores import EMBEDDED, Stores, open_checkpoints, open_st
 from ragport.bootstrap.syncing import sync_connector
 from ragport.domain.documents import DOCUMENT_SUFFIXES, media_type_for
 from ragport.domain.model import AccessDenial, Authorization, Grant, Hit, Scope
+from ragport.ports.capabilities import supports
 from ragport.ports.documents import LoadedDocument, Parser
 from ragport.ports.embedder import Embedder
 from ragport.ports.sync import CheckpointStore
@@ -218,7 +219,7 @@ class _Demo:
         self.loader = ResourceDocumentLoader(loader=self._load)
         self.parser: Callable[[str], Parser] = parser_for
         modes = tuple(stores.chunks.capabilities.lexical_modes)
-        self.lexical = str(modes[0]) if modes else "off"
+        self.lexical = str(modes[0]) if supports(stores.chunks, "lexical") else "off"
         self.replaced_at = 0
 
     def _load(self, uri: str) -> LoadedDocument:

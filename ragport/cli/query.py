@@ -23,6 +23,7 @@ from ragport.domain.errors import (
 )
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS
 from ragport.domain.model import AccessDenial, Authorization, Hit, Scope
+from ragport.ports.capabilities import supports
 
 # Tokens of context budget per wanted hit: a 1,000-character chunk is ~250 tokens plus its
 # citation, so --top-k 20 gets room for 20 hits (capped at the hard ceiling).
@@ -136,8 +137,10 @@ def _rerank_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _lexical_for(args: argparse.Namespace, stores: Stores) -> str:
-    """The lexical mode the query runs: 'off' for vector mode, else one the store offers."""
-    offered = tuple(stores.chunks.capabilities.lexical_modes)
+    """The lexical mode the query runs: 'off' for vector mode, else one the store offers
+    (``supports(store, "lexical")``: declared and defined)."""
+    lexical = supports(stores.chunks, "lexical")
+    offered = tuple(stores.chunks.capabilities.lexical_modes) if lexical else ()
     if args.mode == "vector":
         return "off"
     if not offered:

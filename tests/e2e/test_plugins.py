@@ -90,6 +90,26 @@ def make_parser(**options):
     return AcmeParser(**options)
 
 
+class Overclaiming:
+    # declares a lexical mode but its class defines no lexical_query (delegates the rest)
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    @property
+    def capabilities(self):
+        import attrs
+
+        return attrs.evolve(self._inner.capabilities, lexical_modes=("bm25",))
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def open_overclaiming(url):
+    return Overclaiming(STORES.setdefault(url, InMemoryStore()))
+
+
 def raising(*args, **kwargs):
     raise RuntimeError("the plugin's message carries sk-SECRET-TOKEN")
 
@@ -104,6 +124,7 @@ ENTRY_POINTS = {
         "acmefull": f"{MODULE}:open_full",
         "memory": f"{MODULE}:open_store",  # a built-in scheme: never used
         "missing": "acme_no_such_module:open_store",
+        "overclaim": f"{MODULE}:open_overclaiming",
         "raising": f"{MODULE}:raising",
         "wrongtype": f"{MODULE}:wrong_type",
     },
@@ -355,6 +376,23 @@ def test_two_distributions_offering_one_name_are_refused(acme, tmp_path, monkeyp
     assert "other_mod:f" in str(caught.value) and "open_store" in str(caught.value)
     rows = [p for p in plugins.installed_plugins() if p.name == "acme"]
     assert {p.status for p in rows} == {"conflict"}
+
+
+def test_the_cli_checks_lexical_search_with_supports(acme, cli_env):
+    """``ragport query --mode hybrid`` on a plugin store that declares a lexical mode but does
+    not define lexical_query is refused by the CLI's own check (``supports``: declared *and*
+    defined) as ValidationError(field="mode"), and --mode vector still answers.
+
+    If this fails, check cli.query._lexical_for (supports(store, "lexical"), not the declared
+    lexical_modes alone).
+    """
+    store = ("--store", "overclaim://q")
+    assert run_cli(cli_env, "ingest", *store, "--embedder", "hash", "docs").returncode == 0
+    hybrid = run_cli(cli_env, "query", *store, "--mode", "hybrid", "zebra stripes")
+    assert hybrid.returncode == 2
+    assert "ValidationError" in hybrid.stderr and "--mode hybrid" in hybrid.stderr
+    vector = run_cli(cli_env, "query", *store, "zebra stripes", "--json")
+    assert vector.returncode == 0, vector.stderr
 
 
 # -- the SQLite example of docs/adapters.md, registered by its own pyproject.toml ---------------
