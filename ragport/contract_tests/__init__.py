@@ -41,6 +41,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.chunk_store.boundary",
     "ragport.contract_tests.chunk_store.capabilities",
     "ragport.contract_tests.chunk_store.concurrency",
+    "ragport.contract_tests.chunk_store.failures",
     "ragport.contract_tests.chunk_store.forgetting",
     "ragport.contract_tests.chunk_store.generations",
     "ragport.contract_tests.chunk_store.grant_reads",
@@ -54,6 +55,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.chunk_store.unit_of_work",
     "ragport.contract_tests.derived",
     "ragport.contract_tests.connector",
+    "ragport.contract_tests.conformance",
     "ragport.contract_tests.embedder",
     "ragport.contract_tests.parser",
     "ragport.contract_tests.reranker",
@@ -73,6 +75,7 @@ from ragport.contract_tests.chunk_store import (  # noqa: E402
     ChunkStoreConcurrencyContract,
     ChunkStoreContract,
     ChunkStoreDenialReportContract,
+    ChunkStoreFailureContract,
     ChunkStoreFilterContract,
     ChunkStoreForgettingContract,
     ChunkStoreGenerationContract,
@@ -92,6 +95,7 @@ from ragport.contract_tests.chunk_store import (  # noqa: E402
     ChunkStoreTombstoneContract,
     ChunkStoreUnitOfWorkContract,
 )
+from ragport.contract_tests.conformance import assert_conforms, conformance_problems  # noqa: E402
 from ragport.contract_tests.connector import ConnectorContract, ConnectorHarness  # noqa: E402
 from ragport.contract_tests.derived import DerivedArtifactHandlerContract  # noqa: E402
 from ragport.contract_tests.embedder import EmbedderContract  # noqa: E402
@@ -99,7 +103,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.20"
+CONTRACT_VERSION = "1.21"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -161,6 +165,11 @@ CONTRACT_VERSION = "1.20"
 #      lexical_query answer nothing for limit <= 0 (lexical: ()); ChunkStoreUnitOfWorkContract:
 #      a second commit() is ValidationError(field="unit_of_work"). Every chunk_store mixin also
 #      imports from ragport.contract_tests.
+# 1.21 ChunkStoreLexicalContract: every mode in capabilities.lexical_modes works through
+#      retrieve_context (a store declaring "fts5" failed every retrieval); ChunkStoreFailureContract
+#      (optional fixture break_store): once the backend is broken, every read and write, the
+#      optional legs and retrieve_context raise StoreError with nothing chained. Test docstrings
+#      name the member they check. assert_conforms(store) checks a store against ChunkStore.
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -173,6 +182,7 @@ __all__ = [
     "ChunkStoreConcurrencyContract",
     "ChunkStoreContract",
     "ChunkStoreDenialReportContract",
+    "ChunkStoreFailureContract",
     "ChunkStoreFilterContract",
     "ChunkStoreForgettingContract",
     "ChunkStoreGenerationContract",
@@ -199,4 +209,6 @@ __all__ = [
     "ParserContract",
     "RerankerContract",
     "Sample",
+    "assert_conforms",
+    "conformance_problems",
 ]

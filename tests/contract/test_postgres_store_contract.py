@@ -15,13 +15,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, reads
 from ragport.adapters.postgres import checkpoints as checkpoints_module
 from ragport.adapters.postgres import status as status_module
 from ragport.adapters.postgres import store as store_module
 from ragport.contract_tests import ChunkStoreContract, IngestionStatusStoreContract
+from ragport.contract_tests.chunk_store.failures import BreakStore
+from ragport.ports.store import ChunkStore
 
 # One xdist worker runs the whole module (make test passes --dist loadgroup): the last test
 # reads what the suites before it captured in this process.
@@ -69,6 +71,16 @@ class TestPostgresStore(ChunkStoreContract):
     @pytest.fixture
     def store(self, pg_engine, pg_schema) -> Iterator[PostgresStore]:
         yield PostgresStore(pg_engine, schema=pg_schema, create=True)
+
+    @pytest.fixture
+    def break_store(self, pg_engine: Any, pg_schema: str) -> BreakStore:
+        """Dropping the store's schema makes every later statement fail on the server."""
+
+        def drop_schema(store: ChunkStore) -> None:
+            with pg_engine.begin() as conn:
+                conn.execute(text(f'DROP SCHEMA "{pg_schema}" CASCADE'))
+
+        return drop_schema
 
 
 class TestPostgresStatusStore(IngestionStatusStoreContract):

@@ -16,8 +16,9 @@ Each capability is a mixin of its own (``ChunkStoreScopeContract``,
 group: ``capabilities``, ``scope``, ``unit_of_work``, ``generations`` (replace and
 generations), ``access`` (grants, denial reports), ``tombstones``, ``query`` (query, filters,
 lexical), ``guarded_query``, ``borrowed_query``, ``concurrency``, ``lineage`` (lineage, re-pointing),
-``forgetting`` (forgetting, re-point uniqueness), ``hybrid``, ``boundary`` and ``history``
-(generation history); the shared base
+``forgetting`` (forgetting, re-point uniqueness), ``hybrid``, ``boundary``, ``aliasing``,
+``grant_reads`` (grant reads, source listing), ``history`` (generation history) and
+``failures`` (driver failures, with the optional ``break_store`` fixture); the shared base
 class is in ``_base`` and the constants and helpers in ``_helpers``. Tests that depend on a
 declared capability (``transactions``, ``generations``, ``authorization == "acl"``) skip with
 a reason when the store does not declare it, and must pass when it does. To record a known gap,
@@ -43,6 +44,7 @@ from ragport.contract_tests.chunk_store.borrowed_query import ChunkStoreBorrowed
 from ragport.contract_tests.chunk_store.boundary import ChunkStoreBoundaryContract
 from ragport.contract_tests.chunk_store.capabilities import ChunkStoreCapabilityContract
 from ragport.contract_tests.chunk_store.concurrency import ChunkStoreConcurrencyContract
+from ragport.contract_tests.chunk_store.failures import ChunkStoreFailureContract
 from ragport.contract_tests.chunk_store.forgetting import (
     ChunkStoreForgettingContract,
     ChunkStoreRepointUniquenessContract,
@@ -80,6 +82,7 @@ __all__ = [
     "ChunkStoreConcurrencyContract",
     "ChunkStoreContract",
     "ChunkStoreDenialReportContract",
+    "ChunkStoreFailureContract",
     "ChunkStoreFilterContract",
     "ChunkStoreForgettingContract",
     "ChunkStoreGenerationContract",
@@ -126,6 +129,7 @@ class ChunkStoreContract(
     ChunkStoreBoundaryContract,
     ChunkStoreAliasingContract,
     ChunkStoreGenerationHistoryContract,
+    ChunkStoreFailureContract,
 ):
     """Every ChunkStore promise. Subclass it and override the ``store`` fixture."""
 

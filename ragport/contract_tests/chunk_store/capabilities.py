@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import SCOPE
+from ragport.contract_tests.conformance import conformance_problems
 from ragport.domain.model import Capabilities
 from ragport.ports.store import ChunkStore, declared, missing_methods, supports
 
@@ -19,6 +20,18 @@ class ChunkStoreCapabilityContract(_ChunkStoreContractBase):
         If this fails, check that the adapter defines every method and property of ChunkStore.
         """
         assert isinstance(store, ChunkStore)
+
+    def test_store_conforms_to_the_port_signatures(self, store: ChunkStore) -> None:
+        """Checks every ``ChunkStore`` member (and those of the optional protocols the store
+        declares): ``conformance_problems`` finds nothing, so each method takes the port's
+        positional arguments, every keyword-only one by name and a default where the port
+        has one (``assert_conforms``).
+
+        If this fails, check the listed members against ``ragport/ports/store.py``; running
+        ``mypy --strict`` over ``assert_conforms(MyStore(...))`` names them too.
+        """
+        problems = conformance_problems(store)
+        assert not problems, problems
 
     def test_capabilities_is_a_typed_value(self, store: ChunkStore) -> None:
         """`capabilities` is a Capabilities with well-typed fields, the same on every read.

@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ragport.application.retrieval import retrieve_context
 from ragport.contract_tests._support import (
     CONTRACT_EMBEDDER_ID,
+    ContractEmbedder,
     derived_batch,
     direction,
     granted,
@@ -36,7 +38,7 @@ from ragport.contract_tests.chunk_store._helpers import (
     _require_acl,
     _require_implemented,
 )
-from ragport.domain.errors import CapabilityError
+from ragport.domain.errors import CapabilityError, ValidationError
 from ragport.domain.filters import parse_filter
 from ragport.domain.lexical import tokenize_lexical
 from ragport.domain.model import AccessDecision, Grant, Tombstone
@@ -44,6 +46,8 @@ from ragport.ports.embedder import Vector
 from ragport.ports.store import ChunkStore, SupportsLexicalSearch
 
 __all__ = ["ChunkStoreFilterContract", "ChunkStoreLexicalContract", "ChunkStoreQueryContract"]
+
+_EMBEDDER = ContractEmbedder()
 
 
 class ChunkStoreQueryContract(_ChunkStoreContractBase):
@@ -577,6 +581,42 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
         for query, want in expected.items():
             found = store.lexical_query(SCOPE, query, limit=QUERY_ALL, mode="bm25")
             assert {item.record.source_id for item in found} == want, query
+
+    def test_every_declared_lexical_mode_works_through_retrieve_context(
+        self, store: ChunkStore
+    ) -> None:
+        """Checks ``Capabilities.lexical_modes``: every mode a store declares is one
+        ``retrieve_context`` accepts, and lexical-only retrieval in it (``fusion_weights``
+        ``{"vector": 0}``) returns the term matches ``lexical_query`` finds, as hits found by
+        the lexical leg.
+
+        If this fails, check the names in ``capabilities.lexical_modes``: retrieval knows
+        ``bm25`` (tokens of ``tokenize_lexical``) and ``fts`` (a PostgreSQL-style text-search
+        configuration) and refuses any other name with ``ValidationError(field="lexical")``, so
+        a store declaring e.g. ``fts5`` passes its own lexical tests and then fails every
+        retrieval. Declare the built-in name whose promise your engine keeps.
+        """
+        modes = self._modes(store)
+        self._seed(store)
+        for mode in modes:
+            try:
+                result = retrieve_context(
+                    "walrus",
+                    embedder=_EMBEDDER,
+                    store=store,
+                    scope=SCOPE,
+                    lexical=mode,
+                    fusion_weights={"vector": 0.0},
+                    top_k=10,
+                )
+            except (ValidationError, CapabilityError) as exc:
+                raise AssertionError(
+                    f"capabilities.lexical_modes declares {mode!r} but retrieve_context "
+                    f"refuses it: {type(exc).__name__}(field={getattr(exc, 'field', None)!r})"
+                ) from None
+            sources = {hit.source_id for hit in result.hits}
+            assert sources == {"lex-walrus", "lex-secret"}, (mode, sources)
+            assert {hit.provenance.retrieval for hit in result.hits} <= {"lexical", "hybrid"}
 
     def test_unknown_lexical_mode_is_a_capability_error(self, store: ChunkStore) -> None:
         """Asking for a mode the store does not advertise fails closed.
