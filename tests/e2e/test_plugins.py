@@ -8,6 +8,7 @@ finds it exactly as it finds an installed wheel. Nothing is installed into the v
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -415,23 +416,37 @@ def sqlite_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     yield from _on_path(monkeypatch, root)
 
 
-def test_the_sqlite_example_runs_from_ragport_store_sqlite(sqlite_example, cli_env, tmp_path):
-    """``ragport ingest --store sqlite:///.../x.db`` then ``ragport query`` on the example
-    store, registered only through its pyproject entry point; the file keeps the chunks.
+def _plugin_section_commands() -> list[list[str]]:
+    """The ``ragport`` lines of the sh block in docs/adapters.md's plugin section."""
+    page = (EXAMPLE.parents[1] / "docs" / "adapters.md").read_text(encoding="utf-8")
+    section = page.split("## Installing an adapter as a plugin", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line)[1:] for line in block.splitlines() if line.startswith("ragport ")]
 
-    If this fails, check examples/sqlite_store/pyproject.toml's [project.entry-points] and
-    ragport_sqlite.open_sqlite_store.
+
+def test_the_sqlite_example_runs_from_ragport_store_sqlite(sqlite_example, cli_env, tmp_path):
+    """The commands of docs/adapters.md's plugin section (``ragport ingest --store
+    sqlite:///...``, ``query``, ``config``) run on the example store, registered only
+    through its pyproject entry point; the SQLite file keeps the chunks.
+
+    If this fails, check examples/sqlite_store/pyproject.toml's [project.entry-points],
+    ragport_sqlite.open_sqlite_store, and that the page's block still matches.
     """
-    db = tmp_path / "x.db"
-    url = f"sqlite://{db}"
-    done = run_cli(cli_env, "ingest", "--store", url, "--embedder", "hash", "docs", "--json")
-    assert done.returncode == 0, done.stderr
-    found = run_cli(cli_env, "query", "--store", url, "zebra stripes", "--json")
-    assert found.returncode == 0, found.stderr
-    assert json.loads(found.stdout)["hits"][0]["source_id"].endswith("zebra.md")
+    db = tmp_path / "handbook.db"
+    commands = _plugin_section_commands()
+    assert [c[0] for c in commands] == ["ingest", "query", "config"]
+    for args in commands:
+        args = [a.replace("/tmp/handbook.db", str(db)) for a in args]
+        done = run_cli(cli_env, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        if args[0] == "query":
+            assert "zebra.md" in done.stdout
+        if args[0] == "config":
+            assert "ragport_sqlite:open_sqlite_store" in done.stdout
     assert db.stat().st_size > 0
-    listed = run_cli(cli_env, "sources", "--store", url, "--json")
-    assert listed.returncode == 0, listed.stderr
+    found = run_cli(cli_env, "query", "--store", f"sqlite://{db}", "penguins", "--json")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["hits"][0]["source_id"].endswith("penguin.md")
 
 
 def test_the_distribution_builder_is_what_importlib_metadata_reads(tmp_path, monkeypatch):
