@@ -168,8 +168,9 @@ CONTRACT_VERSION = "1.21"
 # 1.21 ChunkStoreLexicalContract: every mode in capabilities.lexical_modes works through
 #      retrieve_context (a store declaring "fts5" failed every retrieval); ChunkStoreFailureContract
 #      (optional fixture break_store): once the backend is broken, every read and write, the
-#      optional legs and retrieve_context raise StoreError with nothing chained. Test docstrings
-#      name the member they check. assert_conforms(store) checks a store against ChunkStore.
+#      optional legs and retrieve_context raise StoreError with nothing chained. assert_conforms
+#      (static: typed ChunkStore; run time: the port's parameters), checked by the capability
+#      section's test_store_conforms_to_the_port_signatures.
 
 __all__ = [
     "CONTRACT_VERSION",
