@@ -16,14 +16,17 @@ Override a test only by wrapping it in ``pytest.mark.xfail(reason=...)``.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import pytest
 
 from ragport.contract_tests._base import ContractSuite, required_fixture
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
+from ragport.ports.store import ChunkStore
 from ragport.ports.sync import Checkpoint, CheckpointStore, SupportsCheckpointsInUnitOfWork
+
+JoinedCheckpoints = tuple[CheckpointStore, ChunkStore]
+"""``joined_checkpoints``: the checkpoint store and the chunk store whose units of work it joins."""
 
 __all__ = ["CheckpointInUnitOfWorkContract", "CheckpointStoreContract"]
 
@@ -243,7 +246,7 @@ class CheckpointInUnitOfWorkContract(ContractSuite):
         "yield (checkpoint_store, chunk_store), both empty and sharing a unit of work",
     )
 
-    def test_joins_its_store_and_nothing_else(self, joined_checkpoints: Any) -> None:
+    def test_joins_its_store_and_nothing_else(self, joined_checkpoints: JoinedCheckpoints) -> None:
         """``joins`` accepts the paired store's unit of work and refuses a foreign object.
 
         If this fails, check ``joins``: it must recognise the store's unit of work (same
@@ -256,7 +259,7 @@ class CheckpointInUnitOfWorkContract(ContractSuite):
             assert checkpoints.joins(uow) is True
 
     def test_a_joined_cas_lands_only_when_the_unit_of_work_commits(
-        self, joined_checkpoints: Any
+        self, joined_checkpoints: JoinedCheckpoints
     ) -> None:
         """Inside the unit of work the CAS returns True; once it commits ``get`` reads the
         cursor at version 1, and a CAS of a rolled-back unit of work leaves nothing.
@@ -265,6 +268,7 @@ class CheckpointInUnitOfWorkContract(ContractSuite):
         transaction (its connection), not a connection or lock of its own.
         """
         checkpoints, store = joined_checkpoints
+        assert isinstance(checkpoints, SupportsCheckpointsInUnitOfWork)
         with store.unit_of_work(SCOPE) as uow:
             assert checkpoints.compare_and_set_in(uow, CONNECTOR, SCOPE, 0, "rolled-back")
             # leaving without commit rolls back
@@ -278,7 +282,9 @@ class CheckpointInUnitOfWorkContract(ContractSuite):
             uow.commit()
         assert checkpoints.get(CONNECTOR, SCOPE) == Checkpoint("kept", 1)
 
-    def test_racing_units_of_work_exactly_one_wins(self, joined_checkpoints: Any) -> None:
+    def test_racing_units_of_work_exactly_one_wins(
+        self, joined_checkpoints: JoinedCheckpoints
+    ) -> None:
         """Two threads each open a unit of work and CAS from version 1; the first holds its
         unit of work open for a moment before committing. Exactly one CAS returns True and the
         stored cursor is the winner's.
@@ -287,6 +293,7 @@ class CheckpointInUnitOfWorkContract(ContractSuite):
         or the scope's writer lock) and then sees the version it moved to.
         """
         checkpoints, store = joined_checkpoints
+        assert isinstance(checkpoints, SupportsCheckpointsInUnitOfWork)
         assert checkpoints.compare_and_set(CONNECTOR, SCOPE, 0, "start")
         results: dict[int, bool] = {}
         first_in = threading.Event()
@@ -310,7 +317,7 @@ class CheckpointInUnitOfWorkContract(ContractSuite):
         assert results == {0: True, 1: False}, results
         assert checkpoints.get(CONNECTOR, SCOPE) == Checkpoint("worker-0", 2)
 
-    def test_isolation_canary(self, joined_checkpoints: Any) -> None:
+    def test_isolation_canary(self, joined_checkpoints: JoinedCheckpoints) -> None:
         """Collected last: the fixture still yields an empty checkpoint store.
 
         If this fails, check that ``joined_checkpoints`` does not share state between tests.

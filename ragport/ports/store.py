@@ -391,8 +391,11 @@ class ChunkStore(Protocol):
     - Reads refuse NUL and lone surrogates (``validate_text``) as ``ValidationError``:
       ``get_by_source`` ``field="source_id"``, ``check_source_access`` ``"source_ids"``,
       ``lexical_query`` ``"query"``, ``forgotten_among`` ``"ids"``.
-    - A driver failure is a ``StoreError`` raised ``from None`` (no ``__cause__`` and no
-      ``__context__``: a driver's message may quote parameters, hence document text).
+    - A driver failure is a ``StoreError`` raised through ``raise_unchained`` (no
+      ``__cause__`` and no ``__context__``: a driver's message may quote parameters, hence
+      document text), from every read, every write, ``unit_of_work`` and ``commit`` alike;
+      no other exception escapes, and a failed read never answers as if the scope were empty
+      (``ChunkStoreFailureContract``, given a ``break_store`` fixture).
     """
 
     @property
@@ -496,7 +499,9 @@ class SupportsLexicalSearch(Protocol):
     order or scores. Mode ``bm25`` tokenizes with ``ragport.domain.lexical.tokenize_lexical``
     (then may drop stop words or stem): ``strasse`` matches ``Straße``, ``cafe`` not ``café``;
     ``fts`` tokenizes with the PostgreSQL text-search configuration. A mode the store does not
-    offer is a ``CapabilityError``.
+    offer is a ``CapabilityError``. Declare only names ``retrieve_context`` accepts (``bm25``,
+    ``fts``): it refuses any other (``fts5``) with ``ValidationError(field="lexical")``, so
+    every retrieval through such a store would fail.
 
     ``hybrid_query`` is what hybrid retrieval calls: what ``foreign_embedders``, ``query`` and
     ``lexical_query`` would return, all read from *one* snapshot (one pointer, one set of

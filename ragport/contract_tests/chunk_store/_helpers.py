@@ -17,7 +17,13 @@ from ragport.contract_tests._support import (
 )
 from ragport.domain.model import Authorization, Scope
 from ragport.ports.embedder import Vector
-from ragport.ports.store import ChunkStore, OptionalCapability, ScoredRecord, missing_methods
+from ragport.ports.store import (
+    ChunkStore,
+    OptionalCapability,
+    ScoredRecord,
+    UnitOfWork,
+    missing_methods,
+)
 
 DIMS = CONTRACT_DIMENSIONS
 TENANT = "contract-tenant"
@@ -137,7 +143,7 @@ def _snapshot(store: ChunkStore, scope: Scope, sources: Sequence[str], probe: Ve
     )
 
 
-def _add(uow: Any, batch: Batch) -> None:
+def _add(uow: UnitOfWork, batch: Batch) -> None:
     uow.records.add(batch.records, batch.vectors)
 
 

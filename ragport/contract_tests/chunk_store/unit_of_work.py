@@ -35,7 +35,7 @@ from ragport.contract_tests.chunk_store._helpers import (
 )
 from ragport.domain.errors import ScopeError, ValidationError
 from ragport.domain.model import Grant, Scope, Tombstone
-from ragport.ports.store import ChunkStore
+from ragport.ports.store import ChunkStore, UnitOfWork
 
 __all__ = ["ChunkStoreUnitOfWorkContract"]
 
@@ -55,7 +55,7 @@ _BAD_VECTORS: tuple[tuple[str, Callable[[np.ndarray], Any]], ...] = (
 class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
     """A unit of work is all or nothing, and ``records.add`` validates before it writes."""
 
-    def _write_everything(self, uow: Any) -> None:
+    def _write_everything(self, uow: UnitOfWork) -> None:
         generation = uow.generations.stage()
         uow.records.retire_source("doc", generation=generation)
         _add(uow, make_batch(uow.scope, "doc", ["alpha", "beta"], generation=generation))
