@@ -64,11 +64,51 @@ def test_a_bad_encoding_is_a_validation_error(bad):
     assert caught.value.field == "encoding"
 
 
-def test_parser_for_passes_encoding_to_text_parsers_only_and_checks_it_for_all():
+def test_parser_for_passes_encoding_to_text_and_html_parsers_and_checks_it_for_all():
+    """HTML takes encoding= too (for pages that declare no charset); PDF and DOCX do not.
+
+    If this fails, check parser_for's EncodedTextParser branch and HtmlParser's base class."""
     assert parser_for("notes.md", encoding="auto").encoding == "auto"
-    assert parser_for("page.html", encoding="auto").id == parser_for("page.html").id
+    assert parser_for("page.html", encoding="auto").id != parser_for("page.html").id
+    assert parser_for("a.pdf", encoding="auto").id == parser_for("a.pdf").id
     with pytest.raises(ValidationError):
         parser_for("page.html", encoding="no-such-codec")
+
+
+_LEGACY_PAGE = (
+    b"<html><head><title>Caf\xe9</title>"
+    b'<meta http-equiv="Content-Type" content="text/html"></head>'
+    b"<body><h1>Men\xfc</h1><p>Cr\xe8me br\xfbl\xe9e \x96 \x80 5</p></body></html>"
+)
+
+
+def test_an_undeclared_legacy_html_page_reads_with_encoding_and_fails_without():
+    """A page with no BOM, no charset parameter and no <meta charset> (as libxslt's docs ship)
+    in cp1252: strict UTF-8 refuses it naming the offset; encoding="auto" or "cp1252" reads
+    it exactly and records the codec.
+
+    If this fails, check _decode's fallback in ragport/adapters/parsers/html.py."""
+    from ragport.adapters.parsers import HtmlParser
+
+    with pytest.raises(ParseError) as caught:
+        HtmlParser().parse(_LEGACY_PAGE, media_type="text/html")
+    assert caught.value.reason == "decode" and "offset" in str(caught.value)
+    for encoding in ("auto", "cp1252"):
+        doc = HtmlParser(encoding=encoding).parse(_LEGACY_PAGE, media_type="text/html")
+        assert "# Menü" in doc.text and "Crème brûlée – € 5" in doc.text
+        assert doc.metadata["title"] == "Café"
+        assert doc.metadata["encoding"] == "cp1252"
+
+
+def test_a_declared_charset_wins_over_encoding():
+    """A page that declares UTF-8 is read as UTF-8 whatever encoding= says, and records none.
+
+    If this fails, check that _decode only falls back when nothing is declared."""
+    from ragport.adapters.parsers import HtmlParser
+
+    page = '<html><head><meta charset="utf-8"></head><body><p>Straße</p></body></html>'
+    doc = HtmlParser(encoding="cp1252").parse(page.encode(), media_type="text/html")
+    assert "Straße" in doc.text and "encoding" not in doc.metadata
 
 
 def test_auto_refuses_nul_bytes_and_empty_guess():

@@ -52,9 +52,9 @@ def parser_for(media_type_or_name: str, **options: Any) -> Parser:
     """A parser for a media type (``"text/html; charset=utf-8"``) or a file name (``"a.pdf"``).
 
     ``options`` go to the parser's constructor (``max_bytes=``, ``timeout_s=``,
-    ``ceilings=``, ...), except ``encoding=``, which only the parsers of plain text, Markdown
-    and reST take (HTML, PDF and DOCX carry their own): ``"utf-8"`` (the default), ``"auto"``
-    or a codec name, and ``limits=``: a ``Limits`` whose caps (``parse_bytes``, ``parse_ms``,
+    ``ceilings=``, ...), except ``encoding=``, which only the parsers of plain text, Markdown,
+    reST and HTML take (HTML for a page that declares no charset; PDF and DOCX carry their
+    own): ``"utf-8"`` (the default), ``"auto"`` or a codec name, and ``limits=``: a ``Limits`` whose caps (``parse_bytes``, ``parse_ms``,
     ``html_depth``, ``pdf_pages``, ``inflated_bytes``) and ``ceilings`` the parser takes, each
     where an explicit option does not say otherwise. A type no built-in parser takes goes to
     the ``ragport.parsers`` entry point of that name, called with the same options (those of

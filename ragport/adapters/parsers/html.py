@@ -13,7 +13,13 @@ import re
 from itertools import repeat
 from typing import Any
 
-from ragport.adapters.parsers._common import BaseParser, Deadline, check_abort, failed
+from ragport.adapters.parsers._common import (
+    Deadline,
+    EncodedTextParser,
+    check_abort,
+    decode_text,
+    failed,
+)
 from ragport.domain.errors import ParseError
 from ragport.domain.limits import DEFAULT_CEILINGS, DEFAULT_LIMITS, Ceilings, Limits, check_limit
 from ragport.ports.documents import ParsedDocument
@@ -129,7 +135,7 @@ _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
 _STYLE_ATTR = re.compile(rb"style\s*=")
 
 
-class HtmlParser(BaseParser):
+class HtmlParser(EncodedTextParser):
     """HTML to text with Markdown structure; ``max_depth=`` (default 512) caps element nesting.
 
     Content root: the first ``<main>``, else ``[role=main]``, else ``<article>``, else the
@@ -138,8 +144,12 @@ class HtmlParser(BaseParser):
     ``display:none`` elements. Headings become ``#`` lines, list items one line each (nested
     ones indented), table rows one line with `` | `` between cells, ``pre`` a fenced block.
     ``<title>`` and ``<html lang>`` go to metadata. Charset: BOM, else the media type's
-    ``charset`` parameter, else a ``<meta>`` declaration in the first 1,024 bytes, else UTF-8;
-    decoding is strict either way.
+    ``charset`` parameter, else a ``<meta>`` declaration in the first 1,024 bytes, else
+    ``encoding=`` (``"utf-8"`` by default; ``"auto"``: UTF-8, else charset-normalizer's guess;
+    or a codec name, e.g. ``"cp1252"``, the HTML standard's fallback for legacy pages): a page
+    that declares its charset is read with it whatever ``encoding`` says. Decoding is strict
+    either way; an undeclared page read with another encoding than UTF-8 records it in
+    ``metadata["encoding"]``.
     """
 
     name = "html"
@@ -153,8 +163,11 @@ class HtmlParser(BaseParser):
         timeout_s: float = DEFAULT_LIMITS.parse_ms / 1000,
         max_depth: int = DEFAULT_LIMITS.html_depth,
         ceilings: Ceilings = DEFAULT_CEILINGS,
+        encoding: str = "utf-8",
     ) -> None:
-        super().__init__(max_bytes=max_bytes, timeout_s=timeout_s, ceilings=ceilings)
+        super().__init__(
+            max_bytes=max_bytes, timeout_s=timeout_s, ceilings=ceilings, encoding=encoding
+        )
         self._max_depth = check_limit("html_depth", max_depth)
 
     @classmethod
@@ -166,7 +179,7 @@ class HtmlParser(BaseParser):
     ) -> ParsedDocument:
         import lxml.etree
 
-        text = _decode(data, media_type)
+        text, undeclared = _decode(data, media_type, self.encoding)
         if not text.strip():
             return ParsedDocument("", {}, "text/html", markdown=True)
         # Plain etree elements, not lxml.html's: its per-element class lookup cost more than
@@ -194,6 +207,8 @@ class HtmlParser(BaseParser):
             )
         deadline.check()
         metadata: dict[str, Any] = {}
+        if undeclared is not None and self.encoding != "utf-8":
+            metadata["encoding"] = undeclared
         title = root.find(".//title")
         if title is not None:
             value = " ".join(str(title.xpath("string()")).split())
@@ -218,7 +233,9 @@ class HtmlParser(BaseParser):
         return ParsedDocument(out, metadata, "text/html", markdown=True)
 
 
-def _decode(data: bytes, media_type: str | None) -> str:
+def _decode(data: bytes, media_type: str | None, fallback: str) -> tuple[str, str | None]:
+    """The page's text, and the codec ``fallback`` chose when the page declares no charset
+    (``None`` when it declares one)."""
     encoding = None
     for bom, name in _BOMS:
         if data.startswith(bom):
@@ -233,7 +250,12 @@ def _decode(data: bytes, media_type: str | None) -> str:
             encoding = meta.group(1).decode("ascii")
             if encoding.lower().replace("_", "-").startswith("utf-16"):
                 encoding = "utf-8"  # a <meta> cannot declare UTF-16 (the HTML standard)
-    codec = _text_codec(encoding or "utf-8")
+    if encoding is None:
+        text, used = decode_text(data, encoding=fallback, media_type=media_type)
+        if "\x00" in text:
+            raise ParseError("the text holds NUL bytes", reason="nul", media_type=media_type)
+        return text.replace("\r\n", "\n").replace("\r", "\n"), used
+    codec = _text_codec(encoding)
     if codec is None:
         raise ParseError(
             "the declared charset is not a text encoding Python knows",
@@ -251,7 +273,7 @@ def _decode(data: bytes, media_type: str | None) -> str:
         ) from None
     if "\x00" in text:
         raise ParseError("the text holds NUL bytes", reason="nul", media_type=media_type)
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\r\n", "\n").replace("\r", "\n"), None
 
 
 def _text_codec(name: str) -> codecs.CodecInfo | None:
