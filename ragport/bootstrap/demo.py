@@ -31,6 +31,7 @@ import attrs
 
 from ragport.application import (
     RagDeletionHandler,
+    SharedGeneration,
     create_deletion_propagator,
     index_derived,
     replace_document,
@@ -225,7 +226,7 @@ class _Demo:
     def _load(self, uri: str) -> LoadedDocument:
         return LoadedDocument(self.versions[uri], media_type=media_type_for(uri))
 
-    def ingest(self, name: str) -> Any:
+    def ingest(self, name: str, shared: SharedGeneration | None = None) -> Any:
         return replace_document(
             uri=name,
             loader=self.loader,
@@ -237,6 +238,7 @@ class _Demo:
             size=self.size,
             overlap=self.overlap,
             status_store=self.stores.status,
+            shared_generation=shared,
         )
 
     def ask(
@@ -272,8 +274,9 @@ class _Demo:
     # 1
     def step_ingest(self) -> dict[str, Any]:
         files = []
+        shared = SharedGeneration()  # one command, one generation: one rollback undoes it
         for name, data in self.files.items():
-            result = self.ingest(name)
+            result = self.ingest(name, shared)
             records = self.stores.chunks.get_by_source(self.scope, name)
             pages = {r.metadata.get("page") for r in records} - {None}
             files.append(
@@ -537,7 +540,8 @@ def _data_outcome(place: DemoPlace) -> dict[str, Any]:
 
 EXPLANATIONS = {
     "ingest": "each file goes through its parser (Markdown, HTML, PDF, DOCX), is chunked and "
-    "embedded, and replaces its source in one transaction",
+    "embedded, and replaces its source in one transaction; the files share one generation, "
+    "so one rollback would undo the whole ingest",
     "questions": "answers carry citations: the file, the heading breadcrumb, the PDF page",
     "unchanged": "ingesting the same bytes again: the content hash matches, nothing is "
     "parsed or embedded",

@@ -72,7 +72,9 @@ def test_step_1_ingests_every_format_with_its_parser(memory_run):
     assert all(f["chunks"] > 0 for f in files)
     pdf = next(f for f in files if f["parser"] == "pdf")
     assert pdf["bytes"] > 100_000 and pdf["pages"] >= 4
-    assert _step(memory_run, "ingest")["generation"] == len(files)
+    # one command, one generation (SharedGeneration): every file written at generation 1
+    assert _step(memory_run, "ingest")["generation"] == 1
+    assert {f["generation"] for f in files} == {1}
 
 
 def test_step_2_answers_cite_file_heading_breadcrumb_and_pdf_page(memory_run):
