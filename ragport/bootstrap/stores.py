@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 import attrs
 
@@ -70,6 +70,35 @@ class Stores:
     checkpoints: CheckpointStore | None = None
 
 
+def is_memory_url(url: str | None) -> bool:
+    """``memory://`` (or ``memory``), with or without its ``?lexical_language=`` option."""
+    return url is not None and (url == "memory" or url.split("?", 1)[0] == "memory://")
+
+
+_MEMORY_LANGUAGES = ("simple", "english")
+
+
+def _memory_language(url: str) -> str | None:
+    """``memory://?lexical_language=english``: the in-memory BM25 analyzer (``simple``, the
+    default, is ``tokenize_lexical`` alone; ``english`` drops stop words and stems, needing
+    ``ragport[lexical]``). Any other option or value is refused naming the store URL."""
+    from urllib.parse import parse_qsl
+
+    query = url.split("?", 1)[1] if "?" in url else ""
+    try:
+        options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+    except ValueError:
+        options = {"?": ""}
+    language = options.pop("lexical_language", None)
+    if options or (language is not None and language not in _MEMORY_LANGUAGES):
+        raise ValidationError(
+            "memory:// takes one option, lexical_language=simple or english "
+            "(e.g. memory://?lexical_language=english)",
+            field="store",
+        )
+    return None if language in (None, "simple") else language
+
+
 @contextmanager
 def open_stores(
     url: str | None,
@@ -98,11 +127,14 @@ def open_stores(
         ("postgresql://", "postgres://", "postgresql+psycopg://")
     ):
         raise ValidationError("the read store must be a postgresql:// URL", field="read_store")
-    if url in ("memory://", "memory"):
+    if is_memory_url(url):
         if read_url is not None:
             raise ValidationError("the in-memory store has no read replica", field="read_store")
         yield Stores(
-            InMemoryStore(), InMemoryStatusStore(), "in-memory store", InMemoryCheckpointStore()
+            InMemoryStore(lexical_language=_memory_language(cast(str, url))),
+            InMemoryStatusStore(),
+            "in-memory store",
+            InMemoryCheckpointStore(),
         )
         return
     if url not in (None, "", EMBEDDED) and not _is_postgres(url):

@@ -22,6 +22,7 @@ from ragport.bootstrap import (
     load_config,
     open_stores,
 )
+from ragport.bootstrap.stores import is_memory_url
 from ragport.cli.output import EXIT_OK, _json, _note, _table
 from ragport.domain.errors import (
     EmbedderMismatchError,
@@ -143,7 +144,7 @@ def _scope(args: argparse.Namespace, corpus: str | None = None) -> Scope:
 
 
 def _is_memory(url: str | None) -> bool:
-    return url in ("memory://", "memory")
+    return is_memory_url(url)
 
 
 def _stores(
