@@ -202,7 +202,11 @@ def _ingest(args: argparse.Namespace) -> int:
         ), encoding)  # fmt: skip
         for n, outcome in enumerate(results, start=1):
             outcomes.append(outcome)
-            bar.update(done=n)  # the item shown is the work in flight (bar.working)
+            # the item shown is the work in flight (bar.working), or the file that just failed
+            failed_now = outcome.state == "failed"
+            bar.update(
+                done=n, item=f"failed {outcome.source_id or outcome.path}" if failed_now else ""
+            )
             if args.json:
                 print(json.dumps(_json.unstructure(outcome), ensure_ascii=False), flush=True)
             elif not (bar.active and sys.stdout.isatty()) or outcome.state == "failed":

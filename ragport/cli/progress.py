@@ -152,7 +152,7 @@ class Tracker:
         }
         if total is not None:
             fields["total"] = total
-        self._progress.update(self._task, **fields)
+        self._progress.update(self._task, refresh=True, **fields)  # each event drawn at once
 
     def print(self, line: str) -> None:
         """``line`` on stdout; above the bar when the bar shares stdout's terminal."""

@@ -16,7 +16,7 @@ import copy
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Literal, Self, TypeVar
 
 import psycopg
@@ -33,7 +33,7 @@ from ragport.adapters.postgres.schema import (
     quote_schema,
     validate_schema_name,
 )
-from ragport.domain.errors import ReplicaLagError, StoreError, ValidationError
+from ragport.domain.errors import CapabilityError, ReplicaLagError, StoreError, ValidationError
 
 __all__ = ["REPLICA_RETRY_SECONDS", "Fallback", "StoreConnections"]
 
@@ -236,7 +236,20 @@ class StoreConnections:
     ) -> _T:
         def attempt() -> _T:
             if replica:
-                with self._raw_read(operation, self._replica) as conn:
+                with ExitStack() as stack:
+                    try:
+                        conn = stack.enter_context(self._raw_read(operation, self._replica))
+                    except CapabilityError:
+                        # pgvector's type is not on the replica yet: it has not replayed the
+                        # primary's CREATE EXTENSION (a replica made just before `db
+                        # upgrade`). Behind, not broken: the primary answers (or
+                        # ReplicaLagError, as configured).
+                        raise ReplicaLagError(
+                            "the read replica has not replayed the pgvector extension yet",
+                            position=self._min_position or "unknown",
+                            replayed=None,
+                            waited=0.0,
+                        ) from None
                     self._await_position(conn)
                     return run(conn)
             with self._connect(operation, read=True) as conn:
