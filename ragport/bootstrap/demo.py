@@ -228,18 +228,10 @@ class _Demo:
 
     def ingest(self, name: str, shared: SharedGeneration | None = None) -> Any:
         return replace_document(
-            uri=name,
-            loader=self.loader,
-            parser=self.parser,
-            embedder=self.embedder,
-            store=self.stores.chunks,
-            scope=self.scope,
-            source_id=name,
-            size=self.size,
-            overlap=self.overlap,
-            status_store=self.stores.status,
-            shared_generation=shared,
-        )
+            uri=name, loader=self.loader, parser=self.parser, embedder=self.embedder,
+            store=self.stores.chunks, scope=self.scope, source_id=name, size=self.size,
+            overlap=self.overlap, status_store=self.stores.status, shared_generation=shared,
+        )  # fmt: skip
 
     def ask(
         self,

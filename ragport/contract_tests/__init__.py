@@ -48,6 +48,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.chunk_store.guarded_query",
     "ragport.contract_tests.chunk_store.history",
     "ragport.contract_tests.chunk_store.hybrid",
+    "ragport.contract_tests.chunk_store.lexical",
     "ragport.contract_tests.chunk_store.lineage",
     "ragport.contract_tests.chunk_store.query",
     "ragport.contract_tests.chunk_store.scope",

@@ -96,14 +96,12 @@ class RecordRepository(Protocol):
 
         Every record's scope equals the unit of work's scope (``ScopeError`` otherwise).
         ``vectors`` has one finite row per record and ``records[i].dimensions`` columns, and
-        no id appears twice in one call (``ValidationError`` otherwise). A record id that is
-        already live (not retired) in this scope, or stored at the record's generation, is a
+        no id appears twice in one call (``ValidationError`` otherwise). A record id already
+        live (not retired) in this scope, or stored at the record's generation, is a
         ``ValidationError``: ids are unique in a scope (a replacement retires the source's
-        rows first). Nothing is written when any check fails.
-
-        A store runs these checks with two functions of this module: ``check_records_for_add``
-        (the pure part; it returns the float32 copy of ``vectors`` to store), then
-        ``check_stored_ids`` over the stored versions of the records' ids.
+        rows first). Nothing is written when any check fails. Run the checks with this
+        module's ``check_records_for_add`` (the pure part; it returns the float32 copy of
+        ``vectors`` to store), then ``check_stored_ids`` over the stored versions of the ids.
         """
         ...
 
@@ -116,16 +114,14 @@ class RecordRepository(Protocol):
 
         Live records (``retired_generation is None``) written below ``generation`` get
         ``retired_generation = generation``; records of the source already written *at*
-        ``generation`` (an earlier staged write of the same source) are removed, so call it
-        *before* adding the source's new records. Returns how many records were visible at the
-        current pointer and are now retired.
+        ``generation`` (an earlier staged write) are removed, so call it *before* adding the
+        source's new records. Returns how many records visible at the pointer are now retired.
         """
         ...
 
     def retire_ids(self, ids: Sequence[str], *, generation: int) -> int:
-        """Like ``retire_source`` but for individual record ids (any source): live records with
-        these ids written below ``generation`` are retired at it, records with these ids written
-        at ``generation`` are removed. Returns how many visible records were retired."""
+        """``retire_source`` for record ids (of any source): live ones written below
+        ``generation`` retire at it, ones written at it are removed; returns the visible retired."""
         ...
 
     def discard_above(self, generation: int) -> int:
