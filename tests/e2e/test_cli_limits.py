@@ -72,6 +72,7 @@ def _outcome(capsys) -> dict:
     return json.loads(lines[0])
 
 
+@pytest.mark.slow  # 17 s each: an 8.4 MB page parsed and chunked twice (make test-slow, CI)
 @pytest.mark.parametrize("workers", ["1", "2"], ids=["serial", "pipelined"])
 def test_an_8_4_mb_html_page_ingests_once_ragport_toml_raises_the_limits(
     big_page, tmp_path, monkeypatch, capsys, workers
