@@ -17,7 +17,7 @@ entry point, never skipped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 
@@ -114,9 +114,17 @@ def embedder_names() -> tuple[str, ...]:
 def load_store_factory(scheme: str) -> tuple[Plugin, Callable[[str], object]] | None:
     """The ``ragport.stores`` entry point of ``scheme`` and its callable, loaded; ``None``
     when none is installed or the scheme is a built-in one."""
-    if scheme in BUILTIN_SCHEMES:
+    return _load_callable(STORES, scheme, BUILTIN_SCHEMES)
+
+
+def _load_callable(
+    group: str, name: str, builtins: Iterable[str]
+) -> tuple[Plugin, Callable[..., object]] | None:
+    """The entry point ``name`` of ``group`` and its loaded callable; ``None`` when none is
+    installed or ``name`` is a built-in (built-ins win). Not callable: ``broken``."""
+    if name in builtins:
         return None
-    found = load(STORES, scheme)
+    found = load(group, name)
     if found is None:
         return None
     plugin, factory = found
@@ -129,14 +137,10 @@ def load_embedder(name: str) -> Embedder | None:
     """The embedder of the ``ragport.embedders`` entry point ``name`` (``None``: none, or a
     built-in name). Its callable is called with no arguments and must return an ``Embedder``
     whose ``id`` is a non-empty string and ``dimensions`` a positive integer."""
-    if name in BUILTIN_EMBEDDERS:
-        return None
-    found = load(EMBEDDERS, name)
+    found = _load_callable(EMBEDDERS, name, BUILTIN_EMBEDDERS)
     if found is None:
         return None
     plugin, factory = found
-    if not callable(factory):
-        raise broken(plugin, "is not callable")
     try:
         embedder = factory()
     except RagportError:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import io
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from doubles import CountingEmbedder
 from rich.console import Console
 
 import ragport.cli.ingest as cli_ingest
@@ -22,24 +24,17 @@ from ragport.cli import EXIT_OK, main
 from ragport.domain.model import Scope
 
 
-class SlowEmbedder:
-    """HashEmbedder whose every call takes ``delay`` seconds (an embedder on a busy CPU)."""
+class SlowEmbedder(CountingEmbedder):
+    """A HashEmbedder (through the shared double) whose every call takes ``delay`` seconds
+    (an embedder on a busy CPU)."""
 
     def __init__(self, delay: float) -> None:
-        self._inner = HashEmbedder()
+        super().__init__()
         self._delay = delay
 
-    @property
-    def id(self) -> str:
-        return self._inner.id
-
-    @property
-    def dimensions(self) -> int:
-        return self._inner.dimensions
-
-    def embed(self, texts: list[str]) -> Any:
+    def embed(self, texts: Sequence[str]) -> Any:
         time.sleep(self._delay)
-        return self._inner.embed(texts)
+        return super().embed(texts)
 
 
 class Recorder:
