@@ -28,6 +28,7 @@ from ragport.cli.progress import track, wanted
 from ragport.domain.errors import (
     ValidationError,
 )
+from ragport.domain.limits import Limits
 from ragport.domain.model import Scope
 from ragport.domain.status import IngestionStatus
 
@@ -97,11 +98,16 @@ def _decode_hint_applies(args: argparse.Namespace) -> bool:
 
 
 def _sync_run(
-    args: argparse.Namespace, connector: Any, *, workers: int = 1, encoding: str = "utf-8"
+    args: argparse.Namespace,
+    connector: Any,
+    limits: Limits,
+    *,
+    workers: int = 1,
+    encoding: str = "utf-8",
 ) -> int:
+    """``limits``: ``_limits(args)``, read once by the caller before it built ``connector``."""
     if args.workers is not None:
         check_workers(args.workers)  # before any store opens
-    limits = _limits(args)  # --max-bytes, --timeout, [limits]: before any store opens
     scope = _scope(args)
     shared = SharedGeneration()  # one generation per run: one rollback undoes it
     started = time.perf_counter()
@@ -141,11 +147,11 @@ def _sync_folder(args: argparse.Namespace) -> int:
     from ragport.adapters.connectors import FolderConnector
 
     encoding = _text_encoding(args)  # before the folder is listed
-    limits = _limits(args)  # before the folder is listed
+    limits = _limits(args)  # --max-bytes, --timeout, [limits]: before the folder is listed
     connector = FolderConnector(
         args.path, max_bytes=limits.parse_bytes, page_size=args.page_size, ceilings=limits.ceilings
     )
-    return _sync_run(args, connector, workers=default_workers(), encoding=encoding)
+    return _sync_run(args, connector, limits, workers=default_workers(), encoding=encoding)
 
 
 def _sync_drive(args: argparse.Namespace) -> int:
@@ -158,6 +164,7 @@ def _sync_drive(args: argparse.Namespace) -> int:
     def token_provider() -> str:
         return os.environ.get(name, "")
 
+    limits = _limits(args)  # --max-bytes, --timeout, [limits]: before any request
     connector = GoogleDriveConnector(
         token_provider=token_provider,
         resolve_access=drive_permissions_access,
@@ -165,10 +172,10 @@ def _sync_drive(args: argparse.Namespace) -> int:
         shared_drive_id=args.shared_drive,
         base_url=args.base_url,
         allow_loopback=args.allow_loopback,
-        max_bytes=_limits(args).parse_bytes,
-        ceilings=_limits(args).ceilings,
+        max_bytes=limits.parse_bytes,
+        ceilings=limits.ceilings,
     )
     try:
-        return _sync_run(args, connector)
+        return _sync_run(args, connector, limits)
     finally:
         connector.close()
