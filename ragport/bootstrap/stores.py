@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, ParamSpec, TypeGuard, TypeVar
 
 import attrs
 
@@ -70,7 +70,7 @@ class Stores:
     checkpoints: CheckpointStore | None = None
 
 
-def is_memory_url(url: str | None) -> bool:
+def is_memory_url(url: str | None) -> TypeGuard[str]:
     """``memory://`` (or ``memory``), with or without its ``?lexical_language=`` option."""
     return url is not None and (url == "memory" or url.split("?", 1)[0] == "memory://")
 
@@ -84,19 +84,19 @@ def _memory_language(url: str) -> str | None:
     ``ragport[lexical]``). Any other option or value is refused naming the store URL."""
     from urllib.parse import parse_qsl
 
-    query = url.split("?", 1)[1] if "?" in url else ""
+    query = url.partition("?")[2]
     try:
-        options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True) if query else []
     except ValueError:
-        options = {"?": ""}
-    language = options.pop("lexical_language", None)
-    if options or (language is not None and language not in _MEMORY_LANGUAGES):
+        pairs = [("", "")]  # malformed: refused below
+    languages = [value for key, value in pairs if key == "lexical_language"]
+    if len(languages) != len(pairs) or len(languages) > 1 or set(languages) - {*_MEMORY_LANGUAGES}:
         raise ValidationError(
             "memory:// takes one option, lexical_language=simple or english "
             "(e.g. memory://?lexical_language=english)",
             field="store",
         )
-    return None if language in (None, "simple") else language
+    return languages[0] if languages and languages[0] != "simple" else None
 
 
 @contextmanager
@@ -131,7 +131,7 @@ def open_stores(
         if read_url is not None:
             raise ValidationError("the in-memory store has no read replica", field="read_store")
         yield Stores(
-            InMemoryStore(lexical_language=_memory_language(cast(str, url))),
+            InMemoryStore(lexical_language=_memory_language(url)),
             InMemoryStatusStore(),
             "in-memory store",
             InMemoryCheckpointStore(),
