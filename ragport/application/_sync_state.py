@@ -179,15 +179,6 @@ def _next_state(state: _State, page: Page, outcome: _PageOutcome, now: datetime)
     return _State("bootstrap", page.cursor, known, seen, retry)
 
 
-def _reason(exc: BaseException) -> str:
-    """A failure's reason code: the error's ``reason`` or ``limit``, else its type name."""
-    for name in ("reason", "limit"):
-        value = getattr(exc, name, None)
-        if isinstance(value, str) and value:
-            return value
-    return type(exc).__name__
-
-
 @attrs.frozen
 class SyncFailure:
     """One item that failed in a run: its source id, a reason code (``too_large``, ``timeout``,

@@ -141,8 +141,10 @@ class DeletionPropagator:
             self.register(handler)
 
     def register(self, handler: DerivedArtifactHandler) -> None:
-        kind = getattr(handler, "kind", None)
-        if not isinstance(kind, str) or not kind:
+        if not isinstance(handler, DerivedArtifactHandler) or not isinstance(handler.kind, str):
+            raise ValidationError("a handler needs a non-empty kind", field="handlers")
+        kind = handler.kind
+        if not kind:
             raise ValidationError("a handler needs a non-empty kind", field="handlers")
         if any(h.kind == kind for h in self._handlers):
             raise ValidationError(

@@ -147,7 +147,7 @@ def rerank_hits(
     check_limit("rerank_ms", max_ms)
     check_limit("rerank_concurrency", concurrency)
     validate_text(query, field="query")
-    if not hasattr(reranker, "rerank"):
+    if not isinstance(reranker, Reranker):
         raise ValidationError("reranker must have a rerank(query, hits) method", field="reranker")
     hits = tuple(hits)
     if not hits:

@@ -67,7 +67,6 @@ from ragport.application._sync_state import (
     _decode_state,
     _next_state,
     _PageOutcome,
-    _reason,
     _State,
 )
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
@@ -81,6 +80,7 @@ from ragport.domain.errors import (
     StoreError,
     SyncCursorError,
     ValidationError,
+    reason_code,
 )
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
 from ragport.domain.model import Grant, Scope, validate_text
@@ -256,7 +256,7 @@ class _Run:
                 validate_text(self.redact(c.text), field="text") if self.redact.active else c.text
                 for c in prepared.chunks
             ],
-            error_of=lambda exc: (self.redact.error(exc), _reason(exc)),
+            error_of=lambda exc: (self.redact.error(exc), reason_code(exc)),
             page_errors=PAGE_ERRORS,
             batch_size=self.batch_size,
             dimensions=self.embedder.dimensions,

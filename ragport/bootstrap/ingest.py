@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Protocol
@@ -22,7 +22,7 @@ from ragport.application import (
 from ragport.bootstrap.roots import CorpusRoots as CorpusRoots
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
-from ragport.domain.errors import AbortedError, RagportError, ValidationError
+from ragport.domain.errors import AbortedError, RagportError, ValidationError, reason_code
 from ragport.domain.limits import DEFAULT_LIMITS, Limits
 from ragport.domain.model import Scope
 from ragport.ports.documents import Parser
@@ -244,9 +244,8 @@ def _failure(shown: str, source_id: str | None, exc: BaseException, seconds: flo
     """A failed outcome: ragport errors keep their (text-free) message and reason; an
     ``OSError`` its strerror; any other exception only its type name."""
     if isinstance(exc, RagportError):
-        reason = getattr(exc, "reason", None) or getattr(exc, "limit", None) or type(exc).__name__
         return FileOutcome(
-            shown, source_id, "failed", reason=str(reason),
+            shown, source_id, "failed", reason=reason_code(exc),
             error=f"{type(exc).__name__}: {exc}"[:256], seconds=seconds,
         )  # fmt: skip
     if isinstance(exc, OSError):
@@ -290,7 +289,7 @@ def ingest_files(
     shared_generation: SharedGeneration | None = None,
     limits: Limits | None = None,
     progress: IngestProgress | None = None,
-) -> Iterator[FileOutcome]:
+) -> Generator[FileOutcome, None, None]:
     """``replace_document`` for every candidate, one outcome each; a failure never stops the run.
 
     Refused candidates come out as failed outcomes; ragport errors keep their (text-free)

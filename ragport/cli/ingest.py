@@ -7,7 +7,7 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import attrs
@@ -118,7 +118,7 @@ def _text_encoding(args: argparse.Namespace) -> str:
     any store opens (a bad name is a usage error naming where it came from)."""
     from ragport.adapters.parsers._common import check_encoding
 
-    given = getattr(args, "encoding", None)
+    given = vars(args).get("encoding")
     configured = _config(args).encoding
     try:
         return check_encoding(given or configured)
@@ -130,7 +130,7 @@ def _text_encoding(args: argparse.Namespace) -> str:
 DECODE_HINT = "try --encoding auto (or the file's codec, e.g. --encoding cp1252)"
 
 
-def _hinted(outcomes: Iterator[FileOutcome], encoding: str) -> Iterator[FileOutcome]:
+def _hinted(outcomes: Generator[FileOutcome, None, None], encoding: str) -> Iterator[FileOutcome]:
     """Each outcome; a file that did not decode gets the hint to name its encoding. Closing
     this closes ``outcomes`` at once (ingest_files then stops its threads)."""
     try:
@@ -139,9 +139,7 @@ def _hinted(outcomes: Iterator[FileOutcome], encoding: str) -> Iterator[FileOutc
                 outcome = attrs.evolve(outcome, error=f"{outcome.error or ''}; {DECODE_HINT}")
             yield outcome
     finally:
-        close = getattr(outcomes, "close", None)
-        if close is not None:
-            close()
+        outcomes.close()
 
 
 def _outcome_line(n: int, total: int, outcome: FileOutcome) -> str:

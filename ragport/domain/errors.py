@@ -51,6 +51,7 @@ __all__ = [
     "UrlRejectedError",
     "ValidationError",
     "raise_unchained",
+    "reason_code",
 ]
 
 
@@ -69,6 +70,18 @@ def raise_unchained(error: BaseException) -> NoReturn:
         error.__context__ = None
         error.__suppress_context__ = True
         raise
+
+
+def reason_code(error: BaseException) -> str:
+    """A failure's short reason, safe to report: its ``reason`` (parse, load, URL, cursor and
+    store errors), else the ceiling it crossed (a validation error's ``limit``), else its type
+    name. Never the message, so no document text."""
+    reason: str | None = None
+    if isinstance(error, StoreError | ParseError | LoadError | UrlRejectedError | SyncCursorError):
+        reason = error.reason
+    elif isinstance(error, ValidationError):
+        reason = error.limit
+    return reason or type(error).__name__
 
 
 class RagportError(Exception):
