@@ -541,6 +541,14 @@ def test_a_handler_kind_is_registered_once(store):
     with pytest.raises(ValidationError):
         propagator.register(RecordingHandler("", log))
 
+    class NoKind:
+        def handle(self, *args: Any) -> None: ...
+
+    for bad in (NoKind(), object()):
+        with pytest.raises(ValidationError) as info:
+            propagator.register(bad)
+        assert info.value.field == "handlers"
+
 
 def test_a_failing_handler_does_not_stop_the_others_and_a_rerun_is_idempotent(store):
     """One handler fails: others run, PropagationError names it (no text), tombstones stay; a rerun heals. If this fails, check DeletionPropagator.propagate."""

@@ -326,3 +326,11 @@ def test_the_reranker_sees_redacted_text_only():
         reranker=Answer(lambda h: seen.extend(x.text for x in h) or list(h)),
     )
     assert seen and all("sk-123" not in text for text in seen)
+
+
+def test_a_reranker_without_a_rerank_method_is_refused_by_name():
+    """Anything that is not a Reranker (no rerank method) is a ValidationError naming
+    ``reranker``, before any hit is looked at. If this fails, check rerank_hits' argument check."""
+    with pytest.raises(ragport.ValidationError) as info:
+        rerank_hits("query", [], reranker=object())  # type: ignore[arg-type]
+    assert info.value.field == "reranker"
