@@ -25,6 +25,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 	$(BIN)/mypy --strict examples/sqlite_store
+	$(BIN)/mypy --strict tests/typing
 
 layers: install
 	$(BIN)/lint-imports

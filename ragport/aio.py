@@ -14,27 +14,25 @@ until then.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import anyio
 import anyio.to_thread
 
 from ragport.application._support import EitherAbort
-from ragport.application.documents import ParserSelector
 from ragport.application.facade import Rag
-from ragport.application.results import ReplaceResult, RetrievalResult, RollbackResult
+from ragport.application.results import RollbackResult
 from ragport.application.sync import SyncResult, sync_knowledge
 from ragport.domain.errors import ValidationError
-from ragport.domain.model import Chunk
 from ragport.domain.status import StatusPage
-from ragport.ports.documents import DocumentLoader, Parser
 from ragport.ports.runtime import Abort
 from ragport.ports.sync import CheckpointStore, Connector
 
 __all__ = ["MAX_THREADS", "AsyncRag", "run_abortable"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 async def run_abortable(
@@ -84,6 +82,28 @@ async def run_abortable(
     return value  # type: ignore[return-value]
 
 
+def _mirror(
+    method: Callable[Concatenate[Rag, P], T],
+) -> Callable[Concatenate[AsyncRag, P], Coroutine[Any, Any, T]]:
+    """``method`` of ``Rag`` as a coroutine method of ``AsyncRag``, with the same typed
+    keywords: it runs on a worker thread with an ``abort`` that cancelling sets (either that
+    or the caller's own ``abort=`` stops it)."""
+
+    async def call(self: AsyncRag, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        theirs = cast("Abort | None", kwargs.pop("abort", None))
+        bound = getattr(self.rag, method.__name__)  # the Rag's own (a subclass may override)
+
+        def run(abort: Abort) -> T:
+            return cast(T, bound(*args, abort=EitherAbort(abort, theirs), **kwargs))
+
+        return await run_abortable(run, limiter=self.limiter)
+
+    call.__name__ = method.__name__
+    call.__qualname__ = f"AsyncRag.{method.__name__}"
+    call.__doc__ = f"``Rag.{method.__name__}`` as a coroutine (the same keywords)."
+    return call
+
+
 MAX_THREADS = 64
 """The ceiling of ``AsyncRag(max_threads=...)``: each running call holds a thread and, on a
 database store, a pooled connection while it reads or writes."""
@@ -122,44 +142,11 @@ class AsyncRag:
     def limiter(self) -> anyio.CapacityLimiter:
         return self._limiter
 
-    async def _call(self, fn: Callable[..., T], /, **options: Any) -> T:
-        theirs = options.pop("abort", None)
-        return await run_abortable(
-            lambda abort: fn(abort=EitherAbort(abort, theirs), **options), limiter=self._limiter
-        )
-
-    async def retrieve(self, query: str, **options: Any) -> RetrievalResult:
-        """``Rag.retrieve`` as a coroutine."""
-        return await self._call(self._rag.retrieve, query=query, **options)
-
-    async def replace_source(
-        self, *, source_id: str, chunks: Sequence[Chunk], **options: Any
-    ) -> ReplaceResult:
-        return await self._call(
-            self._rag.replace_source, source_id=source_id, chunks=chunks, **options
-        )
-
-    async def replace_document(
-        self,
-        *,
-        uri: str,
-        loader: DocumentLoader,
-        parser: Parser | ParserSelector | None = None,
-        **options: Any,
-    ) -> ReplaceResult:
-        return await self._call(
-            self._rag.replace_document, uri=uri, loader=loader, parser=parser, **options
-        )
-
-    async def delete_source(self, *, source_id: str, **options: Any) -> ReplaceResult:
-        return await self._call(self._rag.delete_source, source_id=source_id, **options)
-
-    async def index_derived(
-        self, *, record_id: str, text: str, lineage: Sequence[str], **options: Any
-    ) -> ReplaceResult:
-        return await self._call(
-            self._rag.index_derived, record_id=record_id, text=text, lineage=lineage, **options
-        )
+    retrieve = _mirror(Rag.retrieve)
+    replace_source = _mirror(Rag.replace_source)
+    replace_document = _mirror(Rag.replace_document)
+    delete_source = _mirror(Rag.delete_source)
+    index_derived = _mirror(Rag.index_derived)
 
     async def rollback(self, *, to: int) -> RollbackResult:
         return await run_abortable(lambda abort: self._rag.rollback(to=to), limiter=self._limiter)
@@ -179,12 +166,18 @@ class AsyncRag:
             raise ValidationError("bind one scope= to sync", field="scope")
         options.setdefault("parser", rag.default_parser)
         options.setdefault("status_store", rag.status_store)  # the bound status store
-        return await self._call(
-            sync_knowledge,
-            connector=connector,
-            checkpoints=checkpoints,
-            store=rag.store,
-            embedder=rag.embedder,
-            scope=rag.scope,
-            **options,
-        )
+        theirs = options.pop("abort", None)
+        scope = rag.scope
+
+        def run(abort: Abort) -> SyncResult:
+            return sync_knowledge(
+                connector=connector,
+                checkpoints=checkpoints,
+                store=rag.store,
+                embedder=rag.embedder,
+                scope=scope,
+                abort=EitherAbort(abort, theirs),
+                **options,
+            )
+
+        return await run_abortable(run, limiter=self._limiter)

@@ -32,6 +32,8 @@ from ragport.application.results import (
     RollbackResult,
 )
 from ragport.application.retrieval import estimate_tokens, retrieve_context
+from ragport.application.retrieval_request import RetrievalRequest
+from ragport.application.runtime import Runtime
 from ragport.application.shared_generation import SharedGeneration
 from ragport.application.status import list_ingestion_status
 from ragport.application.sync import SyncFailure, SyncResult, sync_knowledge
@@ -51,8 +53,10 @@ __all__ = [
     "RenameFailure",
     "ReplaceResult",
     "RepointResult",
+    "RetrievalRequest",
     "RetrievalResult",
     "RollbackResult",
+    "Runtime",
     "SharedGeneration",
     "SyncFailure",
     "SyncResult",

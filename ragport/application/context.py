@@ -18,15 +18,16 @@ evidence_from_citation(citation, content_hash=, revision=, excerpt=):
 from __future__ import annotations
 
 import hashlib
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from ragport.application._support import require_scope
+from ragport.application._support import EitherAbort, require_scope
 from ragport.application.results import RetrievalResult
 from ragport.application.retrieval import retrieve_context
+from ragport.application.retrieval_request import RetrievalRequest
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import (
     Authorization,
@@ -38,6 +39,7 @@ from ragport.domain.model import (
     validate_id,
 )
 from ragport.ports.embedder import Embedder
+from ragport.ports.runtime import Abort
 from ragport.ports.store import ChunkStore
 
 __all__ = [
@@ -51,20 +53,22 @@ __all__ = [
     "evidence_from_citation",
     "latest_user_text",
     "render_untrusted",
+    "retrieve_arguments",
 ]
 
 EVIDENCE_EXCERPT_CHARS = 500
 """The longest excerpt an ``Evidence`` keeps, in characters."""
 
-# What a bound face may fix at construction besides store, embedder, scope(s), authorization.
-RETRIEVE_OPTIONS: frozenset[str] = frozenset(inspect.signature(retrieve_context).parameters) - {
-    "query",
-    "embedder",
-    "store",
-    "scope",
-    "scopes",
-    "authorization",
-}
+_REQUEST_FIELDS = frozenset(a.name for a in attrs.fields(RetrievalRequest) if a.init)
+_RUNTIME_FIELDS = frozenset(a.name for a in attrs.fields(Runtime) if a.init)
+
+# What a bound face may fix at construction besides store, embedder, scope(s), authorization:
+# retrieve_context's own options, or the fields of its request and runtime by name.
+RETRIEVE_OPTIONS: frozenset[str] = (
+    frozenset({"request", "runtime", "reranker", "on_access_denied"})
+    | _REQUEST_FIELDS
+    | _RUNTIME_FIELDS
+)
 
 QuerySource = str | Callable[[Sequence[Mapping[str, Any]]], str] | None
 
@@ -193,11 +197,44 @@ def latest_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 def check_retrieve_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``options`` if every name is a ``retrieve_context`` option a face may fix."""
+    """A copy of ``options`` if every name is a ``retrieve_context`` option a face may fix
+    and the request and runtime they make are valid (``ValidationError`` naming the field)."""
     unknown = sorted(set(options) - RETRIEVE_OPTIONS)
     if unknown:
         raise ValidationError(f"unknown retrieve option {unknown[0]!r}", field=unknown[0])
+    retrieve_arguments(options)
     return dict(options)
+
+
+def _one_form(options: Mapping[str, Any], name: str, fields: frozenset[str]) -> dict[str, Any]:
+    flat = {k: v for k, v in options.items() if k in fields}
+    if flat and options.get(name) is not None:
+        raise ValidationError(
+            f"pass {name}= or its fields ({sorted(flat)[0]}=...), not both", field=name
+        )
+    return flat
+
+
+def retrieve_arguments(options: Mapping[str, Any], *, abort: Abort | None = None) -> dict[str, Any]:
+    """``retrieve_context``'s ``request``, ``runtime``, ``reranker`` and ``on_access_denied``
+    from a face's options: a whole ``request`` / ``runtime``, or their fields by name (one
+    form each). ``abort`` is a per-call signal added to the runtime's own (either stops)."""
+    flat_request = _one_form(options, "request", _REQUEST_FIELDS)
+    flat_runtime = _one_form(options, "runtime", _RUNTIME_FIELDS)
+    request = RetrievalRequest(**flat_request) if flat_request else options.get("request")
+    runtime = Runtime(**flat_runtime) if flat_runtime else options.get("runtime")
+    if abort is not None:
+        base = DEFAULT_RUNTIME if runtime is None else runtime
+        if not isinstance(base, Runtime):
+            raise ValidationError("runtime must be a Runtime", field="runtime")
+        mine = abort if base.abort is None else EitherAbort(base.abort, abort)
+        runtime = attrs.evolve(base, abort=mine)
+    return {
+        "request": request,
+        "runtime": runtime,
+        "reranker": options.get("reranker"),
+        "on_access_denied": options.get("on_access_denied"),
+    }
 
 
 def check_binding(
@@ -275,7 +312,7 @@ class RagContextProvider:
             scope=self._scope,
             scopes=self._scopes,
             authorization=self._authorization,
-            **self._options,
+            **retrieve_arguments(self._options),
         )
         if not result.hits:
             return None

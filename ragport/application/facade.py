@@ -8,24 +8,30 @@ no caching, no I/O at construction).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from ragport.application._support import require_scope, resolve_limits
 from ragport.application.derived import index_derived
 from ragport.application.documents import ParserSelector, replace_document
 from ragport.application.generations import rollback_generation
-from ragport.application.indexing import delete_source, replace_source
+from ragport.application.indexing import ReusableEmbeddings, delete_source, replace_source
 from ragport.application.results import ReplaceResult, RetrievalResult, RollbackResult
 from ragport.application.retrieval import retrieve_context
+from ragport.application.retrieval_request import DEFAULT_REQUEST, RetrievalRequest
+from ragport.application.runtime import Runtime
+from ragport.application.shared_generation import SharedGeneration
 from ragport.application.status import list_ingestion_status
 from ragport.domain.errors import CapabilityError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits
-from ragport.domain.model import Chunk, Scope
+from ragport.domain.model import AccessDenial, Authorization, Chunk, Scope
 from ragport.domain.status import StatusPage
 from ragport.ports.documents import DocumentLoader, Parser
 from ragport.ports.embedder import Embedder
-from ragport.ports.runtime import Redactor, Telemetry
+from ragport.ports.rerank import Reranker
+from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
 
@@ -38,7 +44,8 @@ class Rag:
     Writes need ``scope`` (one scope); ``retrieve`` searches ``scope`` or all of ``scopes``.
     ``telemetry``, ``redactor`` and ``limits`` are passed to every use case that takes them;
     ``status_store`` (optional) is used by the writes and by ``status``. Each method takes the
-    same keyword arguments as its function, minus the bound ones.
+    same keyword arguments as its function, minus the bound ones, and every one is typed:
+    a misspelt keyword is a type error (``mypy --strict``) and a ``TypeError`` at run time.
 
     ``default_parser`` is what ``replace_document`` parses with when no ``parser=`` is given:
     none here (the application knows no parser adapter), ``parser_for`` in ``ragport.Rag``
@@ -71,6 +78,7 @@ class Rag:
         self._redactor = redactor
         self._limits = resolve_limits(limits)
         self._status = status_store
+        self._runtime = Runtime(telemetry=telemetry, redactor=redactor, limits=self._limits)
 
     @property
     def store(self) -> ChunkStore:
@@ -112,15 +120,35 @@ class Rag:
         return self._scope
 
     def replace_source(
-        self, *, source_id: str, chunks: Sequence[Chunk], **options: Any
+        self,
+        *,
+        source_id: str,
+        chunks: Sequence[Chunk],
+        content_hash: str | None = None,
+        skip_if_unchanged: bool | None = None,
+        reuse_embeddings: ReusableEmbeddings | None = None,
+        advance_generation: bool = True,
+        batch_size: int = DEFAULT_LIMITS.embed_batch,
+        abort: Abort | None = None,
+        secrets: Sequence[str] | None = None,
+        clock: Clock | None = None,
+        shared_generation: SharedGeneration | None = None,
     ) -> ReplaceResult:
         """``replace_source`` in the bound scope."""
-        options.setdefault("status_store", self._status)
         return replace_source(
             source_id=source_id,
             chunks=chunks,
+            content_hash=content_hash,
+            skip_if_unchanged=skip_if_unchanged,
+            reuse_embeddings=reuse_embeddings,
+            advance_generation=advance_generation,
+            status_store=self._status,
+            batch_size=batch_size,
+            abort=abort,
+            secrets=secrets,
+            clock=clock,
+            shared_generation=shared_generation,
             **self._bound_write(),
-            **options,
         )
 
     def replace_document(
@@ -129,56 +157,110 @@ class Rag:
         uri: str,
         loader: DocumentLoader,
         parser: Parser | ParserSelector | None = None,
-        **options: Any,
+        source_id: str | None = None,
+        size: int = DEFAULT_LIMITS.chunk_size,
+        overlap: int = DEFAULT_LIMITS.overlap,
+        batch_size: int = DEFAULT_LIMITS.embed_batch,
+        abort: Abort | None = None,
+        secrets: Sequence[str] | None = None,
+        clock: Clock | None = None,
+        shared_generation: SharedGeneration | None = None,
     ) -> ReplaceResult:
         """``replace_document`` in the bound scope (``parser`` a Parser or e.g. ``parser_for``;
         by default ``default_parser``)."""
-        options.setdefault("status_store", self._status)
         return replace_document(
             uri=uri,
             loader=loader,
             parser=parser if parser is not None else self.default_parser,
+            source_id=source_id,
+            size=size,
+            overlap=overlap,
+            status_store=self._status,
+            batch_size=batch_size,
+            abort=abort,
+            secrets=secrets,
+            clock=clock,
+            shared_generation=shared_generation,
             **self._bound_write(),
-            **options,
         )
 
-    def delete_source(self, *, source_id: str, **options: Any) -> ReplaceResult:
+    def delete_source(
+        self,
+        *,
+        source_id: str,
+        abort: Abort | None = None,
+        shared_generation: SharedGeneration | None = None,
+    ) -> ReplaceResult:
         """``delete_source`` in the bound scope."""
-        options.setdefault("status_store", self._status)
         return delete_source(
             source_id=source_id,
             store=self._store,
             scope=self._write_scope(),
+            status_store=self._status,
             telemetry=self._telemetry,
-            **options,
+            abort=abort,
+            shared_generation=shared_generation,
         )
 
     def index_derived(
-        self, *, record_id: str, text: str, lineage: Sequence[str], **options: Any
+        self,
+        *,
+        record_id: str,
+        text: str,
+        lineage: Sequence[str],
+        metadata: Mapping[str, Any] | None = None,
+        abort: Abort | None = None,
+        secrets: Sequence[str] | None = None,
     ) -> ReplaceResult:
         """``index_derived`` in the bound scope."""
         return index_derived(
             record_id=record_id,
             text=text,
             lineage=lineage,
+            metadata=metadata,
+            abort=abort,
+            secrets=secrets,
             **self._bound_write(),
-            **options,
         )
 
-    def retrieve(self, query: str, **options: Any) -> RetrievalResult:
-        """``retrieve_context`` over the bound scope or scopes."""
-        bound: dict[str, Any] = (
-            {"scopes": list(self._scopes)} if self._scopes is not None else {"scope": self._scope}
-        )
+    def retrieve(
+        self,
+        query: str,
+        *,
+        request: RetrievalRequest | None = None,
+        top_k: int | None = None,
+        lexical: str | None = None,
+        authorization: Authorization | None = None,
+        on_access_denied: Callable[[AccessDenial], None] | None = None,
+        reranker: Reranker | None = None,
+        abort: Abort | None = None,
+    ) -> RetrievalResult:
+        """``retrieve_context`` over the bound scope or scopes.
+
+        ``request`` says how (default ``RetrievalRequest()``); ``top_k`` and ``lexical`` are
+        shortcuts that override its fields of those names. ``abort`` stops this call.
+        """
+        wanted = DEFAULT_REQUEST if request is None else request
+        if top_k is not None or lexical is not None:
+            if not isinstance(wanted, RetrievalRequest):
+                raise ValidationError("request must be a RetrievalRequest", field="request")
+            wanted = attrs.evolve(
+                wanted,
+                top_k=wanted.top_k if top_k is None else top_k,
+                lexical=wanted.lexical if lexical is None else lexical,
+            )
+        runtime = self._runtime if abort is None else attrs.evolve(self._runtime, abort=abort)
         return retrieve_context(
             query,
             embedder=self._embedder,
             store=self._store,
-            telemetry=self._telemetry,
-            redactor=self._redactor,
-            limits=self._limits,
-            **bound,
-            **options,
+            scope=self._scope if self._scopes is None else None,
+            scopes=self._scopes,
+            request=wanted,
+            authorization=authorization,
+            on_access_denied=on_access_denied,
+            reranker=reranker,
+            runtime=runtime,
         )
 
     def rollback(self, *, to: int) -> RollbackResult:

@@ -24,16 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from ragport.application._support import (
-    NOOP_TELEMETRY,
-    SYSTEM_CLOCK,
     Redaction,
     check_abort,
     check_vectors,
-    resolve_limits,
 )
 from ragport.application.answer import (
     Candidate,
@@ -44,11 +41,13 @@ from ragport.application.answer import (
 from ragport.application.rerank import rerank_hits
 from ragport.application.results import RetrievalResult
 from ragport.application.retrieval_request import (
-    LEXICAL_MODES,
+    DEFAULT_REQUEST,
     QUERY_MAX_CHARS,
     Request,
+    RetrievalRequest,
     check_request,
 )
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime
 from ragport.domain.errors import (
     CapabilityError,
     EmbedderMismatchError,
@@ -56,7 +55,6 @@ from ragport.domain.errors import (
     ValidationError,
 )
 from ragport.domain.fusion import fuse_ranked
-from ragport.domain.limits import DEFAULT_LIMITS, Limits
 from ragport.domain.model import (
     AccessDecision,
     AccessDenial,
@@ -72,7 +70,7 @@ from ragport.domain.model import (
 from ragport.ports.borrowed import SupportsBorrowedQuery
 from ragport.ports.embedder import Embedder, Vector
 from ragport.ports.rerank import Reranker
-from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
+from ragport.ports.runtime import Abort, Telemetry
 from ragport.ports.store import (
     ChunkStore,
     ScoredRecord,
@@ -82,7 +80,7 @@ from ragport.ports.store import (
     supports,
 )
 
-__all__ = ["LEXICAL_MODES", "QUERY_MAX_CHARS", "estimate_tokens", "retrieve_context"]
+__all__ = ["QUERY_MAX_CHARS", "estimate_tokens", "retrieve_context"]
 
 _TRUST = Trust()
 _NO_REDACTION = Redaction()
@@ -329,70 +327,45 @@ def retrieve_context(
     store: ChunkStore,
     scope: Scope | None = None,
     scopes: Sequence[Scope] | None = None,
-    top_k: int | None = None,
-    query_candidates: int | None = None,
-    lexical: str = "off",
-    fusion: str = "rrf",
-    rrf_k: int | None = None,
-    fusion_weights: Mapping[str, float] | None = None,
-    metadata_filter: Mapping[str, Any] | None = None,
+    request: RetrievalRequest | None = None,
     authorization: Authorization | None = None,
     on_access_denied: Callable[[AccessDenial], None] | None = None,
     reranker: Reranker | None = None,
-    max_rerank_bytes: int | None = None,
-    max_rerank_ms: int | None = None,
-    rerank_concurrency: int | None = None,
-    max_result_bytes: int | None = None,
-    max_context_tokens: int | None = None,
-    telemetry: Telemetry | None = None,
-    abort: Abort | None = None,
-    redactor: Redactor | None = None,
-    secrets: Sequence[str] | None = None,
-    clock: Clock | None = None,
-    limits: Limits | None = None,
-    collapse_duplicates: bool = False,
+    runtime: Runtime | None = None,
 ) -> RetrievalResult:
     """Retrieve cited context for ``query``; see the module docstring for the steps.
 
-    ``collapse_duplicates=True`` keeps only the best-ranked of candidates whose text is the
-    same (whitespace folded), after the access gate, so copies of one file under several
-    names do not fill the top-k; the next distinct candidates take their places.
+    ``request`` (a ``RetrievalRequest``, default ``RetrievalRequest()``) says how: top-k,
+    candidates, lexical mode, fusion weights, metadata filter, byte and token caps,
+    ``collapse_duplicates``. ``runtime`` (a ``Runtime``) gives telemetry, redaction, limits,
+    clock and abort; a number the request leaves at ``None`` takes its value from
+    ``runtime.limits``.
 
-    A number left at ``None`` takes its default from ``limits`` (``DEFAULT_LIMITS``: top-k
-    5, 20 candidates, rrf_k 60, 65,536 result bytes, 2,000 context tokens, ...); every value
-    is checked against ``HARD_LIMITS``. ``fusion_weights`` (``{"vector": w, "lexical": w}``,
-    default 1 each) weights the legs of the fusion when a lexical mode is on; a leg of weight
-    0 is left out, so ``{"vector": 0}`` is lexical-only retrieval.
+    Exactly one of ``scope`` / ``scopes``. With ``authorization`` (a store with ACL only),
+    sources it may not read are withheld and reported to ``on_access_denied``. ``reranker``
+    reorders the candidates under the request's rerank caps (fail closed: ``RerankError``).
     """
     # 1. arguments
-    if not isinstance(collapse_duplicates, bool):
-        raise ValidationError(
-            "collapse_duplicates must be True or False", field="collapse_duplicates"
-        )
-    redact = _NO_REDACTION if redactor is None and secrets is None else Redaction(redactor, secrets)
+    rt = DEFAULT_RUNTIME if runtime is None else runtime
+    if not isinstance(rt, Runtime):
+        raise ValidationError("runtime must be a Runtime", field="runtime")
+    wanted = DEFAULT_REQUEST if request is None else request
+    redact = rt.redaction
     req = check_request(
         query,
         scope=scope,
         scopes=scopes,
-        lexical=lexical,
-        fusion=fusion,
-        fusion_weights=fusion_weights,
-        metadata_filter=metadata_filter,
+        request=wanted,
         authorization=authorization,
         reranker=reranker,
         redact=redact,
-        limits=DEFAULT_LIMITS if limits is None else resolve_limits(limits),
-        top_k=top_k,
-        query_candidates=query_candidates,
-        rrf_k=rrf_k,
-        result_bytes=max_result_bytes,
-        context_tokens=max_context_tokens,
-        rerank_bytes=max_rerank_bytes,
-        rerank_ms=max_rerank_ms,
-        rerank_concurrency=rerank_concurrency,
+        limits=rt.limits,
     )
-    tel = telemetry or NOOP_TELEMETRY
-    clk = clock or SYSTEM_CLOCK
+    lexical = req.lexical
+    collapse_duplicates = wanted.collapse_duplicates
+    abort = rt.abort
+    tel = rt.tracer
+    clk = rt.now
     if not req.scopes or not query.strip():
         return RetrievalResult(
             query=query, trust=_TRUST, text="", hits=(), citations=(), truncated=False

@@ -1,21 +1,33 @@
-"""Step 1 of ``retrieve_context``: every argument checked once, into one ``Request``."""
+"""``RetrievalRequest`` (how to retrieve, checked once when built) and step 1 of
+``retrieve_context``: every argument checked once, into one ``Request``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+import attrs
+
 from ragport.application._support import Redaction, require_scope
 from ragport.domain.errors import ValidationError
 from ragport.domain.filters import Filter, parse_filter
 from ragport.domain.fusion import check_weights
+from ragport.domain.lexical import check_lexical_mode
 from ragport.domain.limits import HARD_LIMITS, Limits, check_limit
 from ragport.domain.model import Authorization, Scope, validate_text
 from ragport.ports.rerank import Reranker
 
-__all__ = ["LEXICAL_MODES", "QUERY_MAX_CHARS", "Request", "check_request"]
+__all__ = [
+    "BUILTIN_LEXICAL_MODES",
+    "QUERY_MAX_CHARS",
+    "Request",
+    "RetrievalRequest",
+    "check_request",
+]
 
-LEXICAL_MODES = ("off", "bm25", "fts")
+# The modes ragport's own stores declare; a store may declare any other name
+# (``Capabilities.lexical_modes``), and ``lexical`` may be any name a store declares.
+BUILTIN_LEXICAL_MODES = ("off", "bm25", "fts")
 QUERY_MAX_CHARS = HARD_LIMITS.chunk_size
 
 
@@ -72,68 +84,120 @@ def _check_fusion_weights(fusion_weights: Mapping[str, float]) -> None:
         raise ValidationError("at least one leg must weigh more than 0", field="fusion_weights")
 
 
+def _lexical(value: str) -> str:
+    return check_lexical_mode(value, field="lexical")
+
+
+def _fusion(value: str) -> str:
+    if value != "rrf":
+        raise ValidationError("fusion must be 'rrf'", field="fusion")
+    return value
+
+
+def _weights(value: Mapping[str, float] | None) -> Mapping[str, float] | None:
+    if value is None:
+        return None
+    _check_fusion_weights(value)
+    return dict(value)
+
+
+def _collapse(value: bool) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(
+            "collapse_duplicates must be True or False", field="collapse_duplicates"
+        )
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class RetrievalRequest:
+    """How ``retrieve_context`` retrieves: sizes, legs, fusion, filter and caps.
+
+    Every field is checked when the value is built (``ValidationError`` naming the field), so
+    a request that exists is well-formed; build it once and reuse it for many queries.
+
+    - ``top_k`` (default 5), ``query_candidates`` (20, candidates per leg), ``rrf_k`` (60),
+      ``max_result_bytes`` (65,536), ``max_context_tokens`` (2,000), ``max_rerank_bytes``
+      (65,536), ``max_rerank_ms`` (2,000), ``rerank_concurrency`` (2): a number left at
+      ``None`` takes its value from the call's ``Runtime.limits``; a number given must lie
+      within its floor and ``HARD_LIMITS`` (``ValidationError(field=..., limit=...)`` names
+      the limit, e.g. ``result_bytes``).
+    - ``lexical``: ``"off"`` (vector only) or the name of a lexical mode; any name a store
+      declares in ``capabilities.lexical_modes`` (ragport's stores declare ``bm25`` and
+      ``fts``). Whether the store offers it is checked per call (``CapabilityError``).
+    - ``fusion``: ``"rrf"`` (reciprocal-rank fusion, the only one); ``fusion_weights``:
+      ``{"vector": w, "lexical": w}`` (finite, >= 0, default 1 each, not both 0); a leg of
+      weight 0 is left out, so ``{"vector": 0}`` is lexical-only retrieval.
+    - ``metadata_filter``: the filter language of docs/filters.md, parsed here (a malformed
+      filter is a ``ValidationError`` before any embed or read).
+    - ``collapse_duplicates``: keep only the best-ranked of candidates with the same text
+      (whitespace folded), after the access gate.
+    """
+
+    top_k: int | None = None
+    query_candidates: int | None = None
+    lexical: str = attrs.field(default="off", converter=_lexical)
+    fusion: str = attrs.field(default="rrf", converter=_fusion)
+    rrf_k: int | None = None
+    fusion_weights: Mapping[str, float] | None = attrs.field(default=None, converter=_weights)
+    metadata_filter: Mapping[str, Any] | None = None
+    max_result_bytes: int | None = None
+    max_context_tokens: int | None = None
+    max_rerank_bytes: int | None = None
+    max_rerank_ms: int | None = None
+    rerank_concurrency: int | None = None
+    collapse_duplicates: bool = attrs.field(default=False, converter=_collapse)
+    _filter: Filter | None = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        # each number by the Limits field (and hard ceiling) of its name
+        for limit, value in (
+            ("top_k", self.top_k),
+            ("query_candidates", self.query_candidates),
+            ("rrf_k", self.rrf_k),
+            ("result_bytes", self.max_result_bytes),
+            ("context_tokens", self.max_context_tokens),
+            ("rerank_bytes", self.max_rerank_bytes),
+            ("rerank_ms", self.max_rerank_ms),
+            ("rerank_concurrency", self.rerank_concurrency),
+        ):
+            if value is not None:
+                check_limit(limit, value)
+        given = self.metadata_filter
+        object.__setattr__(self, "_filter", None if given is None else parse_filter(given))
+
+    @property
+    def parsed_filter(self) -> Filter | None:
+        """``metadata_filter`` as parsed when the request was built."""
+        return self._filter
+
+
+DEFAULT_REQUEST = RetrievalRequest()
+
+
 def check_request(
     query: str,
     *,
     scope: Scope | None,
     scopes: Sequence[Scope] | None,
-    lexical: str,
-    fusion: str,
-    fusion_weights: Mapping[str, float] | None,
-    metadata_filter: Mapping[str, Any] | None,
+    request: RetrievalRequest,
     authorization: Authorization | None,
     reranker: Reranker | None,
     redact: Redaction,
     limits: Limits,
-    top_k: int | None,
-    query_candidates: int | None,
-    rrf_k: int | None,
-    result_bytes: int | None,
-    context_tokens: int | None,
-    rerank_bytes: int | None,
-    rerank_ms: int | None,
-    rerank_concurrency: int | None,
 ) -> Request:
     """Step 1: every argument checked once; per-call numbers default to ``limits``."""
     validate_text(query, field="query")
     if len(query) > QUERY_MAX_CHARS:
         raise ValidationError(f"query is longer than {QUERY_MAX_CHARS} characters", field="query")
+    if not isinstance(request, RetrievalRequest):
+        raise ValidationError("request must be a RetrievalRequest", field="request")
     wanted = _scopes(scope, scopes)
-    # A value left at None comes from ``limits``, whose constructor checked it against the
-    # same ceilings: only the numbers the caller passed are checked here (each by the
-    # ``Limits`` field of its name).
-    top_k = limits.top_k if top_k is None else check_limit("top_k", top_k)
-    query_candidates = (
-        limits.query_candidates
-        if query_candidates is None
-        else check_limit("query_candidates", query_candidates)
-    )
-    rrf_k = limits.rrf_k if rrf_k is None else check_limit("rrf_k", rrf_k)
-    result_bytes = (
-        limits.result_bytes if result_bytes is None else check_limit("result_bytes", result_bytes)
-    )
-    context_tokens = (
-        limits.context_tokens
-        if context_tokens is None
-        else check_limit("context_tokens", context_tokens)
-    )
-    rerank_bytes = (
-        limits.rerank_bytes if rerank_bytes is None else check_limit("rerank_bytes", rerank_bytes)
-    )
-    rerank_ms = limits.rerank_ms if rerank_ms is None else check_limit("rerank_ms", rerank_ms)
-    rerank_concurrency = (
-        limits.rerank_concurrency
-        if rerank_concurrency is None
-        else check_limit("rerank_concurrency", rerank_concurrency)
-    )
-    if lexical not in LEXICAL_MODES:
-        raise ValidationError("lexical must be 'off', 'bm25' or 'fts'", field="lexical")
-    if fusion != "rrf":
-        raise ValidationError("fusion must be 'rrf'", field="fusion")
-    if fusion_weights is not None:
-        _check_fusion_weights(fusion_weights)
-    # ValidationError before any embed or read
-    parsed_filter = None if metadata_filter is None else parse_filter(metadata_filter)
+    r = request
+
+    def pick(given: int | None, default: int) -> int:
+        return default if given is None else given
+
     if authorization is not None and not isinstance(authorization, Authorization):
         raise ValidationError("authorization must be an Authorization", field="authorization")
     if reranker is not None and not isinstance(reranker, Reranker):
@@ -145,17 +209,17 @@ def check_request(
         query=query,
         text=text,
         scopes=tuple(wanted),
-        top_k=top_k,
-        candidates=query_candidates,
-        lexical=lexical,
-        rrf_k=rrf_k,
-        fusion_weights=None if fusion_weights is None else dict(fusion_weights),
-        metadata_filter=parsed_filter,
+        top_k=pick(r.top_k, limits.top_k),
+        candidates=pick(r.query_candidates, limits.query_candidates),
+        lexical=r.lexical,
+        rrf_k=pick(r.rrf_k, limits.rrf_k),
+        fusion_weights=r.fusion_weights,
+        metadata_filter=r.parsed_filter,
         authorization=authorization,
         reranker=reranker,
-        rerank_bytes=rerank_bytes,
-        rerank_ms=rerank_ms,
-        rerank_concurrency=rerank_concurrency,
-        result_bytes=result_bytes,
-        context_tokens=context_tokens,
+        rerank_bytes=pick(r.max_rerank_bytes, limits.rerank_bytes),
+        rerank_ms=pick(r.max_rerank_ms, limits.rerank_ms),
+        rerank_concurrency=pick(r.rerank_concurrency, limits.rerank_concurrency),
+        result_bytes=pick(r.max_result_bytes, limits.result_bytes),
+        context_tokens=pick(r.max_context_tokens, limits.context_tokens),
     )

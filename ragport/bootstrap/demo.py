@@ -81,6 +81,7 @@ from ragport.bootstrap._demo_text import (  # noqa: I001
     SUMMARY,
     SUMMARY_ID,
 )
+from ragport.application.retrieval_request import RetrievalRequest
 
 
 @attrs.frozen
@@ -247,10 +248,9 @@ class _Demo:
             embedder=self.embedder,
             store=self.stores.chunks,
             scope=scope or self.scope,
-            top_k=top_k or self.top_k,
-            lexical=self.lexical,
             authorization=authorization,
             on_access_denied=denials.append if denials is not None else None,
+            request=RetrievalRequest(top_k=top_k or self.top_k, lexical=self.lexical),
         )
         return list(result.hits)
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 
 from ragport.application import retrieve_context
+from ragport.application.retrieval_request import RetrievalRequest
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import HARD_LIMITS
 from ragport.domain.model import Scope
@@ -272,15 +273,17 @@ def retriever(
             embedder=embedder,
             store=store,
             scope=scope,
-            top_k=depth,
-            query_candidates=config.candidates,
-            lexical="off" if config.mode == "vector" else config.lexical,
-            fusion_weights=None if config.mode == "vector" else weights,
             reranker=config.reranker,
-            max_rerank_bytes=rerank_bytes,
-            max_rerank_ms=rerank_ms,
-            max_result_bytes=HARD_LIMITS.result_bytes,
-            max_context_tokens=HARD_LIMITS.context_tokens,
+            request=RetrievalRequest(
+                top_k=depth,
+                query_candidates=config.candidates,
+                lexical="off" if config.mode == "vector" else config.lexical,
+                fusion_weights=None if config.mode == "vector" else weights,
+                max_rerank_bytes=rerank_bytes,
+                max_rerank_ms=rerank_ms,
+                max_result_bytes=HARD_LIMITS.result_bytes,
+                max_context_tokens=HARD_LIMITS.context_tokens,
+            ),
         )
         return [hit.source_id for hit in result.hits]
 

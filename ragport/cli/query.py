@@ -15,6 +15,7 @@ from ragport.application import (
     RetrievalResult,
     retrieve_context,
 )
+from ragport.application.retrieval_request import RetrievalRequest
 from ragport.bootstrap import Stores
 from ragport.cli.config import _embedder, _scope, _stores
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, NothingFound, _json, _note, _print_json, _table
@@ -212,16 +213,18 @@ def _query(args: argparse.Namespace) -> int:
             store=stores.chunks,
             scope=live[0] if len(live) == 1 else None,
             scopes=live if len(live) > 1 else None,
-            top_k=args.top_k,
-            query_candidates=max(DEFAULT_LIMITS.query_candidates, min(4 * args.top_k, 128)),
-            lexical=lexical,
-            fusion_weights=weights,
-            metadata_filter=metadata_filter,
             authorization=authorization,
             on_access_denied=denials.append,
             reranker=reranker,
-            max_context_tokens=_budget(args.top_k, args.max_tokens),
-            collapse_duplicates=not args.keep_duplicates,
+            request=RetrievalRequest(
+                top_k=args.top_k,
+                query_candidates=max(DEFAULT_LIMITS.query_candidates, min(4 * args.top_k, 128)),
+                lexical=lexical,
+                fusion_weights=weights,
+                metadata_filter=metadata_filter,
+                max_context_tokens=_budget(args.top_k, args.max_tokens),
+                collapse_duplicates=not args.keep_duplicates,
+            ),
         )
         offsets = _offsets(stores, result.hits) if result.hits else {}
     withheld = None

@@ -23,7 +23,25 @@ import re
 import unicodedata
 from functools import cache
 
-__all__ = ["tokenize_lexical"]
+from ragport.domain.errors import ValidationError
+
+__all__ = ["check_lexical_mode", "tokenize_lexical"]
+
+_MODE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def check_lexical_mode(name: object, *, field: str = "lexical") -> str:
+    """``name`` if it is a lexical mode name: lower-case ASCII letters, digits, ``_`` or
+    ``-``, starting with a letter, at most 32 characters (``bm25``, ``fts``, ``fts5``, ...);
+    ``ValidationError(field=field)`` otherwise. ``off`` is the name of no lexical leg."""
+    if not isinstance(name, str) or not _MODE_NAME.fullmatch(name):
+        raise ValidationError(
+            "a lexical mode is 'off' or a name of lower-case letters, digits, '_' or '-' "
+            "(at most 32, starting with a letter), such as 'bm25'",
+            field=field,
+        )
+    return name
+
 
 _ASCII_WORD = re.compile(r"[A-Za-z0-9_]+")
 # Combining marks live in planes 0, 1 and 14 only; scanning them takes ~15 ms, once.

@@ -6,7 +6,7 @@ All are frozen attrs classes validated in their constructors; change them with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any, Literal, NewType
@@ -14,6 +14,7 @@ from typing import Any, Literal, NewType
 import attrs
 
 from ragport.domain.errors import ScopeError, ValidationError
+from ragport.domain.lexical import check_lexical_mode
 from ragport.domain.limits import HARD_LIMITS
 from ragport.domain.values import (
     ID_MAX,
@@ -540,6 +541,12 @@ class Rename:
         validate_id(value, field="to_id")
 
 
+def _mode_names(value: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValidationError("lexical_modes must be a sequence of names", field="lexical_modes")
+    return tuple(value)
+
+
 @attrs.frozen
 class Capabilities:
     """What a store can honestly promise: the one place a store declares what it offers.
@@ -557,7 +564,7 @@ class Capabilities:
     metadata instead of copying it once more (``ChunkStoreAliasingContract`` checks it).
     """
 
-    lexical_modes: tuple[str, ...] = ()
+    lexical_modes: tuple[str, ...] = attrs.field(default=(), converter=_mode_names)
     authorization: Literal["acl", "none"] = "none"
     generations: bool = False
     transactions: bool = False
@@ -567,3 +574,9 @@ class Capabilities:
     forgotten_lookup: bool = False
     private_reads: bool = False
     borrowed_query: bool = False
+
+    @lexical_modes.validator
+    def _modes(self, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
+        for mode in value:
+            if check_lexical_mode(mode, field="lexical_modes") == "off":
+                raise ValidationError("'off' is no lexical mode", field="lexical_modes")

@@ -8,10 +8,14 @@ from typing import Any
 
 import attrs
 
-from ragport.application._support import EitherAbort
-from ragport.application.context import check_binding, check_retrieve_options
+from ragport.application.context import (
+    check_binding,
+    check_retrieve_options,
+    retrieve_arguments,
+)
 from ragport.application.results import RetrievalResult
 from ragport.application.retrieval import retrieve_context
+from ragport.application.retrieval_request import RetrievalRequest
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
 from ragport.domain.model import Authorization, Hit, Scope
@@ -123,9 +127,13 @@ class BoundRetrieval:
         call's signal (an async face's cancellation); a bound ``abort`` option still applies,
         so either one stops the call."""
         options = {**self.options, **check_retrieve_options(overrides)}
-        if abort is not None:
-            bound = options.get("abort")
-            options["abort"] = abort if bound is None else EitherAbort(bound, abort)
+        arguments = retrieve_arguments(options, abort=abort)
+        count = self.top_k if top_k is None else check_limit("top_k", top_k)
+        request = arguments["request"]
+        if request is None:
+            arguments["request"] = RetrievalRequest(top_k=count)
+        else:
+            arguments["request"] = attrs.evolve(request, top_k=count)
         return retrieve_context(
             query,
             embedder=self.embedder,
@@ -133,6 +141,5 @@ class BoundRetrieval:
             scope=self.scope,
             scopes=self.scopes,
             authorization=self.authorization,
-            top_k=self.top_k if top_k is None else check_limit("top_k", top_k),
-            **options,
+            **arguments,
         )

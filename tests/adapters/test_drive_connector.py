@@ -376,8 +376,8 @@ def test_sync_from_drive_follows_revoked_permissions(make, tree, drive):
             embedder=embedder,
             store=store,
             scope=scope,
-            top_k=20,
             authorization=ragport.Authorization(principal, "t"),
+            request=ragport.RetrievalRequest(top_k=20),
         )
         return {h.source_id for h in result.hits}
 

@@ -7,7 +7,16 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ragport import Authorization, Chunk, Grant, Scope, replace_source, retrieve_context
+from ragport import (
+    Authorization,
+    Chunk,
+    Grant,
+    RetrievalRequest,
+    Runtime,
+    Scope,
+    replace_source,
+    retrieve_context,
+)
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.rerankers import FakeReranker
@@ -44,10 +53,10 @@ def test_retrieve_emits_the_fixed_span_tree_without_document_text():
         embedder=embedder,
         store=store,
         scope=scope,
-        lexical="bm25",
         reranker=FakeReranker(),
         authorization=Authorization("alice", "t"),
-        telemetry=telemetry,
+        request=RetrievalRequest(lexical="bm25"),
+        runtime=Runtime(telemetry=telemetry),
     )
     assert result.hits
     spans = exporter.get_finished_spans()
@@ -154,7 +163,11 @@ def test_an_exception_in_a_span_is_recorded_by_type_only(any_store):
         )
     with pytest.raises(RuntimeError, match="walrus"):
         retrieve_context(
-            SECRET_TEXT, embedder=embedder, store=store, scope=scope, telemetry=telemetry
+            SECRET_TEXT,
+            embedder=embedder,
+            store=store,
+            scope=scope,
+            runtime=Runtime(telemetry=telemetry),
         )
     spans = exporter.get_finished_spans()
     failed = [s for s in spans if s.status.status_code == StatusCode.ERROR]

@@ -278,7 +278,9 @@ def test_sigkilled_writer_leaves_previous_version_and_no_orphans(
     _wait_for_backend_exit(pg_engine, app)
 
     assert [(r.id, r.text) for r in store.get_by_source(SCOPE, SOURCE)] == v1_view
-    hits = ragport.retrieve_context("chunk", embedder=EMB, store=store, scope=SCOPE, top_k=10).hits
+    hits = ragport.retrieve_context(
+        "chunk", embedder=EMB, store=store, scope=SCOPE, request=ragport.RetrievalRequest(top_k=10)
+    ).hits
     assert sorted(h.text for h in hits) == sorted(t for _, t in v1_view)
     rows = _source_rows(pg_engine, pg_schema)
     assert len(rows) == len(v1_rows), "no orphan rows of the killed write"

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from child_process import Child, fault_env
 from doubles import Delegating
+from flat_options import flat
 from sqlalchemy import event, text
 
 import ragport
@@ -174,7 +175,11 @@ def _wait_for_backend_exit(engine, app: str, timeout: float = 15.0) -> None:
 
 def _hits(store: PostgresStore, query: str, **kwargs: Any) -> set[str]:
     result = ragport.retrieve_context(
-        query, embedder=EMB, store=store, scope=SCOPE, top_k=32, query_candidates=128, **kwargs
+        query,
+        embedder=EMB,
+        store=store,
+        scope=SCOPE,
+        **flat(top_k=32, query_candidates=128, **kwargs),
     )
     return {h.id for h in result.hits}
 

@@ -159,7 +159,11 @@ def test_read_your_writes_through_retrieve_context(
     _write(store, "mine", "mine text about expenses and receipts")
     view = store.with_min_position(store.last_write_position, fallback="primary", wait=0.05)
     result = ragport.retrieve_context(
-        "expenses and receipts", embedder=EMB, store=view, scope=SCOPE, lexical="fts"
+        "expenses and receipts",
+        embedder=EMB,
+        store=view,
+        scope=SCOPE,
+        request=ragport.RetrievalRequest(lexical="fts"),
     )
     assert "mine" in {h.provenance.source_id for h in result.hits}
 

@@ -83,10 +83,7 @@ def test_partitions_hold_hnsw_and_a_query_reads_one(
         return real(conn, sql, params, **kw)
 
     monkeypatch.setattr(reads, "fetch", spy)
-    ragport.retrieve_context(
-        "leave policy", embedder=emb, store=store, scope=ragport.Scope("t3", "kb", "docs"),
-        lexical="fts",
-    )  # fmt: skip
+    ragport.retrieve_context("leave policy", embedder=emb, store=store, scope=ragport.Scope("t3", "kb", "docs"), request=ragport.RetrievalRequest(lexical="fts"))  # fmt: skip
     monkeypatch.undo()
     statements = [(sql, p) for sql, p in captured if ".records" in sql]
     assert statements

@@ -44,22 +44,35 @@ class DeclaresFts5(InMemoryStore):
         return super().hybrid_query(scope, vector, text, **kw)
 
 
+class HybridRefusesItsMode(DeclaresFts5):
+    """Declares ``fts5`` and answers it from ``lexical_query``, but its ``hybrid_query``
+    (what retrieval calls) knows only the engine's own name."""
+
+    def hybrid_query(self, scope: Any, vector: Any, text: str, **kw: Any) -> HybridAnswer:
+        return InMemoryStore.hybrid_query(self, scope, vector, text, **kw)
+
+
 def _engine_mode(mode: str) -> str:
     return "bm25" if mode == "fts5" else mode
 
 
-def test_lexical_contract_catches_a_declared_mode_retrieval_refuses() -> None:
-    """A store declaring lexical mode ``fts5`` passes the lexical tests that call the store
-    directly, and fails the one that retrieves through ``retrieve_context``.
+def test_any_declared_lexical_mode_works_through_retrieval_and_the_suite_catches_one_that_does_not() -> (
+    None
+):
+    """A store declaring its own mode name (``fts5``) passes the lexical tests, retrieval
+    included: retrieval takes any mode a store declares. One whose ``hybrid_query`` refuses the
+    declared name passes the tests that call ``lexical_query`` and fails the retrieval one.
 
     If this fails, check ChunkStoreLexicalContract.test_every_declared_lexical_mode_works_
-    through_retrieve_context (or whether retrieval now accepts every declared mode: then this
-    adapter is no longer broken)."""
+    through_retrieve_context and the lexical check of retrieve_context."""
     suite = ChunkStoreLexicalContract()
-    suite.test_lexical_query_finds_term_matches_with_the_store_predicate(DeclaresFts5())
-    suite.test_unknown_lexical_mode_is_a_capability_error(DeclaresFts5())
+    suite.test_every_declared_lexical_mode_works_through_retrieve_context(DeclaresFts5())
+    suite.test_lexical_query_finds_term_matches_with_the_store_predicate(HybridRefusesItsMode())
+    suite.test_unknown_lexical_mode_is_a_capability_error(HybridRefusesItsMode())
     with pytest.raises(AssertionError, match="declares 'fts5' but retrieve_context refuses"):
-        suite.test_every_declared_lexical_mode_works_through_retrieve_context(DeclaresFts5())
+        suite.test_every_declared_lexical_mode_works_through_retrieve_context(
+            HybridRefusesItsMode()
+        )
     suite.test_every_declared_lexical_mode_works_through_retrieve_context(InMemoryStore())
 
 

@@ -12,7 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragport import Authorization, Chunk, Grant, Scope, replace_source, retrieve_context
+from ragport import (
+    Authorization,
+    Chunk,
+    Grant,
+    RetrievalRequest,
+    Scope,
+    replace_source,
+    retrieve_context,
+)
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.domain.model import decide_access
@@ -80,12 +88,14 @@ def _check(store, mode: str, corpus, caller, query_words) -> None:
         embedder=EMBEDDER,
         store=store,
         scope=scope,
-        top_k=32,
-        query_candidates=128,
-        lexical=mode,
         authorization=auth,
-        max_context_tokens=8000,
-        max_result_bytes=524288,
+        request=RetrievalRequest(
+            top_k=32,
+            query_candidates=128,
+            lexical=mode,
+            max_context_tokens=8000,
+            max_result_bytes=524288,
+        ),
     )
     seen = {hit.source_id for hit in result.hits}
     assert seen == allowed

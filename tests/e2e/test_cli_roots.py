@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ragport import RetrievalRequest
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
 from ragport.application import retrieve_context
@@ -204,6 +205,8 @@ def test_memory_store_widening_moves_rows_grants_statuses_and_tombstones(tmp_pat
 
     again = ingest(tmp_path)
     assert again["sub/a.md"] == again["sub/sub/a.md"] == "unchanged"
-    hits = retrieve_context("axolotl", store=store, embedder=embedder, scope=scope, top_k=10).hits
+    hits = retrieve_context(
+        "axolotl", store=store, embedder=embedder, scope=scope, request=RetrievalRequest(top_k=10)
+    ).hits
     assert [h.source_id for h in hits].count("sub/sub/a.md") == 1
     assert "sub/secret.md" not in {h.source_id for h in hits}

@@ -51,7 +51,12 @@ def _snapshot(store: PostgresStore, url: str, schema: str) -> dict[str, Any]:
     for q in QUERIES:
         for auth in (None, ALICE):
             result = ragport.retrieve_context(
-                q, embedder=EMB, store=store, scope=SCOPE, authorization=auth, lexical="fts"
+                q,
+                embedder=EMB,
+                store=store,
+                scope=SCOPE,
+                authorization=auth,
+                request=ragport.RetrievalRequest(lexical="fts"),
             )
             hits[(q, auth is None)] = [
                 (h.provenance.chunk_id, round(h.score, 6)) for h in result.hits

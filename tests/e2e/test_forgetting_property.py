@@ -23,6 +23,7 @@ from ragport import (
     Chunk,
     Grant,
     RagDeletionHandler,
+    RetrievalRequest,
     Scope,
     ValidationError,
     create_deletion_propagator,
@@ -118,12 +119,14 @@ def _seen(store: Any, scope: Scope, lexical: str, query: str, who: Authorization
         embedder=EMB,
         store=store,
         scope=scope,
-        top_k=32,
-        query_candidates=128,
-        lexical=lexical,
         authorization=who,
-        max_context_tokens=8000,
-        max_result_bytes=524288,
+        request=RetrievalRequest(
+            top_k=32,
+            query_candidates=128,
+            lexical=lexical,
+            max_context_tokens=8000,
+            max_result_bytes=524288,
+        ),
     )
     return {(h.id, h.source_id, h.text) for h in result.hits}
 

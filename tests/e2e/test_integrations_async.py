@@ -111,7 +111,9 @@ class Face:
         if self.kind == "llama_index":
             return [n.node.node_id for n in self.obj.retrieve(query)]
         args = {k: v for k, v in self.parts.items() if k != "status_store"}
-        hits = ragport.retrieve_context(query, **args, top_k=3).hits
+        hits = ragport.retrieve_context(
+            query, **args, request=ragport.RetrievalRequest(top_k=3)
+        ).hits
         return [h.provenance.citation_id for h in hits]
 
     @contextlib.asynccontextmanager
@@ -314,7 +316,11 @@ def test_a_cancelled_call_waiting_for_a_token_never_runs(kind):
     expected = [
         h.provenance.citation_id
         for h in ragport.retrieve_context(
-            QUERY, store=face.parts["store"], embedder=HashEmbedder(), scope=SCOPE, top_k=3
+            QUERY,
+            store=face.parts["store"],
+            embedder=HashEmbedder(),
+            scope=SCOPE,
+            request=ragport.RetrievalRequest(top_k=3),
         ).hits
     ]
 

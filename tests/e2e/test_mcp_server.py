@@ -136,7 +136,12 @@ def test_the_same_query_finds_the_denied_source_for_a_trusted_caller(pg_engine, 
     trusted = ragport.retrieve_context(query, embedder=embedder, store=store, scope=SCOPE)
     assert DENIED_SOURCE in {h.source_id for h in trusted.hits}
     alice = ragport.retrieve_context(
-        query, embedder=embedder, store=store, scope=SCOPE, authorization=ALICE, top_k=32
+        query,
+        embedder=embedder,
+        store=store,
+        scope=SCOPE,
+        authorization=ALICE,
+        request=ragport.RetrievalRequest(top_k=32),
     )
     assert DENIED_SOURCE not in {h.source_id for h in alice.hits}
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from flat_options import flat
 from sqlalchemy import text
 
 import ragport
@@ -106,7 +107,7 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
     def retrieve(query=QUERY, **kw):
         if "scopes" not in kw:
             kw.setdefault("scope", DOCS)
-        return ragport.retrieve_context(query, embedder=EMB, store=store, clock=CLOCK, **kw)
+        return ragport.retrieve_context(query, embedder=EMB, store=store, **flat(clock=CLOCK, **kw))
 
     # -- replace_source and plain retrieval --------------------------------------------------
     note("replace handbook", replace("handbook", chunks("handbook", HANDBOOK, team="hr")))
@@ -336,8 +337,12 @@ def test_postgres_state_survives_a_new_store_instance(pg_pair, pg_engine, pg_sch
     store, status_store = pg_pair
     scenario(store, status_store)
     again = PostgresStore(pg_engine, schema=pg_schema)
-    first = ragport.retrieve_context(QUERY, embedder=EMB, store=store, scope=DOCS, clock=CLOCK)
-    second = ragport.retrieve_context(QUERY, embedder=EMB, store=again, scope=DOCS, clock=CLOCK)
+    first = ragport.retrieve_context(
+        QUERY, embedder=EMB, store=store, scope=DOCS, runtime=ragport.Runtime(clock=CLOCK)
+    )
+    second = ragport.retrieve_context(
+        QUERY, embedder=EMB, store=again, scope=DOCS, runtime=ragport.Runtime(clock=CLOCK)
+    )
     assert observe(first) == observe(second)
     with pg_engine.connect() as conn:
         rows = (

@@ -59,7 +59,12 @@ def _derive(store: Any, record_id: str, lineage: list[str]) -> ragport.ReplaceRe
 
 def _sources(store: Any, query: str, authorization: Authorization | None = None) -> set[str]:
     result = ragport.retrieve_context(
-        query, embedder=EMB, store=store, scope=SCOPE, top_k=32, authorization=authorization
+        query,
+        embedder=EMB,
+        store=store,
+        scope=SCOPE,
+        authorization=authorization,
+        request=ragport.RetrievalRequest(top_k=32),
     )
     return {h.source_id for h in result.hits}
 

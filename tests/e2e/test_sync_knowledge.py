@@ -59,8 +59,8 @@ def visible_to(stores: Stores, principal: str, query: str) -> set[str]:
         embedder=CountingEmbedder(),
         store=stores.store,
         scope=SCOPE,
-        top_k=20,
         authorization=ragport.Authorization(principal_id=principal, tenant_id=SCOPE.tenant_id),
+        request=ragport.RetrievalRequest(top_k=20),
     )
     return {h.source_id for h in result.hits}
 

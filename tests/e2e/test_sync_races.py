@@ -152,8 +152,8 @@ def test_a_stale_worker_cannot_restore_a_revoked_grant(stores):
         embedder=CountingEmbedder(),
         store=stores.store,
         scope=SCOPE,
-        top_k=10,
         authorization=ragport.Authorization(principal_id="alice", tenant_id=SCOPE.tenant_id),
+        request=ragport.RetrievalRequest(top_k=10),
     )
     assert "b.md" not in {h.source_id for h in result.hits}
 

@@ -226,7 +226,11 @@ def test_retrieve_errors_pass_through(store, embedder):
 
 def _citation(store, embedder) -> ragport.Citation:
     result = ragport.retrieve_context(
-        "parental leave", embedder=embedder, store=store, scope=SCOPE, top_k=1
+        "parental leave",
+        embedder=embedder,
+        store=store,
+        scope=SCOPE,
+        request=ragport.RetrievalRequest(top_k=1),
     )
     return result.citations[0]
 

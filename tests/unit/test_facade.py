@@ -8,6 +8,7 @@ from ragport import (
     CapabilityError,
     Chunk,
     Rag,
+    RetrievalRequest,
     Scope,
     ValidationError,
     retrieve_context,
@@ -32,7 +33,9 @@ def test_a_bound_rag_runs_the_lifecycle_like_the_functions() -> None:
     assert (first.indexed, first.generation) == (2, 1)
     rag.index_derived(record_id="sum", text="summary of walrus colonies", lineage=["doc"])
     result = rag.retrieve("walrus", top_k=3)
-    direct = retrieve_context("walrus", embedder=EMB, store=store, scope=A, top_k=3)
+    direct = retrieve_context(
+        "walrus", embedder=EMB, store=store, scope=A, request=RetrievalRequest(top_k=3)
+    )
     assert [h.id for h in result.hits] == [h.id for h in direct.hits]
     assert {h.id for h in result.hits} == {"doc#0001", "doc#0002", "sum"}
     assert [item.source_id for item in rag.status().items] == ["doc"]

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from doubles import CallLog
+from flat_options import flat
 
 import ragport
 from ragport import (
@@ -92,16 +93,15 @@ def _one(store: Any, record_id: str) -> Record:
 
 
 def _retrieve(store: Any, query: str, **kwargs: Any) -> ragport.RetrievalResult:
-    return retrieve_context(
-        query,
-        embedder=EMB,
-        store=store,
-        scope=kwargs.pop("scope", SCOPE),
-        top_k=32,
-        query_candidates=128,
-        max_context_tokens=8000,
-        max_result_bytes=524288,
+    options = {
+        "top_k": 32,
+        "query_candidates": 128,
+        "max_context_tokens": 8000,
+        "max_result_bytes": 524288,
         **kwargs,
+    }
+    return retrieve_context(
+        query, embedder=EMB, store=store, **flat(scope=options.pop("scope", SCOPE), **options)
     )
 
 

@@ -36,7 +36,11 @@ def snapshot(store: InMemoryStore, scope: ragport.Scope = SCOPE) -> dict[str, An
     """Every observable piece of content: rows by source and the retrieved (id, text) set."""
     rows = {s: frozenset((r.id, r.text) for r in store.get_by_source(scope, s)) for s in SOURCES}
     result = ragport.retrieve_context(
-        QUERY, embedder=HashEmbedder(), store=store, scope=scope, top_k=32, query_candidates=128
+        QUERY,
+        embedder=HashEmbedder(),
+        store=store,
+        scope=scope,
+        request=ragport.RetrievalRequest(top_k=32, query_candidates=128),
     )
     return {"rows": rows, "retrieved": frozenset((h.id, h.text) for h in result.hits)}
 
@@ -180,7 +184,12 @@ def test_grants_and_tombstones_are_not_rolled_back(store: InMemoryStore) -> None
     assert {s: d.allowed for s, d in decisions.items()} == {"a": True, "b": True, "c": False}
     assert store.list_invalidated_ids(SCOPE) == frozenset({"b"})
     result = ragport.retrieve_context(
-        QUERY, embedder=HashEmbedder(), store=store, scope=SCOPE, top_k=32, authorization=ALICE
+        QUERY,
+        embedder=HashEmbedder(),
+        store=store,
+        scope=SCOPE,
+        authorization=ALICE,
+        request=ragport.RetrievalRequest(top_k=32),
     )
     assert {h.source_id for h in result.hits} == {"a"}
     assert len(store.get_by_source(SCOPE, "b")) == 2

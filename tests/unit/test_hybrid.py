@@ -6,7 +6,15 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 import ragport
-from ragport import Authorization, Chunk, Grant, Scope, replace_source, retrieve_context
+from ragport import (
+    Authorization,
+    Chunk,
+    Grant,
+    RetrievalRequest,
+    Scope,
+    replace_source,
+    retrieve_context,
+)
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.domain.fusion import fuse_reciprocal_rank
@@ -99,13 +107,14 @@ def test_hybrid_labels_each_hit_with_the_legs_that_found_it():
         embedder=EMBEDDER,
         store=store,
         scope=SCOPE,
-        lexical="bm25",
-        top_k=10,
+        request=RetrievalRequest(lexical="bm25", top_k=10),
     )
     legs = {hit.source_id: hit.provenance.retrieval for hit in result.hits}
     assert legs["lex"] in ("lexical", "hybrid")
     assert "hybrid" in legs.values()
-    plain = retrieve_context("xylophone", embedder=EMBEDDER, store=store, scope=SCOPE, top_k=10)
+    plain = retrieve_context(
+        "xylophone", embedder=EMBEDDER, store=store, scope=SCOPE, request=RetrievalRequest(top_k=10)
+    )
     assert {hit.provenance.retrieval for hit in plain.hits} == {"vector"}
     ranks = [hit.retrieval_rank for hit in result.hits]
     assert ranks == list(range(1, len(ranks) + 1))
@@ -121,7 +130,11 @@ def test_multi_scope_hybrid_keeps_equal_record_ids_of_different_scopes_apart():
     _put(store, "doc", "shared words about penguins")
     _put(store, "doc", "shared words about penguins", scope=other)
     result = retrieve_context(
-        "penguins", embedder=EMBEDDER, store=store, scopes=[SCOPE, other], lexical="bm25", top_k=10
+        "penguins",
+        embedder=EMBEDDER,
+        store=store,
+        scopes=[SCOPE, other],
+        request=RetrievalRequest(lexical="bm25", top_k=10),
     )
     assert sorted(hit.provenance.corpus_id for hit in result.hits) == ["c", "c2"]
 

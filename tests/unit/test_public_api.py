@@ -31,7 +31,7 @@ EXPORTED = {
     "EmbedderMismatchError", "Evidence", "FusedCandidate", "Grant", "HARD_LIMITS", "Hit",
     "IndexResult", "IngestionStatus", "Limits", "LoadError", "ParseError", "PropagationError",
     "PropagationResult", "Provenance", "Rag", "RagContextProvider", "RagDeletionHandler",
-    "RagportError", "Record", "Rename", "RenameBatchResult", "RenameEvent", "RenameFailure",
+    "RagportError", "Record", "Rename", "RenameBatchResult", "RenameEvent", "RenameFailure", "RetrievalRequest", "Runtime",
     "ReplaceResult", "ReplicaLagError", "RepointResult", "RerankError", "RetrievalResult",
     "RollbackResult", "Scope", "ScopeError", "StatusPage", "StoreError", "SyncCursorError",
     "SyncFailure", "SyncResult", "Tombstone", "Trust", "UrlRejectedError", "ValidationError", "__version__",

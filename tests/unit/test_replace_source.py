@@ -50,10 +50,9 @@ def retrieved(
         embedder=embedder or HashEmbedder(),
         store=store,
         scope=scope,
-        top_k=32,
-        query_candidates=128,
-        max_result_bytes=524_288,
-        max_context_tokens=8_000,
+        request=ragport.RetrievalRequest(
+            top_k=32, query_candidates=128, max_result_bytes=524_288, max_context_tokens=8_000
+        ),
     )
     return {(h.id, h.text) for h in result.hits}
 
@@ -275,7 +274,13 @@ def test_reuse_embeddings_skips_matching_texts(store: InMemoryStore) -> None:
     assert embedder.texts == [V1[2]]
     # The reused vectors were stored: each chunk is its own best match.
     for chunk in chunks:
-        top = ragport.retrieve_context(chunk.text, embedder=base, store=store, scope=SCOPE, top_k=1)
+        top = ragport.retrieve_context(
+            chunk.text,
+            embedder=base,
+            store=store,
+            scope=SCOPE,
+            request=ragport.RetrievalRequest(top_k=1),
+        )
         assert [h.id for h in top.hits] == [chunk.id]
 
 
@@ -517,7 +522,11 @@ def test_index_chunks_returns_result_and_is_idempotent(store: InMemoryStore) -> 
     )
     assert again == ragport.IndexResult(indexed=5, source_ids=("a", "b"))
     result_hits = ragport.retrieve_context(
-        QUERY, embedder=HashEmbedder(), store=store, scope=SCOPE, top_k=32
+        QUERY,
+        embedder=HashEmbedder(),
+        store=store,
+        scope=SCOPE,
+        request=ragport.RetrievalRequest(top_k=32),
     ).hits
     ids = [h.id for h in result_hits]
     assert len(ids) == len(set(ids)) == 5

@@ -14,6 +14,8 @@ from ragport import (
     Chunk,
     Grant,
     RerankError,
+    RetrievalRequest,
+    Runtime,
     Scope,
     replace_source,
     rerank_hits,
@@ -42,7 +44,11 @@ def _store() -> InMemoryStore:
 
 def _hits() -> tuple[ragport.Hit, ...]:
     return retrieve_context(
-        "cats dogs", embedder=EMBEDDER, store=_store(), scope=SCOPE, top_k=10
+        "cats dogs",
+        embedder=EMBEDDER,
+        store=_store(),
+        scope=SCOPE,
+        request=RetrievalRequest(top_k=10),
     ).hits
 
 
@@ -262,14 +268,16 @@ def test_retrieve_keeps_retrieval_rank_and_uses_the_reranked_order():
     If this fails, check steps 9-11 of retrieve_context.
     """
     store = _store()
-    plain = retrieve_context("cats dogs", embedder=EMBEDDER, store=store, scope=SCOPE, top_k=3)
+    plain = retrieve_context(
+        "cats dogs", embedder=EMBEDDER, store=store, scope=SCOPE, request=RetrievalRequest(top_k=3)
+    )
     reranked = retrieve_context(
         "cats dogs",
         embedder=EMBEDDER,
         store=store,
         scope=SCOPE,
-        top_k=3,
         reranker=Answer(lambda h: list(reversed(h))),
+        request=RetrievalRequest(top_k=3),
     )
     assert [h.id for h in reranked.hits] == [h.id for h in reversed(plain.hits)]
     assert [h.retrieval_rank for h in reranked.hits] == [3, 2, 1]
@@ -293,10 +301,10 @@ def test_a_revoke_issued_inside_the_reranker_keeps_the_source_out():
         embedder=EMBEDDER,
         store=store,
         scope=SCOPE,
-        top_k=5,
         authorization=Authorization("alice", "t"),
         reranker=Answer(revoke_then_answer),
         on_access_denied=denials.append,
+        request=RetrievalRequest(top_k=5),
     )
     assert "b" not in {h.source_id for h in result.hits}
     assert "beta" not in result.text
@@ -322,8 +330,8 @@ def test_the_reranker_sees_redacted_text_only():
         embedder=EMBEDDER,
         store=store,
         scope=SCOPE,
-        secrets=["sk-123"],
         reranker=Answer(lambda h: seen.extend(x.text for x in h) or list(h)),
+        runtime=Runtime(secrets=["sk-123"]),
     )
     assert seen and all("sk-123" not in text for text in seen)
 

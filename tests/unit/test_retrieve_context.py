@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import pytest
 from doubles import CallLog, CountingEmbedder, CountingStore, Delegating, GuardedCallLog
+from flat_options import flat
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
@@ -155,7 +156,7 @@ def retrieve(query: str = QUERY, **kwargs: Any) -> ragport.RetrievalResult:
     kwargs.setdefault("embedder", HashEmbedder())
     if "scopes" not in kwargs:
         kwargs.setdefault("scope", SCOPE)
-    return ragport.retrieve_context(query, **kwargs)
+    return ragport.retrieve_context(query, **flat(**kwargs))
 
 
 @pytest.fixture
@@ -305,11 +306,23 @@ def test_unadvertised_lexical_mode_is_a_capability_error(store: InMemoryStore, m
     assert embedder.calls == []
 
 
-def test_unknown_lexical_mode_is_a_validation_error(store: InMemoryStore) -> None:
-    """lexical must be off, bm25 or fts. If this fails, check LEXICAL_MODES validation."""
+@pytest.mark.parametrize("mode", ["", "BM25", "bm 25", "9fts", "x" * 33, None, 25])
+def test_a_malformed_lexical_mode_is_a_validation_error(store: InMemoryStore, mode: Any) -> None:
+    """A mode is 'off' or a lower-case name; anything else is refused when the request is
+    built. If this fails, check check_lexical_mode (ragport/domain/lexical.py)."""
     with pytest.raises(ragport.ValidationError) as info:
-        retrieve(store=store, lexical="nope")
+        ragport.RetrievalRequest(lexical=mode)
     assert info.value.field == "lexical"
+
+
+def test_a_mode_the_store_does_not_declare_is_a_capability_error(store: InMemoryStore) -> None:
+    """Any well-formed name may be a store's mode; one this store does not declare fails
+    closed before any embed. If this fails, check the lexical check of retrieve_context."""
+    embedder = CountingEmbedder()
+    with pytest.raises(ragport.CapabilityError) as info:
+        retrieve(store=store, embedder=embedder, lexical="fts5")
+    assert info.value.capability == "lexical"
+    assert embedder.calls == []
 
 
 def test_an_object_without_rerank_is_refused_before_embedding(store: InMemoryStore) -> None:

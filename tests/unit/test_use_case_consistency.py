@@ -18,6 +18,8 @@ from ragport import (
     Limits,
     PropagationError,
     Rename,
+    RetrievalRequest,
+    Runtime,
     Scope,
     ValidationError,
     apply_source_renames,
@@ -79,15 +81,22 @@ def test_retrieve_context_takes_its_defaults_from_limits(store: InMemoryStore) -
     default = retrieve_context("text", embedder=EMB, store=store, scope=SCOPE)
     assert len(default.hits) == 5
     narrow = retrieve_context(
-        "text", embedder=EMB, store=store, scope=SCOPE, limits=Limits(top_k=2)
+        "text", embedder=EMB, store=store, scope=SCOPE, runtime=Runtime(limits=Limits(top_k=2))
     )
     assert len(narrow.hits) == 2
     explicit = retrieve_context(
-        "text", embedder=EMB, store=store, scope=SCOPE, limits=Limits(top_k=2), top_k=7
+        "text",
+        embedder=EMB,
+        store=store,
+        scope=SCOPE,
+        request=RetrievalRequest(top_k=7),
+        runtime=Runtime(limits=Limits(top_k=2)),
     )
     assert len(explicit.hits) == 7
     with pytest.raises(ValidationError) as caught:
-        retrieve_context("text", embedder=EMB, store=store, scope=SCOPE, limits="tight")  # type: ignore[arg-type]
+        retrieve_context(
+            "text", embedder=EMB, store=store, scope=SCOPE, runtime=Runtime(limits="tight")
+        )  # type: ignore[arg-type]
     assert caught.value.field == "limits"
 
 

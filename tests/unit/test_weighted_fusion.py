@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import ragport
-from ragport import Chunk, Scope, replace_source, retrieve_context
+from ragport import Chunk, RetrievalRequest, Scope, replace_source, retrieve_context
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.domain.fusion import fuse_reciprocal_rank
@@ -73,10 +73,7 @@ def test_vector_weight_zero_is_lexical_only_retrieval():
 
     If this fails, check how retrieve_context maps fusion_weights onto the per-scope legs.
     """
-    result = retrieve_context(
-        "stripes", embedder=EMBEDDER, store=_store(), scope=SCOPE, lexical="bm25",
-        fusion_weights={"vector": 0},
-    )  # fmt: skip
+    result = retrieve_context("stripes", embedder=EMBEDDER, store=_store(), scope=SCOPE, request=RetrievalRequest(lexical="bm25", fusion_weights={"vector": 0}))  # fmt: skip
     assert [h.source_id for h in result.hits] == ["zebra"]
     assert result.hits[0].provenance.retrieval == "lexical"
 
@@ -87,10 +84,7 @@ def test_fusion_weights_name_only_the_two_legs():
     If this fails, check _request in ragport/application/retrieval.py.
     """
     with pytest.raises(ragport.ValidationError) as info:
-        retrieve_context(
-            "x", embedder=EMBEDDER, store=_store(), scope=SCOPE, lexical="bm25",
-            fusion_weights={"keyword": 1.0},
-        )  # fmt: skip
+        retrieve_context("x", embedder=EMBEDDER, store=_store(), scope=SCOPE, request=RetrievalRequest(lexical="bm25", fusion_weights={"keyword": 1.0}))  # fmt: skip
     assert info.value.field == "fusion_weights"
 
 
@@ -100,8 +94,14 @@ def test_dropped_counts_hits_the_context_budget_left_out():
     If this fails, check `dropped` in _render (ragport/application/retrieval.py).
     """
     result = retrieve_context(
-        "animals", embedder=EMBEDDER, store=_store(), scope=SCOPE, top_k=3, max_context_tokens=12
+        "animals",
+        embedder=EMBEDDER,
+        store=_store(),
+        scope=SCOPE,
+        request=RetrievalRequest(top_k=3, max_context_tokens=12),
     )
     assert len(result.hits) == 1 and result.truncated and result.dropped == 2
-    full = retrieve_context("animals", embedder=EMBEDDER, store=_store(), scope=SCOPE, top_k=3)
+    full = retrieve_context(
+        "animals", embedder=EMBEDDER, store=_store(), scope=SCOPE, request=RetrievalRequest(top_k=3)
+    )
     assert len(full.hits) == 3 and full.dropped == 0

@@ -27,6 +27,7 @@ import pytest
 from ragport.application.forgetting import index_derived
 from ragport.application.indexing import replace_source
 from ragport.application.retrieval import retrieve_context
+from ragport.application.retrieval_request import RetrievalRequest
 from ragport.contract_tests._support import ContractEmbedder, error_mentions, record_written
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import (
@@ -209,7 +210,11 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
         for lexical in _modes(store):
             with pytest.raises(ValidationError) as info:
                 retrieve_context(
-                    f"bdword {bad}", embedder=EMBEDDER, store=store, scope=SCOPE, lexical=lexical
+                    f"bdword {bad}",
+                    embedder=EMBEDDER,
+                    store=store,
+                    scope=SCOPE,
+                    request=RetrievalRequest(lexical=lexical),
                 )
             assert info.value.field == "query", lexical
 

@@ -29,6 +29,7 @@ from ragport.application.forgetting import (
 from ragport.application.generations import compact, rollback_generation
 from ragport.application.indexing import delete_source, replace_source
 from ragport.application.retrieval import retrieve_context
+from ragport.application.retrieval_request import RetrievalRequest
 from ragport.contract_tests._support import ContractEmbedder, granted, record_written
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import (
@@ -104,12 +105,14 @@ def _served(store: ChunkStore) -> dict[str, set[str]]:
                 embedder=EMBEDDER,
                 store=store,
                 scope=SCOPE,
-                top_k=QUERY_ALL,
-                query_candidates=QUERY_ALL * 4,
-                lexical=mode,
                 authorization=who,
-                max_context_tokens=8_000,
-                max_result_bytes=32_000,
+                request=RetrievalRequest(
+                    top_k=QUERY_ALL,
+                    query_candidates=QUERY_ALL * 4,
+                    lexical=mode,
+                    max_context_tokens=8_000,
+                    max_result_bytes=32_000,
+                ),
             )
             served[f"{mode}/{name}"] = {h.id for h in result.hits}
     return served

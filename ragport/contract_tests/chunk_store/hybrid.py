@@ -21,6 +21,7 @@ from typing import ClassVar
 import pytest
 
 from ragport.application.retrieval import retrieve_context
+from ragport.application.retrieval_request import RetrievalRequest
 from ragport.contract_tests._support import (
     CONTRACT_DIMENSIONS,
     CONTRACT_EMBEDDER_ID,
@@ -111,10 +112,12 @@ class ChunkStoreHybridSnapshotContract(_ChunkStoreContractBase):
                             embedder=embedder,
                             store=store,
                             scope=SCOPE,
-                            top_k=QUERY_ALL,
-                            query_candidates=QUERY_ALL,
-                            lexical=mode,
-                            max_context_tokens=8_000,
+                            request=RetrievalRequest(
+                                top_k=QUERY_ALL,
+                                query_candidates=QUERY_ALL,
+                                lexical=mode,
+                                max_context_tokens=8_000,
+                            ),
                         )
                         seen = {h.provenance.citation_id: h for h in result.hits}
                         tags = {

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ragport.application.retrieval import retrieve_context
+from ragport.application.retrieval_request import RetrievalRequest
 from ragport.contract_tests._support import (
     ContractEmbedder,
     granted,
@@ -206,16 +207,14 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
     def test_every_declared_lexical_mode_works_through_retrieve_context(
         self, store: ChunkStore
     ) -> None:
-        """Checks ``Capabilities.lexical_modes``: every mode a store declares is one
-        ``retrieve_context`` accepts, and lexical-only retrieval in it (``fusion_weights``
-        ``{"vector": 0}``) returns the term matches ``lexical_query`` finds, as hits found by
-        the lexical leg.
+        """Checks ``Capabilities.lexical_modes``: every mode a store declares works through
+        ``retrieve_context`` (``RetrievalRequest(lexical=mode)``), and lexical-only retrieval
+        in it (``fusion_weights`` ``{"vector": 0}``) returns the term matches
+        ``lexical_query`` finds, as hits found by the lexical leg.
 
-        If this fails, check the names in ``capabilities.lexical_modes``: retrieval knows
-        ``bm25`` (tokens of ``tokenize_lexical``) and ``fts`` (a PostgreSQL-style text-search
-        configuration) and refuses any other name with ``ValidationError(field="lexical")``, so
-        a store declaring e.g. ``fts5`` passes its own lexical tests and then fails every
-        retrieval. Declare the built-in name whose promise your engine keeps.
+        If this fails, check that ``lexical_query`` and ``hybrid_query`` accept every name in
+        ``capabilities.lexical_modes`` (any name is allowed: ``bm25``, ``fts``, ``fts5``...;
+        retrieval refuses only a mode the store does not declare, with ``CapabilityError``).
         """
         modes = self._modes(store)
         self._seed(store)
@@ -226,9 +225,9 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
                     embedder=_EMBEDDER,
                     store=store,
                     scope=SCOPE,
-                    lexical=mode,
-                    fusion_weights={"vector": 0.0},
-                    top_k=10,
+                    request=RetrievalRequest(
+                        lexical=mode, fusion_weights={"vector": 0.0}, top_k=10
+                    ),
                 )
             except (ValidationError, CapabilityError) as exc:
                 raise AssertionError(

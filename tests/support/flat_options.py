@@ -1,0 +1,24 @@
+"""Tests that vary one retrieval option at a time pass it by name; ``flat`` folds such names
+into the ``request=RetrievalRequest(...)`` and ``runtime=Runtime(...)`` retrieve_context takes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ragport import RetrievalRequest, Runtime
+
+REQUEST_FIELDS = frozenset(a.name for a in attrs.fields(RetrievalRequest) if a.init)
+RUNTIME_FIELDS = frozenset(a.name for a in attrs.fields(Runtime) if a.init)
+
+
+def flat(**kwargs: Any) -> dict[str, Any]:
+    """``kwargs`` with request and runtime fields moved into ``request=`` / ``runtime=``."""
+    request = {k: kwargs.pop(k) for k in list(kwargs) if k in REQUEST_FIELDS}
+    runtime = {k: kwargs.pop(k) for k in list(kwargs) if k in RUNTIME_FIELDS}
+    if request:
+        kwargs["request"] = RetrievalRequest(**request)
+    if runtime:
+        kwargs["runtime"] = Runtime(**runtime)
+    return kwargs
