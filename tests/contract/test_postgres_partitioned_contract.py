@@ -18,6 +18,7 @@ import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, reads
 from ragport.contract_tests import ChunkStoreContract, IngestionStatusStoreContract
+from ragport.contract_tests.chunk_store.failures import BreakStore
 from ragport.domain.errors import ValidationError
 
 PARTITIONS = 4
@@ -27,6 +28,16 @@ class TestPartitionedPostgresStore(ChunkStoreContract):
     @pytest.fixture
     def store(self, pg_engine, pg_schema) -> Iterator[PostgresStore]:
         yield PostgresStore(pg_engine, schema=pg_schema, create=True, partitions=PARTITIONS)
+
+    @pytest.fixture
+    def break_store(self, pg_engine: Any, pg_schema: str) -> BreakStore:
+        """Dropping the schema (every partition with it) makes every later statement fail."""
+
+        def drop_schema(store: ragport.ChunkStore) -> None:
+            with pg_engine.begin() as conn:
+                conn.execute(text(f'DROP SCHEMA "{pg_schema}" CASCADE'))
+
+        return drop_schema
 
 
 class TestPartitionedPostgresStatusStore(IngestionStatusStoreContract):
