@@ -141,6 +141,29 @@ class _PageOutcome:
     failures: tuple[tuple[str, str, str], ...] = ()
 
 
+@attrs.define(slots=True)
+class _Tally:
+    """What a run has committed so far, page by page (``SyncResult``'s counts)."""
+
+    pages: int = 0
+    upserted: int = 0
+    deleted: int = 0
+    skipped: int = 0
+    withheld: int = 0
+    failed: int = 0
+    swept: int = 0
+
+    def add(self, outcome: _PageOutcome) -> None:
+        """Count one committed page."""
+        self.pages += 1
+        self.upserted += len(outcome.upserted)
+        self.skipped += len(outcome.skipped)
+        self.withheld += len(outcome.withheld)
+        self.failed += len(outcome.failed)
+        self.deleted += len(outcome.deleted)
+        self.swept += outcome.swept
+
+
 def _next_retry(
     retry: Mapping[str, tuple[int, str]], outcome: _PageOutcome, page: Page, now: datetime
 ) -> dict[str, tuple[int, str]]:

@@ -45,7 +45,7 @@ keeps its previous version); only abort, store and embedder failures sink the pa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 import attrs
 
@@ -68,6 +68,7 @@ from ragport.application._sync_state import (
     _next_state,
     _PageOutcome,
     _State,
+    _Tally,
 )
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
@@ -469,7 +470,7 @@ def sync_knowledge(
 
     def report(source_id: str | None = None) -> None:
         if on_progress is not None:
-            on_progress(SyncProgress(totals["pages"], counts["listed"], counts["done"], source_id))
+            on_progress(SyncProgress(totals.pages, counts["listed"], counts["done"], source_id))
 
     def item(source_id: str) -> None:
         report(source_id)
@@ -482,9 +483,7 @@ def sync_knowledge(
     checkpoint = checkpoints.get(connector_id, scope)
     version = checkpoint.version
     restarted = False
-    totals: dict[str, Any] = dict.fromkeys(
-        ("pages", "upserted", "deleted", "skipped", "withheld", "failed", "swept"), 0
-    )
+    totals = _Tally()
     bootstrapped = False
     failures: list[SyncFailure] = []
     try:
@@ -504,7 +503,13 @@ def sync_knowledge(
             lost=lost,
             retrying=len(state.retry),
             failures=tuple(failures),
-            **totals,
+            pages=totals.pages,
+            upserted=totals.upserted,
+            deleted=totals.deleted,
+            skipped=totals.skipped,
+            withheld=totals.withheld,
+            failed=totals.failed,
+            swept=totals.swept,
         )
 
     joined = isinstance(checkpoints, SupportsCheckpointsInUnitOfWork)
@@ -533,7 +538,7 @@ def sync_knowledge(
 
     retried = False
 
-    while max_pages is None or totals["pages"] < max_pages:
+    while max_pages is None or totals.pages < max_pages:
         check_abort(abort)
         if state.mode == "changes" and not retried and state.retry_due(run.clock.now()):
             # Failed or withheld items are due: one full listing finds them again (unchanged
@@ -566,17 +571,11 @@ def sync_knowledge(
         outcome = run.apply(page, sweep, settle)
         if outcome is None:
             return result(exhausted=False, lost=True)  # rolled back: nothing written
-        totals["pages"] += 1
-        totals["upserted"] += len(outcome.upserted)
-        totals["skipped"] += len(outcome.skipped)
-        totals["withheld"] += len(outcome.withheld)
-        totals["failed"] += len(outcome.failed)
+        totals.add(outcome)
         failures.extend(
             SyncFailure(source_id, reason, error, source_id in outcome.retryable)
             for source_id, reason, error in outcome.failures
         )
-        totals["deleted"] += len(outcome.deleted)
-        totals["swept"] += outcome.swept
         counts["done"] = counts["listed"]
         report()
         if settled_after is not None:

@@ -126,6 +126,7 @@ def marker(text):
 
 seen = {}
 polls = 0
+REQUEST = ragport.RetrievalRequest(top_k=32, query_candidates=64)
 say({"ready": True})
 while True:
     done = os.path.exists(stop)
@@ -133,7 +134,7 @@ while True:
     key = ("get", sorted({marker(r.text) for r in rows}), len(rows), len({r.id for r in rows}))
     seen[json.dumps(key)] = seen.get(json.dumps(key), 0) + 1
     hits = ragport.retrieve_context(
-        "chunk", embedder=EMB, store=store, scope=SCOPE, top_k=32, query_candidates=64
+        "chunk", embedder=EMB, store=store, scope=SCOPE, request=REQUEST
     ).hits
     key = ("retrieve", sorted({marker(h.text) for h in hits}), len(hits), len({h.id for h in hits}))
     seen[json.dumps(key)] = seen.get(json.dumps(key), 0) + 1
