@@ -40,7 +40,7 @@ import numpy as np
 from sqlalchemy import text
 
 import ragport
-from ragport import retrieve_context
+from ragport import RetrievalRequest, retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server, queries, reads
 from ragport.adapters.postgres import predicate as pr
 from ragport.adapters.postgres._driver import driver_connection
@@ -267,16 +267,15 @@ def bench_hybrid(
         legs["baseline"] = baseline
     original = queries.lexical_sql
     times: dict[str, list[float]] = {name: [] for name in legs}
+    hybrid = RetrievalRequest(top_k=bp.TOP_K, query_candidates=20, lexical="fts")
     try:
         for q in qs[:5]:  # warm pools and caches
-            retrieve_context(q, embedder=emb, store=store, scope=SCOPE, top_k=bp.TOP_K,
-                             query_candidates=20, lexical="fts")  # fmt: skip
+            retrieve_context(q, embedder=emb, store=store, scope=SCOPE, request=hybrid)
         for q in qs:
             for name, module in legs.items():
                 queries.lexical_sql = module.lexical_sql  # type: ignore[assignment]
                 t0 = time.perf_counter()
-                retrieve_context(q, embedder=emb, store=store, scope=SCOPE, top_k=bp.TOP_K,
-                                 query_candidates=20, lexical="fts")  # fmt: skip
+                retrieve_context(q, embedder=emb, store=store, scope=SCOPE, request=hybrid)
                 times[name].append(time.perf_counter() - t0)
     finally:
         queries.lexical_sql = original  # type: ignore[assignment]

@@ -94,7 +94,7 @@ from pg_writes import (
 )
 from psycopg.types.json import Jsonb
 
-from ragport import replace_source, retrieve_context
+from ragport import RetrievalRequest, replace_source, retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M
 
@@ -337,7 +337,13 @@ def bench_retrieve(
         plan = conn.execute("EXPLAIN " + bare_sql, (*scope_args, qvecs[0])).fetchall()
         uses_hnsw = any(f"records_hnsw_{DIMS}" in row[0] for row in plan)
         for i in range(20):  # warm caches, pools and prepared statements on both sides
-            retrieve_context(queries[i], embedder=embedder, store=store, scope=SCOPE, top_k=TOP_K)
+            retrieve_context(
+                queries[i],
+                embedder=embedder,
+                store=store,
+                scope=SCOPE,
+                request=RetrievalRequest(top_k=TOP_K),
+            )
             conn.execute(bare_sql, (*scope_args, qvecs[i])).fetchall()
             eq.execute(raw_sql, (qvecs[i], *scope_args, qvecs[i])).fetchall()
         # Each query runs every measured call once, in a fresh random order: whichever runs
@@ -352,8 +358,7 @@ def bench_retrieve(
                     embedder=embedder,
                     store=store,
                     scope=SCOPE,
-                    top_k=TOP_K,
-                    query_candidates=CANDIDATES,
+                    request=RetrievalRequest(top_k=TOP_K, query_candidates=CANDIDATES),
                 ),
                 "bare": lambda qv=qv: conn.execute(bare_sql, (*scope_args, qv)).fetchall(),
                 "raw": lambda qv=qv: eq.execute(raw_sql, (qv, *scope_args, qv)).fetchall(),
@@ -380,9 +385,7 @@ def bench_retrieve(
                 embedder=embedder,
                 store=store,
                 scope=SCOPE,
-                top_k=TOP_K,
-                query_candidates=CANDIDATES,
-                lexical="fts",
+                request=RetrievalRequest(top_k=TOP_K, query_candidates=CANDIDATES, lexical="fts"),
             )
             hybrid.append(time.perf_counter() - t0)
     return {

@@ -65,7 +65,13 @@ def _retrieve(store: PostgresStore, rng: np.random.Generator) -> list[float]:
         scope = ragport.Scope(f"tenant{rng.integers(TENANTS)}", "kb", "docs")
         query = " ".join(rng.choice(WORDS, size=6))
         start = time.perf_counter()
-        ragport.retrieve_context(query, embedder=EMB, store=store, scope=scope, top_k=10)
+        ragport.retrieve_context(
+            query,
+            embedder=EMB,
+            store=store,
+            scope=scope,
+            request=ragport.RetrievalRequest(top_k=10),
+        )
         times.append(time.perf_counter() - start)
     return sorted(t * 1000 for t in times)
 

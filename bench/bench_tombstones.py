@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from _results import figure, note_postgres, target, write_result
 
-from ragport import Chunk, Scope, Tombstone, index_chunks, retrieve_context
+from ragport import Chunk, RetrievalRequest, Scope, Tombstone, index_chunks, retrieve_context
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.ports.store import ChunkStore
@@ -111,15 +111,15 @@ def measure(
     withheld = {t.id for t in forgotten(chunks, False)}
     times: dict[Scope, list[float]] = {few: [], many: []}
     same = 0
+    request = RetrievalRequest(top_k=5, query_candidates=20, lexical=lexical)
     for _ in range(rounds):
         for q in queries:
             answers = {}
             for scope in (few, many) if rng.random() < 0.5 else (many, few):
                 t0 = time.perf_counter()
                 result = retrieve_context(
-                    q, embedder=embedder, store=store, scope=scope, top_k=5,
-                    query_candidates=20, lexical=lexical,
-                )  # fmt: skip
+                    q, embedder=embedder, store=store, scope=scope, request=request
+                )
                 times[scope].append(time.perf_counter() - t0)
                 for hit in result.hits:
                     assert hit.id not in withheld and hit.source_id not in withheld

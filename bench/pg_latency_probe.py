@@ -32,7 +32,7 @@ from pgvector.psycopg import register_vector
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_postgres as B
 
-from ragport import replace_source, retrieve_context
+from ragport import RetrievalRequest, replace_source, retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server
 
 SCHEMA = "probe"  # --schema overrides it
@@ -86,7 +86,11 @@ def measure(url: str, qv: np.ndarray) -> None:
                 "drift": lambda: store.foreign_embedders(B.SCOPE, emb.id, emb.dimensions),
                 "tomb": lambda: store.list_invalidated_ids(B.SCOPE),
                 "retrieve": lambda q=q: retrieve_context(
-                    q, embedder=emb, store=store, scope=B.SCOPE, top_k=10, query_candidates=20
+                    q,
+                    embedder=emb,
+                    store=store,
+                    scope=B.SCOPE,
+                    request=RetrievalRequest(top_k=10, query_candidates=20),
                 ),
             }
             # A fresh random order per query: the first call pays for cold HNSW pages.
