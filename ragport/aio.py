@@ -19,10 +19,12 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import anyio
 import anyio.to_thread
+import attrs
 
 from ragport.application._support import EitherAbort
 from ragport.application.facade import Rag
 from ragport.application.results import RollbackResult
+from ragport.application.runtime import Runtime
 from ragport.application.sync import SyncResult, sync_knowledge
 from ragport.domain.errors import ValidationError
 from ragport.domain.status import StatusPage
@@ -166,17 +168,18 @@ class AsyncRag:
             raise ValidationError("bind one scope= to sync", field="scope")
         options.setdefault("parser", rag.default_parser)
         options.setdefault("status_store", rag.status_store)  # the bound status store
-        theirs = options.pop("abort", None)
+        base = options.pop("runtime", None) or Runtime()
         scope = rag.scope
 
         def run(abort: Abort) -> SyncResult:
+            mine = abort if base.abort is None else EitherAbort(abort, base.abort)
             return sync_knowledge(
                 connector=connector,
                 checkpoints=checkpoints,
                 store=rag.store,
                 embedder=rag.embedder,
                 scope=scope,
-                abort=EitherAbort(abort, theirs),
+                runtime=attrs.evolve(base, abort=mine),
                 **options,
             )
 

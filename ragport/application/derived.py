@@ -27,6 +27,7 @@ from ragport.application._support import (
     resolve_limits,
 )
 from ragport.application.results import ReplaceResult
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import Limits
 from ragport.domain.model import (
@@ -38,7 +39,6 @@ from ragport.domain.model import (
     validate_text,
 )
 from ragport.ports.embedder import Embedder
-from ragport.ports.runtime import Abort, Redactor, Telemetry
 from ragport.ports.store import ChunkStore, SupportsPreparation, UnitOfWork, supports
 
 __all__ = ["index_derived"]
@@ -108,13 +108,17 @@ def index_derived(
     store: ChunkStore,
     scope: Scope,
     metadata: Mapping[str, Any] | None = None,
-    telemetry: Telemetry | None = None,
-    abort: Abort | None = None,
-    redactor: Redactor | None = None,
-    secrets: Sequence[str] | None = None,
-    limits: Limits | None = None,
+    runtime: Runtime | None = None,
 ) -> ReplaceResult:
     """Store a derived artifact (summary, note) with the ids it rests on; replaces an older one."""
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    telemetry, abort, redactor, secrets, limits = (
+        rt.telemetry,
+        rt.abort,
+        rt.redactor,
+        rt.secrets,
+        rt.limits,
+    )
     scope = require_scope(scope)
     validate_id(record_id, field="record_id")
     lim = resolve_limits(limits)

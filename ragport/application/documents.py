@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -41,6 +41,7 @@ from ragport.application._support import (
 )
 from ragport.application.indexing import ReusableEmbeddings, replace_source
 from ragport.application.results import ReplaceResult
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import base_media_type
@@ -49,7 +50,7 @@ from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
 from ragport.domain.model import Chunk, Scope, validate_id
 from ragport.ports.documents import DocumentLoader, LoadedDocument, ParsedDocument, Parser
 from ragport.ports.embedder import Embedder
-from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
+from ragport.ports.runtime import Abort, Clock
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
 
@@ -234,12 +235,7 @@ def replace_document(
     overlap: int = DEFAULT_LIMITS.overlap,
     status_store: IngestionStatusStore | None = None,
     batch_size: int = DEFAULT_LIMITS.embed_batch,
-    telemetry: Telemetry | None = None,
-    abort: Abort | None = None,
-    redactor: Redactor | None = None,
-    secrets: Sequence[str] | None = None,
-    limits: Limits | None = None,
-    clock: Clock | None = None,
+    runtime: Runtime | None = None,
     shared_generation: SharedGeneration | None = None,
 ) -> ReplaceResult:
     """Load ``uri``, parse, chunk and replace its source atomically; see the module steps.
@@ -248,6 +244,8 @@ def replace_document(
     parser are all unchanged. Raises what the failing step raised (``LoadError``,
     ``UrlRejectedError``, ``ParseError``, ``ValidationError``, ...) after recording ``failed``.
     """
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    abort, redactor, secrets, limits, clock = rt.abort, rt.redactor, rt.secrets, rt.limits, rt.clock
     scope = require_scope(scope)
     if not isinstance(uri, str) or not uri:
         raise ValidationError("uri must be a non-empty string", field="uri")
@@ -303,12 +301,7 @@ def replace_document(
             scope=scope,
             status_store=status_store,
             batch_size=batch_size,
-            telemetry=telemetry,
-            abort=abort,
-            redactor=redactor,
-            secrets=secrets,
-            limits=lim,
-            clock=clk,
+            runtime=rt,
             shared_generation=shared_generation,
         )
     except BaseException as exc:
@@ -353,12 +346,7 @@ def replace_prepared(
     status_store: IngestionStatusStore | None = None,
     vectors: ReusableEmbeddings | None = None,
     batch_size: int = DEFAULT_LIMITS.embed_batch,
-    telemetry: Telemetry | None = None,
-    abort: Abort | None = None,
-    redactor: Redactor | None = None,
-    secrets: Sequence[str] | None = None,
-    limits: Limits | None = None,
-    clock: Clock | None = None,
+    runtime: Runtime | None = None,
     shared_generation: SharedGeneration | None = None,
 ) -> ReplaceResult:
     """Steps 6 and 7 of ``replace_document`` for a ``prepare_document`` result.
@@ -369,6 +357,8 @@ def replace_prepared(
     whatever they miss, with every validation unchanged. Records ``failed`` and re-raises
     on a failure of the write; a failure before this call is the caller's to record.
     """
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    redactor, secrets, clock = rt.redactor, rt.secrets, rt.clock
     clk = clock or SYSTEM_CLOCK
     sid = prepared.source_id
     if prepared.unchanged:
@@ -403,12 +393,7 @@ def replace_prepared(
             skip_if_unchanged=False,
             reuse_embeddings=vectors,
             batch_size=batch_size,
-            telemetry=telemetry,
-            abort=abort,
-            redactor=redactor,
-            secrets=secrets,
-            limits=limits,
-            clock=clk,
+            runtime=rt,
             shared_generation=shared_generation,
         )
     except BaseException as exc:

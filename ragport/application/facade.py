@@ -103,14 +103,18 @@ class Rag:
 
     def _bound_write(self) -> dict[str, Any]:
         """What every embedding write of this Rag is bound to."""
-        return {
-            "embedder": self._embedder,
-            "store": self._store,
-            "scope": self._write_scope(),
-            "telemetry": self._telemetry,
-            "redactor": self._redactor,
-            "limits": self._limits,
-        }
+        return {"embedder": self._embedder, "store": self._store, "scope": self._write_scope()}
+
+    def _runtime_for(
+        self,
+        abort: Abort | None = None,
+        secrets: Sequence[str] | None = None,
+        clock: Clock | None = None,
+    ) -> Runtime:
+        """The bound runtime with this call's abort, secrets and clock."""
+        if abort is None and secrets is None and clock is None:
+            return self._runtime
+        return attrs.evolve(self._runtime, abort=abort, secrets=secrets, clock=clock)
 
     def _write_scope(self) -> Scope:
         if self._scope is None:
@@ -144,9 +148,7 @@ class Rag:
             advance_generation=advance_generation,
             status_store=self._status,
             batch_size=batch_size,
-            abort=abort,
-            secrets=secrets,
-            clock=clock,
+            runtime=self._runtime_for(abort, secrets, clock),
             shared_generation=shared_generation,
             **self._bound_write(),
         )
@@ -177,9 +179,7 @@ class Rag:
             overlap=overlap,
             status_store=self._status,
             batch_size=batch_size,
-            abort=abort,
-            secrets=secrets,
-            clock=clock,
+            runtime=self._runtime_for(abort, secrets, clock),
             shared_generation=shared_generation,
             **self._bound_write(),
         )
@@ -218,8 +218,7 @@ class Rag:
             text=text,
             lineage=lineage,
             metadata=metadata,
-            abort=abort,
-            secrets=secrets,
+            runtime=self._runtime_for(abort, secrets),
             **self._bound_write(),
         )
 

@@ -34,6 +34,7 @@ from ragport.application._support import (
     resolve_limits,
 )
 from ragport.application.results import IndexResult, ReplaceResult
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
@@ -49,7 +50,7 @@ from ragport.domain.model import (
 )
 from ragport.domain.status import IngestionState
 from ragport.ports.embedder import Embedder, VectorMatrix
-from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
+from ragport.ports.runtime import Abort, Telemetry
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore, SupportsPreparation, supports
 
@@ -170,12 +171,7 @@ def replace_source(
     advance_generation: bool = True,
     status_store: IngestionStatusStore | None = None,
     batch_size: int = DEFAULT_LIMITS.embed_batch,
-    telemetry: Telemetry | None = None,
-    abort: Abort | None = None,
-    redactor: Redactor | None = None,
-    secrets: Sequence[str] | None = None,
-    limits: Limits | None = None,
-    clock: Clock | None = None,
+    runtime: Runtime | None = None,
     shared_generation: SharedGeneration | None = None,
 ) -> ReplaceResult:
     """Replace every record of ``source_id`` in ``scope`` with ``chunks``, atomically.
@@ -185,6 +181,15 @@ def replace_source(
     ``shared_generation``: write into the generation earlier writes through it used, while it
     is still the scope's newest (see ``SharedGeneration``); needs ``advance_generation``.
     """
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    telemetry, abort, redactor, secrets, limits, clock = (
+        rt.telemetry,
+        rt.abort,
+        rt.redactor,
+        rt.secrets,
+        rt.limits,
+        rt.clock,
+    )
     scope = require_scope(scope)
     validate_id(source_id, field="source_id")
     lim = resolve_limits(limits)
@@ -355,18 +360,22 @@ def index_chunks(
     scope: Scope,
     status_store: IngestionStatusStore | None = None,
     batch_size: int = DEFAULT_LIMITS.embed_batch,
-    telemetry: Telemetry | None = None,
-    abort: Abort | None = None,
-    redactor: Redactor | None = None,
-    secrets: Sequence[str] | None = None,
-    limits: Limits | None = None,
-    clock: Clock | None = None,
+    runtime: Runtime | None = None,
 ) -> IndexResult:
     """Embed and upsert ``chunks`` batch by batch; each batch commits (and becomes visible) alone.
 
     Re-indexing a chunk id replaces its previous row. Not atomic across batches: use
     ``replace_source`` when a source must change all at once.
     """
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    telemetry, abort, redactor, secrets, limits, clock = (
+        rt.telemetry,
+        rt.abort,
+        rt.redactor,
+        rt.secrets,
+        rt.limits,
+        rt.clock,
+    )
     scope = require_scope(scope)
     lim = resolve_limits(limits)
     check_limit("embed_batch", batch_size)

@@ -16,7 +16,7 @@ from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
 
-__all__ = ["DEFAULT_RUNTIME", "Runtime"]
+__all__ = ["DEFAULT_RUNTIME", "Runtime", "check_runtime"]
 
 
 def _secrets(value: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -84,3 +84,10 @@ class Runtime:
 
 
 DEFAULT_RUNTIME = Runtime()
+
+
+def check_runtime(runtime: object) -> Runtime:
+    """``runtime`` if it is a ``Runtime`` (``ValidationError(field="runtime")`` otherwise)."""
+    if not isinstance(runtime, Runtime):
+        raise ValidationError("runtime must be a Runtime", field="runtime")
+    return runtime

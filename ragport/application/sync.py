@@ -72,6 +72,7 @@ from ragport.application._sync_state import (
 )
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration
 from ragport.domain.errors import (
     AbortedError,
@@ -88,7 +89,7 @@ from ragport.domain.model import Grant, Scope, validate_text
 from ragport.domain.status import ERROR_MAX, Freshness, IngestionState, IngestionStatus
 from ragport.ports.documents import LoadedDocument, Parser
 from ragport.ports.embedder import Embedder, VectorMatrix
-from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
+from ragport.ports.runtime import Abort, Clock, Telemetry
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore, SupportsPreparation, UnitOfWork, supports
 from ragport.ports.sync import (
@@ -377,12 +378,7 @@ def sync_knowledge(
     size: int = DEFAULT_LIMITS.chunk_size,
     overlap: int = DEFAULT_LIMITS.overlap,
     batch_size: int = DEFAULT_LIMITS.embed_batch,
-    telemetry: Telemetry | None = None,
-    abort: Abort | None = None,
-    redactor: Redactor | None = None,
-    secrets: Sequence[str] | None = None,
-    limits: Limits | None = None,
-    clock: Clock | None = None,
+    runtime: Runtime | None = None,
     on_progress: Callable[[SyncProgress], None] | None = None,
     adopt: bool = False,
     workers: int = 1,
@@ -414,6 +410,15 @@ def sync_knowledge(
     with ``on_cursor_error="raise"`` (or when the restarted bootstrap's cursor fails too), and
     what a store or embedder failure raised (the page in flight is not committed and replays).
     """
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    telemetry, abort, redactor, secrets, limits, clock = (
+        rt.telemetry,
+        rt.abort,
+        rt.redactor,
+        rt.secrets,
+        rt.limits,
+        rt.clock,
+    )
     scope = require_scope(scope)
     if not isinstance(connector, Connector):
         raise ValidationError("connector must be a Connector", field="connector")

@@ -19,6 +19,7 @@ from ragport.application import (
     replace_document,
     replace_source,
 )
+from ragport.application.runtime import Runtime
 from ragport.bootstrap.roots import CorpusRoots as CorpusRoots
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
@@ -365,9 +366,8 @@ def ingest_files(
                 size=size,
                 overlap=overlap,
                 status_store=status_store,
-                limits=limits,
-                abort=abort,
                 shared_generation=shared_generation,
+                runtime=Runtime(limits=limits, abort=abort),
             )
         except AbortedError:
             raise

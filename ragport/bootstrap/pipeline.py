@@ -26,6 +26,7 @@ from ragport.application.documents import (
     record_failed,
     replace_prepared,
 )
+from ragport.application.runtime import Runtime
 from ragport.application.shared_generation import SharedGeneration
 from ragport.bootstrap.ingest import (
     Candidate,
@@ -321,8 +322,8 @@ def _write(
     try:
         result = replace_prepared(
             prepared, size_bytes=slot.size_bytes, embedder=embedder, store=store, scope=scope,
-            status_store=status_store, vectors=vectors, limits=limits, abort=stop,
-            shared_generation=shared_generation,
+            status_store=status_store, vectors=vectors,
+            runtime=Runtime(limits=limits, abort=stop), shared_generation=shared_generation,
         )  # fmt: skip
     except AbortedError:
         raise

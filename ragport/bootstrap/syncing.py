@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ragport.application import SharedGeneration, SyncResult
+from ragport.application.runtime import Runtime
 from ragport.application.sync import SyncProgress
 from ragport.bootstrap.ingest import ingest_limits
 from ragport.bootstrap.stores import Stores, sync_knowledge
@@ -83,9 +84,9 @@ def sync_connector(
         parser=parsers,
         size=size,
         overlap=overlap,
-        limits=limits,
         on_progress=on_progress,
         adopt=adopt,
         workers=workers,
         shared_generation=shared_generation,
+        runtime=Runtime(limits=limits),
     )

@@ -45,7 +45,7 @@ def test_retrieve_emits_the_fixed_span_tree_without_document_text():
         embedder=embedder,
         store=store,
         scope=scope,
-        telemetry=telemetry,
+        runtime=Runtime(telemetry=telemetry),
     )
     store.set_source_access(scope, [Grant("doc", principal_ids=("alice",))])
     result = retrieve_context(
@@ -159,7 +159,7 @@ def test_an_exception_in_a_span_is_recorded_by_type_only(any_store):
             store=store,
             scope=scope,
             skip_if_unchanged=False,
-            telemetry=telemetry,
+            runtime=Runtime(telemetry=telemetry),
         )
     with pytest.raises(RuntimeError, match="walrus"):
         retrieve_context(

@@ -100,8 +100,7 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
             store=store,
             scope=scope,
             status_store=status_store,
-            clock=CLOCK,
-            **kw,
+            **flat(clock=CLOCK, **kw),
         )
 
     def retrieve(query=QUERY, **kw):
@@ -258,7 +257,7 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
             scope=DOCS,
             status_store=status_store,
             batch_size=2,
-            clock=CLOCK,
+            runtime=ragport.Runtime(clock=CLOCK),
         ),
     )
     assert indexed.indexed == 4 and store.current_generation(DOCS) == gen_before + 2
@@ -282,7 +281,7 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
             store=store,
             scope=DOCS,
             status_store=status_store,
-            clock=CLOCK,
+            runtime=ragport.Runtime(clock=CLOCK),
         )
     assert len(store.get_by_source(DOCS, "glossary")) == 2
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from doubles import CountingEmbedder
+from flat_options import flat
 from sync_support import DictConnector, Stores, sync_stores
 
 import ragport
@@ -49,7 +50,7 @@ def _sync(stores: Stores, connector: Any, scope: ragport.Scope, **kwargs: Any) -
     kwargs.setdefault("embedder", CountingEmbedder())
     return ragport.sync_knowledge(
         connector=connector, checkpoints=stores.checkpoints, store=stores.store, scope=scope,
-        status_store=stores.status, parser=parser_for, **kwargs,
+        status_store=stores.status, parser=parser_for, **flat(**kwargs),
     )  # fmt: skip
 
 

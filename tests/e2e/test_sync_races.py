@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import attrs
 import pytest
 from doubles import CountingEmbedder
+from flat_options import flat
 from sync_support import DictConnector, Stores, sync_stores
 
 import ragport
@@ -58,7 +59,7 @@ def sync(stores: Stores, connector, **kwargs) -> ragport.SyncResult:
         embedder=CountingEmbedder(),
         scope=SCOPE,
         status_store=stores.status,
-        **{"parser": parser_for, "workers": _WORKERS[0], **kwargs},
+        **flat(**{"parser": parser_for, "workers": _WORKERS[0], **kwargs}),
     )
 
 

@@ -175,7 +175,7 @@ def _replace(metadata: dict[str, Any], limits: ragport.Limits) -> object:
         embedder=HashEmbedder(8),
         store=InMemoryStore(),
         scope=SCOPE,
-        limits=limits,
+        runtime=ragport.Runtime(limits=limits),
     )
 
 
@@ -199,7 +199,7 @@ def _derive(metadata: dict[str, Any], limits: ragport.Limits) -> object:
         embedder=HashEmbedder(8),
         store=store,
         scope=SCOPE,
-        limits=limits,
+        runtime=ragport.Runtime(limits=limits),
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from doubles import CountingEmbedder, NoTransactionsStore
+from flat_options import flat
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
@@ -83,7 +84,7 @@ def replace(
     kwargs.setdefault("embedder", HashEmbedder())
     kwargs.setdefault("scope", SCOPE)
     return ragport.replace_source(
-        source_id=source_id, chunks=make_chunks(source_id, texts), store=store, **kwargs
+        source_id=source_id, chunks=make_chunks(source_id, texts), store=store, **flat(**kwargs)
     )
 
 
@@ -583,7 +584,11 @@ def test_index_chunks_redacts_secrets(store: InMemoryStore) -> None:
     embedder = CountingEmbedder()
     chunks = make_chunks("keys", [f"api token {SECRET} for the billing service"])
     ragport.index_chunks(
-        chunks=chunks, embedder=embedder, store=store, scope=SCOPE, secrets=[SECRET]
+        chunks=chunks,
+        embedder=embedder,
+        store=store,
+        scope=SCOPE,
+        runtime=ragport.Runtime(secrets=[SECRET]),
     )
     assert embedder.texts and all(SECRET not in t for t in embedder.texts)
     assert all(SECRET not in r.text for r in store.get_by_source(SCOPE, "keys"))

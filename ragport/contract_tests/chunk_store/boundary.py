@@ -28,6 +28,7 @@ from ragport.application.forgetting import index_derived
 from ragport.application.indexing import replace_source
 from ragport.application.retrieval import retrieve_context
 from ragport.application.retrieval_request import RetrievalRequest
+from ragport.application.runtime import Runtime
 from ragport.contract_tests._support import ContractEmbedder, error_mentions, record_written
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import (
@@ -141,7 +142,9 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
         _write(store, "bd-doc", "the previous version")
         attempts: list[Callable[[], object]] = [
             lambda: _write(store, "bd-doc", f"a {bad} b"),
-            lambda: _write(store, "bd-doc", "clean text", redactor=_Injecting(bad)),
+            lambda: _write(
+                store, "bd-doc", "clean text", runtime=Runtime(redactor=_Injecting(bad))
+            ),
             lambda: index_derived(
                 record_id="bd-sum",
                 text=f"summary {bad}",
@@ -269,7 +272,7 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
             embedder=EMBEDDER,
             store=store,
             scope=SCOPE,
-            limits=fits,
+            runtime=Runtime(limits=fits),
         )
         _derive_with(store, EXACT, fits)
         assert [r.metadata for r in store.get_by_source(SCOPE, "bd-doc")] == [EXACT]
@@ -281,7 +284,7 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
                 embedder=EMBEDDER,
                 store=store,
                 scope=SCOPE,
-                limits=short,
+                runtime=Runtime(limits=short),
             ),
             lambda: _derive_with(store, EXACT, short),
         ]
@@ -394,7 +397,7 @@ def _derive_with(store: ChunkStore, metadata: dict[str, Any], limits: Limits) ->
         embedder=EMBEDDER,
         store=store,
         scope=SCOPE,
-        limits=limits,
+        runtime=Runtime(limits=limits),
     )
 
 
