@@ -56,7 +56,9 @@ class CheckpointStoreContract(ContractSuite):
     )
 
     def test_fixture_yields_an_empty_store(self, checkpoint_store: CheckpointStore) -> None:
-        """A fresh store holds no checkpoint for any connector id or scope the suite uses.
+        """Checks ``CheckpointStore.get``, ``CheckpointStore.compare_and_set``,
+        ``CheckpointStore.delete``: the adapter defines every member, and a fresh store reads
+        ``(None, 0)`` for every connector id and scope the suite uses.
 
         If this fails, check that the `checkpoint_store` fixture yields a new or emptied store.
         """
@@ -66,7 +68,9 @@ class CheckpointStoreContract(ContractSuite):
     def test_first_compare_and_set_expects_version_zero(
         self, checkpoint_store: CheckpointStore
     ) -> None:
-        """With nothing stored, CAS at version 0 stores the cursor at version 1; get reads it back.
+        """Checks ``CheckpointStore.compare_and_set``, ``CheckpointStore.get``: with nothing stored,
+        a compare-and-set at version 0 returns True and stores the cursor at version 1; ``get``
+        reads it back as a ``Checkpoint`` that unpacks to ``(cursor, version)``.
 
         If this fails, check that an absent checkpoint counts as version 0 and the first write
         creates it at version 1.
@@ -78,7 +82,8 @@ class CheckpointStoreContract(ContractSuite):
         assert (cursor, version) == ("cursor-1", 1)
 
     def test_each_success_moves_the_version_by_one(self, checkpoint_store: CheckpointStore) -> None:
-        """Three successive CAS calls, each expecting the last version, leave version 3.
+        """Checks ``CheckpointStore.compare_and_set``: three successive calls, each expecting the
+        last version, succeed and leave version 3 with the last cursor.
 
         If this fails, check that a successful compare_and_set sets version = expected + 1.
         """
@@ -90,7 +95,8 @@ class CheckpointStoreContract(ContractSuite):
     def test_a_wrong_expected_version_changes_nothing(
         self, checkpoint_store: CheckpointStore, expected: int
     ) -> None:
-        """CAS with a stale or future version returns False and leaves cursor and version alone.
+        """Checks ``CheckpointStore.compare_and_set``: a stale or future expected version returns
+        False and leaves cursor and version as they were.
 
         If this fails, check the version condition of compare_and_set (an UPDATE ... WHERE
         version = expected, not an unconditional upsert).
@@ -101,7 +107,9 @@ class CheckpointStoreContract(ContractSuite):
         assert checkpoint_store.get(CONNECTOR, SCOPE) == Checkpoint("second", 2)
 
     def test_cursor_is_stored_verbatim(self, checkpoint_store: CheckpointStore) -> None:
-        """An empty cursor, Unicode, JSON punctuation and a 1 MiB cursor come back byte for byte.
+        """Checks ``CheckpointStore.compare_and_set``, ``CheckpointStore.get``: an empty cursor,
+        Unicode, JSON punctuation with trailing blanks and a 1 MiB cursor come back exactly as
+        stored.
 
         If this fails, check the cursor column type (unbounded text) and any trimming or
         normalisation on the way in or out.
@@ -112,8 +120,9 @@ class CheckpointStoreContract(ContractSuite):
             assert checkpoint_store.get(CONNECTOR, SCOPE) == Checkpoint(value, version + 1)
 
     def test_scopes_and_connectors_are_exact(self, checkpoint_store: CheckpointStore) -> None:
-        """Checkpoints of other corpora, tenants, a prefix corpus and other connector ids are
-        separate: each has its own cursor and version.
+        """Checks ``CheckpointStore.get``, ``CheckpointStore.compare_and_set``: checkpoints of other
+        corpora, tenants, a prefix corpus and other connector ids are separate, each with its own
+        cursor and version.
 
         If this fails, check that get and compare_and_set key on the connector id and all three
         scope parts, with no prefix match.
@@ -127,7 +136,8 @@ class CheckpointStoreContract(ContractSuite):
                 assert checkpoint_store.get(connector, scope) == Checkpoint(f"{i}/{j}", i + j + 1)
 
     def test_concurrent_writers_exactly_one_wins(self, checkpoint_store: CheckpointStore) -> None:
-        """Eight threads CAS from the same expected version at once: exactly one returns True.
+        """Checks ``CheckpointStore.compare_and_set``: of eight threads that compare-and-set from
+        the same expected version at once, exactly one returns True, and its cursor is stored.
 
         If this fails, check that the version test and the write are one atomic step (a
         conditional UPDATE, INSERT ... ON CONFLICT DO NOTHING, or a lock), not read-then-write.
@@ -153,7 +163,8 @@ class CheckpointStoreContract(ContractSuite):
     def test_concurrent_first_writers_exactly_one_wins(
         self, checkpoint_store: CheckpointStore
     ) -> None:
-        """Eight threads CAS from version 0 on an absent checkpoint: exactly one creates it.
+        """Checks ``CheckpointStore.compare_and_set``: of eight threads that compare-and-set from
+        version 0 on an absent checkpoint, exactly one creates it.
 
         If this fails, check that creating the checkpoint is atomic too (a unique key on
         (connector id, scope) and INSERT ... ON CONFLICT DO NOTHING, or a lock).
@@ -175,7 +186,8 @@ class CheckpointStoreContract(ContractSuite):
         assert checkpoint_store.get(CONNECTOR, SCOPE).version == 1
 
     def test_delete_forgets_the_checkpoint(self, checkpoint_store: CheckpointStore) -> None:
-        """delete returns True then False; the checkpoint reads (None, 0) and CAS at 0 works again.
+        """Checks ``CheckpointStore.delete``: it returns True, then False; the checkpoint then reads
+        ``(None, 0)``, another scope keeps its own, and a compare-and-set at version 0 works again.
 
         If this fails, check delete (one row, exact key) and that version restarts at 0.
         """
@@ -212,8 +224,10 @@ class CheckpointStoreContract(ContractSuite):
         cursor: object,
         field: str,
     ) -> None:
-        """A bad connector id, scope, version or cursor is a ValidationError naming the field,
-        and nothing is stored.
+        """Checks ``CheckpointStore.compare_and_set``: a bad connector id (empty, None, over 512
+        characters, with a newline), a scope that is not a ``Scope``, a negative or bool version, or
+        a None or NUL-holding cursor is a ``ValidationError`` naming the field, and nothing is
+        stored.
 
         If this fails, check the argument validation at the top of compare_and_set.
         """
@@ -223,7 +237,8 @@ class CheckpointStoreContract(ContractSuite):
         assert checkpoint_store.get(CONNECTOR, SCOPE) == Checkpoint(None, 0)
 
     def test_isolation_canary(self, checkpoint_store: CheckpointStore) -> None:
-        """Collected after every other contract test: the fixture still yields an empty store.
+        """Checks ``CheckpointStore.get``: collected after every other contract test, the fixture
+        still yields a store that reads ``(None, 0)`` everywhere the suite writes.
 
         Every test above writes only to the suite's connector ids and scopes. If this fails,
         check that the `checkpoint_store` fixture does not share state between tests (a
@@ -247,7 +262,8 @@ class CheckpointInUnitOfWorkContract(ContractSuite):
     )
 
     def test_joins_its_store_and_nothing_else(self, joined_checkpoints: JoinedCheckpoints) -> None:
-        """``joins`` accepts the paired store's unit of work and refuses a foreign object.
+        """Checks ``SupportsCheckpointsInUnitOfWork.joins``: it is True for a unit of work of the
+        paired chunk store and False for a foreign object.
 
         If this fails, check ``joins``: it must recognise the store's unit of work (same
         database and schema) and say False for anything else.
@@ -261,8 +277,10 @@ class CheckpointInUnitOfWorkContract(ContractSuite):
     def test_a_joined_cas_lands_only_when_the_unit_of_work_commits(
         self, joined_checkpoints: JoinedCheckpoints
     ) -> None:
-        """Inside the unit of work the CAS returns True; once it commits ``get`` reads the
-        cursor at version 1, and a CAS of a rolled-back unit of work leaves nothing.
+        """Checks ``SupportsCheckpointsInUnitOfWork.compare_and_set_in``: inside the unit of work
+        the compare-and-set returns True; a rolled-back unit of work leaves ``(None, 0)``, a
+        committed one leaves the cursor at version 1, and a stale version later returns False and
+        changes nothing.
 
         If this fails, check that ``compare_and_set_in`` writes through the unit of work's
         transaction (its connection), not a connection or lock of its own.
@@ -285,9 +303,9 @@ class CheckpointInUnitOfWorkContract(ContractSuite):
     def test_racing_units_of_work_exactly_one_wins(
         self, joined_checkpoints: JoinedCheckpoints
     ) -> None:
-        """Two threads each open a unit of work and CAS from version 1; the first holds its
-        unit of work open for a moment before committing. Exactly one CAS returns True and the
-        stored cursor is the winner's.
+        """Checks ``SupportsCheckpointsInUnitOfWork.compare_and_set_in``: of two threads whose units
+        of work compare-and-set from the same version, the first holding its unit open for a moment,
+        exactly one returns True and the stored cursor is the winner's.
 
         If this fails, check that the second CAS waits for the first unit of work (a row lock
         or the scope's writer lock) and then sees the version it moved to.
@@ -318,7 +336,8 @@ class CheckpointInUnitOfWorkContract(ContractSuite):
         assert checkpoints.get(CONNECTOR, SCOPE) == Checkpoint("worker-0", 2)
 
     def test_isolation_canary(self, joined_checkpoints: JoinedCheckpoints) -> None:
-        """Collected last: the fixture still yields an empty checkpoint store.
+        """Checks ``CheckpointStore.get``: collected last, the fixture still yields a checkpoint
+        store that reads ``(None, 0)`` everywhere the suite writes.
 
         If this fails, check that ``joined_checkpoints`` does not share state between tests.
         """

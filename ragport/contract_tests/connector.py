@@ -99,7 +99,9 @@ class ConnectorContract(ContractSuite):
     )
 
     def test_fixture_yields_an_empty_upstream(self, connector: Connector) -> None:
-        """A fresh connector's bootstrap lists nothing and ends exhausted with a cursor.
+        """Checks ``Connector.id``, ``Connector.bootstrap``, ``Connector.changes``: the adapter
+        defines every member, ``id`` is a non-empty string, and over an empty upstream ``bootstrap``
+        lists nothing and ends on an exhausted page with a string cursor.
 
         If this fails, check that the fixtures start from an empty upstream and that
         bootstrap pages end with exhausted=True and the cursor changes will start from.
@@ -113,7 +115,9 @@ class ConnectorContract(ContractSuite):
     def test_bootstrap_lists_every_item_once_with_its_bytes(
         self, connector: Connector, connector_harness: ConnectorHarness
     ) -> None:
-        """Thirty items come back, each source id once over all pages, load() giving its bytes.
+        """Checks ``Connector.bootstrap``, ``Upsert.load``: thirty items come back, each source id
+        once over all pages and no deletion, and ``load()`` gives a ``LoadedDocument`` with the
+        item's exact bytes.
 
         If this fails, check the paging of bootstrap (resume strictly after the cursor) and
         that load() returns a LoadedDocument with the item's exact bytes.
@@ -132,7 +136,8 @@ class ConnectorContract(ContractSuite):
     def test_no_change_gives_an_empty_exhausted_page_every_time(
         self, connector: Connector, connector_harness: ConnectorHarness
     ) -> None:
-        """After a bootstrap with nothing changed upstream, changes(cursor) is empty, twice.
+        """Checks ``Connector.changes``: after a bootstrap with nothing changed upstream,
+        ``changes(cursor)`` lists no upsert and no deletion, on every call.
 
         If this fails, check that changes compares against the state the cursor records (not
         against the last call) and reports nothing when nothing changed.
@@ -147,7 +152,8 @@ class ConnectorContract(ContractSuite):
     def test_changes_report_adds_edits_and_removals(
         self, connector: Connector, connector_harness: ConnectorHarness
     ) -> None:
-        """An added and an edited item are upserts (new bytes), a removed one a deletion.
+        """Checks ``Connector.changes``: an added and an edited item are upserts (the edit with its
+        new bytes), a removed one a deletion, and an unchanged one is not listed.
 
         If this fails, check how changes detects new, modified and vanished items.
         """
@@ -169,7 +175,8 @@ class ConnectorContract(ContractSuite):
     def test_replaying_a_cursor_gives_the_same_changes(
         self, connector: Connector, connector_harness: ConnectorHarness
     ) -> None:
-        """changes(cursor) called twice (a crash before the checkpoint moved) answers the same.
+        """Checks ``Connector.changes``: called twice with the same cursor (a crash before the
+        checkpoint moved), it answers the same upserts and deletions.
 
         If this fails, check that changes has no side effect on the cursor it was given.
         """
@@ -186,7 +193,8 @@ class ConnectorContract(ContractSuite):
     def test_following_the_cursor_sees_each_change_once(
         self, connector: Connector, connector_harness: ConnectorHarness
     ) -> None:
-        """After consuming the changes, the next cursor reports nothing until the next edit.
+        """Checks ``Connector.changes``: an upstream change is listed once; the cursor of the page
+        that listed it reports nothing more until the next change.
 
         If this fails, check that the last page's cursor records the state after the changes.
         """
@@ -202,7 +210,8 @@ class ConnectorContract(ContractSuite):
     def test_a_foreign_cursor_is_a_sync_cursor_error(
         self, connector: Connector, cursor: str
     ) -> None:
-        """A cursor the connector did not issue is SyncCursorError, never an empty page.
+        """Checks ``Connector.changes``: a cursor the connector did not issue (empty, words,
+        symbols, foreign base64) is ``SyncCursorError``, never an empty page.
 
         If this fails, check the cursor decoding of changes: refuse what you did not issue.
         """
@@ -210,7 +219,8 @@ class ConnectorContract(ContractSuite):
             connector.changes(cursor)
 
     def test_isolation_canary(self, connector: Connector) -> None:
-        """Collected after every other contract test: the upstream is empty again.
+        """Checks ``Connector.bootstrap``: collected after every other contract test, the upstream
+        is empty again (``bootstrap`` lists nothing).
 
         If this fails, check that the `connector_harness` fixture gives every test its own
         upstream (a fresh folder, a new fake server state), not one shared between tests.

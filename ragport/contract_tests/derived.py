@@ -107,7 +107,9 @@ class DerivedArtifactHandlerContract(ContractSuite):
         return None
 
     def test_handler_satisfies_the_protocol(self, handler: DerivedArtifactHandler) -> None:
-        """The handler has `kind`, `on_propagate` and `on_repoint`.
+        """Checks ``DerivedArtifactHandler.kind``, ``DerivedArtifactHandler.on_propagate``,
+        ``DerivedArtifactHandler.on_repoint``: the handler defines every member and both methods are
+        callable.
 
         If this fails, check that the adapter defines every member of DerivedArtifactHandler.
         """
@@ -118,7 +120,8 @@ class DerivedArtifactHandlerContract(ContractSuite):
     def test_kind_is_a_non_empty_stable_string(
         self, handler: DerivedArtifactHandler, handler_scope: Scope
     ) -> None:
-        """`kind` is a non-empty string without surrounding blanks that never changes.
+        """Checks ``DerivedArtifactHandler.kind``: it is a non-empty string without surrounding
+        blanks that does not change, also after ``on_propagate``.
 
         If this fails, check the handler's `kind`: it keys result `layers`, so it must be a
         short constant such as "rag" or "summaries".
@@ -133,7 +136,8 @@ class DerivedArtifactHandlerContract(ContractSuite):
     def test_on_propagate_returns_a_non_negative_int(
         self, handler: DerivedArtifactHandler, handler_scope: Scope
     ) -> None:
-        """on_propagate(source_id, ids, scope) returns how many artifacts it touched (>= 0).
+        """Checks ``DerivedArtifactHandler.on_propagate``: ``on_propagate(source_id, ids, scope)``
+        returns how many artifacts it touched, an int (not a bool) ``>= 0``.
 
         If this fails, check that on_propagate returns a plain int count, never None or bool.
         """
@@ -142,7 +146,8 @@ class DerivedArtifactHandlerContract(ContractSuite):
     def test_on_propagate_is_idempotent(
         self, handler: DerivedArtifactHandler, handler_scope: Scope
     ) -> None:
-        """A second on_propagate with the same arguments is safe and returns an int again.
+        """Checks ``DerivedArtifactHandler.on_propagate``: a second and a third call with the same
+        arguments are safe and return a count again.
 
         If this fails, check that on_propagate tolerates artifacts that are already gone
         (deletion propagation re-runs every handler after a failure).
@@ -158,8 +163,9 @@ class DerivedArtifactHandlerContract(ContractSuite):
         handler_scope: Scope,
         handler_serves: Served | None,
     ) -> None:
-        """After on_propagate(source_id, ids, scope) nothing is served for any of ``ids``,
-        the count covers what vanished, and a second call keeps it so.
+        """Checks ``DerivedArtifactHandler.on_propagate``: afterwards nothing is served for any of
+        ``ids`` in the scope, the count it returns covers what vanished, and a second call brings
+        nothing back.
 
         If this fails, check that on_propagate removes (or withholds) every artifact of every
         id in ``ids`` in exactly ``scope``; if it fails before on_propagate is called, seed
@@ -188,7 +194,9 @@ class DerivedArtifactHandlerContract(ContractSuite):
     def test_on_repoint_returns_a_non_negative_int(
         self, handler: DerivedArtifactHandler, handler_scope: Scope
     ) -> None:
-        """on_repoint(from_id, to_id, scope) returns how many artifacts moved (>= 0), repeatably.
+        """Checks ``DerivedArtifactHandler.on_repoint``: ``on_repoint(from_id, to_id, scope)``
+        returns how many artifacts moved, an int ``>= 0``, also when called again after everything
+        moved.
 
         If this fails, check that on_repoint returns a plain int count and tolerates being
         called once per page (so again after everything moved).
@@ -202,8 +210,9 @@ class DerivedArtifactHandlerContract(ContractSuite):
         handler_scope: Scope,
         handler_serves: Served | None,
     ) -> None:
-        """on_repoint(from_id, to_id, scope) moves exactly the count it returns from ``from_id``
-        to ``to_id`` (0 is honest for a layer whose artifacts repoint_source itself moves).
+        """Checks ``DerivedArtifactHandler.on_repoint``: it moves exactly the count it returns from
+        ``from_id`` to ``to_id`` (0 is honest for a layer whose artifacts ``repoint_source`` itself
+        moves).
 
         If this fails, check that on_repoint re-files each artifact it counts under ``to_id``
         and no longer serves it under ``from_id``, and counts nothing it did not move.
@@ -222,7 +231,9 @@ class DerivedArtifactHandlerContract(ContractSuite):
     def test_errors_never_contain_the_text_they_were_given(
         self, handler: DerivedArtifactHandler, handler_scope: Scope
     ) -> None:
-        """Whatever a handler raises for odd input carries none of the ids it was handed.
+        """Checks ``DerivedArtifactHandler.on_propagate``, ``DerivedArtifactHandler.on_repoint``:
+        whatever they raise, in their own scope or a foreign one, quotes none of the ids they were
+        handed.
 
         If this fails, check the handler's error messages: name the failure, never echo a
         source id, record id or document text (they reach logs and on_renamed callbacks).

@@ -41,14 +41,16 @@ class EmbedderContract(ContractSuite):
     )
 
     def test_satisfies_the_embedder_protocol(self, embedder: Embedder) -> None:
-        """The adapter has `id`, `dimensions` and `embed`.
+        """Checks ``Embedder.id``, ``Embedder.dimensions``, ``Embedder.embed``: the adapter defines
+        every member of the protocol (``isinstance(embedder, Embedder)``).
 
         If this fails, check that every member of ragport.ports.Embedder is defined.
         """
         assert isinstance(embedder, Embedder)
 
     def test_id_is_a_stable_non_empty_string(self, embedder: Embedder) -> None:
-        """`id` is a non-empty string that does not change, also after embedding.
+        """Checks ``Embedder.id``: it is a string that is not blank and does not change, also after
+        ``embed`` ran.
 
         If this fails, check the `id` property: it must name the model and dimension.
         """
@@ -59,7 +61,8 @@ class EmbedderContract(ContractSuite):
         assert embedder.id == first
 
     def test_dimensions_is_a_positive_int(self, embedder: Embedder) -> None:
-        """`dimensions` is a positive int (not a bool) equal to the width of embed's output.
+        """Checks ``Embedder.dimensions``: it is a positive int (not a bool), equal to the width of
+        ``embed``'s output and the same on every read.
 
         If this fails, check the `dimensions` property and the output width of embed.
         """
@@ -70,7 +73,8 @@ class EmbedderContract(ContractSuite):
         assert embedder.dimensions == dimensions
 
     def test_embed_returns_a_contiguous_finite_float32_matrix(self, embedder: Embedder) -> None:
-        """embed returns a C-contiguous, finite float32 array of shape (len(texts), d).
+        """Checks ``Embedder.embed``: it returns a C-contiguous, finite ``numpy`` ``float32`` array
+        of shape ``(len(texts), dimensions)``.
 
         If this fails, check the dtype (np.float32), shape and contiguity of embed's result.
         """
@@ -82,7 +86,8 @@ class EmbedderContract(ContractSuite):
         assert np.isfinite(out).all()
 
     def test_embed_accepts_any_sequence(self, embedder: Embedder) -> None:
-        """A tuple and a list of the same texts give the same vectors.
+        """Checks ``Embedder.embed``: a tuple and a list of the same texts give the same vectors
+        (within 1e-6).
 
         If this fails, check that embed accepts any Sequence[str], not only a list.
         """
@@ -91,7 +96,7 @@ class EmbedderContract(ContractSuite):
         )
 
     def test_empty_input_gives_zero_rows(self, embedder: Embedder) -> None:
-        """embed([]) returns a float32 array of shape (0, d).
+        """Checks ``Embedder.embed``: ``embed([])`` returns a ``float32`` array of shape ``(0, d)``.
 
         If this fails, check embed's early return for empty input.
         """
@@ -101,7 +106,8 @@ class EmbedderContract(ContractSuite):
         assert out.shape == (0, embedder.dimensions)
 
     def test_embed_is_deterministic(self, embedder: Embedder) -> None:
-        """The same texts give the same vectors on every call (within 1e-6).
+        """Checks ``Embedder.embed``: the same texts give the same vectors on every call (within
+        1e-6).
 
         If this fails, check for randomness, per-call state or batch-dependent normalisation.
         """
@@ -110,7 +116,8 @@ class EmbedderContract(ContractSuite):
             np.testing.assert_allclose(embedder.embed(list(TEXTS)), first, rtol=0, atol=1e-6)
 
     def test_rows_are_unit_length_or_zero(self, embedder: Embedder) -> None:
-        """Every row has L2 norm 1 (within 1e-3), or is exactly zero.
+        """Checks ``Embedder.embed``: every row has L2 norm 1 (within 1e-3), or is exactly zero, and
+        the rows of texts with words all have norm 1.
 
         If this fails, check the normalisation step of embed.
         """
@@ -121,7 +128,7 @@ class EmbedderContract(ContractSuite):
         assert all(np.linalg.norm(row) == pytest.approx(1.0, abs=1e-3) for row in out[: len(TEXTS)])
 
     def test_different_texts_give_different_vectors(self, embedder: Embedder) -> None:
-        """Distinct texts with features map to pairwise distinct vectors.
+        """Checks ``Embedder.embed``: distinct texts with features map to pairwise distinct vectors.
 
         If this fails, check that embed uses the text (not only its length or a constant).
         """
@@ -131,7 +138,8 @@ class EmbedderContract(ContractSuite):
                 assert not np.allclose(out[i], out[j], rtol=0, atol=1e-6), (TEXTS[i], TEXTS[j])
 
     def test_order_is_preserved(self, embedder: Embedder) -> None:
-        """embed([a, b]) equals embed([b, a]) reversed (within 1e-6).
+        """Checks ``Embedder.embed``: rows come in input order, so ``embed([a, b])`` equals
+        ``embed([b, a])`` reversed (within 1e-6).
 
         If this fails, check that results are returned in input order (e.g. after batching or
         sorting by length).
@@ -142,7 +150,8 @@ class EmbedderContract(ContractSuite):
         )
 
     def test_batch_equals_one_by_one(self, embedder: Embedder) -> None:
-        """Embedding a batch gives the same rows as embedding each text alone (within 1e-5).
+        """Checks ``Embedder.embed``: a batch gives the same rows as embedding each text alone
+        (within 1e-5).
 
         If this fails, check for padding or batch statistics leaking between texts.
         """
@@ -151,7 +160,8 @@ class EmbedderContract(ContractSuite):
         np.testing.assert_allclose(batch, single, rtol=0, atol=1e-5)
 
     def test_repeated_text_in_a_batch_gives_equal_rows(self, embedder: Embedder) -> None:
-        """The same text twice in one batch gives two equal rows, one per text.
+        """Checks ``Embedder.embed``: the same text twice in one batch gives two rows, and they are
+        equal.
 
         If this fails, check that embed does not de-duplicate inputs or drop rows.
         """

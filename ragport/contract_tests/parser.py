@@ -103,7 +103,8 @@ class ParserContract(ContractSuite):
         return lambda **caps: type(parser)(**caps)
 
     def test_satisfies_the_parser_protocol(self, parser: Parser) -> None:
-        """The adapter has `id`, `max_bytes` and `parse`; `id` is a non-empty string.
+        """Checks ``Parser.id``, ``Parser.max_bytes``, ``Parser.parse``: the adapter defines every
+        member; ``id`` is a non-blank string and ``max_bytes`` a positive int.
 
         If this fails, check every member of ragport.ports.documents.Parser.
         """
@@ -114,7 +115,9 @@ class ParserContract(ContractSuite):
     def test_sample_parses_to_text_and_json_metadata(
         self, parser: Parser, parser_sample: Sample
     ) -> None:
-        """The sample gives a ParsedDocument with text, `\\n` line breaks and JSON metadata.
+        """Checks ``Parser.parse``: the sample gives a ``ParsedDocument`` whose text is a non-blank
+        str with ``\\n`` line breaks (no ``\\r``) and no NUL, whose metadata is JSON-serialisable,
+        and whose ``pages``, when set, join with form feeds to the text.
 
         If this fails, check `parser_sample` (is it valid input?), then the parse result: text
         must be a non-empty str without `\\r` or NUL, metadata a JSON-serialisable mapping,
@@ -131,7 +134,8 @@ class ParserContract(ContractSuite):
     def test_parse_is_deterministic_and_leaves_the_input_alone(
         self, parser: Parser, parser_sample: Sample
     ) -> None:
-        """The same bytes give an equal result every time; a bytearray input is not changed.
+        """Checks ``Parser.parse``, ``Parser.id``: parsing the same bytes again gives an equal
+        ``ParsedDocument``, and ``id`` reads the same each time.
 
         If this fails, check for per-call state, randomness, dict-order or time in the result.
         """
@@ -145,7 +149,8 @@ class ParserContract(ContractSuite):
     def test_input_past_max_bytes_is_refused_whole(
         self, parser: Parser, parser_sample: Sample
     ) -> None:
-        """Input one byte over `max_bytes` raises ParseError(reason="too_large"), no text.
+        """Checks ``Parser.max_bytes``, ``Parser.parse``: input one byte over ``max_bytes`` raises
+        ``ParseError(reason="too_large")`` and returns no text.
 
         If this fails, check that the size is checked before parsing and that nothing is
         truncated to fit.
@@ -159,7 +164,8 @@ class ParserContract(ContractSuite):
     def test_a_cap_just_below_the_sample_refuses_it(
         self, make_parser: Callable[..., Parser], parser_sample: Sample
     ) -> None:
-        """With `max_bytes` one below the sample's size the sample is refused, not cut.
+        """Checks ``Parser.max_bytes``, ``Parser.parse``: with ``max_bytes`` one below the sample's
+        size the sample is refused (``too_large``), not cut; with exactly its size it parses.
 
         If this fails, check the byte check in parse (`len(data) > max_bytes`) and `make_parser`.
         """
@@ -171,7 +177,8 @@ class ParserContract(ContractSuite):
         assert exact.parse(parser_sample.data, media_type=parser_sample.media_type).text.strip()
 
     def test_caps_are_validated(self, make_parser: Callable[..., Parser]) -> None:
-        """`max_bytes` past the hard ceiling and a non-positive `timeout_s` are ValidationErrors.
+        """Checks ``Parser.max_bytes``: the constructor refuses ``max_bytes`` above
+        ``HARD_LIMITS.parse_bytes``, ``max_bytes=0`` and ``timeout_s=0`` with ``ValidationError``.
 
         If this fails, check the constructor's validation (ragport.domain.limits.check_limit).
         """
@@ -183,7 +190,8 @@ class ParserContract(ContractSuite):
             make_parser(timeout_s=0)
 
     def test_undecodable_bytes_are_refused(self, parser: Parser, parser_sample: Sample) -> None:
-        """Bytes that are not valid input raise ParseError; nothing is guessed or replaced.
+        """Checks ``Parser.parse``: bytes that are not valid input (invalid UTF-8, not a PDF, not a
+        zip) raise ``ParseError``; nothing is guessed or replaced.
 
         If this fails, check the decoding: `errors="strict"`, no fallback charset, no
         replacement characters, and that an unreadable file is an error, not empty text.
@@ -194,7 +202,8 @@ class ParserContract(ContractSuite):
     def test_deeply_nested_input_is_a_document_or_a_parse_error(
         self, parser: Parser, parser_sample: Sample
     ) -> None:
-        """Input nested thousands deep parses or raises ParseError, never another exception.
+        """Checks ``Parser.parse``: input nested thousands deep gives a ``ParsedDocument`` or raises
+        ``ParseError``, never another exception.
 
         If this fails, check recursive code in the parser and its library (a YAML loader, a
         markup tree builder, a recursive descent): every failure, RecursionError and
@@ -211,7 +220,8 @@ class ParserContract(ContractSuite):
             assert isinstance(doc, ParsedDocument)
 
     def test_empty_input_is_refused(self, parser: Parser, parser_sample: Sample) -> None:
-        """Empty input raises ParseError: an empty document is never an empty index.
+        """Checks ``Parser.parse``: empty input raises ``ParseError``: an empty document is never an
+        empty index.
 
         If this fails, check that parse refuses input without text.
         """
@@ -219,7 +229,8 @@ class ParserContract(ContractSuite):
             parser.parse(b"", media_type=parser_sample.media_type)
 
     def test_errors_carry_no_document_text(self, parser: Parser, parser_sample: Sample) -> None:
-        """Refusals do not quote the input: not in the message, args, causes or contexts.
+        """Checks ``Parser.parse``: a refusal (undecodable or oversized input) does not quote the
+        input: not in the message, the args, the causes or the contexts.
 
         If this fails, check error messages and chaining: translate library exceptions with
         `raise ParseError(...) from None` when their message could quote the document.
@@ -231,7 +242,8 @@ class ParserContract(ContractSuite):
             assert CANARY not in _chain_text(info.value)
 
     def test_abort_is_checked_before_parsing(self, parser: Parser, parser_sample: Sample) -> None:
-        """A set abort signal raises AbortedError before any work.
+        """Checks ``Parser.parse``: an ``abort`` signal already set raises ``AbortedError`` before
+        any work.
 
         If this fails, check that parse calls `abort.is_set()` first.
         """
@@ -241,7 +253,8 @@ class ParserContract(ContractSuite):
     def test_abort_set_during_parsing_returns_nothing(
         self, parser: Parser, parser_sample: Sample
     ) -> None:
-        """An abort set while parsing raises AbortedError instead of returning a result.
+        """Checks ``Parser.parse``: an ``abort`` set after the first check raises ``AbortedError``
+        instead of returning a result (``abort.is_set()`` is asked at least twice).
 
         If this fails, check that parse looks at `abort.is_set()` again after parsing.
         """

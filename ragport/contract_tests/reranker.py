@@ -123,14 +123,15 @@ class RerankerContract(ContractSuite):
     )
 
     def test_satisfies_the_reranker_protocol(self, reranker: Reranker) -> None:
-        """The adapter has a `rerank(query, hits)` method.
+        """Checks ``Reranker.rerank``: the adapter defines it (``isinstance(reranker, Reranker)``).
 
         If this fails, check that ragport.ports.Reranker's `rerank` is defined.
         """
         assert isinstance(reranker, Reranker)
 
     def test_empty_input_gives_empty_output(self, reranker: Reranker) -> None:
-        """rerank(query, []) returns an empty sequence, directly and through rerank_hits.
+        """Checks ``Reranker.rerank``, ``rerank_hits``: ``rerank(query, [])`` returns an empty
+        sequence, directly and through ``rerank_hits``.
 
         If this fails, check rerank's early return for no hits (it must not call a model).
         """
@@ -138,7 +139,8 @@ class RerankerContract(ContractSuite):
         assert rerank_hits(QUERY, [], reranker=reranker) == ()
 
     def test_direct_answer_is_a_permutation(self, reranker: Reranker) -> None:
-        """rerank returns every given hit exactly once (bare or as (hit, finite score)).
+        """Checks ``Reranker.rerank``: the answer holds every given hit object exactly once, bare or
+        in a ``(hit, score)`` pair whose score is a finite number (not a bool).
 
         If this fails, check that rerank returns the objects it was given, not copies, and
         one item per hit with a finite float score.
@@ -158,7 +160,8 @@ class RerankerContract(ContractSuite):
         assert {id(hit) for hit in returned} == {id(hit) for hit in hits}
 
     def test_scores_are_in_descending_order(self, reranker: Reranker) -> None:
-        """When rerank answers (hit, score) pairs, the scores never increase.
+        """Checks ``Reranker.rerank``: when it answers ``(hit, score)`` pairs, the scores never
+        increase.
 
         If this fails, check the sort of rerank's answer: highest score first.
         """
@@ -167,7 +170,8 @@ class RerankerContract(ContractSuite):
         assert scores == sorted(scores, reverse=True)
 
     def test_output_is_the_same_objects_through_the_seam(self, reranker: Reranker) -> None:
-        """rerank_hits returns a permutation of the very Hit objects it was given.
+        """Checks ``Reranker.rerank``, ``rerank_hits``: ``rerank_hits`` returns a permutation of the
+        very ``Hit`` objects it was given.
 
         If this fails, check that rerank neither drops, repeats nor copies hits.
         """
@@ -178,7 +182,7 @@ class RerankerContract(ContractSuite):
         assert all(any(hit is given for given in hits) for hit in out)
 
     def test_a_single_hit_comes_back(self, reranker: Reranker) -> None:
-        """One candidate in, the same one out.
+        """Checks ``Reranker.rerank``, ``rerank_hits``: one candidate in gives the same one out.
 
         If this fails, check rerank for off-by-one errors and single-item batches.
         """
@@ -186,7 +190,8 @@ class RerankerContract(ContractSuite):
         assert rerank_hits(QUERY, [hit], reranker=reranker) == (hit,)
 
     def test_order_is_deterministic(self, reranker: Reranker) -> None:
-        """The same query and hits give the same order on every call.
+        """Checks ``Reranker.rerank``, ``rerank_hits``: the same query and hits give the same order
+        on every call.
 
         If this fails, check for randomness or per-call state in the reranker.
         """
@@ -197,7 +202,8 @@ class RerankerContract(ContractSuite):
             assert again == first
 
     def test_oversized_input_is_refused_before_any_call(self, reranker: Reranker) -> None:
-        """An input over max_bytes is RerankError and the reranker is never called.
+        """Checks ``Reranker.rerank``, ``rerank_hits``: an input over ``max_bytes`` is
+        ``RerankError`` and the reranker is never called; within the cap it is called once.
 
         If this fails, check that your tests call the reranker through rerank_hits.
         """
@@ -210,7 +216,8 @@ class RerankerContract(ContractSuite):
         assert counting.calls == 1
 
     def test_a_truncated_answer_fails_closed(self, reranker: Reranker) -> None:
-        """The reranker's answer missing one hit is a RerankError, never a partial order.
+        """Checks ``Reranker.rerank``, ``rerank_hits``: an answer missing one hit is a
+        ``RerankError``, never a partial order.
 
         If this fails, check that the reranker's answer has exactly one item per hit.
         """
@@ -218,7 +225,8 @@ class RerankerContract(ContractSuite):
             rerank_hits(QUERY, contract_hits(), reranker=_DropsLast(reranker))
 
     def test_provenance_and_trust_are_preserved(self, reranker: Reranker) -> None:
-        """Every hit keeps its text, metadata, scores, provenance and trust through a rerank.
+        """Checks ``Reranker.rerank``, ``rerank_hits``: every hit keeps its text, metadata, scores,
+        provenance and trust (untrusted, inert, injection-capable) through a rerank.
 
         If this fails, check that rerank does not mutate hits (e.g. their metadata dicts).
         """

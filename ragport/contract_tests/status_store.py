@@ -89,7 +89,10 @@ class IngestionStatusStoreContract(ContractSuite):
     )
 
     def test_fixture_yields_an_empty_store(self, status_store: IngestionStatusStore) -> None:
-        """A fresh store lists nothing in any scope the suite uses.
+        """Checks ``IngestionStatusStore.put``, ``IngestionStatusStore.get``,
+        ``IngestionStatusStore.list_page``, ``IngestionStatusStore.delete``: the adapter defines
+        every member, and a fresh store lists nothing (no items, cursor ``None``) in any scope the
+        suite uses.
 
         If this fails, check that the `status_store` fixture yields a new or emptied store.
         """
@@ -97,7 +100,8 @@ class IngestionStatusStoreContract(ContractSuite):
         _assert_empty(status_store)
 
     def test_put_then_get_round_trips(self, status_store: IngestionStatusStore) -> None:
-        """get returns exactly the status put, field for field; an unknown source gives None.
+        """Checks ``IngestionStatusStore.put``, ``IngestionStatusStore.get``: ``get`` returns
+        exactly the status ``put`` stored, field for field, and ``None`` for an unknown source.
 
         If this fails, check that every IngestionStatus field is stored and read back.
         """
@@ -107,7 +111,8 @@ class IngestionStatusStoreContract(ContractSuite):
         assert status_store.get(SCOPE, "missing") is None
 
     def test_put_replaces_the_status_of_a_source(self, status_store: IngestionStatusStore) -> None:
-        """A second put for the same (scope, source) replaces the first.
+        """Checks ``IngestionStatusStore.put``: a second put for the same (scope, source) replaces
+        the first, so ``get`` and ``list_page`` show only the second.
 
         If this fails, check that put upserts on (scope, source_id) rather than appending.
         """
@@ -120,7 +125,10 @@ class IngestionStatusStoreContract(ContractSuite):
     def test_same_source_id_in_other_scopes_is_separate(
         self, status_store: IngestionStatusStore
     ) -> None:
-        """The same source id in other corpora and tenants keeps its own status.
+        """Checks ``IngestionStatusStore.put``, ``IngestionStatusStore.get``,
+        ``IngestionStatusStore.list_page``, ``IngestionStatusStore.delete``: the same source id in
+        other corpora, tenants and a prefix corpus keeps its own status, and deleting it in one
+        scope leaves the others.
 
         If this fails, check that put, get, list_page and delete key on the exact scope
         (no prefix match).
@@ -139,7 +147,8 @@ class IngestionStatusStoreContract(ContractSuite):
             assert status_store.get(scope, "doc") is not None
 
     def test_list_page_orders_by_source_id(self, status_store: IngestionStatusStore) -> None:
-        """list_page returns the scope's statuses ordered by source id, whatever the put order.
+        """Checks ``IngestionStatusStore.list_page``: it returns the scope's statuses ordered by
+        source id, whatever the put order, with a ``None`` cursor when they fit one page.
 
         If this fails, check the ORDER BY source_id of list_page.
         """
@@ -151,7 +160,9 @@ class IngestionStatusStoreContract(ContractSuite):
         assert page.cursor is None
 
     def test_paging_returns_every_item_once(self, status_store: IngestionStatusStore) -> None:
-        """120 statuses at limit 50 come as pages of 50, 50 and 20, then a None cursor.
+        """Checks ``IngestionStatusStore.list_page``: 120 statuses at limit 50 come as pages of 50,
+        50 and 20, each once, in source-id order, of the asked scope only, and only the last page
+        has a ``None`` cursor.
 
         If this fails, check the cursor: it must resume strictly after the last id returned.
         """
@@ -169,7 +180,8 @@ class IngestionStatusStoreContract(ContractSuite):
     def test_limit_outside_1_to_200_is_rejected(
         self, status_store: IngestionStatusStore, limit: int
     ) -> None:
-        """list_page with limit outside 1..200 raises ValidationError naming the status_page limit.
+        """Checks ``IngestionStatusStore.list_page``: a limit outside 1..200 raises
+        ``ValidationError``; above 200 it names the ``status_page`` limit.
 
         If this fails, check the limit check of list_page (Limits.status_page, hard ceiling 200).
         """
@@ -183,7 +195,7 @@ class IngestionStatusStoreContract(ContractSuite):
     def test_limit_bounds_are_accepted(
         self, status_store: IngestionStatusStore, limit: int
     ) -> None:
-        """limit 1 and limit 200 are both valid.
+        """Checks ``IngestionStatusStore.list_page``: limit 1 and limit 200 are both valid.
 
         If this fails, check for an off-by-one in the limit check of list_page.
         """
@@ -195,7 +207,9 @@ class IngestionStatusStoreContract(ContractSuite):
     def test_cursor_from_another_scope_is_rejected(
         self, status_store: IngestionStatusStore
     ) -> None:
-        """A cursor issued for one scope raises ValidationError (field "cursor") in another.
+        """Checks ``IngestionStatusStore.list_page``: a cursor issued for one scope raises
+        ``ValidationError(field="cursor")`` in another corpus, tenant or prefix corpus, and still
+        works in its own scope.
 
         If this fails, check that the cursor binds the exact scope it was issued for.
         """
@@ -226,7 +240,8 @@ class IngestionStatusStoreContract(ContractSuite):
     def test_malformed_cursor_is_rejected(
         self, status_store: IngestionStatusStore, cursor: str
     ) -> None:
-        """A cursor the store did not issue raises ValidationError (field "cursor").
+        """Checks ``IngestionStatusStore.list_page``: a cursor the store did not issue (the empty
+        string included) raises ``ValidationError(field="cursor")``.
 
         If this fails, check the cursor decoding: reject anything that is not a well-formed
         cursor of this store (an empty string is not "no cursor").
@@ -238,7 +253,9 @@ class IngestionStatusStoreContract(ContractSuite):
         assert caught.value.field == "cursor"
 
     def test_delete_reports_whether_it_existed(self, status_store: IngestionStatusStore) -> None:
-        """delete returns True for an existing status, then False; get then gives None.
+        """Checks ``IngestionStatusStore.delete``: it returns True for an existing status and False
+        after that or in another scope, removes that one status only, and ``get`` then gives
+        ``None``.
 
         If this fails, check the return value of delete and that it removes one row only.
         """
@@ -251,7 +268,8 @@ class IngestionStatusStoreContract(ContractSuite):
         assert status_store.delete(OTHER_CORPUS, "other") is False
 
     def test_isolation_canary(self, status_store: IngestionStatusStore) -> None:
-        """Collected after every other contract test: the fixture still yields an empty store.
+        """Checks ``IngestionStatusStore.list_page``: collected after every other contract test, the
+        fixture still yields a store that lists nothing in any scope the suite uses.
 
         Every test above writes only to the suite's scopes, which ``list_page`` lists whole. If
         this fails, check that the `status_store` fixture does not share state between tests
