@@ -134,7 +134,12 @@ class ChunkStoreContract(
     """Every ChunkStore promise. Subclass it and override the ``store`` fixture."""
 
     def test_isolation_canary(self, store: ChunkStore) -> None:
-        """Collected after every other contract test: the fixture still yields an empty store.
+        """Checks ``ChunkStore.current_generation``, ``ChunkStore.query``,
+        ``ChunkStore.get_by_source``, ``ChunkStore.list_embedders``,
+        ``ChunkStore.list_invalidated_ids``, ``TombstoneRepository.list``, ``GrantRepository.get``,
+        ``GenerationRepository.counter``: collected after every other contract test, the fixture
+        still yields an empty store (pointer and counter 0; no records, embedders, grants or
+        tombstones).
 
         Checked: every scope of the suite's constants and every (scope, source) the tests of
         this class recorded writing (the builders of ``_support`` record them). If this fails,

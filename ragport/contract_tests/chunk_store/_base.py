@@ -38,7 +38,11 @@ class _ChunkStoreContractBase(ContractSuite):
             yield log
 
     def test_store_fixture_yields_an_empty_store(self, store: ChunkStore) -> None:
-        """A fresh store has generation 0 and no records, grants or tombstones in any scope.
+        """Checks ``ChunkStore.current_generation``, ``ChunkStore.query``,
+        ``ChunkStore.get_by_source``, ``ChunkStore.list_embedders``,
+        ``ChunkStore.list_invalidated_ids``, ``TombstoneRepository.list``, ``GrantRepository.get``,
+        ``GenerationRepository.counter``: a fresh store has pointer and counter 0 and no records,
+        embedders, grants or tombstones in any scope.
 
         Checked: every scope of the suite's constants and every (scope, source) the tests of
         this class recorded so far. If this fails, check that the `store` fixture yields a new

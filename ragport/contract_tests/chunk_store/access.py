@@ -52,7 +52,9 @@ class ChunkStoreGrantContract(_ChunkStoreContractBase):
     """Grants round-trip, follow ``decide_access``, and filter queries before top-k."""
 
     def test_grant_repository_round_trips(self, store: ChunkStore) -> None:
-        """grants.set then grants.get returns the grants that exist, by source id.
+        """Checks ``GrantRepository.set``, ``GrantRepository.get``: ``get`` returns, by source id,
+        the grants ``set`` stored (principal ids, group ids, access version) and omits sources
+        without one.
 
         If this fails, check the grant repository's set/get and that get omits absent sources.
         """
@@ -71,7 +73,8 @@ class ChunkStoreGrantContract(_ChunkStoreContractBase):
     def test_check_source_access_follows_the_grant_rule(
         self, store: ChunkStore, caller: Authorization
     ) -> None:
-        """check_source_access gives one decide_access decision per distinct source id.
+        """Checks ``ChunkStore.check_source_access``: for each caller it gives one decision per
+        distinct source id, equal to ``decide_access`` for that source's grant.
 
         If this fails, check principal/group matching, access_version equality, and that
         missing or empty grants are no_grant.
@@ -88,7 +91,9 @@ class ChunkStoreGrantContract(_ChunkStoreContractBase):
             assert got == decide_access(source_id, by_source.get(source_id), caller), source_id
 
     def test_grant_rule_examples(self, store: ChunkStore) -> None:
-        """Spot checks of the grant rule with literal expectations.
+        """Checks ``ChunkStore.check_source_access``: spot checks of the grant rule with literal
+        expectations: ``granted``, ``no_grant`` (no grant, an empty one, no matching principal or
+        group), ``version_mismatch``.
 
         If this fails, check the decision reasons: granted, no_grant, version_mismatch.
         """
@@ -107,7 +112,8 @@ class ChunkStoreGrantContract(_ChunkStoreContractBase):
         assert [k for k, v in sorted(bob.items()) if v.allowed] == ["s-group", "s-v2"]
 
     def test_set_source_access_replaces_and_empty_grant_revokes(self, store: ChunkStore) -> None:
-        """A second grant for a source replaces the first; an empty grant revokes access.
+        """Checks ``ChunkStore.set_source_access``: a second grant for a source replaces the first
+        (it is not merged), and an empty grant revokes access.
 
         If this fails, check that set_source_access replaces rather than merges.
         """
@@ -124,7 +130,8 @@ class ChunkStoreGrantContract(_ChunkStoreContractBase):
         )
 
     def test_grants_of_another_scope_do_not_apply(self, store: ChunkStore) -> None:
-        """A grant in one corpus or tenant decides nothing in another.
+        """Checks ``ChunkStore.check_source_access``: a grant in one corpus or tenant decides
+        nothing in another (``no_grant``).
 
         If this fails, check that grant reads filter on the exact scope.
         """
@@ -136,7 +143,9 @@ class ChunkStoreGrantContract(_ChunkStoreContractBase):
             assert (decision.allowed, decision.reason) == (False, "no_grant")
 
     def test_query_applies_grants_before_top_k(self, store: ChunkStore) -> None:
-        """With limit=1 the one allowed record is returned although ten denied ones are nearer.
+        """Checks ``ChunkStore.query``: the grant predicate applies before ``limit``: with
+        ``limit=1`` the one allowed record comes back although ten denied ones are nearer, and a
+        caller with no grant gets nothing.
 
         If this fails, check that the grant predicate is part of the query, not a filter
         applied to the top-k results afterwards.
@@ -177,7 +186,8 @@ class ChunkStoreGrantContract(_ChunkStoreContractBase):
         )
 
     def test_query_sees_grant_changes_at_once(self, store: ChunkStore) -> None:
-        """Revoking or version-bumping a grant hides its records from the next query.
+        """Checks ``ChunkStore.query``, ``ChunkStore.set_source_access``: revoking a grant or moving
+        its access version hides its records from the next query.
 
         If this fails, check that the query reads live grants (no stale cache).
         """
@@ -197,7 +207,8 @@ class ChunkStoreGrantContract(_ChunkStoreContractBase):
         assert not store.query(SCOPE, probe, limit=5, authorization=ALICE)
 
     def test_derived_record_needs_every_root_allowed(self, store: ChunkStore) -> None:
-        """A derived record is visible only to callers allowed on every one of its roots.
+        """Checks ``ChunkStore.query``: a derived record is returned only to callers allowed on
+        every one of its roots.
 
         If this fails, check that the query's grant predicate checks a derived record's roots,
         not its own id.
@@ -262,7 +273,9 @@ class ChunkStoreDenialReportContract(_ChunkStoreContractBase):
     """Stores report what their own grant predicate withheld, only when asked."""
 
     def test_query_reports_sources_its_grant_predicate_withheld(self, store: ChunkStore) -> None:
-        """on_denied receives the denied sources among the unfiltered top, with reasons.
+        """Checks ``ChunkStore.query``: with an ``authorization`` and ``on_denied``, ``on_denied``
+        receives the sources the grant predicate withheld, with their reasons, and only allowed
+        records come back.
 
         If this fails, check the extra read behind ``on_denied`` in the store's query.
         """

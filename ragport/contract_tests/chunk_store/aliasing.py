@@ -113,7 +113,8 @@ class ChunkStoreAliasingContract(_ChunkStoreContractBase):
     """What goes in and what comes out are copies: stored state changes only by a write."""
 
     def test_records_written_do_not_alias_the_callers_objects(self, store: ChunkStore) -> None:
-        """Changing a record's metadata after ``add`` and commit changes nothing stored.
+        """Checks ``RecordRepository.add``: changing a record's metadata (nested lists included)
+        after ``add`` and commit changes nothing stored.
 
         If this fails, check that ``RecordRepository.add`` stores copies of the records (or
         their metadata), not the caller's objects.
@@ -123,7 +124,11 @@ class ChunkStoreAliasingContract(_ChunkStoreContractBase):
         assert _stored(store) == [META, META]
 
     def test_records_read_back_do_not_alias_the_store(self, store: ChunkStore) -> None:
-        """Writing to the metadata of records any read returned changes no later read.
+        """Checks ``ChunkStore.get_by_source``, ``ChunkStore.query``,
+        ``SupportsLexicalSearch.lexical_query``, ``SupportsLexicalSearch.hybrid_query``,
+        ``SupportsGuardedQuery.guarded_query``, ``RecordRepository.list_by_source``,
+        ``RecordRepository.list_live``: writing to the metadata of records any of these reads
+        returned (the optional ones where declared) changes no later read.
 
         If this fails, check every read that returns records (``get_by_source``, ``query``,
         ``lexical_query``, ``hybrid_query``, ``guarded_query``, the unit of work's
@@ -141,9 +146,9 @@ class ChunkStoreAliasingContract(_ChunkStoreContractBase):
             )
 
     def test_declared_private_reads_hand_out_metadata_of_their_own(self, store: ChunkStore) -> None:
-        """With ``capabilities.private_reads``, no dict or list of a returned record's metadata
-        is shared with another record of the same answer, and writing to them changes no
-        later read.
+        """Checks ``Capabilities.private_reads``: with it declared, no dict or list of a returned
+        record's metadata is shared with another record of the same answer, and writing to them
+        changes no later read.
 
         Only for stores that declare ``private_reads``: retrieval then lets each hit hold its
         record's metadata as it is, so two records sharing a container would be two hits
@@ -168,8 +173,11 @@ class ChunkStoreAliasingContract(_ChunkStoreContractBase):
             )
 
     def test_use_cases_neither_keep_nor_hand_out_the_stores_values(self, store: ChunkStore) -> None:
-        """After ``replace_source``, appending to a chunk's ``metadata["heading"]`` or writing
-        to a returned hit's metadata changes nothing ``retrieve_context`` returns next.
+        """Checks ``RecordRepository.add``, ``ChunkStore.get_by_source``, ``ChunkStore.query``,
+        ``SupportsGuardedQuery.guarded_query``, ``SupportsBorrowedQuery.borrowed_query``,
+        ``replace_source``, ``retrieve_context``: after ``replace_source``, appending to a chunk's
+        ``metadata["heading"]`` or writing to a returned hit's metadata changes nothing
+        ``retrieve_context`` returns next, and nothing stored.
 
         If this fails, check that the store copies records in ``add`` and out of its reads.
         """

@@ -65,8 +65,9 @@ class ChunkStoreBorrowedQueryContract(_ChunkStoreContractBase):
     """``borrowed_query`` lends what ``guarded_query`` hands out, and never changes it."""
 
     def test_borrowed_query_comes_with_guarded_query(self, store: ChunkStore) -> None:
-        """A store that declares ``borrowed_query`` declares and defines ``guarded_query``
-        too: retrieval asks for the borrowed read only where the guarded one is promised.
+        """Checks ``Capabilities.borrowed_query``, ``Capabilities.guarded_query``: a store that
+        declares ``borrowed_query`` declares ``guarded_query`` too and its class defines it:
+        retrieval asks for the borrowed read only where the guarded one is promised.
 
         If this fails, declare ``capabilities.guarded_query`` (and define it) or stop
         declaring ``borrowed_query``.
@@ -79,10 +80,10 @@ class ChunkStoreBorrowedQueryContract(_ChunkStoreContractBase):
         _require_guarded_query(store)
 
     def test_borrowed_query_answers_what_guarded_query_answers(self, store: ChunkStore) -> None:
-        """Same foreign embedders, records (every field), order and scores as
-        ``guarded_query`` on a scope with two lineage levels of derived records, tombstones,
-        grants, metadata and a foreign embedder; at every limit, with and without an
-        authorization and a filter, with the same denials reported.
+        """Checks ``SupportsBorrowedQuery.borrowed_query``: it gives the same foreign embedders,
+        records (every field), order and scores as ``guarded_query`` on a scope with two lineage
+        levels of derived records, tombstones, grants, metadata and a foreign embedder; at every
+        limit, with and without an authorization and a filter, with the same denials reported.
 
         If this fails, check that ``borrowed_query`` runs ``guarded_query``'s predicate and
         ordering and only skips the copies.
@@ -161,8 +162,9 @@ class ChunkStoreBorrowedQueryContract(_ChunkStoreContractBase):
         assert checked > 0, "no query found anything to compare"
 
     def test_lent_records_stay_as_they_were_after_later_writes(self, store: ChunkStore) -> None:
-        """Records an answer lent keep every field, nested metadata included, while the
-        source is replaced, its grants change, its ids are forgotten and it is deleted.
+        """Checks ``SupportsBorrowedQuery.borrowed_query``: the records an answer lent keep every
+        field, nested metadata included, while the source is replaced, its grants change, its ids
+        are forgotten and it is deleted.
 
         If this fails, the store changes stored record objects in place (a retirement
         that sets a field, metadata updated in place): build new objects instead, or
@@ -194,9 +196,9 @@ class ChunkStoreBorrowedQueryContract(_ChunkStoreContractBase):
     def test_borrowed_query_reads_one_version_under_concurrent_writers(
         self, store: ChunkStore
     ) -> None:
-        """While two writers replace one source 40 times each, every ``borrowed_query``
-        answer holds one whole version of it (one snapshot), and no lent record changes
-        after it was returned.
+        """Checks ``SupportsBorrowedQuery.borrowed_query``: while two writers replace one source 40
+        times each, every answer holds one whole version of it (one snapshot), no lent record
+        changes after it was returned, and the last answer equals ``guarded_query``'s.
 
         If this fails, check that ``borrowed_query`` reads one snapshot like
         ``guarded_query`` and that writers build new record objects.

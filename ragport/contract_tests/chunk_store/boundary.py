@@ -132,7 +132,10 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
 
     @pytest.mark.parametrize("bad", list(UNSTORABLE.values()), ids=list(UNSTORABLE))
     def test_unstorable_text_is_refused_before_the_write(self, store: ChunkStore, bad: str) -> None:
-        """NUL or a lone surrogate in a chunk, a redacted text or a derived record is refused.
+        """Checks ``ChunkStore.get_by_source``, ``ChunkStore.query``, ``replace_source``,
+        ``index_derived``, ``retrieve_context``: NUL or a lone surrogate in a chunk, a redacted text
+        or a derived record is ``ValidationError(field="text")`` and nothing is written: the
+        previous version stays and retrieval still finds it.
 
         Each is a ``ValidationError`` before anything is written; the previous version stays
         and retrieval keeps working. If this fails, check validate_text and the Record
@@ -175,7 +178,9 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
     def test_unstorable_metadata_is_refused_and_chains_nothing(
         self, store: ChunkStore, bad: str, metadata: Any
     ) -> None:
-        """NUL or a lone surrogate in metadata (any depth) is a ValidationError, chain-free.
+        """Checks ``ChunkStore.get_by_source``, ``replace_source``, ``index_derived``: NUL or a lone
+        surrogate in metadata (a value or a nested key) is ``ValidationError(field="metadata")``
+        that quotes nothing and chains nothing, and the previous version stays.
 
         The error names the field, quotes nothing, and has no ``__cause__``/``__context__``
         (a driver error there would quote the metadata JSON). If this fails, check
@@ -204,7 +209,9 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
 
     @pytest.mark.parametrize("bad", list(UNSTORABLE.values()), ids=list(UNSTORABLE))
     def test_an_unstorable_query_is_refused_on_every_leg(self, store: ChunkStore, bad: str) -> None:
-        """A query with NUL or a lone surrogate is ValidationError(field="query"), every mode.
+        """Checks ``ChunkStore.query``, ``SupportsLexicalSearch.hybrid_query``,
+        ``retrieve_context``: a query with NUL or a lone surrogate is
+        ``ValidationError(field="query")`` with the lexical leg off and in every declared mode.
 
         If this fails, check the query validation at the top of retrieve_context.
         """
@@ -223,10 +230,10 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
 
     @pytest.mark.parametrize("bad", list(UNSTORABLE.values()), ids=list(UNSTORABLE))
     def test_store_reads_refuse_unstorable_strings_alike(self, store: ChunkStore, bad: str) -> None:
-        """The store's own reads refuse NUL and lone surrogates with the same ValidationError on
-        every store: ``get_by_source`` (field ``source_id``), ``check_source_access``
-        (``source_ids``) and the lexical leg (``query``), instead of one store answering
-        "nothing" and another failing in its driver.
+        """Checks ``ChunkStore.get_by_source``, ``ChunkStore.check_source_access``,
+        ``SupportsLexicalSearch.lexical_query``: NUL or a lone surrogate in their text arguments is
+        the same ``ValidationError`` on every store (field ``source_id``, ``source_ids`` and
+        ``query``), never an answer of "nothing" or a driver error.
 
         If this fails, check the ``validate_text`` calls at the top of those store methods.
         """
@@ -258,7 +265,10 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
     def test_the_metadata_cap_counts_utf8_the_same_in_chunking_and_writes(
         self, store: ChunkStore
     ) -> None:
-        """6,000 × "é" fits a cap of its exact UTF-8 size, and not one byte less, everywhere.
+        """Checks ``ChunkStore.get_by_source``, ``replace_source``, ``index_derived``: metadata of
+        6,000 × "é" fits a ``metadata_bytes`` cap of its exact compact-JSON UTF-8 size and reads
+        back whole, and one byte less is ``ValidationError(limit="metadata_bytes")`` in
+        ``chunk_text``, ``replace_source`` and ``index_derived`` alike.
 
         If this fails, check that chunk_text, replace_source and index_derived all measure
         with ragport.domain.model.metadata_bytes.
@@ -305,7 +315,9 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
     def test_embedder_rows_numpy_cannot_stack_are_an_embedder_error(
         self, store: ChunkStore, rows: Any
     ) -> None:
-        """Ragged or non-numeric embedder rows are an EmbedderError (not retryable, unchained).
+        """Checks ``Embedder.embed``, ``ChunkStore.get_by_source``, ``replace_source``,
+        ``retrieve_context``: ragged or non-numeric embedder rows are an ``EmbedderError`` (not
+        retryable, unchained) in indexing and retrieval, and nothing is written.
 
         Nothing is written and retrieval with such an embedder fails the same way. If this
         fails, check check_vectors in ragport/application/_support.py.
@@ -334,7 +346,8 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
     def test_a_reranker_error_quoting_a_hit_is_reported_by_type_only(
         self, store: ChunkStore, error: type[Exception]
     ) -> None:
-        """A reranker failing with a hit's text is a RerankError without that text anywhere.
+        """Checks ``Reranker.rerank``, ``retrieve_context``: a reranker failing with a hit's text is
+        a ``RerankError`` without that text anywhere.
 
         Not in the message, not in ``__cause__``/``__context__`` (both ``None``), whether
         the reranker's error is a foreign exception or one of ragport's own types. If this
@@ -354,7 +367,10 @@ class ChunkStoreBoundaryContract(_ChunkStoreContractBase):
         assert info.value.__cause__ is None and info.value.__context__ is None
 
     def test_a_reranker_cannot_rewrite_what_is_rendered_or_stored(self, store: ChunkStore) -> None:
-        """A reranker writing to its hits (object.__setattr__) changes only its own copies.
+        """Checks ``Reranker.rerank``, ``ChunkStore.get_by_source``, ``retrieve_context``: a
+        reranker writing to its hits (``object.__setattr__``) changes only its own copies, never the
+        rendered text, the returned hits, their citations and trust, or the stored metadata; only
+        the order is its own.
 
         The rendered text, the returned hits and citations come from the store's records; the
         order is the reranker's; trust stays untrusted; the stored metadata is unchanged. If

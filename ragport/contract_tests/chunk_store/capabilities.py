@@ -15,17 +15,34 @@ class ChunkStoreCapabilityContract(_ChunkStoreContractBase):
     """``capabilities`` and ``provider`` are honest, typed and stable."""
 
     def test_store_satisfies_the_chunk_store_protocol(self, store: ChunkStore) -> None:
-        """The store has every ChunkStore member.
+        """Checks ``ChunkStore.capabilities``, ``ChunkStore.provider``, ``ChunkStore.unit_of_work``,
+        ``ChunkStore.current_generation``, ``ChunkStore.query``, ``ChunkStore.get_by_source``,
+        ``ChunkStore.foreign_embedders``, ``ChunkStore.list_embedders``,
+        ``ChunkStore.set_source_access``, ``ChunkStore.check_source_access``,
+        ``ChunkStore.list_invalidated_ids``, ``ChunkStore.get_source_access``,
+        ``ChunkStore.list_source_ids``: the store has every member of the protocol
+        (``isinstance(store, ChunkStore)``).
 
         If this fails, check that the adapter defines every method and property of ChunkStore.
         """
         assert isinstance(store, ChunkStore)
 
     def test_store_conforms_to_the_port_signatures(self, store: ChunkStore) -> None:
-        """Checks every ``ChunkStore`` member (and those of the optional protocols the store
-        declares): ``conformance_problems`` finds nothing, so each method takes the port's
-        positional arguments, every keyword-only one by name and a default where the port
-        has one (``assert_conforms``).
+        """Checks ``ChunkStore.capabilities``, ``ChunkStore.provider``, ``ChunkStore.unit_of_work``,
+        ``ChunkStore.current_generation``, ``ChunkStore.query``, ``ChunkStore.get_by_source``,
+        ``ChunkStore.foreign_embedders``, ``ChunkStore.list_embedders``,
+        ``ChunkStore.set_source_access``, ``ChunkStore.check_source_access``,
+        ``ChunkStore.list_invalidated_ids``, ``ChunkStore.get_source_access``,
+        ``ChunkStore.list_source_ids``, ``SupportsLexicalSearch.lexical_query``,
+        ``SupportsLexicalSearch.hybrid_query``, ``SupportsGuardedQuery.guarded_query``,
+        ``SupportsBorrowedQuery.borrowed_query``, ``SupportsPreparation.prepare``,
+        ``SupportsGenerationHistory.generation_history``,
+        ``SupportsForgottenLookup.forgotten_among``: ``conformance_problems`` finds nothing, so
+        ``capabilities`` is a ``Capabilities``, ``provider`` a non-empty string, and every method of
+        ``ChunkStore`` and of each optional protocol the store declares is defined (an optional one
+        by the store's class) and takes the port's positional arguments, every keyword-only one by
+        name and a default where the port has one; extra parameters have defaults
+        (``assert_conforms``).
 
         If this fails, check the listed members against ``ragport/ports/store.py``; running
         ``mypy --strict`` over ``assert_conforms(MyStore(...))`` names them too.
@@ -34,7 +51,9 @@ class ChunkStoreCapabilityContract(_ChunkStoreContractBase):
         assert not problems, problems
 
     def test_capabilities_is_a_typed_value(self, store: ChunkStore) -> None:
-        """`capabilities` is a Capabilities with well-typed fields, the same on every read.
+        """Checks ``ChunkStore.capabilities``: it is a ``Capabilities`` whose fields have their
+        types (``authorization`` "acl" or "none", booleans, ``lexical_modes`` a tuple of non-empty
+        strings), equal on every read.
 
         If this fails, check that the adapter returns ragport.domain.model.Capabilities.
         """
@@ -50,7 +69,8 @@ class ChunkStoreCapabilityContract(_ChunkStoreContractBase):
         assert store.capabilities == caps
 
     def test_declared_capabilities_are_implemented(self, store: ChunkStore) -> None:
-        """Every optional capability the store declares is defined by its class.
+        """Checks ``ChunkStore.capabilities``: every optional capability it declares is defined by
+        the store's class (``missing_methods`` finds nothing), so ``supports`` accepts it.
 
         If this fails, check the listed methods: ``lexical_modes`` promises ``lexical_query``
         and ``hybrid_query``, ``guarded_query=True`` promises ``guarded_query``,
@@ -66,7 +86,7 @@ class ChunkStoreCapabilityContract(_ChunkStoreContractBase):
             assert supports(store, capability), capability
 
     def test_provider_is_a_stable_non_empty_string(self, store: ChunkStore) -> None:
-        """`provider` is a short non-empty string that does not change.
+        """Checks ``ChunkStore.provider``: it is a non-blank string that does not change.
 
         If this fails, check the adapter's `provider` property (e.g. "memory").
         """
@@ -76,7 +96,10 @@ class ChunkStoreCapabilityContract(_ChunkStoreContractBase):
         assert store.provider == provider
 
     def test_unit_of_work_exposes_scope_and_repositories(self, store: ChunkStore) -> None:
-        """A unit of work names its scope and offers the four repositories.
+        """Checks ``ChunkStore.unit_of_work``, ``UnitOfWork.scope``, ``UnitOfWork.records``,
+        ``UnitOfWork.generations``, ``UnitOfWork.grants``, ``UnitOfWork.tombstones``,
+        ``UnitOfWork.commit``, ``UnitOfWork.rollback``: the unit of work has the scope it was opened
+        for, all four repositories, and callable ``commit`` and ``rollback``.
 
         If this fails, check the object `unit_of_work(scope).__enter__` returns.
         """

@@ -24,7 +24,10 @@ class ChunkStoreConcurrencyContract(_ChunkStoreContractBase):
     """Concurrent writers on one scope are serialized; readers see whole versions."""
 
     def test_concurrent_writers_leave_one_complete_version(self, store: ChunkStore) -> None:
-        """Two threads x 50 replacements on one scope end with one whole version per source.
+        """Checks ``ChunkStore.unit_of_work``, ``ChunkStore.get_by_source``, ``ChunkStore.query``,
+        ``ChunkStore.current_generation``: two threads making 50 replacements each on one scope end
+        with one whole version per source; a concurrent reader never sees two versions of a source
+        mixed, ``query`` shows no id twice, and (with ``generations``) the pointer is 100.
 
         If this fails, check that units of work on the same scope are serialized (stage, retire,
         add and publish must not interleave) and that reads see one committed pointer.

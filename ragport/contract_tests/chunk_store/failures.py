@@ -80,11 +80,17 @@ class ChunkStoreFailureContract(_ChunkStoreContractBase):
     def test_a_broken_backend_is_an_unchained_store_error_everywhere(
         self, store: ChunkStore, break_store: BreakStore | None
     ) -> None:
-        """Checks ``ChunkStore`` (every read and write, ``unit_of_work`` and ``commit``, the
-        optional legs it declares) and ``retrieve_context`` over it: once ``break_store`` has
-        broken the backend, each raises ``StoreError`` with no ``__cause__`` and no
-        ``__context__`` (``ragport.domain.errors.raise_unchained``); nothing else escapes and
-        nothing answers as if the scope were empty.
+        """Checks ``ChunkStore.current_generation``, ``ChunkStore.query``,
+        ``ChunkStore.get_by_source``, ``ChunkStore.foreign_embedders``,
+        ``ChunkStore.list_embedders``, ``ChunkStore.list_invalidated_ids``,
+        ``ChunkStore.get_source_access``, ``ChunkStore.list_source_ids``,
+        ``ChunkStore.set_source_access``, ``ChunkStore.check_source_access``,
+        ``ChunkStore.unit_of_work``, ``UnitOfWork.commit``, ``SupportsLexicalSearch.lexical_query``,
+        ``SupportsLexicalSearch.hybrid_query``, ``SupportsGuardedQuery.guarded_query``,
+        ``SupportsForgottenLookup.forgotten_among``, ``retrieve_context``: once ``break_store`` has
+        broken the backend, each of them (the optional ones where declared) raises ``StoreError``
+        with no ``__cause__`` and no ``__context__`` (``ragport.domain.errors.raise_unchained``);
+        nothing else escapes and nothing answers as if the scope were empty.
 
         If this fails, check the store's one translation point for driver exceptions: catch
         the driver's base error class around every statement (and around connecting and

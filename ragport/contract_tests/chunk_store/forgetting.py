@@ -135,7 +135,11 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
     """Nothing resting on a forgotten source is served again, at any depth."""
 
     def test_the_predicate_withholds_a_derived_record_by_its_roots(self, store: ChunkStore) -> None:
-        """A derived record whose only forgotten id is a root (two levels up) is never served.
+        """Checks ``ChunkStore.query``, ``SupportsGuardedQuery.guarded_query``,
+        ``SupportsBorrowedQuery.borrowed_query``, ``SupportsLexicalSearch.hybrid_query``,
+        ``retrieve_context``: a derived record whose only forgotten id is a root two levels up (not
+        its id, source or lineage) is never served, on the vector leg or the hybrid path, to a
+        trusted or an authorized caller.
 
         If this fails, check the store's tombstone predicate (``query``, ``lexical_query``,
         ``guarded_query``): besides id, source and lineage it must test ``roots`` against
@@ -157,7 +161,9 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
         _assert_never_served(store, ["fg-s#0001", "fg-d1", "fg-d2"], "after forgetting fg-s")
 
     def test_deriving_from_forgotten_content_is_refused(self, store: ChunkStore) -> None:
-        """After a forget, index_derived on the source, or on what rested on it, is refused.
+        """Checks ``RecordRepository.list_live``, ``TombstoneRepository.list``, ``index_derived``:
+        after a forget, ``index_derived`` on the source, or on what rested on it, is
+        ``ValidationError(field="lineage")`` and writes nothing; unrelated content still derives.
 
         If this fails, check ``application.derived._roots``: every ancestor and root of the new
         record is tested against the scope's forgotten tombstones before anything is written.
@@ -180,7 +186,10 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
         _assert_never_served(store, ["fg-s#0001", "fg-d1", "fg-d2"], "after forgetting fg-s")
 
     def test_forget_follows_a_repointed_derived_record(self, store: ChunkStore) -> None:
-        """D1 -> S, D2 -> D1, re-point D1 to D1b, forget S: D1b and D2 are never served.
+        """Checks ``RecordRepository.rekey``, ``RecordRepository.rewrite_lineage``,
+        ``RecordRepository.find_dependents``, ``repoint_source``: with D1 -> S and D2 -> D1,
+        re-pointing D1 to D1b files it under exactly the new id and rewrites D2's lineage;
+        forgetting S then takes D1b and D2 along, and neither is served.
 
         If this fails, check that repoint_source files a derived record under exactly the new
         id and rewrites lineage, and that the propagation closure follows dependents by record
@@ -205,8 +214,11 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
     def test_rollback_never_brings_back_a_dependent_of_a_forgotten_source(
         self, store: ChunkStore
     ) -> None:
-        """D1 -> S, D2 -> D1, D3 -> D2; delete D3 and D2; forget S; roll back before the
-        deletes: D2 and D3 come back as rows but are never served.
+        """Checks ``RecordRepository.find_dependents``, ``ChunkStore.query``,
+        ``SupportsGuardedQuery.guarded_query``, ``SupportsBorrowedQuery.borrowed_query``,
+        ``SupportsLexicalSearch.hybrid_query``, ``rollback_generation``: with D1 -> S, D2 -> D1, D3
+        -> D2, deleting D3 and D2 and then forgetting S puts all of them in the closure; after a
+        rollback to before the deletes D2 and D3 are rows again but never served.
 
         If this fails, check that ``find_dependents`` returns retired versions too (the
         closure must tombstone what a rollback can restore) and the roots test of the store
@@ -231,8 +243,9 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
     def test_forgetting_a_derived_record_withholds_its_dependents_after_rollback(
         self, store: ChunkStore
     ) -> None:
-        """Forget the middle of D1 -> S, D2 -> D1, D3 -> D2 while D3 is deleted; roll back:
-        D3 (whose roots do not name D1) is still never served; S still is.
+        """Checks ``RecordRepository.find_dependents``, ``rollback_generation``: forgetting D1 of D1
+        -> S, D2 -> D1, D3 -> D2 while D3 is deleted takes D2 and D3 along; after a rollback that
+        restores D3 (whose roots do not name D1) none of them is served, and S still is.
 
         If this fails, check that the closure walks retired versions (``find_dependents``).
         """
@@ -251,8 +264,9 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
         assert all("fg-s#0001" in seen for seen in _served(store).values())
 
     def test_a_forgotten_id_is_never_re_pointed(self, store: ChunkStore) -> None:
-        """Re-pointing from a forgotten source (its rows would be served under the new id) or
-        onto a forgotten id is refused and moves nothing.
+        """Checks ``TombstoneRepository.list``, ``repoint_source``: re-pointing from a forgotten
+        source (its rows would be served under the new id) or onto a forgotten id is a
+        ``ValidationError`` and moves nothing.
 
         If this fails, check repoint_source's tombstone check before ``rekey``.
         """
@@ -271,7 +285,8 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
         _assert_never_served(store, ["fg-s#0001", "fg-d1#0001"], "after the refused moves")
 
     def test_a_chunk_source_and_a_derived_record_never_share_an_id(self, store: ChunkStore) -> None:
-        """index_derived on a chunk source's id, and replace_source on a derived record's id,
+        """Checks ``RecordRepository.list_live``, ``index_derived``, ``replace_source``:
+        ``index_derived`` on a chunk source's id, and ``replace_source`` on a derived record's id,
         are refused; neither retires the other.
 
         If this fails, check ``require_kind`` in the use cases before they retire anything.
@@ -305,7 +320,8 @@ class ChunkStoreRepointUniquenessContract(_ChunkStoreContractBase):
     def test_repoint_onto_a_deleted_id_that_rollback_can_restore_is_refused(
         self, store: ChunkStore
     ) -> None:
-        """a (gen 1), b (gen 2), delete b, re-point a -> b: refused, since rolling back to 2
+        """Checks ``RecordRepository.rekey``, ``repoint_source``: with a (gen 1), b (gen 2) and b
+        deleted, re-pointing a -> b is ``ValidationError(field="to_id")``, since rolling back to 2
         would show two ``b#0001``; the rollback itself still works and ids stay unique.
 
         If this fails, check ``rekey``: a retired row of the destination id retired above
@@ -323,8 +339,9 @@ class ChunkStoreRepointUniquenessContract(_ChunkStoreContractBase):
         assert [r.text for r in store.get_by_source(SCOPE, "uq-b")] == [f"text of b {WORD}"]
 
     def test_repoint_onto_a_staged_delete_is_refused(self, store: ChunkStore) -> None:
-        """A staged (unpublished) delete of c, then re-point a -> c: refused, since c's rows
-        are still visible at the current pointer.
+        """Checks ``RecordRepository.rekey``, ``repoint_source``: after a staged (unpublished)
+        delete of c, re-pointing a -> c is ``ValidationError(field="to_id")``, since c's rows are
+        still visible at the current pointer.
 
         If this fails, check ``rekey``: a row retired at a generation above the pointer is
         still visible there.
@@ -347,9 +364,9 @@ class ChunkStoreRepointUniquenessContract(_ChunkStoreContractBase):
     def test_repoint_onto_an_id_no_reachable_pointer_shows_is_allowed(
         self, store: ChunkStore
     ) -> None:
-        """b deleted, then a (re)written after the delete: a -> b moves, and every pointer
-        from the floor up shows unique ids. Once compaction raises the floor past a deletion,
-        the move that was refused is allowed.
+        """Checks ``RecordRepository.rekey``, ``repoint_source``, ``compact``: with b deleted and a
+        written after the delete, a -> b moves, and every pointer from the floor up shows unique
+        ids; once compaction raises the floor past a deletion, the move that was refused is allowed.
 
         If this fails, check ``rekey_collides``: the moved row is only visible from its own
         generation on, and nothing below the floor can come back.

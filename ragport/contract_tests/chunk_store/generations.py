@@ -38,7 +38,10 @@ class ChunkStoreReplaceContract(_ChunkStoreContractBase):
     """A replacement is seen whole or not at all: readers see v1 until v2 is committed."""
 
     def test_reader_sees_the_old_version_until_commit(self, store: ChunkStore) -> None:
-        """During a replace a concurrent reader sees exactly v1; after commit exactly v2.
+        """Checks ``ChunkStore.unit_of_work``, ``ChunkStore.get_by_source``, ``ChunkStore.query``,
+        ``ChunkStore.current_generation``: while a replacement (stage, retire, add, publish) is
+        open, a reader in another thread sees exactly v1 and the old pointer, without waiting; after
+        commit every reader sees exactly v2 and the new pointer.
 
         If this fails, check that retire/add/publish happen in one transaction, that readers
         use the committed pointer, and that reads do not block on an open unit of work.
@@ -71,7 +74,9 @@ class ChunkStoreReplaceContract(_ChunkStoreContractBase):
         )
 
     def test_abandoned_replace_keeps_the_old_version(self, store: ChunkStore) -> None:
-        """A replacement that raises before commit leaves v1 visible and the pointer unchanged.
+        """Checks ``ChunkStore.unit_of_work``, ``RecordRepository.retire_source``,
+        ``GenerationRepository.publish``: a replacement that raises before commit leaves v1 visible
+        and the pointer unchanged.
 
         If this fails, check that retire_source and publish are rolled back with the records.
         """
@@ -88,7 +93,9 @@ class ChunkStoreReplaceContract(_ChunkStoreContractBase):
         assert _snapshot(store, SCOPE, ["doc"], probe) == (v1["doc"].pairs, v1["doc"].pairs, first)
 
     def test_replace_reuses_chunk_ids_without_duplicates(self, store: ChunkStore) -> None:
-        """After replacing a source its chunk ids appear once each, with the new text.
+        """Checks ``RecordRepository.retire_source``, ``ChunkStore.get_by_source``,
+        ``ChunkStore.query``: after a source is replaced, its chunk ids appear once each, with the
+        new text, in ``get_by_source`` (ordered by id) and in ``query``.
 
         If this fails, check that retire_source hides the old rows at the new generation.
         """
@@ -105,7 +112,9 @@ class ChunkStoreGenerationContract(_ChunkStoreContractBase):
     """Counter, pointer, staging, retirement, rollback and compaction of generations."""
 
     def test_fresh_scope_starts_at_generation_zero(self, store: ChunkStore) -> None:
-        """A scope never written has pointer, counter and floor 0.
+        """Checks ``ChunkStore.current_generation``, ``GenerationRepository.current``,
+        ``GenerationRepository.counter``, ``GenerationRepository.floor``: a scope never written has
+        pointer, counter and floor 0.
 
         If this fails, check the defaults of the generation repository for an unknown scope.
         """
@@ -117,7 +126,10 @@ class ChunkStoreGenerationContract(_ChunkStoreContractBase):
             assert uow.generations.floor() == 0
 
     def test_stage_hands_out_one_generation_until_published(self, store: ChunkStore) -> None:
-        """stage() returns counter+1 once, repeats it until published, then moves on.
+        """Checks ``GenerationRepository.stage``, ``GenerationRepository.publish``,
+        ``GenerationRepository.counter``, ``GenerationRepository.current``: ``stage()`` returns
+        counter + 1, then the same number until it is published, then the next one; counter and
+        pointer are kept across units of work.
 
         If this fails, check stage(): reuse counter() while it is above the pointer.
         """
@@ -141,7 +153,9 @@ class ChunkStoreGenerationContract(_ChunkStoreContractBase):
         assert store.current_generation(SCOPE) == 2
 
     def test_staged_rows_are_invisible_until_published(self, store: ChunkStore) -> None:
-        """Rows committed at a staged generation stay hidden until a later publish.
+        """Checks ``ChunkStore.get_by_source``, ``ChunkStore.query``, ``ChunkStore.list_embedders``,
+        ``GenerationRepository.stage``: rows committed at a staged generation stay invisible until a
+        later unit of work publishes it, and ``stage()`` there hands out the same generation.
 
         If this fails, check that reads filter on generation <= pointer, not on the counter.
         """
@@ -163,7 +177,8 @@ class ChunkStoreGenerationContract(_ChunkStoreContractBase):
         assert _query_pairs(store, SCOPE, hash_vector(V1[0])) == batch.pairs
 
     def test_retire_source_counts_previously_visible_rows(self, store: ChunkStore) -> None:
-        """retire_source returns how many rows were visible and are now retired (0 if none).
+        """Checks ``RecordRepository.retire_source``: it returns how many rows were visible and are
+        now retired (0 the second time and for an unknown source), and leaves other sources visible.
 
         If this fails, check the count retire_source returns.
         """
@@ -180,7 +195,9 @@ class ChunkStoreGenerationContract(_ChunkStoreContractBase):
         assert visible_pairs(store, SCOPE, ["b"]) == {("b#0001", "four")}
 
     def test_retire_source_drops_an_earlier_staged_write(self, store: ChunkStore) -> None:
-        """Retiring a source again at the same staged generation removes the rows staged there.
+        """Checks ``RecordRepository.retire_source``: retiring a source again at the same staged
+        generation removes the rows staged there (and returns 0), so only the last write is
+        published.
 
         If this fails, check that retire_source deletes the source's rows written at `generation`.
         """
@@ -199,7 +216,10 @@ class ChunkStoreGenerationContract(_ChunkStoreContractBase):
         assert _query_pairs(store, SCOPE, hash_vector(V2[2])) == final.pairs
 
     def test_rollback_restores_an_earlier_snapshot(self, store: ChunkStore) -> None:
-        """discard_above/restore_above/reset(p) restores snapshot p; the counter goes on from p.
+        """Checks ``RecordRepository.discard_above``, ``RecordRepository.restore_above``,
+        ``GenerationRepository.reset``: ``discard_above(p)``, ``restore_above(p)`` and ``reset(p)``
+        restore exactly what readers saw at pointer ``p``, return how many rows they removed and
+        restored, and the counter goes on from ``p``.
 
         If this fails, check discard_above (rows written above p), restore_above (rows retired
         above p) and reset (pointer and counter).
@@ -224,7 +244,9 @@ class ChunkStoreGenerationContract(_ChunkStoreContractBase):
             assert uow.generations.stage() == first + 1
 
     def test_purge_retired_removes_only_rows_retired_through(self, store: ChunkStore) -> None:
-        """purge_retired(t) removes rows retired at or below t; later-retired and visible rows stay.
+        """Checks ``RecordRepository.purge_retired``, ``GenerationRepository.raise_floor``:
+        ``purge_retired(t)`` removes the rows retired at or below ``t`` and returns their count (0
+        the second time); rows retired later stay restorable and visible rows stay.
 
         If this fails, check the purge predicate: retired_generation IS NOT NULL AND <= t.
         """
@@ -247,7 +269,9 @@ class ChunkStoreGenerationContract(_ChunkStoreContractBase):
         assert visible_pairs(store, SCOPE, ["doc"]) == v2["doc"].pairs
 
     def test_floor_round_trips(self, store: ChunkStore) -> None:
-        """raise_floor(g) makes floor() return g, in the same and in later units of work.
+        """Checks ``GenerationRepository.floor``, ``GenerationRepository.raise_floor``: after
+        ``raise_floor(g)``, ``floor()`` returns ``g`` in the same and in later units of work of that
+        scope, and 0 in another corpus.
 
         If this fails, check that the floor is stored per scope and committed.
         """

@@ -26,8 +26,9 @@ class ChunkStoreGrantReadContract(_ChunkStoreContractBase):
     """Grants read back by source id, exactly as set, in the one scope that holds them."""
 
     def test_get_source_access_returns_the_grants_as_set(self, store: ChunkStore) -> None:
-        """get_source_access returns each asked source's grant (fields equal), once each,
-        and omits sources without one; an empty grant is present.
+        """Checks ``ChunkStore.get_source_access``: it returns the grant of each asked source that
+        has one, once, with the fields ``set_source_access`` stored; sources without one are absent,
+        an empty grant is present, and no ids give an empty mapping.
 
         If this fails, check that get_source_access reads the grants table (or map) of the
         exact scope, de-duplicates the ids, and keeps principal ids, group ids and
@@ -49,7 +50,8 @@ class ChunkStoreGrantReadContract(_ChunkStoreContractBase):
         assert dict(store.get_source_access(SCOPE, [])) == {}
 
     def test_get_source_access_reads_the_latest_grant(self, store: ChunkStore) -> None:
-        """A second set_source_access for a source replaces what get_source_access returns.
+        """Checks ``ChunkStore.get_source_access``, ``ChunkStore.set_source_access``: after a second
+        ``set_source_access`` for a source, ``get_source_access`` returns only the second grant.
 
         If this fails, check that set_source_access replaces (not merges) a source's grant
         and that get_source_access does not cache.
@@ -65,7 +67,8 @@ class ChunkStoreGrantReadContract(_ChunkStoreContractBase):
         assert grant.access_version == 3
 
     def test_get_source_access_is_scoped_exactly(self, store: ChunkStore) -> None:
-        """Grants of one scope are invisible from another corpus or another tenant.
+        """Checks ``ChunkStore.get_source_access``: grants of one scope are absent from another
+        corpus and another tenant.
 
         If this fails, check that get_source_access filters on tenant, resource and corpus.
         """
@@ -81,8 +84,9 @@ class ChunkStoreSourceListContract(_ChunkStoreContractBase):
     def test_list_source_ids_pages_visible_sources_in_code_point_order(
         self, store: ChunkStore
     ) -> None:
-        """Visible sources come back once each, in code-point order, paged by ``after``;
-        a deleted source is gone, and it is back after a rollback to before the delete.
+        """Checks ``ChunkStore.list_source_ids``: visible sources come back once each, in code-point
+        order, paged by ``after`` and ``limit``; a deleted source is gone, another corpus lists
+        nothing, and (with ``generations``) a rollback to before the delete lists it again.
 
         If this fails, check list_source_ids: DISTINCT over visible chunk records (pointer
         visibility, not retired_generation alone), COLLATE "C" order, the ``after`` bound.

@@ -70,7 +70,9 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
     def test_guarded_query_equals_the_two_separate_reads(
         self, store: ChunkStore, guarded_read: str
     ) -> None:
-        """Same foreign embedders as foreign_embedders, same records and scores as query.
+        """Checks ``SupportsGuardedQuery.guarded_query``, ``SupportsBorrowedQuery.borrowed_query``:
+        the answer has the foreign embedders ``foreign_embedders`` reports and the records, order
+        and scores (within 1e-5) ``query`` returns, at ``limit=1`` too.
 
         If this fails, compare the guarded statement with query's and foreign_embedders'.
         """
@@ -88,7 +90,10 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
     def test_guarded_query_names_every_foreign_embedder(
         self, store: ChunkStore, guarded_read: str
     ) -> None:
-        """Other embedder ids, other dimensions and rows without an id are all reported.
+        """Checks ``SupportsGuardedQuery.guarded_query``, ``SupportsBorrowedQuery.borrowed_query``,
+        ``ChunkStore.foreign_embedders``: other embedder ids, other dimensions and rows without an
+        id are all reported, the same as ``foreign_embedders`` reports them, and none once those
+        rows are deleted.
 
         If this fails, check the drift-guard part of the guarded statement (visible rows only).
         """
@@ -118,7 +123,9 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
     def test_guarded_query_names_a_lone_legacy_row_or_other_dimension(
         self, store: ChunkStore, guarded_read: str
     ) -> None:
-        """One row without an embedder id (or of another dimension) among consistent ones.
+        """Checks ``SupportsGuardedQuery.guarded_query``, ``SupportsBorrowedQuery.borrowed_query``:
+        one row without an embedder id, or of another dimension, among consistent rows is reported
+        as foreign, and the records are the consistent rows.
 
         If this fails, check any shortcut the guard takes (PostgreSQL probes the first and last
         (embedder_id, dimensions) in index order, where rows without an id sort last).
@@ -137,7 +144,9 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
     def test_guarded_query_on_an_empty_or_foreign_only_scope(
         self, store: ChunkStore, guarded_read: str
     ) -> None:
-        """No rows: nothing foreign, nothing found. Only foreign rows: they are named.
+        """Checks ``SupportsGuardedQuery.guarded_query``, ``SupportsBorrowedQuery.borrowed_query``:
+        a scope without rows reports nothing foreign and finds nothing; a scope with only rows of
+        another dimension names them and finds nothing.
 
         If this fails, check that the guard still answers when the vector leg finds nothing.
         """
@@ -155,7 +164,9 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
     def test_guarded_query_withholds_forgotten_ids_sources_and_lineage(
         self, store: ChunkStore, guarded_read: str
     ) -> None:
-        """The promise retrieval relies on to skip its own tombstone re-read.
+        """Checks ``SupportsGuardedQuery.guarded_query``, ``SupportsBorrowedQuery.borrowed_query``:
+        records whose id, source id or lineage entry a ``forgotten`` tombstone names are withheld
+        before ``limit``, the promise retrieval relies on to skip its own tombstone re-read.
 
         If this fails, check that the guarded statement applies the same tombstone predicate
         as query (record id, source id, lineage; 'forgotten' only) before the limit.
@@ -198,7 +209,9 @@ class ChunkStoreGuardedQueryContract(_ChunkStoreContractBase):
     def test_guarded_query_applies_grants_and_filters_like_query(
         self, store: ChunkStore, guarded_read: str
     ) -> None:
-        """Authorization and metadata filter mean exactly what they mean for query.
+        """Checks ``SupportsGuardedQuery.guarded_query``, ``SupportsBorrowedQuery.borrowed_query``:
+        ``authorization`` and ``metadata_filter`` select the same records as for ``query``, and
+        ``on_denied`` receives the withheld sources.
 
         If this fails, check that the guarded statement shares query's predicate.
         """

@@ -65,7 +65,9 @@ class ChunkStoreGenerationHistoryContract(_ChunkStoreContractBase):
     def test_history_lists_sources_written_and_retired_per_generation(
         self, store: ChunkStore
     ) -> None:
-        """Each published generation reports the sources it wrote and retired, with counts.
+        """Checks ``SupportsGenerationHistory.generation_history``: each published generation
+        reports, newest first, the sources it wrote and retired and the counts of sources and
+        records.
 
         If this fails, check that a row counts as written at its ``generation`` and as retired
         at its ``retired_generation``, that ids are distinct and sorted, and that the newest
@@ -88,7 +90,8 @@ class ChunkStoreGenerationHistoryContract(_ChunkStoreContractBase):
     def test_history_is_scoped_exactly_and_empty_for_an_unwritten_scope(
         self, store: ChunkStore
     ) -> None:
-        """Another corpus or tenant sees no history of this scope; an unwritten scope has none.
+        """Checks ``SupportsGenerationHistory.generation_history``: another corpus or tenant sees no
+        history of this scope; an unwritten scope has none.
 
         If this fails, check that every table the history reads is filtered on tenant,
         resource and corpus.
@@ -99,8 +102,9 @@ class ChunkStoreGenerationHistoryContract(_ChunkStoreContractBase):
         assert _history(store, OTHER_TENANT) == []
 
     def test_history_limit_and_id_cap_are_exact_and_visible(self, store: ChunkStore) -> None:
-        """``limit`` keeps the newest generations; ``max_ids`` caps each list in code-point
-        order while the counts stay whole (a capped list is never silent).
+        """Checks ``SupportsGenerationHistory.generation_history``: ``limit`` keeps the newest
+        generations; ``max_ids`` caps each list in code-point order while the counts stay whole (a
+        capped list is never silent).
 
         If this fails, check the ORDER BY (code points: "B" before "a") and that the counts
         are taken before the cap.
@@ -116,8 +120,9 @@ class ChunkStoreGenerationHistoryContract(_ChunkStoreContractBase):
         assert (none.written, none.sources_written, none.records_written) == ((), 3, 3)
 
     def test_history_follows_rollback(self, store: ChunkStore) -> None:
-        """After rollback to p, generations above p are gone and what they retired is no
-        longer retired; the next write reuses p + 1 and reports only itself.
+        """Checks ``SupportsGenerationHistory.generation_history``: after a rollback to p,
+        generations above p are gone and what they retired is no longer retired; the next write
+        reuses p + 1 and reports only itself.
 
         If this fails, check that the history reads the rows as rollback left them (discarded
         rows gone, restored rows un-retired) and stops at the pointer.
@@ -131,7 +136,8 @@ class ChunkStoreGenerationHistoryContract(_ChunkStoreContractBase):
         assert _brief(_history(store)) == [(again, ("d",), ()), (first, ("a", "b"), ())]
 
     def test_history_stops_at_the_compaction_floor(self, store: ChunkStore) -> None:
-        """After compact(keep=1) only generations above the floor are reported, complete.
+        """Checks ``SupportsGenerationHistory.generation_history``: after ``compact(keep=1)`` only
+        the generations above the floor are reported, complete.
 
         If this fails, check that the history starts above ``floor()`` (what older generations
         retired was purged, so their entries would be wrong).
@@ -144,7 +150,8 @@ class ChunkStoreGenerationHistoryContract(_ChunkStoreContractBase):
         assert _brief(_history(store)) == [(fourth, ("c",), ("c",)), (third, ("c",), ("b",))]
 
     def test_history_leaves_out_staged_generations(self, store: ChunkStore) -> None:
-        """Rows staged above the pointer (not published) are not history yet.
+        """Checks ``SupportsGenerationHistory.generation_history``: rows written or retired at a
+        staged generation above the pointer are not history yet.
 
         If this fails, check that the history stops at the pointer, not at the counter.
         """
@@ -160,7 +167,8 @@ class ChunkStoreGenerationHistoryContract(_ChunkStoreContractBase):
         assert _brief(_history(store)) == [(first, ("a",), ())]
 
     def test_history_never_lists_a_forgotten_id(self, store: ChunkStore) -> None:
-        """A source id a ``forgotten`` tombstone withholds appears in no list and no count.
+        """Checks ``SupportsGenerationHistory.generation_history``: a source id a ``forgotten``
+        tombstone withholds appears in no list and no count.
 
         If this fails, check that the history filters on the scope's forgotten tombstones
         (record id and source id), as every read does.
@@ -180,7 +188,8 @@ class ChunkStoreGenerationHistoryContract(_ChunkStoreContractBase):
         ids=["limit-0", "limit-1001", "limit-bool", "max_ids-negative", "max_ids-over"],
     )
     def test_history_refuses_bad_arguments(self, store: ChunkStore, kwargs: Any) -> None:
-        """Out-of-range ``limit`` / ``max_ids`` are a ValidationError, before any read.
+        """Checks ``SupportsGenerationHistory.generation_history``: an out-of-range or bool
+        ``limit``, or an out-of-range ``max_ids``, is a ``ValidationError``.
 
         If this fails, call ragport.ports.history.check_history_args first.
         """
@@ -189,7 +198,8 @@ class ChunkStoreGenerationHistoryContract(_ChunkStoreContractBase):
             _history(store, **kwargs)
 
     def test_history_refuses_a_non_scope(self, store: ChunkStore) -> None:
-        """A scope that is not a ``Scope`` is a ScopeError.
+        """Checks ``SupportsGenerationHistory.generation_history``: a scope that is not a ``Scope``
+        is a ``ScopeError``.
 
         If this fails, check the scope type before building the read.
         """

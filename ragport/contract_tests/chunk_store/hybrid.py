@@ -64,8 +64,9 @@ class ChunkStoreHybridSnapshotContract(_ChunkStoreContractBase):
     """How long the writer and the readers race (the test's wall time)."""
 
     def test_hybrid_answers_never_mix_two_versions_of_a_source(self, store: ChunkStore) -> None:
-        """While a writer alternates a source between 2 and 8 chunks, no hybrid_query answer
-        and no hybrid retrieve_context result holds chunks of two versions.
+        """Checks ``SupportsLexicalSearch.hybrid_query``, ``retrieve_context``: while a writer
+        alternates a source between 2 and 8 chunks, no ``hybrid_query`` answer and no hybrid
+        ``retrieve_context`` result holds chunks of two versions.
 
         If this fails, check that ``hybrid_query`` reads the drift guard, the vector leg and
         the lexical leg from one snapshot (one pointer, one set of tombstones): one

@@ -83,7 +83,9 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
     def test_lexical_query_finds_term_matches_with_the_store_predicate(
         self, store: ChunkStore
     ) -> None:
-        """Records containing the term come back; retired versions and forgotten sources do not.
+        """Checks ``SupportsLexicalSearch.lexical_query``: in the first declared mode, the records
+        containing the term come back with finite scores, best first and ties by id; retired
+        versions and forgotten sources do not, and another corpus answers ``()``.
 
         If this fails, check that lexical_query applies visibility and tombstones like query.
         """
@@ -100,7 +102,9 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
             return
 
     def test_lexical_query_applies_grants_before_the_limit(self, store: ChunkStore) -> None:
-        """With limit 1, a denied better match never crowds out the allowed one.
+        """Checks ``SupportsLexicalSearch.lexical_query``: the grant predicate applies before
+        ``limit``: with limit 1 a denied better match never crowds out the allowed one, and
+        ``on_denied`` receives the denied source.
 
         If this fails, check that the grant predicate is inside the lexical leg, not after it.
         """
@@ -122,10 +126,10 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
     def test_lexical_order_and_scores_ignore_other_scopes_documents(
         self, store: ChunkStore
     ) -> None:
-        """``lexical_query``: documents written to another tenant and to another corpus leave a
-        scope's answer as it was, the same records in the same order with the same scores
-        (within 1e-9), in every mode: BM25 statistics (document count, average length,
-        document frequencies) are per exact scope.
+        """Checks ``SupportsLexicalSearch.lexical_query``: documents written to another tenant and
+        to another corpus leave a scope's answer as it was, the same records in the same order with
+        the same scores (within 1e-9), in every mode: BM25 statistics (document count, average
+        length, document frequencies) are per exact scope.
 
         If this fails, check where the store's corpus statistics come from: table-wide
         statistics (SQLite FTS5's ``bm25()``, one index shared by every scope) let another
@@ -161,7 +165,8 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
     def test_lexical_query_with_a_non_positive_limit_is_the_empty_tuple(
         self, store: ChunkStore
     ) -> None:
-        """``lexical_query`` with ``limit`` 0 or -1 returns ``()``, in every mode, not an error.
+        """Checks ``SupportsLexicalSearch.lexical_query``: ``limit`` 0 or -1 returns ``()``, in
+        every mode, not an error.
 
         If this fails, check the limit handling at the top of lexical_query.
         """
@@ -176,10 +181,10 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
     def test_lexical_bm25_matches_exactly_the_tokens_of_tokenize_lexical(
         self, store: ChunkStore
     ) -> None:
-        """``lexical_query`` in mode ``bm25``: a query matches exactly the texts that share a
-        ``tokenize_lexical`` token with it, so ``cafe`` does not match ``café`` (accents are
-        kept) and ``strasse`` matches ``Straße`` (casefolding), whatever the engine's own
-        tokenizer would do. Skips for stores without mode ``bm25``.
+        """Checks ``SupportsLexicalSearch.lexical_query``: in mode ``bm25`` a query matches exactly
+        the texts that share a ``tokenize_lexical`` token with it, so ``cafe`` does not match
+        ``café`` (accents are kept) and ``strasse`` matches ``Straße`` (casefolding), whatever the
+        engine's own tokenizer would do. Skips for stores without mode ``bm25``.
 
         If this fails, check the store's tokenizer: tokenize texts and queries with
         ragport.domain.lexical.tokenize_lexical (an analyzer may then drop stop words or stem
@@ -207,10 +212,11 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
     def test_every_declared_lexical_mode_works_through_retrieve_context(
         self, store: ChunkStore
     ) -> None:
-        """Checks ``Capabilities.lexical_modes``: every mode a store declares works through
-        ``retrieve_context`` (``RetrievalRequest(lexical=mode)``), and lexical-only retrieval
-        in it (``fusion_weights`` ``{"vector": 0}``) returns the term matches
-        ``lexical_query`` finds, as hits found by the lexical leg.
+        """Checks ``Capabilities.lexical_modes``, ``SupportsLexicalSearch.hybrid_query``,
+        ``retrieve_context``: every mode a store declares works through ``retrieve_context``
+        (``RetrievalRequest(lexical=mode)``), and lexical-only retrieval in it (``fusion_weights``
+        ``{"vector": 0}``) returns the records containing the term, as hits found by the lexical
+        leg.
 
         If this fails, check that ``lexical_query`` and ``hybrid_query`` accept every name in
         ``capabilities.lexical_modes`` (any name is allowed: ``bm25``, ``fts``, ``fts5``...;
@@ -239,7 +245,8 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
             assert {hit.provenance.retrieval for hit in result.hits} <= {"lexical", "hybrid"}
 
     def test_unknown_lexical_mode_is_a_capability_error(self, store: ChunkStore) -> None:
-        """Asking for a mode the store does not advertise fails closed.
+        """Checks ``SupportsLexicalSearch.lexical_query``: a mode the store does not declare is a
+        ``CapabilityError``.
 
         If this fails, check that lexical_query validates ``mode``.
         """

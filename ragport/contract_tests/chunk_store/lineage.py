@@ -99,8 +99,10 @@ class ChunkStoreLineageContract(_ChunkStoreContractBase):
     def test_find_dependents_returns_derived_records_of_every_generation_whose_lineage_overlaps(
         self, store: ChunkStore
     ) -> None:
-        """find_dependents returns every stored derived record naming any id: live, staged and
-        retired versions (a rollback could bring a retired one back).
+        """Checks ``RecordRepository.find_dependents``: it returns every stored derived record whose
+        lineage (not roots) names any of the ids, live, staged and retired versions alike (a
+        rollback could bring a retired one back), of the exact scope, each once; no ids find
+        nothing.
 
         If this fails, check find_dependents: kind 'derived', no pointer or retirement test,
         array overlap on lineage (not roots), exact scope, one row per stored version.
@@ -135,8 +137,9 @@ class ChunkStoreLineageContract(_ChunkStoreContractBase):
     def test_rewrite_lineage_rewrites_lineage_and_roots_and_counts_edges(
         self, store: ChunkStore
     ) -> None:
-        """rewrite_lineage swaps one id in lineage and roots of derived records of every
-        generation (retired versions included).
+        """Checks ``RecordRepository.rewrite_lineage``: it swaps one id in the lineage and roots of
+        derived records of every generation (retired versions included), keeps the order, returns
+        the number of lineage entries replaced, and changes nothing else.
 
         If this fails, check rewrite_lineage: it replaces ``from_id`` in both arrays (order
         kept) on live, staged and retired rows, returns the number of lineage entries replaced,
@@ -179,7 +182,9 @@ class ChunkStoreLineageContract(_ChunkStoreContractBase):
     def test_purge_source_removes_every_generation_of_one_source_only(
         self, store: ChunkStore
     ) -> None:
-        """purge_source deletes a source's rows of every generation and nothing else.
+        """Checks ``RecordRepository.purge_source``: it deletes a source's rows of every generation
+        and returns their count (0 the second time); other sources, derived records and other
+        corpora stay, and ``restore_above`` brings nothing of it back.
 
         If this fails, check purge_source: a physical delete on exact scope and source id,
         regardless of generation or retired_generation, returning the row count.
@@ -214,7 +219,9 @@ class ChunkStoreRepointContract(_ChunkStoreContractBase):
     """Paging a source's live records and re-keying them without re-embedding."""
 
     def test_list_live_orders_by_code_point_with_after_and_limit(self, store: ChunkStore) -> None:
-        """list_live pages a source's live records (staged included) in code-point id order.
+        """Checks ``RecordRepository.list_live``, ``RecordRepository.retire_ids``: ``list_live``
+        pages a source's live records (staged included, retired ones left out) in code-point id
+        order, starting after ``after`` (an id that need not exist), at most ``limit``.
 
         If this fails, check list_live: retired_generation IS NULL (no pointer test), exact
         source, ORDER BY id in code-point order (COLLATE "C" in PostgreSQL), ``id > after``
@@ -270,7 +277,9 @@ class ChunkStoreRepointContract(_ChunkStoreContractBase):
             assert list(uow.records.list_live("no-such-source")) == []
 
     def test_rekey_moves_ids_and_source_and_keeps_everything_else(self, store: ChunkStore) -> None:
-        """rekey re-files live records under new ids and a new source, copying the rest verbatim.
+        """Checks ``RecordRepository.rekey``: it re-files live records under new ids and a new
+        source and returns how many moved; text, metadata, vector, offsets, chunk index, embedder
+        and generation are copied verbatim, and retired versions stay under the old source.
 
         If this fails, check rekey: only id and source_id change; text, metadata, vector,
         offsets, chunk index, embedder and generation stay; retired versions do not move.
@@ -309,7 +318,8 @@ class ChunkStoreRepointContract(_ChunkStoreContractBase):
         assert restored >= {("rp-from#0001", "old one"), ("rp-from#0002", "old two")}
 
     def test_rekey_onto_a_live_id_of_another_source_is_rejected(self, store: ChunkStore) -> None:
-        """A rekey whose new id is live for another source is a ValidationError; nothing moves.
+        """Checks ``RecordRepository.rekey``: a rekey whose new id is live for another source is a
+        ``ValidationError``, and nothing moves.
 
         If this fails, check that rekey looks up every destination id among live rows of the
         scope before changing any row.
@@ -338,7 +348,8 @@ class ChunkStoreRepointContract(_ChunkStoreContractBase):
     def test_rekey_never_overwrites_a_destination_record_of_the_same_generation(
         self, store: ChunkStore
     ) -> None:
-        """A retired destination row written at a moved row's generation blocks the rekey.
+        """Checks ``RecordRepository.rekey``: a retired destination row written at a moved row's
+        generation makes the rekey a ``ValidationError``, and nothing moves.
 
         If this fails, check that rekey refuses instead of overwriting history that a
         rollback could still restore (the (id, generation) pair must stay unique).

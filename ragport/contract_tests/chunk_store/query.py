@@ -46,7 +46,8 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
     """Ordering, limits, cosine scores, metadata filters, dimensions and embedder listing."""
 
     def test_query_orders_by_score_then_id(self, store: ChunkStore) -> None:
-        """Results come by descending score, equal scores by ascending id, at most `limit`.
+        """Checks ``ChunkStore.query``: results come by descending score, equal scores by ascending
+        id, at most ``limit`` of them, and a smaller limit returns the head of the same order.
 
         If this fails, check the ORDER BY (score DESC, id ASC) and the LIMIT of query.
         """
@@ -86,7 +87,9 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
             assert _ids(store.query(SCOPE, probe, limit=limit)) == ids[:limit]
 
     def test_query_scores_are_cosine_similarity(self, store: ChunkStore) -> None:
-        """Scores equal cosine similarity; a record's own vector (scaled) scores 1 and ranks first.
+        """Checks ``ChunkStore.query``: each score is the cosine similarity of the record's vector
+        and the query vector (within 1e-5), so a record's own vector, scaled, scores 1 and ranks
+        first.
 
         If this fails, check the score formula: cosine (1 - cosine distance), not a raw dot
         product or a distance.
@@ -108,7 +111,9 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
                 assert found.score == pytest.approx(expected, abs=1e-5), found.record.id
 
     def test_metadata_filter_is_shallow_equality_before_top_k(self, store: ChunkStore) -> None:
-        """metadata_filter keeps records equal on every top-level filter key, before the limit.
+        """Checks ``ChunkStore.query``: a ``metadata_filter`` mapping keeps the records equal on
+        every top-level filter key (whole values, types kept, a missing key never matching; ``{}``
+        keeps all), applied before ``limit``.
 
         If this fails, check that the filter compares whole top-level values (no JSON
         containment, no string coercion), requires every key, and runs before the limit.
@@ -169,7 +174,8 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
         assert len(found({})) == len(rows)
 
     def test_metadata_filter_compares_json_types(self, store: ChunkStore) -> None:
-        """A filter value true matches only JSON true, never the number 1 (and 1 never true).
+        """Checks ``ChunkStore.query``: a ``metadata_filter`` value true matches only JSON true,
+        never the number 1 (and 1 never true).
 
         If this fails, check that the filter compares JSON values with their types (Python's
         `True == 1` is not JSON equality; a SQL store comparing jsonb keeps them apart).
@@ -199,7 +205,9 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
         assert found({"flag": False}) == set()
 
     def test_query_scores_only_records_of_the_query_dimension(self, store: ChunkStore) -> None:
-        """Records stored at another dimension are never returned for a query vector.
+        """Checks ``ChunkStore.query``, ``ChunkStore.list_embedders``: records stored at another
+        dimension are never returned for a query vector, and ``list_embedders`` names both
+        dimensions.
 
         If this fails, check that query filters on dimensions == len(vector).
         """
@@ -225,7 +233,7 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
         )
 
     def test_query_with_a_non_positive_limit_is_empty(self, store: ChunkStore) -> None:
-        """``query`` with ``limit`` 0 or -1 returns an empty sequence, not an error.
+        """Checks ``ChunkStore.query``: ``limit`` 0 or -1 returns an empty sequence, not an error.
 
         If this fails, check the limit handling at the top of query.
         """
@@ -235,7 +243,8 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
             assert len(store.query(SCOPE, hash_vector("limit one"), limit=limit)) == 0, limit
 
     def test_list_embedders_reports_visible_rows_only(self, store: ChunkStore) -> None:
-        """list_embedders lists (embedder_id, dimensions) of visible rows, not retired or staged.
+        """Checks ``ChunkStore.list_embedders``: it lists the (embedder_id, dimensions) of visible
+        rows only: not of a deleted source, and (with ``generations``) not of staged rows.
 
         If this fails, check that list_embedders applies the generation visibility rule.
         """
@@ -254,7 +263,9 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
     def test_foreign_embedders_reports_only_visible_rows_that_differ(
         self, store: ChunkStore
     ) -> None:
-        """foreign_embedders is empty for a consistent scope and names every visible stranger.
+        """Checks ``ChunkStore.foreign_embedders``: it is empty for a consistent scope and names
+        every visible (embedder_id, dimensions) that differs (another id, other dimensions, rows
+        without an id), never retired rows or another scope's.
 
         If this fails, check the drift-guard read: other ids, other dimensions and rows
         without an embedder id must be reported; retired rows and other scopes must not.
@@ -274,7 +285,9 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
         assert store.foreign_embedders(SCOPE, "emb-a:8", DIMS) == frozenset()
 
     def test_get_by_source_orders_by_id_and_keeps_fields(self, store: ChunkStore) -> None:
-        """get_by_source returns the source's records ordered by id with their stored fields.
+        """Checks ``ChunkStore.get_by_source``, ``ChunkStore.query``: ``get_by_source`` returns the
+        source's records ordered by id, whatever the write order, and both reads return text,
+        metadata, source id, kind, embedder, dimensions and scope as written.
 
         If this fails, check the ORDER BY of get_by_source and the round trip of text,
         metadata, kind, embedder and dimensions.
@@ -313,7 +326,8 @@ class ChunkStoreQueryContract(_ChunkStoreContractBase):
         )
 
     def test_query_returns_derived_records_with_their_lineage(self, store: ChunkStore) -> None:
-        """A derived record comes back with kind, lineage and roots as written.
+        """Checks ``ChunkStore.query``: a derived record comes back with its kind, lineage (in
+        order) and roots as written, its source id equal to its id.
 
         If this fails, check that kind, lineage and roots are stored and read back.
         """
@@ -378,7 +392,8 @@ class ChunkStoreFilterContract(_ChunkStoreContractBase):
     def test_filter_language_conformance(
         self, store: ChunkStore, case: str, spec: dict[str, Any]
     ) -> None:
-        """Each filter selects exactly the records ``parse_filter(spec).matches`` selects.
+        """Checks ``ChunkStore.query``: each filter selects exactly the records
+        ``parse_filter(spec).matches`` selects, and applies before ``limit``.
 
         If this fails, check the store's compilation of the filter operator named by ``case``
         against the semantics documented in ragport/domain/filters.py.

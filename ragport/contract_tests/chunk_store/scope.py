@@ -33,7 +33,10 @@ class ChunkStoreScopeContract(_ChunkStoreContractBase):
     def test_same_ids_in_two_scopes_never_meet(
         self, store: ChunkStore, first: Scope, second: Scope
     ) -> None:
-        """Reads in one scope never return the other scope's records, embedders or pointer.
+        """Checks ``ChunkStore.query``, ``ChunkStore.get_by_source``, ``ChunkStore.list_embedders``,
+        ``ChunkStore.current_generation``: for two scopes a sloppy key would confuse (a prefix, a
+        joined key, a LIKE wildcard, case, padding), reads in one never return the other's records,
+        embedders or pointer, even with the other's vectors as probes.
 
         If this fails, check that every read and write filters on tenant_id, resource_id and
         corpus_id with exact equality (no LIKE, no prefix, no joined key, no case folding).
@@ -69,7 +72,8 @@ class ChunkStoreScopeContract(_ChunkStoreContractBase):
             assert not (mine.pairs & theirs.pairs)
 
     def test_retire_in_one_scope_leaves_the_other(self, store: ChunkStore) -> None:
-        """Deleting a source in one corpus leaves the same source id in another corpus visible.
+        """Checks ``RecordRepository.retire_source``: deleting a source in one corpus leaves the
+        same source id in another corpus visible to ``get_by_source`` and ``query``.
 
         If this fails, check that retire_source filters on the unit of work's exact scope.
         """
@@ -82,7 +86,9 @@ class ChunkStoreScopeContract(_ChunkStoreContractBase):
         assert _query_pairs(store, OTHER_CORPUS, hash_vector("alpha")) == kept["doc"].pairs
 
     def test_generation_pointer_is_per_scope(self, store: ChunkStore) -> None:
-        """Publishing in one scope moves only that scope's pointer and counter.
+        """Checks ``ChunkStore.current_generation``, ``GenerationRepository.counter``,
+        ``GenerationRepository.stage``: publishing in one scope moves only that scope's pointer and
+        counter; another corpus or tenant stays at 0 and stages generation 1.
 
         If this fails, check that the generation counter and pointer are keyed by exact scope.
         """
@@ -96,7 +102,9 @@ class ChunkStoreScopeContract(_ChunkStoreContractBase):
             assert uow.generations.stage() == 1
 
     def test_grants_and_tombstones_stay_in_their_scope(self, store: ChunkStore) -> None:
-        """Grants and tombstones written in one scope are absent from every other scope.
+        """Checks ``GrantRepository.get``, ``TombstoneRepository.list``,
+        ``ChunkStore.list_invalidated_ids``: grants and tombstones written in one scope are absent
+        from another corpus and another tenant.
 
         If this fails, check that the grant and tombstone tables are keyed by exact scope.
         """

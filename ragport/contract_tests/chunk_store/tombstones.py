@@ -27,7 +27,9 @@ class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
     """Tombstones round-trip, and ``forgotten`` ones withhold ids, sources and lineage."""
 
     def test_tombstone_add_counts_new_rows_and_lists_by_id(self, store: ChunkStore) -> None:
-        """tombstones.add returns how many are new; list() has one row per id, ordered by id.
+        """Checks ``TombstoneRepository.add``, ``TombstoneRepository.list``: ``add`` returns how
+        many ids are new (a repeat within a call or across calls counts once), and ``list`` has one
+        row per id, ordered by id.
 
         If this fails, check duplicate handling (within a call and across calls) and ordering.
         """
@@ -49,7 +51,8 @@ class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
         ]
 
     def test_forgotten_id_stays_forgotten(self, store: ChunkStore) -> None:
-        """A later `corrected` tombstone for a forgotten id neither adds a row nor un-forgets it.
+        """Checks ``TombstoneRepository.add``, ``ChunkStore.list_invalidated_ids``: a later
+        ``corrected`` tombstone for a forgotten id neither adds a row nor un-forgets it.
 
         If this fails, check that tombstones.add keeps the existing row for an id (insert-if-absent,
         not upsert): replacing the reason would make a forgotten id visible again.
@@ -65,7 +68,8 @@ class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
             assert [(t.id, t.reason) for t in uow.tombstones.list()] == [("doc", "forgotten")]
 
     def test_list_invalidated_ids_reports_forgotten_only(self, store: ChunkStore) -> None:
-        """list_invalidated_ids returns the ids of forgotten tombstones, not corrected ones.
+        """Checks ``ChunkStore.list_invalidated_ids``: it returns the ids of the scope's
+        ``forgotten`` tombstones, not ``corrected`` ones, and nothing for another corpus.
 
         If this fails, check the reason filter of list_invalidated_ids.
         """
@@ -78,7 +82,8 @@ class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
         assert store.list_invalidated_ids(OTHER_CORPUS) == frozenset()
 
     def test_forgotten_among_answers_what_the_list_answers(self, store: ChunkStore) -> None:
-        """forgotten_among(scope, ids) is list_invalidated_ids(scope) & set(ids), per scope.
+        """Checks ``SupportsForgottenLookup.forgotten_among``: ``forgotten_among(scope, ids)`` is
+        ``list_invalidated_ids(scope) & set(ids)``, per exact scope, and empty for no ids.
 
         Only for stores that declare ``forgotten_lookup`` (``SupportsForgottenLookup``). If
         this fails, check forgotten_among: the exact scope, ``forgotten`` only (not
@@ -108,7 +113,9 @@ class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
         assert lookup.forgotten_among(SCOPE, []) == frozenset()
 
     def test_query_withholds_forgotten_ids_sources_and_lineage(self, store: ChunkStore) -> None:
-        """query drops records whose id, source id or any lineage entry is forgotten, before top-k.
+        """Checks ``ChunkStore.query``: records whose id, source id or any lineage entry a
+        ``forgotten`` tombstone names are withheld before ``limit``; a ``corrected`` tombstone
+        withholds nothing.
 
         If this fails, check the tombstone predicate of query: record id, source_id and every
         lineage element, reason 'forgotten' only, applied before the limit.
@@ -165,7 +172,8 @@ class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
             assert len(top) == 1 and top[0].record.id in visible, text
 
     def test_tombstones_apply_to_their_scope_only(self, store: ChunkStore) -> None:
-        """A forgotten tombstone in one corpus does not hide the same ids in another.
+        """Checks ``ChunkStore.query``: a ``forgotten`` tombstone in one corpus does not hide the
+        same ids in another.
 
         If this fails, check that the query's tombstone predicate is keyed by exact scope.
         """

@@ -76,7 +76,8 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
             assert list(uow.tombstones.list()) == []
 
     def test_exception_inside_unit_of_work_leaves_nothing(self, store: ChunkStore) -> None:
-        """An exception in the `with` block discards records, pointer, grants and tombstones.
+        """Checks ``ChunkStore.unit_of_work``: an exception leaving the ``with`` block discards the
+        records, pointer, counter, grants and tombstones written in it.
 
         If this fails, check that the unit of work's __exit__ rolls back on an exception.
         """
@@ -87,7 +88,8 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
         self._assert_nothing_written(store)
 
     def test_leaving_without_commit_rolls_back(self, store: ChunkStore) -> None:
-        """Leaving the `with` block without commit() writes nothing.
+        """Checks ``ChunkStore.unit_of_work``, ``UnitOfWork.commit``: leaving the ``with`` block
+        without ``commit()`` writes nothing.
 
         If this fails, check that __exit__ rolls back unless commit() was called.
         """
@@ -97,7 +99,8 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
         self._assert_nothing_written(store)
 
     def test_explicit_rollback_discards_the_work(self, store: ChunkStore) -> None:
-        """rollback() before leaving the block discards everything written so far.
+        """Checks ``UnitOfWork.rollback``: ``rollback()`` before leaving the block discards
+        everything written so far.
 
         If this fails, check the unit of work's rollback().
         """
@@ -108,7 +111,9 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
         self._assert_nothing_written(store)
 
     def test_commit_makes_everything_visible(self, store: ChunkStore) -> None:
-        """After commit() the records, pointer, grants and tombstones are all visible.
+        """Checks ``UnitOfWork.commit``: after ``commit()`` the records, pointer, grants and
+        tombstones are all visible, to the store's reads and to a later unit of work's repositories
+        (``list_by_source`` lists what ``get_by_source`` returns).
 
         If this fails, check that commit() persists every repository of the unit of work.
         """
@@ -131,9 +136,9 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
         assert listed == visible_pairs(store, SCOPE, ["doc"])
 
     def test_a_finished_unit_of_work_refuses_a_second_commit(self, store: ChunkStore) -> None:
-        """``UnitOfWork.commit``: a second ``commit()`` is ``ValidationError(field=
-        "unit_of_work")``, ``rollback()`` after ``commit()`` does nothing, and what the first
-        commit made visible stays.
+        """Checks ``UnitOfWork.commit``, ``UnitOfWork.rollback``: a second ``commit()`` is
+        ``ValidationError(field="unit_of_work")``, ``rollback()`` after ``commit()`` does nothing,
+        and what the first commit made visible stays.
 
         If this fails, check that commit() marks the unit finished and refuses a second call.
         """
@@ -149,7 +154,9 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
         assert store.current_generation(SCOPE) == 1
 
     def test_readers_do_not_see_an_open_unit_of_work(self, store: ChunkStore) -> None:
-        """A reader in another thread sees nothing of an uncommitted unit of work.
+        """Checks ``ChunkStore.get_by_source``, ``ChunkStore.query``,
+        ``ChunkStore.current_generation``, ``ChunkStore.list_invalidated_ids``: a reader in another
+        thread sees nothing of a unit of work that is still open, and does not wait for it.
 
         If this fails, check that writes are isolated until commit and reads do not block.
         """
@@ -171,7 +178,8 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
         "foreign", [OTHER_CORPUS, OTHER_TENANT], ids=["other-corpus", "other-tenant"]
     )
     def test_add_rejects_a_record_of_another_scope(self, store: ChunkStore, foreign: Scope) -> None:
-        """records.add raises ScopeError for a record whose scope differs, and writes nothing.
+        """Checks ``RecordRepository.add``: a batch holding a record of another corpus or tenant
+        raises ``ScopeError``, and no record of it is written in either scope.
 
         If this fails, check that add compares every record's scope with the unit of work's.
         """
@@ -193,7 +201,9 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
     def test_add_rejects_malformed_vectors(
         self, store: ChunkStore, mutate: Callable[[np.ndarray], Any]
     ) -> None:
-        """records.add raises ValidationError for a bad shape or non-finite value; writes nothing.
+        """Checks ``RecordRepository.add``: a vector matrix with a row or column too many or too
+        few, one dimension only, or a NaN or infinite value raises ``ValidationError`` and writes
+        nothing.
 
         If this fails, check that add validates the whole matrix (rows, columns, finiteness)
         before writing any row.
@@ -210,7 +220,8 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
         assert not store.query(SCOPE, hash_vector("alpha"), limit=QUERY_ALL)
 
     def test_add_rejects_a_record_whose_dimensions_disagree(self, store: ChunkStore) -> None:
-        """A record declaring other dimensions than its vector row is a ValidationError.
+        """Checks ``RecordRepository.add``: a record declaring other dimensions than its vector row
+        is a ``ValidationError``, and nothing is written.
 
         If this fails, check that add compares records[i].dimensions with vectors.shape[1].
         """
@@ -225,7 +236,8 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
         assert not store.get_by_source(SCOPE, "doc")
 
     def test_add_rejects_a_live_id_of_another_source(self, store: ChunkStore) -> None:
-        """Adding an id that is live for a different source raises ValidationError; nothing changes.
+        """Checks ``RecordRepository.add``: adding an id that is live for a different source raises
+        ``ValidationError``; nothing of the batch is written and the live record stays.
 
         If this fails, check the id-uniqueness check in add (live rows of other sources).
         """
@@ -243,7 +255,9 @@ class ChunkStoreUnitOfWorkContract(_ChunkStoreContractBase):
         assert _query_pairs(store, SCOPE, hash_vector("beta")) == written["a"].pairs
 
     def test_retired_id_may_move_to_another_source(self, store: ChunkStore) -> None:
-        """Once a record is retired its id may be written for another source (a rename).
+        """Checks ``RecordRepository.add``, ``RecordRepository.retire_source``: once
+        ``retire_source`` retired a record, its id may be added for another source at the retiring
+        generation (a rename).
 
         If this fails, check that the id-uniqueness check only looks at live rows.
         """
