@@ -28,6 +28,7 @@ from ragport.application._support import (
 )
 from ragport.application.results import ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
+from ragport.application.shared_generation import staged_write
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import Limits
 from ragport.domain.model import (
@@ -148,7 +149,8 @@ def index_derived(
     with store.unit_of_work(scope) as uow:
         require_kind(uow, record_id, "derived", field="record_id")
         roots = _roots(uow, record_id, ids, lim)
-        generation = uow.generations.stage()
+        write = staged_write(uow)
+        generation = write.generation
         deleted = uow.records.retire_source(record_id, generation=generation)
         record = Record(
             id=record_id,
@@ -164,8 +166,8 @@ def index_derived(
             roots=roots,
         )
         uow.records.add([record], vectors)
-        uow.generations.publish(generation)
-        uow.commit()
+        write.publish()
+        write.commit()
     return ReplaceResult(
         source_id=record_id, deleted=deleted, indexed=1, skipped=False, generation=generation
     )

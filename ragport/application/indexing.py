@@ -35,7 +35,7 @@ from ragport.application._support import (
 )
 from ragport.application.results import IndexResult, ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
-from ragport.application.shared_generation import SharedGeneration
+from ragport.application.shared_generation import SharedGeneration, staged_write
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
 from ragport.domain.model import (
@@ -254,10 +254,8 @@ def replace_source(
             cast(SupportsPreparation, store).prepare(scope, dimensions=embedder.dimensions)
         with tel.span("rag.replace") as span, store.unit_of_work(scope) as uow:
             require_kind(uow, source_id, "chunk", field="source_id")
-            if shared_generation is None:
-                generation, fresh = uow.generations.stage(), True
-            else:
-                generation, fresh = shared_generation.take(uow, [source_id])
+            write = staged_write(uow, shared_generation, [source_id])
+            generation = write.generation
             deleted = uow.records.retire_source(source_id, generation=generation)
             records = _records(
                 checked,
@@ -268,12 +266,9 @@ def replace_source(
                 content_hash=content_hash,
             )
             uow.records.add(records, vectors)
-            if advance_generation and fresh:
-                uow.generations.publish(generation)
+            write.publish(advance_generation)
             check_abort(abort)
-            uow.commit()
-            if shared_generation is not None:
-                shared_generation.committed(generation)
+            write.commit()
             span.set_attribute("rag.replace.indexed", len(records))
     except BaseException as exc:
         put_status(
@@ -332,19 +327,14 @@ def delete_source(
     check_abort(abort)
     tel = telemetry or NOOP_TELEMETRY
     with tel.span("rag.delete"), store.unit_of_work(scope) as uow:
-        if shared_generation is None:
-            generation, fresh = uow.generations.stage(), True
-        else:
-            generation, fresh = shared_generation.take(uow, [source_id])
+        write = staged_write(uow, shared_generation, [source_id])
+        generation = write.generation
         deleted = uow.records.retire_source(source_id, generation=generation)
         grant = uow.grants.get([source_id]).get(source_id)
         if grant is not None and not grant.is_empty:
             uow.grants.set([Grant(source_id)])  # the port has no delete; empty is no grant
-        if fresh:
-            uow.generations.publish(generation)
-        uow.commit()
-    if shared_generation is not None:
-        shared_generation.committed(generation)
+        write.publish()
+        write.commit()
     if status_store is not None:
         status_store.delete(scope, source_id)
     return ReplaceResult(
@@ -407,7 +397,8 @@ def index_chunks(
             with store.unit_of_work(scope) as uow:
                 for src in dict.fromkeys(c.source_id for c in batch):
                     require_kind(uow, src, "chunk", field="source_id")
-                generation = uow.generations.stage()
+                write = staged_write(uow)
+                generation = write.generation
                 uow.records.retire_ids([c.id for c in batch], generation=generation)
                 uow.records.add(
                     _records(
@@ -420,8 +411,8 @@ def index_chunks(
                     ),
                     vectors,
                 )
-                uow.generations.publish(generation)
-                uow.commit()
+                write.publish()
+                write.commit()
             indexed += len(batch)
             for c in batch:
                 done[c.source_id] += 1

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from ragport.domain.model import Scope
 from ragport.ports import UnitOfWork
 
-__all__ = ["SharedGeneration"]
+__all__ = ["SharedGeneration", "StagedWrite", "staged_write"]
 
 
 class SharedGeneration:
@@ -81,3 +81,46 @@ class SharedGeneration:
         with self._lock:
             if not self._committed or self._committed[-1] != generation:
                 self._committed.append(generation)
+
+
+class StagedWrite:
+    """One write's generation inside its unit of work: the sequence every write follows.
+
+    ``staged_write(uow, shared, source_ids)`` stages a generation (or takes ``shared``'s, see
+    ``SharedGeneration``); the caller makes its record changes at ``generation``, then calls
+    ``publish()`` (which moves the pointer only for a generation this write staged) and
+    ``commit()`` (which commits the unit of work and tells ``shared``). Nothing is visible to
+    readers before the commit; a failure before it rolls everything back.
+    """
+
+    __slots__ = ("_shared", "_uow", "fresh", "generation")
+
+    def __init__(self, uow: UnitOfWork, shared: SharedGeneration | None, ids: Iterable[str]):
+        self._uow = uow
+        self._shared = shared
+        if shared is None:
+            self.generation, self.fresh = uow.generations.stage(), True
+        else:
+            self.generation, self.fresh = shared.take(uow, ids)
+
+    def publish(self, advance: bool = True) -> None:
+        """Publish the generation if this write staged it (and ``advance``)."""
+        if advance and self.fresh:
+            self._uow.generations.publish(self.generation)
+
+    def committed(self) -> None:
+        """Tell the shared generation (if any) that the unit of work committed."""
+        if self._shared is not None:
+            self._shared.committed(self.generation)
+
+    def commit(self) -> None:
+        """Commit the unit of work, then record the commit (``committed``)."""
+        self._uow.commit()
+        self.committed()
+
+
+def staged_write(
+    uow: UnitOfWork, shared: SharedGeneration | None = None, source_ids: Iterable[str] = ()
+) -> StagedWrite:
+    """The generation a write of ``source_ids`` uses inside ``uow`` (see ``StagedWrite``)."""
+    return StagedWrite(uow, shared, source_ids)

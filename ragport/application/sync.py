@@ -73,7 +73,7 @@ from ragport.application._sync_state import (
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
-from ragport.application.shared_generation import SharedGeneration
+from ragport.application.shared_generation import SharedGeneration, StagedWrite, staged_write
 from ragport.domain.errors import (
     AbortedError,
     CapabilityError,
@@ -284,13 +284,12 @@ class _Run:
             for prepared, _ in changed:
                 require_kind(uow, prepared.source_id, "chunk", field="source_id")
             visible = [s for s in retire if uow.records.list_by_source(s)]
-            generation = 0
+            write: StagedWrite | None = None
             if changed or visible:
-                if self.shared is None:
-                    generation, fresh = uow.generations.stage(), True
-                else:
-                    written = [*visible, *(p.source_id for p, _ in changed)]
-                    generation, fresh = self.shared.take(uow, written)
+                write = staged_write(
+                    uow, self.shared, [*visible, *(p.source_id for p, _ in changed)]
+                )
+                generation = write.generation
                 for source_id in visible:
                     retired = uow.records.retire_source(source_id, generation=generation)
                     if retired and source_id not in withheld:
@@ -312,8 +311,7 @@ class _Run:
                         vectors[offset : offset + n],
                     )
                     offset += n
-                if fresh:
-                    uow.generations.publish(generation)
+                write.publish()
             revoked = [Grant(s) for s in dict.fromkeys([*deletions, *sweep, *withheld])]
             if grants or revoked:
                 uow.grants.set([*grants, *revoked])
@@ -332,9 +330,10 @@ class _Run:
             if not settle(uow, outcome):
                 span.set_attribute("rag.sync.lost", True)
                 return None  # leaving without commit rolls the page back
-            uow.commit()
-            if self.shared is not None and generation:
-                self.shared.committed(generation)
+            if write is None:
+                uow.commit()  # grants or the checkpoint only: no generation
+            else:
+                write.commit()
             span.set_attribute("rag.sync.upserted", len(changed))
         for prepared, size in changed:
             self.status(
