@@ -516,7 +516,7 @@ def sync_knowledge(
             swept=totals.swept,
         )
 
-    joined = isinstance(checkpoints, SupportsCheckpointsInUnitOfWork)
+    joined = supports(checkpoints, "checkpoints_in_unit_of_work")
     new_state: _State = state
     settled_after: str | None = None
     page = Page()

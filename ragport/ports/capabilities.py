@@ -19,7 +19,12 @@ OptionalCapability = Literal[
     "preparation",
     "generation_history",
     "forgotten_lookup",
+    "checkpoints_in_unit_of_work",
 ]
+
+# Capabilities of a port without a ``Capabilities`` value (a checkpoint store): the class
+# defining the methods is the declaration.
+_UNDECLARED: frozenset[OptionalCapability] = frozenset({"checkpoints_in_unit_of_work"})
 
 _METHODS: dict[OptionalCapability, tuple[str, ...]] = {
     "lexical": ("lexical_query", "hybrid_query"),
@@ -28,6 +33,7 @@ _METHODS: dict[OptionalCapability, tuple[str, ...]] = {
     "preparation": ("prepare",),
     "generation_history": ("generation_history",),
     "forgotten_lookup": ("forgotten_among",),
+    "checkpoints_in_unit_of_work": ("joins", "compare_and_set_in"),
 }
 
 
@@ -39,7 +45,9 @@ def _declares(capabilities: Capabilities, capability: OptionalCapability) -> boo
 
 def declared(capabilities: Capabilities) -> tuple[OptionalCapability, ...]:
     """The optional capabilities a ``Capabilities`` value declares."""
-    return tuple(name for name in _METHODS if _declares(capabilities, name))
+    return tuple(
+        name for name in _METHODS if name not in _UNDECLARED and _declares(capabilities, name)
+    )
 
 
 def missing_methods(store: object) -> dict[OptionalCapability, tuple[str, ...]]:
@@ -67,9 +75,14 @@ def supports(
 
     The one capability check of the use cases. A declared capability whose methods are
     missing counts as absent here (the safe path) and fails the contract suite.
+    ``checkpoints_in_unit_of_work`` (``SupportsCheckpointsInUnitOfWork``) belongs to a
+    checkpoint store, which has no ``Capabilities``: its class defining ``joins`` and
+    ``compare_and_set_in`` is the declaration.
     """
+    kind = type(store)
+    if capability in _UNDECLARED:
+        return all(callable(getattr(kind, m, None)) for m in _METHODS[capability])
     caps = capabilities if capabilities is not None else getattr(store, "capabilities", None)
     if not isinstance(caps, Capabilities) or not _declares(caps, capability):
         return False
-    kind = type(store)
     return all(callable(getattr(kind, m, None)) for m in _METHODS[capability])
