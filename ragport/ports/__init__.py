@@ -46,20 +46,15 @@ from ragport.ports.status import (
 from ragport.ports.store import (
     ChunkStore,
     EmbedderKey,
-    GenerationRepository,
-    GrantRepository,
     GuardedQuery,
     HybridAnswer,
     OptionalCapability,
-    RecordRepository,
     ScoredRecord,
     StoredVersion,
     SupportsForgottenLookup,
     SupportsGuardedQuery,
     SupportsLexicalSearch,
     SupportsPreparation,
-    TombstoneRepository,
-    UnitOfWork,
     check_records_for_add,
     check_stored_ids,
     declared,
@@ -74,6 +69,13 @@ from ragport.ports.sync import (
     Page,
     SupportsCheckpointsInUnitOfWork,
     Upsert,
+)
+from ragport.ports.unit_of_work import (
+    GenerationRepository,
+    GrantRepository,
+    RecordRepository,
+    TombstoneRepository,
+    UnitOfWork,
 )
 
 __all__ = [
