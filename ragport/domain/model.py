@@ -562,6 +562,12 @@ class Capabilities:
     owns its metadata at every depth, shared with nothing the store keeps, hands out again or
     hands out for another record of the same answer; retrieval then builds its hits on that
     metadata instead of copying it once more (``ChunkStoreAliasingContract`` checks it).
+
+    ``lexical_modes`` takes any names ``ragport.domain.lexical.check_lexical_mode`` accepts
+    (lower-case letters, digits, ``_``, ``-``, starting with a letter, at most 32: ``bm25``,
+    ``fts``, ``fts5``; ``off`` is no mode), else ``ValidationError(field="lexical_modes")``.
+    Retrieval accepts every declared name (``RetrievalRequest(lexical=name)``); ``bm25`` also
+    promises ``tokenize_lexical``'s tokens (``SupportsLexicalSearch``).
     """
 
     lexical_modes: tuple[str, ...] = attrs.field(default=(), converter=_mode_names)

@@ -25,10 +25,14 @@ class SupportsBorrowedQuery(Protocol):
     ``capabilities.borrowed_query``, next to ``capabilities.guarded_query``).
 
     ``borrowed_query`` answers exactly what ``guarded_query`` answers for the same arguments
-    (foreign embedders, records, order and scores, from one snapshot with the tombstones
-    applied), but its records may be the store's own objects rather than copies that the
-    caller owns. The caller borrows them: it must not change them (their metadata included),
-    keep them past the call that asked, or hand them to anyone. ``retrieve_context`` is that
+    (foreign embedders, records with every field, order and scores, the same ``on_denied``
+    report, from one snapshot with ``forgotten`` tombstones on record id, source id, every
+    lineage edge and every root applied before ``limit``), but its records may be the store's
+    own objects rather than copies that the caller owns. The caller borrows them: it must not
+    change them (their metadata included), keep them past the call that asked, or hand them to
+    anyone. The store in turn never changes a record it lent once the call returned: a later
+    replacement, grant change, forget or delete builds new objects and leaves every field of
+    a lent record (nested metadata included) as it was. ``retrieve_context`` is that
     caller: it reads the records' fields, builds each hit on a copy of the metadata, and
     returns only the hits. For a store whose every read builds fresh objects (PostgreSQL) the
     two methods are the same; the in-memory store skips copying five records per query.
@@ -46,5 +50,6 @@ class SupportsBorrowedQuery(Protocol):
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> GuardedQuery:
-        """What ``guarded_query`` answers; the records are lent, not handed out."""
+        """What ``guarded_query`` answers (tombstones on ids, sources, lineage and roots); the
+        records are lent, not handed out, and the store never changes them afterwards."""
         ...

@@ -11,7 +11,9 @@ it follows rollback and compaction:
 - after ``rollback_generation(to=p)`` the generations above ``p`` are gone (their rows were
   discarded, what they retired is visible again), and a later write reuses their numbers;
 - a source replaced at ``g`` is both written and retired at ``g``; a deleted one only retired;
-- ids a ``forgotten`` tombstone withholds (as a record id or a source id) are never listed.
+- ids a ``forgotten`` tombstone withholds (as a record id or a source id) are never listed
+  and never counted: ``sources_*`` and ``records_*`` leave them out too;
+- the history is per exact scope: another corpus or tenant sees none of it.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class SupportsGenerationHistory(Protocol):
         """One ``GenerationChange`` per generation ``g`` with ``floor < g <= current``, newest
         first, at most ``limit`` of them (every generation in the range, empty lists where a
         generation changed nothing visible now); an empty sequence for a scope never written.
-        Reads one consistent snapshot. ``limit`` 1..1000, ``max_ids`` 0..10000, else
-        ``ValidationError`` (call ``check_history_args``)."""
+        Reads one consistent snapshot of exactly ``scope`` (another corpus or tenant sees no
+        history); forgotten ids are left out of the lists and the counts. ``limit`` 1..1000,
+        ``max_ids`` 0..10000 (integers, not bools), else ``ValidationError`` (call
+        ``check_history_args``); a ``scope`` that is not a ``Scope`` is ``ScopeError``."""
         ...

@@ -192,16 +192,32 @@ class ChunkStore(Protocol):
 
     - Exact scope: nothing matches by prefix; the same ids in two scopes never meet.
     - ``capabilities`` tells the truth: ``transactions`` means ``unit_of_work`` is atomic and
-      isolated; ``generations`` means the visibility rule above; ``authorization == "acl"``
-      means ``query`` applies grants before top-k and ``check_source_access`` works.
+      isolated: a read (``get_by_source``, ``query``, ``current_generation``,
+      ``list_invalidated_ids``, ...) never waits for an open unit of work of the same scope and
+      sees the last committed state; ``generations`` means the visibility rule above;
+      ``authorization == "acl"`` means ``query`` applies grants before top-k and
+      ``check_source_access`` works.
     - Queries see one consistent generation of a scope, never a mix.
     - ``query`` applies, inside its own predicate and before ``limit``: exact scope,
-      visibility at the current pointer, ``forgotten`` tombstones (on record id, source id and
-      every lineage edge), the grant rule when ``authorization`` is given (for derived records:
-      every root source must be allowed), and ``metadata_filter`` (the filter language of
-      ``ragport.domain.filters``: a mapping, parsed with ``parse_filter``, or a parsed
-      ``Filter``; it is never authorization). Results are ordered by
-      descending score, ties by id, at most ``limit`` of them (none for ``limit <= 0``).
+      visibility at the current pointer, ``forgotten`` tombstones (on record id, source id,
+      every lineage edge and every root: ``ragport.domain.model.is_forgotten``, so a derived
+      record resting on a forgotten source at any depth is withheld), the grant rule when
+      ``authorization`` is given (for derived records: every root source must be allowed),
+      and ``metadata_filter`` (the filter language of ``ragport.domain.filters``: a mapping,
+      parsed with ``parse_filter``, or a parsed ``Filter``; it is never authorization).
+      Results are ordered by descending score, ties by id, at most ``limit`` of them (none
+      for ``limit <= 0``).
+    - Grants are read live by every read that applies them (``query``, ``lexical_query``,
+      ``hybrid_query``, ``guarded_query``, ``borrowed_query``, ``check_source_access``,
+      ``get_source_access``): a grant ``set_source_access`` changed applies to the very next
+      read, never a cached one.
+    - Every read that returns records (``query``, ``get_by_source``, ``lexical_query``,
+      ``hybrid_query``, ``guarded_query``; the repositories' ``list_by_source``,
+      ``list_live``, ``find_dependents``) hands out copies the caller owns: writing to their
+      metadata, nested lists included, changes no later read (only ``borrowed_query`` lends
+      the store's own). Every field comes back as written: id, source id, kind, text,
+      metadata (nested, JSON types kept), embedder id, dimensions, scope, generation,
+      content hash, chunk index, offsets, lineage (in order) and roots.
     - Reads refuse NUL and lone surrogates (``validate_text``) as ``ValidationError``:
       ``get_by_source`` ``field="source_id"``, ``check_source_access`` ``"source_ids"``,
       ``lexical_query`` ``"query"``, ``forgotten_among`` ``"ids"``.
@@ -210,6 +226,10 @@ class ChunkStore(Protocol):
       document text), from every read, every write, ``unit_of_work`` and ``commit`` alike;
       no other exception escapes, and a failed read never answers as if the scope were empty
       (``ChunkStoreFailureContract``, given a ``break_store`` fixture).
+    - Signatures: every method (of ``ChunkStore`` and of each optional protocol declared)
+      takes the port's positional parameters, each keyword-only one by name, with a default
+      wherever the port has one; an adapter's extra parameters must have defaults
+      (``ragport.contract_tests.assert_conforms`` checks it).
     """
 
     @property
@@ -227,7 +247,8 @@ class ChunkStore(Protocol):
         ...
 
     def current_generation(self, scope: Scope) -> int:
-        """The scope's pointer (0 for a scope never written)."""
+        """The scope's committed pointer (0 for a scope never written); never waits for an
+        open unit of work."""
         ...
 
     def query(
@@ -242,6 +263,12 @@ class ChunkStore(Protocol):
     ) -> Sequence[ScoredRecord]:
         """Top ``limit`` visible records by cosine similarity to ``vector``.
 
+        Each score is the cosine similarity of the stored vector and ``vector`` (within 1e-5;
+        neither need be unit length), not only an order: a record's own vector, scaled,
+        scores 1. The predicate of the class docstring (forgotten ids, sources, lineage and
+        roots; live grants; the filter) applies before ``limit``; the records are the caller's
+        copies, every field as written; the read sees the last committed state without waiting
+        for an open unit of work. An empty sequence for ``limit <= 0`` or no match.
         Records whose dimensions differ from ``len(vector)`` are never scored against it;
         callers check ``list_embedders`` first. With an ``authorization`` and ``on_denied``,
         the store also reports, once, the sources its grant predicate withheld from the top
@@ -251,7 +278,9 @@ class ChunkStore(Protocol):
         ...
 
     def get_by_source(self, scope: Scope, source_id: str) -> Sequence[Record]:
-        """Records of ``source_id`` visible at the current pointer, ordered by id."""
+        """Records of ``source_id`` visible at the current pointer, ordered by id (empty for an
+        unknown source): the caller's copies, every field as written, read from the last
+        committed state without waiting for an open unit of work."""
         ...
 
     def foreign_embedders(
@@ -270,17 +299,20 @@ class ChunkStore(Protocol):
         ...
 
     def set_source_access(self, scope: Scope, grants: Sequence[Grant]) -> None:
-        """Replace the grants of the named sources, in one transaction."""
+        """Replace the grants of the named sources (never merged; an empty grant revokes), in
+        one transaction; the very next read that applies grants sees them (no cache)."""
         ...
 
     def check_source_access(
         self, scope: Scope, source_ids: Sequence[str], authorization: Authorization
     ) -> Mapping[str, AccessDecision]:
-        """One live decision per distinct source id, read in one round trip (the grant rule)."""
+        """One live decision per distinct source id, read in one round trip: the grant rule,
+        ``ragport.domain.model.decide_access`` on the source's stored grant (``None`` if none)."""
         ...
 
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
-        """Ids the scope withholds now: ids of ``forgotten`` tombstones (``corrected`` do not)."""
+        """Ids the scope withholds now: ids of ``forgotten`` tombstones (``corrected`` do not),
+        as last committed; never waits for an open unit of work."""
         ...
 
     def get_source_access(self, scope: Scope, source_ids: Sequence[str]) -> Mapping[str, Grant]:
@@ -305,17 +337,23 @@ class SupportsLexicalSearch(Protocol):
     """A store with a lexical leg; ``capabilities.lexical_modes`` names the modes it offers.
 
     ``lexical_query`` applies the same predicate as ``query`` (exact scope, visibility at the
-    current pointer, ``forgotten`` tombstones, grants when ``authorization`` is given,
-    ``metadata_filter``) *before* ``limit``, and returns records that contain at least one
-    query term, best first (ties by id). Scores are the mode's own (BM25 in both built-in
-    stores), comparable only within one call, with statistics (document count, lengths,
-    document frequencies) per exact scope: another scope's records never change a scope's
-    order or scores. Mode ``bm25`` tokenizes with ``ragport.domain.lexical.tokenize_lexical``
-    (then may drop stop words or stem): ``strasse`` matches ``Straße``, ``cafe`` not ``café``;
-    ``fts`` tokenizes with the PostgreSQL text-search configuration. A mode the store does not
-    offer is a ``CapabilityError``. Declare only names ``retrieve_context`` accepts (``bm25``,
-    ``fts``): it refuses any other (``fts5``) with ``ValidationError(field="lexical")``, so
-    every retrieval through such a store would fail.
+    current pointer, ``forgotten`` tombstones on record id, source id, lineage and roots,
+    live grants when ``authorization`` is given, ``metadata_filter``) *before* ``limit``, and
+    returns records that contain at least one query term, best first (ties by id). Scores are
+    finite and the mode's own (BM25 in both built-in stores), comparable only within one call,
+    with statistics (document count, lengths, document frequencies) per exact scope, in every
+    mode: another scope's records never change a scope's order or scores. The records are the
+    caller's copies. A mode is any name ``ragport.domain.lexical.check_lexical_mode`` accepts
+    (lower-case letters, digits, ``_``, ``-``, starting with a letter, at most 32; ``off`` is
+    no mode): ``bm25``, ``fts``, or one of your own (``fts5``). ``retrieve_context`` takes
+    every name the store declares (``RetrievalRequest(lexical=name)``), so ``lexical_query``
+    and ``hybrid_query`` must answer each declared name; a mode the store does not declare is
+    a ``CapabilityError``. ``bm25`` promises more: it tokenizes with
+    ``ragport.domain.lexical.tokenize_lexical`` (then may drop stop words or stem):
+    ``strasse`` matches ``Straße``, ``cafe`` not ``café``. ``fts`` tokenizes with the
+    PostgreSQL text-search configuration. Declare ``bm25`` only for an engine whose tokens are
+    ``tokenize_lexical``'s (SQLite FTS5's ``unicode61`` folds accents), and no mode whose
+    statistics are table-wide (FTS5's ``bm25()``).
 
     ``hybrid_query`` is what hybrid retrieval calls: what ``foreign_embedders``, ``query`` and
     ``lexical_query`` would return, all read from *one* snapshot (one pointer, one set of
@@ -335,8 +373,12 @@ class SupportsLexicalSearch(Protocol):
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
         """Top ``limit`` visible records containing a query term, best first (the mode's
-        score), with the same predicate as ``query`` applied before the limit. A ``tuple``:
-        ``()`` when nothing matches, the text has no term or ``limit <= 0``."""
+        finite score, ties by id), with the same predicate as ``query`` (forgotten ids,
+        sources, lineage and roots; live grants; the filter) applied before the limit. A
+        ``tuple`` of the caller's copies: ``()`` when nothing matches, the text has no term or
+        ``limit <= 0``. With an ``authorization`` and ``on_denied``, reports once the sources
+        the grant predicate withheld, as ``query`` does. NUL or a lone surrogate in ``text``
+        is ``ValidationError(field="query")``; an undeclared ``mode`` ``CapabilityError``."""
         ...
 
     def hybrid_query(
@@ -353,7 +395,9 @@ class SupportsLexicalSearch(Protocol):
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> HybridAnswer:
-        """The drift guard, the vector leg and the lexical leg read from one snapshot."""
+        """The drift guard, the vector leg and the lexical leg read from one snapshot, each leg
+        with ``query``'s predicate (forgotten ids, sources, lineage and roots; live grants;
+        the filter) before the limit; the records are the caller's copies."""
         ...
 
 
@@ -362,8 +406,9 @@ class SupportsGuardedQuery(Protocol):
     """A store that answers the retrieval guards inside its vector leg's own statement.
 
     ``guarded_query`` returns what ``foreign_embedders(scope, embedder_id, dimensions)`` and
-    ``query(scope, vector, ...)`` would, from one snapshot (one statement on PostgreSQL) with
-    ``forgotten`` tombstones (record id, source id, lineage) applied in it. ``retrieve_context``
+    ``query(scope, vector, ...)`` would (scores within 1e-5), from one snapshot (one statement
+    on PostgreSQL) with ``forgotten`` tombstones (record id, source id, every lineage edge and
+    every root) and live grants applied in it, before ``limit``. ``retrieve_context``
     then skips its drift-guard read (a mismatch is raised from the leg's answer) and, when the
     vector leg is the only leg, its tombstone re-read; with a lexical leg (a second snapshot)
     the re-read still runs, which catches legs that miss a tombstone. Used only when
@@ -383,7 +428,9 @@ class SupportsGuardedQuery(Protocol):
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> GuardedQuery:
-        """``foreign_embedders`` and ``query`` answered from one snapshot."""
+        """``foreign_embedders`` and ``query`` answered from one snapshot (tombstones on ids,
+        sources, lineage and roots applied before the limit); the records are the caller's
+        copies."""
         ...
 
 

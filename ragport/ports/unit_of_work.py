@@ -26,7 +26,12 @@ __all__ = [
 
 
 class RecordRepository(Protocol):
-    """Records of the unit of work's scope. Nothing is visible to readers before commit."""
+    """Records of the unit of work's scope. Nothing is visible to readers before commit.
+
+    Nothing is shared with the caller either way: ``add`` keeps copies, and the records
+    ``list_by_source``, ``list_live`` and ``find_dependents`` return are the caller's own
+    (writing to their metadata, nested lists included, changes nothing stored).
+    """
 
     def add(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
         """Insert ``records`` with ``vectors[i]`` as the vector of ``records[i]``.
@@ -39,6 +44,10 @@ class RecordRepository(Protocol):
         rows first). Nothing is written when any check fails. Run the checks with
         ``ragport.ports.store.check_records_for_add`` (the pure part; it returns the float32 copy
         of ``vectors`` to store), then ``check_stored_ids`` over the stored versions of the ids.
+
+        The store keeps copies, never the caller's objects: that float32 copy of ``vectors``
+        and a copy of each record's metadata (nested dicts and lists included), so a caller
+        changing a record's metadata after ``add`` (or after commit) changes nothing stored.
         """
         ...
 
@@ -83,7 +92,9 @@ class RecordRepository(Protocol):
 
     def rekey(self, moves: Mapping[str, str], *, to_source_id: str) -> int:
         """Re-file live records: id ``old`` becomes ``moves[old]`` and the source ``to_source_id``;
-        text, vector, offsets and generations are copied verbatim (never re-embedded).
+        every other field (text, metadata, vector, offsets, chunk index, embedder, generations)
+        is copied verbatim (never re-embedded), and retired versions stay under the old id and
+        source. Returns how many records moved (0 for an empty ``moves``).
 
         Ids stay unique at every pointer a scope can reach (the current one, a staged publish,
         any rollback target down to the floor): when a stored row of a new id (live, staged or
@@ -119,7 +130,7 @@ class GenerationRepository(Protocol):
         ...
 
     def counter(self) -> int:
-        """The last generation handed out (``>= current()``)."""
+        """The last generation handed out (``>= current()``; 0 for a scope never written)."""
         ...
 
     def stage(self) -> int:
