@@ -72,6 +72,9 @@ class Parser(Protocol):
     - Input past a page, depth, inflation or time cap, or that the library cannot read, raises
       ``ParseError`` (``reason`` names the rule) and returns nothing: no partial text.
     - ``abort`` is checked before and after parsing (``AbortedError``).
+    - The text is a non-blank ``str`` with ``\\n`` line ends (no ``\\r``) and no NUL; the
+      metadata is JSON-serialisable (``json.dumps(dict(metadata))``); ``pages``, when set,
+      join with ``"\\f"`` to the text.
     - Deterministic: the same bytes give an equal ``ParsedDocument``.
     - Errors carry no document text, neither in the message nor in a chained cause.
     """
@@ -89,5 +92,7 @@ class Parser(Protocol):
     def parse(
         self, data: bytes, *, media_type: str | None = None, abort: Abort | None = None
     ) -> ParsedDocument:
-        """The text and metadata of ``data``, whole, or ``ParseError``: never partial."""
+        """The text and metadata of ``data``, whole, or ``ParseError``: never partial. The text
+        is non-blank, with ``\\n`` line ends (no ``\\r``) and no NUL; the metadata
+        JSON-serialisable."""
         ...

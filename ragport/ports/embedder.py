@@ -27,7 +27,9 @@ class Embedder(Protocol):
     - ``dimensions`` is a positive int equal to ``embed(...).shape[1]``.
     - ``embed(texts)`` returns a C-contiguous ``float32`` array of shape ``(len(texts), d)``,
       finite, one row per text in input order; an empty input gives shape ``(0, d)``.
-    - The same text gives the same vector (within 1e-6) on every call and in every process.
+    - The same text gives the same vector (within 1e-6) on every call and in every process,
+      and the same row alone as in any batch (within 1e-5); a text twice in a batch gives two
+      equal rows. Distinct texts with features give pairwise distinct vectors.
     - Rows are L2-normalised (norm 1 within 1e-3), or exactly zero for text with no features.
     - Failures raise; an embedder never returns fewer rows than texts.
     """
@@ -43,5 +45,6 @@ class Embedder(Protocol):
         ...
 
     def embed(self, texts: Sequence[str]) -> VectorMatrix:
-        """One finite, L2-normalised ``float32`` row per text, in input order."""
+        """One finite, L2-normalised ``float32`` row per text, in input order; distinct texts
+        with features give pairwise distinct rows."""
         ...

@@ -18,7 +18,8 @@ class Reranker(Protocol):
 
     - ``rerank(query, hits)`` returns either the same ``Hit`` objects (a permutation: every
       input exactly once, nothing else) in preferred order, or ``(hit, score)`` pairs with
-      finite scores; an empty input gives an empty output.
+      finite scores (numbers, not bools) in descending score order (scores never increase);
+      an empty input gives an empty output.
     - It receives redacted text only and never rewrites a hit: the caller keeps the objects.
     - The same input gives the same order.
     - Failures raise; ``rerank_hits`` turns every failure, timeout or malformed answer into a
@@ -26,7 +27,8 @@ class Reranker(Protocol):
     """
 
     def rerank(self, query: str, hits: Sequence[Hit]) -> Sequence[Hit | tuple[Hit, float]]:
-        """The same hit objects in preferred order, or ``(hit, score)`` pairs (finite)."""
+        """The same hit objects in preferred order, or ``(hit, score)`` pairs (finite), highest
+        score first."""
         ...
 
 

@@ -20,7 +20,11 @@ class IngestionStatusStore(Protocol):
       untouched, even for the same source id.
     - ``list_page`` returns at most ``limit`` items of exactly ``scope``, ordered by source id,
       with an opaque ``cursor`` for the next page (``None`` on the last). A cursor from another
-      scope, or a malformed one, is a ``ValidationError``; ``limit`` outside 1..200 too.
+      scope (corpus, tenant, prefix corpus), or one the store did not issue, is
+      ``ValidationError(field="cursor")``; the empty string is such a malformed cursor, not
+      "no cursor" (pass ``None``). ``limit`` outside 1..200 is a ``ValidationError``, above 200
+      with ``limit="status_page"`` (``ragport.domain.limits.check_limit("status_page", limit)``
+      raises both; ``ragport.domain.status`` encodes and decodes scope-bound cursors).
     - ``delete`` removes one status and reports whether it existed.
     """
 
@@ -33,7 +37,11 @@ class IngestionStatusStore(Protocol):
         ...
 
     def list_page(self, scope: Scope, *, limit: int, cursor: str | None = None) -> StatusPage:
-        """At most ``limit`` statuses of ``scope`` by source id, and the next cursor."""
+        """At most ``limit`` statuses of ``scope`` by source id, and the next cursor.
+
+        A foreign or malformed ``cursor`` (``""`` included) is
+        ``ValidationError(field="cursor")``; ``limit`` outside 1..200 a ``ValidationError``,
+        above 200 with ``limit="status_page"``."""
         ...
 
     def delete(self, scope: Scope, source_id: str) -> bool:

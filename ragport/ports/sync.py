@@ -133,7 +133,12 @@ class CheckpointStore(Protocol):
       ``expected_version``; it returns whether it did. Of several concurrent calls with the
       same expected version exactly one returns True.
     - Durable adapters keep checkpoints across processes; a cursor is opaque text of
-      any length (a folder cursor grows with the folder), stored verbatim.
+      any length (a folder cursor grows with the folder), stored verbatim (``""`` included).
+    - ``compare_and_set`` checks its arguments before storing anything, each failure a
+      ``ValidationError`` naming the argument, and then stores nothing: ``connector_id`` not a
+      non-empty printable ``str`` of at most 512 characters (``field="connector_id"``),
+      ``scope`` not a ``Scope`` (``"scope"``), ``expected_version`` not a non-negative int or
+      a bool (``"expected_version"``), ``cursor`` not a ``str`` or holding a NUL (``"cursor"``).
     """
 
     def get(self, connector_id: str, scope: Scope) -> Checkpoint:
@@ -143,7 +148,10 @@ class CheckpointStore(Protocol):
     def compare_and_set(
         self, connector_id: str, scope: Scope, expected_version: int, cursor: str
     ) -> bool:
-        """Store ``cursor`` at ``expected_version + 1`` if the version is still ``expected_version``."""
+        """Store ``cursor`` at ``expected_version + 1`` if the version is still ``expected_version``.
+
+        A bad connector id, scope, version or cursor (``None``, or holding a NUL) is
+        ``ValidationError(field=...)`` naming it, and nothing is stored."""
         ...
 
     def delete(self, connector_id: str, scope: Scope) -> bool:
