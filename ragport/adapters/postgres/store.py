@@ -166,7 +166,7 @@ class PostgresStore(StoreConnections):
         with self._connect("prepare") as conn:
             self._indexes.ensure(conn, dimensions)
             conn.commit()
-            self._indexes.analyze_once(conn)
+            self._indexes.analyze_once(conn, scope.tenant_id)
 
     # -- unit of work ----------------------------------------------------------------------------
     @contextmanager

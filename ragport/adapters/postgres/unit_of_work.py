@@ -327,6 +327,7 @@ class _Tombstones:
                     reasons=[t.reason for t in merged.values()],
                 ),
             ).all()
+        uow.wrote_tombstones = True
         return sum(1 for row in inserted if row.inserted)
 
     def list(self) -> Sequence[Tombstone]:
@@ -368,6 +369,7 @@ class PostgresUnitOfWork:
         # re-keyed or re-linked): commit then merges the pending lists
         # (``VectorIndexes.merge_pending``).
         self.wrote_gin_entries = False
+        self.wrote_tombstones = False
         self.records = _Records(self)
         self.generations = _Generations(self)
         self.grants = _Grants(self)
@@ -387,6 +389,8 @@ class PostgresUnitOfWork:
         self.done = True
         if self.wrote_gin_entries:
             self.indexes.merge_pending(self.conn, self.scope.tenant_id)
+        if self.wrote_gin_entries or self.wrote_tombstones:
+            self.indexes.analyze_after_commit(self.conn, self.scope.tenant_id)
 
     def rollback(self) -> None:
         if not self.done:
