@@ -76,6 +76,7 @@ class _Records:
                         for key, vector in zip(keys, matrix, strict=True):
                             copy.write_row(rows.vector_row(uow.scope, key, dims, vector))
             uow.wrote_gin_entries = True
+            uow.rows_written += len(records)
             conn.execute(
                 text(statements.added_stats(uow.s)),
                 scope_params(
@@ -327,8 +328,9 @@ class _Tombstones:
                     reasons=[t.reason for t in merged.values()],
                 ),
             ).all()
-        uow.wrote_tombstones = True
-        return sum(1 for row in inserted if row.inserted)
+        added = sum(1 for row in inserted if row.inserted)
+        uow.rows_written += added
+        return added
 
     def list(self) -> Sequence[Tombstone]:
         uow = self._uow
@@ -369,7 +371,7 @@ class PostgresUnitOfWork:
         # re-keyed or re-linked): commit then merges the pending lists
         # (``VectorIndexes.merge_pending``).
         self.wrote_gin_entries = False
-        self.wrote_tombstones = False
+        self.rows_written = 0  # records and tombstones added (analyze_after_commit)
         self.records = _Records(self)
         self.generations = _Generations(self)
         self.grants = _Grants(self)
@@ -389,8 +391,7 @@ class PostgresUnitOfWork:
         self.done = True
         if self.wrote_gin_entries:
             self.indexes.merge_pending(self.conn, self.scope.tenant_id)
-        if self.wrote_gin_entries or self.wrote_tombstones:
-            self.indexes.analyze_after_commit(self.conn, self.scope.tenant_id)
+        self.indexes.analyze_after_commit(self.conn, self.scope.tenant_id, self.rows_written)
 
     def rollback(self) -> None:
         if not self.done:
