@@ -104,7 +104,7 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 
-CONTRACT_VERSION = "1.21"
+CONTRACT_VERSION = "1.22"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -172,6 +172,12 @@ CONTRACT_VERSION = "1.21"
 #      optional legs and retrieve_context raise StoreError with nothing chained. assert_conforms
 #      (static: typed ChunkStore; run time: the port's parameters), checked by the capability
 #      section's test_store_conforms_to_the_port_signatures.
+# 1.22 Retrieval takes any mode a store declares: the lexical section's retrieval test now
+#      passes a store declaring "fts5" (and fails one whose hybrid_query refuses its own
+#      declared name). Every contract test's docstring opens with "Checks ``Port.member``"
+#      (tests/contract/test_contract_docstrings.py). The boundary section accepts any Sequence
+#      from get_by_source, as the port promises. The port's unit-of-work protocols live in
+#      ragport.ports.unit_of_work (still importable from ragport.ports.store).
 
 __all__ = [
     "CONTRACT_VERSION",
