@@ -223,10 +223,12 @@ def retrieve_arguments(options: Mapping[str, Any], *, abort: Abort | None = None
     flat_runtime = _one_form(options, "runtime", _RUNTIME_FIELDS)
     request = RetrievalRequest(**flat_request) if flat_request else options.get("request")
     runtime = Runtime(**flat_runtime) if flat_runtime else options.get("runtime")
+    if request is not None and not isinstance(request, RetrievalRequest):
+        raise ValidationError("request must be a RetrievalRequest", field="request")
+    if runtime is not None and not isinstance(runtime, Runtime):
+        raise ValidationError("runtime must be a Runtime", field="runtime")
     if abort is not None:
         base = DEFAULT_RUNTIME if runtime is None else runtime
-        if not isinstance(base, Runtime):
-            raise ValidationError("runtime must be a Runtime", field="runtime")
         mine = abort if base.abort is None else EitherAbort(base.abort, abort)
         runtime = attrs.evolve(base, abort=mine)
     return {

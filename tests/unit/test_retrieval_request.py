@@ -210,3 +210,7 @@ def test_a_face_takes_a_request_or_its_fields_but_not_both(store: InMemoryStore)
     with pytest.raises(ValidationError) as info:
         BoundRetrieval.bind(store=store, embedder=EMB, scope=SCOPE, options={"lexical": "BM25"})
     assert info.value.field == "lexical"
+    for name in ("request", "runtime"):
+        with pytest.raises(ValidationError) as info:
+            BoundRetrieval.bind(store=store, embedder=EMB, scope=SCOPE, options={name: 5})
+        assert info.value.field == name
