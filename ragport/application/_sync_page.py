@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import attrs
@@ -26,7 +26,7 @@ from ragport.domain.model import Grant
 from ragport.domain.sync import Access
 from ragport.ports.embedder import VectorMatrix
 from ragport.ports.runtime import Abort
-from ragport.ports.sync import Upsert
+from ragport.ports.sync import Page, Upsert
 
 Prepare = Callable[[Upsert, Abort], tuple[PreparedDocument, int]]
 Embed = Callable[[list[str], Abort], VectorMatrix]
@@ -145,3 +145,16 @@ def prepare_page(
         for pool in (parse_pool, embed_pool):
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+
+
+def classify_page(
+    page: Page, sweep: Sequence[str]
+) -> tuple[dict[str, Upsert], list[str], list[str]]:
+    """Step 3's first half: the page's upserts by id (the last listing of an id wins), its
+    deletions and the sweep, neither naming an upserted id (nor the sweep a deleted one)."""
+    upserts: dict[str, Upsert] = {}
+    for upsert in page.upserts:
+        upserts[upsert.source_id] = upsert
+    deletions = [d for d in dict.fromkeys(page.deletions) if d not in upserts]
+    kept = [s for s in sweep if s not in upserts and s not in deletions]
+    return upserts, deletions, kept

@@ -213,3 +213,49 @@ class SyncFailure:
     reason: str
     error: str
     retrying: bool
+
+
+@attrs.frozen
+class SyncResult:
+    """What one ``sync_knowledge`` run committed.
+
+    ``pages`` committed, sources ``upserted`` (rows written), ``deleted`` (rows retired:
+    upstream deletions and the sweep, ``swept`` of them the sweep), ``skipped`` (unchanged),
+    ``withheld`` (access mapping said no), ``failed`` (load or parse failed; previous version
+    kept). ``cursor`` is the connector cursor the checkpoint now holds, ``exhausted`` whether
+    the listing was read to its end, ``bootstrapped`` whether a full listing ran (the first
+    sync or after a cursor error), ``lost`` whether another worker advanced the checkpoint
+    first (this worker then stopped and its page was rolled back: it wrote nothing).
+    ``retrying`` is how many failed or withheld items the checkpoint keeps for a retry.
+    ``failures`` names each item that failed in this run, with its reason (``failed`` of them).
+    """
+
+    pages: int
+    upserted: int
+    deleted: int
+    skipped: int
+    withheld: int
+    cursor: str | None
+    exhausted: bool
+    failed: int = 0
+    swept: int = 0
+    bootstrapped: bool = False
+    lost: bool = False
+    retrying: int = 0
+    failures: tuple[SyncFailure, ...] = ()
+
+
+@attrs.frozen
+class SyncProgress:
+    """What ``sync_knowledge`` has done so far, handed to ``on_progress``.
+
+    ``listed``: upserts and deletions of the pages read so far (it grows page by page; the
+    total is not known in advance); ``done``: how many of them were handled (an upsert when
+    it is about to be loaded, a deletion when its page committed); ``pages``: pages
+    committed; ``source_id``: the upsert about to be loaded, else ``None``.
+    """
+
+    pages: int
+    listed: int
+    done: int
+    source_id: str | None = None

@@ -31,6 +31,10 @@
 8. Repeat until the listing is exhausted (a bootstrap ends after its last page), ``max_pages``
    pages were committed, or the caller aborts.
 
+Steps 3 to 7 of a page are the named steps of ``_Run.apply``: ``classify_page`` (upserts,
+deletions, sweep), ``load_parse_embed``, ``commit_page`` (with the checkpoint's
+compare-and-set) and ``record_status``; the counts go into a typed ``_Tally``.
+
 Failed (by a load failure, a parse timeout, a killed parser worker, or any exception other than
 a parser's verdict on the bytes) and withheld items are retried: the checkpoint keeps them (``retry``: attempts and the
 earliest next try) until they succeed or are deleted upstream. A run in ``changes`` mode with
@@ -60,10 +64,12 @@ from ragport.application._support import (
     require_transactions,
     resolve_limits,
 )
-from ragport.application._sync_page import prepare_page
+from ragport.application._sync_page import PageWork, classify_page, prepare_page
 from ragport.application._sync_state import (
     START,
     SyncFailure,
+    SyncProgress,
+    SyncResult,
     _decode_state,
     _next_state,
     _PageOutcome,
@@ -100,58 +106,12 @@ from ragport.ports.sync import (
     Upsert,
 )
 
-__all__ = ["SyncFailure", "SyncResult", "sync_knowledge"]
+__all__ = ["SyncFailure", "SyncProgress", "SyncResult", "sync_knowledge"]
 WITHHELD_ERROR = "withheld by the host access mapping"
 # What sinks the page rather than one item (nothing committed, the page replays): the caller's
 # abort, the store, the embedder. Any other exception from loading, parsing or chunking one item
 # (a parser's RecursionError or MemoryError included) is that item's failure.
 PAGE_ERRORS = (AbortedError, StoreError, EmbedderError, EmbedderMismatchError, CapabilityError)
-
-
-@attrs.frozen
-class SyncResult:
-    """What one ``sync_knowledge`` run committed.
-
-    ``pages`` committed, sources ``upserted`` (rows written), ``deleted`` (rows retired:
-    upstream deletions and the sweep, ``swept`` of them the sweep), ``skipped`` (unchanged),
-    ``withheld`` (access mapping said no), ``failed`` (load or parse failed; previous version
-    kept). ``cursor`` is the connector cursor the checkpoint now holds, ``exhausted`` whether
-    the listing was read to its end, ``bootstrapped`` whether a full listing ran (the first
-    sync or after a cursor error), ``lost`` whether another worker advanced the checkpoint
-    first (this worker then stopped and its page was rolled back: it wrote nothing).
-    ``retrying`` is how many failed or withheld items the checkpoint keeps for a retry.
-    ``failures`` names each item that failed in this run, with its reason (``failed`` of them).
-    """
-
-    pages: int
-    upserted: int
-    deleted: int
-    skipped: int
-    withheld: int
-    cursor: str | None
-    exhausted: bool
-    failed: int = 0
-    swept: int = 0
-    bootstrapped: bool = False
-    lost: bool = False
-    retrying: int = 0
-    failures: tuple[SyncFailure, ...] = ()
-
-
-@attrs.frozen
-class SyncProgress:
-    """What ``sync_knowledge`` has done so far, handed to ``on_progress``.
-
-    ``listed``: upserts and deletions of the pages read so far (it grows page by page; the
-    total is not known in advance); ``done``: how many of them were handled (an upsert when
-    it is about to be loaded, a deletion when its page committed); ``pages``: pages
-    committed; ``source_id``: the upsert about to be loaded, else ``None``.
-    """
-
-    pages: int
-    listed: int
-    done: int
-    source_id: str | None = None
 
 
 @attrs.define
@@ -242,12 +202,21 @@ class _Run:
         """Steps 3 to 7 for one page: what it committed, or ``None`` when ``settle`` (the
         checkpoint's compare-and-set, called inside the unit of work before its commit) lost
         and the page was rolled back."""
-        upserts: dict[str, Upsert] = {}
-        for upsert in page.upserts:
-            upserts[upsert.source_id] = upsert  # the last listing of an id wins
-        deletions = [d for d in dict.fromkeys(page.deletions) if d not in upserts]
-        sweep = [s for s in sweep if s not in upserts and s not in deletions]
-        work = prepare_page(
+        upserts, deletions, sweep = classify_page(page, sweep)
+        work = self.load_parse_embed(upserts)  # steps 3-4: nothing touches the store yet
+        check_abort(self.abort)
+        if work.changed and supports(self.store, "preparation"):
+            cast(SupportsPreparation, self.store).prepare(
+                self.scope, dimensions=self.embedder.dimensions
+            )
+        outcome = self.commit_page(work, deletions, sweep, settle)  # steps 5-6
+        if outcome is not None:
+            self.record_status(work, [*deletions, *sweep])  # step 7
+        return outcome
+
+    def load_parse_embed(self, upserts: dict[str, Upsert]) -> PageWork:
+        """Steps 3-4: load, skip-check, parse and embed every upsert of the page."""
+        return prepare_page(
             upserts,
             prepare=self.prepare,
             embed=lambda batch, abort: embed_batches(
@@ -266,14 +235,19 @@ class _Run:
             on_item=self.on_item,
             workers=self.workers,
         )  # fmt: skip
+
+    def commit_page(
+        self,
+        work: PageWork,
+        deletions: Sequence[str],
+        sweep: Sequence[str],
+        settle: Callable[[UnitOfWork, _PageOutcome], bool],
+    ) -> _PageOutcome | None:
+        """Steps 5-6: the page's writes and grants in one unit of work, committed only if
+        ``settle`` (the checkpoint's compare-and-set) wins; ``None`` when it lost."""
         grants, withheld, failed, skipped = work.grants, work.withheld, work.failed, work.skipped
         changed, retryable, texts = work.changed, work.retryable, work.texts
         vectors = cast(VectorMatrix, work.vectors)
-        check_abort(self.abort)
-        if changed and supports(self.store, "preparation"):
-            cast(SupportsPreparation, self.store).prepare(
-                self.scope, dimensions=self.embedder.dimensions
-            )
         retire = [*deletions, *sweep, *withheld]
         deleted: list[str] = []
         swept = 0
@@ -335,20 +309,23 @@ class _Run:
             else:
                 write.commit()
             span.set_attribute("rag.sync.upserted", len(changed))
-        for prepared, size in changed:
+        return outcome
+
+    def record_status(self, work: PageWork, gone: Sequence[str]) -> None:
+        """Step 7: each item's ingestion status after the commit; ``gone`` lose theirs."""
+        for prepared, size in work.changed:
             self.status(
                 prepared.source_id, "indexed", "current", size=size, chunks=len(prepared.chunks)
             )
-        for source_id, (size, stored) in skipped.items():
+        for source_id, (size, stored) in work.skipped.items():
             self.status(source_id, "indexed", "current", size=size, chunks=stored)
-        for source_id, (error, _) in failed.items():
+        for source_id, (error, _) in work.failed.items():
             self.status(source_id, "failed", "stale", error=error)
-        for source_id in withheld:
+        for source_id in work.withheld:
             self.status(source_id, "failed", "unavailable", error=WITHHELD_ERROR)
         if self.status_store is not None:
-            for source_id in [*deletions, *sweep]:
+            for source_id in gone:
                 self.status_store.delete(self.scope, source_id)
-        return outcome
 
 
 def _scope_source_ids(store: ChunkStore, scope: Scope) -> frozenset[str]:
