@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from ragport.application._support import (
-    Redaction,
     check_abort,
     check_vectors,
 )
@@ -83,7 +82,6 @@ from ragport.ports.store import (
 __all__ = ["QUERY_MAX_CHARS", "estimate_tokens", "retrieve_context"]
 
 _TRUST = Trust()
-_NO_REDACTION = Redaction()
 
 
 def estimate_tokens(text: str) -> int:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -18,16 +19,12 @@ from ragport.domain.model import Authorization, Scope, validate_text
 from ragport.ports.rerank import Reranker
 
 __all__ = [
-    "BUILTIN_LEXICAL_MODES",
     "QUERY_MAX_CHARS",
     "Request",
     "RetrievalRequest",
     "check_request",
 ]
 
-# The modes ragport's own stores declare; a store may declare any other name
-# (``Capabilities.lexical_modes``), and ``lexical`` may be any name a store declares.
-BUILTIN_LEXICAL_MODES = ("off", "bm25", "fts")
 QUERY_MAX_CHARS = HARD_LIMITS.chunk_size
 
 
@@ -101,6 +98,11 @@ def _weights(value: Mapping[str, float] | None) -> Mapping[str, float] | None:
     return dict(value)
 
 
+def _filter_copy(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The caller's filter, copied: the request keeps what it parsed, whatever they change."""
+    return None if value is None else copy.deepcopy(dict(value))
+
+
 def _collapse(value: bool) -> bool:
     if not isinstance(value, bool):
         raise ValidationError(
@@ -140,7 +142,7 @@ class RetrievalRequest:
     fusion: str = attrs.field(default="rrf", converter=_fusion)
     rrf_k: int | None = None
     fusion_weights: Mapping[str, float] | None = attrs.field(default=None, converter=_weights)
-    metadata_filter: Mapping[str, Any] | None = None
+    metadata_filter: Mapping[str, Any] | None = attrs.field(default=None, converter=_filter_copy)
     max_result_bytes: int | None = None
     max_context_tokens: int | None = None
     max_rerank_bytes: int | None = None

@@ -100,12 +100,16 @@ def test_malformed_options_are_refused_when_the_request_is_built(
 
 
 def test_a_request_is_frozen_and_its_weights_are_its_own() -> None:
-    """A built request cannot change under the caller: fields are frozen and the weights are
-    copied. If this fails, check RetrievalRequest's fusion_weights converter."""
+    """A built request cannot change under the caller: fields are frozen, the weights and the
+    filter are copied. If this fails, check RetrievalRequest's converters."""
     weights = {"vector": 1.0, "lexical": 2.0}
     request = RetrievalRequest(lexical="bm25", fusion_weights=weights)
     weights["vector"] = 0.0
     assert request.fusion_weights == {"vector": 1.0, "lexical": 2.0}
+    wanted = {"team": {"$in": ["hr", "ops"]}}
+    filtered = RetrievalRequest(metadata_filter=wanted)
+    wanted["team"]["$in"].append("sales")
+    assert filtered.metadata_filter == {"team": {"$in": ["hr", "ops"]}}
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         request.top_k = 3  # type: ignore[misc]
 
