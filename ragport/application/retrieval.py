@@ -362,8 +362,8 @@ def retrieve_context(
     lexical = req.lexical
     collapse_duplicates = wanted.collapse_duplicates
     abort = rt.abort
-    tel = rt.tracer
-    clk = rt.now
+    tel = rt.effective_telemetry
+    clk = rt.effective_clock
     if not req.scopes or not query.strip():
         return RetrievalResult(
             query=query, trust=_TRUST, text="", hits=(), citations=(), truncated=False

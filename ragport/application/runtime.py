@@ -68,12 +68,12 @@ class Runtime:
         object.__setattr__(self, "_redaction", Redaction(self.redactor, self.secrets))
 
     @property
-    def tracer(self) -> Telemetry:
+    def effective_telemetry(self) -> Telemetry:
         """``telemetry``, or the one that records nothing."""
         return NOOP_TELEMETRY if self.telemetry is None else self.telemetry
 
     @property
-    def now(self) -> Clock:
+    def effective_clock(self) -> Clock:
         """``clock``, or the system clock."""
         return SYSTEM_CLOCK if self.clock is None else self.clock
 
