@@ -71,6 +71,15 @@ def pick_top_k(k: object, top_k: object, default: int) -> int:
     return check_limit("top_k", chosen)  # type: ignore[arg-type]
 
 
+def _top_k_once(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` if they leave the result count to the face's own ``top_k`` / ``k``: neither
+    a ``top_k`` option nor a ``request`` with its ``top_k`` set (the face would override it)."""
+    request = options.get("request")
+    if "top_k" in options or (isinstance(request, RetrievalRequest) and request.top_k is not None):
+        raise ValidationError("pass top_k once: to the face, not in its options", field="top_k")
+    return options
+
+
 def _read_only(options: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(options))
 
@@ -102,8 +111,7 @@ class BoundRetrieval:
         """Validate the binding now (``ValidationError`` naming the field), not at first use."""
         one, many = check_binding(scope, scopes, authorization)
         extra = check_retrieve_options(options or {})
-        if "top_k" in extra:  # pragma: no cover - top_k is a named argument of every face
-            raise ValidationError("pass top_k once", field="top_k")
+        _top_k_once(extra)
         return cls(
             store=store,
             embedder=embedder,
@@ -126,7 +134,7 @@ class BoundRetrieval:
         an authorization), and override the bound ones for this call. ``abort`` is this
         call's signal (an async face's cancellation); a bound ``abort`` option still applies,
         so either one stops the call."""
-        options = {**self.options, **check_retrieve_options(overrides)}
+        options = {**self.options, **_top_k_once(check_retrieve_options(overrides))}
         arguments = retrieve_arguments(options, abort=abort)
         count = self.top_k if top_k is None else check_limit("top_k", top_k)
         request = arguments["request"]

@@ -214,6 +214,11 @@ def test_a_face_takes_a_request_or_its_fields_but_not_both(store: InMemoryStore)
     with pytest.raises(ValidationError) as info:
         BoundRetrieval.bind(store=store, embedder=EMB, scope=SCOPE, options={"lexical": "BM25"})
     assert info.value.field == "lexical"
+    with pytest.raises(ValidationError) as info:  # the face's top_k would override it
+        BoundRetrieval.bind(
+            store=store, embedder=EMB, scope=SCOPE, options={"request": RetrievalRequest(top_k=8)}
+        )
+    assert info.value.field == "top_k"
     for name in ("request", "runtime"):
         with pytest.raises(ValidationError) as info:
             BoundRetrieval.bind(store=store, embedder=EMB, scope=SCOPE, options={name: 5})
