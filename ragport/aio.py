@@ -24,7 +24,7 @@ import attrs
 from ragport.application._support import EitherAbort
 from ragport.application.facade import Rag
 from ragport.application.results import RollbackResult
-from ragport.application.runtime import Runtime
+from ragport.application.runtime import Runtime, check_runtime
 from ragport.application.sync import SyncResult, sync_knowledge
 from ragport.domain.errors import ValidationError
 from ragport.domain.status import StatusPage
@@ -168,7 +168,8 @@ class AsyncRag:
             raise ValidationError("bind one scope= to sync", field="scope")
         options.setdefault("parser", rag.default_parser)
         options.setdefault("status_store", rag.status_store)  # the bound status store
-        base = options.pop("runtime", None) or Runtime()
+        given = options.pop("runtime", None)
+        base = Runtime() if given is None else check_runtime(given)
         scope = rag.scope
 
         def run(abort: Abort) -> SyncResult:
