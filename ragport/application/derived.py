@@ -16,15 +16,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from ragport.application._support import (
-    NOOP_TELEMETRY,
-    Redaction,
     check_abort,
     check_vectors,
     forgotten_ids,
     require_kind,
     require_scope,
     require_transactions,
-    resolve_limits,
 )
 from ragport.application.results import ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
@@ -113,16 +110,9 @@ def index_derived(
 ) -> ReplaceResult:
     """Store a derived artifact (summary, note) with the ids it rests on; replaces an older one."""
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
-    telemetry, abort, redactor, secrets, limits = (
-        rt.telemetry,
-        rt.abort,
-        rt.redactor,
-        rt.secrets,
-        rt.limits,
-    )
+    abort, lim, redact, tel = rt.abort, rt.limits, rt.redaction, rt.effective_telemetry
     scope = require_scope(scope)
     validate_id(record_id, field="record_id")
-    lim = resolve_limits(limits)
     if not isinstance(text, str) or not text.strip():
         raise ValidationError("text must be a non-empty string", field="text")
     validate_text(text, field="text")
@@ -137,8 +127,6 @@ def index_derived(
             "metadata exceeds metadata_bytes", field="metadata", limit="metadata_bytes"
         )
     require_transactions(store, "index_derived")
-    redact = Redaction(redactor, secrets)
-    tel = telemetry or NOOP_TELEMETRY
     clean = validate_text(redact(text), field="text")
     check_abort(abort)
     with tel.span("rag.embed"):

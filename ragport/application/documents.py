@@ -37,7 +37,6 @@ from ragport.application._support import (
     put_status,
     require_scope,
     require_transactions,
-    resolve_limits,
 )
 from ragport.application.indexing import ReusableEmbeddings, replace_source
 from ragport.application.results import ReplaceResult
@@ -245,11 +244,10 @@ def replace_document(
     ``UrlRejectedError``, ``ParseError``, ``ValidationError``, ...) after recording ``failed``.
     """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
-    abort, redactor, secrets, limits, clock = rt.abort, rt.redactor, rt.secrets, rt.limits, rt.clock
+    abort, lim, redact, clk = rt.abort, rt.limits, rt.redaction, rt.effective_clock
     scope = require_scope(scope)
     if not isinstance(uri, str) or not uri:
         raise ValidationError("uri must be a non-empty string", field="uri")
-    lim = resolve_limits(limits)
     check_limit("chunk_size", size)
     check_limit("overlap", overlap)
     if overlap >= size:
@@ -257,8 +255,6 @@ def replace_document(
     if source_id is not None:
         validate_id(source_id, field="source_id")
     require_transactions(store, "replace_document")
-    clk = clock or SYSTEM_CLOCK
-    redact = Redaction(redactor, secrets)
     check_abort(abort)
 
     sid = source_id
@@ -358,8 +354,7 @@ def replace_prepared(
     on a failure of the write; a failure before this call is the caller's to record.
     """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
-    redactor, secrets, clock = rt.redactor, rt.secrets, rt.clock
-    clk = clock or SYSTEM_CLOCK
+    clk = rt.effective_clock
     sid = prepared.source_id
     if prepared.unchanged:
         put_status(
@@ -399,7 +394,7 @@ def replace_prepared(
     except BaseException as exc:
         record_failed(
             status_store, scope=scope, source_id=sid, size_bytes=size_bytes, error=exc,
-            redaction=Redaction(redactor, secrets), clock=clk,
+            redaction=rt.redaction, clock=clk,
         )  # fmt: skip
         raise
     put_status(

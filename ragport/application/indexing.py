@@ -22,8 +22,6 @@ import numpy as np
 
 from ragport.application._support import (
     NOOP_TELEMETRY,
-    SYSTEM_CLOCK,
-    Redaction,
     check_abort,
     check_vectors,
     embed_batches,
@@ -31,7 +29,6 @@ from ragport.application._support import (
     require_kind,
     require_scope,
     require_transactions,
-    resolve_limits,
 )
 from ragport.application.results import IndexResult, ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
@@ -182,17 +179,10 @@ def replace_source(
     is still the scope's newest (see ``SharedGeneration``); needs ``advance_generation``.
     """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
-    telemetry, abort, redactor, secrets, limits, clock = (
-        rt.telemetry,
-        rt.abort,
-        rt.redactor,
-        rt.secrets,
-        rt.limits,
-        rt.clock,
-    )
+    abort, lim, redact = rt.abort, rt.limits, rt.redaction
+    tel, clk = rt.effective_telemetry, rt.effective_clock
     scope = require_scope(scope)
     validate_id(source_id, field="source_id")
-    lim = resolve_limits(limits)
     check_limit("embed_batch", batch_size)
     if shared_generation is not None and not advance_generation:
         raise ValidationError(
@@ -201,9 +191,6 @@ def replace_source(
     checked = _check_chunks(chunks, lim, source_id=source_id)
     content_hash = validate_content_hash(content_hash)
     require_transactions(store, "replace_source")
-    tel = telemetry or NOOP_TELEMETRY
-    clk = clock or SYSTEM_CLOCK
-    redact = Redaction(redactor, secrets)
     check_abort(abort)
 
     skip = content_hash is not None if skip_if_unchanged is None else skip_if_unchanged
@@ -358,22 +345,12 @@ def index_chunks(
     ``replace_source`` when a source must change all at once.
     """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
-    telemetry, abort, redactor, secrets, limits, clock = (
-        rt.telemetry,
-        rt.abort,
-        rt.redactor,
-        rt.secrets,
-        rt.limits,
-        rt.clock,
-    )
+    abort, lim, redact = rt.abort, rt.limits, rt.redaction
+    tel, clk = rt.effective_telemetry, rt.effective_clock
     scope = require_scope(scope)
-    lim = resolve_limits(limits)
     check_limit("embed_batch", batch_size)
     checked = _check_chunks(chunks, lim, source_id=None)
     require_transactions(store, "index_chunks")
-    tel = telemetry or NOOP_TELEMETRY
-    clk = clock or SYSTEM_CLOCK
-    redact = Redaction(redactor, secrets)
     sources = list(dict.fromkeys(c.source_id for c in checked))
     totals = {s: sum(1 for c in checked if c.source_id == s) for s in sources}
     done = dict.fromkeys(sources, 0)

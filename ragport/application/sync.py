@@ -54,15 +54,12 @@ from typing import Literal, cast
 import attrs
 
 from ragport.application._support import (
-    NOOP_TELEMETRY,
-    SYSTEM_CLOCK,
     Redaction,
     check_abort,
     embed_batches,
     require_kind,
     require_scope,
     require_transactions,
-    resolve_limits,
 )
 from ragport.application._sync_page import PageWork, classify_page, prepare_page
 from ragport.application._sync_state import (
@@ -387,14 +384,7 @@ def sync_knowledge(
     what a store or embedder failure raised (the page in flight is not committed and replays).
     """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
-    telemetry, abort, redactor, secrets, limits, clock = (
-        rt.telemetry,
-        rt.abort,
-        rt.redactor,
-        rt.secrets,
-        rt.limits,
-        rt.clock,
-    )
+    abort = rt.abort
     scope = require_scope(scope)
     if not isinstance(connector, Connector):
         raise ValidationError("connector must be a Connector", field="connector")
@@ -438,11 +428,11 @@ def sync_knowledge(
         size=size,
         overlap=overlap,
         batch_size=batch_size,
-        telemetry=telemetry or NOOP_TELEMETRY,
+        telemetry=rt.effective_telemetry,
         abort=abort,
-        redact=Redaction(redactor, secrets),
-        limits=resolve_limits(limits),
-        clock=clock or SYSTEM_CLOCK,
+        redact=rt.redaction,
+        limits=rt.limits,
+        clock=rt.effective_clock,
         workers=workers,
         shared=shared_generation,
     )
