@@ -82,6 +82,8 @@ class VectorIndexes:
         self._analyzed = False
         self._known_rows = 0.0  # records' rows at the last ANALYZE this store ran or saw
         self._since = 0  # rows this store wrote since then
+        # Before the first ANALYZE: a tenant's rows as last counted, plus those written since.
+        self._first_load: dict[str, int] = {}
         self.merge_pending_lists = merge_pending_lists
 
     def has(self, conn: Connection, dimensions: int) -> bool:
@@ -119,7 +121,7 @@ class VectorIndexes:
         if not self.has(conn, dimensions):
             self.create(conn, dimensions)
 
-    def analyze_once(self, conn: Connection, tenant_id: str) -> None:
+    def analyze_once(self, conn: Connection, tenant_id: str, written: int = 0) -> None:
         """ANALYZE ``records``, ``record_vectors`` and ``tombstones`` the first time they hold
         data (``ANALYZE_AFTER_ROWS`` of ``tenant_id``'s rows: every statement names one
         tenant, so Citus routes it) but were never analysed.
@@ -129,10 +131,18 @@ class VectorIndexes:
         fresh 100k-row corpus), and a vector query checks each candidate's visibility by
         walking the scope's rows again, O(rows²) (measured: 120 ms at 1,104 rows against
         2-8 ms once analysed). Autovacuum analyses a table only after its naptime, and never a
-        partitioned parent. Called from ``prepare`` and by ``analyze_after_commit``.
+        partitioned parent. Called from ``prepare`` and by ``analyze_after_commit`` (with the
+        ``written`` rows it committed). The catalog is read once per tenant, then again only
+        when the rows seen there plus those this store wrote since reach the threshold, so a
+        small corpus pays no read per write.
         """
         if self._analyzed:
             return
+        seen = self._first_load.get(tenant_id)
+        if seen is not None:
+            self._first_load[tenant_id] = seen = seen + written
+            if seen < ANALYZE_AFTER_ROWS:
+                return
         # Column statistics, not pg_stat_user_tables: its counters reach other sessions only
         # after a delay, so a load that just committed would not be counted yet.
         row = conn.execute(
@@ -147,7 +157,9 @@ class VectorIndexes:
         if row.analysed:
             self._known_rows = self._table_rows(conn)
             self._analyzed = True
-        elif row.live >= ANALYZE_AFTER_ROWS:
+            return
+        self._first_load[tenant_id] = int(row.live)
+        if row.live >= ANALYZE_AFTER_ROWS:
             self._analyze(conn)
 
     def _table_rows(self, conn: Connection) -> float:
@@ -186,7 +198,7 @@ class VectorIndexes:
         try:
             with translate_errors("analyse statistics"):
                 if first:
-                    self.analyze_once(conn, tenant_id)
+                    self.analyze_once(conn, tenant_id, written)
                 else:
                     self._since += written
                     if self._since >= max(ANALYZE_AFTER_ROWS, ANALYZE_GROWTH * self._known_rows):
