@@ -1,0 +1,179 @@
+"""The narrow storage port: the 15 members a new store adapter writes.
+
+A ``StorageBackend`` keeps rows and answers "which rows, which vectors are nearest"; it knows
+nothing of generations, grants or tombstones beyond storing them.
+``ragport.engine.BackendStore`` implements the whole ``ChunkStore`` port over it once, for
+every backend: the visibility rule, staging, publish, retire, restore, rollback, compaction,
+rekeying, lineage, the grant rule, forgetting, the filter, copies, the read-side checks of
+ids and text, and the translation of a driver's failure into ``StoreError``. A backend that
+can do more natively (PostgreSQL compiles grants, tombstones and generations into one SQL
+predicate before top-k) implements ``ChunkStore`` and its optional protocols directly.
+
+The members, all required (``tests/contract/test_backend_port.py`` counts them):
+
+- ``StorageBackend``: ``provider``, ``read``, ``write``;
+- ``BackendReader``: ``state``, ``rows``, ``nearest``, ``grants``, ``tombstones``;
+- ``BackendWriter`` (a reader too): ``insert``, ``update``, ``delete``, ``set_state``,
+  ``put_grants``, ``put_tombstones``, ``commit``.
+
+A row is keyed by ``(record.id, record.generation)`` (``RowKey``) within its scope: the same
+id is stored once per generation. Scopes are exact: nothing is shared or matched across two
+scopes, whatever their ids look like (compare the three ids, never a joined string).
+
+What the engine does, so a backend need not: it validates every argument before calling the
+backend (scopes, ids, text, limits, vectors: a backend sees only values the domain accepted),
+copies every record it hands out, sorts what it lists, and turns any exception a backend
+raises that is not a ``ragport.domain.errors.RagportError`` into a ``StoreError`` with no
+cause and no context (a driver's message may quote document text). A backend may return its
+own stored ``Record`` objects; it must never keep the caller's vectors array (copy it).
+
+``StorageBackendContract`` (``ragport.contract_tests``) runs the whole ``ChunkStoreContract``
+on ``BackendStore(your_backend)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from ragport.domain.errors import ValidationError
+from ragport.domain.model import Grant, Record, Scope, Tombstone
+from ragport.ports.embedder import Vector, VectorMatrix
+from ragport.ports.store import ScoredRecord
+
+__all__ = [
+    "BackendReader",
+    "BackendWriter",
+    "GenerationState",
+    "RowKey",
+    "StorageBackend",
+]
+
+RowKey = tuple[str, int]
+"""``(record id, generation)``: what identifies one stored row within a scope."""
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(f"{attribute.name} must be a non-negative int", field="generation")
+
+
+@attrs.frozen
+class GenerationState:
+    """A scope's three generation numbers; ``GenerationState()`` for a scope never written.
+
+    ``counter``: the last generation handed out; ``pointer``: the current (published) one;
+    ``floor``: the lowest one still restorable. ``floor <= pointer <= counter`` is the
+    engine's business, not the backend's: store and return the three numbers as given.
+    """
+
+    counter: int = attrs.field(default=0, validator=_non_negative)
+    pointer: int = attrs.field(default=0, validator=_non_negative)
+    floor: int = attrs.field(default=0, validator=_non_negative)
+
+
+@runtime_checkable
+class BackendReader(Protocol):
+    """One consistent, committed view of one scope (or, inside ``write``, the transaction's
+    own view, its uncommitted changes included)."""
+
+    def state(self) -> GenerationState:
+        """The scope's generation numbers as last stored; ``GenerationState()`` if none."""
+        ...
+
+    def rows(
+        self, *, source_id: str | None = None, ids: Sequence[str] | None = None
+    ) -> Iterable[Record]:
+        """Every stored row of the scope, of every generation, retired ones included, in any
+        order: only those of ``source_id`` when it is given, only those whose id is in
+        ``ids`` when that is given (both: both). Each as stored, every field as written."""
+        ...
+
+    def nearest(self, vector: Vector) -> Iterable[ScoredRecord]:
+        """Every stored row whose ``dimensions`` equal ``len(vector)``, each with the cosine
+        similarity of its stored vector and ``vector`` (within 1e-5; neither need be unit
+        length; a zero vector scores 0), in descending score, ties by id then generation.
+
+        Every generation, retired rows included: the engine applies the visibility rule,
+        tombstones, grants and the filter as it walks, and stops once it has enough, so a
+        lazy iterator (a cursor, an ANN index's stream) is read only as far as needed. The
+        engine consumes it inside the ``read`` block it came from.
+        """
+        ...
+
+    def grants(self, source_ids: Sequence[str] | None = None) -> Mapping[str, Grant]:
+        """The stored grant per source id (of ``source_ids`` if given, else every one);
+        sources without one are absent."""
+        ...
+
+    def tombstones(self) -> Sequence[Tombstone]:
+        """Every stored tombstone of the scope (one per id), in any order."""
+        ...
+
+
+@runtime_checkable
+class BackendWriter(BackendReader, Protocol):
+    """One transaction over one scope. Its reads see its own writes.
+
+    Nothing it writes is visible to a ``read`` before ``commit``; leaving the ``write`` block
+    without ``commit`` (or by an exception) discards every change. Values arrive checked: the
+    engine never inserts a key that exists or updates or deletes one that does not.
+    """
+
+    def insert(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
+        """Store new rows: ``vectors[i]`` (a float32 matrix the engine made for this call,
+        yours to keep) is the vector of ``records[i]``."""
+        ...
+
+    def update(self, changes: Mapping[RowKey, Record]) -> None:
+        """Rewrite stored rows: the row at each key takes every field of its new record (the
+        id and source may change: a rename; so may ``retired_generation``, ``lineage`` and
+        ``roots``) and keeps its vector. All at once: a chain of renames (``a`` to ``b``,
+        ``b`` to ``c``) never meets itself."""
+        ...
+
+    def delete(self, keys: Sequence[RowKey]) -> None:
+        """Remove the rows at ``keys`` (with their vectors)."""
+        ...
+
+    def set_state(self, state: GenerationState) -> None:
+        """Store the scope's generation numbers."""
+        ...
+
+    def put_grants(self, grants: Sequence[Grant]) -> None:
+        """Store each grant, replacing the source's previous one (never merged)."""
+        ...
+
+    def put_tombstones(self, tombstones: Sequence[Tombstone]) -> None:
+        """Store each tombstone, replacing the previous one of its id."""
+        ...
+
+    def commit(self) -> None:
+        """Make every change of the transaction visible to later reads, at once."""
+        ...
+
+
+@runtime_checkable
+class StorageBackend(Protocol):
+    """Rows, vectors, grants, tombstones and three numbers per exact scope, transactionally.
+
+    Isolation: a ``read`` sees one committed state from its start to its end and never waits
+    for a ``write``; ``write`` blocks of one scope never interleave (serialize them: a lock,
+    ``BEGIN IMMEDIATE``, ``SELECT ... FOR UPDATE``). Both may be entered from many threads.
+    """
+
+    @property
+    def provider(self) -> str:
+        """A short stable name for provenance, e.g. ``"sqlite"``."""
+        ...
+
+    def read(self, scope: Scope) -> AbstractContextManager[BackendReader]:
+        """A consistent read-only view of ``scope``'s last committed state."""
+        ...
+
+    def write(self, scope: Scope) -> AbstractContextManager[BackendWriter]:
+        """One transaction over ``scope``; see ``BackendWriter``."""
+        ...
