@@ -2,8 +2,9 @@
 
 ``ragport.stores``: the entry point's name is a URL scheme (``sqlite`` for
 ``sqlite:///tmp/x.db``), its object a callable taking the whole URL and returning a
-``ragport.bootstrap.Stores`` or a bare ``ChunkStore`` (to which ``open_stores`` adds an
-in-memory status store and checkpoint store). ``ragport.embedders``: a name (what
+``ragport.bootstrap.Stores``, a bare ``ChunkStore`` or a ``StorageBackend`` (the narrow port,
+which ``open_stores`` wraps in ``ragport.engine.BackendStore``); to a bare one ``open_stores``
+adds an in-memory status store and checkpoint store. ``ragport.embedders``: a name (what
 ``--embedder`` and ``ragport.toml`` say) and a callable of no arguments returning an
 ``Embedder``. ``ragport.parsers``: a media type and a callable returning a ``Parser`` (see
 ``ragport.adapters.parsers.parser_for``).

@@ -24,6 +24,8 @@ from ragport.adapters.parsers import parser_for
 from ragport.bootstrap import plugins
 from ragport.domain.errors import RagportError, ValidationError, raise_unchained
 from ragport.domain.model import Scope
+from ragport.engine import BackendStore
+from ragport.ports.backend import StorageBackend
 from ragport.ports.embedder import Embedder
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
@@ -112,7 +114,7 @@ def open_stores(
     for the embedded PostgreSQL server under the user's data directory (started on demand,
     left running for the next command); else the ``ragport.stores`` plugin named by the URL's
     scheme (see ``ragport.bootstrap.plugins``), called with the URL. A plugin returning a bare
-    ``ChunkStore`` gets an in-memory status store and checkpoint store (not durable); one
+    ``ChunkStore`` (or a ``StorageBackend``, which ``BackendStore`` wraps) gets an in-memory status store and checkpoint store (not durable); one
     returning ``Stores`` is used as it is. ``schema`` and ``upgrade`` are PostgreSQL's: a
     plugin store ignores them; ``read_url`` and ``partitions`` it refuses.
 
@@ -211,6 +213,8 @@ def _plugin_stores(url: str, *, read_url: str | None, partitions: int | None) ->
         raise_unchained(plugins.broken(plugin, f"raised {type(exc).__name__}"))
     if isinstance(made, Stores):
         return made
+    if isinstance(made, StorageBackend) and not isinstance(made, ChunkStore):
+        made = BackendStore(made)  # the narrow port: the engine makes it a ChunkStore
     if isinstance(made, ChunkStore):
         where = f" ({plugin.distribution})" if plugin.distribution else ""
         return Stores(
@@ -219,7 +223,9 @@ def _plugin_stores(url: str, *, read_url: str | None, partitions: int | None) ->
             f"{scheme} store{where}, ingestion status and checkpoints in memory",
             InMemoryCheckpointStore(),
         )
-    raise plugins.broken(plugin, f"returned a {type(made).__name__}, not Stores or a ChunkStore")
+    raise plugins.broken(
+        plugin, f"returned a {type(made).__name__}, not Stores, a ChunkStore or a StorageBackend"
+    )
 
 
 @contextmanager

@@ -61,6 +61,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.parser",
     "ragport.contract_tests.reranker",
     "ragport.contract_tests.status_store",
+    "ragport.contract_tests.storage_backend",
     "ragport.contract_tests.plugin",
 )
 
@@ -103,8 +104,9 @@ from ragport.contract_tests.embedder import EmbedderContract  # noqa: E402
 from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
+from ragport.contract_tests.storage_backend import StorageBackendContract  # noqa: E402
 
-CONTRACT_VERSION = "1.22"
+CONTRACT_VERSION = "2.0"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -178,6 +180,14 @@ CONTRACT_VERSION = "1.22"
 #      (tests/contract/test_contract_docstrings.py). The boundary section accepts any Sequence
 #      from get_by_source, as the port promises. The port's unit-of-work protocols live in
 #      ragport.ports.unit_of_work (still importable from ragport.ports.store).
+# 2.0  The store port a new adapter writes is the narrow storage port, ragport.ports.backend
+#      (StorageBackend, BackendReader, BackendWriter: 15 members); ragport.engine.BackendStore
+#      makes it a ChunkStore, and StorageBackendContract (fixture ``backend``) runs the whole
+#      ChunkStoreContract on it, with three tests of the backend's own members. Changed
+#      promise: RecordRepository.rekey refuses two ids moved onto one id
+#      (ValidationError(field="to_id"), check_rekey_moves), which 1.x stores could let
+#      through (the in-memory store then kept one of the two rows). A ChunkStore written for
+#      1.x passes 2.0 once it makes that check; docs/contract-tests.md has the migration note.
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -217,6 +227,7 @@ __all__ = [
     "ParserContract",
     "RerankerContract",
     "Sample",
+    "StorageBackendContract",
     "assert_conforms",
     "conformance_problems",
 ]

@@ -27,7 +27,12 @@ from ragport.domain.model import (
 from ragport.engine._guard import Guard, hand_out
 from ragport.ports.backend import BackendWriter, GenerationState, RowKey
 from ragport.ports.embedder import VectorMatrix
-from ragport.ports.store import check_records_for_add, check_stored_ids, rekey_collides
+from ragport.ports.store import (
+    check_records_for_add,
+    check_rekey_moves,
+    check_stored_ids,
+    rekey_collides,
+)
 
 __all__ = ["BackendUnitOfWork", "by_id", "key_of"]
 
@@ -153,6 +158,7 @@ class _Records(_Part):
         for old, new in moves.items():
             validate_text(old, field="from_id")
             validate_id(new, field="to_id")
+        check_rekey_moves(moves)
         if not moves:
             return 0
         return self._write(lambda w: _rekey(w, dict(moves), to_source_id))
@@ -240,11 +246,6 @@ def _delete(w: BackendWriter, rows: Iterable[Record]) -> int:
 def _rekey(w: BackendWriter, moves: dict[str, str], to_source_id: str) -> int:
     floor = w.state().floor
     moving = {key_of(r): r for r in w.rows(ids=list(moves)) if r.retired_generation is None}
-    targets: dict[str, str] = {}
-    for r in moving.values():
-        new = moves[r.id]
-        if targets.setdefault(new, r.id) != r.id:
-            raise ValidationError("two records would move onto one id", field="to_id")
     destinations = [moves[r.id] for r in moving.values()]
     stored = (
         [r for r in w.rows(ids=destinations) if key_of(r) not in moving] if destinations else []

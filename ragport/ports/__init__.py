@@ -4,6 +4,13 @@ Each docstring states the promises an adapter makes; ``ragport.contract_tests`` 
 Every public name of every port module is re-exported here (a test pins it).
 """
 
+from ragport.ports.backend import (
+    BackendReader,
+    BackendWriter,
+    GenerationState,
+    RowKey,
+    StorageBackend,
+)
 from ragport.ports.borrowed import SupportsBorrowedQuery
 from ragport.ports.derived import (
     DerivedArtifactHandler,
@@ -56,6 +63,7 @@ from ragport.ports.store import (
     SupportsLexicalSearch,
     SupportsPreparation,
     check_records_for_add,
+    check_rekey_moves,
     check_stored_ids,
     declared,
     missing_methods,
@@ -80,6 +88,8 @@ from ragport.ports.unit_of_work import (
 
 __all__ = [
     "Abort",
+    "BackendReader",
+    "BackendWriter",
     "Checkpoint",
     "CheckpointStore",
     "ChunkStore",
@@ -91,6 +101,7 @@ __all__ = [
     "EmbedderKey",
     "GenerationChange",
     "GenerationRepository",
+    "GenerationState",
     "GrantRepository",
     "GuardedQuery",
     "HybridAnswer",
@@ -107,8 +118,10 @@ __all__ = [
     "Redactor",
     "RerankScorer",
     "Reranker",
+    "RowKey",
     "ScoredRecord",
     "Span",
+    "StorageBackend",
     "StoredVersion",
     "SupportsBorrowedQuery",
     "SupportsCheckpointsInUnitOfWork",
@@ -125,6 +138,7 @@ __all__ = [
     "VectorMatrix",
     "check_history_args",
     "check_records_for_add",
+    "check_rekey_moves",
     "check_stored_ids",
     "declared",
     "missing_methods",

@@ -9,7 +9,7 @@ ids and text, and the translation of a driver's failure into ``StoreError``. A b
 can do more natively (PostgreSQL compiles grants, tombstones and generations into one SQL
 predicate before top-k) implements ``ChunkStore`` and its optional protocols directly.
 
-The members, all required (``tests/contract/test_backend_port.py`` counts them):
+The members, all required (ragport's own tests count them, so the port stays this narrow):
 
 - ``StorageBackend``: ``provider``, ``read``, ``write``;
 - ``BackendReader``: ``state``, ``rows``, ``nearest``, ``grants``, ``tombstones``;
@@ -25,7 +25,8 @@ backend (scopes, ids, text, limits, vectors: a backend sees only values the doma
 copies every record it hands out, sorts what it lists, and turns any exception a backend
 raises that is not a ``ragport.domain.errors.RagportError`` into a ``StoreError`` with no
 cause and no context (a driver's message may quote document text). A backend may return its
-own stored ``Record`` objects; it must never keep the caller's vectors array (copy it).
+own stored ``Record`` objects (they are immutable; the engine copies what it hands out), and
+may keep the vectors matrix ``insert`` gets (the engine made it for that call).
 
 ``StorageBackendContract`` (``ragport.contract_tests``) runs the whole ``ChunkStoreContract``
 on ``BackendStore(your_backend)``.
@@ -88,14 +89,16 @@ class BackendReader(Protocol):
         self, *, source_id: str | None = None, ids: Sequence[str] | None = None
     ) -> Iterable[Record]:
         """Every stored row of the scope, of every generation, retired ones included, in any
-        order: only those of ``source_id`` when it is given, only those whose id is in
-        ``ids`` when that is given (both: both). Each as stored, every field as written."""
+        order: only those of ``source_id`` when it is not ``None``, only those whose id is in
+        ``ids`` when it is not ``None`` (so ``ids=[]`` matches nothing; both: both). Each as
+        stored, every field as written."""
         ...
 
     def nearest(self, vector: Vector) -> Iterable[ScoredRecord]:
         """Every stored row whose ``dimensions`` equal ``len(vector)``, each with the cosine
         similarity of its stored vector and ``vector`` (within 1e-5; neither need be unit
-        length; a zero vector scores 0), in descending score, ties by id then generation.
+        length; a zero vector scores 0), in descending score, ties by ascending id then
+        ascending generation (``ragport.engine.rank_by_cosine`` does exactly this).
 
         Every generation, retired rows included: the engine applies the visibility rule,
         tombstones, grants and the filter as it walks, and stops once it has enough, so a
@@ -120,19 +123,23 @@ class BackendWriter(BackendReader, Protocol):
 
     Nothing it writes is visible to a ``read`` before ``commit``; leaving the ``write`` block
     without ``commit`` (or by an exception) discards every change. Values arrive checked: the
-    engine never inserts a key that exists or updates or deletes one that does not.
+    engine never inserts a key that exists or updates or deletes one that does not, and it
+    calls nothing that writes after ``commit`` (nor ``commit`` twice). Durability is the
+    backend's to state: the suite checks atomicity and isolation between threads of one
+    process; a backend shared by processes must also serialize their writes.
     """
 
     def insert(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
-        """Store new rows: ``vectors[i]`` (a float32 matrix the engine made for this call,
-        yours to keep) is the vector of ``records[i]``."""
+        """Store new rows: ``vectors[i]`` is the vector of ``records[i]`` (a C-contiguous
+        float32 matrix the engine copied for this call, yours to keep)."""
         ...
 
     def update(self, changes: Mapping[RowKey, Record]) -> None:
-        """Rewrite stored rows: the row at each key takes every field of its new record (the
-        id and source may change: a rename; so may ``retired_generation``, ``lineage`` and
-        ``roots``) and keeps its vector. All at once: a chain of renames (``a`` to ``b``,
-        ``b`` to ``c``) never meets itself."""
+        """Rewrite stored rows: the row at each key takes every field of its new record and
+        keeps its vector, and is stored from then on under the new record's key
+        ``(id, generation)``. The id and source may change (a rename), and so may
+        ``retired_generation``, ``lineage`` and ``roots``; the generation never does. All at
+        once: a chain of renames (``a`` to ``b``, ``b`` to ``c``) never meets itself."""
         ...
 
     def delete(self, keys: Sequence[RowKey]) -> None:

@@ -62,6 +62,7 @@ __all__ = [
     "TombstoneRepository",
     "UnitOfWork",
     "check_records_for_add",
+    "check_rekey_moves",
     "check_stored_ids",
     "declared",
     "missing_methods",
@@ -169,6 +170,14 @@ def check_stored_ids(records: Sequence[Record], stored: Iterable[StoredVersion])
         if row.source_id != mine.source_id:
             raise ValidationError("record id is live for another source in this scope", field="id")
         raise ValidationError("record id is already live in this scope", field="id")
+
+
+def check_rekey_moves(moves: Mapping[str, str]) -> None:
+    """The check of ``RecordRepository.rekey`` that needs no stored state: two ids moved onto
+    one id is ``ValidationError(field="to_id")`` (whether or not both are stored), so one
+    re-point can never leave two rows with one id at one generation."""
+    if len(set(moves.values())) < len(moves):
+        raise ValidationError("two record ids would move onto one id", field="to_id")
 
 
 def rekey_collides(moved_generation: int, existing: Record, floor: int) -> bool:

@@ -100,7 +100,8 @@ class RecordRepository(Protocol):
         any rollback target down to the floor): when a stored row of a new id (live, staged or
         retired, of any source, other than the rows being moved) could be visible at a pointer
         where the moved row is (``rekey_collides``), it is ``ValidationError(field="to_id")``
-        and nothing moves."""
+        and nothing moves. So is a ``moves`` naming one new id twice (``check_rekey_moves``,
+        checked before anything is read)."""
         ...
 
     def rewrite_lineage(self, from_id: str, to_id: str) -> int:

@@ -1,5 +1,5 @@
 """The generation engine over the reference in-memory backend, against the whole
-ChunkStoreContract, its driver-failure section included (a backend that starts raising)."""
+StorageBackendContract (ChunkStoreContract through the engine), its driver-failure section included (a backend that starts raising)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 import pytest
 
 from ragport.adapters.memory.backend import MemoryBackend
-from ragport.contract_tests import ChunkStoreContract, ChunkStoreFailureContract
+from ragport.contract_tests import ChunkStoreFailureContract, StorageBackendContract
 from ragport.contract_tests.chunk_store.failures import BreakStore
 from ragport.domain.model import Scope
 from ragport.engine import BackendStore
@@ -38,10 +38,10 @@ class FailingBackend:
         return self._inner.write(scope)
 
 
-class TestBackendStoreOnMemory(ChunkStoreContract):
+class TestMemoryBackend(StorageBackendContract):
     @pytest.fixture
-    def store(self) -> Iterator[BackendStore]:
-        yield BackendStore(MemoryBackend())
+    def backend(self) -> Iterator[MemoryBackend]:
+        yield MemoryBackend()
 
 
 class TestBackendStoreFailures(ChunkStoreFailureContract):

@@ -22,6 +22,7 @@ from ragport.adapters.parsers import TextParser, parser_for
 from ragport.bootstrap import build_embedder, open_checkpoints, open_rag, open_stores, plugins
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
+from ragport.engine import BackendStore
 
 MODULE = "acme_ragport_plugins"
 
@@ -43,6 +44,15 @@ CALLS = []
 def open_store(url):
     CALLS.append(url)
     return STORES.setdefault(url, InMemoryStore())
+
+
+BACKENDS = {}
+
+
+def open_backend(url):
+    from ragport.adapters.memory.backend import MemoryBackend
+
+    return BACKENDS.setdefault(url, MemoryBackend())
 
 
 def open_full(url):
@@ -123,6 +133,7 @@ ENTRY_POINTS = {
     "ragport.stores": {
         "acme": f"{MODULE}:open_store",
         "acmefull": f"{MODULE}:open_full",
+        "acmebackend": f"{MODULE}:open_backend",
         "memory": f"{MODULE}:open_store",  # a built-in scheme: never used
         "missing": "acme_no_such_module:open_store",
         "overclaim": f"{MODULE}:open_overclaiming",
@@ -229,6 +240,22 @@ def test_open_rag_with_a_plugin_store_and_embedder(acme):
         assert checkpoints.get("c", SCOPE).version == 0
     with open_stores("acmefull://x") as stores:  # a plugin's own Stores is used as it is
         assert stores.description == "acme full"
+
+
+def test_a_plugin_returning_a_storage_backend_runs_on_the_engine(acme):
+    """A ``ragport.stores`` callable may return a bare ``StorageBackend`` (the narrow port):
+    ``open_rag`` wraps it in ``BackendStore`` and everything above runs on it.
+
+    If this fails, check ragport.bootstrap.stores._plugin_stores (the StorageBackend branch).
+    """
+    with open_rag("acmebackend://one", scope=SCOPE, embedder="acme-embed") as rag:
+        chunks = chunk_text("Zebras have stripes.", source_id="zebra")
+        rag.replace_source(source_id="zebra", chunks=chunks)
+        assert [h.source_id for h in rag.retrieve("stripes").hits] == ["zebra"]
+    with open_stores("acmebackend://one") as stores:
+        assert isinstance(stores.chunks, BackendStore)
+        assert stores.chunks.backend is _module().BACKENDS["acmebackend://one"]
+        assert stores.chunks.current_generation(SCOPE) == 1
 
 
 def test_cli_ingest_and_query_through_a_plugin(acme, cli_env):

@@ -14,7 +14,12 @@ from ragport.adapters.memory.snapshot import Key, Row, Snapshot
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Record, Scope, Tombstone, is_visible, strongest_tombstone
 from ragport.ports.embedder import VectorMatrix
-from ragport.ports.store import check_records_for_add, check_stored_ids, rekey_collides
+from ragport.ports.store import (
+    check_records_for_add,
+    check_rekey_moves,
+    check_stored_ids,
+    rekey_collides,
+)
 
 __all__ = ["InMemoryUnitOfWork"]
 
@@ -133,6 +138,7 @@ class _Records:
         )
 
     def rekey(self, moves: Mapping[str, str], *, to_source_id: str) -> int:
+        check_rekey_moves(moves)
         snap = self._uow._snap
         moving = {
             key: row.record

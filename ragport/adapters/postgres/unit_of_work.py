@@ -23,7 +23,7 @@ from ragport.adapters.postgres.reads import RawRead
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Record, Scope, Tombstone, strongest_tombstone
 from ragport.ports.embedder import VectorMatrix
-from ragport.ports.store import check_records_for_add, check_stored_ids
+from ragport.ports.store import check_records_for_add, check_rekey_moves, check_stored_ids
 
 __all__ = ["PostgresUnitOfWork", "read_grants"]
 
@@ -138,6 +138,7 @@ class _Records:
         return [rows.record(uow.scope, row) for row in found]
 
     def rekey(self, moves: Mapping[str, str], *, to_source_id: str) -> int:
+        check_rekey_moves(moves)
         uow = self._uow
         if not moves:
             return 0

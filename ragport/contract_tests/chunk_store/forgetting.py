@@ -392,3 +392,24 @@ class ChunkStoreRepointUniquenessContract(_ChunkStoreContractBase):
         moved = repoint_source(scope=SCOPE, store=store, from_id="uq-a", to_id="uq-c")
         assert moved.moved_chunks == 1
         _ids_unique_everywhere(store, SCOPE, ["uq-a", "uq-c"])
+
+    def test_rekey_of_two_ids_onto_one_is_refused(self, store: ChunkStore) -> None:
+        """Checks ``RecordRepository.rekey``: ``{"a#0001": "x#0001", "b#0001": "x#0001"}`` is
+        ``ValidationError(field="to_id")`` and nothing moves, even though no stored row of
+        ``x#0001`` exists (two rows at one generation would share one id).
+
+        If this fails, check that ``rekey`` runs ``ragport.ports.store.check_rekey_moves``
+        before it reads or writes anything.
+        """
+        _require_transactions(store)
+        _require_generations(store)
+        _source(store, "uq2-a", "text of a")
+        _source(store, "uq2-b", "text of b")
+        before = {s: list(store.get_by_source(SCOPE, s)) for s in ("uq2-a", "uq2-b", "uq2-x")}
+        with store.unit_of_work(SCOPE) as uow, pytest.raises(ValidationError) as caught:
+            uow.records.rekey(
+                {"uq2-a#0001": "uq2-x#0001", "uq2-b#0001": "uq2-x#0001"}, to_source_id="uq2-x"
+            )
+        assert caught.value.field == "to_id"
+        after = {s: list(store.get_by_source(SCOPE, s)) for s in ("uq2-a", "uq2-b", "uq2-x")}
+        assert after == before
