@@ -37,6 +37,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+from psycopg.types.json import Jsonb
 from sqlalchemy import text
 
 import ragport
@@ -88,9 +89,13 @@ def _backfill(conn, scope: ragport.Scope) -> None:
     )
 
 
-def load_copy(store: PostgresStore, rows: int) -> list[str]:
+def load_copy(store: PostgresStore, rows: int, tags: int = 0) -> list[str]:
+    """COPY ``rows`` rows (see the module docstring); with ``tags``, row ``i`` also carries
+    metadata ``{"tag": "tNNN"}``, ``tags`` tags spread evenly over sources."""
     texts = bp.random_texts(np.random.default_rng(bp.SEED + 7), rows)
     columns = "tenant_id, resource_id, corpus_id, id, generation, source_id, kind, text, embedder_id, dimensions, chunk_index"
+    if tags:
+        columns += ", metadata"
     t0 = time.perf_counter()
     with store.engine.begin() as conn:
         conn.execute(text(f"DROP INDEX IF EXISTS {S}.records_tsv"))
@@ -101,27 +106,15 @@ def load_copy(store: PostgresStore, rows: int) -> list[str]:
                 dbapi.cursor() as cur,
                 cur.copy(f"COPY {S}.records ({columns}) FROM STDIN WITH (FORMAT BINARY)") as cp,
             ):
-                cp.set_types(
-                    [
-                        "text",
-                        "text",
-                        "text",
-                        "text",
-                        "int8",
-                        "text",
-                        "text",
-                        "text",
-                        "text",
-                        "int4",
-                        "int4",
-                    ]
-                )
+                types = ["text"] * 4 + ["int8"] + ["text"] * 4 + ["int4", "int4"]
+                cp.set_types(types + (["jsonb"] if tags else []))
                 for i in range(start, start + count):
                     src = f"src-{i // bp.PER_SOURCE:06d}"
-                    cp.write_row(
-                        ("bench", "r", "c", f"{src}#{i % bp.PER_SOURCE + 1:04d}", 1, src,
-                         "chunk", texts[i], bp.EMBEDDER_ID, bp.DIMS, i % bp.PER_SOURCE)
-                    )  # fmt: skip
+                    row = ("bench", "r", "c", f"{src}#{i % bp.PER_SOURCE + 1:04d}", 1, src,
+                           "chunk", texts[i], bp.EMBEDDER_ID, bp.DIMS, i % bp.PER_SOURCE)  # fmt: skip
+                    if tags:
+                        row += (Jsonb({"tag": tag_of(i, tags)}),)
+                    cp.write_row(row)
             print(f"  copied {start + count:,}", flush=True)
         t1 = time.perf_counter()
         conn.execute(text(f"CREATE INDEX records_tsv ON {S}.records USING gin (tsv)"))
@@ -143,6 +136,11 @@ def load_copy(store: PostgresStore, rows: int) -> list[str]:
         flush=True,
     )
     return texts
+
+
+def tag_of(i: int, tags: int) -> str:
+    """Row ``i``'s tag of ``tags``: a multiplicative hash, so each tag spans many sources."""
+    return f"t{(i * 7919) % tags:03d}"
 
 
 def load_store(store: PostgresStore, rows: int) -> list[str]:
@@ -210,9 +208,12 @@ def _record_columns(conn) -> list[str]:
     )
 
 
-def add_vectors(store: PostgresStore, rows: int) -> np.ndarray:
+def add_vectors(store: PostgresStore, rows: int, build_memory: str | None = None) -> np.ndarray:
     """``record_vectors`` for the COPY-loaded rows (``pg_corpus.Corpus(rows)``'s clustered
-    vectors, row ``i`` the ``i``-th), the store's HNSW index, ANALYZE; returns the vectors."""
+    vectors, row ``i`` the ``i``-th), the store's HNSW index, ANALYZE; returns the vectors.
+
+    ``build_memory``: the ``maintenance_work_mem`` of the HNSW build (default the store's,
+    1GB; a graph larger than it is built much more slowly)."""
     corpus = bp.Corpus(rows)
     with store.engine.begin() as conn:
         have = conn.execute(
@@ -239,7 +240,8 @@ def add_vectors(store: PostgresStore, rows: int) -> np.ndarray:
                 i = int(src[4:]) * bp.PER_SOURCE + int(n) - 1
                 cp.write_row(("bench", "r", "c", key, bp.DIMS, corpus.vectors[i]))
         t1 = time.perf_counter()
-        VectorIndexes("prof", S).ensure(conn, bp.DIMS)  # the store's own HNSW DDL
+        indexes = VectorIndexes("prof", S)  # the store's own HNSW DDL
+        indexes.ensure(conn, bp.DIMS, build_memory=build_memory or "1GB")
         print(
             f"vectors: COPY {t1 - t0:.0f} s, HNSW build {time.perf_counter() - t1:.0f} s",
             flush=True,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import zlib
 from collections.abc import Sequence
 
@@ -35,6 +36,7 @@ _LOG = logging.getLogger(__name__)
 # depending on the build (the graph falls apart between clusters); m 24, ef_construction 128
 # gave 0.979-0.99x, at about 2.5x the build and insert time (bench/RESULTS.md, he-retrieve-recall).
 HNSW_M = 24
+_MEMORY = re.compile(r"[1-9][0-9]{0,5}(kB|MB|GB)")
 HNSW_EF_CONSTRUCTION = 128
 
 
@@ -97,7 +99,15 @@ class VectorIndexes:
             self._dimensions.add(dimensions)
         return bool(found)
 
-    def create(self, conn: Connection, dimensions: int) -> None:
+    def create(self, conn: Connection, dimensions: int, *, build_memory: str = "1GB") -> None:
+        """Build the HNSW index of ``dimensions`` with ``maintenance_work_mem = build_memory``
+        (``"1GB"``, ``"4GB"``, ``"512MB"``): pgvector builds in memory until the graph outgrows
+        it, then far more slowly (docs/operations.md sizes it: about 1.9 GB per million
+        384-dimension rows at m 24)."""
+        if not _MEMORY.fullmatch(build_memory):
+            raise ValidationError(
+                "build_memory is a size like '1GB' or '512MB'", field="build_memory"
+            )
         if not 1 <= dimensions <= 2000:
             raise ValidationError("HNSW indexes support 1..2000 dimensions", field="dimensions")
         # Serialize creators of one index; IF NOT EXISTS alone races on the catalog.
@@ -105,7 +115,7 @@ class VectorIndexes:
             text("SELECT pg_advisory_xact_lock(:k)"),
             {"k": zlib.crc32(f"ragport:{self._schema}:hnsw:{dimensions}".encode())},
         )
-        conn.execute(text("SET LOCAL maintenance_work_mem = '1GB'"))
+        conn.execute(text(f"SET LOCAL maintenance_work_mem = '{build_memory}'"))
         conn.execute(
             text(
                 f"CREATE INDEX IF NOT EXISTS records_hnsw_{dimensions} ON {self._s}.record_vectors "
@@ -116,10 +126,10 @@ class VectorIndexes:
         )
         self._dimensions.add(dimensions)
 
-    def ensure(self, conn: Connection, dimensions: int) -> None:
+    def ensure(self, conn: Connection, dimensions: int, *, build_memory: str = "1GB") -> None:
         """Create the index of ``dimensions`` if it is missing (in ``conn``'s transaction)."""
         if not self.has(conn, dimensions):
-            self.create(conn, dimensions)
+            self.create(conn, dimensions, build_memory=build_memory)
 
     def analyze_once(self, conn: Connection, tenant_id: str, written: int = 0) -> None:
         """ANALYZE ``records``, ``record_vectors`` and ``tombstones`` the first time they hold
