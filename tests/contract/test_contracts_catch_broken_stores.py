@@ -20,6 +20,8 @@ import ragport.adapters.memory.lexical as memory_lexical
 import ragport.adapters.memory.snapshot as memory_snapshot
 import ragport.adapters.memory.store as memory_store
 import ragport.adapters.memory.unit_of_work as memory_uow
+import ragport.engine.store as engine_store
+import ragport.engine.unit_of_work as engine_uow
 import ragport.adapters.postgres.history as pg_history
 import ragport.application.retrieval as retrieval
 from ragport.adapters.lexical import Bm25Index
@@ -110,12 +112,12 @@ def test_forgetting_contract_catches_a_closure_that_skips_retired_versions(monke
     """find_dependents that ignores retired versions lets a rollback bring back a dependent
     of a forgotten derived record. If this fails, the contract no longer deletes a dependent
     before forgetting and rolls back afterwards."""
-    original = memory_uow._Records.find_dependents
+    original = engine_uow._Records.find_dependents
 
     def live_only(self: Any, ids: Sequence[str]) -> list[Record]:
         return [r for r in original(self, ids) if r.retired_generation is None]
 
-    monkeypatch.setattr(memory_uow._Records, "find_dependents", live_only)
+    monkeypatch.setattr(engine_uow._Records, "find_dependents", live_only)
     contract = ChunkStoreForgettingContract()
     with pytest.raises(AssertionError):
         contract.test_forgetting_a_derived_record_withholds_its_dependents_after_rollback(
@@ -131,7 +133,7 @@ def test_uniqueness_contract_catches_a_rekey_that_checks_live_rows_only(monkeypa
     def live_only(moved_generation: int, existing: Record, floor: int) -> bool:
         return existing.retired_generation is None or existing.generation == moved_generation
 
-    monkeypatch.setattr(memory_uow, "rekey_collides", live_only)
+    monkeypatch.setattr(engine_uow, "rekey_collides", live_only)
     contract = ChunkStoreRepointUniquenessContract()
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         contract.test_repoint_onto_a_deleted_id_that_rollback_can_restore_is_refused(
@@ -192,7 +194,7 @@ def test_aliasing_contract_catches_a_store_that_keeps_and_hands_out_its_objects(
     """An in-memory store that stores the caller's records and hands out its own fails both
     aliasing checks. If this fails, the contract no longer writes to what goes in or comes
     back out."""
-    for module in (memory_store, memory_uow, memory_snapshot, memory_lexical):
+    for module in (memory_store, engine_uow, engine_store, memory_snapshot, memory_lexical):
         monkeypatch.setattr(module, "hand_out", lambda record: record, raising=False)
     contract = ChunkStoreAliasingContract()
     with pytest.raises(AssertionError):
@@ -224,7 +226,7 @@ def test_aliasing_contract_catches_private_reads_that_share_metadata(monkeypatch
     contract.test_records_read_back_do_not_alias_the_store(SharesMetadataWithinAnAnswer())
     with pytest.raises(AssertionError, match="one metadata container for two records"):
         contract.test_declared_private_reads_hand_out_metadata_of_their_own(store)
-    for module in (memory_store, memory_uow, memory_snapshot, memory_lexical):
+    for module in (memory_store, engine_uow, engine_store, memory_snapshot, memory_lexical):
         monkeypatch.setattr(module, "hand_out", lambda record: record, raising=False)
     with pytest.raises(AssertionError, match="changed the store"):
         contract.test_declared_private_reads_hand_out_metadata_of_their_own(InMemoryStore())
@@ -446,8 +448,7 @@ def test_unit_of_work_contract_catches_a_commit_that_runs_twice(monkeypatch):
     """A unit of work that commits again after commit(): the contract must refuse it."""
 
     def commit_again(uow: Any) -> None:
-        uow._install(uow.scope, uow._snap)
-        uow._done = True
+        uow.writer.commit()  # commits, and never marks the unit finished
 
     monkeypatch.setattr(memory_uow.InMemoryUnitOfWork, "commit", commit_again)
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):

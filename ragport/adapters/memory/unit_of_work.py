@@ -1,289 +1,126 @@
-"""The in-memory unit of work and its repositories: they mutate a private copy of the snapshot.
+"""The in-memory unit of work: the generation engine's (``ragport.engine``) over a private copy
+of the scope's snapshot.
 
-``commit`` installs the copy; leaving without it drops the copy. Writers of one scope are
-serialized by the store's per-scope lock, so a unit of work never sees another's copy.
+``SnapshotWriter`` is the narrow storage port's writer (``ragport.ports.backend``) on a copy of
+a ``Snapshot`` and its indexes; every repository rule (staging, publish, retire, restore,
+rekey, lineage, the checks of ``add``) is ``ragport.engine.BackendUnitOfWork``'s, written once
+for every store built on the port. ``commit`` installs the copy; leaving without it drops the
+copy. Writers of one scope are serialized by the store's per-scope lock, so a unit of work
+never sees another's copy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-import attrs
+import numpy as np
 
 from ragport.adapters.memory.snapshot import Key, Row, Snapshot
 from ragport.domain.errors import ValidationError
-from ragport.domain.model import Grant, Record, Scope, Tombstone, is_visible, strongest_tombstone
-from ragport.ports.embedder import VectorMatrix
-from ragport.ports.store import (
-    check_records_for_add,
-    check_rekey_moves,
-    check_stored_ids,
-    rekey_collides,
-)
+from ragport.domain.model import Grant, Record, Scope, Tombstone
+from ragport.engine import BackendUnitOfWork, rank_by_cosine
+from ragport.engine._guard import Guard
+from ragport.ports.backend import GenerationState
+from ragport.ports.embedder import Vector, VectorMatrix
+from ragport.ports.store import ScoredRecord
 
-__all__ = ["InMemoryUnitOfWork"]
+__all__ = ["InMemoryUnitOfWork", "SnapshotWriter"]
 
 
-def hand_out(record: Record) -> Record:
-    """A checked copy of a record (its constructor runs again, metadata frozen anew): what a
-    unit of work stores of a caller's record, and hands back of its own. The store's
-    query path uses the cheaper ``snapshot.hand_out`` for rows it already holds."""
-    return attrs.evolve(record)
+def _with(index: dict[str, frozenset[Key]], name: str, key: Key) -> None:
+    index[name] = index.get(name, frozenset()) | {key}
 
 
-class _Records:
-    def __init__(self, uow: InMemoryUnitOfWork):
-        self._uow = uow
+def _without(index: dict[str, frozenset[Key]], name: str, key: Key) -> None:
+    rest = index.get(name, frozenset()) - {key}
+    if rest:
+        index[name] = rest
+    else:
+        index.pop(name, None)
 
-    def add(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
-        snap = self._uow._snap
-        copied = check_records_for_add(self._uow.scope, records, vectors)
-        check_stored_ids(
-            records,
-            (snap.rows[key].record for r in records for key in snap.by_id.get(r.id, frozenset())),
-        )
-        for record, vector in zip(records, copied, strict=True):
-            key = (record.id, record.generation)
-            snap.rows[key] = Row(hand_out(record), vector)  # never the caller's object
-            src = record.source_id
-            snap.by_source[src] = snap.by_source.get(src, frozenset()) | {key}
-            snap.by_id[key[0]] = snap.by_id.get(key[0], frozenset()) | {key}
 
-    def list_by_source(self, source_id: str) -> Sequence[Record]:
-        snap = self._uow._snap
-        return snap.source_records(source_id, snap.pointer)
+class SnapshotWriter:
+    """``BackendWriter`` over ``snap`` (a private copy): its rows and both indexes."""
 
-    def retire_source(self, source_id: str, *, generation: int) -> int:
-        return self._retire(set(self._uow._snap.by_source.get(source_id, frozenset())), generation)
+    def __init__(self, snap: Snapshot, install: Callable[[Snapshot], None]) -> None:
+        self.snap = snap
+        self._install = install
 
-    def retire_ids(self, ids: Sequence[str], *, generation: int) -> int:
-        by_id = self._uow._snap.by_id
-        return self._retire({k for rid in ids for k in by_id.get(rid, frozenset())}, generation)
+    # -- BackendReader ------------------------------------------------------------------------
+    def state(self) -> GenerationState:
+        s = self.snap
+        return GenerationState(s.counter, s.pointer, s.floor)
 
-    def _retire(self, keys: set[Key], generation: int) -> int:
-        snap = self._uow._snap
-        retired = 0
-        removed: dict[str, set[Key]] = {}
-        for key in keys:
-            record = snap.rows[key].record
-            if record.generation == generation:
-                del snap.rows[key]
-                self._drop_id(key)
-                src = record.source_id
-                removed.setdefault(src, set(snap.by_source.get(src, frozenset()))).discard(key)
-            elif record.retired_generation is None and record.generation < generation:
-                if is_visible(record.generation, record.retired_generation, snap.pointer):
-                    retired += 1
-                snap.rows[key] = Row(
-                    attrs.evolve(record, retired_generation=generation), snap.rows[key].vector
-                )
-        for src, rest in removed.items():
-            self._set_keys(src, rest)
-        return retired
-
-    def _drop_id(self, key: Key) -> None:
-        by_id = self._uow._snap.by_id
-        rest = by_id.get(key[0], frozenset()) - {key}
-        if rest:
-            by_id[key[0]] = rest
+    def rows(
+        self, *, source_id: str | None = None, ids: Sequence[str] | None = None
+    ) -> Iterable[Record]:
+        s = self.snap
+        if ids is not None:
+            keys: Iterable[Key] = {k for i in ids for k in s.by_id.get(i, frozenset())}
+            if source_id is not None:
+                keys = [k for k in keys if s.rows[k].record.source_id == source_id]
+        elif source_id is not None:
+            keys = s.by_source.get(source_id, frozenset())
         else:
-            by_id.pop(key[0], None)
+            return [row.record for row in s.rows.values()]
+        return [s.rows[k].record for k in keys]
 
-    def _set_keys(self, source_id: str, keys: set[Key]) -> None:
-        snap = self._uow._snap
-        if keys:
-            snap.by_source[source_id] = frozenset(keys)
-        else:
-            snap.by_source.pop(source_id, None)
+    def nearest(self, vector: Vector) -> Iterable[ScoredRecord]:
+        return rank_by_cosine(((r.record, r.vector) for r in self.snap.rows.values()), vector)
 
-    def _remove_where(self, predicate: Callable[[Record], bool]) -> int:
-        snap = self._uow._snap
-        doomed = [key for key, row in snap.rows.items() if predicate(row.record)]
-        touched: dict[str, set[Key]] = {}
-        for key in doomed:
-            src = snap.rows.pop(key).record.source_id
-            self._drop_id(key)
-            touched.setdefault(src, set(snap.by_source.get(src, frozenset()))).discard(key)
-        for src, keys in touched.items():
-            self._set_keys(src, keys)
-        return len(doomed)
-
-    def discard_above(self, generation: int) -> int:
-        return self._remove_where(lambda r: r.generation > generation)
-
-    def list_live(
-        self, source_id: str, *, after: str | None = None, limit: int | None = None
-    ) -> Sequence[Record]:
-        snap = self._uow._snap
-        live = sorted(
-            (
-                snap.rows[k].record
-                for k in snap.by_source.get(source_id, frozenset())
-                if snap.rows[k].record.retired_generation is None
-                and (after is None or snap.rows[k].record.id > after)
-            ),
-            key=lambda r: r.id,
-        )
-        return [hand_out(r) for r in (live if limit is None else live[:limit])]
-
-    def find_dependents(self, ids: Sequence[str]) -> Sequence[Record]:
-        wanted = set(ids)
-        return sorted(
-            (
-                hand_out(row.record)
-                for row in self._uow._snap.rows.values()
-                if row.record.kind == "derived" and wanted.intersection(row.record.lineage)
-            ),
-            key=lambda r: r.id,
-        )
-
-    def rekey(self, moves: Mapping[str, str], *, to_source_id: str) -> int:
-        check_rekey_moves(moves)
-        snap = self._uow._snap
-        moving = {
-            key: row.record
-            for key, row in snap.rows.items()
-            if row.record.retired_generation is None and row.record.id in moves
-        }
-        for record in moving.values():
-            for key in snap.by_id.get(moves[record.id], frozenset()):
-                if key not in moving and rekey_collides(
-                    record.generation, snap.rows[key].record, snap.floor
-                ):
-                    raise ValidationError(
-                        "a destination record id is visible in a restorable snapshot of this scope",
-                        field="to_id",
-                    )
-        moved: list[tuple[Key, Row]] = []
-        for key, row in list(snap.rows.items()):
-            record = row.record
-            if record.retired_generation is None and record.id in moves:
-                moved.append(
-                    (
-                        key,
-                        Row(
-                            attrs.evolve(record, id=moves[record.id], source_id=to_source_id),
-                            row.vector,
-                        ),
-                    )
-                )
-        for old_key, row in moved:
-            old = snap.rows.pop(old_key).record
-            self._drop_id(old_key)
-            rest = set(snap.by_source.get(old.source_id, frozenset()))
-            rest.discard(old_key)
-            self._set_keys(old.source_id, rest)
-            new_key = (row.record.id, row.record.generation)
-            snap.rows[new_key] = row
-            snap.by_source[to_source_id] = snap.by_source.get(to_source_id, frozenset()) | {new_key}
-            snap.by_id[new_key[0]] = snap.by_id.get(new_key[0], frozenset()) | {new_key}
-        return len(moved)
-
-    def rewrite_lineage(self, from_id: str, to_id: str) -> int:
-        snap = self._uow._snap
-        edges = 0
-        for key, row in list(snap.rows.items()):
-            record = row.record
-            if record.kind != "derived":
-                continue
-            if from_id not in record.lineage and from_id not in record.roots:
-                continue
-            edges += record.lineage.count(from_id)
-            lineage = tuple(dict.fromkeys(to_id if i == from_id else i for i in record.lineage))
-            roots = tuple(dict.fromkeys(to_id if i == from_id else i for i in record.roots))
-            snap.rows[key] = Row(attrs.evolve(record, lineage=lineage, roots=roots), row.vector)
-        return edges
-
-    def purge_source(self, source_id: str) -> int:
-        return self._remove_where(lambda r: r.source_id == source_id)
-
-    def restore_above(self, generation: int) -> int:
-        snap = self._uow._snap
-        count = 0
-        for key, row in list(snap.rows.items()):
-            retired = row.record.retired_generation
-            if retired is not None and retired > generation:
-                snap.rows[key] = Row(attrs.evolve(row.record, retired_generation=None), row.vector)
-                count += 1
-        return count
-
-    def purge_retired(self, through: int) -> int:
-        return self._remove_where(
-            lambda r: r.retired_generation is not None and r.retired_generation <= through
-        )
-
-
-class _Generations:
-    def __init__(self, uow: InMemoryUnitOfWork):
-        self._uow = uow
-
-    def current(self) -> int:
-        return self._uow._snap.pointer
-
-    def counter(self) -> int:
-        return self._uow._snap.counter
-
-    def stage(self) -> int:
-        snap = self._uow._snap
-        if snap.counter == snap.pointer:
-            snap.counter += 1
-        return snap.counter
-
-    def publish(self, generation: int) -> None:
-        snap = self._uow._snap
-        if not snap.pointer <= generation <= snap.counter:
-            raise ValidationError(
-                "publish needs pointer <= generation <= counter", field="generation"
-            )
-        snap.pointer = generation
-
-    def reset(self, generation: int) -> None:
-        snap = self._uow._snap
-        if generation < 0:
-            raise ValidationError("generation must be non-negative", field="generation")
-        snap.pointer = generation
-        snap.counter = generation
-
-    def floor(self) -> int:
-        return self._uow._snap.floor
-
-    def raise_floor(self, generation: int) -> None:
-        snap = self._uow._snap
-        snap.floor = max(snap.floor, generation)
-
-
-class _Grants:
-    def __init__(self, uow: InMemoryUnitOfWork):
-        self._uow = uow
-
-    def set(self, grants: Sequence[Grant]) -> None:
-        for grant in grants:
-            self._uow._snap.grants[grant.source_id] = grant
-
-    def get(self, source_ids: Sequence[str]) -> Mapping[str, Grant]:
-        grants = self._uow._snap.grants
+    def grants(self, source_ids: Sequence[str] | None = None) -> Mapping[str, Grant]:
+        grants = self.snap.grants
+        if source_ids is None:
+            return dict(grants)
         return {s: grants[s] for s in source_ids if s in grants}
 
+    def tombstones(self) -> Sequence[Tombstone]:
+        return list(self.snap.tombstones.values())
 
-class _Tombstones:
-    def __init__(self, uow: InMemoryUnitOfWork):
-        self._uow = uow
+    # -- BackendWriter ------------------------------------------------------------------------
+    def insert(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
+        s = self.snap
+        for record, vector in zip(records, np.asarray(vectors), strict=True):
+            key = (record.id, record.generation)
+            s.rows[key] = Row(record, vector)
+            _with(s.by_source, record.source_id, key)
+            _with(s.by_id, record.id, key)
 
-    def add(self, tombstones: Sequence[Tombstone]) -> int:
-        existing = self._uow._snap.tombstones
-        new = 0
-        for t in tombstones:
-            current = existing.get(t.id)
-            if current is None:
-                new += 1
-            existing[t.id] = strongest_tombstone(current, t)
-        return new
+    def update(self, changes: Mapping[Key, Record]) -> None:
+        s = self.snap
+        moved = [(key, s.rows.pop(key), new) for key, new in changes.items()]
+        for key, old, _ in moved:
+            _without(s.by_source, old.record.source_id, key)
+            _without(s.by_id, key[0], key)
+        for _, old, new in moved:
+            key = (new.id, new.generation)
+            s.rows[key] = Row(new, old.vector)
+            _with(s.by_source, new.source_id, key)
+            _with(s.by_id, new.id, key)
 
-    def list(self) -> Sequence[Tombstone]:
-        return sorted(self._uow._snap.tombstones.values(), key=lambda t: t.id)
+    def delete(self, keys: Sequence[Key]) -> None:
+        s = self.snap
+        for key in keys:
+            row = s.rows.pop(key, None)
+            if row is not None:
+                _without(s.by_source, row.record.source_id, key)
+                _without(s.by_id, key[0], key)
+
+    def set_state(self, state: GenerationState) -> None:
+        s = self.snap
+        s.counter, s.pointer, s.floor = state.counter, state.pointer, state.floor
+
+    def put_grants(self, grants: Sequence[Grant]) -> None:
+        self.snap.grants.update((g.source_id, g) for g in grants)
+
+    def put_tombstones(self, tombstones: Sequence[Tombstone]) -> None:
+        self.snap.tombstones.update((t.id, t) for t in tombstones)
+
+    def commit(self) -> None:
+        self._install(self.snap)
 
 
-class InMemoryUnitOfWork:
+class InMemoryUnitOfWork(BackendUnitOfWork):
     """Writes to a copy of ``snapshot``; ``commit`` hands the copy to ``install``."""
 
     def __init__(
@@ -293,23 +130,14 @@ class InMemoryUnitOfWork:
         install: Callable[[Scope, Snapshot], None],
         owner: object = None,
     ):
-        self.scope = scope
+        writer = SnapshotWriter(snapshot.copy(), lambda snap: install(scope, snap))
+        super().__init__(scope, writer, Guard("memory"))
         # The store whose writer lock this unit of work holds (what a checkpoint store joins).
         self.owner = owner
-        self._install = install
-        self._snap = snapshot.copy()
-        self._done = False
         self._commit_hooks: list[Callable[[], None]] = []
-        self.records = _Records(self)
-        self.generations = _Generations(self)
-        self.grants = _Grants(self)
-        self.tombstones = _Tombstones(self)
 
     def commit(self) -> None:
-        if self._done:
-            raise ValidationError("unit of work already finished", field="unit_of_work")
-        self._install(self.scope, self._snap)
-        self._done = True
+        super().commit()
         for hook in self._commit_hooks:
             hook()
 
@@ -317,14 +145,6 @@ class InMemoryUnitOfWork:
         """Run ``hook`` right after this unit of work commits (never if it rolls back): what a
         process-local store joins to the commit (``InMemoryCheckpointStore.compare_and_set_in``).
         The hook must not raise."""
-        if self._done:
+        if self.done:
             raise ValidationError("unit of work already finished", field="unit_of_work")
         self._commit_hooks.append(hook)
-
-    def rollback(self) -> None:
-        self._done = True
-
-    @property
-    def done(self) -> bool:
-        """Whether the unit of work was committed or rolled back."""
-        return self._done
