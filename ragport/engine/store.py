@@ -30,9 +30,11 @@ from ragport.domain.model import (
     validate_text,
 )
 from ragport.engine._guard import Guard, hand_out
+from ragport.engine.history import history_of
 from ragport.engine.unit_of_work import BackendUnitOfWork, _ids, by_id
 from ragport.ports.backend import BackendReader, StorageBackend
 from ragport.ports.embedder import Vector
+from ragport.ports.history import GenerationChange, check_history_args
 from ragport.ports.store import EmbedderKey, ScoredRecord
 
 __all__ = ["BackendStore"]
@@ -75,11 +77,16 @@ class BackendStore:
 
     ``BackendStore(backend)`` passes ``ChunkStoreContract`` whenever ``backend`` keeps the
     promises of ``ragport.ports.backend`` (``StorageBackendContract`` checks them that way).
-    It also answers ``forgotten_among`` (``SupportsForgottenLookup``).
+    It also answers ``forgotten_among`` (``SupportsForgottenLookup``) and
+    ``generation_history`` (``SupportsGenerationHistory``), both derived from the rows.
     """
 
     capabilities = Capabilities(
-        authorization="acl", generations=True, transactions=True, forgotten_lookup=True
+        authorization="acl",
+        generations=True,
+        transactions=True,
+        forgotten_lookup=True,
+        generation_history=True,
     )
 
     def __init__(self, backend: StorageBackend) -> None:
@@ -160,6 +167,21 @@ class BackendStore:
             _scope(scope)
             return frozenset()
         return self.list_invalidated_ids(scope).intersection(wanted)
+
+    def generation_history(
+        self, scope: Scope, *, limit: int = 10, max_ids: int = 100
+    ) -> Sequence[GenerationChange]:
+        limit, max_ids = check_history_args(limit, max_ids)
+        with self._reading(scope) as r:
+            state = r.state()
+            return history_of(
+                r.rows(),
+                pointer=state.pointer,
+                floor=state.floor,
+                forgotten=_forgotten(r),
+                limit=limit,
+                max_ids=max_ids,
+            )
 
     def check_source_access(
         self, scope: Scope, source_ids: Sequence[str], authorization: Authorization

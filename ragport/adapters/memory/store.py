@@ -41,6 +41,7 @@ from ragport.domain.model import (
     decide_access,
     validate_text,
 )
+from ragport.engine.history import history_of
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange, check_history_args
 from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredRecord
@@ -465,31 +466,11 @@ class InMemoryStore:
         if not isinstance(scope, Scope):
             raise ScopeError("scope must be a Scope", field="scope")
         snap = self._snapshot(scope)
-        low = max(snap.floor, snap.pointer - limit)  # generations low+1 .. pointer
-        withheld = snap.forgotten()
-        written: dict[int, list[str]] = {}
-        retired: dict[int, list[str]] = {}
-        for row in snap.rows.values():
-            r = row.record
-            if r.id in withheld or r.source_id in withheld:
-                continue
-            if low < r.generation <= snap.pointer:
-                written.setdefault(r.generation, []).append(r.source_id)
-            gone = r.retired_generation
-            if gone is not None and low < gone <= snap.pointer:
-                retired.setdefault(gone, []).append(r.source_id)
-        out = []
-        for g in range(snap.pointer, low, -1):
-            w, d = sorted(set(written.get(g, ()))), sorted(set(retired.get(g, ())))
-            out.append(
-                GenerationChange(
-                    generation=g,
-                    written=tuple(w[:max_ids]),
-                    retired=tuple(d[:max_ids]),
-                    sources_written=len(w),
-                    sources_retired=len(d),
-                    records_written=len(written.get(g, ())),
-                    records_retired=len(retired.get(g, ())),
-                )
-            )
-        return out
+        return history_of(
+            (row.record for row in snap.rows.values()),
+            pointer=snap.pointer,
+            floor=snap.floor,
+            forgotten=snap.forgotten(),
+            limit=limit,
+            max_ids=max_ids,
+        )
