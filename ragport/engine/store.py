@@ -35,7 +35,7 @@ from ragport.engine.unit_of_work import BackendUnitOfWork, _ids, by_id
 from ragport.ports.backend import BackendReader, StorageBackend
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange, check_history_args
-from ragport.ports.store import EmbedderKey, ScoredRecord
+from ragport.ports.store import EmbedderKey, GuardedQuery, ScoredRecord
 
 __all__ = ["BackendStore"]
 
@@ -77,8 +77,10 @@ class BackendStore:
 
     ``BackendStore(backend)`` passes ``ChunkStoreContract`` whenever ``backend`` keeps the
     promises of ``ragport.ports.backend`` (``StorageBackendContract`` checks them that way).
-    It also answers ``forgotten_among`` (``SupportsForgottenLookup``) and
-    ``generation_history`` (``SupportsGenerationHistory``), both derived from the rows.
+    It also answers ``forgotten_among`` (``SupportsForgottenLookup``),
+    ``generation_history`` (``SupportsGenerationHistory``) and ``guarded_query``
+    (``SupportsGuardedQuery``: the drift guard and the vector leg from one ``read``), all
+    derived from the same members.
     """
 
     capabilities = Capabilities(
@@ -87,6 +89,7 @@ class BackendStore:
         transactions=True,
         forgotten_lookup=True,
         generation_history=True,
+        guarded_query=True,
     )
 
     def __init__(self, backend: StorageBackend) -> None:
@@ -218,40 +221,82 @@ class BackendStore:
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
-        flt = parse_filter(metadata_filter)
-        q = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if not np.all(np.isfinite(q)):
-            raise ValidationError("the query vector must be finite", field="vector")
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise ValidationError("limit must be an int", field="limit")
-        hits: list[ScoredRecord] = []
-        unfiltered: list[Record] = []  # the top `limit` before the grant rule, for on_denied
-        denied: list[AccessDecision] = []
+        q, flt = _query_args(vector, limit, metadata_filter)
         with self._reading(scope) as r:
-            if limit <= 0:
-                return []
-            pointer, forgotten, grants = r.state().pointer, _forgotten(r), _Grants(r)
-            for scored in r.nearest(q):
-                record = scored.record
-                if (
-                    record.dimensions != q.shape[0]
-                    or not is_visible(record.generation, record.retired_generation, pointer)
-                    or is_forgotten(record, forgotten)
-                    or (flt is not None and not flt.matches(record.metadata))
-                ):
-                    continue
-                if len(unfiltered) < limit:
-                    unfiltered.append(record)
-                if authorization is None or _allowed(record, grants, authorization):
-                    hits.append(ScoredRecord(hand_out(record), float(scored.score)))
-                    if len(hits) == limit:
-                        break
-            if authorization is not None and on_denied is not None:
-                sources = dict.fromkeys(
-                    s for x in unfiltered for s in x.access_sources or (x.source_id,)
-                )
-                decisions = (decide_access(s, grants.get(s), authorization) for s in sources)
-                denied = [d for d in decisions if not d.allowed]
+            hits, denied = _walk(r, q, limit, authorization, flt, on_denied is not None)
         if denied and on_denied is not None:
             on_denied(denied)
         return hits
+
+    def guarded_query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        *,
+        embedder_id: str,
+        dimensions: int,
+        limit: int,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
+    ) -> GuardedQuery:
+        """The drift guard and the vector leg from one ``read`` (``SupportsGuardedQuery``)."""
+        q, flt = _query_args(vector, limit, metadata_filter)
+        with self._reading(scope) as r:
+            pointer = r.state().pointer
+            keys = {(x.embedder_id, x.dimensions) for x in _visible(r.rows(), pointer)}
+            foreign = frozenset(k for k in keys if k != (embedder_id, dimensions))
+            hits, denied = _walk(r, q, limit, authorization, flt, on_denied is not None)
+        if denied and on_denied is not None:
+            on_denied(denied)
+        return GuardedQuery(foreign, hits)
+
+
+def _query_args(
+    vector: Vector, limit: object, metadata_filter: Mapping[str, Any] | Filter | None
+) -> tuple[Vector, Filter | None]:
+    flt = parse_filter(metadata_filter)
+    q = np.asarray(vector, dtype=np.float32).reshape(-1)
+    if not np.all(np.isfinite(q)):
+        raise ValidationError("the query vector must be finite", field="vector")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise ValidationError("limit must be an int", field="limit")
+    return q, flt
+
+
+def _walk(
+    r: BackendReader,
+    q: Vector,
+    limit: int,
+    authorization: Authorization | None,
+    flt: Filter | None,
+    report: bool,
+) -> tuple[list[ScoredRecord], list[AccessDecision]]:
+    """The top ``limit`` of ``r.nearest(q)`` that pass the whole predicate, taken best first
+    as the stream goes; with ``report``, the sources the grant rule withheld from the top
+    ``limit`` of the rows that passed everything else."""
+    if limit <= 0:
+        return [], []
+    hits: list[ScoredRecord] = []
+    unfiltered: list[Record] = []  # the top `limit` before the grant rule, for on_denied
+    pointer, forgotten, grants = r.state().pointer, _forgotten(r), _Grants(r)
+    for scored in r.nearest(q):
+        record = scored.record
+        if (
+            record.dimensions != q.shape[0]
+            or not is_visible(record.generation, record.retired_generation, pointer)
+            or is_forgotten(record, forgotten)
+            or (flt is not None and not flt.matches(record.metadata))
+        ):
+            continue
+        if len(unfiltered) < limit:
+            unfiltered.append(record)
+        if authorization is None or _allowed(record, grants, authorization):
+            hits.append(ScoredRecord(hand_out(record), float(scored.score)))
+            if len(hits) == limit:
+                break
+    if authorization is None or not report:
+        return hits, []
+    sources = dict.fromkeys(s for x in unfiltered for s in x.access_sources or (x.source_id,))
+    decisions = (decide_access(s, grants.get(s), authorization) for s in sources)
+    return hits, [d for d in decisions if not d.allowed]
