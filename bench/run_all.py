@@ -118,6 +118,14 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
         ),
     ),
     (
+        "pg_million",
+        "bench_pg_million.py",
+        "A million rows: hybrid, vector-only and lexical latency, recall@10",
+        # about 14 minutes to load 1M rows by COPY (HNSW built after it), then 2 minutes
+        ("1000000", "bench/out/pg_million-1m", "--queries", "80", "--stop"),
+        ("5000", "bench/out/pg_million-5k", "--queries", "10", "--stop"),
+    ),
+    (
         "tombstones",
         "bench_tombstones.py",
         "100,000 tombstones vs 10",
