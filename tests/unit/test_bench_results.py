@@ -92,7 +92,8 @@ def test_render_shows_each_table_the_met_flag_and_not_run(bench_modules, tmp_pat
 
 
 def test_committed_results_md_is_the_rendering_of_bench_results(bench_modules):
-    """bench/RESULTS.md equals render(bench/results) and stays under 300 lines.
+    """bench/RESULTS.md equals render(bench/results) and stays under 330 lines (one screenful
+    per section; 300 until the million-row section, issue 28, added 22).
 
     If this fails, someone edited RESULTS.md by hand or a JSON file without re-rendering:
     run `.venv/bin/python bench/render_results.py`.
@@ -100,7 +101,7 @@ def test_committed_results_md_is_the_rendering_of_bench_results(bench_modules):
     _, render, _ = bench_modules
     committed = (BENCH / "RESULTS.md").read_text()
     assert committed == render.render(BENCH / "results")
-    assert committed.count("\n") < 300
+    assert committed.count("\n") < 330
 
 
 FAKE_BENCH = """
