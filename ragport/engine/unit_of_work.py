@@ -25,6 +25,13 @@ from ragport.domain.model import (
     validate_text,
 )
 from ragport.engine._guard import Guard, hand_out
+from ragport.engine.generations import (
+    check_generation,
+    floor_raised,
+    published,
+    reset_to,
+    staged,
+)
 from ragport.ports.backend import BackendWriter, GenerationState, RowKey
 from ragport.ports.embedder import VectorMatrix
 from ragport.ports.store import (
@@ -47,12 +54,6 @@ def key_of(record: Record) -> RowKey:
 def by_id(records: Iterable[Record]) -> list[Record]:
     """Code-point order of ids, then generation: the order every listing hands out."""
     return sorted(records, key=key_of)
-
-
-def _generation(value: object, field: str = "generation") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValidationError(f"{field} must be a non-negative int", field=field)
-    return value
 
 
 def _limit(value: object) -> int | None:
@@ -115,15 +116,15 @@ class _Records(_Part):
 
     def retire_source(self, source_id: str, *, generation: int) -> int:
         validate_text(source_id, field="source_id")
-        g = _generation(generation)
+        g = check_generation(generation)
         return self._write(lambda w: _retire(w, w.rows(source_id=source_id), g))
 
     def retire_ids(self, ids: Sequence[str], *, generation: int) -> int:
-        wanted, g = _ids(ids, "ids"), _generation(generation)
+        wanted, g = _ids(ids, "ids"), check_generation(generation)
         return self._write(lambda w: _retire(w, w.rows(ids=wanted), g) if wanted else 0)
 
     def discard_above(self, generation: int) -> int:
-        g = _generation(generation)
+        g = check_generation(generation)
         return self._write(lambda w: _delete(w, (r for r in w.rows() if r.generation > g)))
 
     def list_live(
@@ -189,7 +190,7 @@ class _Records(_Part):
         return self._write(lambda w: _delete(w, w.rows(source_id=source_id)))
 
     def restore_above(self, generation: int) -> int:
-        g = _generation(generation)
+        g = check_generation(generation)
 
         def restore(w: BackendWriter) -> int:
             changes = {
@@ -204,7 +205,7 @@ class _Records(_Part):
         return self._write(restore)
 
     def purge_retired(self, through: int) -> int:
-        g = _generation(through, "through")
+        g = check_generation(through, "through")
         return self._write(
             lambda w: _delete(
                 w,
@@ -280,42 +281,27 @@ class _Generations(_Part):
     def floor(self) -> int:
         return self._state().floor
 
-    def stage(self) -> int:
-        def stage(w: BackendWriter) -> int:
-            s = w.state()
-            if s.counter == s.pointer:
-                s = attrs.evolve(s, counter=s.counter + 1)
-                w.set_state(s)
-            return s.counter
+    def _step(self, step: Callable[[GenerationState], GenerationState]) -> GenerationState:
+        def write(w: BackendWriter) -> GenerationState:
+            old = w.state()
+            new = step(old)
+            if new != old:
+                w.set_state(new)
+            return new
 
-        return self._write(stage)
+        return self._write(write)
+
+    def stage(self) -> int:
+        return self._step(staged).counter
 
     def publish(self, generation: int) -> None:
-        g = _generation(generation)
-
-        def publish(w: BackendWriter) -> None:
-            s = w.state()
-            if not s.pointer <= g <= s.counter:
-                raise ValidationError(
-                    "publish needs pointer <= generation <= counter", field="generation"
-                )
-            w.set_state(attrs.evolve(s, pointer=g))
-
-        self._write(publish)
+        self._step(lambda s: published(s, generation))
 
     def reset(self, generation: int) -> None:
-        g = _generation(generation)
-        self._write(lambda w: w.set_state(attrs.evolve(w.state(), counter=g, pointer=g)))
+        self._step(lambda s: reset_to(s, generation))
 
     def raise_floor(self, generation: int) -> None:
-        g = _generation(generation)
-
-        def raise_floor(w: BackendWriter) -> None:
-            s = w.state()
-            if g > s.floor:
-                w.set_state(attrs.evolve(s, floor=g))
-
-        self._write(raise_floor)
+        self._step(lambda s: floor_raised(s, generation))
 
 
 class _Grants(_Part):

@@ -143,7 +143,10 @@ class GenerationRepository(Protocol):
         ...
 
     def reset(self, generation: int) -> None:
-        """Set pointer and counter to ``generation`` (rollback, after the record changes)."""
+        """Set pointer and counter to ``generation`` (rollback, after the record changes); below
+        ``floor()`` it is ``ValidationError(field="generation")`` (``ragport.engine.generations``
+        states every step of these rules once: ``staged``, ``published``, ``reset_to``,
+        ``floor_raised``)."""
         ...
 
     def floor(self) -> int:
@@ -151,7 +154,9 @@ class GenerationRepository(Protocol):
         ...
 
     def raise_floor(self, generation: int) -> None:
-        """Record that snapshots below ``generation`` can no longer be restored."""
+        """Record that snapshots below ``generation`` can no longer be restored: the floor
+        becomes ``max(floor(), min(generation, current()))``, never above the pointer, never
+        down."""
         ...
 
 

@@ -20,10 +20,10 @@ import ragport.adapters.memory.lexical as memory_lexical
 import ragport.adapters.memory.snapshot as memory_snapshot
 import ragport.adapters.memory.store as memory_store
 import ragport.adapters.memory.unit_of_work as memory_uow
-import ragport.engine.store as engine_store
-import ragport.engine.unit_of_work as engine_uow
 import ragport.adapters.postgres.history as pg_history
 import ragport.application.retrieval as retrieval
+import ragport.engine.store as engine_store
+import ragport.engine.unit_of_work as engine_uow
 from ragport.adapters.lexical import Bm25Index
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.postgres import PostgresStore

@@ -9,7 +9,7 @@ the unit of work touches a vector (see ``statements``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -22,6 +22,8 @@ from ragport.adapters.postgres.queries import grants_sql
 from ragport.adapters.postgres.reads import RawRead
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Record, Scope, Tombstone, strongest_tombstone
+from ragport.engine.generations import floor_raised, published, reset_to, staged
+from ragport.ports.backend import GenerationState
 from ragport.ports.embedder import VectorMatrix
 from ragport.ports.store import check_records_for_add, check_rekey_moves, check_stored_ids
 
@@ -237,36 +239,29 @@ class _Generations:
     def counter(self) -> int:
         return self._uow.counter
 
-    def stage(self) -> int:
+    def _step(self, step: Callable[[GenerationState], GenerationState]) -> GenerationState:
         uow = self._uow
-        if uow.counter == uow.pointer:
-            uow.counter += 1
+        old = GenerationState(uow.counter, uow.pointer, uow.floor)
+        new = step(old)  # the engine's rules (ragport.engine.generations), then one UPDATE
+        if new != old:
+            uow.counter, uow.pointer, uow.floor = new.counter, new.pointer, new.floor
             self._save()
-        return uow.counter
+        return new
+
+    def stage(self) -> int:
+        return self._step(staged).counter
 
     def publish(self, generation: int) -> None:
-        uow = self._uow
-        if not uow.pointer <= generation <= uow.counter:
-            raise ValidationError(
-                "publish needs pointer <= generation <= counter", field="generation"
-            )
-        uow.pointer = generation
-        self._save()
+        self._step(lambda s: published(s, generation))
 
     def reset(self, generation: int) -> None:
-        uow = self._uow
-        if generation < uow.floor:
-            raise ValidationError("cannot reset below the compaction floor", field="generation")
-        uow.pointer = uow.counter = generation
-        self._save()
+        self._step(lambda s: reset_to(s, generation))
 
     def floor(self) -> int:
         return self._uow.floor
 
     def raise_floor(self, generation: int) -> None:
-        uow = self._uow
-        uow.floor = max(uow.floor, min(generation, uow.pointer))
-        self._save()
+        self._step(lambda s: floor_raised(s, generation))
 
 
 class _Grants:

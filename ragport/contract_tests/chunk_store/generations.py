@@ -25,6 +25,7 @@ from ragport.contract_tests.chunk_store._helpers import (
     _run_in_thread,
     _snapshot,
 )
+from ragport.domain.errors import ValidationError
 from ragport.ports.store import ChunkStore
 
 __all__ = ["ChunkStoreGenerationContract", "ChunkStoreReplaceContract"]
@@ -287,3 +288,26 @@ class ChunkStoreGenerationContract(_ChunkStoreContractBase):
             assert uow.generations.floor() == 2
         with store.unit_of_work(OTHER_CORPUS) as uow:
             assert uow.generations.floor() == 0
+
+    def test_the_floor_bounds_reset_and_never_passes_the_pointer(self, store: ChunkStore) -> None:
+        """Checks ``GenerationRepository.reset``, ``GenerationRepository.raise_floor``:
+        ``raise_floor`` above the pointer stops at the pointer, never goes down, and ``reset``
+        below the floor is ``ValidationError(field="generation")`` with nothing changed.
+
+        If this fails, check your generation steps against ``ragport.engine.generations``
+        (``reset_to``, ``floor_raised``), the one statement of these rules.
+        """
+        _require_generations(store)
+        publish_sources(store, SCOPE, {"doc": ["one"]})
+        publish_sources(store, SCOPE, {"doc": ["two"]})
+        with store.unit_of_work(SCOPE) as uow:
+            uow.generations.raise_floor(99)
+            assert uow.generations.floor() == 2  # the pointer
+            uow.generations.raise_floor(1)
+            assert uow.generations.floor() == 2  # never down
+            with pytest.raises(ValidationError) as caught:
+                uow.generations.reset(1)
+            assert caught.value.field == "generation"
+            assert (uow.generations.current(), uow.generations.counter()) == (2, 2)
+            uow.commit()
+        assert store.current_generation(SCOPE) == 2
