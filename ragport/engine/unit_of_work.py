@@ -24,7 +24,7 @@ from ragport.domain.model import (
     validate_id,
     validate_text,
 )
-from ragport.engine._guard import Guard, hand_out
+from ragport.engine._guard import Guard, hand_out, take_in
 from ragport.engine.generations import (
     check_generation,
     floor_raised,
@@ -96,7 +96,7 @@ class _Records(_Part):
 
         def add(w: BackendWriter) -> None:
             check_stored_ids(records, w.rows(ids=[r.id for r in records]))
-            w.insert([hand_out(r) for r in records], matrix)
+            w.insert([take_in(r) for r in records], matrix)
 
         self._write(add)
 

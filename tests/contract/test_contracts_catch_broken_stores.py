@@ -196,6 +196,7 @@ def test_aliasing_contract_catches_a_store_that_keeps_and_hands_out_its_objects(
     back out."""
     for module in (memory_store, engine_uow, engine_store, memory_snapshot, memory_lexical):
         monkeypatch.setattr(module, "hand_out", lambda record: record, raising=False)
+        monkeypatch.setattr(module, "take_in", lambda record: record, raising=False)
     contract = ChunkStoreAliasingContract()
     with pytest.raises(AssertionError):
         contract.test_records_written_do_not_alias_the_callers_objects(InMemoryStore())
@@ -228,6 +229,7 @@ def test_aliasing_contract_catches_private_reads_that_share_metadata(monkeypatch
         contract.test_declared_private_reads_hand_out_metadata_of_their_own(store)
     for module in (memory_store, engine_uow, engine_store, memory_snapshot, memory_lexical):
         monkeypatch.setattr(module, "hand_out", lambda record: record, raising=False)
+        monkeypatch.setattr(module, "take_in", lambda record: record, raising=False)
     with pytest.raises(AssertionError, match="changed the store"):
         contract.test_declared_private_reads_hand_out_metadata_of_their_own(InMemoryStore())
 

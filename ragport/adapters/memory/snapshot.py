@@ -20,15 +20,24 @@ from ragport.domain.model import (
     Grant,
     Record,
     Tombstone,
-    copy_frozen,
     decide_access,
     is_forgotten,
     is_visible,
 )
+from ragport.engine._guard import hand_out as hand_out
 from ragport.ports.embedder import Vector, VectorMatrix
 from ragport.ports.store import EmbedderKey, ScoredRecord
 
-__all__ = ["Index", "Key", "Row", "Snapshot", "access_mask", "hand_out_scored", "report_denied"]
+__all__ = [
+    "Index",
+    "Key",
+    "Row",
+    "Snapshot",
+    "access_mask",
+    "hand_out",
+    "hand_out_scored",
+    "report_denied",
+]
 
 Key = tuple[str, int]  # (record id, generation)
 """A stored row's key: ``(record id, generation)``."""
@@ -170,39 +179,7 @@ class Snapshot:
         return index
 
 
-# Record's slot descriptors: setting through them skips the frozen class's __setattr__.
-_SET = {a.name: Record.__dict__[a.name].__set__ for a in attrs.fields(Record)}
 _new_record = object.__new__
-
-
-def hand_out(record: Record) -> Record:
-    """A copy of a stored record for a caller: its metadata is its own, so writing to what a
-    read returned never changes the store, as on PostgreSQL.
-
-    Only for records the store holds: they were validated (and their metadata frozen to JSON
-    types) when they were stored, and the store never hands out or mutates its own objects,
-    so the copy skips the constructor's checks (measured: 2 us instead of 16 us a record).
-    A caller's record entering the store goes through ``attrs.evolve`` instead. Every field
-    is named here (``tests/adapters/test_memory_hand_out.py`` fails when one is missing).
-    """
-    out = _new_record(Record)
-    _SET["id"](out, record.id)
-    _SET["scope"](out, record.scope)
-    _SET["source_id"](out, record.source_id)
-    _SET["kind"](out, record.kind)
-    _SET["text"](out, record.text)
-    _SET["metadata"](out, copy_frozen(record.metadata))
-    _SET["embedder_id"](out, record.embedder_id)
-    _SET["dimensions"](out, record.dimensions)
-    _SET["generation"](out, record.generation)
-    _SET["retired_generation"](out, record.retired_generation)
-    _SET["content_hash"](out, record.content_hash)
-    _SET["lineage"](out, record.lineage)
-    _SET["roots"](out, record.roots)
-    _SET["chunk_index"](out, record.chunk_index)
-    _SET["start"](out, record.start)
-    _SET["end"](out, record.end)
-    return out
 
 
 _SET_RECORD = ScoredRecord.__dict__["record"].__set__
