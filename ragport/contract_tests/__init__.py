@@ -184,10 +184,12 @@ CONTRACT_VERSION = "2.0"
 #      (StorageBackend, BackendReader, BackendWriter: 15 members); ragport.engine.BackendStore
 #      makes it a ChunkStore, and StorageBackendContract (fixture ``backend``) runs the whole
 #      ChunkStoreContract on it, with three tests of the backend's own members. Changed
-#      promise: RecordRepository.rekey refuses two ids moved onto one id
+#      promises: RecordRepository.rekey refuses two ids moved onto one id
 #      (ValidationError(field="to_id"), check_rekey_moves), which 1.x stores could let
-#      through (the in-memory store then kept one of the two rows). A ChunkStore written for
-#      1.x passes 2.0 once it makes that check; docs/contract-tests.md has the migration note.
+#      through (the in-memory store then kept one of the two rows); GenerationRepository.reset
+#      below the floor is ValidationError(field="generation") and raise_floor stops at the
+#      pointer (the in-memory store and PostgreSQL differed). A ChunkStore written for 1.x
+#      passes 2.0 once it makes those checks; docs/contract-tests.md has the migration note.
 
 __all__ = [
     "CONTRACT_VERSION",

@@ -90,6 +90,7 @@ class BackendStore:
         forgotten_lookup=True,
         generation_history=True,
         guarded_query=True,
+        private_reads=True,  # every record handed out is a fresh copy (hand_out)
     )
 
     def __init__(self, backend: StorageBackend) -> None:
