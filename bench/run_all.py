@@ -126,6 +126,13 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
         ("5000", "bench/out/pg_million-5k", "--queries", "10", "--stop"),
     ),
     (
+        "pg_bulk",
+        "bench_pg_bulk.py",
+        "PostgreSQL ingest with HNSW present: the merge, the build parameters, the bulk-load mode",
+        ("--rows", "50000"),
+        ("--quick",),
+    ),
+    (
         "tombstones",
         "bench_tombstones.py",
         "100,000 tombstones vs 10",

@@ -93,7 +93,7 @@ def test_render_shows_each_table_the_met_flag_and_not_run(bench_modules, tmp_pat
 
 def test_committed_results_md_is_the_rendering_of_bench_results(bench_modules):
     """bench/RESULTS.md equals render(bench/results) and stays under 330 lines (one screenful
-    per section; 300 until the million-row section, issue 28, added 22).
+    per section; 300 until issue 28 added the million-row and bulk-load sections).
 
     If this fails, someone edited RESULTS.md by hand or a JSON file without re-rendering:
     run `.venv/bin/python bench/render_results.py`.

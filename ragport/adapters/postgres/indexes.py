@@ -76,8 +76,11 @@ ANALYZE_GROWTH = 0.2
 class VectorIndexes:
     """What one store knows of its schema's HNSW indexes and statistics (cached per process)."""
 
-    def __init__(self, schema: str, s: str, *, merge_pending_lists: bool = True) -> None:
-        """``schema``: the validated schema name; ``s``: the same, quoted."""
+    def __init__(
+        self, schema: str, s: str, *, merge_pending_lists: bool = True, deferred: bool = False
+    ) -> None:
+        """``schema``: the validated schema name; ``s``: the same, quoted. ``deferred``: the
+        bulk-load mode, ``ensure`` creates nothing (``build_vector_indexes`` does, later)."""
         self._schema = schema
         self._s = s
         self._dimensions: set[int] = set()
@@ -87,6 +90,7 @@ class VectorIndexes:
         # Before the first ANALYZE: a tenant's rows as last counted, plus those written since.
         self._first_load: dict[str, int] = {}
         self.merge_pending_lists = merge_pending_lists
+        self.deferred = deferred
 
     def has(self, conn: Connection, dimensions: int) -> bool:
         if dimensions in self._dimensions:
@@ -127,8 +131,9 @@ class VectorIndexes:
         self._dimensions.add(dimensions)
 
     def ensure(self, conn: Connection, dimensions: int, *, build_memory: str = "1GB") -> None:
-        """Create the index of ``dimensions`` if it is missing (in ``conn``'s transaction)."""
-        if not self.has(conn, dimensions):
+        """Create the index of ``dimensions`` if it is missing (in ``conn``'s transaction),
+        unless the indexes are ``deferred``."""
+        if not self.deferred and not self.has(conn, dimensions):
             self.create(conn, dimensions, build_memory=build_memory)
 
     def analyze_once(self, conn: Connection, tenant_id: str, written: int = 0) -> None:

@@ -35,8 +35,9 @@ from sqlalchemy import Engine, text
 
 from ragport.adapters.postgres import queries, reads, statements
 from ragport.adapters.postgres._driver import translate_errors
-from ragport.adapters.postgres.connections import Fallback, StoreConnections
+from ragport.adapters.postgres.connections import Fallback
 from ragport.adapters.postgres.indexes import VectorIndexes
+from ragport.adapters.postgres.maintenance import StoreMaintenance
 from ragport.adapters.postgres.predicate import (
     RSCOPE,
     VISIBLE,
@@ -46,11 +47,7 @@ from ragport.adapters.postgres.predicate import (
 )
 from ragport.adapters.postgres.reads import RawRead, one_snapshot
 from ragport.adapters.postgres.rows import grant, record
-from ragport.adapters.postgres.schema import (
-    upgrade,
-    validate_partitions,
-    validate_text_search_config,
-)
+from ragport.adapters.postgres.schema import validate_partitions, validate_text_search_config
 from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork, read_grants
 from ragport.domain.errors import CapabilityError, ScopeError, ValidationError
 from ragport.domain.filters import Filter
@@ -73,7 +70,7 @@ __all__ = ["PostgresStore"]
 _VectorAnswer = tuple[frozenset[EmbedderKey], tuple[ScoredRecord, ...]]
 
 
-class PostgresStore(StoreConnections):
+class PostgresStore(StoreMaintenance):
     """A ChunkStore on PostgreSQL with pgvector.
 
     ``url_or_engine`` is a ``postgresql://`` URL or a SQLAlchemy Engine (psycopg 3 driver).
@@ -95,6 +92,10 @@ class PostgresStore(StoreConnections):
     tenant's partition) into the indexes, so the next lexical query does not scan the new
     entries one by one. Turn it off to leave the merge to autovacuum (faster bulk loads,
     slower lexical queries until it runs; docs/operations.md, "Limits").
+
+    ``defer_vector_indexes`` (the bulk-load mode, default off): writes create no HNSW index
+    and pay no HNSW insert; call ``build_vector_indexes()`` once after the load. Meanwhile
+    vector queries scan exactly (correct, slower). docs/operations.md, "Bulk loads".
     """
 
     provider = "postgres"
@@ -111,6 +112,7 @@ class PostgresStore(StoreConnections):
         replica_wait: float = 1.0,
         partitions: int | None = None,
         merge_pending_lists: bool = True,
+        defer_vector_indexes: bool = False,
     ):
         self._ts_config = validate_text_search_config(text_search_config)
         self._partitions = validate_partitions(partitions)
@@ -122,7 +124,10 @@ class PostgresStore(StoreConnections):
             replica_wait=replica_wait,
         )
         self._indexes = VectorIndexes(
-            self._schema, self._s, merge_pending_lists=bool(merge_pending_lists)
+            self._schema,
+            self._s,
+            merge_pending_lists=bool(merge_pending_lists),
+            deferred=bool(defer_vector_indexes),
         )
         if create:
             self.upgrade()
@@ -143,30 +148,6 @@ class PostgresStore(StoreConnections):
 
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self._schema!r})"
-
-    # -- schema ----------------------------------------------------------------------------------
-    def upgrade(self) -> list[int]:
-        """Apply missing migrations (idempotent); returns the versions applied."""
-        with translate_errors("upgrade"), self._engine.begin() as conn:
-            applied = upgrade(
-                conn,
-                self._schema,
-                text_search_config=self._ts_config,
-                partitions=self._partitions,
-            )
-        self._checked = True
-        return applied
-
-    def prepare(self, scope: Scope, *, dimensions: int) -> None:
-        """Create the HNSW index for ``dimensions`` if missing, outside any write transaction.
-
-        Creating an index takes a lock that conflicts with open writers; doing it here, before
-        a unit of work touches ``records``, means two first writers never deadlock.
-        """
-        with self._connect("prepare") as conn:
-            self._indexes.ensure(conn, dimensions)
-            conn.commit()
-            self._indexes.analyze_once(conn, scope.tenant_id)
 
     # -- unit of work ----------------------------------------------------------------------------
     @contextmanager

@@ -1,0 +1,107 @@
+"""Where the ingest time goes with HNSW present, and what the bulk-load mode saves (issue 28).
+
+``pg_corpus.Corpus(N)`` (default 50,000 rows, 100 per source, 384 dimensions) through
+``replace_source`` one source at a time (a precomputed embedder keeps embedding out), each
+variant into a fresh schema of one embedded server, one after the other in one run:
+
+- ``default``: the store as shipped (HNSW m 24, ef_construction 128, present from the first
+  write; the GIN pending lists merged after each commit);
+- ``no merge``: ``merge_pending_lists=False`` (the merge left to autovacuum);
+- ``m16``: the previous HNSW parameters, pgvector's defaults (m 16, ef_construction 64);
+- ``deferred``: the bulk-load mode, ``defer_vector_indexes=True``: no HNSW during the load,
+  then ``build_vector_indexes(build_memory="1GB")`` once (its time counted in).
+
+Rows/s of each and its ratio to ``default``. Run: .venv/bin/python bench/bench_pg_bulk.py
+[--rows N] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+import pg_corpus as bp
+from _results import figure, note_postgres, ratio, target, write_result
+
+from ragport import replace_source
+from ragport.adapters.postgres import PostgresStore, embedded_server
+from ragport.adapters.postgres import indexes as pg_indexes
+
+VARIANTS = ("default", "no merge", "m16", "deferred")
+
+
+def load(url: str, corpus: bp.Corpus, emb: bp.PrecomputedEmbedder, variant: str) -> float:
+    """Seconds to load ``corpus`` in ``variant``, the deferred build included."""
+    schema = "bulk_" + variant.replace(" ", "_")
+    options: dict[str, Any] = {
+        "merge_pending_lists": variant != "no merge",
+        "defer_vector_indexes": variant == "deferred",
+    }
+    m, ef = pg_indexes.HNSW_M, pg_indexes.HNSW_EF_CONSTRUCTION
+    if variant == "m16":
+        pg_indexes.HNSW_M, pg_indexes.HNSW_EF_CONSTRUCTION = 16, 64
+    try:
+        store = PostgresStore(url, schema=schema, create=True, **options)
+        start = time.perf_counter()
+        for s in range(len(corpus.sources)):
+            replace_source(
+                source_id=corpus.sources[s],
+                chunks=corpus.chunks(s),
+                embedder=emb,
+                store=store,
+                scope=bp.SCOPE,
+                batch_size=128,
+            )
+        loaded = time.perf_counter() - start
+        built = store.build_vector_indexes(build_memory="1GB")
+        seconds = time.perf_counter() - start
+        store.engine.dispose()
+    finally:
+        pg_indexes.HNSW_M, pg_indexes.HNSW_EF_CONSTRUCTION = m, ef
+    bp.log(
+        f"{variant}: {len(corpus.texts) / seconds:,.0f} rows/s ({seconds:.0f} s; rows "
+        f"{loaded:.0f} s, index build {seconds - loaded:.0f} s{' for ' + str(built) if built else ''})"
+    )
+    return seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=50_000)
+    ap.add_argument("--quick", action="store_true", help="2,000 rows")
+    args = ap.parse_args()
+    rows = 2_000 if args.quick else args.rows
+    corpus = bp.Corpus(rows)
+    emb = bp.PrecomputedEmbedder()
+    emb.add(corpus.texts, corpus.vectors)
+    with tempfile.TemporaryDirectory() as data, embedded_server(Path(data)) as url:
+        note_postgres(url)
+        seconds = {v: load(url, corpus, emb, v) for v in VARIANTS}
+    figures: dict[str, dict[str, object]] = {}
+    for variant, s in seconds.items():
+        key = variant.replace(" ", "_")
+        figures[f"{key}_rps"] = figure(f"{variant}: rows/s, {rows:,} rows", "rows/s", rows / s)
+    for variant in VARIANTS[1:]:
+        key = variant.replace(" ", "_")
+        figures[f"{key}_ratio"] = ratio(
+            f"{variant} / default, rows/s",
+            figures[f"{key}_rps"]["value"],
+            figures["default_rps"]["value"],
+            (f"{key}_rps", "default_rps"),
+        )
+    write_result(
+        "pg_bulk",
+        figures=figures,
+        targets=[target("deferred_ratio", ">=", 1.0)],
+        quick=args.quick,
+        details={"rows": rows},
+    )
+
+
+if __name__ == "__main__":
+    main()

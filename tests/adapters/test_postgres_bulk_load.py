@@ -1,0 +1,69 @@
+"""The bulk-load mode: ``PostgresStore(defer_vector_indexes=True)`` writes without an HNSW
+index, answers vector queries exactly meanwhile, and ``build_vector_indexes`` builds the
+index once after the load; the answers before and after are the same."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+import ragport
+from ragport.adapters.postgres import PostgresStore
+from ragport.contract_tests._support import ContractEmbedder, publish_sources
+from ragport.domain.errors import ValidationError
+
+EMB = ContractEmbedder()
+SCOPE = ragport.Scope("bulk", "r", "c")
+
+
+def _indexes(store: PostgresStore, schema: str) -> list[str]:
+    with store.engine.connect() as conn:
+        return list(
+            conn.execute(
+                text(
+                    "SELECT indexname FROM pg_indexes WHERE schemaname = :s "
+                    "AND indexname LIKE 'records_hnsw_%' ORDER BY 1"
+                ),
+                {"s": schema},
+            ).scalars()
+        )
+
+
+def _top(store: PostgresStore, query: str) -> list[tuple[str, float]]:
+    vector = EMB.embed([query])[0]
+    return [(h.record.id, round(h.score, 5)) for h in store.query(SCOPE, vector, limit=5)]
+
+
+def test_a_deferred_store_loads_without_hnsw_then_builds_it_once(pg_url, pg_schema):
+    store = PostgresStore(pg_url, schema=pg_schema, create=True, defer_vector_indexes=True)
+    sources = {f"s{i:03d}": [f"walrus {i} part {j}" for j in range(5)] for i in range(60)}
+    publish_sources(store, SCOPE, sources)
+    store.prepare(SCOPE, dimensions=EMB.dimensions)  # what a use case calls first: no index
+    assert _indexes(store, pg_schema) == []
+    before = _top(store, "walrus 7 part 3")
+    assert before and before[0][0].startswith("s007#")
+
+    assert store.build_vector_indexes(build_memory="64MB") == [EMB.dimensions]
+    assert _indexes(store, pg_schema) == [f"records_hnsw_{EMB.dimensions}"]
+    assert _top(store, "walrus 7 part 3") == before
+    assert store.build_vector_indexes() == []  # nothing left to build
+    store.engine.dispose()
+
+
+def test_a_store_that_does_not_defer_has_its_index_from_the_first_write(pg_url, pg_schema):
+    store = PostgresStore(pg_url, schema=pg_schema, create=True)
+    publish_sources(store, SCOPE, {"a": ["one walrus"]})
+    assert _indexes(store, pg_schema) == [f"records_hnsw_{EMB.dimensions}"]
+    assert store.build_vector_indexes() == []
+    store.engine.dispose()
+
+
+@pytest.mark.parametrize("bad", ["1 GB", "1TB", "0GB", "'; DROP", ""])
+def test_build_memory_is_a_size_or_refused(pg_url, pg_schema, bad):
+    store = PostgresStore(pg_url, schema=pg_schema, create=True, defer_vector_indexes=True)
+    publish_sources(store, SCOPE, {"a": ["one walrus"]})
+    with pytest.raises(ValidationError) as caught:
+        store.build_vector_indexes(build_memory=bad)
+    assert caught.value.field == "build_memory"
+    assert _indexes(store, pg_schema) == []
+    store.engine.dispose()
