@@ -19,8 +19,8 @@ from sqlalchemy import event, text
 
 from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, reads
 from ragport.adapters.postgres import checkpoints as checkpoints_module
+from ragport.adapters.postgres import maintenance as store_module
 from ragport.adapters.postgres import status as status_module
-from ragport.adapters.postgres import store as store_module
 from ragport.contract_tests import ChunkStoreContract, IngestionStatusStoreContract
 from ragport.contract_tests.chunk_store.failures import BreakStore
 from ragport.ports.store import ChunkStore
