@@ -4,12 +4,21 @@ unit of work all move their counter, pointer and floor through these."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from ragport.domain.errors import ValidationError
 from ragport.ports.backend import GenerationState
 
-__all__ = ["check_generation", "floor_raised", "published", "reset_to", "staged"]
+__all__ = [
+    "GenerationSteps",
+    "check_generation",
+    "floor_raised",
+    "published",
+    "reset_to",
+    "staged",
+]
 
 
 def check_generation(value: object, field: str = "generation") -> int:
@@ -48,3 +57,24 @@ def floor_raised(s: GenerationState, generation: int) -> GenerationState:
     down."""
     g = check_generation(generation)
     return attrs.evolve(s, floor=max(s.floor, min(g, s.pointer)))
+
+
+class GenerationSteps:
+    """``stage``, ``publish``, ``reset`` and ``raise_floor`` of a ``GenerationRepository``
+    through the steps above: a store's repository subclasses it and defines ``_step``
+    (read the state, apply the step, store it when it changed, return the new state)."""
+
+    def _step(self, step: Callable[[GenerationState], GenerationState]) -> GenerationState:
+        raise NotImplementedError
+
+    def stage(self) -> int:
+        return self._step(staged).counter
+
+    def publish(self, generation: int) -> None:
+        self._step(lambda s: published(s, generation))
+
+    def reset(self, generation: int) -> None:
+        self._step(lambda s: reset_to(s, generation))
+
+    def raise_floor(self, generation: int) -> None:
+        self._step(lambda s: floor_raised(s, generation))

@@ -25,13 +25,7 @@ from ragport.domain.model import (
     validate_text,
 )
 from ragport.engine._guard import Guard, hand_out, take_in
-from ragport.engine.generations import (
-    check_generation,
-    floor_raised,
-    published,
-    reset_to,
-    staged,
-)
+from ragport.engine.generations import GenerationSteps, check_generation
 from ragport.ports.backend import BackendWriter, GenerationState, RowKey
 from ragport.ports.embedder import VectorMatrix
 from ragport.ports.store import (
@@ -268,7 +262,7 @@ def _rekey(w: BackendWriter, moves: dict[str, str], to_source_id: str) -> int:
     return len(moving)
 
 
-class _Generations(_Part):
+class _Generations(_Part, GenerationSteps):
     def _state(self) -> GenerationState:
         return self._read(lambda w: w.state())
 
@@ -290,18 +284,6 @@ class _Generations(_Part):
             return new
 
         return self._write(write)
-
-    def stage(self) -> int:
-        return self._step(staged).counter
-
-    def publish(self, generation: int) -> None:
-        self._step(lambda s: published(s, generation))
-
-    def reset(self, generation: int) -> None:
-        self._step(lambda s: reset_to(s, generation))
-
-    def raise_floor(self, generation: int) -> None:
-        self._step(lambda s: floor_raised(s, generation))
 
 
 class _Grants(_Part):

@@ -22,7 +22,7 @@ from ragport.adapters.postgres.queries import grants_sql
 from ragport.adapters.postgres.reads import RawRead
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Record, Scope, Tombstone, strongest_tombstone
-from ragport.engine.generations import floor_raised, published, reset_to, staged
+from ragport.engine.generations import GenerationSteps
 from ragport.ports.backend import GenerationState
 from ragport.ports.embedder import VectorMatrix
 from ragport.ports.store import check_records_for_add, check_rekey_moves, check_stored_ids
@@ -221,7 +221,7 @@ class _Records:
         return purged
 
 
-class _Generations:
+class _Generations(GenerationSteps):
     def __init__(self, uow: PostgresUnitOfWork):
         self._uow = uow
 
@@ -248,20 +248,8 @@ class _Generations:
             self._save()
         return new
 
-    def stage(self) -> int:
-        return self._step(staged).counter
-
-    def publish(self, generation: int) -> None:
-        self._step(lambda s: published(s, generation))
-
-    def reset(self, generation: int) -> None:
-        self._step(lambda s: reset_to(s, generation))
-
     def floor(self) -> int:
         return self._uow.floor
-
-    def raise_floor(self, generation: int) -> None:
-        self._step(lambda s: floor_raised(s, generation))
 
 
 class _Grants:
