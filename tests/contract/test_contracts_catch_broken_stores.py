@@ -16,23 +16,27 @@ import attrs
 import pytest
 from doubles import Delegating
 
+import ragport.adapters.memory.backend as memory_backend
 import ragport.adapters.memory.lexical as memory_lexical
 import ragport.adapters.memory.snapshot as memory_snapshot
 import ragport.adapters.memory.store as memory_store
 import ragport.adapters.memory.unit_of_work as memory_uow
 import ragport.adapters.postgres.history as pg_history
 import ragport.application.retrieval as retrieval
+import ragport.engine.generations as engine_generations
 import ragport.engine.store as engine_store
 import ragport.engine.unit_of_work as engine_uow
 from ragport.adapters.lexical import Bm25Index
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.postgres import PostgresStore
+from ragport.contract_tests import StorageBackendContract
 from ragport.contract_tests._support import publish_sources
 from ragport.contract_tests.chunk_store import (
     ChunkStoreAliasingContract,
     ChunkStoreBorrowedQueryContract,
     ChunkStoreCapabilityContract,
     ChunkStoreForgettingContract,
+    ChunkStoreGenerationContract,
     ChunkStoreGenerationHistoryContract,
     ChunkStoreGuardedQueryContract,
     ChunkStoreHybridSnapshotContract,
@@ -487,3 +491,52 @@ def test_query_contracts_catch_a_store_that_refuses_a_non_positive_limit(suite, 
     """query and lexical_query must answer nothing for limit 0 or -1, not raise."""
     with pytest.raises(ValueError):
         getattr(suite(), test)(LimitMustBePositive())
+
+
+def test_generation_contract_catches_the_1x_floor_rules(monkeypatch):
+    """The 1.x in-memory rules (raise_floor past the pointer; reset below the floor allowed)
+    fail the 2.0 floor test, each on its own. If this fails, check
+    test_the_floor_bounds_reset_and_never_passes_the_pointer."""
+    contract = ChunkStoreGenerationContract()
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            engine_generations,
+            "floor_raised",
+            lambda s, g: attrs.evolve(s, floor=max(s.floor, g)),
+        )
+        with pytest.raises(AssertionError):
+            contract.test_the_floor_bounds_reset_and_never_passes_the_pointer(InMemoryStore())
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            engine_generations,
+            "reset_to",
+            lambda s, g: attrs.evolve(s, counter=g, pointer=g),
+        )
+        with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+            contract.test_the_floor_bounds_reset_and_never_passes_the_pointer(InMemoryStore())
+
+
+def test_uniqueness_contract_catches_two_ids_moved_onto_one(monkeypatch):
+    """A rekey without check_rekey_moves lets two rows take one id. If this fails, check
+    test_rekey_of_two_ids_onto_one_is_refused."""
+    monkeypatch.setattr(engine_uow, "check_rekey_moves", lambda moves: None)
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        ChunkStoreRepointUniquenessContract().test_rekey_of_two_ids_onto_one_is_refused(
+            InMemoryStore()
+        )
+
+
+def test_backend_contract_catches_renames_applied_one_by_one(monkeypatch):
+    """A backend whose update renames row by row in place (a to b overwrites b before b moves
+    on) fails the chain test. If this fails, check test_backend_update_renames_in_a_chain."""
+
+    def in_place(self: Any, changes: Any) -> None:
+        for key, new in changes.items():
+            _, vector = self._t.rows.pop(key)
+            self._t.rows[(new.id, new.generation)] = (new, vector)
+
+    monkeypatch.setattr(memory_backend._Writer, "update", in_place)
+    with pytest.raises(AssertionError):
+        StorageBackendContract().test_backend_update_renames_in_a_chain(
+            memory_backend.MemoryBackend()
+        )
