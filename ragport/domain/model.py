@@ -237,6 +237,10 @@ def is_forgotten(record: Record, forgotten: AbstractSet[str]) -> bool:
     )
 
 
+def _as_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 def _non_negative(instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValidationError(
@@ -317,8 +321,8 @@ class Record:
     generation: int = 0
     retired_generation: int | None = None
     content_hash: str | None = None
-    lineage: tuple[str, ...] = ()
-    roots: tuple[str, ...] = ()
+    lineage: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)  # never a shared list
+    roots: tuple[str, ...] = attrs.field(default=(), converter=_as_tuple)
     chunk_index: int | None = None
     start: int | None = None
     end: int | None = None

@@ -14,9 +14,9 @@ __all__ = ["Guard", "hand_out", "take_in"]
 
 
 class Guard:
-    """``with guard:`` around backend calls: a ``RagportError`` passes unchanged; any other
-    ``Exception`` becomes ``StoreError("<provider>: <exception type>")`` with no cause and no
-    context (a driver's message may quote parameters, hence document text)."""
+    """``with guard:`` around backend calls: a ``RagportError`` passes with its chain cut; any
+    other ``Exception`` becomes ``StoreError("<provider>: <exception type>")`` with no cause
+    and no context (a driver's message may quote parameters, hence document text)."""
 
     def __init__(self, provider: str) -> None:
         self._provider = provider
@@ -30,7 +30,14 @@ class Guard:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> Literal[False]:
-        if error is None or isinstance(error, RagportError) or not isinstance(error, Exception):
+        if error is None or not isinstance(error, Exception):
+            return False
+        if isinstance(error, RagportError):
+            # A backend's own typed error goes on, but never with what it was raised from
+            # (``raise StoreError(...) from exc`` would hand the driver's message on).
+            error.__cause__ = None
+            error.__context__ = None
+            error.__suppress_context__ = True
             return False
         name = type(error).__qualname__
         raise_unchained(StoreError(f"{self._provider}: {name}"))

@@ -77,17 +77,17 @@ class BackendStore:
 
     ``BackendStore(backend)`` passes ``ChunkStoreContract`` whenever ``backend`` keeps the
     promises of ``ragport.ports.backend`` (``StorageBackendContract`` checks them that way).
-    It also answers ``forgotten_among`` (``SupportsForgottenLookup``),
-    ``generation_history`` (``SupportsGenerationHistory``) and ``guarded_query``
-    (``SupportsGuardedQuery``: the drift guard and the vector leg from one ``read``), all
-    derived from the same members.
+    It also answers ``generation_history`` (``SupportsGenerationHistory``) and
+    ``guarded_query`` (``SupportsGuardedQuery``: the drift guard and the vector leg from one
+    ``read``), derived from the same members, and declares ``private_reads``. It does not
+    declare ``forgotten_lookup``: the narrow port reads tombstones whole, so
+    ``forgotten_among`` costs what the scope's tombstones cost, not what the ids do.
     """
 
     capabilities = Capabilities(
         authorization="acl",
         generations=True,
         transactions=True,
-        forgotten_lookup=True,
         generation_history=True,
         guarded_query=True,
         private_reads=True,  # every record handed out is a fresh copy (hand_out)
@@ -165,13 +165,6 @@ class BackendStore:
         with self._reading(scope) as r:
             return _forgotten(r)
 
-    def forgotten_among(self, scope: Scope, ids: Sequence[str]) -> frozenset[str]:
-        wanted = [validate_text(i, field="ids") for i in ids]
-        if not wanted:
-            _scope(scope)
-            return frozenset()
-        return self.list_invalidated_ids(scope).intersection(wanted)
-
     def generation_history(
         self, scope: Scope, *, limit: int = 10, max_ids: int = 100
     ) -> Sequence[GenerationChange]:
@@ -222,7 +215,7 @@ class BackendStore:
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> Sequence[ScoredRecord]:
-        q, flt = _query_args(vector, limit, metadata_filter)
+        q, flt = _query_args(vector, limit, metadata_filter, authorization)
         with self._reading(scope) as r:
             hits, denied = _walk(r, q, limit, authorization, flt, on_denied is not None)
         if denied and on_denied is not None:
@@ -242,7 +235,7 @@ class BackendStore:
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
     ) -> GuardedQuery:
         """The drift guard and the vector leg from one ``read`` (``SupportsGuardedQuery``)."""
-        q, flt = _query_args(vector, limit, metadata_filter)
+        q, flt = _query_args(vector, limit, metadata_filter, authorization)
         with self._reading(scope) as r:
             pointer = r.state().pointer
             keys = {(x.embedder_id, x.dimensions) for x in _visible(r.rows(), pointer)}
@@ -254,8 +247,13 @@ class BackendStore:
 
 
 def _query_args(
-    vector: Vector, limit: object, metadata_filter: Mapping[str, Any] | Filter | None
+    vector: Vector,
+    limit: object,
+    metadata_filter: Mapping[str, Any] | Filter | None,
+    authorization: object,
 ) -> tuple[Vector, Filter | None]:
+    if authorization is not None and not isinstance(authorization, Authorization):
+        raise ValidationError("authorization must be an Authorization", field="authorization")
     flt = parse_filter(metadata_filter)
     q = np.asarray(vector, dtype=np.float32).reshape(-1)
     if not np.all(np.isfinite(q)):

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import attrs
 
-from ragport.domain.errors import ValidationError
+from ragport.domain.errors import StoreError, ValidationError
 from ragport.domain.model import (
     Grant,
     Record,
@@ -73,18 +73,31 @@ class _Part:
         self._uow = uow
 
     def _read(self, read: Callable[[BackendWriter], T]) -> T:
+        if self._uow.rolled_back:
+            raise ValidationError("unit of work rolled back", field="unit_of_work")
         with self._uow.guard:
             return read(self._uow.writer)
 
-    def _write(self, write: Callable[[BackendWriter], T]) -> T:
+    def _open(self) -> None:
+        """Refuse any write, even an empty one, once the unit is finished."""
         if self._uow.done:
             raise ValidationError("unit of work already finished", field="unit_of_work")
-        with self._uow.guard:
-            return write(self._uow.writer)
+
+    def _write(self, write: Callable[[BackendWriter], T]) -> T:
+        self._open()
+        try:
+            with self._uow.guard:
+                return write(self._uow.writer)
+        except StoreError:
+            # A backend call failed part way through a write: what it left must never be
+            # committed, so the unit can only roll back from here.
+            self._uow.done = self._uow.rolled_back = True
+            raise
 
 
 class _Records(_Part):
     def add(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
+        self._open()
         records = list(records)
         matrix = check_records_for_add(self._uow.scope, records, vectors)
 
@@ -114,6 +127,7 @@ class _Records(_Part):
         return self._write(lambda w: _retire(w, w.rows(source_id=source_id), g))
 
     def retire_ids(self, ids: Sequence[str], *, generation: int) -> int:
+        self._open()
         wanted, g = _ids(ids, "ids"), check_generation(generation)
         return self._write(lambda w: _retire(w, w.rows(ids=wanted), g) if wanted else 0)
 
@@ -149,6 +163,7 @@ class _Records(_Part):
         return self._read(found) if wanted else []
 
     def rekey(self, moves: Mapping[str, str], *, to_source_id: str) -> int:
+        self._open()
         validate_id(to_source_id, field="to_source_id")
         for old, new in moves.items():
             validate_text(old, field="from_id")
@@ -288,6 +303,7 @@ class _Generations(_Part, GenerationSteps):
 
 class _Grants(_Part):
     def set(self, grants: Sequence[Grant]) -> None:
+        self._open()
         grants = list(grants)
         if not all(isinstance(g, Grant) for g in grants):
             raise ValidationError("grants must be Grant values", field="grants")
@@ -304,6 +320,7 @@ class _Grants(_Part):
 
 class _Tombstones(_Part):
     def add(self, tombstones: Sequence[Tombstone]) -> int:
+        self._open()
         tombstones = list(tombstones)
         if not all(isinstance(t, Tombstone) for t in tombstones):
             raise ValidationError("tombstones must be Tombstone values", field="tombstones")
@@ -336,6 +353,7 @@ class BackendUnitOfWork:
         self.writer = writer
         self.guard = guard
         self.done = False
+        self.rolled_back = False
         self.records = _Records(self)
         self.generations = _Generations(self)
         self.grants = _Grants(self)
@@ -349,5 +367,6 @@ class BackendUnitOfWork:
             self.writer.commit()
 
     def rollback(self) -> None:
-        """Finish the unit; the backend discards its changes when the block is left."""
-        self.done = True
+        """Finish the unit: nothing it wrote is committed or read back (the backend discards
+        its changes when the block is left; until then its write lock is held)."""
+        self.done = self.rolled_back = True

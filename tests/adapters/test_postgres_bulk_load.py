@@ -4,6 +4,7 @@ index once after the load; the answers before and after are the same."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from sqlalchemy import text
 
@@ -66,4 +67,22 @@ def test_build_memory_is_a_size_or_refused(pg_url, pg_schema, bad):
         store.build_vector_indexes(build_memory=bad)
     assert caught.value.field == "build_memory"
     assert _indexes(store, pg_schema) == []
+    store.engine.dispose()
+
+
+def test_a_deferred_store_refuses_what_no_index_could_hold(pg_url, pg_schema):
+    """2,001 dimensions are refused at the write, deferred or not, so a later build can never
+    fail on rows already stored."""
+    import numpy as np
+
+    from ragport.domain.model import Record
+
+    store = PostgresStore(pg_url, schema=pg_schema, create=True, defer_vector_indexes=True)
+    wide = Record(id="w#0001", scope=SCOPE, source_id="w", kind="chunk", text="wide",
+                  embedder_id="wide", dimensions=2001)  # fmt: skip
+    with store.unit_of_work(SCOPE) as uow, pytest.raises(ValidationError) as caught:
+        uow.records.add([attrs.evolve(wide, generation=uow.generations.stage())],
+                        np.ones((1, 2001), dtype=np.float32))  # fmt: skip
+    assert caught.value.field == "dimensions"
+    assert store.build_vector_indexes() == []
     store.engine.dispose()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
+import attrs
 import pytest
 
 from ragport.adapters.memory.backend import MemoryBackend
@@ -124,3 +125,104 @@ def test_a_backend_with_no_provider_is_refused() -> None:
     with pytest.raises(ValidationError) as caught:
         BackendStore(Nameless())
     assert caught.value.field == "provider"
+
+
+def test_lineage_and_roots_are_never_a_shared_list() -> None:
+    """A caller's lists become the record's tuples: clearing them after add, or trying to
+    change what a read returned, changes nothing the store keeps (a forgotten root stays
+    forgotten). If this fails, check Record's lineage/roots converter in domain/model.py."""
+    from ragport.domain.model import Record, Tombstone
+
+    store = BackendStore(MemoryBackend())
+    publish_sources(store, SCOPE, {"src": ["the source"]})
+    edges = ["src#0001"]
+    roots = ["src"]
+    derived = Record(
+        id="sum", scope=SCOPE, source_id="sum", kind="derived", text="a summary",
+        embedder_id=make_batch(SCOPE, "x", ["x"], generation=1).records[0].embedder_id,
+        dimensions=8, lineage=edges, roots=roots,
+    )  # fmt: skip
+    vectors = make_batch(SCOPE, "sum", ["a summary"], generation=1).vectors
+    with store.unit_of_work(SCOPE) as uow:
+        g = uow.generations.stage()
+        uow.records.add([attrs.evolve(derived, generation=g)], vectors)
+        uow.generations.publish(g)
+        uow.commit()
+    edges.clear()
+    roots.clear()
+    got = store.get_by_source(SCOPE, "sum")[0]
+    assert (got.lineage, got.roots) == (("src#0001",), ("src",))
+    with store.unit_of_work(SCOPE) as uow:
+        uow.tombstones.add([Tombstone("src", "forgotten")])
+        uow.commit()
+    assert store.query(SCOPE, vectors[0], limit=5) == []
+
+
+class _FailsOnUpdate(MemoryBackend):
+    """A backend whose writer fails in ``update`` after ``delete`` already ran."""
+
+    provider = "fails-on-update"
+
+    @contextmanager
+    def write(self, scope: Scope) -> Iterator[BackendWriter]:
+        with super().write(scope) as writer:
+
+            def update(changes: object) -> None:
+                raise RuntimeError("disk full while writing 'secret text'")
+
+            writer.update = update  # type: ignore[method-assign]
+            yield writer
+
+
+def test_a_failed_backend_write_leaves_a_unit_that_can_only_roll_back() -> None:
+    """retire_source deletes, then updates; when the update fails the unit refuses commit,
+    so the half-done retire never lands. If this fails, check _Part._write."""
+    store = BackendStore(_FailsOnUpdate())
+    publish_sources(store, SCOPE, {"a": ["first version"]})  # insert only: no update
+    with store.unit_of_work(SCOPE) as uow:
+        g = uow.generations.stage()
+        with pytest.raises(StoreError):
+            uow.records.retire_source("a", generation=g)
+        with pytest.raises(ValidationError) as caught:
+            uow.commit()
+        assert caught.value.field == "unit_of_work"
+    assert [r.id for r in store.get_by_source(SCOPE, "a")] == ["a#0001"]
+
+
+def test_a_backends_own_typed_error_loses_its_chain() -> None:
+    class Chained(MemoryBackend):
+        provider = "chained"
+
+        def read(self, scope: Scope) -> AbstractContextManager[BackendReader]:
+            try:
+                raise ValueError("the secret document text")
+            except ValueError as exc:
+                raise StoreError("chained: read failed") from exc
+
+    with pytest.raises(StoreError) as caught:
+        BackendStore(Chained()).current_generation(SCOPE)
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
+
+
+def test_after_rollback_reads_and_even_empty_writes_are_refused() -> None:
+    store = BackendStore(MemoryBackend())
+    with store.unit_of_work(SCOPE) as uow:
+        uow.generations.stage()
+        uow.rollback()
+        for call in (
+            uow.generations.current,
+            lambda: uow.grants.set([]),
+            lambda: uow.tombstones.add([]),
+            lambda: uow.records.rekey({}, to_source_id="x"),
+        ):
+            with pytest.raises(ValidationError) as caught:
+                call()
+            assert caught.value.field == "unit_of_work"
+
+
+def test_a_wrong_authorization_is_a_validation_error() -> None:
+    store = BackendStore(MemoryBackend())
+    probe = make_batch(SCOPE, "a", ["x"], generation=1).vectors[0]
+    with pytest.raises(ValidationError) as caught:
+        store.query(SCOPE, probe, limit=3, authorization="alice")  # type: ignore[arg-type]
+    assert caught.value.field == "authorization"

@@ -40,6 +40,20 @@ _MEMORY = re.compile(r"[1-9][0-9]{0,5}(kB|MB|GB)")
 HNSW_EF_CONSTRUCTION = 128
 
 
+def check_build_memory(build_memory: object) -> str:
+    """A ``maintenance_work_mem`` size for an index build (``"1GB"``, ``"512MB"``), else
+    ``ValidationError(field="build_memory")``."""
+    if not isinstance(build_memory, str) or not _MEMORY.fullmatch(build_memory):
+        raise ValidationError("build_memory is a size like '1GB' or '512MB'", field="build_memory")
+    return build_memory
+
+
+def check_dimensions(dimensions: int) -> None:
+    """HNSW indexes take 1..2000 dimensions (``ValidationError(field="dimensions")``)."""
+    if not 1 <= dimensions <= 2000:
+        raise ValidationError("HNSW indexes support 1..2000 dimensions", field="dimensions")
+
+
 def merge_function_sql(s: str) -> Sequence[str]:
     """Migration 10: ``merge_pending_lists(tenant)``, which merges the GIN pending lists of
     ``records`` (of the tenant's partition, on a partitioned schema) and returns the pages
@@ -108,12 +122,8 @@ class VectorIndexes:
         (``"1GB"``, ``"4GB"``, ``"512MB"``): pgvector builds in memory until the graph outgrows
         it, then far more slowly (docs/operations.md sizes it: about 1.9 GB per million
         384-dimension rows at m 24)."""
-        if not _MEMORY.fullmatch(build_memory):
-            raise ValidationError(
-                "build_memory is a size like '1GB' or '512MB'", field="build_memory"
-            )
-        if not 1 <= dimensions <= 2000:
-            raise ValidationError("HNSW indexes support 1..2000 dimensions", field="dimensions")
+        check_build_memory(build_memory)
+        check_dimensions(dimensions)
         # Serialize creators of one index; IF NOT EXISTS alone races on the catalog.
         conn.execute(
             text("SELECT pg_advisory_xact_lock(:k)"),
@@ -133,8 +143,14 @@ class VectorIndexes:
     def ensure(self, conn: Connection, dimensions: int, *, build_memory: str = "1GB") -> None:
         """Create the index of ``dimensions`` if it is missing (in ``conn``'s transaction),
         unless the indexes are ``deferred``."""
+        check_dimensions(dimensions)  # refused alike whether the index is deferred or not
         if not self.deferred and not self.has(conn, dimensions):
             self.create(conn, dimensions, build_memory=build_memory)
+
+    def forget(self, dimensions: int) -> None:
+        """Drop ``dimensions`` from what this store believes is indexed (its build rolled
+        back), so the next ``has`` reads the catalog again."""
+        self._dimensions.discard(dimensions)
 
     def analyze_once(self, conn: Connection, tenant_id: str, written: int = 0) -> None:
         """ANALYZE ``records``, ``record_vectors`` and ``tombstones`` the first time they hold

@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from ragport.adapters.postgres._driver import translate_errors
 from ragport.adapters.postgres.connections import StoreConnections
-from ragport.adapters.postgres.indexes import VectorIndexes
+from ragport.adapters.postgres.indexes import VectorIndexes, check_build_memory
 from ragport.adapters.postgres.schema import upgrade
 from ragport.domain.model import Scope
 
@@ -52,21 +52,31 @@ class StoreMaintenance(StoreConnections):
         docs/operations.md, "Sizing"); returns the dimensions built, in order.
 
         The second half of the bulk-load mode (``PostgresStore(defer_vector_indexes=True)``):
-        writes then skip the index, and every HNSW insert with it, until this call builds it
-        once over all rows. It blocks writes to ``record_vectors`` while it runs (reads go on;
-        a vector query without its index scans exactly, so it is correct, only slower).
-        Safe to call on a store that does not defer (it builds nothing then) and again.
+        writes then skip creating the index, and every HNSW insert into it, until this call
+        builds it once over all rows. Each dimension is built and committed on its own, so a
+        failure (memory, a cancel) keeps the ones already built and raises; call it again to
+        finish. It blocks writes to ``record_vectors`` while it runs (reads go on; a vector
+        query without its index scans exactly: correct, slower). On any store it builds what
+        is missing (nothing, unless indexes were deferred or dropped).
         """
-        built: list[int] = []
-        with self._connect("build vector indexes") as conn:
+        check_build_memory(build_memory)
+        with self._connect("list vector dimensions") as conn:
             stored = conn.execute(
                 text(f"SELECT DISTINCT dimensions FROM {self._s}.record_vectors ORDER BY 1")
             ).scalars()
-            for dimensions in [int(d) for d in stored]:
-                if not self._indexes.has(conn, dimensions):
-                    self._indexes.create(conn, dimensions, build_memory=build_memory)
-                    built.append(dimensions)
-            conn.commit()
+            dimensions = [int(d) for d in stored]
+        built: list[int] = []
+        for d in dimensions:
+            try:
+                with self._connect("build vector index") as conn:
+                    if self._indexes.has(conn, d):
+                        continue
+                    self._indexes.create(conn, d, build_memory=build_memory)
+                    conn.commit()
+            except BaseException:
+                self._indexes.forget(d)  # rolled back: not built
+                raise
+            built.append(d)
         if built:
             with self._connect("analyze vectors") as conn:
                 conn.execute(text(f"ANALYZE {self._s}.record_vectors"))
