@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 import pytest
 
 from ragport.adapters.memory.backend import MemoryBackend
-from ragport.contract_tests import ChunkStoreFailureContract, StorageBackendContract
+from ragport.contract_tests import StorageBackendContract
 from ragport.contract_tests.chunk_store.failures import BreakStore
 from ragport.domain.model import Scope
 from ragport.engine import BackendStore
@@ -39,15 +39,11 @@ class FailingBackend:
 
 
 class TestMemoryBackend(StorageBackendContract):
-    @pytest.fixture
-    def backend(self) -> Iterator[MemoryBackend]:
-        yield MemoryBackend()
+    """MemoryBackend, behind a switch that makes it fail like a driver (``break_store``)."""
 
-
-class TestBackendStoreFailures(ChunkStoreFailureContract):
     @pytest.fixture
-    def store(self) -> Iterator[BackendStore]:
-        yield BackendStore(FailingBackend())
+    def backend(self) -> Iterator[FailingBackend]:
+        yield FailingBackend()
 
     @pytest.fixture
     def break_store(self) -> BreakStore:

@@ -27,7 +27,7 @@ ITEMS = {
 }
 
 
-@pytest.fixture(params=["memory", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def stores(request) -> Iterator[Stores]:
     yield sync_stores(request)
 

@@ -34,7 +34,7 @@ def _doc(i: int, version: int = 1) -> bytes:
 ITEMS = {f"doc-{i:02d}.md": _doc(i) for i in range(30)}
 
 
-@pytest.fixture(params=["memory", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def stores(request: Any) -> Iterator[Stores]:
     yield sync_stores(request)
 

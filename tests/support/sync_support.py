@@ -120,8 +120,9 @@ class Stores:
 
 
 def sync_stores(request: Any) -> Stores:
-    """The ``Stores`` of ``request.param``: ``memory``, or ``postgres`` on the session server
-    (``pg_engine``) in a fresh schema (``pg_schema``, dropped after the test)."""
+    """The ``Stores`` of ``request.param``: ``memory``; ``sqlite`` (the docs' example store,
+    ``BackendStore`` over ``SqliteBackend``, in ``tmp_path``); or ``postgres`` on the session
+    server (``pg_engine``) in a fresh schema (``pg_schema``, dropped after the test)."""
     from ragport.adapters.memory import (
         InMemoryCheckpointStore,
         InMemoryStatusStore,
@@ -130,6 +131,11 @@ def sync_stores(request: Any) -> Stores:
 
     if request.param == "memory":
         return Stores(InMemoryStore(), InMemoryCheckpointStore(), InMemoryStatusStore())
+    if request.param == "sqlite":  # the engine over the narrow port, one SQLite file
+        from ragport_sqlite import SqliteStore
+
+        path = request.getfixturevalue("tmp_path") / "sync.sqlite3"
+        return Stores(SqliteStore(path), InMemoryCheckpointStore(), InMemoryStatusStore())
     from ragport.adapters.postgres import (
         PostgresCheckpointStore,
         PostgresStatusStore,
