@@ -29,7 +29,8 @@ from ragport.domain.model import (
     is_visible,
     validate_text,
 )
-from ragport.engine._guard import Guard, hand_out
+from ragport.engine._guard import Guard
+from ragport.engine.copies import hand_out
 from ragport.engine.history import history_of
 from ragport.engine.unit_of_work import BackendUnitOfWork, _ids, by_id
 from ragport.ports.backend import BackendReader, StorageBackend
@@ -183,15 +184,18 @@ class BackendStore:
     def check_source_access(
         self, scope: Scope, source_ids: Sequence[str], authorization: Authorization
     ) -> Mapping[str, AccessDecision]:
-        grants = self.get_source_access(scope, source_ids)
         wanted = _ids(source_ids, "source_ids")
+        grants = self._grants_of(scope, wanted)
         return {s: decide_access(s, grants.get(s), authorization) for s in wanted}
 
     def get_source_access(self, scope: Scope, source_ids: Sequence[str]) -> Mapping[str, Grant]:
         wanted = _ids(source_ids, "source_ids")
-        with self._reading(scope) as r:
-            found = dict(r.grants(wanted)) if wanted else {}
+        found = self._grants_of(scope, wanted)
         return {s: found[s] for s in wanted if s in found}
+
+    def _grants_of(self, scope: Scope, wanted: list[str]) -> Mapping[str, Grant]:
+        with self._reading(scope) as r:
+            return dict(r.grants(wanted)) if wanted else {}
 
     def list_source_ids(
         self, scope: Scope, *, after: str | None = None, limit: int = 1_000

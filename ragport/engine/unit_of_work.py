@@ -24,7 +24,8 @@ from ragport.domain.model import (
     validate_id,
     validate_text,
 )
-from ragport.engine._guard import Guard, hand_out, take_in
+from ragport.engine._guard import Guard
+from ragport.engine.copies import hand_out, take_in
 from ragport.engine.generations import GenerationSteps, check_generation
 from ragport.ports.backend import BackendWriter, GenerationState, RowKey
 from ragport.ports.embedder import VectorMatrix

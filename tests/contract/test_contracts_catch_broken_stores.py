@@ -532,10 +532,10 @@ def test_backend_contract_catches_renames_applied_one_by_one(monkeypatch):
 
     def in_place(self: Any, changes: Any) -> None:
         for key, new in changes.items():
-            _, vector = self._t.rows.pop(key)
-            self._t.rows[(new.id, new.generation)] = (new, vector)
+            row = self.snap.rows.pop(key)
+            self.snap.rows[(new.id, new.generation)] = memory_snapshot.Row(new, row.vector)
 
-    monkeypatch.setattr(memory_backend._Writer, "update", in_place)
+    monkeypatch.setattr(memory_uow.SnapshotWriter, "update", in_place)
     with pytest.raises(AssertionError):
         StorageBackendContract().test_backend_update_renames_in_a_chain(
             memory_backend.MemoryBackend()

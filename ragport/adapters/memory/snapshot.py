@@ -24,7 +24,7 @@ from ragport.domain.model import (
     is_forgotten,
     is_visible,
 )
-from ragport.engine._guard import hand_out as hand_out
+from ragport.engine import hand_out
 from ragport.ports.embedder import Vector, VectorMatrix
 from ragport.ports.store import EmbedderKey, ScoredRecord
 
