@@ -382,8 +382,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
 
     band_keys = ", ".join(
         tsqueries(
-            f"bk c JOIN ce e ON e.lexeme = c.lexeme, bu, t0 WHERE e.cum >= t0.theta "
-            f"AND {band(i)}",
+            f"bk c JOIN ce e ON e.lexeme = c.lexeme, bu, t0 WHERE e.cum >= t0.theta AND {band(i)}",
             "c.key",
         )
         + f" AS b{i}"
