@@ -422,7 +422,7 @@ def report_reads(
         f"{retrieve['rp_p95']:.2f} ms; raw equivalent SQL (ef_search 200, {CANDIDATES} rows "
         f"with columns) p50 {retrieve['raw_p50']:.2f} ms, p95 {retrieve['raw_p95']:.2f} ms, "
         f"recall@{TOP_K} {retrieve['raw_recall']:.3f}; ratio p50 {retrieve['ratio_p50']:.2f}x, "
-        f"p95 {retrieve['ratio_p95']:.2f}x (target <= 1.5x); bare SQL top-{TOP_K} ids "
+        f"p95 {retrieve['ratio_p95']:.2f}x (target <= 1.1x); bare SQL top-{TOP_K} ids "
         f"(ef_search 40) p50 {retrieve['bare_p50']:.2f} ms, p95 {retrieve['bare_p95']:.2f} "
         f"ms, recall@{TOP_K} {retrieve['bare_recall']:.3f}, ratio p50 "
         f"{retrieve['bare_ratio_p50']:.2f}x; store.query alone p50 "
@@ -463,7 +463,7 @@ def run(
             f"HNSW + {ingest['indexes'] - 1} other indexes present before loading in both): "
             f"replace_source {ingest['rp_rps']:,.0f} rows/s ({ingest['rp_s']:.1f} s); raw "
             f"binary COPY {ingest['copy_rps']:,.0f} rows/s ({ingest['copy_s']:.1f} s); "
-            f"ratio {100 * ingest['ratio']:.0f}% of COPY (target >= 70%)",
+            f"ratio {100 * ingest['ratio']:.0f}% of COPY (target >= 90%)",
             flush=True,
         )
         statements, copies = statements_per_replace(store, corpus, embedder)

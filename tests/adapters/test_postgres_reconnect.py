@@ -8,6 +8,7 @@ store retries once on a fresh connection (reads only).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -15,7 +16,7 @@ import pytest
 import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.postgres import PostgresStore, _driver, reads
-from ragport.domain.errors import StoreError
+from ragport.domain.errors import StoreError, ValidationError
 
 SCOPE = ragport.Scope("tenant-1", "kb", "docs")
 EMB = HashEmbedder(dimensions=16)
@@ -27,8 +28,8 @@ def admin(pg_url: str) -> Iterator[psycopg.Connection]:
         yield conn
 
 
-def _store(pg_url: str, schema: str) -> PostgresStore:
-    store = PostgresStore(pg_url, schema=schema, create=True)
+def _store(pg_url: str, schema: str, **options: Any) -> PostgresStore:
+    store = PostgresStore(pg_url, schema=schema, create=True, **options)
     ragport.replace_source(
         source_id="doc",
         chunks=[ragport.Chunk.of("doc", 0, "alpha beta gamma")],
@@ -159,6 +160,38 @@ def test_hnsw_settings_follow_the_predicates(pg_url, pg_schema) -> None:
         assert settings() == ("200", "strict_order")
     finally:
         store.engine.dispose()
+
+
+def test_ef_search_sets_the_plain_width_and_scales_with_the_predicates(pg_url, pg_schema) -> None:
+    """``ef_search=300``: 300 plain, 600 with a filter, 1,000 (the ceiling) with a filter and
+    grants."""
+    store = _store(pg_url, pg_schema, ef_search=300)
+
+    def ef() -> str:
+        rows = store._read(
+            "settings",
+            lambda conn: reads.fetch(conn, "SELECT current_setting('hnsw.ef_search') AS ef", {}),
+        )
+        return str(rows[0].ef)
+
+    try:
+        vector = EMB.embed(["alpha"])[0]
+        assert [r.record.source_id for r in store.query(SCOPE, vector, limit=5)] == ["doc"]
+        assert ef() == "300"
+        store.query(SCOPE, vector, limit=5, metadata_filter={"missing": 1})
+        assert ef() == "600"
+        alice = ragport.Authorization("alice", tenant_id=SCOPE.tenant_id)
+        store.query(SCOPE, vector, limit=5, metadata_filter={"missing": 1}, authorization=alice)
+        assert ef() == "1000"
+    finally:
+        store.engine.dispose()
+
+
+@pytest.mark.parametrize("bad", [0, 1001, -5, True, "200", 200.0, None])
+def test_an_ef_search_outside_1_to_1000_is_refused(pg_url, pg_schema, bad: object) -> None:
+    with pytest.raises(ValidationError) as info:
+        PostgresStore(pg_url, schema=pg_schema, ef_search=bad)  # type: ignore[arg-type]
+    assert info.value.field == "ef_search"
 
 
 def test_a_read_hands_the_pooled_connection_back_in_its_own_mode(pg_url, pg_schema) -> None:

@@ -36,7 +36,12 @@ from sqlalchemy import Engine, text
 from ragport.adapters.postgres import queries, reads, statements
 from ragport.adapters.postgres._driver import translate_errors
 from ragport.adapters.postgres.connections import Fallback
-from ragport.adapters.postgres.indexes import VectorIndexes
+from ragport.adapters.postgres.indexes import (
+    DEFAULT_EF_SEARCH,
+    MAX_EF_SEARCH,
+    VectorIndexes,
+    validate_ef_search,
+)
 from ragport.adapters.postgres.maintenance import StoreMaintenance
 from ragport.adapters.postgres.predicate import (
     RSCOPE,
@@ -96,6 +101,11 @@ class PostgresStore(StoreMaintenance):
     ``defer_vector_indexes`` (the bulk-load mode, default off): writes create no HNSW index
     and pay no HNSW insert; call ``build_vector_indexes()`` once after the load. Meanwhile
     vector queries scan exactly (correct, slower). docs/operations.md, "Bulk loads".
+
+    ``ef_search`` (default 200, 1..1000): pgvector's ``hnsw.ef_search`` for a vector query
+    without grants or a filter; twice it with one of them, four times with both (at most
+    1,000). Wider is slower and finds more of the true nearest rows, up to what the HNSW
+    graph can reach (docs/operations.md, "Sizing").
     """
 
     provider = "postgres"
@@ -113,8 +123,10 @@ class PostgresStore(StoreMaintenance):
         partitions: int | None = None,
         merge_pending_lists: bool = True,
         defer_vector_indexes: bool = False,
+        ef_search: int = DEFAULT_EF_SEARCH,
     ):
         self._ts_config = validate_text_search_config(text_search_config)
+        self._ef_search = validate_ef_search(ef_search)
         self._partitions = validate_partitions(partitions)
         super().__init__(
             url_or_engine,
@@ -324,7 +336,8 @@ class PostgresStore(StoreMaintenance):
         if guard is not None:
             params.update(e=guard[0], ed=int(guard[1]))
         sql = queries.vector_sql(self._s, leg, guarded=guard is not None)
-        # Filters and grants thin the graph walk out: search wider then (measured at 100k
+        # ``ef_search`` (default 200) for a plain query; filters and grants thin the graph
+        # walk out: search wider then, twice per predicate (measured at 100k
         # rows: recall@10 with grants alone 0.954 at ef_search 400; with grants and a 0.5%
         # filter 0.90 at 40, 0.941 at 400, so both together get 800), and let the iterative
         # scan return rows slightly out of distance order (relaxed_order: 0.944 -> 0.960 with
@@ -332,7 +345,7 @@ class PostgresStore(StoreMaintenance):
         # The settings are session-level on the connections ragport uses, sent only when
         # they change.
         predicates = (authorization is not None) + bool(metadata_filter)
-        ef = str(max((200, 400, 800)[predicates], min(1000, int(limit))))
+        ef = str(max(min(MAX_EF_SEARCH, self._ef_search << predicates), min(1000, int(limit))))
         scan = "relaxed_order" if predicates else "strict_order"
 
         def run(conn: RawRead) -> _VectorAnswer:
