@@ -45,7 +45,7 @@ from ragport import RetrievalRequest, retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server, queries, reads
 from ragport.adapters.postgres import predicate as pr
 from ragport.adapters.postgres._driver import driver_connection
-from ragport.adapters.postgres.indexes import VectorIndexes
+from ragport.adapters.postgres.indexes import HnswBuild, VectorIndexes
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pg_corpus as bp
@@ -208,12 +208,18 @@ def _record_columns(conn) -> list[str]:
     )
 
 
-def add_vectors(store: PostgresStore, rows: int, build_memory: str | None = None) -> np.ndarray:
+def add_vectors(
+    store: PostgresStore,
+    rows: int,
+    build_memory: str | None = None,
+    build: HnswBuild | None = None,
+) -> np.ndarray:
     """``record_vectors`` for the COPY-loaded rows (``pg_corpus.Corpus(rows)``'s clustered
     vectors, row ``i`` the ``i``-th), the store's HNSW index, ANALYZE; returns the vectors.
 
     ``build_memory``: the ``maintenance_work_mem`` of the HNSW build (default the store's,
-    1GB; a graph larger than it is built much more slowly)."""
+    1GB; a graph larger than it is built much more slowly); ``build``: the HNSW parameters
+    (default the store's, m 24 / ef_construction 128)."""
     corpus = bp.Corpus(rows)
     with store.engine.begin() as conn:
         have = conn.execute(
@@ -240,7 +246,7 @@ def add_vectors(store: PostgresStore, rows: int, build_memory: str | None = None
                 i = int(src[4:]) * bp.PER_SOURCE + int(n) - 1
                 cp.write_row(("bench", "r", "c", key, bp.DIMS, corpus.vectors[i]))
         t1 = time.perf_counter()
-        indexes = VectorIndexes("prof", S)  # the store's own HNSW DDL
+        indexes = VectorIndexes("prof", S, build=build)  # the store's own HNSW DDL
         indexes.ensure(conn, bp.DIMS, build_memory=build_memory or "1GB")
         print(
             f"vectors: COPY {t1 - t0:.0f} s, HNSW build {time.perf_counter() - t1:.0f} s",

@@ -6,7 +6,7 @@ running and reused by later runs with the same N and DIR) by COPY, the bulk-load
 "tNNN"}`` (200 tags, 0.5% of rows each, spread over sources), the GIN index on ``tsv`` built
 after the COPY, the BM25 statistics backfilled once; then ``pg_corpus.Corpus(N)``'s clustered
 384-dimension vectors COPYed into ``record_vectors`` and the store's HNSW index
-(m 24, ef_construction 128) built after the load with ``maintenance_work_mem`` ``--build-memory``
+(m 24, ef_construction 128, or ``--hnsw-m`` / ``--hnsw-ef-construction``) built after the load with ``maintenance_work_mem`` ``--build-memory``
 (default 4GB; the index of a million rows is about 2 GB). Every load step's time is printed.
 
 Then, over ``--queries`` queries (default 80) whose terms are the first four words of a random
@@ -19,7 +19,7 @@ of sources plus one tag (0.05% of rows qualify), grants only (10%), and none, ov
 vectors near the corpus' centroids.
 
 Run: .venv/bin/python bench/bench_pg_million.py [N] DIR [--queries Q] [--build-memory 4GB]
-[--stop]
+[--hnsw-m 24] [--hnsw-ef-construction 128] [--stop]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from sqlalchemy import text
 from ragport import Authorization, Grant, RetrievalRequest, retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server, queries, reads
 from ragport.adapters.postgres import predicate as pr
+from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M, HnswBuild
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pg_corpus as bp
@@ -152,11 +153,19 @@ def main() -> None:
     ap.add_argument("data", type=Path)
     ap.add_argument("--queries", type=int, default=80)
     ap.add_argument("--build-memory", default="4GB")
+    ap.add_argument("--hnsw-m", type=int, default=HNSW_M)
+    ap.add_argument("--hnsw-ef-construction", type=int, default=HNSW_EF_CONSTRUCTION)
     ap.add_argument("--stop", action="store_true", help="stop the server at the end (data kept)")
     args = ap.parse_args()
     with embedded_server(args.data, keep_running=not args.stop) as url:
         note_postgres(url)
-        store = PostgresStore(url, schema="prof", create=True)
+        store = PostgresStore(
+            url,
+            schema="prof",
+            create=True,
+            hnsw_m=args.hnsw_m,
+            hnsw_ef_construction=args.hnsw_ef_construction,
+        )
         loaded = args.data / "ragport-bench-load.json"  # how this data was loaded, kept
         t0 = time.perf_counter()
         fresh = store.current_generation(SCOPE) == 0
@@ -165,7 +174,8 @@ def main() -> None:
         else:
             texts = bp.random_texts(np.random.default_rng(bp.SEED + 7), args.rows)
         t1 = time.perf_counter()
-        vectors = add_vectors(store, args.rows, build_memory=args.build_memory)
+        build = HnswBuild(args.hnsw_m, args.hnsw_ef_construction)
+        vectors = add_vectors(store, args.rows, build_memory=args.build_memory, build=build)
         t2 = time.perf_counter()
         if fresh:
             loaded.write_text(json.dumps({"texts_s": t1 - t0, "vectors_s": t2 - t1}))
@@ -206,7 +216,13 @@ def main() -> None:
         figures=figures,
         targets=targets,
         quick=args.rows < 1_000_000,
-        details={"rows": args.rows, "queries": args.queries, "build_memory": args.build_memory},
+        details={
+            "rows": args.rows,
+            "queries": args.queries,
+            "build_memory": args.build_memory,
+            "hnsw_m": args.hnsw_m,
+            "hnsw_ef_construction": args.hnsw_ef_construction,
+        },
     )
 
 

@@ -86,3 +86,66 @@ def test_a_deferred_store_refuses_what_no_index_could_hold(pg_url, pg_schema):
     assert caught.value.field == "dimensions"
     assert store.build_vector_indexes() == []
     store.engine.dispose()
+
+
+def _reloptions(store: PostgresStore, schema: str) -> list[str]:
+    with store.engine.connect() as conn:
+        return sorted(
+            conn.execute(
+                text(
+                    "SELECT unnest(c.reloptions) FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = :s AND c.relname = :i"
+                ),
+                {"s": schema, "i": f"records_hnsw_{EMB.dimensions}"},
+            ).scalars()
+        )
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_the_hnsw_build_parameters_are_the_stores(pg_url, pg_schema, deferred):
+    """``hnsw_m`` / ``hnsw_ef_construction`` reach the index, whether the first write creates
+    it or ``build_vector_indexes`` does; the default is m 24, ef_construction 128."""
+    default = PostgresStore(pg_url, schema=pg_schema, create=True)
+    publish_sources(default, SCOPE, {"a": ["one walrus"]})
+    assert _reloptions(default, pg_schema) == ["ef_construction=128", "m=24"]
+    with default.engine.begin() as conn:
+        conn.execute(text(f'DROP INDEX "{pg_schema}".records_hnsw_{EMB.dimensions}'))
+    default.engine.dispose()
+
+    store = PostgresStore(
+        pg_url,
+        schema=pg_schema,
+        defer_vector_indexes=deferred,
+        hnsw_m=32,
+        hnsw_ef_construction=200,
+    )
+    publish_sources(store, SCOPE, {"b": ["two walruses"]})
+    if deferred:
+        assert _indexes(store, pg_schema) == []
+        assert store.build_vector_indexes(build_memory="64MB") == [EMB.dimensions]
+    assert _reloptions(store, pg_schema) == ["ef_construction=200", "m=32"]
+    hits = store.query(SCOPE, EMB.embed(["two walruses"])[0], limit=1)
+    assert [h.record.source_id for h in hits] == ["b"]
+    store.engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"hnsw_m": 1}, "hnsw_m"),
+        ({"hnsw_m": 101}, "hnsw_m"),
+        ({"hnsw_m": True}, "hnsw_m"),
+        ({"hnsw_m": 16.0}, "hnsw_m"),
+        ({"hnsw_ef_construction": 3}, "hnsw_ef_construction"),
+        ({"hnsw_ef_construction": 1001}, "hnsw_ef_construction"),
+        ({"hnsw_ef_construction": "200"}, "hnsw_ef_construction"),
+        ({"hnsw_m": 64, "hnsw_ef_construction": 100}, "hnsw_ef_construction"),
+    ],
+)
+def test_hnsw_build_parameters_outside_pgvectors_ranges_are_refused(
+    pg_url, pg_schema, options, field
+):
+    with pytest.raises(ValidationError) as caught:
+        PostgresStore(pg_url, schema=pg_schema, **options)
+    assert caught.value.field == field
