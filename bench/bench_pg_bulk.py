@@ -7,7 +7,9 @@ variant into a fresh schema of one embedded server, one after the other in one r
 - ``default``: the store as shipped (HNSW m 24, ef_construction 128, present from the first
   write; the GIN pending lists merged after each commit);
 - ``no merge``: ``merge_pending_lists=False`` (the merge left to autovacuum);
+- ``merge 1000``: ``merge_pending_lists=1000`` (one merge per 1,000 rows written);
 - ``m16``: the previous HNSW parameters, pgvector's defaults (m 16, ef_construction 64);
+- ``m32``: ``hnsw_m=32, hnsw_ef_construction=200`` (the 1M-row recall setting);
 - ``deferred``: the bulk-load mode, ``defer_vector_indexes=True``: no HNSW during the load,
   then ``build_vector_indexes(build_memory="1GB")`` once (its time counted in).
 
@@ -30,39 +32,35 @@ from _results import figure, note_postgres, ratio, target, write_result
 
 from ragport import replace_source
 from ragport.adapters.postgres import PostgresStore, embedded_server
-from ragport.adapters.postgres import indexes as pg_indexes
 
-VARIANTS = ("default", "no merge", "m16", "deferred")
+VARIANTS = ("default", "no merge", "merge 1000", "m16", "m32", "deferred")
+OPTIONS: dict[str, dict[str, Any]] = {
+    "no merge": {"merge_pending_lists": False},
+    "merge 1000": {"merge_pending_lists": 1000},
+    "m16": {"hnsw_m": 16, "hnsw_ef_construction": 64},
+    "m32": {"hnsw_m": 32, "hnsw_ef_construction": 200},
+    "deferred": {"defer_vector_indexes": True},
+}
 
 
 def load(url: str, corpus: bp.Corpus, emb: bp.PrecomputedEmbedder, variant: str) -> float:
     """Seconds to load ``corpus`` in ``variant``, the deferred build included."""
     schema = "bulk_" + variant.replace(" ", "_")
-    options: dict[str, Any] = {
-        "merge_pending_lists": variant != "no merge",
-        "defer_vector_indexes": variant == "deferred",
-    }
-    m, ef = pg_indexes.HNSW_M, pg_indexes.HNSW_EF_CONSTRUCTION
-    if variant == "m16":
-        pg_indexes.HNSW_M, pg_indexes.HNSW_EF_CONSTRUCTION = 16, 64
-    try:
-        store = PostgresStore(url, schema=schema, create=True, **options)
-        start = time.perf_counter()
-        for s in range(len(corpus.sources)):
-            replace_source(
-                source_id=corpus.sources[s],
-                chunks=corpus.chunks(s),
-                embedder=emb,
-                store=store,
-                scope=bp.SCOPE,
-                batch_size=128,
-            )
-        loaded = time.perf_counter() - start
-        built = store.build_vector_indexes(build_memory="1GB")
-        seconds = time.perf_counter() - start
-        store.engine.dispose()
-    finally:
-        pg_indexes.HNSW_M, pg_indexes.HNSW_EF_CONSTRUCTION = m, ef
+    store = PostgresStore(url, schema=schema, create=True, **OPTIONS.get(variant, {}))
+    start = time.perf_counter()
+    for s in range(len(corpus.sources)):
+        replace_source(
+            source_id=corpus.sources[s],
+            chunks=corpus.chunks(s),
+            embedder=emb,
+            store=store,
+            scope=bp.SCOPE,
+            batch_size=128,
+        )
+    loaded = time.perf_counter() - start
+    built = store.build_vector_indexes(build_memory="1GB")
+    seconds = time.perf_counter() - start
+    store.engine.dispose()
     bp.log(
         f"{variant}: {len(corpus.texts) / seconds:,.0f} rows/s ({seconds:.0f} s; rows "
         f"{loaded:.0f} s, index build {seconds - loaded:.0f} s{' for ' + str(built) if built else ''})"

@@ -27,6 +27,7 @@ import ragport
 from ragport.adapters.postgres import PostgresStore
 from ragport.adapters.postgres.indexes import VectorIndexes
 from ragport.contract_tests._support import derived_batch, publish_sources
+from ragport.domain.errors import ValidationError
 
 SECRET = "walrus-confidential-7731"
 """A word in every written text: it must appear in no log line."""
@@ -105,7 +106,7 @@ def stores(request, pg_engine, pg_schema) -> Iterator[tuple[PostgresStore, Postg
 def test_a_write_leaves_no_gin_entry_pending(stores, write):
     """After each kind of write the merging store leaves nothing pending, and the same write
     through a store with the merge off leaves pages pending (so the count can fail).
-    If this fails, check that the unit of work sets ``wrote_gin_entries`` for this write."""
+    If this fails, check that the unit of work counts ``gin_rows`` for this write."""
     merging, idle = stores
     for store, expect_pending in ((idle, True), (merging, False)):
         scope = _scope()
@@ -134,9 +135,9 @@ def test_only_units_of_work_that_change_rows_merge(stores, monkeypatch):
     calls: list[str] = []
     original = VectorIndexes.merge_pending
 
-    def counting(self: VectorIndexes, conn: Any, tenant_id: str) -> int:
+    def counting(self: VectorIndexes, conn: Any, tenant_id: str, rows: int = 1) -> int:
         calls.append(tenant_id)
-        return original(self, conn, tenant_id)
+        return original(self, conn, tenant_id, rows)
 
     monkeypatch.setattr(VectorIndexes, "merge_pending", counting)
     merging.set_source_access(scope, [ragport.Grant("a", principal_ids=("u1",))])
@@ -145,6 +146,38 @@ def test_only_units_of_work_that_change_rows_merge(stores, monkeypatch):
     assert calls == [scope.tenant_id]
     _add(merging, scope)
     assert calls == [scope.tenant_id] * 2
+
+
+def _publish(store: PostgresStore, scope: ragport.Scope, source: str, n: int) -> None:
+    publish_sources(store, scope, {source: [f"{t} {source}" for t in TEXTS[:n]]})
+
+
+def test_a_row_count_merges_once_that_many_rows_were_written(stores, pg_engine, pg_schema):
+    """``merge_pending_lists=20``: 12 rows leave their entries pending, the next 12 (24 rows
+    since the last merge) merge them all; rows of another tenant count for that tenant only.
+    If this fails, check ``VectorIndexes.merge_pending``'s per-tenant count."""
+    merging, _ = stores
+    every = PostgresStore(pg_engine, schema=pg_schema, merge_pending_lists=20)
+    one, two = _scope("tenant-1"), _scope("tenant-2")
+    _seed(merging, one)
+    _seed(merging, two)
+    _publish(every, one, "x1", 12)
+    _publish(every, two, "y1", 12)  # tenant-2's 12 do not reach 20 for tenant-1
+    assert _gin_pending(merging) > 0  # merges all, so the count restarts
+    _publish(every, one, "x2", 12)
+    _publish(every, two, "y2", 12)
+    pending_after_threshold = _gin_pending(merging)
+    _publish(every, one, "x3", 12)  # 12 again: below 20 since the last merge
+    assert _gin_pending(merging) > 0
+    assert pending_after_threshold == 0
+    assert every._indexes.merge_every == 20
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "10", None, 1_000_001])
+def test_merge_pending_lists_is_a_bool_or_a_row_count(pg_engine, pg_schema, bad):
+    with pytest.raises(ValidationError) as caught:
+        PostgresStore(pg_engine, schema=pg_schema, merge_pending_lists=bad)
+    assert caught.value.field == "merge_pending_lists"
 
 
 @pytest.fixture

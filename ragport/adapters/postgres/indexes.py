@@ -37,6 +37,7 @@ __all__ = [
     "VectorIndexes",
     "merge_function_sql",
     "validate_ef_search",
+    "validate_merge_every",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -95,6 +96,27 @@ class HnswBuild:
             )
 
 
+MAX_MERGE_EVERY = 1_000_000
+"""The largest row count ``merge_pending_lists`` takes."""
+
+
+def validate_merge_every(merge_pending_lists: object) -> int:
+    """``PostgresStore(merge_pending_lists=...)`` as rows between merges: ``True`` 1 (after
+    every unit of work that wrote GIN entries), ``False`` 0 (never: autovacuum merges), an
+    integer N of 0..``MAX_MERGE_EVERY`` once N rows were written since the last merge; else
+    ``ValidationError(field="merge_pending_lists")``."""
+    if isinstance(merge_pending_lists, bool):
+        return int(merge_pending_lists)
+    if not isinstance(merge_pending_lists, int) or not (
+        0 <= merge_pending_lists <= MAX_MERGE_EVERY
+    ):
+        raise ValidationError(
+            f"merge_pending_lists must be a bool or a row count of 0..{MAX_MERGE_EVERY}",
+            field="merge_pending_lists",
+        )
+    return merge_pending_lists
+
+
 def check_build_memory(build_memory: object) -> str:
     """A ``maintenance_work_mem`` size for an index build (``"1GB"``, ``"512MB"``), else
     ``ValidationError(field="build_memory")``."""
@@ -150,13 +172,14 @@ class VectorIndexes:
         schema: str,
         s: str,
         *,
-        merge_pending_lists: bool = True,
+        merge_pending_lists: bool | int = True,
         deferred: bool = False,
         build: HnswBuild | None = None,
     ) -> None:
         """``schema``: the validated schema name; ``s``: the same, quoted. ``deferred``: the
         bulk-load mode, ``ensure`` creates nothing (``build_vector_indexes`` does, later).
-        ``build``: the HNSW parameters of the indexes it creates (default ``HnswBuild()``)."""
+        ``build``: the HNSW parameters of the indexes it creates (default ``HnswBuild()``).
+        ``merge_pending_lists``: as ``PostgresStore``'s (``validate_merge_every``)."""
         self.build = build if build is not None else HnswBuild()
         self._schema = schema
         self._s = s
@@ -166,7 +189,8 @@ class VectorIndexes:
         self._since = 0  # rows this store wrote since then
         # Before the first ANALYZE: a tenant's rows as last counted, plus those written since.
         self._first_load: dict[str, int] = {}
-        self.merge_pending_lists = merge_pending_lists
+        self.merge_every = validate_merge_every(merge_pending_lists)
+        self._unmerged: dict[str, int] = {}  # per tenant: rows written since its last merge
         self.deferred = deferred
 
     def has(self, conn: Connection, dimensions: int) -> bool:
@@ -309,17 +333,29 @@ class VectorIndexes:
                 getattr(exc, "sqlstate", None) or "unknown",
             )
 
-    def merge_pending(self, conn: Connection, tenant_id: str) -> int:
+    @property
+    def merge_pending_lists(self) -> bool:
+        """Whether this store merges GIN pending lists at all."""
+        return self.merge_every > 0
+
+    def merge_pending(self, conn: Connection, tenant_id: str, rows: int = 1) -> int:
         """Merge the GIN pending lists of the ``records`` table (or of ``tenant_id``'s
-        partition) into their trees, in a transaction of its own; returns the pages merged.
+        partition) into their trees, in a transaction of its own, once the ``rows`` of this
+        commit and those this store wrote to ``tenant_id`` since its last merge reach
+        ``merge_every``; returns the pages merged (0 when it did not merge).
 
         Called after a commit, so a failure here loses no write: it is logged (its SQLSTATE
         only) and the merge is left to autovacuum. A role that may not execute the schema's
         ``merge_pending_lists`` function (SQLSTATE 42501; migration 10) turns the merge off
         for this store.
         """
-        if not self.merge_pending_lists:
+        if not self.merge_every:
             return 0
+        unmerged = self._unmerged.get(tenant_id, 0) + rows
+        if unmerged < self.merge_every:
+            self._unmerged[tenant_id] = unmerged
+            return 0
+        self._unmerged.pop(tenant_id, None)
         try:
             with translate_errors("merge GIN pending lists"):
                 merged = conn.execute(
@@ -331,7 +367,7 @@ class VectorIndexes:
             with contextlib.suppress(SQLAlchemyError):
                 conn.rollback()
             if sqlstate == "42501":
-                self.merge_pending_lists = False
+                self.merge_every = 0
             _LOG.warning(
                 "ragport: merging the GIN pending lists of %s.records failed (SQLSTATE %s)%s; "
                 "lexical queries read the unmerged entries until autovacuum merges them",

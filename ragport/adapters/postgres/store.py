@@ -44,6 +44,7 @@ from ragport.adapters.postgres.indexes import (
     HnswBuild,
     VectorIndexes,
     validate_ef_search,
+    validate_merge_every,
 )
 from ragport.adapters.postgres.maintenance import StoreMaintenance
 from ragport.adapters.postgres.predicate import (
@@ -96,10 +97,12 @@ class PostgresStore(StoreMaintenance):
     reads one partition.
 
     ``merge_pending_lists`` (default on): after a unit of work that added, retired,
-    restored, re-keyed or re-linked rows commits, the writer merges the GIN pending lists of ``records`` (of the
-    tenant's partition) into the indexes, so the next lexical query does not scan the new
-    entries one by one. Turn it off to leave the merge to autovacuum (faster bulk loads,
-    slower lexical queries until it runs; docs/operations.md, "Limits").
+    restored, re-keyed or re-linked rows commits, the writer merges the GIN pending lists of
+    ``records`` (of the tenant's partition) into the indexes, so the next lexical query does
+    not scan the new entries one by one. An integer N merges once this store has written N
+    rows to the tenant since its last merge (fewer, larger merges: a bulk load's setting;
+    lexical queries meanwhile read up to N rows' entries unmerged); ``False`` leaves the merge
+    to autovacuum (docs/operations.md, "Bulk loads").
 
     ``defer_vector_indexes`` (the bulk-load mode, default off): writes create no HNSW index
     and pay no HNSW insert; call ``build_vector_indexes()`` once after the load. Meanwhile
@@ -129,7 +132,7 @@ class PostgresStore(StoreMaintenance):
         replica_fallback: Fallback = "primary",
         replica_wait: float = 1.0,
         partitions: int | None = None,
-        merge_pending_lists: bool = True,
+        merge_pending_lists: bool | int = True,
         defer_vector_indexes: bool = False,
         ef_search: int = DEFAULT_EF_SEARCH,
         hnsw_m: int = HNSW_M,
@@ -139,6 +142,7 @@ class PostgresStore(StoreMaintenance):
         self._ef_search = validate_ef_search(ef_search)
         self._partitions = validate_partitions(partitions)
         build = HnswBuild(hnsw_m, hnsw_ef_construction)
+        merge_every = validate_merge_every(merge_pending_lists)
         super().__init__(
             url_or_engine,
             schema=schema,
@@ -149,7 +153,7 @@ class PostgresStore(StoreMaintenance):
         self._indexes = VectorIndexes(
             self._schema,
             self._s,
-            merge_pending_lists=bool(merge_pending_lists),
+            merge_pending_lists=merge_every,
             deferred=bool(defer_vector_indexes),
             build=build,
         )

@@ -77,7 +77,7 @@ class _Records:
                         copy.set_types(rows.VECTOR_COPY_TYPES)
                         for key, vector in zip(keys, matrix, strict=True):
                             copy.write_row(rows.vector_row(uow.scope, key, dims, vector))
-            uow.wrote_gin_entries = True
+            uow.gin_rows += len(records)
             uow.rows_written += len(records)
             conn.execute(
                 text(statements.added_stats(uow.s)),
@@ -109,7 +109,7 @@ class _Records:
             )
         # Usually a HOT update (no index entry), but not for a row whose page lacks room,
         # such as every row written before migration 9: merge after those too.
-        uow.wrote_gin_entries = uow.wrote_gin_entries or retired > 0
+        uow.gin_rows += retired
         return retired
 
     def retire_source(self, source_id: str, *, generation: int) -> int:
@@ -163,7 +163,7 @@ class _Records:
                 text(statements.rekey_update(uow.s)),
                 scope_params(uow.scope, old=old, new=new, to=to_source_id),
             )
-            uow.wrote_gin_entries = True  # a re-keyed row is a new tuple in every index
+            uow.gin_rows += int(result.rowcount)  # a re-keyed row is a new tuple in every index
             return int(result.rowcount)
 
     def rewrite_lineage(self, from_id: str, to_id: str) -> int:
@@ -194,7 +194,7 @@ class _Records:
                     for row in found
                 ],
             )
-            uow.wrote_gin_entries = True
+            uow.gin_rows += len(found)
         return sum(list(row.lineage).count(from_id) for row in found)
 
     def purge_source(self, source_id: str) -> int:
@@ -207,7 +207,7 @@ class _Records:
 
     def restore_above(self, generation: int) -> int:
         restored = self._count(statements.restore_above_sql(self._uow.s), g=generation)
-        self._uow.wrote_gin_entries = self._uow.wrote_gin_entries or restored > 0  # as _retire
+        self._uow.gin_rows += restored  # as _retire
         return restored
 
     def purge_retired(self, through: int) -> int:
@@ -351,10 +351,10 @@ class PostgresUnitOfWork:
             int(state.floor),
         )
         self.done = False
-        # Whether a statement may have written GIN entries (rows added, retired, restored,
-        # re-keyed or re-linked): commit then merges the pending lists
-        # (``VectorIndexes.merge_pending``).
-        self.wrote_gin_entries = False
+        # The rows whose statements may have written GIN entries (added, retired, restored,
+        # re-keyed or re-linked): commit hands them to ``VectorIndexes.merge_pending``, which
+        # merges the pending lists once enough have accumulated (``merge_pending_lists``).
+        self.gin_rows = 0
         self.rows_written = 0  # records and tombstones added (analyze_after_commit)
         self.records = _Records(self)
         self.generations = _Generations(self)
@@ -373,8 +373,8 @@ class PostgresUnitOfWork:
                 )
                 self.conn.commit()
         self.done = True
-        if self.wrote_gin_entries:
-            self.indexes.merge_pending(self.conn, self.scope.tenant_id)
+        if self.gin_rows:
+            self.indexes.merge_pending(self.conn, self.scope.tenant_id, self.gin_rows)
         self.indexes.analyze_after_commit(self.conn, self.scope.tenant_id, self.rows_written)
 
     def rollback(self) -> None:
