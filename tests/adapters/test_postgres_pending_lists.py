@@ -322,3 +322,21 @@ def test_upgrade_from_version_9_adds_the_merge_function(pg_engine, pg_schema):
     assert sorted(r.text for r in stale.get_by_source(scope, "a")) == sorted(TEXTS[:6])
     _add(stale, scope)
     assert _gin_pending(stale) == 0
+
+
+def test_the_merge_commits_asynchronously_and_the_setting_ends_with_it(stores):
+    """The merge's own transaction commits without waiting for the WAL flush (a lost merge
+    only leaves entries pending); the connection is back to ``synchronous_commit = on`` after
+    it, so the next unit of work on it waits for its flush as before."""
+    merging, idle = stores
+    scope = _scope()
+    _seed(merging, scope)
+    _add(idle, scope)  # pending entries for the merge to take
+    with merging.engine.connect() as conn:
+        conn.execute(text("SET synchronous_commit = on"))  # the test server runs with off
+        conn.commit()
+        assert merging._indexes.merge_pending(conn, scope.tenant_id, 10) > 0
+        assert conn.execute(text("SHOW synchronous_commit")).scalar_one() == "on"
+        conn.execute(text("RESET synchronous_commit"))
+        conn.commit()
+    assert _gin_pending(merging) == 0

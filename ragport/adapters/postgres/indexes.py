@@ -312,6 +312,8 @@ class VectorIndexes:
             ).scalars()
             kept = [n for n in names if n not in UNPLANNED_COLUMNS]
             columns = " (" + ", ".join('"' + n.replace('"', '""') + '"' for n in kept) + ")"
+        # Statistics lost to a crash are only stale ones: no need to wait for the WAL flush.
+        conn.execute(text("SET LOCAL synchronous_commit = off"))
         for table, cols in (("records", columns), ("record_vectors", ""), ("tombstones", "")):
             conn.execute(text(f"ANALYZE {self._s}.{table}{cols}"))
         self._known_rows = self._table_rows(conn)
@@ -376,9 +378,19 @@ class VectorIndexes:
         self._unmerged.pop(tenant_id, None)
         try:
             with translate_errors("merge GIN pending lists"):
-                merged = conn.execute(
-                    text(f"SELECT {self._s}.merge_pending_lists(:t)"), {"t": tenant_id}
-                ).scalar_one()
+                # Committed without waiting for the WAL flush: a merge lost to a crash leaves
+                # the entries pending (they were committed with their rows), for the next.
+                merged = (
+                    conn.execute(
+                        text(
+                            "SELECT set_config('synchronous_commit', 'off', true) AS s, "
+                            f"{self._s}.merge_pending_lists(:t) AS merged"
+                        ),
+                        {"t": tenant_id},
+                    )
+                    .one()
+                    .merged
+                )
                 conn.commit()
         except RagportError as exc:
             sqlstate = getattr(exc, "sqlstate", None)
