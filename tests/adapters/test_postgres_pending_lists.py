@@ -27,7 +27,7 @@ import ragport
 from ragport.adapters.postgres import PostgresStore
 from ragport.adapters.postgres.indexes import VectorIndexes
 from ragport.contract_tests._support import derived_batch, publish_sources
-from ragport.domain.errors import ValidationError
+from ragport.domain.errors import CapabilityError, ValidationError
 
 SECRET = "walrus-confidential-7731"
 """A word in every written text: it must appear in no log line."""
@@ -340,3 +340,36 @@ def test_the_merge_commits_asynchronously_and_the_setting_ends_with_it(stores):
         conn.execute(text("RESET synchronous_commit"))
         conn.commit()
     assert _gin_pending(merging) == 0
+
+
+def test_merge_pending_lists_by_hand_ends_a_bulk_load(stores, pg_engine, pg_schema):
+    """``store.merge_pending_lists(tenant)`` merges what a store with the merge off left and
+    restarts the per-tenant count; a bad tenant id is refused before any statement."""
+    merging, idle = stores
+    scope = _scope()
+    _seed(merging, scope)
+    every = PostgresStore(pg_engine, schema=pg_schema, merge_pending_lists=20)
+    _publish(every, scope, "x1", 12)  # 12 of 20
+    _add(idle, scope)
+    assert every.merge_pending_lists(scope.tenant_id) > 0
+    assert every._indexes._unmerged == {}
+    assert _gin_pending(merging) == 0
+    assert idle.merge_pending_lists(scope.tenant_id) == 0  # nothing left
+    with pytest.raises(ValidationError) as caught:
+        idle.merge_pending_lists("bad\ntenant")
+    assert caught.value.field == "tenant_id"
+
+
+def test_merge_pending_lists_by_hand_raises_for_a_role_without_execute(
+    writer_role, pg_engine, pg_schema
+):
+    """By hand, a refusal is an error (the writer's own merge only logs it)."""
+    owner = PostgresStore(pg_engine, schema=pg_schema, text_search_config="simple")
+    _seed(owner, _scope())
+    writer = PostgresStore(writer_role, schema=pg_schema, text_search_config="simple")
+    try:
+        with pytest.raises(CapabilityError) as caught:  # a permission, not an outage
+            writer.merge_pending_lists("tenant-1")
+        assert caught.value.sqlstate == "42501"
+    finally:
+        writer.engine.dispose()

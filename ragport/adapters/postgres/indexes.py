@@ -353,6 +353,10 @@ class VectorIndexes:
                 getattr(exc, "sqlstate", None) or "unknown",
             )
 
+    def merged(self, tenant_id: str) -> None:
+        """``tenant_id``'s pending lists were just merged (by hand): its count starts again."""
+        self._unmerged.pop(tenant_id, None)
+
     @property
     def merge_pending_lists(self) -> bool:
         """Whether this store merges GIN pending lists at all."""

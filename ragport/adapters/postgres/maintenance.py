@@ -11,12 +11,14 @@ from ragport.adapters.postgres.connections import StoreConnections
 from ragport.adapters.postgres.indexes import VectorIndexes, check_build_memory
 from ragport.adapters.postgres.schema import upgrade
 from ragport.domain.model import Scope
+from ragport.domain.values import SCOPE_ID_MAX, validate_id
 
 __all__ = ["StoreMaintenance"]
 
 
 class StoreMaintenance(StoreConnections):
-    """``upgrade``, ``prepare`` and ``build_vector_indexes`` of ``PostgresStore``."""
+    """``upgrade``, ``prepare``, ``build_vector_indexes`` and ``merge_pending_lists`` of
+    ``PostgresStore``."""
 
     _indexes: VectorIndexes
     _ts_config: str
@@ -82,3 +84,23 @@ class StoreMaintenance(StoreConnections):
                 conn.execute(text(f"ANALYZE {self._s}.record_vectors"))
                 conn.commit()
         return built
+
+    def merge_pending_lists(self, tenant_id: str) -> int:
+        """Merge the GIN pending lists of ``records`` (of ``tenant_id``'s partition, on a
+        partitioned schema) into their indexes now; returns the pages merged.
+
+        The end of a bulk load through a store with ``merge_pending_lists=N`` or ``False``:
+        what its last writes left pending, which lexical queries would otherwise read entry
+        by entry until autovacuum merges it. Unlike the writer's own merge, which only logs,
+        a failure raises: ``CapabilityError`` (SQLSTATE 42501) for a role without EXECUTE on
+        the schema's ``merge_pending_lists`` function (docs/operations.md), ``StoreError``
+        with its SQLSTATE otherwise.
+        """
+        validate_id(tenant_id, field="tenant_id", max_length=SCOPE_ID_MAX)
+        with self._connect("merge GIN pending lists") as conn:
+            merged = conn.execute(
+                text(f"SELECT {self._s}.merge_pending_lists(:t)"), {"t": tenant_id}
+            ).scalar_one()
+            conn.commit()
+        self._indexes.merged(tenant_id)
+        return int(merged)
