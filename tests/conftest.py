@@ -78,8 +78,11 @@ def pg_schema(pg_engine) -> Iterator[str]:
     """A fresh schema name, dropped after the test."""
     from sqlalchemy import text
 
+    from ragport.adapters.postgres.background import finish_all
+
     name = "t_" + uuid.uuid4().hex[:16]
     yield name
+    finish_all(timeout=30)  # merges the test's writes scheduled before the schema goes
     with pg_engine.begin() as conn:
         conn.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
 

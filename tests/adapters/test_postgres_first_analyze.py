@@ -52,6 +52,7 @@ def _load(store: PostgresStore, scope: ragport.Scope, rows: int, word: str = "wa
         scope,
         {f"s{i:05d}": [f"{word} {i} part {j}" for j in range(per)] for i in range(rows // per)},
     )
+    store.finish_maintenance()  # a growth re-analysis runs on the store's maintenance thread
 
 
 @pytest.mark.parametrize("partitions", [None, 4])

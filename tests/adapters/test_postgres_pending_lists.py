@@ -13,6 +13,7 @@ privilege to merge still writes, is told once by SQLSTATE, and stops trying.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -39,8 +40,11 @@ def _scope(tenant: str = "tenant-1") -> ragport.Scope:
     return ragport.Scope(tenant, "kb", "c" + uuid.uuid4().hex[:12])
 
 
-def _gin_pending(store: PostgresStore) -> int:
-    """Merge every GIN index of ``records`` and its partitions; the pages that were pending."""
+def _gin_pending(store: PostgresStore, *writers: PostgresStore) -> int:
+    """Merge every GIN index of ``records`` and its partitions; the pages that were pending
+    once ``store`` and ``writers`` ran the maintenance they had scheduled."""
+    for each in (store, *writers):
+        each.finish_maintenance()
     with store.engine.begin() as conn:
         return int(
             conn.execute(
@@ -112,7 +116,7 @@ def test_a_write_leaves_no_gin_entry_pending(stores, write):
         scope = _scope()
         _seed(merging, scope)
         WRITES[write](store, scope)
-        pending = _gin_pending(merging)
+        pending = _gin_pending(merging, store)
         assert (pending > 0) is expect_pending, (write, store, pending)
 
 
@@ -130,6 +134,7 @@ def test_only_units_of_work_that_change_rows_merge(stores, monkeypatch):
     merge; a delete (retirement: usually HOT, not for rows on full pages) and an add call it
     once each. If this fails, a write pays for a merge it does not need, or skips one."""
     merging, _ = stores
+    merging = PostgresStore(merging.engine, schema=merging.schema, maintenance_delay=None)
     scope = _scope()
     _seed(merging, scope)
     calls: list[str] = []
@@ -163,12 +168,12 @@ def test_a_row_count_merges_once_that_many_rows_were_written(stores, pg_engine, 
     _seed(merging, two)
     _publish(every, one, "x1", 12)
     _publish(every, two, "y1", 12)  # tenant-2's 12 do not reach 20 for tenant-1
-    assert _gin_pending(merging) > 0  # merges all, so the count restarts
+    assert _gin_pending(merging, every) > 0  # merges all, so the count restarts
     _publish(every, one, "x2", 12)
     _publish(every, two, "y2", 12)
-    pending_after_threshold = _gin_pending(merging)
+    pending_after_threshold = _gin_pending(merging, every)
     _publish(every, one, "x3", 12)  # 12 again: below 20 since the last merge
-    assert _gin_pending(merging) > 0
+    assert _gin_pending(merging, every) > 0
     assert pending_after_threshold == 0
     assert every._indexes.merge_every == 20
 
@@ -218,6 +223,7 @@ def test_a_role_that_may_not_merge_still_writes_and_is_told_once(
         with caplog.at_level(logging.WARNING, logger="ragport.adapters.postgres.indexes"):
             _add(writer, scope)
             _add(writer, _scope())
+            writer.finish_maintenance()
         warnings = [r for r in caplog.records if "pending lists" in r.getMessage()]
         assert len(warnings) == 1, [r.getMessage() for r in warnings]
         message = warnings[0].getMessage()
@@ -285,6 +291,7 @@ def test_a_writer_role_granted_execute_merges(writer_role, pg_engine, pg_schema,
         with caplog.at_level(logging.WARNING, logger="ragport.adapters.postgres.indexes"):
             _add(writer, scope)
             _rekey(writer, scope)
+            writer.finish_maintenance()
         assert "pending lists" not in caplog.text
         assert writer._indexes.merge_pending_lists is True
         assert _gin_pending(owner) == 0
@@ -321,7 +328,7 @@ def test_upgrade_from_version_9_adds_the_merge_function(pg_engine, pg_schema):
     assert public is False and definer is True
     assert sorted(r.text for r in stale.get_by_source(scope, "a")) == sorted(TEXTS[:6])
     _add(stale, scope)
-    assert _gin_pending(stale) == 0
+    assert _gin_pending(stale) == 0  # after its scheduled merge
 
 
 def test_the_merge_commits_asynchronously_and_the_setting_ends_with_it(stores):
@@ -373,3 +380,78 @@ def test_merge_pending_lists_by_hand_raises_for_a_role_without_execute(
         assert caught.value.sqlstate == "42501"
     finally:
         writer.engine.dispose()
+
+
+def test_the_default_merges_on_the_maintenance_thread_after_the_delay(pg_engine, pg_schema):
+    """``maintenance_delay`` (default 1 s): the write returns with its entries still pending
+    (the merge is not on the writer's path), and the store's maintenance thread merges them
+    by itself once the delay is over, with no call from the host. A store with a long delay
+    keeps them pending until ``finish_maintenance()`` runs the merge at once. If this fails,
+    check ``background.MaintenanceWorker`` and ``PostgresUnitOfWork.commit``."""
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True, text_search_config="simple")
+    slow = PostgresStore(pg_engine, schema=pg_schema, maintenance_delay=60)
+    scope = _scope()
+    _seed(store, scope)
+    _add(slow, scope)
+    assert _gin_pending(store) > 0  # nothing merged it: 60 s have not passed
+    _add(slow, scope)
+    assert slow._maintenance is not None and slow._maintenance.pending
+    slow.finish_maintenance()
+    assert not slow._maintenance.pending
+    assert _gin_pending(store) == 0, "finish_maintenance merged what the write left"
+    quick = PostgresStore(pg_engine, schema=pg_schema, maintenance_delay=0.2)
+    _add(quick, scope)
+    deadline = time.monotonic() + 20
+    while quick._maintenance is not None and quick._maintenance.pending:
+        assert time.monotonic() < deadline, "the maintenance thread never merged"
+        time.sleep(0.05)
+    with pg_engine.connect() as conn:  # count without merging: the thread must have done it
+        assert _pending_pages(conn, pg_schema) == 0
+
+
+def _pending_pages(conn: Any, schema: str) -> int:
+    """Pages in the GIN pending lists of ``records``' indexes, read from their metapages."""
+    conn.execute(text("CREATE EXTENSION IF NOT EXISTS pageinspect"))
+    return int(
+        conn.execute(
+            text(
+                "SELECT coalesce(sum((gin_metapage_info(get_raw_page(c.oid::regclass::text, 0)))"
+                ".n_pending_pages), 0) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "JOIN pg_am a ON a.oid = c.relam AND a.amname = 'gin' "
+                "WHERE i.indrelid = CAST(:t AS regclass)"
+            ),
+            {"t": f'"{schema}".records'},
+        ).scalar_one()
+    )
+
+
+def test_the_background_thread_schedules_only_units_of_work_that_change_rows(
+    pg_engine, pg_schema, monkeypatch
+):
+    """With the default delay, a grants-only unit of work schedules nothing; an add
+    schedules one merge of its tenant. If this fails, check ``PostgresUnitOfWork.commit``."""
+    from ragport.adapters.postgres.background import MaintenanceWorker
+
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True, text_search_config="simple")
+    scope = _scope()
+    _seed(store, scope)
+    store.finish_maintenance()
+    calls: list[tuple[str, bool]] = []
+    original = MaintenanceWorker.schedule
+
+    def counting(self: MaintenanceWorker, tenant_id: str, *, merge: bool, analyze: bool) -> None:
+        calls.append((tenant_id, merge))
+        original(self, tenant_id, merge=merge, analyze=analyze)
+
+    monkeypatch.setattr(MaintenanceWorker, "schedule", counting)
+    store.set_source_access(scope, [ragport.Grant("a", principal_ids=("u1",))])
+    assert calls == [] or all(not merge for _, merge in calls)
+    _add(store, scope)
+    assert calls[-1] == (scope.tenant_id, True)
+
+
+@pytest.mark.parametrize("bad", [-0.5, 61, float("nan"), "1", True])
+def test_maintenance_delay_is_none_or_seconds(pg_engine, pg_schema, bad):
+    with pytest.raises(ValidationError) as caught:
+        PostgresStore(pg_engine, schema=pg_schema, maintenance_delay=bad)
+    assert caught.value.field == "maintenance_delay"

@@ -199,6 +199,30 @@ class VectorIndexes:
         self._unmerged: dict[str, int] = {}  # per tenant: rows written since its last merge
         self.deferred = deferred
 
+    @property
+    def schema(self) -> str:
+        return self._schema
+
+    def due_for_merge(self, tenant_id: str, rows: int) -> bool:
+        """Count ``rows`` written to ``tenant_id``; whether its merge is due
+        (``merge_pending_lists``). The background worker merges only what is due."""
+        if not self.merge_every:
+            return False
+        unmerged = self._unmerged.get(tenant_id, 0) + rows
+        self._unmerged[tenant_id] = unmerged
+        return unmerged >= self.merge_every
+
+    def due_for_analysis(self, written: int) -> bool:
+        """Whether a commit of ``written`` rows needs ``analyze_after_commit`` now: always
+        before the first ANALYZE (``analyze_once`` counts by itself), else once the rows
+        written since the last reach the growth threshold (counted here)."""
+        if written <= 0:
+            return False
+        if not self._analyzed:
+            return True
+        self._since += written
+        return self._since >= max(ANALYZE_AFTER_ROWS, ANALYZE_GROWTH * self._known_rows)
+
     def has(self, conn: Connection, dimensions: int) -> bool:
         if dimensions in self._dimensions:
             return True
@@ -321,6 +345,32 @@ class VectorIndexes:
         self._since = 0
         self._analyzed = True
 
+    @property
+    def analyzed(self) -> bool:
+        """Whether this store has seen the schema analysed (its first ANALYZE is done)."""
+        return self._analyzed
+
+    def reanalyze(self, conn: Connection) -> None:
+        """The growth re-analysis ``due_for_analysis`` asked for (the background worker's);
+        a failure is logged, as ``analyze_after_commit``'s."""
+        try:
+            with translate_errors("analyse statistics"):
+                self._analyze(conn, full=False)
+        except RagportError as exc:
+            self._analysis_failed(conn, exc)
+
+    def _analysis_failed(self, conn: Connection, exc: RagportError) -> None:
+        with contextlib.suppress(SQLAlchemyError):
+            conn.rollback()
+        self._analyzed = True  # do not retry on every commit
+        self._since = 0
+        _LOG.warning(
+            "ragport: analysing %s.records after a load failed (SQLSTATE %s); "
+            "queries may plan badly until autovacuum analyses it",
+            self._schema,
+            getattr(exc, "sqlstate", None) or "unknown",
+        )
+
     def analyze_after_commit(self, conn: Connection, tenant_id: str, written: int) -> None:
         """After a write that committed ``written`` rows (records and tombstones): analyse a
         never-analysed schema (``analyze_once``), or re-analyse once this store has written
@@ -337,21 +387,10 @@ class VectorIndexes:
             with translate_errors("analyse statistics"):
                 if first:
                     self.analyze_once(conn, tenant_id, written)
-                else:
-                    self._since += written
-                    if self._since >= max(ANALYZE_AFTER_ROWS, ANALYZE_GROWTH * self._known_rows):
-                        self._analyze(conn, full=False)
+                elif self.due_for_analysis(written):
+                    self._analyze(conn, full=False)
         except RagportError as exc:
-            with contextlib.suppress(SQLAlchemyError):
-                conn.rollback()
-            self._analyzed = True  # do not retry on every commit
-            self._since = 0
-            _LOG.warning(
-                "ragport: analysing %s.records after a load failed (SQLSTATE %s); "
-                "queries may plan badly until autovacuum analyses it",
-                self._schema,
-                getattr(exc, "sqlstate", None) or "unknown",
-            )
+            self._analysis_failed(conn, exc)
 
     def merged(self, tenant_id: str) -> None:
         """``tenant_id``'s pending lists were just merged (by hand): its count starts again."""
@@ -373,12 +412,13 @@ class VectorIndexes:
         ``merge_pending_lists`` function (SQLSTATE 42501; migration 10) turns the merge off
         for this store.
         """
-        if not self.merge_every:
+        if not self.due_for_merge(tenant_id, rows):
             return 0
-        unmerged = self._unmerged.get(tenant_id, 0) + rows
-        if unmerged < self.merge_every:
-            self._unmerged[tenant_id] = unmerged
-            return 0
+        return self.merge_now(conn, tenant_id)
+
+    def merge_now(self, conn: Connection, tenant_id: str) -> int:
+        """``merge_pending``'s merge, whatever the count (the background worker's, once
+        ``due_for_merge`` said so); logs a failure and returns 0."""
         self._unmerged.pop(tenant_id, None)
         try:
             with translate_errors("merge GIN pending lists"):

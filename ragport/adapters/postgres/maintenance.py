@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from ragport.adapters.postgres._driver import translate_errors
+from ragport.adapters.postgres.background import MaintenanceWorker
 from ragport.adapters.postgres.connections import StoreConnections
 from ragport.adapters.postgres.indexes import VectorIndexes, check_build_memory
 from ragport.adapters.postgres.schema import upgrade
@@ -21,6 +22,7 @@ class StoreMaintenance(StoreConnections):
     ``PostgresStore``."""
 
     _indexes: VectorIndexes
+    _maintenance: MaintenanceWorker | None
     _ts_config: str
     _partitions: int | None
 
@@ -104,3 +106,12 @@ class StoreMaintenance(StoreConnections):
             conn.commit()
         self._indexes.merged(tenant_id)
         return int(merged)
+
+    def finish_maintenance(self, timeout: float = 60.0) -> None:
+        """Run the GIN merges and re-analyses that earlier writes scheduled on this store's
+        maintenance thread now (without waiting out ``maintenance_delay``), and wait for them:
+        afterwards no entry this store wrote is pending. A no-op with inline maintenance
+        (``maintenance_delay=None``). ``StoreError`` if they run past ``timeout`` seconds.
+        Their own failures are logged, as after any commit, not raised."""
+        if self._maintenance is not None:
+            self._maintenance.finish(timeout)

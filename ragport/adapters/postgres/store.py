@@ -35,6 +35,11 @@ from sqlalchemy import Engine, text
 
 from ragport.adapters.postgres import queries, reads, statements
 from ragport.adapters.postgres._driver import translate_errors
+from ragport.adapters.postgres.background import (
+    DEFAULT_MAINTENANCE_DELAY,
+    MaintenanceWorker,
+    validate_maintenance_delay,
+)
 from ragport.adapters.postgres.connections import Fallback
 from ragport.adapters.postgres.indexes import (
     DEFAULT_EF_SEARCH,
@@ -96,27 +101,22 @@ class PostgresStore(StoreMaintenance):
     ``PARTITION BY HASH (tenant_id)`` with N partitions; a query names one tenant, so it
     reads one partition.
 
-    ``merge_pending_lists`` (default on): after a unit of work that added, retired,
-    restored, re-keyed or re-linked rows commits, the writer merges the GIN pending lists of
-    ``records`` (of the tenant's partition) into the indexes, so the next lexical query does
-    not scan the new entries one by one. An integer N merges once this store has written N
-    rows to the tenant since its last merge (fewer, larger merges: a bulk load's setting;
-    lexical queries meanwhile read up to N rows' entries unmerged); ``False`` leaves the merge
-    to autovacuum (docs/operations.md, "Bulk loads").
+    ``merge_pending_lists`` (default on): after a unit of work that changed rows commits, the
+    GIN pending lists of ``records`` (of the tenant's partition) are merged, so lexical
+    queries do not scan new entries one by one; N: once N rows were written since the last
+    merge; ``False``: autovacuum merges (docs/operations.md, "Bulk loads").
+    ``maintenance_delay`` (default 1.0 s): that merge and the growth re-analysis run on the
+    store's maintenance thread (``background.py``), that long after a tenant's first unmerged
+    write, so the writer returns at its commit; ``finish_maintenance()`` runs them now;
+    ``None`` runs them inline after each commit.
 
-    ``defer_vector_indexes`` (the bulk-load mode, default off): writes create no HNSW index
-    and pay no HNSW insert; call ``build_vector_indexes()`` once after the load. Meanwhile
-    vector queries scan exactly (correct, slower). docs/operations.md, "Bulk loads".
-
-    ``ef_search`` (default 200, 1..1000): pgvector's ``hnsw.ef_search`` for a vector query
-    without grants or a filter; twice it with one of them, four times with both (at most
-    1,000). Wider is slower and finds more of the true nearest rows, up to what the HNSW
-    graph can reach (docs/operations.md, "Sizing").
-
-    ``hnsw_m`` / ``hnsw_ef_construction`` (default 24 / 128; pgvector's ranges, and
-    ``ef_construction >= 2 * m``): the build parameters of the HNSW indexes this store
-    creates. Raise them for a corpus of a million rows or more (m 32 / 200 measured recall@10
-    0.995 against 0.925 on a 1M build, at 1.7x its build time); existing indexes keep theirs.
+    ``defer_vector_indexes`` (the bulk-load mode): no HNSW index or insert during writes;
+    ``build_vector_indexes()`` builds once after the load (vector queries scan exactly
+    meanwhile). ``ef_search`` (default 200, 1..1000): ``hnsw.ef_search`` of a plain vector
+    query, doubled per grant or filter (at most 1,000). ``hnsw_m`` / ``hnsw_ef_construction``
+    (default 24 / 128, pgvector's ranges, ``ef_construction >= 2 * m``): the build of the
+    indexes this store creates (m 32 / 200 for a million rows and more). docs/operations.md,
+    "Bulk loads" and "Sizing", has the measurements behind each.
     """
 
     provider = "postgres"
@@ -133,6 +133,7 @@ class PostgresStore(StoreMaintenance):
         replica_wait: float = 1.0,
         partitions: int | None = None,
         merge_pending_lists: bool | int = True,
+        maintenance_delay: float | None = DEFAULT_MAINTENANCE_DELAY,
         defer_vector_indexes: bool = False,
         ef_search: int = DEFAULT_EF_SEARCH,
         hnsw_m: int = HNSW_M,
@@ -143,6 +144,7 @@ class PostgresStore(StoreMaintenance):
         self._partitions = validate_partitions(partitions)
         build = HnswBuild(hnsw_m, hnsw_ef_construction)
         merge_every = validate_merge_every(merge_pending_lists)
+        delay = validate_maintenance_delay(maintenance_delay)
         super().__init__(
             url_or_engine,
             schema=schema,
@@ -156,6 +158,9 @@ class PostgresStore(StoreMaintenance):
             merge_pending_lists=merge_every,
             deferred=bool(defer_vector_indexes),
             build=build,
+        )
+        self._maintenance = (
+            None if delay is None else MaintenanceWorker(self._engine, self._indexes, delay)
         )
         if create:
             self.upgrade()
@@ -199,6 +204,7 @@ class PostgresStore(StoreMaintenance):
                     s=self._s,
                     indexes=self._indexes,
                     track_position=self._replica is not None,
+                    maintenance=self._maintenance,
                 )
                 yield uow
                 if uow.done and uow.position is not None:

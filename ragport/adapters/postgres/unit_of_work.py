@@ -16,6 +16,7 @@ from sqlalchemy import Connection, text
 
 from ragport.adapters.postgres import reads, rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
+from ragport.adapters.postgres.background import MaintenanceWorker
 from ragport.adapters.postgres.indexes import VectorIndexes
 from ragport.adapters.postgres.predicate import scope_params
 from ragport.adapters.postgres.queries import grants_sql
@@ -337,6 +338,7 @@ class PostgresUnitOfWork:
         s: str,
         indexes: VectorIndexes,
         track_position: bool = False,
+        maintenance: MaintenanceWorker | None = None,
     ):
         self.scope = scope
         self.track_position = track_position
@@ -345,6 +347,8 @@ class PostgresUnitOfWork:
         self.conn = conn
         self.s = s
         self.indexes = indexes
+        # After-commit merges and re-analyses: on this worker's thread, or inline (None).
+        self.maintenance = maintenance
         self.counter, self.pointer, self.floor = (
             int(state.counter),
             int(state.pointer),
@@ -373,9 +377,19 @@ class PostgresUnitOfWork:
                 )
                 self.conn.commit()
         self.done = True
-        if self.gin_rows:
-            self.indexes.merge_pending(self.conn, self.scope.tenant_id, self.gin_rows)
-        self.indexes.analyze_after_commit(self.conn, self.scope.tenant_id, self.rows_written)
+        tenant, indexes = self.scope.tenant_id, self.indexes
+        if self.maintenance is None:  # inline (maintenance_delay=None)
+            if self.gin_rows:
+                indexes.merge_pending(self.conn, tenant, self.gin_rows)
+            indexes.analyze_after_commit(self.conn, tenant, self.rows_written)
+            return
+        analyze = False
+        if not indexes.analyzed:  # the first ANALYZE stays inline: plans need it at once
+            indexes.analyze_after_commit(self.conn, tenant, self.rows_written)
+        else:
+            analyze = indexes.due_for_analysis(self.rows_written)
+        merge = self.gin_rows > 0 and indexes.due_for_merge(tenant, self.gin_rows)
+        self.maintenance.schedule(tenant, merge=merge, analyze=analyze)
 
     def rollback(self) -> None:
         if not self.done:

@@ -1,0 +1,207 @@
+"""After-commit maintenance on a thread of the store's own: GIN merges and re-analyses.
+
+A write that added rows leaves GIN entries pending (``VectorIndexes.merge_pending``) and may
+bring ``records`` to its next re-analysis (``analyze_after_commit``). Both run after the
+commit and neither decides what the write did, so with ``PostgresStore(maintenance_delay=
+seconds)`` (the default, 1 s) they leave the writer's path: the writer hands the tenant to a
+``MaintenanceWorker`` and returns, and the worker merges it, on a connection of its own,
+``delay`` seconds after the tenant's first unmerged write. Writes committed meanwhile are
+merged at once (one merge of many writes moves each common key's postings once, not once per
+write), and the work runs on another server process, beside the next write rather than
+before it. ``maintenance_delay=None`` runs both inline after each commit (the behaviour before
+the worker). ``finish`` runs what is scheduled now and waits for it.
+
+The thread starts with the first scheduled work and ends after ``IDLE_SECONDS`` without any,
+so an idle store holds no thread and no connection. A forked child starts its own. Work
+still scheduled when the interpreter exits runs then (``atexit``, bounded by
+``EXIT_SECONDS``). A failure is logged with its SQLSTATE (never text) and loses no write: the
+rows were committed; autovacuum merges and analyses later.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+from sqlalchemy import Engine
+
+from ragport.adapters.postgres.indexes import VectorIndexes
+from ragport.domain.errors import StoreError, ValidationError
+
+__all__ = [
+    "DEFAULT_MAINTENANCE_DELAY",
+    "MAX_MAINTENANCE_DELAY",
+    "MaintenanceWorker",
+    "finish_all",
+    "validate_maintenance_delay",
+]
+
+_LOG = logging.getLogger(__name__)
+
+DEFAULT_MAINTENANCE_DELAY = 1.0
+"""Seconds from a tenant's first unmerged write to the worker's merge (``PostgresStore``)."""
+MAX_MAINTENANCE_DELAY = 60.0
+IDLE_SECONDS = 2.0
+"""The worker's thread ends after this long without work (the next write starts another)."""
+EXIT_SECONDS = 10.0
+"""At interpreter exit, how long the scheduled work of every worker may take in all."""
+
+_WORKERS: weakref.WeakSet[MaintenanceWorker] = weakref.WeakSet()
+
+
+def validate_maintenance_delay(delay: object) -> float | None:
+    """``None`` (inline maintenance) or seconds in 0..``MAX_MAINTENANCE_DELAY``, else
+    ``ValidationError(field="maintenance_delay")``."""
+    if delay is None:
+        return None
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise ValidationError(
+            "maintenance_delay must be None or a number of seconds", field="maintenance_delay"
+        )
+    value = float(delay)
+    if not 0.0 <= value <= MAX_MAINTENANCE_DELAY:  # refuses NaN too
+        raise ValidationError(
+            f"maintenance_delay must be 0..{MAX_MAINTENANCE_DELAY:g} seconds",
+            field="maintenance_delay",
+        )
+    return value
+
+
+class MaintenanceWorker:
+    """The GIN merges and re-analyses of one store, ``delay`` seconds after the writes."""
+
+    def __init__(self, engine: Engine, indexes: VectorIndexes, delay: float) -> None:
+        self._engine = engine
+        self._indexes = indexes
+        self.delay = delay
+        self._reset()
+        _WORKERS.add(self)
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        # Per tenant: (monotonic time of its first scheduled write, merge?, re-analyse?).
+        self._due: dict[str, tuple[float, bool, bool]] = {}
+        self._busy = 0  # tenants taken by the thread and not finished yet
+        self._hurry = False  # finish(): run what is scheduled without waiting out the delay
+
+    def schedule(self, tenant_id: str, *, merge: bool, analyze: bool) -> None:
+        """After a commit: merge ``tenant_id``'s pending lists (``merge``; due by
+        ``VectorIndexes.due_for_merge``) and re-analyse (``analyze``; ``due_for_analysis``)."""
+        if not merge and not analyze:
+            return
+        if os.getpid() != self._pid:  # a forked child: the parent's thread is not here
+            self._reset()
+        with self._cond:
+            first, merging, analysing = self._due.get(tenant_id, (time.monotonic(), False, False))
+            self._due[tenant_id] = (first, merging or merge, analysing or analyze)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"ragport-maintenance-{id(self):x}", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    @property
+    def pending(self) -> bool:
+        """Whether work is scheduled or running."""
+        with self._cond:
+            return bool(self._due) or self._busy > 0
+
+    def finish(self, timeout: float = 60.0) -> None:
+        """Run every merge and re-analysis scheduled so far now, and wait for them; raises
+        ``StoreError`` if they are still running after ``timeout`` seconds."""
+        if os.getpid() != self._pid:
+            self._reset()
+            return
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._hurry = True
+            self._cond.notify_all()
+            while self._due or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreError(f"background maintenance did not finish within {timeout:g} s")
+                self._cond.wait(left)
+
+    def _take(self) -> list[tuple[str, bool, bool]] | None:
+        """Wait for due work and take it; ``None`` when idle for ``IDLE_SECONDS``."""
+        with self._cond:
+            idle_since = time.monotonic()
+            while True:
+                now = time.monotonic()
+                if self._due:
+                    first = min(t for t, _, _ in self._due.values())
+                    wait = 0.0 if self._hurry else first + self.delay - now
+                    if wait <= 0:
+                        taken = [(t, m, a) for t, (_, m, a) in self._due.items()]
+                        self._due.clear()
+                        self._busy = len(taken)
+                        return taken
+                    self._cond.wait(wait)
+                    continue
+                self._hurry = False
+                if now - idle_since >= IDLE_SECONDS:
+                    self._thread = None
+                    self._cond.notify_all()
+                    return None
+                self._cond.wait(IDLE_SECONDS - (now - idle_since))
+
+    def _run(self) -> None:
+        while (taken := self._take()) is not None:
+            try:
+                self._work(taken)
+            finally:
+                with self._cond:
+                    self._busy = 0
+                    self._cond.notify_all()
+
+    def _work(self, taken: list[tuple[str, bool, bool]]) -> None:
+        try:
+            with self._engine.connect() as conn:
+                for tenant_id, merge, _ in taken:
+                    if merge:
+                        self._indexes.merge_now(conn, tenant_id)
+                if any(analyze for _, _, analyze in taken):  # one ANALYZE covers every tenant
+                    self._indexes.reanalyze(conn)
+        except Exception as exc:
+            # merge_now and reanalyze log their own failures; this is the
+            # connection itself (a server gone, a disposed engine).
+            _LOG.warning(
+                "ragport: background maintenance of %s could not run (%s, SQLSTATE %s); "
+                "autovacuum merges and analyses later",
+                self._indexes.schema,
+                type(exc).__name__,
+                _sqlstate(exc),
+            )
+
+
+def _sqlstate(exc: BaseException) -> str:
+    orig: Any = getattr(exc, "orig", None)
+    state = getattr(exc, "sqlstate", None) or getattr(orig, "sqlstate", None)
+    return str(state or "unknown")
+
+
+def finish_all(timeout: float = EXIT_SECONDS) -> None:
+    """Run the scheduled work of every store's maintenance thread in this process now and
+    wait for it, ``timeout`` seconds in all (then give up quietly: the writes committed).
+    Run at interpreter exit; a test suite calls it before dropping a schema."""
+    deadline = time.monotonic() + timeout
+    for worker in list(_WORKERS):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if worker.pending:
+            try:
+                worker.finish(timeout=left)
+            except StoreError:
+                return
+
+
+atexit.register(finish_all)
