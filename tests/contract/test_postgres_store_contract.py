@@ -83,6 +83,19 @@ class TestPostgresStore(ChunkStoreContract):
         return drop_schema
 
 
+class TestPostgresStoreVectorsBeside(TestPostgresStore):
+    """The same suite with every add of two rows or more writing its vectors on a second
+    connection beside its records (``vector_writes.py``; the default threshold is 32 rows,
+    which the suite's small batches rarely reach), the merge inline."""
+
+    @pytest.fixture
+    def store(self, pg_engine, pg_schema) -> Iterator[PostgresStore]:
+        yield PostgresStore(
+            pg_engine, schema=pg_schema, create=True, parallel_vector_rows=2,
+            maintenance_delay=None,
+        )  # fmt: skip
+
+
 class TestPostgresStatusStore(IngestionStatusStoreContract):
     @pytest.fixture
     def status_store(self, pg_engine, pg_schema) -> Iterator[PostgresStatusStore]:

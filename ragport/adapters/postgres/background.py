@@ -26,9 +26,10 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from ragport.adapters.postgres.indexes import VectorIndexes
 from ragport.domain.errors import StoreError, ValidationError
@@ -75,10 +76,20 @@ def validate_maintenance_delay(delay: object) -> float | None:
 class MaintenanceWorker:
     """The GIN merges and re-analyses of one store, ``delay`` seconds after the writes."""
 
-    def __init__(self, engine: Engine, indexes: VectorIndexes, delay: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        indexes: VectorIndexes,
+        delay: float,
+        *,
+        sweep: Callable[[Connection], int] | None = None,
+    ) -> None:
+        """``sweep``: run once, at the thread's first work in this process, to delete the
+        vectors of writes that never committed (``VectorWriter.sweep``)."""
         self._engine = engine
         self._indexes = indexes
         self.delay = delay
+        self._sweep = sweep
         self._reset()
         _WORKERS.add(self)
 
@@ -165,6 +176,9 @@ class MaintenanceWorker:
     def _work(self, taken: list[tuple[str, bool, bool]]) -> None:
         try:
             with self._engine.connect() as conn:
+                if self._sweep is not None:
+                    sweep, self._sweep = self._sweep, None
+                    sweep(conn)  # what killed writers left (vector_writes.py)
                 for tenant_id, merge, _ in taken:
                     if merge:
                         self._indexes.merge_now(conn, tenant_id)

@@ -257,12 +257,14 @@ class VectorIndexes:
         )
         self._dimensions.add(dimensions)
 
-    def ensure(self, conn: Connection, dimensions: int, *, build_memory: str = "1GB") -> None:
+    def ensure(self, conn: Connection, dimensions: int, *, build_memory: str = "1GB") -> bool:
         """Create the index of ``dimensions`` if it is missing (in ``conn``'s transaction),
-        unless the indexes are ``deferred``."""
+        unless the indexes are ``deferred``; whether it created it."""
         check_dimensions(dimensions)  # refused alike whether the index is deferred or not
         if not self.deferred and not self.has(conn, dimensions):
             self.create(conn, dimensions, build_memory=build_memory)
+            return True
+        return False
 
     def forget(self, dimensions: int) -> None:
         """Drop ``dimensions`` from what this store believes is indexed (its build rolled

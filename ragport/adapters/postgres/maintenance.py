@@ -7,10 +7,11 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from ragport.adapters.postgres._driver import translate_errors
-from ragport.adapters.postgres.background import MaintenanceWorker
+from ragport.adapters.postgres.background import MaintenanceWorker, validate_maintenance_delay
 from ragport.adapters.postgres.connections import StoreConnections
 from ragport.adapters.postgres.indexes import VectorIndexes, check_build_memory
 from ragport.adapters.postgres.schema import upgrade
+from ragport.adapters.postgres.vector_writes import VectorWriter, validate_parallel_vector_rows
 from ragport.domain.model import Scope
 from ragport.domain.values import SCOPE_ID_MAX, validate_id
 
@@ -23,8 +24,25 @@ class StoreMaintenance(StoreConnections):
 
     _indexes: VectorIndexes
     _maintenance: MaintenanceWorker | None
+    _vectors: VectorWriter
     _ts_config: str
     _partitions: int | None
+
+    def _set_up_writes(
+        self, indexes: VectorIndexes, *, maintenance_delay: object, parallel_vector_rows: object
+    ) -> None:
+        """The index manager, the second connections of large adds (``vector_writes``) and
+        the maintenance thread (``background``; ``None`` delay: inline maintenance), with
+        both settings validated (``ValidationError`` naming the field)."""
+        delay = validate_maintenance_delay(maintenance_delay)
+        parallel = validate_parallel_vector_rows(parallel_vector_rows)
+        self._indexes = indexes
+        self._vectors = VectorWriter(self._engine, self._schema, self._s, parallel)
+        self._maintenance = (
+            None
+            if delay is None
+            else MaintenanceWorker(self._engine, indexes, delay, sweep=self._vectors.sweep)
+        )
 
     def upgrade(self) -> list[int]:
         """Apply missing migrations (idempotent); returns the versions applied."""
@@ -115,3 +133,12 @@ class StoreMaintenance(StoreConnections):
         Their own failures are logged, as after any commit, not raised."""
         if self._maintenance is not None:
             self._maintenance.finish(timeout)
+
+    def sweep_vector_writes(self) -> int:
+        """Delete the vectors that adds wrote ahead of their records in units of work that
+        never committed (rolled back, failed, or their process was killed); returns how many.
+        A writer sweeps its own after a rollback and each store's maintenance thread sweeps
+        once when it first runs, so this is for a host that wants it now (after a crash).
+        Units of work still running are left alone. docs/operations.md, "The write path"."""
+        with self._connect("sweep vector writes") as conn:
+            return self._vectors.sweep(conn)

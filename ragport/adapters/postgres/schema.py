@@ -17,6 +17,7 @@ from sqlalchemy import Connection, text
 
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M, merge_function_sql
 from ragport.adapters.postgres.queries import impact_function
+from ragport.adapters.postgres.vector_writes import vector_writes_sql
 from ragport.domain.errors import ValidationError
 
 __all__ = ["LATEST_VERSION", "MIGRATIONS", "quote_schema", "upgrade", "validate_schema_name"]
@@ -487,6 +488,7 @@ MIGRATIONS: dict[int, str] = {
     8: "BM25 statistics by write batch (lexical_batches): a source deleted whole, one row",
     9: "retirement as a HOT update: live ids in live_ids, records fillfactor 50",
     10: "merge_pending_lists(tenant): writers merge GIN pending lists (SECURITY DEFINER)",
+    11: "vector_writes: vectors committed ahead of their records until the records commit",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -565,6 +567,7 @@ def upgrade(
         8: lambda: _partitioned(s, _v8(s), layout),
         9: lambda: _partitioned(s, _v9(s), layout),
         10: lambda: merge_function_sql(s),
+        11: lambda: vector_writes_sql(s),
     }
     # Every migration not recorded yet, in order: one that was released after a later one had
     # been applied still runs (each migration is self-contained).

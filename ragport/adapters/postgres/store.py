@@ -35,11 +35,7 @@ from sqlalchemy import Engine, text
 
 from ragport.adapters.postgres import queries, reads, statements
 from ragport.adapters.postgres._driver import translate_errors
-from ragport.adapters.postgres.background import (
-    DEFAULT_MAINTENANCE_DELAY,
-    MaintenanceWorker,
-    validate_maintenance_delay,
-)
+from ragport.adapters.postgres.background import DEFAULT_MAINTENANCE_DELAY
 from ragport.adapters.postgres.connections import Fallback
 from ragport.adapters.postgres.indexes import (
     DEFAULT_EF_SEARCH,
@@ -63,6 +59,7 @@ from ragport.adapters.postgres.reads import RawRead, one_snapshot
 from ragport.adapters.postgres.rows import grant, record
 from ragport.adapters.postgres.schema import validate_partitions, validate_text_search_config
 from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork, read_grants
+from ragport.adapters.postgres.vector_writes import DEFAULT_PARALLEL_VECTOR_ROWS
 from ragport.domain.errors import CapabilityError, ScopeError, ValidationError
 from ragport.domain.filters import Filter
 from ragport.domain.model import (
@@ -91,32 +88,25 @@ class PostgresStore(StoreMaintenance):
     ``create=True`` applies missing migrations now; otherwise the schema must already be at
     the latest version (``ragport db upgrade``), checked on first use.
 
-    ``read_url`` (a URL or Engine of a streaming replica of the same database) takes the
-    retrieval and status reads off the primary. When the replica cannot be reached, or has
-    not replayed a view's ``min_position`` within ``replica_wait`` seconds, a read falls back
-    to the primary (``replica_fallback="primary"``) or raises (``"raise"``: ``StoreError``
-    with ``lost_connection``, or ``ReplicaLagError``).
+    ``read_url`` (a streaming replica's URL or Engine) takes retrieval and status reads off
+    the primary; a replica down, or behind a view's ``min_position`` for ``replica_wait``
+    seconds, falls back to the primary (``replica_fallback="primary"``) or raises
+    (``"raise"``: ``StoreError`` with ``lost_connection``, or ``ReplicaLagError``).
 
-    ``partitions=N`` (with ``create=True`` on a new schema) creates the tenant tables
-    ``PARTITION BY HASH (tenant_id)`` with N partitions; a query names one tenant, so it
-    reads one partition.
+    ``partitions=N`` (``create=True``, a new schema): the tenant tables ``PARTITION BY HASH
+    (tenant_id)``, N partitions; a query names one tenant, so it reads one partition.
 
-    ``merge_pending_lists`` (default on): after a unit of work that changed rows commits, the
-    GIN pending lists of ``records`` (of the tenant's partition) are merged, so lexical
-    queries do not scan new entries one by one; N: once N rows were written since the last
-    merge; ``False``: autovacuum merges (docs/operations.md, "Bulk loads").
-    ``maintenance_delay`` (default 1.0 s): that merge and the growth re-analysis run on the
-    store's maintenance thread (``background.py``), that long after a tenant's first unmerged
-    write, so the writer returns at its commit; ``finish_maintenance()`` runs them now;
-    ``None`` runs them inline after each commit.
-
-    ``defer_vector_indexes`` (the bulk-load mode): no HNSW index or insert during writes;
-    ``build_vector_indexes()`` builds once after the load (vector queries scan exactly
-    meanwhile). ``ef_search`` (default 200, 1..1000): ``hnsw.ef_search`` of a plain vector
-    query, doubled per grant or filter (at most 1,000). ``hnsw_m`` / ``hnsw_ef_construction``
-    (default 24 / 128, pgvector's ranges, ``ef_construction >= 2 * m``): the build of the
-    indexes this store creates (m 32 / 200 for a million rows and more). docs/operations.md,
-    "Bulk loads" and "Sizing", has the measurements behind each.
+    Write settings (docs/operations.md, "Bulk loads" and "Sizing", measures each):
+    ``merge_pending_lists`` (default on; N: per N rows; ``False``: autovacuum) merges the GIN
+    pending lists of ``records`` after a write, on the store's maintenance thread
+    ``maintenance_delay`` seconds later (default 1.0; ``None``: inline after each commit;
+    ``finish_maintenance()``: now), with the growth re-analysis. ``parallel_vector_rows``
+    (default 32; ``None``: never): an add of that many rows writes its vectors on a second
+    connection beside its records (``vector_writes.py``). ``defer_vector_indexes``: no HNSW
+    index or insert until ``build_vector_indexes()``. ``ef_search`` (default 200, 1..1000):
+    ``hnsw.ef_search`` of a plain vector query, doubled per grant or filter (at most 1,000).
+    ``hnsw_m`` / ``hnsw_ef_construction`` (default 24 / 128, pgvector's ranges,
+    ``ef_construction >= 2 * m``): the build of the indexes this store creates.
     """
 
     provider = "postgres"
@@ -134,6 +124,7 @@ class PostgresStore(StoreMaintenance):
         partitions: int | None = None,
         merge_pending_lists: bool | int = True,
         maintenance_delay: float | None = DEFAULT_MAINTENANCE_DELAY,
+        parallel_vector_rows: int | None = DEFAULT_PARALLEL_VECTOR_ROWS,
         defer_vector_indexes: bool = False,
         ef_search: int = DEFAULT_EF_SEARCH,
         hnsw_m: int = HNSW_M,
@@ -144,7 +135,6 @@ class PostgresStore(StoreMaintenance):
         self._partitions = validate_partitions(partitions)
         build = HnswBuild(hnsw_m, hnsw_ef_construction)
         merge_every = validate_merge_every(merge_pending_lists)
-        delay = validate_maintenance_delay(maintenance_delay)
         super().__init__(
             url_or_engine,
             schema=schema,
@@ -152,15 +142,16 @@ class PostgresStore(StoreMaintenance):
             replica_fallback=replica_fallback,
             replica_wait=replica_wait,
         )
-        self._indexes = VectorIndexes(
-            self._schema,
-            self._s,
-            merge_pending_lists=merge_every,
-            deferred=bool(defer_vector_indexes),
-            build=build,
-        )
-        self._maintenance = (
-            None if delay is None else MaintenanceWorker(self._engine, self._indexes, delay)
+        self._set_up_writes(
+            VectorIndexes(
+                self._schema,
+                self._s,
+                merge_pending_lists=merge_every,
+                deferred=bool(defer_vector_indexes),
+                build=build,
+            ),
+            maintenance_delay=maintenance_delay,
+            parallel_vector_rows=parallel_vector_rows,
         )
         if create:
             self.upgrade()
@@ -205,13 +196,16 @@ class PostgresStore(StoreMaintenance):
                     indexes=self._indexes,
                     track_position=self._replica is not None,
                     maintenance=self._maintenance,
+                    vector_writer=self._vectors,
                 )
                 yield uow
                 if uow.done and uow.position is not None:
                     self._writes.position = uow.position
             finally:
-                if uow is None or not uow.done:
+                if uow is None:
                     conn.rollback()
+                elif not uow.done:
+                    uow.rollback()  # and sweeps the vectors its adds committed ahead
 
     # -- reads -----------------------------------------------------------------------------------
     def current_generation(self, scope: Scope) -> int:

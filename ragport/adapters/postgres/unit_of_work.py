@@ -9,10 +9,13 @@ the unit of work touches a vector (see ``statements``).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from ragport.adapters.postgres import reads, rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
@@ -21,7 +24,8 @@ from ragport.adapters.postgres.indexes import VectorIndexes
 from ragport.adapters.postgres.predicate import scope_params
 from ragport.adapters.postgres.queries import grants_sql
 from ragport.adapters.postgres.reads import RawRead
-from ragport.domain.errors import ValidationError
+from ragport.adapters.postgres.vector_writes import VectorWriter
+from ragport.domain.errors import RagportError, ValidationError
 from ragport.domain.model import Grant, Record, Scope, Tombstone, strongest_tombstone
 from ragport.engine.generations import GenerationSteps
 from ragport.ports.backend import GenerationState
@@ -29,6 +33,18 @@ from ragport.ports.embedder import VectorMatrix
 from ragport.ports.store import check_records_for_add, check_rekey_moves, check_stored_ids
 
 __all__ = ["PostgresUnitOfWork", "read_grants"]
+
+_LOG = logging.getLogger(__name__)
+
+
+def _copy_vectors(
+    cur: Any, uow: PostgresUnitOfWork, keys: Sequence[int], dims: int, matrix: Any
+) -> None:
+    """The binary COPY of an add's vectors on the unit of work's own connection."""
+    with cur.copy(statements.copy_vectors(uow.s)) as copy:
+        copy.set_types(rows.VECTOR_COPY_TYPES)
+        for key, vector in zip(keys, matrix, strict=True):
+            copy.write_row(rows.vector_row(uow.scope, key, dims, vector))
 
 
 class _Records:
@@ -52,7 +68,7 @@ class _Records:
             ).all()
             check_stored_ids(records, owners)
             dims = int(matrix.shape[1])
-            uow.indexes.ensure(conn, dims)
+            created = uow.indexes.ensure(conn, dims)
             keys = [
                 int(row.k)
                 for row in conn.execute(
@@ -67,28 +83,51 @@ class _Records:
                 and all(r.retired_generation is None for r in records)
                 else None
             )
+            # The vectors on a second connection, beside the records (vector_writes.py),
+            # unless this add is small, created the index, or follows a vector delete.
+            writer = uow.vector_writer
+            job = (
+                writer.start(conn, uow.scope, keys, dims, matrix)
+                if writer is not None
+                and writer.wants(len(records))
+                and not created
+                and not uow.indexes.deferred
+                and not uow.deleted_vectors
+                else None
+            )
+            # One savepoint for the add: a failure of either connection undoes its records.
             with conn.begin_nested():
-                dbapi = driver_connection(conn)
-                with dbapi.cursor() as cur:
-                    with cur.copy(statements.copy_records(uow.s)) as copy:
-                        copy.set_types(rows.COPY_TYPES)
-                        for record, key in zip(records, keys, strict=True):
-                            copy.write_row(rows.copy_row(uow.scope, record, key, batch))
-                    with cur.copy(statements.copy_vectors(uow.s)) as copy:
-                        copy.set_types(rows.VECTOR_COPY_TYPES)
-                        for key, vector in zip(keys, matrix, strict=True):
-                            copy.write_row(rows.vector_row(uow.scope, key, dims, vector))
+                try:
+                    dbapi = driver_connection(conn)
+                    with dbapi.cursor() as cur:
+                        with cur.copy(statements.copy_records(uow.s)) as copy:
+                            copy.set_types(rows.COPY_TYPES)
+                            for record, key in zip(records, keys, strict=True):
+                                copy.write_row(rows.copy_row(uow.scope, record, key, batch))
+                        if job is None:
+                            _copy_vectors(cur, uow, keys, dims, matrix)
+                    conn.execute(
+                        text(statements.added_stats(uow.s)),
+                        scope_params(
+                            uow.scope,
+                            ids=[r.id for r in records],
+                            gens=[r.generation for r in records],
+                            b=batch,
+                        ),
+                    )
+                finally:
+                    if job is not None:
+                        uow.vector_jobs.append(job.first_key)
+                        job.wait()  # never leave the vectors' connection running past the add
+                if job is not None and writer is not None:
+                    job.result()
+                    if job.timed_out:  # the second connection gave up a lock wait: serially
+                        with driver_connection(conn).cursor() as cur:
+                            _copy_vectors(cur, uow, keys, dims, matrix)
+                    else:
+                        writer.committed(conn, uow.scope, job)
             uow.gin_rows += len(records)
             uow.rows_written += len(records)
-            conn.execute(
-                text(statements.added_stats(uow.s)),
-                scope_params(
-                    uow.scope,
-                    ids=[r.id for r in records],
-                    gens=[r.generation for r in records],
-                    b=batch,
-                ),
-            )
 
     def list_by_source(self, source_id: str) -> Sequence[Record]:
         uow = self._uow
@@ -199,10 +238,12 @@ class _Records:
         return sum(list(row.lineage).count(from_id) for row in found)
 
     def purge_source(self, source_id: str) -> int:
+        self._uow.deleted_vectors = True
         sql = statements.delete_records(self._uow.s, statements.PURGE_SOURCE)
         return self._count(sql, "purge source", src=source_id)
 
     def discard_above(self, generation: int) -> int:
+        self._uow.deleted_vectors = True
         sql = statements.delete_records(self._uow.s, statements.DISCARD_ABOVE)
         return self._count(sql, g=generation)
 
@@ -213,6 +254,7 @@ class _Records:
 
     def purge_retired(self, through: int) -> int:
         uow = self._uow
+        uow.deleted_vectors = True
         sql = statements.delete_records(uow.s, statements.PURGE_RETIRED)
         purged = self._count(sql, g=through)
         fold = min(through, uow.pointer)
@@ -339,6 +381,7 @@ class PostgresUnitOfWork:
         indexes: VectorIndexes,
         track_position: bool = False,
         maintenance: MaintenanceWorker | None = None,
+        vector_writer: VectorWriter | None = None,
     ):
         self.scope = scope
         self.track_position = track_position
@@ -349,6 +392,12 @@ class PostgresUnitOfWork:
         self.indexes = indexes
         # After-commit merges and re-analyses: on this worker's thread, or inline (None).
         self.maintenance = maintenance
+        # Adds of many rows write their vectors on a second connection (vector_writes.py):
+        # the first keys of those adds (swept if this unit of work does not commit), and
+        # whether a statement of this transaction deleted vector rows (then adds are serial).
+        self.vector_writer = vector_writer
+        self.vector_jobs: list[int] = []
+        self.deleted_vectors = False
         self.counter, self.pointer, self.floor = (
             int(state.counter),
             int(state.pointer),
@@ -395,3 +444,23 @@ class PostgresUnitOfWork:
         if not self.done:
             self.conn.rollback()
             self.done = True
+            self.sweep_vectors()
+
+    def sweep_vectors(self) -> None:
+        """After a rollback: delete the vectors this unit of work's adds committed ahead of
+        their records (its advisory locks went with the transaction). Logged, not raised, on
+        failure: the vectors are invisible, and the next sweep takes them."""
+        if not self.vector_jobs or self.vector_writer is None:
+            return
+        self.vector_jobs = []
+        try:
+            self.vector_writer.sweep(self.conn)
+        except RagportError as exc:
+            with contextlib.suppress(SQLAlchemyError):
+                self.conn.rollback()
+            _LOG.warning(
+                "ragport: deleting the vectors of a rolled-back write in %s failed (SQLSTATE "
+                "%s); they are invisible, and the next sweep deletes them",
+                self.vector_writer.schema,
+                getattr(exc, "sqlstate", None) or "unknown",
+            )
