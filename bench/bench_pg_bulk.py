@@ -5,7 +5,12 @@
 variant into a fresh schema of one embedded server, one after the other in one run:
 
 - ``default``: the store as shipped (HNSW m 24, ef_construction 128, present from the first
-  write; the GIN pending lists merged after each commit);
+  write; each add's vectors on a second connection beside its records; the GIN pending lists
+  merged on the store's maintenance thread 1 s after a write);
+- ``one connection``: ``parallel_vector_rows=None`` (the vectors copied by the unit of work
+  itself, the merge still on the maintenance thread);
+- ``inline``: ``parallel_vector_rows=None, maintenance_delay=None``: the write path before
+  both (one connection, the merge and re-analysis after each commit, on the writer's path);
 - ``no merge``: ``merge_pending_lists=False`` (the merge left to autovacuum);
 - ``merge 1000``: ``merge_pending_lists=1000`` (one merge per 1,000 rows written);
 - ``m16``: the previous HNSW parameters, pgvector's defaults (m 16, ef_construction 64);
@@ -13,7 +18,8 @@ variant into a fresh schema of one embedded server, one after the other in one r
 - ``deferred``: the bulk-load mode, ``defer_vector_indexes=True``: no HNSW during the load,
   then ``build_vector_indexes(build_memory="1GB")`` once (its time counted in).
 
-Rows/s of each and its ratio to ``default``. Run: .venv/bin/python bench/bench_pg_bulk.py
+Rows/s of each and its ratio to ``default``, and the p50 of 30 hybrid queries right after
+each load (the merge's gain: a reader scans unmerged GIN pending lists entry by entry). Run: .venv/bin/python bench/bench_pg_bulk.py
 [--rows N] [--quick]
 """
 
@@ -27,14 +33,20 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+import numpy as np
 import pg_corpus as bp
 from _results import figure, note_postgres, ratio, target, write_result
 
-from ragport import replace_source
+from ragport import RetrievalRequest, replace_source, retrieve_context
 from ragport.adapters.postgres import PostgresStore, embedded_server
 
-VARIANTS = ("default", "no merge", "merge 1000", "m16", "m32", "deferred")
+N_QUERIES = 30
+VARIANTS = (
+    "default", "one connection", "inline", "no merge", "merge 1000", "m16", "m32", "deferred"
+)  # fmt: skip
 OPTIONS: dict[str, dict[str, Any]] = {
+    "one connection": {"parallel_vector_rows": None},
+    "inline": {"parallel_vector_rows": None, "maintenance_delay": None},
     "no merge": {"merge_pending_lists": False},
     "merge 1000": {"merge_pending_lists": 1000},
     "m16": {"hnsw_m": 16, "hnsw_ef_construction": 64},
@@ -43,8 +55,11 @@ OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
-def load(url: str, corpus: bp.Corpus, emb: bp.PrecomputedEmbedder, variant: str) -> float:
-    """Seconds to load ``corpus`` in ``variant``, the deferred build included."""
+def load(
+    url: str, corpus: bp.Corpus, emb: bp.PrecomputedEmbedder, variant: str
+) -> tuple[float, float]:
+    """Seconds to load ``corpus`` in ``variant``, the deferred build included, and the p50
+    (ms) of hybrid queries right after it (what unmerged GIN pending lists cost a reader)."""
     schema = "bulk_" + variant.replace(" ", "_")
     store = PostgresStore(url, schema=schema, create=True, **OPTIONS.get(variant, {}))
     start = time.perf_counter()
@@ -57,15 +72,34 @@ def load(url: str, corpus: bp.Corpus, emb: bp.PrecomputedEmbedder, variant: str)
             scope=bp.SCOPE,
             batch_size=128,
         )
+    store.finish_maintenance()  # the load's last merge counts in its time
     loaded = time.perf_counter() - start
     built = store.build_vector_indexes(build_memory="1GB")
     seconds = time.perf_counter() - start
+    hybrid = hybrid_p50(store, corpus, emb)
     store.engine.dispose()
     bp.log(
         f"{variant}: {len(corpus.texts) / seconds:,.0f} rows/s ({seconds:.0f} s; rows "
         f"{loaded:.0f} s, index build {seconds - loaded:.0f} s{' for ' + str(built) if built else ''})"
+        f"; hybrid p50 right after it {hybrid:.1f} ms"
     )
-    return seconds
+    return seconds, hybrid
+
+
+def hybrid_p50(store: PostgresStore, corpus: bp.Corpus, emb: bp.PrecomputedEmbedder) -> float:
+    """p50 (ms) of 30 hybrid ``retrieve_context(lexical="fts")`` calls of four corpus words
+    each, right after the load (before autovacuum has merged what the writer left)."""
+    rng = np.random.default_rng(bp.SEED + 7)
+    picks = rng.integers(0, len(corpus.texts), N_QUERIES)
+    queries = [" ".join(corpus.texts[p].split()[2:6]) for p in picks]
+    emb.add(queries, corpus.vectors[picks])
+    request = RetrievalRequest(top_k=bp.TOP_K, query_candidates=20, lexical="fts")
+    times = []
+    for q in queries:
+        t0 = time.perf_counter()
+        retrieve_context(q, embedder=emb, store=store, scope=bp.SCOPE, request=request)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(times))
 
 
 def main() -> None:
@@ -79,11 +113,17 @@ def main() -> None:
     emb.add(corpus.texts, corpus.vectors)
     with tempfile.TemporaryDirectory() as data, embedded_server(Path(data)) as url:
         note_postgres(url)
-        seconds = {v: load(url, corpus, emb, v) for v in VARIANTS}
+        measured = {v: load(url, corpus, emb, v) for v in VARIANTS}
+    seconds = {v: m[0] for v, m in measured.items()}
     figures: dict[str, dict[str, object]] = {}
     for variant, s in seconds.items():
         key = variant.replace(" ", "_")
         figures[f"{key}_rps"] = figure(f"{variant}: rows/s, {rows:,} rows", "rows/s", rows / s)
+    for variant, (_, hybrid) in measured.items():
+        key = variant.replace(" ", "_")
+        figures[f"{key}_hybrid_p50"] = figure(
+            f"{variant}: hybrid p50 right after the load", "ms", hybrid
+        )
     for variant in VARIANTS[1:]:
         key = variant.replace(" ", "_")
         figures[f"{key}_ratio"] = ratio(

@@ -522,6 +522,8 @@ def run(
             log(f"delete_source statement: {statement}")
     finally:
         if store is not None:
+            with contextlib.suppress(Exception):
+                store.finish_maintenance()  # before the schemas (and the server) go
             store.engine.dispose()
         with contextlib.suppress(Exception), raw_connection(url) as conn:
             for schema in (rp_schema, copy_schema):

@@ -120,9 +120,11 @@ def _drop_schema(url: str, schema: str) -> bool:
     from sqlalchemy import text
 
     from ragport.adapters.postgres._driver import make_engine
+    from ragport.adapters.postgres.background import finish_all
     from ragport.adapters.postgres.schema import quote_schema, validate_schema_name
 
     name = validate_schema_name(schema)
+    finish_all(timeout=30)  # merges scheduled for the schema run before it goes
     engine = make_engine(url)
     try:
         with engine.begin() as conn:

@@ -10,6 +10,7 @@ requiring an injected parser (it never imports an adapter), the wiring supplies 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -245,6 +246,10 @@ def postgres_url(url: str | None) -> Iterator[str]:
 
 
 def _dispose(store: Any) -> None:
+    finish = getattr(store, "finish_maintenance", None)
+    if finish is not None:
+        with contextlib.suppress(RagportError):  # the writes committed; it only logs
+            finish()
     store.engine.dispose()
     if store.read_engine is not None:
         store.read_engine.dispose()

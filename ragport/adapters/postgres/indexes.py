@@ -337,6 +337,8 @@ class VectorIndexes:
                 {"name": f"{self._s}.records"},
             ).scalars()
             kept = [n for n in names if n not in UNPLANNED_COLUMNS]
+            if not kept:  # the table is gone (a dropped schema): nothing to analyse
+                return
             columns = " (" + ", ".join('"' + n.replace('"', '""') + '"' for n in kept) + ")"
         # Statistics lost to a crash are only stale ones: no need to wait for the WAL flush.
         conn.execute(text("SET LOCAL synchronous_commit = off"))
