@@ -32,6 +32,7 @@ EXPECTED_TABLES = {
     "record_vectors",
     "lexical_batches",
     "live_ids",
+    "vector_writes",
 }
 
 

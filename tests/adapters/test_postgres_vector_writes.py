@@ -150,6 +150,29 @@ def test_a_records_failure_after_the_vectors_committed_undoes_both(
     assert _counts(pg_engine, pg_schema) == (0, 0, 0, 0)
 
 
+def test_a_host_that_commits_after_a_failed_add_leaves_no_vector(
+    store, jobs, pg_engine, pg_schema, monkeypatch
+):
+    """The add fails after its vectors committed (the statistics statement), the host
+    catches the error and commits the rest of the unit of work: the failed add's vectors
+    are swept by that commit, the other source's rows stay whole."""
+    real = statements.added_stats
+    scope = _scope()
+    with store.unit_of_work(scope) as uow:
+        staged = uow.generations.stage()
+        good = make_batch(scope, "good", TEXTS, generation=staged)
+        uow.records.add(good.records, good.vectors)
+        monkeypatch.setattr(statements, "added_stats", lambda s: "SELECT 1 FROM no_such_table")
+        bad = make_batch(scope, "bad", TEXTS, generation=staged)
+        with pytest.raises(StoreError):
+            uow.records.add(bad.records, bad.vectors)
+        monkeypatch.setattr(statements, "added_stats", real)
+        uow.generations.publish(staged)
+        uow.commit()
+    assert len(jobs) == 2
+    assert _counts(pg_engine, pg_schema) == (12, 12, 0, 0)
+
+
 def test_a_vectors_failure_undoes_the_records(store, jobs, pg_engine, pg_schema, monkeypatch):
     """The second connection fails (its COPY names no table): the add raises its typed
     error in the writer's thread, and the unit of work commits nothing."""

@@ -118,7 +118,10 @@ class _Records:
                 finally:
                     if job is not None:
                         uow.vector_jobs.append(job.first_key)
-                        job.wait()  # never leave the vectors' connection running past the add
+                        # Never leave the vectors' connection running past the add; until
+                        # the marker is deleted below, a commit would leave them to a sweep.
+                        uow.unswept = True
+                        job.wait()
                 if job is not None and writer is not None:
                     job.result()
                     if job.timed_out:  # the second connection gave up a lock wait: serially
@@ -126,6 +129,7 @@ class _Records:
                             _copy_vectors(cur, uow, keys, dims, matrix)
                     else:
                         writer.committed(conn, uow.scope, job)
+                    uow.unswept = False
             uow.gin_rows += len(records)
             uow.rows_written += len(records)
 
@@ -398,6 +402,9 @@ class PostgresUnitOfWork:
         self.vector_writer = vector_writer
         self.vector_jobs: list[int] = []
         self.deleted_vectors = False
+        # An add failed after its vectors committed and the host went on to commit: the
+        # marker stayed, so the commit sweeps (its lock went with the transaction).
+        self.unswept = False
         self.counter, self.pointer, self.floor = (
             int(state.counter),
             int(state.pointer),
@@ -426,6 +433,8 @@ class PostgresUnitOfWork:
                 )
                 self.conn.commit()
         self.done = True
+        if self.unswept:
+            self.sweep_vectors()
         tenant, indexes = self.scope.tenant_id, self.indexes
         if self.maintenance is None:  # inline (maintenance_delay=None)
             if self.gin_rows:
@@ -447,9 +456,10 @@ class PostgresUnitOfWork:
             self.sweep_vectors()
 
     def sweep_vectors(self) -> None:
-        """After a rollback: delete the vectors this unit of work's adds committed ahead of
-        their records (its advisory locks went with the transaction). Logged, not raised, on
-        failure: the vectors are invisible, and the next sweep takes them."""
+        """After a rollback (or a commit that followed a failed add): delete the vectors this
+        unit of work's adds committed ahead of records that never committed (its advisory
+        locks went with the transaction). Logged, not raised, on failure: the vectors are
+        invisible, and the next sweep takes them."""
         if not self.vector_jobs or self.vector_writer is None:
             return
         self.vector_jobs = []
