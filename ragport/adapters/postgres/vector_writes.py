@@ -47,6 +47,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.pool import NullPool, QueuePool
 
@@ -181,11 +182,18 @@ class VectorJob:
                     ),
                     scope_params(scope, k=self.first_key, keys=self._keys),
                 )
-                cur = driver_connection(conn).cursor()
-                with cur, cur.copy(statements.copy_vectors(writer.s)) as copy:
-                    copy.set_types(rows.VECTOR_COPY_TYPES)
-                    for key, vector in zip(self._keys, self._matrix, strict=True):
-                        copy.write_row(rows.vector_row(scope, key, self._dims, vector))
+                dbapi = driver_connection(conn)
+                try:
+                    with dbapi.cursor() as cur, cur.copy(statements.copy_vectors(writer.s)) as copy:
+                        copy.set_types(rows.VECTOR_COPY_TYPES)
+                        for key, vector in zip(self._keys, self._matrix, strict=True):
+                            copy.write_row(rows.vector_row(scope, key, self._dims, vector))
+                except psycopg.Error:
+                    # Straight on psycopg, past SQLAlchemy's disconnect detection: a
+                    # connection that lost its server must not go back into the pool.
+                    if dbapi.closed or dbapi.broken:
+                        conn.invalidate()
+                    raise
                 conn.commit()
         except BaseException as exc:  # handed to the unit of work's thread by ``result``
             if getattr(exc, "sqlstate", None) == "55P03":
