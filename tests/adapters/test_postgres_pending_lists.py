@@ -455,3 +455,34 @@ def test_maintenance_delay_is_none_or_seconds(pg_engine, pg_schema, bad):
     with pytest.raises(ValidationError) as caught:
         PostgresStore(pg_engine, schema=pg_schema, maintenance_delay=bad)
     assert caught.value.field == "maintenance_delay"
+
+
+def test_the_maintenance_thread_ends_when_idle_and_the_next_write_starts_another(
+    pg_engine, pg_schema
+):
+    """An idle store holds no thread: after ``IDLE_SECONDS`` without work the thread ends,
+    and the next write starts a new one, whose merge leaves nothing pending. If this fails,
+    check ``MaintenanceWorker._take``'s idle exit and ``schedule``."""
+    from ragport.adapters.postgres import background
+
+    store = PostgresStore(
+        pg_engine, schema=pg_schema, create=True, text_search_config="simple",
+        maintenance_delay=0.1,
+    )  # fmt: skip
+    worker = store._maintenance
+    assert worker is not None
+    scope = _scope()
+    _seed(store, scope)
+    first = worker._thread
+    assert first is not None
+    deadline = time.monotonic() + background.IDLE_SECONDS + 10
+    while worker._thread is not None:
+        assert time.monotonic() < deadline, "the idle thread never ended"
+        time.sleep(0.1)
+    assert not first.is_alive() or first.join(5) is None
+    assert not first.is_alive()
+    _add(store, scope)
+    assert worker._thread is not None and worker._thread is not first
+    store.finish_maintenance()
+    with pg_engine.connect() as conn:
+        assert _pending_pages(conn, pg_schema) == 0
