@@ -6,7 +6,8 @@ variant into a fresh schema of one embedded server, one after the other in one r
 
 - ``default``: the store as shipped (HNSW m 24, ef_construction 128, present from the first
   write; each add's vectors on a second connection beside its records; the GIN pending lists
-  merged on the store's maintenance thread 1 s after a write);
+  merged on the store's maintenance thread 2 s after a write; the 50k run in
+  RESULTS.md was made with the earlier default of 1 s);
 - ``one connection``: ``parallel_vector_rows=None`` (the vectors copied by the unit of work
   itself, the merge still on the maintenance thread);
 - ``inline``: ``parallel_vector_rows=None, maintenance_delay=None``: the write path before

@@ -383,7 +383,7 @@ def test_merge_pending_lists_by_hand_raises_for_a_role_without_execute(
 
 
 def test_the_default_merges_on_the_maintenance_thread_after_the_delay(pg_engine, pg_schema):
-    """``maintenance_delay`` (default 1 s): the write returns with its entries still pending
+    """``maintenance_delay`` (default 2 s): the write returns with its entries still pending
     (the merge is not on the writer's path), and the store's maintenance thread merges them
     by itself once the delay is over, with no call from the host. A store with a long delay
     keeps them pending until ``finish_maintenance()`` runs the merge at once. If this fails,

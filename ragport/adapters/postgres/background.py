@@ -3,7 +3,7 @@
 A write that added rows leaves GIN entries pending (``VectorIndexes.merge_pending``) and may
 bring ``records`` to its next re-analysis (``analyze_after_commit``). Both run after the
 commit and neither decides what the write did, so with ``PostgresStore(maintenance_delay=
-seconds)`` (the default, 1 s) they leave the writer's path: the writer hands the tenant to a
+seconds)`` (the default, 2 s) they leave the writer's path: the writer hands the tenant to a
 ``MaintenanceWorker`` and returns, and the worker merges it, on a connection of its own,
 ``delay`` seconds after the tenant's first unmerged write. Writes committed meanwhile are
 merged at once (one merge of many writes moves each common key's postings once, not once per
@@ -44,7 +44,7 @@ __all__ = [
 
 _LOG = logging.getLogger(__name__)
 
-DEFAULT_MAINTENANCE_DELAY = 1.0
+DEFAULT_MAINTENANCE_DELAY = 2.0
 """Seconds from a tenant's first unmerged write to the worker's merge (``PostgresStore``)."""
 MAX_MAINTENANCE_DELAY = 60.0
 IDLE_SECONDS = 2.0

@@ -99,7 +99,7 @@ class PostgresStore(StoreMaintenance):
     Write settings (docs/operations.md, "Bulk loads" and "Sizing", measures each):
     ``merge_pending_lists`` (default on; N: per N rows; ``False``: autovacuum) merges the GIN
     pending lists of ``records`` after a write, on the store's maintenance thread
-    ``maintenance_delay`` seconds later (default 1.0; ``None``: inline after each commit;
+    ``maintenance_delay`` seconds later (default 2.0; ``None``: inline after each commit;
     ``finish_maintenance()``: now), with the growth re-analysis. ``parallel_vector_rows``
     (default 32; ``None``: never): an add of that many rows writes its vectors on a second
     connection beside its records (``vector_writes.py``). ``defer_vector_indexes``: no HNSW
