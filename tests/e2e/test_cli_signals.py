@@ -62,20 +62,23 @@ def test_ingest_into_a_closed_pipe_finishes_every_file(corpus):
 @pytest.mark.slow
 def test_ctrl_c_during_ingest_exits_130_quietly_and_a_rerun_finishes(corpus):
     files, sources, ingest = corpus
-    root = files(150)
+    # 600 files: with the GIN merge off the writer's path (the maintenance thread) writes
+    # got faster, and a run of 150 small files once ended before the signal arrived (a
+    # clean-clone run of .ci/run, two test workers busy).
+    root = files(600)
     proc = ingest(root)
     assert proc.stdout is not None
     proc.stdout.readline()  # the first file is done: the run is under way
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    # 149 files are left when the signal is sent; a run that finished first is a failure to
+    # Most files are left when the signal is sent; a run that finished first is a failure to
     # see (raise the file count), not a pass.
     assert proc.returncode != EXIT_OK, "the run finished before the signal arrived"
     assert proc.returncode == EXIT_INTERRUPTED, err
     assert b"Traceback" not in err and b"interrupted" in err
     done = len(sources())
-    assert 1 <= done < 150
+    assert 1 <= done < 600
     rerun = ingest(root)
     _, err = rerun.communicate(timeout=300)
     assert rerun.returncode == EXIT_OK, err
-    assert len(sources()) == 150
+    assert len(sources()) == 600
