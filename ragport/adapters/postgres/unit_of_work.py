@@ -24,7 +24,7 @@ from ragport.adapters.postgres.indexes import VectorIndexes
 from ragport.adapters.postgres.predicate import scope_params
 from ragport.adapters.postgres.queries import grants_sql
 from ragport.adapters.postgres.reads import RawRead
-from ragport.adapters.postgres.vector_writes import VectorWriter
+from ragport.adapters.postgres.vector_writes import VectorWriter, copy_vectors
 from ragport.domain.errors import RagportError, ValidationError
 from ragport.domain.model import Grant, Record, Scope, Tombstone, strongest_tombstone
 from ragport.engine.generations import GenerationSteps
@@ -35,16 +35,6 @@ from ragport.ports.store import check_records_for_add, check_rekey_moves, check_
 __all__ = ["PostgresUnitOfWork", "read_grants"]
 
 _LOG = logging.getLogger(__name__)
-
-
-def _copy_vectors(
-    cur: Any, uow: PostgresUnitOfWork, keys: Sequence[int], dims: int, matrix: Any
-) -> None:
-    """The binary COPY of an add's vectors on the unit of work's own connection."""
-    with cur.copy(statements.copy_vectors(uow.s)) as copy:
-        copy.set_types(rows.VECTOR_COPY_TYPES)
-        for key, vector in zip(keys, matrix, strict=True):
-            copy.write_row(rows.vector_row(uow.scope, key, dims, vector))
 
 
 class _Records:
@@ -105,7 +95,7 @@ class _Records:
                             for record, key in zip(records, keys, strict=True):
                                 copy.write_row(rows.copy_row(uow.scope, record, key, batch))
                         if job is None:
-                            _copy_vectors(cur, uow, keys, dims, matrix)
+                            copy_vectors(cur, uow.s, uow.scope, keys, dims, matrix)
                     conn.execute(
                         text(statements.added_stats(uow.s)),
                         scope_params(
@@ -117,7 +107,7 @@ class _Records:
                     )
                 finally:
                     if job is not None:
-                        uow.vector_jobs.append(job.first_key)
+                        uow.wrote_ahead = True
                         # Never leave the vectors' connection running past the add; until
                         # the marker is deleted below, a commit would leave them to a sweep.
                         uow.unswept = True
@@ -126,7 +116,7 @@ class _Records:
                     job.result()
                     if job.timed_out:  # the second connection gave up a lock wait: serially
                         with driver_connection(conn).cursor() as cur:
-                            _copy_vectors(cur, uow, keys, dims, matrix)
+                            copy_vectors(cur, uow.s, uow.scope, keys, dims, matrix)
                     else:
                         writer.committed(conn, uow.scope, job)
                     uow.unswept = False
@@ -397,10 +387,10 @@ class PostgresUnitOfWork:
         # After-commit merges and re-analyses: on this worker's thread, or inline (None).
         self.maintenance = maintenance
         # Adds of many rows write their vectors on a second connection (vector_writes.py):
-        # the first keys of those adds (swept if this unit of work does not commit), and
+        # whether one did (its vectors are swept if this unit of work does not commit), and
         # whether a statement of this transaction deleted vector rows (then adds are serial).
         self.vector_writer = vector_writer
-        self.vector_jobs: list[int] = []
+        self.wrote_ahead = False
         self.deleted_vectors = False
         # An add failed after its vectors committed and the host went on to commit: the
         # marker stayed, so the commit sweeps (its lock went with the transaction).
@@ -460,9 +450,9 @@ class PostgresUnitOfWork:
         unit of work's adds committed ahead of records that never committed (its advisory
         locks went with the transaction). Logged, not raised, on failure: the vectors are
         invisible, and the next sweep takes them."""
-        if not self.vector_jobs or self.vector_writer is None:
+        if not self.wrote_ahead or self.vector_writer is None:
             return
-        self.vector_jobs = []
+        self.wrote_ahead = False
         try:
             self.vector_writer.sweep(self.conn)
         except RagportError as exc:

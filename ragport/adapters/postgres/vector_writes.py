@@ -62,6 +62,7 @@ __all__ = [
     "DEFAULT_PARALLEL_VECTOR_ROWS",
     "VectorJob",
     "VectorWriter",
+    "copy_vectors",
     "validate_parallel_vector_rows",
     "vector_writes_sql",
 ]
@@ -127,6 +128,17 @@ def vector_writes_sql(s: str) -> Sequence[str]:
     )
 
 
+def copy_vectors(
+    cur: psycopg.Cursor[Any], s: str, scope: Scope, keys: Sequence[int], dims: int, matrix: Any
+) -> None:
+    """The binary COPY of an add's vectors into ``record_vectors`` under ``keys``, on
+    ``cur``'s connection (the second connection's, or the unit of work's when serial)."""
+    with cur.copy(statements.copy_vectors(s)) as copy:
+        copy.set_types(rows.VECTOR_COPY_TYPES)
+        for key, vector in zip(keys, matrix, strict=True):
+            copy.write_row(rows.vector_row(scope, key, dims, vector))
+
+
 def _lock_space(schema: str) -> int:
     """The first half of the two-int advisory lock key of this schema's vector writes."""
     value = zlib.crc32(f"ragport:{schema}:vector-writes".encode())
@@ -184,10 +196,8 @@ class VectorJob:
                 )
                 dbapi = driver_connection(conn)
                 try:
-                    with dbapi.cursor() as cur, cur.copy(statements.copy_vectors(writer.s)) as copy:
-                        copy.set_types(rows.VECTOR_COPY_TYPES)
-                        for key, vector in zip(self._keys, self._matrix, strict=True):
-                            copy.write_row(rows.vector_row(scope, key, self._dims, vector))
+                    with dbapi.cursor() as cur:
+                        copy_vectors(cur, writer.s, scope, self._keys, self._dims, self._matrix)
                 except psycopg.Error:
                     # Straight on psycopg, past SQLAlchemy's disconnect detection: a
                     # connection that lost its server must not go back into the pool.
@@ -223,14 +233,14 @@ class VectorWriter:
         self.engine = engine
         self.schema = schema
         self.s = s
-        self.threshold = threshold
         self._space = _lock_space(schema)
-        self._slots = threading.BoundedSemaphore(max(1, _pool_slots(engine)))
-        self._enabled = threshold is not None and _pool_slots(engine) > 0
+        slots = _pool_slots(engine)
+        self._slots = threading.BoundedSemaphore(max(1, slots))
+        self._threshold = threshold if slots > 0 else None  # no slot ever: always serial
 
     def wants(self, rows_: int) -> bool:
         """Whether an add of ``rows_`` rows should write its vectors beside its records."""
-        return self._enabled and self.threshold is not None and rows_ >= self.threshold
+        return self._threshold is not None and rows_ >= self._threshold
 
     def start(
         self, conn: Connection, scope: Scope, keys: Sequence[int], dims: int, matrix: VectorMatrix
