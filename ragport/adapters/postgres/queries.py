@@ -133,23 +133,32 @@ def vector_leg(
     """``(leg, order)``: the nearest ``limit`` rows of ``dims`` dimensions to ``:q`` that pass
     ``where`` (``RECORD_COLUMNS`` and ``distance``), and its ORDER BY ... LIMIT clause.
 
-    The vectors are in ``record_vectors`` (HNSW there). By default the HNSW walk checks each
-    candidate's record (``_nearest``) and the chosen keys are joined back for the columns.
+    The vectors are in ``record_vectors`` (HNSW there). By default each candidate of the HNSW
+    walk is looked up in ``records`` once, by a LATERAL subquery that checks ``where`` and
+    returns the columns: ``OFFSET 0`` keeps the planner from flattening it into a join, so
+    ``records`` can never be the outer side, the walk is the only ordered path, and pgvector's
+    iterative scan keeps producing candidates until ``LIMIT`` rows passed (one ``records``
+    probe per candidate; the scalar-subquery filter this replaced probed each hit twice).
     ``joined=True`` (a metadata filter) writes a plain join instead, so the planner may also
     start from the records the filter's GIN index finds and rank them exactly."""
     order = f"ORDER BY v.embedding::vector({dims}) <=> :q LIMIT {int(limit)}"
+    scope = (
+        "WHERE v.tenant_id = :t AND v.resource_id = :r "
+        f"AND v.corpus_id = :c AND v.dimensions = {dims}"
+    )
     if joined:
         leg = (
             f"SELECT {R_COLUMNS}, (v.embedding::vector({dims}) <=> :q) AS distance "
             f"FROM {s}.record_vectors v JOIN {s}.records r ON r.tenant_id = v.tenant_id "
             "AND r.resource_id = v.resource_id AND r.corpus_id = v.corpus_id "
-            "AND r.row_key = v.row_key WHERE v.tenant_id = :t AND v.resource_id = :r "
-            f"AND v.corpus_id = :c AND v.dimensions = {dims} AND {where} {order}"
+            f"AND r.row_key = v.row_key {scope} AND {where} {order}"
         )
         return leg, order
     leg = (
-        f"SELECT {R_COLUMNS}, x.distance FROM ({_nearest(s, dims, order, where)}) x "
-        f"JOIN {s}.records r ON {RSCOPE} AND r.row_key = x.row_key"
+        f"SELECT {R_COLUMNS}, (v.embedding::vector({dims}) <=> :q) AS distance "
+        f"FROM {s}.record_vectors v CROSS JOIN LATERAL (SELECT {RECORD_COLUMNS} "
+        f"FROM {s}.records r WHERE {where} AND r.row_key = v.row_key OFFSET 0) r "
+        f"{scope} {order}"
     )
     return leg, order
 
