@@ -10,6 +10,7 @@ everything else is a bind parameter.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from ragport.adapters.postgres.predicate import (
@@ -17,6 +18,7 @@ from ragport.adapters.postgres.predicate import (
     SCOPE,
     VISIBLE,
     pointer_cte,
+    predicate,
     predicate_ctes,
 )
 from ragport.adapters.postgres.rows import R_COLUMNS, RECORD_COLUMNS
@@ -34,6 +36,7 @@ __all__ = [
     "forgotten_sql",
     "grants_sql",
     "lexical_sql",
+    "plain_vector_sql",
     "source_sql",
     "tsquery",
     "vector_leg",
@@ -166,12 +169,15 @@ def vector_leg(
 def vector_sql(s: str, leg: str, *, guarded: bool) -> str:
     """The vector statement: ``leg`` after ``predicate_ctes``, with the drift guard if asked.
 
-    The drift guard rides along as two index probes: the first and the last (embedder_id,
-    dimensions) of every row of the scope, in index order (NULL ids sort last, so a legacy
-    row without one is the last), compared with (:e, :ed) as ``first_ok`` and ``last_ok``.
-    Both true: no row of the scope, visible or not, can be foreign. Otherwise the exact check
-    (``foreign_rows_sql``) runs as a second statement. A guarded statement answers one row
-    with a NULL id when the leg found nothing.
+    The guarded statement's first column, ``ok``, is false when a row of the scope may be
+    foreign to (:e, :ed); the exact check (``foreign_rows_sql``) then runs as a second
+    statement. When the scope's row claims (:e, :ed) as its sole embedder (``embedders``,
+    migration 12), ``ok`` is true with nothing more read. Otherwise two index probes read
+    the first and the last (embedder_id, dimensions) of every row of the scope, in index
+    order (NULL ids sort last, so a legacy row without one is the last): both equal to
+    (:e, :ed), no row, visible or not, can be foreign. (PostgreSQL runs a subquery of the
+    CASE only when the CASE reaches it.) A guarded statement answers one row with a NULL
+    id when the leg found nothing.
     """
     if not guarded:
         return predicate_ctes(s) + leg
@@ -181,10 +187,20 @@ def vector_sql(s: str, leg: str, *, guarded: bool) -> str:
         "ORDER BY r.embedder_id {o}, r.dimensions {o} LIMIT 1)"
     )
     return (
-        predicate_ctes(s) + f", ek AS (SELECT {probe.format(o='ASC')} AS first_ok, "
-        f"{probe.format(o='DESC')} AS last_ok) "
-        f"SELECT ek.first_ok, ek.last_ok, v.* FROM ek LEFT JOIN LATERAL ({leg}) v ON true"
+        "WITH sc AS (SELECT coalesce(max(x.pointer), 0) AS pointer, "
+        "bool_or(x.sole_embedder = :e AND x.sole_dimensions = :ed) AS sole "
+        f"FROM {s}.scopes x WHERE {SCOPE}) "
+        "SELECT ek.ok, v.* FROM (SELECT CASE WHEN (SELECT sole FROM sc) THEN true "
+        f"ELSE {probe.format(o='ASC')} AND {probe.format(o='DESC')} END AS ok) ek "
+        f"LEFT JOIN LATERAL ({leg}) v ON true"
     )
+
+
+@functools.lru_cache(maxsize=256)
+def plain_vector_sql(s: str, dims: int, limit: int, guarded: bool) -> tuple[str, str]:
+    """``(statement, order)`` of a vector query without grants or a filter (built once)."""
+    leg, order = vector_leg(s, dims, limit, predicate(s, {}, None, None, scalar=True))
+    return vector_sql(s, leg, guarded=guarded), order
 
 
 def vector_top(s: str, dims: int, order: str) -> Callable[[str], str]:

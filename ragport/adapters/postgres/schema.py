@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import Connection, text
 
+from ragport.adapters.postgres.embedders import migration_sql as sole_embedder_sql
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M, merge_function_sql
 from ragport.adapters.postgres.queries import impact_function
 from ragport.adapters.postgres.vector_writes import vector_writes_sql
@@ -489,6 +490,7 @@ MIGRATIONS: dict[int, str] = {
     9: "retirement as a HOT update: live ids in live_ids, records fillfactor 50",
     10: "merge_pending_lists(tenant): writers merge GIN pending lists (SECURITY DEFINER)",
     11: "vector_writes: vectors committed ahead of their records until the records commit",
+    12: "scopes.sole_embedder/sole_dimensions: the drift guard read from the scope's row",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -568,6 +570,7 @@ def upgrade(
         9: lambda: _partitioned(s, _v9(s), layout),
         10: lambda: merge_function_sql(s),
         11: lambda: vector_writes_sql(s),
+        12: lambda: sole_embedder_sql(s),
     }
     # Every migration not recorded yet, in order: one that was released after a later one had
     # been applied still runs (each migration is self-contained).

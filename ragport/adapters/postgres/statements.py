@@ -65,7 +65,10 @@ def touch_scope(s: str) -> str:
 
 def lock_scope(s: str) -> str:
     """Read and lock the scope's row: writers of one scope are serialized."""
-    return f"SELECT counter, pointer, floor FROM {s}.scopes WHERE {SCOPE} FOR UPDATE"
+    return (
+        "SELECT counter, pointer, floor, sole_embedder, sole_dimensions "
+        f"FROM {s}.scopes WHERE {SCOPE} FOR UPDATE"
+    )
 
 
 def save_generations(s: str) -> str:

@@ -156,19 +156,17 @@ class PostgresStore(StoreMaintenance):
         if create:
             self.upgrade()
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            lexical_modes=("fts",),
-            authorization="acl",
-            generations=True,
-            transactions=True,
-            guarded_query=True,
-            preparation=True,
-            generation_history=True,
-            forgotten_lookup=True,
-            borrowed_query=True,  # every read builds fresh records: lending one lends a copy
-        )
+    capabilities: Capabilities = Capabilities(  # frozen: one value serves every call
+        lexical_modes=("fts",),
+        authorization="acl",
+        generations=True,
+        transactions=True,
+        guarded_query=True,
+        preparation=True,
+        generation_history=True,
+        forgotten_lookup=True,
+        borrowed_query=True,  # every read builds fresh records: lending one lends a copy
+    )
 
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self._schema!r})"
@@ -345,21 +343,23 @@ class PostgresStore(StoreMaintenance):
             return guard_only
         dims = int(q.shape[0])
         params = scope_params(scope, q=q)
-        # The pointer and the tombstones enter as scalar subqueries (InitPlans), not joins, so
-        # the HNSW scan filters and projects each row itself (measured: 0.3 ms per query).
-        where = predicate(self._s, params, authorization, metadata_filter, scalar=True)
-        leg, order = queries.vector_leg(self._s, dims, limit, where, joined=bool(metadata_filter))
         if guard is not None:
             params.update(e=guard[0], ed=int(guard[1]))
-        sql = queries.vector_sql(self._s, leg, guarded=guard is not None)
+        if authorization is None and not metadata_filter:
+            sql, order = queries.plain_vector_sql(self._s, dims, limit, guard is not None)
+        else:
+            # The pointer and the tombstones enter as scalar subqueries (InitPlans), not joins.
+            where = predicate(self._s, params, authorization, metadata_filter, scalar=True)
+            joined = bool(metadata_filter)
+            leg, order = queries.vector_leg(self._s, dims, limit, where, joined=joined)
+            sql = queries.vector_sql(self._s, leg, guarded=guard is not None)
         # ``ef_search`` (default 200) for a plain query; filters and grants thin the graph
-        # walk out: search wider then, twice per predicate (measured at 100k
-        # rows: recall@10 with grants alone 0.954 at ef_search 400; with grants and a 0.5%
-        # filter 0.90 at 40, 0.941 at 400, so both together get 800), and let the iterative
-        # scan return rows slightly out of distance order (relaxed_order: 0.944 -> 0.960 with
-        # grants and the 0.5% filter at 800, same latency; the rows are sorted here anyway).
-        # The settings are session-level on the connections ragport uses, sent only when
-        # they change.
+        # walk out: search wider then, twice per predicate (measured at 100k rows: recall@10
+        # with grants alone 0.954 at ef_search 400; with grants and a 0.5% filter 0.90 at 40,
+        # 0.941 at 400, so both together get 800), and let the iterative scan return rows
+        # slightly out of distance order (relaxed_order: 0.944 -> 0.960 with grants and the
+        # 0.5% filter at 800, same latency; the rows are sorted here anyway). Session-level
+        # settings, sent only when they change.
         predicates = (authorization is not None) + bool(metadata_filter)
         ef = str(max(min(MAX_EF_SEARCH, self._ef_search << predicates), min(1000, int(limit))))
         scan = "relaxed_order" if predicates else "strict_order"
@@ -382,7 +382,7 @@ class PostgresStore(StoreMaintenance):
                     top=queries.vector_top(self._s, dims, order),
                 )
             foreign: frozenset[EmbedderKey] = frozenset()
-            if guard is not None and rows and False in (rows[0].first_ok, rows[0].last_ok):
+            if guard is not None and rows and rows[0].ok is False:
                 foreign = self._foreign_rows(conn, scope, guard)
             scored = []
             for row in rows:

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from ragport.adapters.postgres import reads, rows, statements
+from ragport.adapters.postgres import embedders, reads, rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
 from ragport.adapters.postgres.background import MaintenanceWorker
 from ragport.adapters.postgres.indexes import VectorIndexes
@@ -105,6 +105,13 @@ class _Records:
                             b=batch,
                         ),
                     )
+                    sole = embedders.sole_after_add(
+                        conn,
+                        uow.s,
+                        uow.scope,
+                        uow.sole,
+                        {(r.embedder_id, r.dimensions) for r in records},
+                    )
                 finally:
                     if job is not None:
                         uow.wrote_ahead = True
@@ -120,6 +127,7 @@ class _Records:
                     else:
                         writer.committed(conn, uow.scope, job)
                     uow.unswept = False
+            uow.sole = sole  # the savepoint held: the scope's row says so too
             uow.gin_rows += len(records)
             uow.rows_written += len(records)
 
@@ -231,15 +239,24 @@ class _Records:
             uow.gin_rows += len(found)
         return sum(list(row.lineage).count(from_id) for row in found)
 
+    def _deleted(self, count: int) -> int:
+        """After ``count`` rows were deleted: a scope without a sole-embedder claim may have
+        one now (the last rows of a former embedder went)."""
+        uow = self._uow
+        if count and uow.sole is None:
+            with translate_errors("rewrite generations"):
+                uow.sole = embedders.refresh(uow.conn, uow.s, uow.scope)
+        return count
+
     def purge_source(self, source_id: str) -> int:
         self._uow.deleted_vectors = True
         sql = statements.delete_records(self._uow.s, statements.PURGE_SOURCE)
-        return self._count(sql, "purge source", src=source_id)
+        return self._deleted(self._count(sql, "purge source", src=source_id))
 
     def discard_above(self, generation: int) -> int:
         self._uow.deleted_vectors = True
         sql = statements.delete_records(self._uow.s, statements.DISCARD_ABOVE)
-        return self._count(sql, g=generation)
+        return self._deleted(self._count(sql, g=generation))
 
     def restore_above(self, generation: int) -> int:
         restored = self._count(statements.restore_above_sql(self._uow.s), g=generation)
@@ -250,7 +267,7 @@ class _Records:
         uow = self._uow
         uow.deleted_vectors = True
         sql = statements.delete_records(uow.s, statements.PURGE_RETIRED)
-        purged = self._count(sql, g=through)
+        purged = self._deleted(self._count(sql, g=through))
         fold = min(through, uow.pointer)
         with translate_errors("rewrite generations"):
             for statement in statements.fold_stats(uow.s):
@@ -400,6 +417,9 @@ class PostgresUnitOfWork:
             int(state.pointer),
             int(state.floor),
         )
+        # Every row of the scope carries this (embedder id, dimensions), or None: no claim
+        # (embedders.py; the scope's row holds it for the vector queries' drift guard).
+        self.sole = embedders.key_of(state)
         self.done = False
         # The rows whose statements may have written GIN entries (added, retired, restored,
         # re-keyed or re-linked): commit hands them to ``VectorIndexes.merge_pending``, which
