@@ -42,7 +42,7 @@ from sqlalchemy import text
 
 import ragport
 from ragport import RetrievalRequest, retrieve_context
-from ragport.adapters.postgres import PostgresStore, embedded_server, queries, reads
+from ragport.adapters.postgres import PostgresStore, embedded_server, embedders, queries, reads
 from ragport.adapters.postgres import predicate as pr
 from ragport.adapters.postgres._driver import driver_connection
 from ragport.adapters.postgres.indexes import HnswBuild, VectorIndexes
@@ -125,6 +125,8 @@ def load_copy(store: PostgresStore, rows: int, tags: int = 0) -> list[str]:
                 "VALUES ('bench', 'r', 'c', 1, 1)"
             )
         )
+        # The scope's sole-embedder claim, from its rows, as migration 12 computes it.
+        conn.execute(text(embedders.migration_sql(S)[1]))
         _backfill(conn, SCOPE)
         t3 = time.perf_counter()
     with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -176,9 +178,9 @@ def add_tombstones(store: PostgresStore, count: int) -> None:
         )
         conn.execute(
             text(
-                f"INSERT INTO {S}.scopes (tenant_id, resource_id, corpus_id, counter, pointer) "
-                "SELECT tenant_id, resource_id, 'tomb', counter, pointer FROM "
-                f"{S}.scopes WHERE {pr.SCOPE}"
+                f"INSERT INTO {S}.scopes (tenant_id, resource_id, corpus_id, counter, pointer, "
+                "sole_embedder, sole_dimensions) SELECT tenant_id, resource_id, 'tomb', counter, "
+                f"pointer, sole_embedder, sole_dimensions FROM {S}.scopes WHERE {pr.SCOPE}"
             ),
             pr.scope_params(SCOPE),
         )

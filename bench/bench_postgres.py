@@ -12,10 +12,13 @@ are 300-600 characters of Zipf-distributed synthetic words (the generated ``tsve
 is part of the write cost); every chunk carries ``{"tag": "tNN"}``, 20 equally likely tags.
 
 1. Ingest: rows/s through ``replace_source`` (one call per 100-chunk source; a precomputed
-   embedder keeps embedding out) into one fresh schema, against one raw binary
-   ``COPY ... FROM STDIN (FORMAT BINARY)`` of the same rows and columns, in one transaction,
-   into a second fresh schema: the rows into ``records`` and their vectors into
-   ``record_vectors``, as ``records.add`` writes them. Both schemas come from
+   embedder keeps embedding out) into one fresh schema, against raw binary
+   ``COPY ... FROM STDIN (FORMAT BINARY)`` of the same rows and columns into a second fresh
+   schema: the rows into ``records`` and their vectors into ``record_vectors``, as
+   ``records.add`` writes them; and ``replace_source`` with the GIN pending lists merged per
+   1,000 rows into a third. The three loads take turns: ten slices of the sources, each slice
+   into each schema in a rotating order (one COPY transaction per slice), so a busy spell of
+   the machine falls on all three and their indexes grow together. The schemas come from
    ``PostgresStore(create=True)`` and get the adapter's HNSW index (``records_hnsw_384``, on
    ``record_vectors``) *before* loading, so both pay incremental HNSW inserts, the GIN/btree
    indexes of both tables and the generated tsvector. Then ``replace_source`` of an existing
@@ -117,6 +120,8 @@ __all__ = [  # what bench_pg_lexical, bench_pg_recall and pg_latency_probe use
 N_QUERIES = 200
 CANDIDATES = 20
 CALLS = ("retrieve", "bare", "raw", "store", "drift")
+INGEST_SEGMENTS = 10
+"""The loads alternate in this many turns (see ``bench_ingest``)."""
 # The raw COPY writes what ``records.add`` writes: the rows into ``records`` and their vectors
 # into ``record_vectors`` (migration 4), under keys from the schema's own sequence.
 COPY_COLUMNS = (
@@ -212,66 +217,6 @@ def bench_ingest(
         n_indexes = len(index_definitions(conn, rp_schema))
     assert same, "both schemas must carry the same indexes"
     all_chunks = [corpus.chunks(s) for s in range(len(corpus.sources))]
-
-    # Raw binary COPY first (one transaction: the rows, then their vectors, as records.add
-    # writes them, keys from the schema's sequence), then a checkpoint.
-    log(f"COPY of {n:,} rows into {copy_schema}")
-    t, r, c = SCOPE.tenant_id, SCOPE.resource_id, SCOPE.corpus_id
-    with raw_connection(url) as conn:
-        conn.autocommit = False
-        start = time.perf_counter()
-        with conn.cursor() as cur:
-            keys = [
-                k
-                for (k,) in cur.execute(
-                    f"SELECT nextval('\"{copy_schema}\".record_keys') FROM generate_series(1, %s)",
-                    (n,),
-                ).fetchall()
-            ]
-            sql = f'COPY "{copy_schema}".records ({COPY_COLUMNS}) FROM STDIN WITH (FORMAT BINARY)'
-            with cur.copy(sql) as copy:
-                copy.set_types(COPY_TYPES)
-                for s, chunks in enumerate(all_chunks):
-                    for chunk in chunks:
-                        i = s * PER_SOURCE + chunk.index
-                        copy.write_row(
-                            (
-                                t, r, c, chunk.id, s + 1, chunk.source_id, "chunk", chunk.text,
-                                Jsonb(chunk.metadata), keys[i], EMBEDDER_ID, DIMS, None,
-                                None, [], [], chunk.index, chunk.start, chunk.end,
-                            )
-                        )  # fmt: skip
-            sql = (
-                f'COPY "{copy_schema}".record_vectors ({VECTOR_COLUMNS}) FROM STDIN (FORMAT BINARY)'
-            )
-            with cur.copy(sql) as copy:
-                copy.set_types(VECTOR_TYPES)
-                for i in range(n):
-                    copy.write_row((t, r, c, keys[i], DIMS, corpus.vectors[i]))
-        conn.commit()
-        copy_s = time.perf_counter() - start
-        conn.autocommit = True
-        # Keep autovacuum of the COPY schema out of the replace_source timing.
-        for table in TABLES:
-            conn.execute(f'VACUUM ANALYZE "{copy_schema}".{table}')
-        conn.execute("CHECKPOINT")
-    log(f"COPY {n / copy_s:,.0f} rows/s; replace_source of {len(all_chunks)} sources")
-
-    start = time.perf_counter()
-    for s, chunks in enumerate(all_chunks):
-        replace_source(
-            source_id=corpus.sources[s],
-            chunks=chunks,
-            embedder=embedder,
-            store=store,
-            scope=SCOPE,
-            batch_size=128,
-        )
-        if (s + 1) % max(1, len(all_chunks) // 10) == 0:
-            elapsed = time.perf_counter() - start
-            log(f"{(s + 1) * PER_SOURCE:,} rows, {(s + 1) * PER_SOURCE / elapsed:,.0f} rows/s")
-    store.finish_maintenance()  # the load's last merge and re-analysis count in its time
-    rp_s = time.perf_counter() - start
     # The same load with the GIN pending lists merged once per 1,000 rows written, not after
     # every source: the bulk-load setting's share of the gap to COPY, in the same run.
     batched_schema = f"{rp_schema}_m1000"
@@ -279,18 +224,90 @@ def bench_ingest(
     with raw_connection(url) as conn:
         conn.execute(hnsw_ddl(batched_schema))
         conn.execute("CHECKPOINT")
-    start = time.perf_counter()
-    for s, chunks in enumerate(all_chunks):
-        replace_source(
-            source_id=corpus.sources[s],
-            chunks=chunks,
-            embedder=embedder,
-            store=batched,
-            scope=SCOPE,
-            batch_size=128,
+    t, r, c = SCOPE.tenant_id, SCOPE.resource_id, SCOPE.corpus_id
+
+    def copy_segment(sources: range) -> float:
+        """Raw binary COPY of these sources' rows, one transaction (the rows, then their
+        vectors, as records.add writes them, keys from the schema's sequence)."""
+        rows = [(s, chunk) for s in sources for chunk in all_chunks[s]]
+        with raw_connection(url) as conn:
+            conn.autocommit = False
+            began = time.perf_counter()
+            with conn.cursor() as cur:
+                keys = [
+                    k
+                    for (k,) in cur.execute(
+                        f"SELECT nextval('\"{copy_schema}\".record_keys') "
+                        "FROM generate_series(1, %s)",
+                        (len(rows),),
+                    ).fetchall()
+                ]
+                sql = (
+                    f'COPY "{copy_schema}".records ({COPY_COLUMNS}) FROM STDIN WITH (FORMAT BINARY)'
+                )
+                with cur.copy(sql) as copy:
+                    copy.set_types(COPY_TYPES)
+                    for (s, chunk), key in zip(rows, keys, strict=True):
+                        copy.write_row(
+                            (
+                                t, r, c, chunk.id, s + 1, chunk.source_id, "chunk", chunk.text,
+                                Jsonb(chunk.metadata), key, EMBEDDER_ID, DIMS, None,
+                                None, [], [], chunk.index, chunk.start, chunk.end,
+                            )
+                        )  # fmt: skip
+                sql = (
+                    f'COPY "{copy_schema}".record_vectors ({VECTOR_COLUMNS}) '
+                    "FROM STDIN (FORMAT BINARY)"
+                )
+                with cur.copy(sql) as copy:
+                    copy.set_types(VECTOR_TYPES)
+                    for (s, chunk), key in zip(rows, keys, strict=True):
+                        i = s * PER_SOURCE + chunk.index
+                        copy.write_row((t, r, c, key, DIMS, corpus.vectors[i]))
+            conn.commit()
+            return time.perf_counter() - began
+
+    def replace_segment(target: PostgresStore, sources: range) -> float:
+        began = time.perf_counter()
+        for s in sources:
+            replace_source(
+                source_id=corpus.sources[s],
+                chunks=all_chunks[s],
+                embedder=embedder,
+                store=target,
+                scope=SCOPE,
+                batch_size=128,
+            )
+        return time.perf_counter() - began
+
+    # The three loads in INGEST_SEGMENTS turns, each turn one slice of the sources into each
+    # schema in a rotating order: a busy spell of this shared machine falls on all three
+    # alike, and the three indexes grow together (one COPY per turn: as many transactions).
+    spent = {"copy": 0.0, "rp": 0.0, "batched": 0.0}
+    runs = {
+        "copy": copy_segment,
+        "rp": lambda sources: replace_segment(store, sources),
+        "batched": lambda sources: replace_segment(batched, sources),
+    }
+    per = -(-len(all_chunks) // INGEST_SEGMENTS)
+    log(f"loading {n:,} rows three ways in {INGEST_SEGMENTS} turns")
+    for turn in range(INGEST_SEGMENTS):
+        sources = range(turn * per, min(len(all_chunks), (turn + 1) * per))
+        order = ["copy", "rp", "batched"]
+        order = order[turn % 3 :] + order[: turn % 3]
+        for name in order:
+            spent[name] += runs[name](sources)
+        done = sources.stop * PER_SOURCE
+        log(
+            f"{done:,} rows: COPY {done / spent['copy']:,.0f}, replace_source "
+            f"{done / spent['rp']:,.0f}, merge per 1,000 {done / spent['batched']:,.0f} rows/s"
         )
-    batched.finish_maintenance()
-    batched_s = time.perf_counter() - start
+    # The loads' last merges and re-analyses count in their time.
+    for name, target in (("rp", store), ("batched", batched)):
+        began = time.perf_counter()
+        target.finish_maintenance()
+        spent[name] += time.perf_counter() - began
+    copy_s, rp_s, batched_s = spent["copy"], spent["rp"], spent["batched"]
     batched.engine.dispose()
     log(f"replace_source, merge per 1,000 rows: {n / batched_s:,.0f} rows/s")
     with raw_connection(url) as conn:
