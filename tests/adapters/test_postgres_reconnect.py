@@ -210,3 +210,24 @@ def test_a_read_hands_the_pooled_connection_back_in_its_own_mode(pg_url, pg_sche
             assert dbapi.info.backend_pid == pid, "the same pooled connection"
     finally:
         store.engine.dispose()
+
+
+def test_reads_take_the_connection_returned_last(pg_url, pg_schema) -> None:
+    """The pool is last-in-first-out: with three idle connections, a run of reads keeps to
+    the one returned last instead of rotating through all three (FIFO, SQLAlchemy's default,
+    sent each read to the coldest server process)."""
+    store = _store(pg_url, pg_schema)
+    try:
+        held = [store.engine.raw_connection() for _ in range(3)]
+        pids = [c.driver_connection.info.backend_pid for c in held]
+        assert len(set(pids)) == 3
+        for c in held:  # returned in order: the last one, pids[2], is on top
+            c.close()
+        seen = set()
+        for _ in range(6):
+            assert store.get_by_source(SCOPE, "doc")
+            with store.engine.connect() as conn:
+                seen.add(conn.connection.driver_connection.info.backend_pid)
+        assert seen == {pids[2]}
+    finally:
+        store.engine.dispose()
