@@ -11,7 +11,7 @@ Only the unit of work writes them, under the scope's row lock (``statements.lock
 so writers of one scope keep them in step with the rows they add:
 
 - an add whose rows all carry the sole key changes nothing;
-- an add with another key clears them (``after_add``), in the add's own savepoint;
+- an add with another key clears them (``sole_after_add``), in the add's own savepoint;
 - while they are NULL, an add or a delete re-reads the first and last key of the scope and
   sets them when both are the same key (``refresh``): two index probes, so a scope whose
   rows of a former embedder were purged returns to the cheap guard.
