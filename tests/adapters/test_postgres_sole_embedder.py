@@ -143,13 +143,13 @@ def test_a_mixed_add_and_a_staged_foreign_add_clear_the_claim(store: PostgresSto
         generation = uow.generations.stage()
         batch = make_batch(scope, "m", ["mu one"], generation=generation)
         uow.records.add(batch.records, batch.vectors)
-        uow.commit()  # staged, not published: invisible, yet the claim must go
-    assert _claim(store, scope) == OURS  # the same embedder: claim kept
+        uow.commit()  # staged, not published, the same embedder
+    assert _claim(store, scope) == OURS  # kept
     with store.unit_of_work(scope) as uow:
         generation = uow.generations.stage()
         foreign = make_batch(scope, "n", ["nu one"], generation=generation, dimensions=DIMS + 2)
         uow.records.add(foreign.records, foreign.vectors)
-        uow.commit()
+        uow.commit()  # staged, not published: invisible, yet the claim must go
     assert _claim(store, scope) == (None, None)
     assert _probes_run(store, scope) == 2
     assert _foreign(store, scope) == frozenset()  # staged rows are not visible: nothing named
