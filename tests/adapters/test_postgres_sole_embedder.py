@@ -22,6 +22,7 @@ from sqlalchemy import text
 import ragport
 from ragport.adapters.postgres import PostgresStore, embedders, queries, reads
 from ragport.adapters.postgres import schema as migrations
+from ragport.adapters.postgres.predicate import SCOPE, scope_params
 from ragport.contract_tests._support import (
     CONTRACT_DIMENSIONS,
     CONTRACT_EMBEDDER_ID,
@@ -47,10 +48,9 @@ def _claim(store: PostgresStore, scope: ragport.Scope) -> tuple[Any, Any] | None
     with store.engine.connect() as conn:
         row = conn.execute(
             text(
-                f'SELECT sole_embedder, sole_dimensions FROM "{store.schema}".scopes '
-                "WHERE tenant_id = :t AND resource_id = :r AND corpus_id = :c"
+                f'SELECT sole_embedder, sole_dimensions FROM "{store.schema}".scopes WHERE {SCOPE}'
             ),
-            {"t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id},
+            scope_params(scope),
         ).one_or_none()
     return None if row is None else (row[0], row[1])
 
@@ -66,10 +66,7 @@ def _foreign(store: PostgresStore, scope: ragport.Scope) -> frozenset[Any]:
 def _probes_run(store: PostgresStore, scope: ragport.Scope) -> int:
     """How many times the guarded statement ran a ``records_embedders`` probe (EXPLAIN)."""
     sql, _ = queries.plain_vector_sql(f'"{store.schema}"', DIMS, 10, True)
-    params = {
-        "t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id,
-        "e": OURS[0], "ed": OURS[1], "q": hash_vector("alpha"),
-    }  # fmt: skip
+    params = scope_params(scope, e=OURS[0], ed=OURS[1], q=hash_vector("alpha"))
     with store._raw_read("explain") as raw:
         plan = reads.fetch(raw, "EXPLAIN (ANALYZE, COSTS OFF, FORMAT JSON) " + sql, params)
     runs = 0
