@@ -78,6 +78,8 @@ class StoreConnections:
         self._replica_down_until = [0.0]  # shared by the views of this store
         self._writes = threading.local()
         self._checked = False
+        # A view made by ``joined``: every read and write on this host's connection.
+        self._joined: Connection | None = None
 
     @property
     def engine(self) -> Engine:
@@ -134,6 +136,40 @@ class StoreConnections:
             view._wait = float(wait)
         return view
 
+    # -- the host's transaction ------------------------------------------------------------------
+    def _join(self, connection: Connection) -> Self:
+        """A copy of this store bound to ``connection`` (``PostgresStore.joined`` checks it)."""
+        if not isinstance(connection, Connection):
+            raise ValidationError(
+                "joined() takes a SQLAlchemy Connection (engine.connect())", field="connection"
+            )
+        if connection.dialect.driver != "psycopg":
+            raise ValidationError(
+                "joined() needs a connection of the psycopg (3) driver: postgresql+psycopg://...",
+                field="connection",
+            )
+        view = copy.copy(self)
+        view._joined = connection
+        view._replica = None  # the host's transaction is on the primary, and so are its reads
+        return view
+
+    @property
+    def joined_connection(self) -> Connection | None:
+        """The host's connection this view runs on (``None``: the store's own pool)."""
+        return self._joined
+
+    def _host(self, operation: str) -> Connection:
+        """The host's connection, which must be inside a transaction the host began."""
+        conn = self._joined
+        assert conn is not None
+        if conn.closed or not conn.in_transaction():
+            raise CapabilityError(
+                f"{operation}: the joined connection has no open transaction; begin one "
+                "(with connection.begin(): ...) and call ragport inside it",
+                capability="joined transaction",
+            )
+        return conn
+
     def _check_schema(self, conn: Connection) -> None:
         if self._checked:
             return
@@ -167,6 +203,12 @@ class StoreConnections:
             with self._raw_read(operation) as raw:
                 yield raw
             return
+        if self._joined is not None:
+            with translate_errors(operation):
+                conn = self._host(operation)
+                self._check_schema(conn)
+                yield conn
+            return
         with translate_errors(operation), self._engine.connect() as conn:
             self._check_schema(conn)
             driver_connection(conn)
@@ -174,6 +216,10 @@ class StoreConnections:
 
     @contextmanager
     def _raw_read(self, operation: str, engine: Engine | None = None) -> Iterator[RawRead]:
+        if self._joined is not None:
+            with self._joined_read(operation) as raw:
+                yield raw
+            return
         with translate_errors(operation):
             if not self._checked:
                 with self._engine.connect() as conn:
@@ -201,6 +247,29 @@ class StoreConnections:
                         fairy.invalidate()
                 fairy.close()  # back to the pool (or discarded if invalidated)
 
+    @contextmanager
+    def _joined_read(self, operation: str) -> Iterator[RawRead]:
+        """A read on the host's connection, inside its transaction: it sees the host's
+        uncommitted writes (ragport's included). It runs in a savepoint that is always rolled
+        back: a read changes no data, and so the session settings it made (``hnsw.ef_search``)
+        are undone and a failed read leaves the host's transaction usable."""
+        with translate_errors(operation):
+            conn = self._host(operation)
+            self._check_schema(conn)
+            fairy = conn.connection
+            dbapi = fairy.driver_connection
+            assert isinstance(dbapi, psycopg.Connection)
+            fairy.info.pop("ragport_hnsw", None)
+            dbapi.execute("SAVEPOINT ragport_read")
+            try:
+                raw = RawRead(fairy)
+                yield raw
+            finally:
+                fairy.info.pop("ragport_hnsw", None)
+                if not (dbapi.closed or dbapi.broken):
+                    dbapi.execute("ROLLBACK TO SAVEPOINT ragport_read")
+                    dbapi.execute("RELEASE SAVEPOINT ragport_read")
+
     def _read(self, operation: str, run: Callable[[RawRead], _T], *, replica: bool = False) -> _T:
         """One read on an autocommit connection, retried once if that connection was dead.
 
@@ -212,6 +281,9 @@ class StoreConnections:
         is unreachable or behind ``min_position``, the read runs on the primary instead, or
         raises, as configured.
         """
+        if self._joined is not None:  # the host's connection: no replica, no retry
+            with self._joined_read(operation) as conn:
+                return run(conn)
         if replica and self._replica is not None:
             if time.monotonic() >= self._replica_down_until[0]:
                 try:

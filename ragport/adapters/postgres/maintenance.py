@@ -12,6 +12,7 @@ from ragport.adapters.postgres.connections import StoreConnections
 from ragport.adapters.postgres.indexes import VectorIndexes, check_build_memory
 from ragport.adapters.postgres.schema import upgrade
 from ragport.adapters.postgres.vector_writes import VectorWriter, validate_parallel_vector_rows
+from ragport.domain.errors import CapabilityError
 from ragport.domain.model import Scope
 from ragport.domain.values import SCOPE_ID_MAX, validate_id
 
@@ -44,8 +45,16 @@ class StoreMaintenance(StoreConnections):
             else MaintenanceWorker(self._engine, indexes, delay, sweep=self._vectors.sweep)
         )
 
+    def _refuse_joined(self, operation: str) -> None:
+        if self._joined is not None:
+            raise CapabilityError(
+                f"{operation} commits on its own: call it on the store, not on a joined view",
+                capability="joined transaction",
+            )
+
     def upgrade(self) -> list[int]:
         """Apply missing migrations (idempotent); returns the versions applied."""
+        self._refuse_joined("upgrade")
         with translate_errors("upgrade"), self._engine.begin() as conn:
             applied = upgrade(
                 conn,
@@ -63,6 +72,11 @@ class StoreMaintenance(StoreConnections):
         Creating an index takes a lock that conflicts with open writers; doing it here, before
         a unit of work touches ``records``, means two first writers never deadlock.
         """
+        if self._joined is not None:  # in the host's transaction: no commit, no ANALYZE
+            with self._connect("prepare") as conn:
+                self._indexes.ensure(conn, dimensions)
+            self._indexes.forget(dimensions)  # the host may still roll it back: read it again
+            return
         with self._connect("prepare") as conn:
             self._indexes.ensure(conn, dimensions)
             conn.commit()
@@ -82,6 +96,7 @@ class StoreMaintenance(StoreConnections):
         is missing (nothing, unless indexes were deferred or dropped).
         """
         check_build_memory(build_memory)
+        self._refuse_joined("build_vector_indexes")
         with self._connect("list vector dimensions") as conn:
             stored = conn.execute(
                 text(f"SELECT DISTINCT dimensions FROM {self._s}.record_vectors ORDER BY 1")
@@ -117,6 +132,7 @@ class StoreMaintenance(StoreConnections):
         with its SQLSTATE otherwise.
         """
         validate_id(tenant_id, field="tenant_id", max_length=SCOPE_ID_MAX)
+        self._refuse_joined("merge_pending_lists")
         with self._connect("merge GIN pending lists") as conn:
             merged = conn.execute(
                 text(f"SELECT {self._s}.merge_pending_lists(:t)"), {"t": tenant_id}

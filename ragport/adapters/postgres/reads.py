@@ -89,11 +89,17 @@ def fetch_generic(conn: RawRead, sql: str, params: Mapping[str, Any]) -> list[An
 def one_snapshot(conn: RawRead) -> Iterator[None]:
     """Run the block's reads in one REPEATABLE READ, READ ONLY transaction (one snapshot).
 
-    The lent connection is in autocommit, so the transaction is opened and closed by hand. If
+    The lent connection is in autocommit, so the transaction is opened and closed by hand
+    (on a host's connection already in a transaction, the block runs in that one). If
     the block fails, the session-level HNSW settings it may have changed are rolled back too,
     so their cache on the connection is dropped.
     """
     dbapi = driver_connection(conn)
+    if dbapi.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        # Inside a host's transaction (``PostgresStore.joined``): its isolation level decides
+        # (REPEATABLE READ gives one snapshot; READ COMMITTED one per statement).
+        yield
+        return
     dbapi.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     try:
         yield

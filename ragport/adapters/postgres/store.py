@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from ragport.adapters.postgres import queries, reads, statements
 from ragport.adapters.postgres._driver import translate_errors
@@ -172,16 +172,37 @@ class PostgresStore(StoreMaintenance):
         return f"PostgresStore(schema={self._schema!r})"
 
     # -- unit of work ----------------------------------------------------------------------------
+    def joined(self, connection: Connection) -> PostgresStore:
+        """A view of this store whose every read and write runs on ``connection``, inside the
+        transaction its owner (the host) began: the host's commit publishes ragport's writes
+        with its own, its rollback discards them (docs/hosts.md, "Joining your transaction").
+
+        A unit of work of the view is a savepoint of the host's transaction: its failure rolls
+        back ragport's part only, and the host's transaction stays usable. Reads of the view
+        see the host's uncommitted writes. Nothing of a call runs on another connection (large
+        adds write their vectors serially), and nothing commits: the maintenance a commit would
+        start (GIN merges, re-analyses) goes to the store's maintenance thread, and ``prepare``
+        only creates a missing HNSW index in the host's transaction. The methods that must
+        commit on their own (``upgrade``, ``build_vector_indexes``, ``merge_pending_lists``)
+        refuse with ``CapabilityError``. Calls without an open transaction on ``connection``
+        raise ``CapabilityError``; a view is for one thread, as its connection is.
+        """
+        return self._join(connection)
+
     @contextmanager
     def unit_of_work(self, scope: Scope) -> Iterator[PostgresUnitOfWork]:
         if not isinstance(scope, Scope):
             raise ScopeError("scope must be a Scope", field="scope")
         # SQLAlchemy "commit as you go": the connection's transaction begins with the first
-        # statement and ends with uow.commit() or the rollback below.
+        # statement and ends with uow.commit() or the rollback below. On a joined view
+        # (``joined``), a savepoint of the host's transaction instead.
         with self._connect("unit of work") as conn:
             uow: PostgresUnitOfWork | None = None
+            savepoint = None
             try:
                 with translate_errors("lock scope"):
+                    if self._joined is not None:
+                        savepoint = conn.begin_nested()
                     conn.execute(text(statements.touch_scope(self._s)), scope_params(scope))
                     state = conn.execute(
                         text(statements.lock_scope(self._s)), scope_params(scope)
@@ -194,14 +215,18 @@ class PostgresStore(StoreMaintenance):
                     indexes=self._indexes,
                     track_position=self._replica is not None,
                     maintenance=self._maintenance,
-                    vector_writer=self._vectors,
+                    vector_writer=None if savepoint is not None else self._vectors,
+                    savepoint=savepoint,
                 )
                 yield uow
                 if uow.done and uow.position is not None:
                     self._writes.position = uow.position
             finally:
                 if uow is None:
-                    conn.rollback()
+                    if savepoint is not None:
+                        savepoint.rollback()
+                    elif self._joined is None:
+                        conn.rollback()
                 elif not uow.done:
                     uow.rollback()  # and sweeps the vectors its adds committed ahead
 

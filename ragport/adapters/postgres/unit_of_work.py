@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, NestedTransaction, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ragport.adapters.postgres import embedders, reads, rows, statements
@@ -59,6 +59,8 @@ class _Records:
             check_stored_ids(records, owners)
             dims = int(matrix.shape[1])
             created = uow.indexes.ensure(conn, dims)
+            if created:
+                uow.created_indexes.add(dims)
             keys = [
                 int(row.k)
                 for row in conn.execute(
@@ -393,8 +395,12 @@ class PostgresUnitOfWork:
         track_position: bool = False,
         maintenance: MaintenanceWorker | None = None,
         vector_writer: VectorWriter | None = None,
+        savepoint: NestedTransaction | None = None,
     ):
         self.scope = scope
+        # On a joined view (``PostgresStore.joined``): this unit of work is ``savepoint`` of
+        # the host's transaction; commit releases it, and the host's commit publishes.
+        self.savepoint = savepoint
         self.track_position = track_position
         # After commit (with ``track_position``): the primary's WAL position at or after it.
         self.position: str | None = None
@@ -426,6 +432,7 @@ class PostgresUnitOfWork:
         # merges the pending lists once enough have accumulated (``merge_pending_lists``).
         self.gin_rows = 0
         self.rows_written = 0  # records and tombstones added (analyze_after_commit)
+        self.created_indexes: set[int] = set()  # HNSW indexes this unit of work created
         self.records = _Records(self)
         self.generations = _Generations(self)
         self.grants = _Grants(self)
@@ -434,6 +441,9 @@ class PostgresUnitOfWork:
     def commit(self) -> None:
         if self.done:
             raise ValidationError("unit of work already finished", field="unit_of_work")
+        if self.savepoint is not None:
+            self._release()
+            return
         with translate_errors("commit"):
             self.conn.commit()
             if self.track_position:
@@ -459,7 +469,32 @@ class PostgresUnitOfWork:
         merge = self.gin_rows > 0 and indexes.due_for_merge(tenant, self.gin_rows)
         self.maintenance.schedule(tenant, merge=merge, analyze=analyze)
 
+    def _release(self) -> None:
+        """Commit of a joined unit of work: release its savepoint; no commit, nothing inline.
+
+        The host may still roll back, so the indexes this unit of work created are read from
+        the catalog again next time, and its merges and re-analyses go to the maintenance
+        thread (which finds nothing to do if the host rolled back)."""
+        assert self.savepoint is not None
+        with translate_errors("release savepoint"):
+            self.savepoint.commit()
+        self.done = True
+        for dimensions in self.created_indexes:
+            self.indexes.forget(dimensions)
+        if self.maintenance is not None:
+            tenant, indexes = self.scope.tenant_id, self.indexes
+            analyze = not indexes.analyzed or indexes.due_for_analysis(self.rows_written)
+            merge = self.gin_rows > 0 and indexes.due_for_merge(tenant, self.gin_rows)
+            self.maintenance.schedule(tenant, merge=merge, analyze=analyze)
+
     def rollback(self) -> None:
+        if not self.done and self.savepoint is not None:
+            self.done = True
+            for dimensions in self.created_indexes:
+                self.indexes.forget(dimensions)
+            with translate_errors("roll back savepoint"):
+                self.savepoint.rollback()
+            return
         if not self.done:
             self.conn.rollback()
             self.done = True
