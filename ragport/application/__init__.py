@@ -7,6 +7,7 @@ from ragport.application.context import (
     evidence_from_citation,
 )
 from ragport.application.documents import document_skip_key, replace_document
+from ragport.application.erasure import DerivedErasureHandler
 from ragport.application.facade import Rag
 from ragport.application.forgetting import (
     DeletionPropagator,
@@ -42,6 +43,7 @@ __all__ = [
     "CompactResult",
     "ContextBlock",
     "DeletionPropagator",
+    "DerivedErasureHandler",
     "Evidence",
     "IndexResult",
     "PropagationResult",

@@ -106,7 +106,7 @@ from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 from ragport.contract_tests.storage_backend import StorageBackendContract  # noqa: E402
 
-CONTRACT_VERSION = "2.0"
+CONTRACT_VERSION = "2.1"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),

@@ -24,10 +24,12 @@ class ScopeLexicon:
         self.lock = threading.Lock()
 
     def sync(self, snap: Snapshot) -> None:
-        """Make the index hold exactly ``snap``'s visible records (called under ``lock``)."""
+        """Make the index hold exactly ``snap``'s searchable records (called under ``lock``):
+        visible and not forgotten, so forgotten records count in no statistic (as on
+        PostgreSQL, which subtracts them when their tombstone is written)."""
         if self.synced is snap:
             return
-        visible = {r.id: r for r in snap.visible()}
+        visible = snap.searchable()
         gone = [rid for rid in self.generations if rid not in visible]
         changed = [r for rid, r in visible.items() if self.generations.get(rid) != r.generation]
         if gone:

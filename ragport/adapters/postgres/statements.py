@@ -132,6 +132,35 @@ def delete_records(s: str, where: str) -> str:
     )
 
 
+def source_lexemes(s: str) -> str:
+    """The distinct lexemes of every stored row of ``:src`` (before ``purge_source``)."""
+    return (
+        "SELECT DISTINCT l.lexeme FROM "
+        f"{s}.records r CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS l(lexeme) "
+        f"WHERE {RSCOPE} AND r.source_id = :src"
+    )
+
+
+# A lexeme as a one-term tsquery, matched exactly: a quoted tsquery lexeme is taken as is,
+# with backslashes and quotes escaped (doubled).
+_LEXEME_QUERY = (
+    r"CAST('''' || replace(replace(x.lexeme, '\', '\\'), '''', '''''') || '''' AS tsquery)"
+)
+
+
+def erase_unused_lexemes(s: str) -> str:
+    """After a purge: drop the statistics rows of the lexemes ``:lx`` that no stored row of
+    the scope holds any more. Their deltas net to zero at every pointer (every deleted row
+    subtracted its share, or was withheld and subtracted when its tombstone came), so the
+    statistics do not change; no word of the purged text stays on disk. The ``records`` GIN
+    index answers each lexeme."""
+    return (
+        f"DELETE FROM {s}.lexical_terms x WHERE {XSCOPE} "
+        "AND x.lexeme = ANY(CAST(:lx AS text[])) "
+        f"AND NOT EXISTS (SELECT 1 FROM {s}.records r WHERE {RSCOPE} AND r.tsv @@ {_LEXEME_QUERY})"
+    )
+
+
 PURGE_SOURCE = "source_id = :src"
 """Every row of ``:src``, all generations."""
 DISCARD_ABOVE = "generation > :g"

@@ -251,9 +251,22 @@ class _Records:
         return count
 
     def purge_source(self, source_id: str) -> int:
-        self._uow.deleted_vectors = True
-        sql = statements.delete_records(self._uow.s, statements.PURGE_SOURCE)
-        return self._deleted(self._count(sql, "purge source", src=source_id))
+        uow = self._uow
+        uow.deleted_vectors = True
+        with translate_errors("purge source"):
+            found = uow.conn.execute(
+                text(statements.source_lexemes(uow.s)), scope_params(uow.scope, src=source_id)
+            )
+            lexemes = list(found.scalars())
+        sql = statements.delete_records(uow.s, statements.PURGE_SOURCE)
+        purged = self._deleted(self._count(sql, "purge source", src=source_id))
+        if lexemes:  # the words of the purged text leave the statistics too
+            with translate_errors("purge source"):
+                uow.conn.execute(
+                    text(statements.erase_unused_lexemes(uow.s)),
+                    scope_params(uow.scope, lx=lexemes),
+                )
+        return purged
 
     def discard_above(self, generation: int) -> int:
         self._uow.deleted_vectors = True

@@ -162,6 +162,43 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
             for (rid, old), (_, new) in zip(before[mode], after[mode], strict=True):
                 assert abs(new - old) <= 1e-9, (mode, rid, old, new)
 
+    def test_forgotten_records_leave_the_lexical_statistics(self, store: ChunkStore) -> None:
+        """Checks ``SupportsLexicalSearch.lexical_query``: records withheld by a ``forgotten``
+        tombstone (by source id, and derived records through their lineage) count nowhere in
+        the statistics: once forgotten, the scope answers as it did before they were written,
+        the same records with the same scores (within 1e-9), in every mode.
+
+        If this fails, check that the statistics (document count, average length, document
+        frequencies) are taken over the records the query may return, not every visible row:
+        a forgotten document that still counts changes every score, and shows how often the
+        erased text used a word.
+        """
+        modes = self._modes(store)
+        assert isinstance(store, SupportsLexicalSearch)
+        publish_sources(store, SCOPE, {sid: [text] for sid, text in LEXICAL_SCOPE_TEXTS.items()})
+
+        def answers() -> dict[str, list[tuple[str, float]]]:
+            return {
+                mode: [
+                    (item.record.id, item.score)
+                    for item in store.lexical_query(SCOPE, "walrus ice", limit=QUERY_ALL, mode=mode)
+                ]
+                for mode in modes
+            }
+
+        before = answers()
+        forgotten = {f"lst-gone-{i}": [f"walrus walrus ice tusk {i}"] for i in range(6)}
+        publish_sources(store, SCOPE, forgotten)
+        assert answers() != before, "the new sources should change the statistics"
+        with store.unit_of_work(SCOPE) as uow:
+            uow.tombstones.add([Tombstone(sid, "forgotten") for sid in forgotten])
+            uow.commit()
+        after = answers()
+        for mode in modes:
+            assert [rid for rid, _ in after[mode]] == [rid for rid, _ in before[mode]], mode
+            for (rid, old), (_, new) in zip(before[mode], after[mode], strict=True):
+                assert abs(new - old) <= 1e-9, (mode, rid, old, new)
+
     def test_lexical_query_with_a_non_positive_limit_is_the_empty_tuple(
         self, store: ChunkStore
     ) -> None:
