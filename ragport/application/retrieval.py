@@ -40,10 +40,12 @@ from ragport.application.answer import (
 from ragport.application.rerank import rerank_hits
 from ragport.application.results import RetrievalResult
 from ragport.application.retrieval_request import (
+    AUTO_LEXICAL,
     DEFAULT_REQUEST,
     QUERY_MAX_CHARS,
     Request,
     RetrievalRequest,
+    auto_lexical_mode,
     check_request,
 )
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime
@@ -371,6 +373,9 @@ def retrieve_context(
 
     # 2. capabilities and tenancy
     caps = store.capabilities
+    if lexical == AUTO_LEXICAL:
+        lexical = auto_lexical_mode(caps)
+        req = req._replace(lexical=lexical)
     if lexical != "off" and lexical not in caps.lexical_modes:
         raise CapabilityError(
             f"this store does not offer lexical mode {lexical!r} "

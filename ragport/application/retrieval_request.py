@@ -10,18 +10,20 @@ from typing import Any, NamedTuple
 import attrs
 
 from ragport.application._support import Redaction, require_scope
-from ragport.domain.errors import ValidationError
+from ragport.domain.errors import CapabilityError, ValidationError
 from ragport.domain.filters import Filter, parse_filter
 from ragport.domain.fusion import check_weights
 from ragport.domain.lexical import check_lexical_mode
 from ragport.domain.limits import HARD_LIMITS, Limits, check_limit
-from ragport.domain.model import Authorization, Scope, validate_text
+from ragport.domain.model import Authorization, Capabilities, Scope, validate_text
 from ragport.ports.rerank import Reranker
 
 __all__ = [
+    "AUTO_LEXICAL",
     "QUERY_MAX_CHARS",
     "Request",
     "RetrievalRequest",
+    "auto_lexical_mode",
     "check_request",
 ]
 
@@ -81,8 +83,27 @@ def _check_fusion_weights(fusion_weights: Mapping[str, float]) -> None:
         raise ValidationError("at least one leg must weigh more than 0", field="fusion_weights")
 
 
+AUTO_LEXICAL = "auto"
+"""``RetrievalRequest(lexical="auto")``: the store's own lexical leg, whatever it is named."""
+
+
 def _lexical(value: str) -> str:
     return check_lexical_mode(value, field="lexical")
+
+
+def auto_lexical_mode(capabilities: Capabilities) -> str:
+    """The mode ``"auto"`` stands for on a store: the first it declares, so that hybrid
+    retrieval is asked for the same way of every store (``bm25`` in memory, ``fts`` on
+    PostgreSQL, a third-party store's own name). A store with no lexical leg refuses it:
+    ``CapabilityError``, never a silent fall-back to vector-only retrieval."""
+    modes = tuple(capabilities.lexical_modes)
+    if not modes:
+        raise CapabilityError(
+            "lexical='auto' needs a store with a lexical leg; this one declares none "
+            "(use lexical='off' for vector-only retrieval)",
+            capability="lexical",
+        )
+    return modes[0]
 
 
 def _fusion(value: str) -> str:
@@ -124,9 +145,12 @@ class RetrievalRequest:
       ``None`` takes its value from the call's ``Runtime.limits``; a number given must lie
       within its floor and ``HARD_LIMITS`` (``ValidationError(field=..., limit=...)`` names
       the limit, e.g. ``result_bytes``).
-    - ``lexical``: ``"off"`` (vector only) or the name of a lexical mode; any name a store
-      declares in ``capabilities.lexical_modes`` (ragport's stores declare ``bm25`` and
-      ``fts``). Whether the store offers it is checked per call (``CapabilityError``).
+    - ``lexical``: ``"off"`` (vector only, the default), ``"auto"`` (hybrid with the store's
+      own lexical leg, the first name it declares: the same request on every store), or the
+      name of a lexical mode; any name a store declares in ``capabilities.lexical_modes``
+      (the in-memory store declares ``bm25``, PostgreSQL ``fts``). Whether the store offers
+      it is checked per call (``CapabilityError``; ``"auto"`` on a store with no lexical leg
+      too).
     - ``fusion``: ``"rrf"`` (reciprocal-rank fusion, the only one); ``fusion_weights``:
       ``{"vector": w, "lexical": w}`` (finite, >= 0, default 1 each, not both 0); a leg of
       weight 0 is left out, so ``{"vector": 0}`` is lexical-only retrieval.

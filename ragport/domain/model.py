@@ -569,7 +569,7 @@ class Capabilities:
 
     ``lexical_modes`` takes any names ``ragport.domain.lexical.check_lexical_mode`` accepts
     (lower-case letters, digits, ``_``, ``-``, starting with a letter, at most 32: ``bm25``,
-    ``fts``, ``fts5``; ``off`` is no mode), else ``ValidationError(field="lexical_modes")``.
+    ``fts``, ``fts5``; ``off`` and ``auto`` are no modes), else ``ValidationError(field="lexical_modes")``.
     Retrieval accepts every declared name (``RetrievalRequest(lexical=name)``); ``bm25`` also
     promises ``tokenize_lexical``'s tokens (``SupportsLexicalSearch``).
     """
@@ -588,5 +588,8 @@ class Capabilities:
     @lexical_modes.validator
     def _modes(self, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
         for mode in value:
-            if check_lexical_mode(mode, field="lexical_modes") == "off":
-                raise ValidationError("'off' is no lexical mode", field="lexical_modes")
+            if check_lexical_mode(mode, field="lexical_modes") in ("off", "auto"):
+                raise ValidationError(
+                    "'off' and 'auto' are requests, not lexical modes a store declares",
+                    field="lexical_modes",
+                )
