@@ -2,9 +2,13 @@
 
 Used by ``ragport eval`` and ``bench/quality.py`` (docs/evaluation.md).
 
-1. ``parse_queries`` reads JSONL ``{"id", "text"}``; ``parse_qrels`` reads TREC
-   (``qid 0 docid grade``) or TSV (``qid<TAB>docid<TAB>grade``, optional header), detected
-   from the first data line. A bad line is a ``ValidationError`` whose ``field`` is
+1. ``read_judged_file`` reads a queries, qrels or documents file as the loaders read a
+   document: resolved, then opened without blocking and checked on its descriptor (a FIFO,
+   a device such as ``/dev/zero`` or a socket is refused, even behind a symlink), and read to
+   at most ``MAX_FILE_BYTES`` + 1 bytes. ``parse_queries`` reads JSONL ``{"id", "text"}``;
+   ``parse_qrels`` reads TREC (``qid 0 docid grade``) or TSV (``qid<TAB>docid<TAB>grade``,
+   optional header), detected from the first data line. A bad line (not JSON, nested past
+   the parser's stack, the wrong shape) is a ``ValidationError`` whose ``field`` is
    ``queries:N`` or ``qrels:N`` (N counts from 1); no text of the line is quoted.
 2. ``recall_at``, ``mrr_at`` and ``ndcg_at`` score one ranking of document ids against one
    query's grades (grade > 0 is relevant; nDCG gain = the grade, linear, with a log2
@@ -21,16 +25,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import attrs
 
 from ragport.application import retrieve_context
 from ragport.application.retrieval_request import RetrievalRequest
-from ragport.domain.errors import ValidationError
-from ragport.domain.limits import HARD_LIMITS
+from ragport.domain.errors import LoadError, ValidationError
+from ragport.domain.limits import HARD_LIMITS, Ceilings
 from ragport.domain.model import Scope
 from ragport.ports.embedder import Embedder
 from ragport.ports.rerank import Reranker
@@ -40,6 +46,7 @@ MAX_QUERIES = 10_000
 MAX_JUDGMENTS = 1_000_000
 MAX_ID_CHARS = 256
 MAX_QUERY_CHARS = 4_096
+MAX_FILE_BYTES = 64 * 1024 * 1024  # each queries, qrels or documents file
 CUTOFF = 10  # MRR and nDCG are at 10, recall at --k
 MODES = ("vector", "lexical", "hybrid")
 
@@ -52,6 +59,55 @@ class Query:
 
     id: str
     text: str
+
+
+_UNREADABLE = {  # LoadError.reason -> why a judged file is refused
+    "not_found": "not found",
+    "not_a_file": "not a regular file (a folder, FIFO, device or socket is refused)",
+    "too_large": "over {max_bytes} bytes",
+    "outside_root": "changed while it was opened",
+}
+
+
+def read_judged_file(
+    path: str | os.PathLike[str], *, field: str, max_bytes: int = MAX_FILE_BYTES
+) -> str:
+    """The UTF-8 text of the file ``path`` (``field``: ``queries``, ``qrels`` or ``documents``,
+    as the errors name it), read bounded like a document (see step 1); otherwise a
+    ``ValidationError(field=field)`` naming the file (``limit="max_bytes"`` when too large)."""
+    from ragport.adapters.loaders.file import FileDocumentLoader
+
+    def refuse(why: str, limit: str | None = None) -> ValidationError:
+        return ValidationError(f"{field} file {os.fspath(path)}: {why}", field=field, limit=limit)
+
+    try:
+        resolved = Path(path).resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):  # missing, a symlink loop, a NUL
+        raise refuse("not found") from None
+    try:
+        loader = FileDocumentLoader(
+            root=resolved.parent,
+            max_bytes=max_bytes,
+            ceilings=Ceilings(parse_bytes=max(max_bytes, HARD_LIMITS.parse_bytes)),
+        )
+        data = loader.load(resolved.name).data
+    except LoadError as exc:
+        why = _UNREADABLE.get(exc.reason, "cannot be read").format(max_bytes=max_bytes)
+        raise refuse(why, "max_bytes" if exc.reason == "too_large" else None) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise refuse("not UTF-8") from None
+
+
+def _json_line(kind: str, line: int, raw: str) -> object:
+    """One JSONL line; not JSON, or nested past the parser's stack, is ``_bad``."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise _bad(kind, line, "not valid JSON") from None
+    except RecursionError:
+        raise _bad(kind, line, "JSON nested too deeply") from None
 
 
 def _bad(kind: str, line: int, why: str) -> ValidationError:
@@ -71,10 +127,7 @@ def parse_queries(text: str, *, max_queries: int = MAX_QUERIES) -> list[Query]:
     for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        try:
-            item = json.loads(raw)
-        except ValueError:
-            raise _bad("queries", n, "not valid JSON") from None
+        item = _json_line("queries", n, raw)
         if not isinstance(item, dict):
             raise _bad("queries", n, 'not a JSON object {"id", "text"}')
         qid = item.get("id")
@@ -359,10 +412,7 @@ def parse_documents(text: str, *, max_documents: int = 1_000_000) -> list[Judged
     for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        try:
-            item = json.loads(raw)
-        except ValueError:
-            raise _bad("documents", n, "not valid JSON") from None
+        item = _json_line("documents", n, raw)
         if not isinstance(item, dict):
             raise _bad("documents", n, 'not a JSON object {"id", "text"}')
         did = item.get("id")

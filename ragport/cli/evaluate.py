@@ -11,7 +11,7 @@ import argparse
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -26,8 +26,10 @@ from ragport.bootstrap.evaluate import (
     parse_documents,
     parse_qrels,
     parse_queries,
+    read_judged_file,
     retriever,
 )
+from ragport.bootstrap.evaluate import MAX_FILE_BYTES as MAX_FILE_BYTES  # its old home
 from ragport.cli.config import _config, _embedder, _scope, _stores
 from ragport.cli.output import EXIT_OK, NothingFound, _note, _print_json, _table
 from ragport.cli.query import _lexical_for, _rerank_config
@@ -35,8 +37,8 @@ from ragport.domain.errors import ValidationError
 from ragport.domain.limits import HARD_LIMITS
 from ragport.domain.model import Chunk
 
-MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_COMPARE = 16
+_T = TypeVar("_T")
 COMPARE_KEYS = (
     "name",
     "mode",
@@ -67,21 +69,14 @@ class EvalOut:
     results: list[EvalResult]
 
 
-def _read(path: str, field: str) -> str:
-    file = Path(path)
+def _parsed(path: str, field: str, parse: Callable[[str], _T]) -> _T:
+    """``parse`` of the file ``path``, read bounded (``read_judged_file``); a bad line's
+    ``ValidationError`` names the file as well as the line."""
+    text = read_judged_file(path, field=field)
     try:
-        size = file.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ValidationError(
-                f"{field} file is over {MAX_FILE_BYTES} bytes", field=field, limit="max_bytes"
-            )
-        return file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValidationError(f"{field} file not found", field=field) from None
-    except UnicodeDecodeError:
-        raise ValidationError(f"{field} file is not UTF-8", field=field) from None
-    except IsADirectoryError:
-        raise ValidationError(f"{field} is a folder, not a file", field=field) from None
+        return parse(text)
+    except ValidationError as exc:
+        raise ValidationError(f"{path}: {exc}", field=exc.field, limit=exc.limit) from None
 
 
 def _weight(raw: object, name: str) -> float:
@@ -164,7 +159,7 @@ def _count(raw: str) -> int:
 def _ingest_first(args: argparse.Namespace, stores: Stores, embedder: Any) -> None:
     scope = _scope(args)
     if args.documents:
-        docs = parse_documents(_read(args.documents, "documents"))
+        docs = _parsed(args.documents, "documents", parse_documents)
         chunks = [Chunk.of(d.id, 0, d.text) for d in docs]
         index_chunks(chunks=chunks, embedder=embedder, store=stores.chunks, scope=scope)
         _note(f"indexed {len(chunks)} document(s) from --documents, one chunk each")
@@ -197,8 +192,8 @@ def _eval(args: argparse.Namespace) -> int:
         _count(str(args.candidates))
     if args.mode is None:
         args.mode = "hybrid" if args.lexical is not None else _config(args).query.mode
-    queries = parse_queries(_read(args.queries, "queries"))
-    qrels, fmt = parse_qrels(_read(args.qrels, "qrels"))
+    queries = _parsed(args.queries, "queries", parse_queries)
+    qrels, fmt = _parsed(args.qrels, "qrels", parse_qrels)
     scope = _scope(args)
     depth = max(args.k, CUTOFF)
     with _stores(args) as stores:

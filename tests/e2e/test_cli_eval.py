@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+from hostile import run_limited
 
 from ragport.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 
@@ -153,3 +155,81 @@ def test_docs_evaluation_example_runs_as_written(monkeypatch, capsys):
         outputs.append(capsys.readouterr().out)
     assert "NDCG@10" in outputs[0]
     assert [r["mode"] for r in json.loads(outputs[1])["results"]] == ["vector", "lexical", "hybrid"]
+
+
+# --- hostile judged files (issue 43 item 11): bounded, typed, no hang -----------------------
+
+HOSTILE_EVAL = """
+    import json, os, sys
+    from ragport.cli import main
+    from ragport.domain.errors import ValidationError
+
+    results = {}
+    for name, queries in json.loads(os.environ["HOSTILE_QUERIES"]).items():
+        print(f"case {name}", file=sys.stderr, flush=True)
+        code = main(["eval", queries, os.environ["HOSTILE_QRELS"], "--store", "memory://",
+                     "--embedder", "hash"])
+        from ragport.bootstrap.evaluate import parse_queries, read_judged_file
+
+        try:
+            parse_queries(read_judged_file(queries, field="queries"))
+            field = None
+        except ValidationError as exc:
+            field = exc.field
+        results[name] = [code, field]
+    emit(results)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFOs and /dev/zero")
+def test_hostile_queries_files_are_usage_errors_not_hangs_or_crashes(tmp_path):
+    """A 100,000-deep JSON line, a symlink to /dev/zero and a FIFO as the queries file: each
+    exits 2 with a ValidationError naming the file (and the line), no traceback, no hang, no
+    MemoryError; run in a child with a 1 GiB address-space limit and a timeout.
+
+    If this fails, check read_judged_file and _json_line in ragport/bootstrap/evaluate.py and
+    _parsed in ragport/cli/evaluate.py (stderr says which case the child reached).
+    """
+    cases = {name: tmp_path / f"{name}.jsonl" for name in ("deep", "dev-zero", "fifo")}
+    cases["deep"].write_text("[" * 100_000 + "]" * 100_000 + "\n")  # past any parser's stack
+    cases["dev-zero"].symlink_to("/dev/zero")  # size 0 to stat, endless to read
+    os.mkfifo(cases["fifo"])  # nobody ever writes: a blocking open or read hangs for ever
+    out = run_limited(
+        HOSTILE_EVAL,
+        memory_mb=1024,
+        timeout_s=90,
+        env={
+            "HOSTILE_QUERIES": json.dumps({k: str(v) for k, v in cases.items()}),
+            "HOSTILE_QRELS": QRELS,
+        },
+    )
+    assert out.result == {
+        "deep": [EXIT_USAGE, "queries:1"],
+        "dev-zero": [EXIT_USAGE, "queries"],
+        "fifo": [EXIT_USAGE, "queries"],
+    }, out.stderr
+    for path in cases.values():
+        assert f"ragport: ValidationError: queries file {path}" in out.stderr or (
+            f"ragport: ValidationError: {path}: queries line 1" in out.stderr
+        )
+    assert "Traceback" not in out.stderr and "MemoryError" not in out.stderr
+
+
+def test_a_judged_file_over_the_byte_cap_is_refused_before_it_is_parsed(tmp_path):
+    """A qrels file past the cap (a small cap here) is ValidationError(limit="max_bytes"),
+    read no further than the cap; a folder is refused too.
+
+    If this fails, check read_judged_file in ragport/bootstrap/evaluate.py.
+    """
+    from ragport.bootstrap.evaluate import read_judged_file
+    from ragport.domain.errors import ValidationError
+
+    big = tmp_path / "qrels.tsv"
+    big.write_text("d1\tleave-policy.md\t3\n" * 100)
+    assert read_judged_file(big, field="qrels", max_bytes=4096).count("\n") == 100
+    with pytest.raises(ValidationError) as caught:
+        read_judged_file(big, field="qrels", max_bytes=1024)
+    assert (caught.value.field, caught.value.limit) == ("qrels", "max_bytes")
+    with pytest.raises(ValidationError) as caught:
+        read_judged_file(tmp_path, field="qrels")
+    assert caught.value.field == "qrels"
