@@ -1,12 +1,19 @@
 """``ragport.toml``: store, scope, embedder, query defaults and ``[limits]``, found upward from a
 folder (only through folders the current user owns, up to the home folder or a repository
-root)."""
+root), else in the user's own configuration directory (``user_config_file``).
+
+``locate_config`` says which file applies and whether it is the user's own (from their
+configuration directory) or one found upward (perhaps planted by a cloned repository: the
+command line names it, and what it changes, on every run); ``config_changes`` lists what a
+file changes from the built-in defaults.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 import attrs
@@ -66,6 +73,78 @@ class CliConfig:
 
 
 CONFIG_FILE = "ragport.toml"
+NO_CONFIG_ENV = "RAGPORT_NO_CONFIG"
+
+
+@attrs.frozen
+class ConfigFile:
+    """A ``ragport.toml`` that applies: its path, and ``own``: whether it is the user's own
+    file (``user_config_file``) rather than one found upward from the current folder."""
+
+    path: Path
+    own: bool
+
+
+def user_config_file(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The user's own ``ragport.toml``: ``$XDG_CONFIG_HOME/ragport/ragport.toml``, else
+    ``~/.config/ragport/ragport.toml`` (on Windows ``%APPDATA%\\ragport\\ragport.toml``);
+    ``None`` when there is no home folder to put it in."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or (env.get("APPDATA") if os.name == "nt" else None)
+    if base and Path(base).is_absolute():
+        return Path(base) / "ragport" / CONFIG_FILE
+    try:
+        return Path.home() / ".config" / "ragport" / CONFIG_FILE
+    except (OSError, RuntimeError):
+        return None
+
+
+def config_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``RAGPORT_NO_CONFIG`` asks for no configuration file at all (any value but
+    empty, ``0``, ``false`` or ``no``)."""
+    env = os.environ if environ is None else environ
+    return env.get(NO_CONFIG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def locate_config(start: Path, *, home: Path | None = None) -> ConfigFile | None:
+    """The ``ragport.toml`` that applies from ``start``: the nearest one upward
+    (``find_config``), else the user's own (``user_config_file``), else ``None``. Either is
+    refused (``ValidationError``) when another user owns it or others may write it."""
+    own = user_config_file()
+    found = find_config(start, home=home)
+    if found is not None:
+        return ConfigFile(found, own=own is not None and _same_file(found, own))
+    if own is not None and own.is_file():
+        _check_trusted(own, os.getuid() if hasattr(os, "getuid") else None)
+        return ConfigFile(own, own=True)
+    return None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False
+
+
+def config_changes(config: CliConfig) -> dict[str, object]:
+    """What ``config`` changes from the built-in defaults, as ``{key: value}``: ``store``
+    first, then each ``limits.KEY``, then the other keys (``query.KEY`` for ``[query]``)."""
+    defaults = attrs.asdict(CliConfig())
+    changed: dict[str, object] = {}
+    if config.store is not None:
+        changed["store"] = config.store
+    for key, value in attrs.asdict(config.limits).items():
+        if value is not None:
+            changed[f"limits.{key}"] = value
+    for key, value in attrs.asdict(config).items():
+        if key in ("store", "limits"):
+            continue
+        if isinstance(value, dict):
+            changed.update({f"{key}.{k}": v for k, v in value.items() if v != defaults[key][k]})
+        elif value != defaults[key]:
+            changed[key] = value
+    return changed
 
 
 def find_config(start: Path, *, home: Path | None = None) -> Path | None:

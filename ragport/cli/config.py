@@ -18,10 +18,10 @@ from ragport.bootstrap import (
     Stores,
     build_embedder,
     embedder_name_for,
-    find_config,
     load_config,
     open_stores,
 )
+from ragport.bootstrap.config import config_changes, config_disabled, locate_config
 from ragport.bootstrap.stores import is_memory_url
 from ragport.cli.output import EXIT_OK, _json, _note, _table
 from ragport.domain.errors import (
@@ -40,29 +40,42 @@ def _option(args: argparse.Namespace, name: str) -> Any:
 
 
 def _config(args: argparse.Namespace) -> CliConfig:
+    """The ``ragport.toml`` in effect (read once per command): none with ``--no-config`` or
+    ``RAGPORT_NO_CONFIG``; one not from the user's own configuration directory is announced
+    on stderr, with what it changes."""
     cached = _option(args, "_config")
     if isinstance(cached, CliConfig):
         return cached
-    cwd = Path.cwd()
-    path = find_config(cwd)
-    config = load_config(path) if path is not None else CliConfig()
-    if path is not None and path.parent != cwd.resolve():
-        _announce(path, store=config.store is not None)
+    found = None if _no_config(args) else locate_config(Path.cwd())
+    config = load_config(found.path) if found is not None else CliConfig()
+    if found is not None and not found.own:
+        _announce(found.path, config, args)
     args._config = config
-    args._config_path = path
+    args._config_path = found.path if found is not None else None
     return config
 
 
-_ANNOUNCED: set[Path] = set()
+def _no_config(args: argparse.Namespace) -> bool:
+    return bool(_option(args, "no_config")) or config_disabled()
 
 
-def _announce(path: Path, *, store: bool) -> None:
-    """Say once per process which ragport.toml from a folder above the current one is used
-    (a file in the current folder is the user's own and is used silently)."""
-    if path in _ANNOUNCED:
-        return
-    _ANNOUNCED.add(path)
-    _note(f"{'store' if store else 'configuration'} from {path}")
+def _announce(path: Path, config: CliConfig, args: argparse.Namespace) -> None:
+    """Name on stderr, on every command, a ragport.toml that is not the user's own (found in
+    the current folder or above it: a cloned repository may hold one) and what it changes."""
+    changes = config_changes(config)
+    shown = []
+    for key, value in changes.items():
+        if key == "store":
+            overridden = _option(args, "store") or os.environ.get("RAGPORT_STORE")
+            note = " (not used: --store or RAGPORT_STORE wins)" if overridden else ""
+            shown.append(f"store {_redact_url(str(value))}{note}")
+        else:
+            shown.append(f"{key}={value}")
+    what = ", ".join(shown) if shown else "nothing"
+    _note(
+        f"configuration from {path} (not your own config directory) changes: {what}; "
+        "to ignore it pass --no-config or set RAGPORT_NO_CONFIG=1"
+    )
 
 
 def _resolve(args: argparse.Namespace) -> None:
@@ -235,7 +248,12 @@ def _config_show(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(f"configuration file: {path or '(none found upward from here)'}")
+        none = (
+            "(ignored: --no-config or RAGPORT_NO_CONFIG)"
+            if _no_config(args)
+            else "(none found upward from here, nor in your config directory)"
+        )
+        print(f"configuration file: {path or none}")
         print(f"store ({where}): {values['store']}")
         _table(
             ["key", "value"],
@@ -261,7 +279,11 @@ def _config_show(args: argparse.Namespace) -> int:
 
 
 def _redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***``."""
+    """The URL with any password (``user:PASSWORD@`` or a ``password=`` parameter) replaced
+    by ``***``."""
+    import re
+
+    url = re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
     scheme, sep, rest = url.partition("://")
     if not sep or "@" not in rest:
         return url

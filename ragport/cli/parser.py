@@ -48,6 +48,10 @@ TIMEOUT_HELP = (
     f"{HARD_LIMITS.parse_ms // 1000}, or what parse_ms in ragport.toml sets"
 )
 
+NO_CONFIG_HELP = (
+    "read no ragport.toml at all, neither one found upward nor your own (also: RAGPORT_NO_CONFIG=1)"
+)
+
 
 class _Help(argparse.RawDescriptionHelpFormatter):
     """Keeps the examples' layout and shows each option's default where it has one."""
@@ -76,7 +80,12 @@ def _sub(
         epilog=epilog,
         formatter_class=_Help,
     )
+    _no_config_option(parser, argparse.SUPPRESS)  # given before or after the command: both work
     return parser
+
+
+def _no_config_option(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument("--no-config", action="store_true", default=default, help=NO_CONFIG_HELP)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=_Help,
     )
     parser.add_argument("--version", action="version", version=f"ragport {ragport_version}")
+    _no_config_option(parser, False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = _sub(sub, "demo", "run the bundled corpus through every guarantee, step by step",
