@@ -3,13 +3,17 @@ otherwise), JSON through one cattrs converter, notes on stderr, and the one esca
 control characters every printed line goes through.
 
 ``escape_controls`` writes each C0 control but newline and tab, DEL, each C1 control
-(U+0080-U+009F) and each bidirectional embedding, override or isolate (U+202A-U+202E,
-U+2066-U+2069) as ``\\uXXXX``: document text, file names and error messages cannot clear
-the screen, set the title or write the clipboard. The form is JSON's own escape, so JSON
-output (where ``json.dumps`` already escapes C0 but leaves C1, DEL and bidi raw) stays valid
-and decodes to the original text. ``main`` wraps stdout and stderr in ``EscapingStream`` for
-a command's run, so every ``print`` is covered; rich consoles write to the raw stream (their
-own styling must pass) and get escaped, markup-free ``Text``.
+(U+0080-U+009F), each bidirectional embedding, override or isolate (U+202A-U+202E,
+U+2066-U+2069) and each lone surrogate (U+D800-U+DFFF: how Python decodes a file name's
+bytes that are not UTF-8) as ``\\uXXXX``: document text, file names and error messages
+cannot clear the screen, set the title or write the clipboard, and a file name that is not
+UTF-8 prints as ``bad\\udcff.txt`` whatever the terminal's encoding (never a raw byte, never
+an encoding error). The form is JSON's own escape, so JSON output (where ``json.dumps``
+already escapes C0 but leaves C1, DEL, bidi and, with ``ensure_ascii=False``, lone
+surrogates raw) stays valid and decodes to the original text. ``main`` wraps stdout and
+stderr in ``EscapingStream`` for a command's run, so every ``print`` is covered; rich
+consoles write to the raw stream (their own styling must pass) and get escaped, markup-free
+``Text``.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ _CONTROLS = {
         *range(0x7F, 0xA0),
         *range(0x202A, 0x202F),
         *range(0x2066, 0x206A),
+        *range(0xD800, 0xE000),  # lone surrogates: undecodable bytes of a file name
     ]
     if c not in (0x09, 0x0A)
 }

@@ -6,11 +6,14 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from ragport.application import (
     SharedGeneration,
+    SyncFailure,
     SyncResult,
     list_ingestion_status,
 )
@@ -31,6 +34,9 @@ from ragport.domain.errors import (
 from ragport.domain.limits import Limits
 from ragport.domain.model import Scope
 from ragport.domain.status import IngestionStatus
+
+if TYPE_CHECKING:
+    from ragport.adapters.connectors.folder import UnlistedFile
 
 
 def _still_failing(stores: Stores, scope: Scope) -> list[IngestionStatus]:
@@ -91,6 +97,15 @@ def _print_sync(
     return 1 if result.failed or still else 0
 
 
+def _with_unlisted(result: SyncResult, unlisted: Sequence[UnlistedFile]) -> SyncResult:
+    """``result`` with each file the listing met but could not name as a source (an
+    undecodable name, say) counted failed, under the name ``ragport ingest`` gives it."""
+    if not unlisted:
+        return result
+    extra = tuple(SyncFailure(u.name, u.reason, u.error, retrying=False) for u in unlisted)
+    return attrs.evolve(result, failed=result.failed + len(extra), failures=result.failures + extra)
+
+
 def _decode_hint_applies(args: argparse.Namespace) -> bool:
     """Whether a decode failure may be read with another ``--encoding`` (a folder sync not
     already detecting)."""
@@ -104,8 +119,10 @@ def _sync_run(
     *,
     workers: int = 1,
     encoding: str = "utf-8",
+    unlisted: Callable[[], Sequence[UnlistedFile]] = tuple,
 ) -> int:
-    """``limits``: ``_limits(args)``, read once by the caller before it built ``connector``."""
+    """``limits``: ``_limits(args)``, read once by the caller before it built ``connector``;
+    ``unlisted``: the files the connector's listing could not name, reported failed."""
     if args.workers is not None:
         check_workers(args.workers)  # before any store opens
     scope = _scope(args)
@@ -139,6 +156,7 @@ def _sync_run(
             encoding=encoding,
             shared_generation=shared,
         )
+        result = _with_unlisted(result, unlisted())
         still = _still_failing(stores, scope)
     return _print_sync(args, result, time.perf_counter() - started, still, shared.generations)
 
@@ -151,7 +169,14 @@ def _sync_folder(args: argparse.Namespace) -> int:
     connector = FolderConnector(
         args.path, max_bytes=limits.parse_bytes, page_size=args.page_size, ceilings=limits.ceilings
     )
-    return _sync_run(args, connector, limits, workers=default_workers(), encoding=encoding)
+    return _sync_run(
+        args,
+        connector,
+        limits,
+        workers=default_workers(),
+        encoding=encoding,
+        unlisted=lambda: connector.unlisted,
+    )
 
 
 def _sync_drive(args: argparse.Namespace) -> int:

@@ -438,3 +438,31 @@ def test_a_folder_of_two_thousand_files_syncs_and_follows_edits_renames_and_dele
         stored.extend(page)
     assert set(stored) == expected
     assert _texts(stores, files[0].relative_to(root).as_posix())[0].endswith("Edited.")
+
+
+# --- names no source id can hold (issue 43 item 15) -------------------------------------------
+
+
+def test_a_file_no_source_id_can_name_is_unlisted_by_name(folder):
+    """A document file whose name is not UTF-8, or holds a control character, is not listed
+    but named in ``unlisted`` (with the reason ingest gives); the listing goes on, and a
+    later listing without it has an empty ``unlisted``.
+
+    If this fails, check FolderConnector._take and .unlisted."""
+    raw_root = os.fsencode(folder)
+    for name in (b"bad\xff.md", b"sub/ctl\x1b.md"):
+        with open(os.path.join(raw_root, name), "wb") as file:
+            file.write(b"# Unnamed\n")
+    connector = FolderConnector(folder)
+    assert connector.unlisted == ()
+    pages, cursor = _bootstrap(connector)
+    assert sorted(_ids(pages)) == ["sub/doc.md", "top.md"]
+    unlisted = {u.name: u.reason for u in connector.unlisted}
+    assert unlisted == {
+        os.fsdecode(b"bad\xff.md"): "ValidationError",
+        "sub/ctl\x1b.md": "ValidationError",
+    }
+    os.remove(os.path.join(raw_root, b"bad\xff.md"))
+    os.remove(os.path.join(raw_root, b"sub/ctl\x1b.md"))
+    _follow(connector, cursor)
+    assert connector.unlisted == ()

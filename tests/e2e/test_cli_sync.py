@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -179,3 +180,57 @@ def test_sync_folder_commits_pages_of_page_size_files(cli, tmp_path):
     assert code == 0 and json.loads(out)["pages"] == 3
     code, _ = cli("sync", "folder", str(root), "--corpus", "notes", "--page-size", "0")
     assert code == 2
+
+
+def _undecodable(root) -> str:
+    """A file in ``root`` whose name is not UTF-8 (the byte 0xff); its name as Python has it."""
+    name = os.fsdecode(b"bad\xff.md")
+    with open(os.path.join(os.fsencode(root), b"bad\xff.md"), "wb") as file:
+        file.write(b"# Bad name\n\nunreachable by any source id\n")
+    return name
+
+
+def test_sync_folder_reports_a_file_with_an_undecodable_name_as_failed(tmp_path, capsys):
+    """A file whose name is not UTF-8 is failed (exit 1), named as `ragport ingest` names it
+    (escaped: bad\\udcff.md), in the text and the JSON output; the other file is synced.
+
+    If this fails, check FolderConnector.unlisted and _with_unlisted in ragport/cli/sync.py.
+    """
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "ok.md").write_text("# Fine\n\nA fine note.\n")
+    name = _undecodable(root)
+    base = ["--store", "memory://", "--embedder", "hash", "--corpus", "notes"]
+    assert main(["sync", "folder", str(root), *base, "--json"]) == 1
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["upserted"], shown["failed"]) == (1, 1)
+    (failure,) = shown["failures"]
+    assert failure["source_id"] == name and failure["reason"] == "ValidationError"
+    assert main(["sync", "folder", str(root), *base]) == 1
+    out = capsys.readouterr().out
+    assert "1 failed" in out and "  bad\\udcff.md  ValidationError" in out
+    assert main(["ingest", str(root), *base]) == 1  # ingest names it the same way
+    assert "bad\\udcff.md: FAILED" in capsys.readouterr().out
+
+
+def test_sync_folder_names_an_undecodable_file_under_a_strict_terminal_encoding(
+    tmp_path, monkeypatch
+):
+    """With stdout strictly UTF-8 (a desktop's en_US.UTF-8 locale), naming such a file is no
+    UnicodeEncodeError: sync and ingest print the escaped name and exit 1.
+
+    If this fails, check that escape_controls (ragport/cli/output.py) escapes lone surrogates.
+    """
+    import io
+    import sys
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    _undecodable(root)
+    for command in (["sync", "folder"], ["ingest"]):
+        raw = io.BytesIO()
+        stdout = io.TextIOWrapper(raw, encoding="utf-8", errors="strict", write_through=True)
+        monkeypatch.setattr(sys, "stdout", stdout)
+        code = main([*command, str(root), "--store", "memory://", "--embedder", "hash"])
+        assert code == 1 and b"bad\\udcff.md" in raw.getvalue()
+

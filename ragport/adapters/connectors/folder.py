@@ -12,7 +12,9 @@ counts it failed and keeps its previous version. Hidden files and folders (a nam
 with ``.``) and symlinks are skipped, and every path is opened component by component under
 the root's descriptor without following a symlink (``ragport.adapters._files``): nothing
 outside the root is ever listed or read, even when a folder is swapped for a symlink
-between the listing and ``load()``.
+between the listing and ``load()``. A document file whose path no source id can name (a
+name whose bytes are not UTF-8, a control character, a path past ``ID_MAX`` characters) is
+not listed; ``unlisted`` names each one the last listing met, so a caller reports it.
 """
 
 from __future__ import annotations
@@ -27,17 +29,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from ragport.adapters._files import open_folder, read_file_under
 from ragport.adapters.connectors._cursors import decode_cursor
 from ragport.domain.documents import DOCUMENT_SUFFIXES, media_type_for
-from ragport.domain.errors import LoadError, SyncCursorError, ValidationError
+from ragport.domain.errors import LoadError, SyncCursorError, ValidationError, reason_code
 from ragport.domain.limits import DEFAULT_CEILINGS, DEFAULT_LIMITS, Ceilings, check_ceilings
 from ragport.domain.model import ID_MAX, validate_id
 from ragport.domain.sync import Access
 from ragport.ports.documents import LoadedDocument
 from ragport.ports.sync import Page, Upsert
 
-__all__ = ["FolderConnector", "FolderFile"]
+__all__ = ["FolderConnector", "FolderFile", "UnlistedFile"]
 
 _VERSION = 1
 _RACY_NS = 2_000_000_000  # mtimes this close to the scan may still change within one tick
@@ -54,6 +58,17 @@ class FolderFile:
         self.path = path
         self.size = size
         self.modified_at = modified_at
+
+
+@attrs.frozen
+class UnlistedFile:
+    """A document file the listing met but cannot name as a source: ``name`` is its path
+    relative to the root as Python decodes it (an undecodable byte is a lone surrogate, as
+    ``ragport ingest`` shows it), ``reason`` and ``error`` say why, as ``ingest`` says it."""
+
+    name: str
+    reason: str
+    error: str
 
 
 class FolderConnector:
@@ -96,6 +111,7 @@ class FolderConnector:
         self._suffixes = None if suffixes is None else frozenset(s.lower() for s in suffixes)
         self._page_size = page_size
         self._max_bytes = check_ceilings(ceilings).check("parse_bytes", max_bytes)
+        self._unlisted: tuple[UnlistedFile, ...] = ()
 
     @property
     def id(self) -> str:
@@ -104,6 +120,12 @@ class FolderConnector:
     @property
     def root(self) -> Path:
         return self._root
+
+    @property
+    def unlisted(self) -> tuple[UnlistedFile, ...]:
+        """The document files the last listing (``bootstrap`` or ``changes``) met but could not
+        name as a source, by name (see ``UnlistedFile``); empty before the first."""
+        return self._unlisted
 
     # -- walking ----------------------------------------------------------------------------
 
@@ -117,6 +139,7 @@ class FolderConnector:
         silently shorter listing that would delete what it holds.
         """
         found: list[tuple[str, os.stat_result]] = []
+        unlisted: list[UnlistedFile] = []
         pending: list[tuple[str, ...]] = [()]
         while pending:
             parts = pending.pop()
@@ -129,7 +152,7 @@ class FolderConnector:
             try:
                 with os.scandir(fd) as entries:
                     for entry in entries:
-                        self._take(entry, parts, found, pending)
+                        self._take(entry, parts, found, pending, unlisted)
             except OSError:
                 raise LoadError(
                     "a folder under the root cannot be listed", reason="unreadable"
@@ -137,6 +160,7 @@ class FolderConnector:
             finally:
                 os.close(fd)
         found.sort(key=lambda item: item[0])
+        self._unlisted = tuple(sorted(unlisted, key=lambda u: u.name))
         return found
 
     def _take(
@@ -145,8 +169,10 @@ class FolderConnector:
         parts: tuple[str, ...],
         found: list[tuple[str, os.stat_result]],
         pending: list[tuple[str, ...]],
+        unlisted: list[UnlistedFile],
     ) -> None:
-        """Queue a subfolder or keep a document file (``entry.stat`` needs its folder open)."""
+        """Queue a subfolder or keep a document file (``entry.stat`` needs its folder open);
+        a document file no source id can name goes to ``unlisted``."""
         if entry.name.startswith("."):
             return
         try:
@@ -162,7 +188,8 @@ class FolderConnector:
                 return
             try:
                 validate_id(rel, field="source_id")
-            except ValidationError:
+            except ValidationError as exc:
+                unlisted.append(UnlistedFile(rel, reason_code(exc), f"{type(exc).__name__}: {exc}"))
                 return
             found.append((rel, info))
 
