@@ -400,6 +400,12 @@ def _parser() -> argparse.ArgumentParser:
         default="RAGPORT_DRIVE_ACCESS_TOKEN",
         help="environment variable holding the OAuth access token",
     )
+    drive.add_argument(
+        "--max-list-requests", type=int, metavar="N",
+        help="Drive listing requests (pages, look-ups) one run may send (default: 10000, at "
+        "most 1000000); past it the run stops with a LoadError, exit 1, and the next run "
+        "continues from the last committed page",
+    )  # fmt: skip
     drive.add_argument("--base-url", default="https://www.googleapis.com", help=argparse.SUPPRESS)
     drive.add_argument("--allow-loopback", action="store_true", help=argparse.SUPPRESS)
     drive.set_defaults(func=_sync_drive)

@@ -181,6 +181,7 @@ def _sync_folder(args: argparse.Namespace) -> int:
 
 def _sync_drive(args: argparse.Namespace) -> int:
     from ragport.adapters.connectors import GoogleDriveConnector, drive_permissions_access
+    from ragport.adapters.connectors.drive import MAX_LIST_REQUESTS
 
     name = args.token_env
     if not os.environ.get(name):
@@ -190,6 +191,7 @@ def _sync_drive(args: argparse.Namespace) -> int:
         return os.environ.get(name, "")
 
     limits = _limits(args)  # --max-bytes, --timeout, [limits]: before any request
+    budget = MAX_LIST_REQUESTS if args.max_list_requests is None else args.max_list_requests
     connector = GoogleDriveConnector(
         token_provider=token_provider,
         resolve_access=drive_permissions_access,
@@ -199,6 +201,7 @@ def _sync_drive(args: argparse.Namespace) -> int:
         allow_loopback=args.allow_loopback,
         max_bytes=limits.parse_bytes,
         ceilings=limits.ceilings,
+        max_list_requests=budget,
     )
     try:
         return _sync_run(args, connector, limits)

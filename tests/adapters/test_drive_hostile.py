@@ -337,3 +337,64 @@ def test_a_moved_in_folder_listing_with_a_repeating_token_is_a_cursor_error(serv
     with pytest.raises(SyncCursorError):
         connector.changes(cursor)
     assert tamper.calls == 2
+
+
+# --- endless pages with new tokens ----------------------------------------------------------
+
+
+def _endless_folders(query: dict[str, str], reply: Reply) -> Reply:
+    """files.list answering one new subfolder and a new token each time, never a file."""
+    n = int((query.get("pageToken") or "t0")[1:]) + 1
+    folder = {"id": f"dir-{n}", "name": f"dir-{n}", "mimeType": FOLDER, "parents": ["x"]}
+    return _json({"files": [folder], "nextPageToken": f"t{n}"})
+
+
+def test_endless_folder_only_pages_stop_at_the_request_budget(serve) -> None:
+    """A Drive answering folder-only pages with a new token each time (no repeat to catch)
+    is LoadError(reason="request_budget") after max_list_requests requests in the run, not
+    thousands of requests. If this fails, check ``DriveHttp._count_request`` and
+    ``max_list_requests`` in ``GoogleDriveConnector``."""
+    drive = FakeDrive()
+    drive.tamper = tamper = Counting("/drive/v3/files", _endless_folders)
+    connector = _connector(serve(drive).url, max_list_requests=25)
+    with pytest.raises(LoadError) as caught:
+        connector.bootstrap()
+    assert caught.value.reason == "request_budget"
+    assert tamper.calls == 23  # 25 minus changes.getStartPageToken and the root look-up
+
+
+def test_the_request_budget_is_per_run(serve) -> None:
+    """The count restarts when a run ends (an exhausted page, or an error): a connector kept
+    for many runs, each within the budget, never hits it; after the budget error the next run
+    has the whole budget again. If this fails, check ``GoogleDriveConnector._in_run``."""
+    drive = FakeDrive()
+    drive.add("a.txt", data=b"alpha")
+    connector = _connector(serve(drive).url, max_list_requests=4)
+    cursor = _exhausted(connector)  # start token, root, one files.list page: 3 requests
+    for _ in range(6):  # one changes.list request a run
+        page = connector.changes(cursor)
+        assert page.exhausted
+        cursor = page.cursor
+    tokens = iter(range(1_000))
+    drive.tamper = Counting(
+        "/drive/v3/changes",
+        lambda q, r: _json({"changes": [], "nextPageToken": f"n{next(tokens)}"}),
+    )
+    with pytest.raises(LoadError) as caught:
+        page = connector.changes(cursor)
+        while not page.exhausted:
+            page = connector.changes(page.cursor)
+    assert caught.value.reason == "request_budget"
+    drive.tamper = None
+    assert connector.changes(cursor).exhausted  # a new run: the budget is whole again
+
+
+@pytest.mark.parametrize("value", [0, -1, 1_000_001, True, 2.5])
+def test_max_list_requests_is_checked(value) -> None:
+    """max_list_requests outside 1..1,000,000 (or not an integer) is a ValidationError naming
+    it. If this fails, check the constructor of ``GoogleDriveConnector``."""
+    from ragport.domain.errors import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        _connector("http://127.0.0.1:9", max_list_requests=value)
+    assert caught.value.field == "max_list_requests"

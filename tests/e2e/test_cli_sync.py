@@ -7,6 +7,7 @@ import os
 import shutil
 
 import pytest
+from fake_http import Reply
 
 from ragport.cli import main
 
@@ -234,3 +235,38 @@ def test_sync_folder_names_an_undecodable_file_under_a_strict_terminal_encoding(
         code = main([*command, str(root), "--store", "memory://", "--embedder", "hash"])
         assert code == 1 and b"bad\\udcff.md" in raw.getvalue()
 
+
+def test_sync_drive_stops_an_endless_listing_at_max_list_requests(serve, monkeypatch, capsys):
+    """A Drive answering folder-only pages with a new token each time: `ragport sync drive
+    --max-list-requests 30` stops with a LoadError naming the budget (exit 1), not a run that
+    pages for ever; the help names the default.
+
+    If this fails, check --max-list-requests in ragport/cli/parser.py and _sync_drive.
+    """
+    from fake_drive import FOLDER, FakeDrive
+
+    from ragport.adapters.connectors.drive import MAX_LIST_REQUESTS
+    from ragport.cli import _iter_commands, _parser
+
+    calls = []
+
+    def endless(path, query, reply):
+        if path != "/drive/v3/files":
+            return reply
+        calls.append(1)
+        n = len(calls)
+        folder = {"id": f"dir-{n}", "name": f"dir-{n}", "mimeType": FOLDER, "parents": ["x"]}
+        return Reply(200, json.dumps({"files": [folder], "nextPageToken": f"t{n}"}).encode())
+
+    drive = FakeDrive()
+    drive.tamper = endless
+    server = serve(drive)
+    monkeypatch.setenv("RAGPORT_DRIVE_ACCESS_TOKEN", "token-1")
+    argv = ["sync", "drive", "--store", "memory://", "--embedder", "hash", "--base-url",
+            server.url, "--allow-loopback", "--max-list-requests", "30"]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "ragport: LoadError: " in err and "max_list_requests=30" in err
+    assert len(calls) == 28  # 30 minus the start-token and root look-ups
+    helps = dict(_iter_commands(_parser()))
+    assert str(MAX_LIST_REQUESTS) in helps["sync drive"].format_help()

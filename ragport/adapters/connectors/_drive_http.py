@@ -8,6 +8,12 @@ a page token, is ``SyncCursorError``; bodies are streamed as raw bytes under ``m
 object, or nests too deeply to parse, is ``LoadError(reason="malformed")``. The token
 travels only in the ``Authorization`` header, and no error is chained (httpx's exceptions
 hold the request).
+
+Every JSON request (a ``files.list`` or ``changes.list`` page, the root and start-token
+look-ups) counts against ``max_list_requests`` for the run: past it, the request is not sent
+and the run fails with ``LoadError(reason="request_budget")``. A run ends at an exhausted
+page or at an error (that one or any other); the count then starts again. A server answering
+endless pages (folders only, a new token each time) cannot keep one run paging for ever.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ class DriveHttp:
     _token_provider: Callable[[], str]
     _token: str | None
     _drive_id: str | None
+    _max_list_requests: int
+    _list_requests: int  # JSON requests sent in this run (see the module docstring)
 
     def _headers(self) -> dict[str, str]:
         if self._token is None:
@@ -136,9 +144,26 @@ class DriveHttp:
             )
         raise_unchained(error)
 
+    def _count_request(self, what: str) -> None:
+        """Count one JSON request of this run; past ``max_list_requests`` it is not sent."""
+        if self._list_requests >= self._max_list_requests:
+            raise LoadError(
+                f"Drive needed more than max_list_requests={self._max_list_requests} listing "
+                f"requests in one run ({what}); the pages committed so far stay and the next "
+                "run continues from them; raise max_list_requests (ragport sync drive "
+                "--max-list-requests N) for a Drive this large",
+                reason="request_budget",
+            )
+        self._list_requests += 1
+
+    def _end_run(self) -> None:
+        """The run is over (an exhausted page, or an error): the count restarts."""
+        self._list_requests = 0
+
     def _json(
         self, path: str, params: Mapping[str, Any], *, what: str, cursor: bool = False
     ) -> dict[str, Any]:
+        self._count_request(what)
         body, _ = self._get(path, params, what=what, cursor=cursor)
         try:
             data = json.loads(body)

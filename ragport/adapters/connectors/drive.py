@@ -26,6 +26,10 @@ Drive v3 over httpx:
   ``token_provider`` for a fresh token once. The token travels only in the ``Authorization``
   header: no error, cursor or log line holds it, and nothing is chained (httpx's exceptions
   hold the request).
+- at most ``max_list_requests`` JSON requests (listing pages and look-ups) per run (a run
+  ends at an exhausted page or an error); past the budget,
+  ``LoadError(reason="request_budget")`` ends it, so a server answering endless pages with new
+  tokens cannot page one run for ever.
 
 Permissions come only from the host's ``resolve_access(file)``: the Drive file resource (a
 mapping with ``id``, ``name``, ``mimeType``, ``parents``, ``permissions`` when listed) in,
@@ -75,6 +79,8 @@ FILE_FIELDS = (
 _PERMISSION_FIELDS = ("type", "role", "emailAddress", "domain")
 _VERSION = 1
 _MAX_PATH = 1024
+MAX_LIST_REQUESTS = 10_000  # per run: about a million items at the default page size
+MAX_LIST_REQUESTS_CEILING = 1_000_000
 
 
 def drive_permissions_access(file: Mapping[str, Any]) -> Access | None:
@@ -129,6 +135,7 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
         max_backoff_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
         ceilings: Ceilings = DEFAULT_CEILINGS,
+        max_list_requests: int = MAX_LIST_REQUESTS,
     ):
         if not callable(token_provider):
             raise ValidationError("token_provider must be callable", field="token_provider")
@@ -140,6 +147,10 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
         self._base, self._host = check_base_url(base_url, allow_loopback)
         self._page_size = check_int(page_size, "page_size", 1, 1000)
         self._max_retries = check_int(max_retries, "max_retries", 0, 10)
+        self._max_list_requests = check_int(
+            max_list_requests, "max_list_requests", 1, MAX_LIST_REQUESTS_CEILING
+        )
+        self._list_requests = 0
         self._max_bytes = check_ceilings(ceilings).check("parse_bytes", max_bytes)
         if not (0 < float(timeout_s) <= 600):
             raise ValidationError("timeout_s must be in (0, 600]", field="timeout_s")
@@ -271,6 +282,24 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
 
     def bootstrap(self, cursor: str | None = None) -> Page:
         """One ``files.list`` page of the folder being walked (breadth first)."""
+        return self._in_run(lambda: self._bootstrap(cursor))
+
+    def changes(self, cursor: str) -> Page:
+        """One ``changes.list`` page judged against the folder tree the cursor records."""
+        return self._in_run(lambda: self._changes(cursor))
+
+    def _in_run(self, fetch: Callable[[], Page]) -> Page:
+        """``fetch()``; a run ends at an exhausted page or an error (``max_list_requests``)."""
+        try:
+            page = fetch()
+        except BaseException:
+            self._end_run()
+            raise
+        if page.exhausted:
+            self._end_run()
+        return page
+
+    def _bootstrap(self, cursor: str | None) -> Page:
         if cursor is None:
             start = self._start_token()
             root = self._root()
@@ -358,8 +387,7 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
         files[file_id] = parent
         return self._upsert(file, path)
 
-    def changes(self, cursor: str) -> Page:
-        """One ``changes.list`` page judged against the folder tree the cursor records."""
+    def _changes(self, cursor: str) -> Page:
         body = self._decode(cursor, "changes")
         token = body.get("token")
         if not isinstance(token, str) or not token:
