@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Protocol
@@ -110,13 +111,17 @@ class Candidate:
     detail: str | None = None
 
 
-def collect_documents(paths: Sequence[str | os.PathLike[str]], *, root: Path) -> list[Candidate]:
+def collect_documents(
+    paths: Sequence[str | os.PathLike[str]], *, root: Path, skipped: list[Path] | None = None
+) -> list[Candidate]:
     """Every document under ``paths``, by suffix, named relative to ``root``.
 
     Folders are walked (hidden folders and files, names starting with ``.``, are skipped;
     symlinked folders are not followed); a file named directly is held to the same suffix
     set. A path outside ``root``, a missing path or an unsupported suffix is returned as a
-    refused candidate, so the caller reports it and goes on.
+    refused candidate, so the caller reports it and goes on. ``skipped``, when given, gets
+    each file a folder walk passed over for its suffix (not hidden ones), in walk order, so
+    the caller can count and name them.
     """
     found: dict[str, Candidate] = {}
     refused: list[Candidate] = []
@@ -126,11 +131,13 @@ def collect_documents(paths: Sequence[str | os.PathLike[str]], *, root: Path) ->
             files: list[Path] = []
             for folder, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                files.extend(
-                    Path(folder) / n
-                    for n in sorted(names)
-                    if not n.startswith(".") and Path(n).suffix.lower() in DOCUMENT_SUFFIXES
-                )
+                for n in sorted(names):
+                    if n.startswith("."):
+                        continue
+                    if Path(n).suffix.lower() in DOCUMENT_SUFFIXES:
+                        files.append(Path(folder) / n)
+                    elif skipped is not None:
+                        skipped.append(Path(folder) / n)
         elif path.is_file():
             if path.suffix.lower() not in DOCUMENT_SUFFIXES:
                 refused.append(
@@ -178,15 +185,39 @@ def default_root(paths: Sequence[str | os.PathLike[str]]) -> Path:
 class IngestProgress(Protocol):
     """What ``ingest_files`` reports while files are in flight (a progress display).
 
-    Called from the pipeline's threads: implementations must be thread-safe and quick, and
-    must not raise (an exception escapes as the run's own failure)."""
+    Each stage a file goes through is reported when it starts (``working``) and when it is
+    through, succeeded or not (``finished``), so a display shows what runs now and not what
+    ran last. Called from the pipeline's threads: implementations must be thread-safe and
+    quick, and must not raise (an exception escapes as the run's own failure). An object
+    without ``finished`` (written before it existed) still works: it hears only the starts.
+    """
 
     def working(self, source_id: str, stage: str) -> None:
-        """``source_id`` is being ``stage`` now: ``reading`` (serial: load, parse, embed and
-        write), ``embedding`` or ``writing``."""
+        """``source_id`` starts ``stage``: ``parsing`` (load and parse, in a parse thread),
+        ``embedding`` (one embedder call for a group of files: ``source_id`` is the group's
+        first file and ``(+N more)``), ``writing``; serially (``workers=1``) one ``reading``
+        covers the whole file (load, parse, embed and write)."""
+
+    def finished(self, source_id: str, stage: str) -> None:
+        """``source_id`` is through ``stage`` (as named to ``working``)."""
 
     def embedded(self, chunks: int) -> None:
         """``chunks`` more chunks were embedded (after each embedder call)."""
+
+
+@contextmanager
+def _stage(progress: IngestProgress | None, name: str, stage: str) -> Iterator[None]:
+    """Tell ``progress`` that ``name`` runs ``stage`` for the block, and when it is through."""
+    if progress is None:
+        yield
+        return
+    progress.working(name, stage)
+    try:
+        yield
+    finally:
+        finished = getattr(progress, "finished", None)
+        if finished is not None:
+            finished(name, stage)
 
 
 @attrs.frozen
@@ -352,23 +383,22 @@ def ingest_files(
             )
             continue
         started = tick()
-        if progress is not None:
-            progress.working(candidate.source_id, "reading")
         try:
-            result = replace_document(
-                uri=candidate.source_id,
-                loader=loader,
-                parser=parsers,
-                embedder=embedder,
-                store=store,
-                scope=scope,
-                source_id=candidate.source_id,
-                size=size,
-                overlap=overlap,
-                status_store=status_store,
-                shared_generation=shared_generation,
-                runtime=Runtime(limits=limits, abort=abort),
-            )
+            with _stage(progress, candidate.source_id, "reading"):
+                result = replace_document(
+                    uri=candidate.source_id,
+                    loader=loader,
+                    parser=parsers,
+                    embedder=embedder,
+                    store=store,
+                    scope=scope,
+                    source_id=candidate.source_id,
+                    size=size,
+                    overlap=overlap,
+                    status_store=status_store,
+                    shared_generation=shared_generation,
+                    runtime=Runtime(limits=limits, abort=abort),
+                )
         except AbortedError:
             raise
         except Exception as exc:

@@ -33,6 +33,7 @@ from ragport.bootstrap.ingest import (
     FileOutcome,
     IngestProgress,
     _failure,
+    _stage,
     _success,
 )
 from ragport.domain.errors import AbortedError, ValidationError
@@ -95,8 +96,9 @@ def pipeline(
     embed thread calls the embedder. A failed group call is retried one file per call, so
     a file the embedder refuses fails alone. Each file is written by ``replace_prepared``
     (its vectors through ``replace_source``'s reuse path: every validation kept) by this
-    generator only, in input order. ``progress`` hears which file the embed thread is on
-    (the group's first, with how many more), each embed call's chunks, and each write.
+    generator only, in input order. ``progress`` hears when each stage starts and ends: each
+    file's parse (in the parse threads), each embed call (the group's first file, with how
+    many more) and its chunks, each write.
     """
     stopped = threading.Event()  # set when the generator exits, early or not
     stop = EitherAbort(stopped, abort)
@@ -112,20 +114,20 @@ def pipeline(
     def prepare(candidate: Candidate) -> tuple[PreparedDocument, int]:
         check_abort(stop)
         sid = cast(str, candidate.source_id)
-        loaded = loader.load(sid)
-        prepared = prepare_document(
-            loaded, source_id=sid, uri=sid, parser=parsers, embedder=embedder, store=store,
-            scope=scope, size=size, overlap=overlap, limits=limits, abort=stop,
-        )  # fmt: skip
+        with _stage(progress, sid, "parsing"):
+            loaded = loader.load(sid)
+            prepared = prepare_document(
+                loaded, source_id=sid, uri=sid, parser=parsers, embedder=embedder, store=store,
+                scope=scope, size=size, overlap=overlap, limits=limits, abort=stop,
+            )  # fmt: skip
         return prepared, len(loaded.data)
 
     def embed(texts: list[str], label: str = "") -> VectorMatrix:
-        if progress is not None and label:
-            progress.working(label, "embedding")
-        return embed_batches(
-            embedder, texts, batch_size=DEFAULT_LIMITS.embed_batch, abort=stop,
-            telemetry=telemetry, on_embedded=None if progress is None else progress.embedded,
-        )  # fmt: skip
+        with _stage(progress if label else None, label, "embedding"):
+            return embed_batches(
+                embedder, texts, batch_size=DEFAULT_LIMITS.embed_batch, abort=stop,
+                telemetry=telemetry, on_embedded=None if progress is None else progress.embedded,
+            )  # fmt: skip
 
     def submit_embed(group: list[_Slot]) -> Future[VectorMatrix]:
         texts: list[str] = []
@@ -194,13 +196,13 @@ def pipeline(
                 if outcome is not _WRITE:
                     yield cast(FileOutcome, outcome)
                     continue
-                if progress is not None:
-                    progress.working(cast(PreparedDocument, head.prepared).source_id, "writing")
-                yield _write(
-                    head, store=store, status_store=status_store, embedder=embedder,
-                    scope=scope, limits=limits, tick=tick, stop=stop,
-                    shared_generation=shared_generation,
-                )  # fmt: skip
+                with _stage(progress, cast(PreparedDocument, head.prepared).source_id, "writing"):
+                    written = _write(
+                        head, store=store, status_store=status_store, embedder=embedder,
+                        scope=scope, limits=limits, tick=tick, stop=stop,
+                        shared_generation=shared_generation,
+                    )  # fmt: skip
+                yield written
             if wrote:
                 continue
             # 5. nothing to write yet: wait for a parse or the embed call to finish

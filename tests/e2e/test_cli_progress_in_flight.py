@@ -135,16 +135,19 @@ def test_without_a_terminal_a_heartbeat_line_names_the_work_in_flight(monkeypatc
     If this fails, check Tracker._show's plain branch in ragport/cli/progress.py."""
     now = [100.0]
     tracker = progress.Tracker(
-        None, None, description="ingest", unit="files", total=4, plain=True, clock=lambda: now[0]
+        None, None, description="ingest", unit="files", total=6, plain=True, clock=lambda: now[0]
     )
     tracker.working("docs/big.pdf", "embedding")
-    tracker.embedded(64)
+    for done in (1, 2, 3):  # a file every 4 s
+        now[0] += 4.0
+        tracker.update(done=done)
     assert capsys.readouterr().err == ""  # before the first interval: silent
-    now[0] += progress.HEARTBEAT_S
-    tracker.update(done=1)
+    now[0] = 100.0 + progress.HEARTBEAT_S
+    tracker.embedded(64)
     err = capsys.readouterr().err
-    assert err.startswith("ingest: 1/4 files, 64 chunks (")
-    assert "ETA 0:45" in err and "now embedding docs/big.pdf" in err
+    assert err.startswith("ingest: 3/6 files, 64 chunks (")
+    # 3 files left at 0.25 files/s, 3 s after the last one came (they come every 4 s)
+    assert "ETA 0:09" in err and "now embedding docs/big.pdf" in err
     now[0] += 1.0
     tracker.embedded(64)
     assert capsys.readouterr().err == ""  # at most one line per interval
@@ -153,3 +156,52 @@ def test_without_a_terminal_a_heartbeat_line_names_the_work_in_flight(monkeypatc
     now[0] += 100
     silent.update(done=1)
     assert capsys.readouterr().err == ""
+
+
+class StageRecorder(Recorder):
+    """A Recorder that also hears the ends of stages and keeps the ones still open."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: dict[tuple[str, str], int] = {}
+
+    def working(self, source_id: str, stage: str) -> None:
+        super().working(source_id, stage)
+        with self.lock:
+            key = (stage, source_id)
+            self.open[key] = self.open.get(key, 0) + 1
+
+    def finished(self, source_id: str, stage: str) -> None:
+        with self.lock:
+            key = (stage, source_id)
+            assert self.open.get(key), f"{key} finished but never started"
+            self.open[key] -= 1
+            if not self.open[key]:
+                del self.open[key]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_stage_ingest_files_starts_is_finished_before_its_outcome(tmp_path, workers):
+    """Each stage reported with working() is reported finished() (a file that fails to parse
+    too), a file's write (serially: its whole reading) is over when its outcome comes out, and
+    nothing is left open at the end: a display shows what runs now, not what ran last (the bar
+    of issue 43 said `writing X` for 20-40 s while the next group embedded).
+
+    If this fails, check _stage in ragport/bootstrap/ingest.py and its uses in pipeline.py."""
+    docs = _folder(tmp_path)
+    (docs / "c-empty.md").write_text("")
+    recorder = StageRecorder()
+    states = []
+    for outcome in ingest_files(
+        collect_documents([docs], root=docs), root=docs, store=InMemoryStore(),
+        status_store=InMemoryStatusStore(), embedder=HashEmbedder(), scope=Scope("t", "r", "c"),
+        workers=workers, progress=recorder,
+    ):  # fmt: skip
+        states.append(outcome.state)
+        with recorder.lock:
+            assert ("writing", outcome.source_id) not in recorder.open
+            assert ("reading", outcome.source_id) not in recorder.open
+    assert states == ["indexed", "indexed", "failed"]
+    assert recorder.open == {}
+    stages = {stage for stage, _ in recorder.events if stage != "embedded"}
+    assert stages == ({"reading"} if workers == 1 else {"parsing", "embedding", "writing"})
