@@ -20,7 +20,7 @@ from ragport.bootstrap import (
     collect_documents,
     ingest_files,
 )
-from ragport.bootstrap.ingest import check_workers
+from ragport.bootstrap.ingest import check_workers, default_workers
 from ragport.bootstrap.roots import check_root, first_root, widen_corpus_root, widened_root
 from ragport.cli.config import (
     _config,
@@ -168,7 +168,8 @@ def _ingest(args: argparse.Namespace) -> int:
     scope = _scope(args)
     chosen = _corpus_root(args)
     root = chosen.path
-    candidates = collect_documents(args.paths, root=root)
+    skipped: list[Path] = []
+    candidates = collect_documents(args.paths, root=root, skipped=skipped)
     for c in candidates:
         if c.reason == "not_found":
             _note(f"no such file or folder: {c.path}")
@@ -178,8 +179,11 @@ def _ingest(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with (
         _stores(args) as stores,
-        track("ingest", total=total, unit="files", enabled=wanted(json_out=args.json)) as bar,
-    ):
+        track(
+            "ingest", total=total, unit="files", enabled=wanted(json_out=args.json),
+            advice=_advice(args.workers),
+        ) as bar,
+    ):  # fmt: skip
         embedder = _embedder(args, stores, [scope])
         _widen(chosen, stores, scope)
         results = _hinted(ingest_files(
@@ -203,7 +207,9 @@ def _ingest(args: argparse.Namespace) -> int:
             # the item shown is the work in flight (bar.working), or the file that just failed
             failed_now = outcome.state == "failed"
             bar.update(
-                done=n, item=f"failed {outcome.source_id or outcome.path}" if failed_now else ""
+                done=n,
+                item=f"failed {outcome.source_id or outcome.path}" if failed_now else "",
+                chunks=outcome.chunks if outcome.state == "indexed" else 0,
             )
             if args.json:
                 print(json.dumps(_json.unstructure(outcome), ensure_ascii=False), flush=True)
@@ -211,21 +217,78 @@ def _ingest(args: argparse.Namespace) -> int:
                 # on a terminal the bar stands for the per-file lines; failures still show
                 bar.print(_outcome_line(n, total, outcome))
     failed = [o for o in outcomes if o.state == "failed"]
-    if not args.json:
-        counts = {
-            state: sum(o.state == state for o in outcomes)
-            for state in ("indexed", "unchanged", "failed")
-        }
+    if args.json:
+        if skipped:
+            _note(f"{len(skipped)} file(s) skipped, not a supported type ({_kinds(skipped)})")
+            if args.verbose:
+                for path in skipped:
+                    _note(f"skipped {_shown(path, root)}")
+    else:
         seconds = time.perf_counter() - started
         print(f"{total} document(s) in corpus {scope.corpus_id} (root {root}) in {seconds:.1f} s")
-        print(f"  {'indexed':<10}{counts['indexed']:>6}")
-        print(f"  {'unchanged':<10}{counts['unchanged']:>6}")
-        print(f"  {'failed':<10}{counts['failed']:>6}")
-        if shared.generations:
-            print(_generation_line(shared.generations))
-        if failed:
-            width = max(len(o.source_id or o.path) for o in failed)
-            print("failed:")
-            for o in failed:
-                print(f"  {(o.source_id or o.path):<{width}}  {o.reason or '':<16} {o.error or ''}")
+        _summary(outcomes, skipped, shared.generations, root=root, verbose=args.verbose)
     return EXIT_FAILED if failed or not outcomes else EXIT_OK
+
+
+def _advice(workers: int | None) -> str:
+    """How to go faster, with the options that do it (the estimate line of a long run)."""
+    threads = workers if workers is not None else default_workers()
+    return (
+        "faster: an HTTP embedder (--embedder NAME, an installed ragport.embedders plugin: "
+        "docs/models.md) or, when the embedder waits on parsing, more parse threads "
+        f"(--workers N; now {threads})"
+    )
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+_NO_SUFFIX = "(no suffix)"
+
+
+def _kinds(skipped: list[Path]) -> str:
+    """``.png 2, .json 1``: the skipped files by suffix, most first (six at most)."""
+    by_suffix: dict[str, int] = {}
+    for path in skipped:
+        suffix = path.suffix.lower() or _NO_SUFFIX
+        by_suffix[suffix] = by_suffix.get(suffix, 0) + 1
+    ranked = sorted(by_suffix.items(), key=lambda kv: (-kv[1], kv[0] == _NO_SUFFIX, kv[0]))
+    return ", ".join(f"{k} {n}" for k, n in ranked[:6]) + (", ..." if len(ranked) > 6 else "")
+
+
+def _summary(
+    outcomes: list[FileOutcome],
+    skipped: list[Path],
+    generations: tuple[int, ...],
+    *,
+    root: Path,
+    verbose: bool,
+) -> None:
+    """The counts by state (and the files skipped for their type), the generation line,
+    the failures and, with ``--verbose``, the skipped files."""
+    counts = {
+        state: sum(o.state == state for o in outcomes)
+        for state in ("indexed", "unchanged", "failed")
+    }
+    print(f"  {'indexed':<10}{counts['indexed']:>6}")
+    print(f"  {'unchanged':<10}{counts['unchanged']:>6}")
+    print(f"  {'failed':<10}{counts['failed']:>6}")
+    if skipped:
+        names = "" if verbose else " (--verbose names them)"
+        print(f"  {'skipped':<10}{len(skipped):>6}  not a supported type: {_kinds(skipped)}{names}")
+    if generations:
+        print(_generation_line(generations))
+    failed = [o for o in outcomes if o.state == "failed"]
+    if failed:
+        width = max(len(o.source_id or o.path) for o in failed)
+        print("failed:")
+        for o in failed:
+            print(f"  {(o.source_id or o.path):<{width}}  {o.reason or '':<16} {o.error or ''}")
+    if skipped and verbose:
+        print("skipped (not a supported type):")
+        for path in skipped:
+            print(f"  {_shown(path, root)}")

@@ -174,6 +174,10 @@ def _parser() -> argparse.ArgumentParser:
         "default: the cores, 2 to 8)",
     )
     ingest.add_argument("--encoding", help=ENCODING_HELP)
+    ingest.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="name each file a folder walk skipped for its type (the summary counts them)",
+    )  # fmt: skip
     ingest.set_defaults(func=_ingest)
 
     query = _sub(
@@ -218,6 +222,11 @@ def _parser() -> argparse.ArgumentParser:
         "--lexical-weight", type=float, default=1.0, help="weight of the lexical leg in fusion"
     )
     query.add_argument("--filter", help="metadata filter as JSON (docs/access-control.md)")
+    query.add_argument(
+        "--under", metavar="FOLDER",
+        help="only sources under this folder (their path relative to the corpus root, "
+        "e.g. docs/guides/)",
+    )  # fmt: skip
     query.add_argument("--principal", help="retrieve as this principal (grants enforced)")
     query.add_argument(
         "--keep-duplicates", action="store_true",
