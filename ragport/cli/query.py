@@ -22,6 +22,7 @@ from ragport.cli.output import EXIT_FAILED, EXIT_OK, NothingFound, _json, _note,
 from ragport.domain.errors import (
     ValidationError,
 )
+from ragport.domain.filters import prefix_filter
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS
 from ragport.domain.model import AccessDenial, Authorization, Hit, Scope
 from ragport.ports.capabilities import supports
@@ -54,6 +55,7 @@ class HitOut:
     source_id: str
     corpus: str
     score: float
+    score_kind: str  # rrf (fused ranks, --mode lexical|hybrid) or cosine (--mode vector)
     retrieval: str
     heading: list[str]
     page: int | None
@@ -81,6 +83,7 @@ class QueryOut:
     corpora: list[str]
     mode: str
     lexical: str | None
+    score_kind: str
     top_k: int
     hits: list[HitOut]
     text: str
@@ -112,6 +115,32 @@ def _parse_filter(raw: str | None) -> Mapping[str, Any] | None:
     if not isinstance(value, dict):
         raise ValidationError("--filter must be a JSON object", field="filter")
     return value
+
+
+def _under(raw: str | None) -> dict[str, Any] | None:
+    """``--under FOLDER`` as a filter on the ``path`` metadata (``ingest`` and ``sync`` set it
+    to the source id): the source named ``FOLDER`` or any under ``FOLDER/``."""
+    if raw is None:
+        return None
+    folder = raw
+    while folder.startswith("./"):
+        folder = folder[2:]
+    folder = folder.rstrip("/")
+    if not folder or folder == "." or raw.startswith("/") or ".." in folder.split("/"):
+        raise ValidationError(
+            "--under takes a folder relative to the corpus root, as `ragport sources` lists "
+            "source ids (e.g. docs/guides)",
+            field="under",
+        )
+    return {"$or": [{"path": folder}, prefix_filter("path", folder + "/")]}
+
+
+def _filters(args: argparse.Namespace) -> Mapping[str, Any] | None:
+    """``--filter`` and ``--under``, both holding when both are given."""
+    given = [f for f in (_parse_filter(args.filter), _under(args.under)) if f is not None]
+    if len(given) == 2:
+        return {"$and": given}
+    return given[0] if given else None
 
 
 def _rerank_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -175,7 +204,7 @@ def _query(args: argparse.Namespace) -> int:
     for weight, name in ((args.vector_weight, "vector"), (args.lexical_weight, "lexical")):
         if not math.isfinite(weight) or weight < 0:
             raise ValidationError(f"--{name}-weight must be a number >= 0", field=f"{name}_weight")
-    metadata_filter = _parse_filter(args.filter)
+    metadata_filter = _filters(args)
     corpora = list(dict.fromkeys(args.corpus))
     scopes = [_scope(args, c) for c in corpora]
     authorization = (
@@ -227,6 +256,10 @@ def _query(args: argparse.Namespace) -> int:
             ),
         )
         offsets = _offsets(stores, result.hits) if result.hits else {}
+    # A lexical leg means fused ranks (reciprocal rank fusion, 1/(k + rank) summed: about
+    # 0.016 to 0.033), never comparable with the vector-only cosine; a reranker reorders the
+    # hits and keeps their scores.
+    score_kind = "cosine" if lexical == "off" else "rrf"
     withheld = None
     if denials:
         reasons: dict[str, int] = {}
@@ -251,6 +284,7 @@ def _query(args: argparse.Namespace) -> int:
             source_id=h.source_id,
             corpus=h.provenance.corpus_id,
             score=h.score,
+            score_kind=score_kind,
             retrieval=h.provenance.retrieval,
             heading=list(h.metadata.get("heading", [])),
             page=h.metadata.get("page"),
@@ -267,6 +301,7 @@ def _query(args: argparse.Namespace) -> int:
         corpora=corpora,
         mode=args.mode,
         lexical=None if lexical == "off" else lexical,
+        score_kind=score_kind,
         top_k=args.top_k,
         hits=hits,
         text=result.text,
@@ -278,7 +313,7 @@ def _query(args: argparse.Namespace) -> int:
         _print_json(out)
     else:
         _table(
-            ["#", "citation", "score", "page", "heading"],
+            ["#", "citation", f"score ({score_kind})", "page", "heading"],
             [
                 (h.rank, h.citation_id, f"{h.score:.3f}", h.page or "", " > ".join(h.heading))
                 for h in hits

@@ -42,6 +42,10 @@ Semantics (``m`` is the record's metadata, ``k`` a key, ``x = m[k]`` when presen
 - ``$and: [f, ...]``: all hold; ``$or: [f, ...]``: at least one holds (non-empty lists);
   ``$not: f``: ``f`` does not hold. Every condition is two-valued (never "unknown"), so
   ``$not`` is exact complement, also on missing keys.
+- A string prefix is a range: ``x`` starts with ``p`` exactly when ``p <= x < q``, ``q`` being
+  ``p`` with its last character raised by one code point (trailing U+10FFFF dropped first), so
+  :func:`prefix_filter` writes ``{"path": {"$gte": "docs/", "$lt": "docs0"}}`` for the prefix
+  ``docs/`` (what ``ragport query --under docs`` asks for, with ``path`` equal to ``docs``).
 - Metadata keys that start with ``$`` cannot be filtered on (``$`` keys are operators).
 - The empty filter ``{}`` matches everything; ``parse_filter({})`` and ``parse_filter(None)``
   return ``None`` (no filter). Nested, ``{}`` is a condition that always holds.
@@ -93,6 +97,7 @@ __all__ = [
     "filter_json_equal",
     "matches",
     "parse_filter",
+    "prefix_filter",
 ]
 
 CompareOp = Literal["$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists"]
@@ -423,3 +428,31 @@ def parse_filter(spec: Mapping[str, Any] | Filter | None) -> Filter | None:
     if not spec:
         return None
     return _Parser().filter(spec, 1)
+
+
+_LAST_CODE_POINT: Final = "\U0010ffff"
+
+
+def prefix_filter(key: str, prefix: str) -> dict[str, Any]:
+    """A filter spec: ``metadata[key]`` is a string that starts with ``prefix``.
+
+    Written with the range operators (strings compare by code point, in Python and in
+    PostgreSQL ``COLLATE "C"``), so every store that speaks the filter language answers it
+    the same way: ``{key: {"$gte": prefix, "$lt": q}}`` where ``q`` is the least string above
+    every string starting with ``prefix`` (``prefix`` without its trailing U+10FFFF, its last
+    character raised by one code point, the surrogates skipped); ``{key: {"$gte": prefix}}``
+    when there is none (a prefix of U+10FFFF only). ``key`` is checked as a filter key;
+    ``prefix`` must be a non-empty string without NUL or lone surrogates
+    (``ValidationError(field="metadata_filter")``).
+    """
+    _check_key(key)
+    if not isinstance(prefix, str) or not prefix:
+        raise _fail("a prefix is a non-empty string")
+    _check_string(prefix, "a prefix")
+    head = prefix.rstrip(_LAST_CODE_POINT)
+    if not head:
+        return {key: {"$gte": prefix}}
+    following = ord(head[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # no string holds a lone surrogate: skip them
+        following = 0xE000
+    return {key: {"$gte": prefix, "$lt": head[:-1] + chr(following)}}

@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings
 from sqlalchemy import Connection, Engine, text
 
 from ragport.adapters.postgres.filters import compile_filter
-from ragport.domain.filters import Filter, matches, parse_filter
+from ragport.domain.filters import Filter, matches, parse_filter, prefix_filter
 
 
 @pytest.fixture(scope="module")
@@ -222,3 +222,29 @@ def test_filter_combines_with_other_predicates(conn: Connection) -> None:
             )
         }
     assert got == {0, 3}
+
+
+PATHS = [
+    "docs/guides/a.md", "docs/guides", "docs/guides-old/b.md", "docs/guidesX", "docs/guide",
+    "Docs/guides/c.md", "docs/guides/é/😀.md", "docs/guides\uffff", "docs/guides0",
+    "z\U0010ffff", "z\U0010ffff\U0010ffffq", "z", "\ud7ffx", "\ue000",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "prefix", ["docs/guides/", "docs/guides", "docs/", "z\U0010ffff", "\U0010ffff", "\ud7ff", "é"]
+)
+def test_prefix_filters_select_the_same_rows_in_sql_as_startswith(
+    conn: Connection, prefix: str
+) -> None:
+    """prefix_filter's range selects in PostgreSQL (text COLLATE "C") exactly the strings that
+    start with the prefix, as Filter.matches does; numbers and missing keys never.
+
+    If this fails, check the string branch of _Compiler.compare (COLLATE "C")."""
+    rows: list[dict[str, Any]] = [{"path": p} for p in PATHS] + [{"path": 1}, {}]
+    flt = parse_filter(prefix_filter("path", prefix))
+    assert flt is not None
+    want = {i for i, row in enumerate(rows) if str(row.get("path", 1)).startswith(prefix)}
+    want -= {len(PATHS)}  # the number 1
+    assert expected(rows, flt) == want
+    assert select(conn, rows, flt) == want

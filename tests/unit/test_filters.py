@@ -13,6 +13,7 @@ import attrs
 import pytest
 from filter_strategies import VALUES, cases, count_conditions
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ragport.domain.errors import ValidationError
 from ragport.domain.filters import (
@@ -24,6 +25,7 @@ from ragport.domain.filters import (
     filter_json_equal,
     matches,
     parse_filter,
+    prefix_filter,
 )
 
 # -- reference evaluator ---------------------------------------------------------------------------
@@ -360,3 +362,45 @@ def test_matches_agrees_with_reference_evaluator(
 def test_filter_equality_is_jsonb_equality(left: Any, right: Any) -> None:
     """Filter equality equals the reference JSON normalisation. If this fails, check filter_json_equal."""
     assert filter_json_equal(left, right) == (_norm(left) == _norm(right))
+
+
+# -- string prefixes -------------------------------------------------------------------------------
+
+PREFIX_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=5)
+EDGE_PREFIXES = ["docs/", "a", "\ud7ff", "a\U0010ffff", "\U0010ffff", "\U0010ffff\U0010ffff"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    prefix=st.one_of(st.sampled_from(EDGE_PREFIXES), PREFIX_TEXT.filter(bool)),
+    tails=st.lists(PREFIX_TEXT, max_size=4),
+    others=st.lists(st.one_of(PREFIX_TEXT, st.integers(), st.none()), max_size=4),
+)
+def test_prefix_filter_matches_exactly_the_strings_that_start_with_it(
+    prefix: str, tails: list[str], others: list[Any]
+) -> None:
+    """prefix_filter(key, p) holds for a string value exactly when it starts with p (and for
+    no other type, nor a missing key), also at the top of the code-point range.
+
+    If this fails, check prefix_filter's successor (trailing U+10FFFF, surrogates)."""
+    spec = prefix_filter("path", prefix)
+    parsed = parse_filter(spec)
+    assert parsed is not None
+    values: list[Any] = [prefix + t for t in tails] + others
+    values += [prefix[:-1], prefix[:-1] + chr(min(ord(prefix[-1]) + 1, 0x10FFFF))]
+    for value in values:
+        if isinstance(value, str) and 0xD800 <= ord(value[-1:] or "a") <= 0xDFFF:
+            continue  # no stored string holds a lone surrogate
+        want = isinstance(value, str) and value.startswith(prefix)
+        assert parsed.matches({"path": value}) is want, (prefix, value)
+    assert parsed.matches({}) is False
+
+
+@pytest.mark.parametrize("prefix", ["", None, 3, "a\x00"])
+def test_prefix_filter_refuses_what_no_value_could_start_with(prefix: Any) -> None:
+    """An empty or non-string prefix, or one with NUL, is a ValidationError.
+
+    If this fails, check prefix_filter's checks."""
+    with pytest.raises(ValidationError) as caught:
+        prefix_filter("path", prefix)
+    assert caught.value.field == "metadata_filter"
