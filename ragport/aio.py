@@ -14,6 +14,7 @@ until then.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
@@ -100,6 +101,7 @@ def _mirror(
 
         return await run_abortable(run, limiter=self.limiter)
 
+    call.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature: Rag's
     call.__name__ = method.__name__
     call.__qualname__ = f"AsyncRag.{method.__name__}"
     call.__doc__ = f"``Rag.{method.__name__}`` as a coroutine (the same keywords)."
@@ -146,9 +148,21 @@ class AsyncRag:
 
     retrieve = _mirror(Rag.retrieve)
     replace_source = _mirror(Rag.replace_source)
+    replace_text = _mirror(Rag.replace_text)
     replace_document = _mirror(Rag.replace_document)
     delete_source = _mirror(Rag.delete_source)
     index_derived = _mirror(Rag.index_derived)
+    forget = _mirror(Rag.forget)
+    repoint = _mirror(Rag.repoint)
+    rename = _mirror(Rag.rename)
+    set_grants = _mirror(Rag.set_grants)
+    grants = _mirror(Rag.grants)
+    check_access = _mirror(Rag.check_access)
+    compact = _mirror(Rag.compact)
+    generation = _mirror(Rag.generation)
+    generations = _mirror(Rag.generations)
+    sources = _mirror(Rag.sources)
+    sync = _mirror(Rag.sync)
 
     async def rollback(self, *, to: int) -> RollbackResult:
         return await run_abortable(lambda abort: self._rag.rollback(to=to), limiter=self._limiter)
@@ -162,7 +176,15 @@ class AsyncRag:
         self, *, connector: Connector, checkpoints: CheckpointStore, **options: Any
     ) -> SyncResult:
         """``sync_knowledge`` over the Rag's store, embedder, scope and status store, parsing
-        with ``parser=`` or the Rag's ``default_parser``."""
+        with ``parser=`` or the Rag's ``default_parser``.
+
+        Deprecated (it takes untyped ``**options``): use ``sync``, which mirrors ``Rag.sync``
+        with typed keywords. Kept for one release; warns ``DeprecationWarning``."""
+        warnings.warn(
+            "AsyncRag.sync_knowledge is deprecated: use AsyncRag.sync (typed keywords)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         rag = self._rag
         if rag.scope is None:
             raise ValidationError("bind one scope= to sync", field="scope")

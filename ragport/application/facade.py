@@ -13,27 +13,59 @@ from typing import Any
 
 import attrs
 
-from ragport.application._support import require_scope, resolve_limits
+from ragport.application._support import check_abort, require_scope, resolve_limits
+from ragport.application._sync_state import SyncProgress, SyncResult
 from ragport.application.derived import index_derived
 from ragport.application.documents import ParserSelector, replace_document
-from ragport.application.generations import rollback_generation
+from ragport.application.generations import compact, rollback_generation
 from ragport.application.indexing import ReusableEmbeddings, delete_source, replace_source
-from ragport.application.results import ReplaceResult, RetrievalResult, RollbackResult
+from ragport.application.propagation import (
+    PropagationResult,
+    RagDeletionHandler,
+    create_deletion_propagator,
+)
+from ragport.application.repoint import (
+    RenameBatchResult,
+    RenameEvent,
+    RepointResult,
+    apply_source_renames,
+    repoint_source,
+)
+from ragport.application.results import (
+    CompactResult,
+    ReplaceResult,
+    RetrievalResult,
+    RollbackResult,
+)
 from ragport.application.retrieval import retrieve_context
 from ragport.application.retrieval_request import DEFAULT_REQUEST, RetrievalRequest
 from ragport.application.runtime import Runtime
 from ragport.application.shared_generation import SharedGeneration
 from ragport.application.status import list_ingestion_status
+from ragport.application.sync import sync_knowledge
+from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.errors import CapabilityError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits
-from ragport.domain.model import AccessDenial, Authorization, Chunk, Scope
+from ragport.domain.model import (
+    AccessDecision,
+    AccessDenial,
+    Authorization,
+    Chunk,
+    Grant,
+    Rename,
+    Scope,
+)
 from ragport.domain.status import StatusPage
+from ragport.ports.capabilities import supports
+from ragport.ports.derived import DerivedArtifactHandler
 from ragport.ports.documents import DocumentLoader, Parser
 from ragport.ports.embedder import Embedder
+from ragport.ports.history import GenerationChange, SupportsGenerationHistory
 from ragport.ports.rerank import Reranker
 from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
+from ragport.ports.sync import CheckpointStore, Connector
 
 __all__ = ["Rag"]
 
@@ -280,4 +312,217 @@ class Rag:
             scope=self._write_scope(),
             limit=self._limits.status_page if limit is None else limit,
             cursor=cursor,
+        )
+
+    # -- text, forgetting, re-pointing ------------------------------------------------------
+    def replace_text(
+        self,
+        *,
+        source_id: str,
+        text: str,
+        markdown: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        size: int = DEFAULT_LIMITS.chunk_size,
+        overlap: int = DEFAULT_LIMITS.overlap,
+        content_hash: str | None = None,
+        abort: Abort | None = None,
+    ) -> ReplaceResult:
+        """Chunk ``text`` (``chunk_markdown`` with ``markdown=True``, else ``chunk_text``) under
+        the bound limits and ``replace_source`` it in the bound scope."""
+        chunker = chunk_markdown if markdown else chunk_text
+        chunks = chunker(
+            text,
+            source_id=source_id,
+            size=size,
+            overlap=overlap,
+            metadata=metadata,
+            limits=self._limits,
+        )
+        return self.replace_source(
+            source_id=source_id, chunks=chunks, content_hash=content_hash, abort=abort
+        )
+
+    def forget(
+        self,
+        source_id: str,
+        *,
+        authorization: Authorization | None = None,
+        as_owner: bool = False,
+        handlers: Sequence[DerivedArtifactHandler] | None = None,
+        abort: Abort | None = None,
+    ) -> PropagationResult:
+        """Deletion propagation of ``source_id`` in the bound scope: its lineage closure is
+        tombstoned ``forgotten`` (docs/forgetting.md). ``authorization`` (holding a grant for
+        the source on an ACL store) or ``as_owner=True`` (the host acting for the data's
+        owner), not both. ``handlers`` default to ``RagDeletionHandler`` over the bound store
+        and status store; pass your own list (for instance with ``DerivedErasureHandler``)
+        to replace it. ``abort`` is checked before anything is written."""
+        check_abort(abort)
+        scope = self._write_scope()
+        if handlers is None:
+            handlers = (
+                RagDeletionHandler(store=self._store, scope=scope, status_store=self._status),
+            )
+        propagator = create_deletion_propagator(
+            scope=scope,
+            store=self._store,
+            authorization=authorization,
+            handlers=handlers,
+            limits=self._limits,
+            redactor=self._redactor,
+            as_owner=as_owner,
+        )
+        return propagator.propagate(source_id)
+
+    def repoint(
+        self,
+        *,
+        from_id: str,
+        to_id: str,
+        authorization: Authorization | None = None,
+        handlers: Sequence[DerivedArtifactHandler] = (),
+        cursor: str | None = None,
+        max_records: int | None = None,
+        abort: Abort | None = None,
+    ) -> RepointResult:
+        """``repoint_source`` in the bound scope (one page of ``page_size`` from the limits)."""
+        return repoint_source(
+            scope=self._write_scope(),
+            store=self._store,
+            from_id=from_id,
+            to_id=to_id,
+            authorization=authorization,
+            handlers=handlers,
+            page_size=self._limits.repoint_page,
+            cursor=cursor,
+            max_records=max_records,
+            telemetry=self._telemetry,
+            abort=abort,
+        )
+
+    def rename(
+        self,
+        renames: Sequence[Rename],
+        *,
+        authorization: Authorization | None = None,
+        handlers: Sequence[DerivedArtifactHandler] = (),
+        continue_on_error: bool = False,
+        on_renamed: Callable[[RenameEvent], None] | None = None,
+        abort: Abort | None = None,
+    ) -> RenameBatchResult:
+        """``apply_source_renames`` in the bound scope."""
+        return apply_source_renames(
+            scope=self._write_scope(),
+            store=self._store,
+            renames=renames,
+            authorization=authorization,
+            handlers=handlers,
+            continue_on_error=continue_on_error,
+            on_renamed=on_renamed,
+            page_size=self._limits.repoint_page,
+            redactor=self._redactor,
+            telemetry=self._telemetry,
+            abort=abort,
+        )
+
+    # -- grants and access ------------------------------------------------------------------
+    def _acl(self, operation: str) -> ChunkStore:
+        if self._store.capabilities.authorization != "acl":
+            raise CapabilityError(
+                f"{operation} needs a store with grants (capabilities.authorization == 'acl')",
+                capability="acl",
+            )
+        return self._store
+
+    def set_grants(self, grants: Sequence[Grant], *, abort: Abort | None = None) -> None:
+        """Set the grants of their sources in the bound scope, in one unit of work (each
+        replaces that source's grant whole; the others stay)."""
+        check_abort(abort)
+        self._acl("set_grants").set_source_access(self._write_scope(), list(grants))
+
+    def grants(
+        self, source_ids: Sequence[str], *, abort: Abort | None = None
+    ) -> Mapping[str, Grant]:
+        """The grants of ``source_ids`` in the bound scope (a source without one is absent)."""
+        check_abort(abort)
+        return self._acl("grants").get_source_access(self._write_scope(), list(source_ids))
+
+    def check_access(
+        self,
+        source_ids: Sequence[str],
+        authorization: Authorization,
+        *,
+        abort: Abort | None = None,
+    ) -> Mapping[str, AccessDecision]:
+        """The access decision of ``authorization`` for each of ``source_ids`` (the store's
+        grant rule: no grant, an empty grant or a version mismatch deny)."""
+        check_abort(abort)
+        store = self._acl("check_access")
+        return store.check_source_access(self._write_scope(), list(source_ids), authorization)
+
+    # -- generations, listing, sync ---------------------------------------------------------
+    def compact(
+        self, *, keep: int = DEFAULT_LIMITS.compact_keep, abort: Abort | None = None
+    ) -> CompactResult:
+        """``compact`` of the bound scope: purge rows retired more than ``keep`` generations
+        ago (a rollback can then go back at most ``keep`` generations)."""
+        check_abort(abort)
+        return compact(store=self._store, scope=self._write_scope(), keep=keep)
+
+    def generation(self, *, abort: Abort | None = None) -> int:
+        """The bound scope's current generation (its pointer)."""
+        check_abort(abort)
+        return self._store.current_generation(self._write_scope())
+
+    def generations(
+        self, *, limit: int = 10, max_ids: int = 100, abort: Abort | None = None
+    ) -> Sequence[GenerationChange]:
+        """What each recent generation of the bound scope wrote and retired, newest first
+        (stores that declare ``generation_history``; ``CapabilityError`` otherwise)."""
+        check_abort(abort)
+        store = self._store
+        if not supports(store, "generation_history"):
+            raise CapabilityError(
+                "this store keeps no generation history", capability="generation_history"
+            )
+        assert isinstance(store, SupportsGenerationHistory)
+        return store.generation_history(self._write_scope(), limit=limit, max_ids=max_ids)
+
+    def sources(
+        self, *, after: str | None = None, limit: int = 1_000, abort: Abort | None = None
+    ) -> Sequence[str]:
+        """A page of the bound scope's source ids (visible chunks), in code-point order,
+        after ``after``; page on with the last id returned."""
+        check_abort(abort)
+        return self._store.list_source_ids(self._write_scope(), after=after, limit=limit)
+
+    def sync(
+        self,
+        *,
+        connector: Connector,
+        checkpoints: CheckpointStore,
+        parser: Parser | ParserSelector | None = None,
+        max_pages: int | None = None,
+        size: int = DEFAULT_LIMITS.chunk_size,
+        overlap: int = DEFAULT_LIMITS.overlap,
+        on_progress: Callable[[SyncProgress], None] | None = None,
+        adopt: bool = False,
+        workers: int = 1,
+        abort: Abort | None = None,
+    ) -> SyncResult:
+        """``sync_knowledge`` of ``connector`` into the bound scope and status store, parsing
+        with ``parser`` or ``default_parser`` (docs/sync.md)."""
+        return sync_knowledge(
+            connector=connector,
+            checkpoints=checkpoints,
+            parser=parser if parser is not None else self.default_parser,
+            status_store=self._status,
+            max_pages=max_pages,
+            size=size,
+            overlap=overlap,
+            on_progress=on_progress,
+            adopt=adopt,
+            workers=workers,
+            runtime=self._runtime_for(abort),
+            **self._bound_write(),
         )

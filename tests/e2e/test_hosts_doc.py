@@ -28,3 +28,17 @@ def test_the_host_blocks_run_on_postgres(pg_url, pg_schema):
     url = pg_url.replace("postgresql://", "postgresql+psycopg://", 1)
     for n, code in enumerate(blocks, start=1):
         exec(compile(code, f"docs/hosts.md host#{n}", "exec"), {"URL": url, "SCHEMA": pg_schema})
+
+
+def test_the_async_engine_block_runs_on_postgres(pg_url, pg_schema):
+    """docs/async.md's ```python async-engine block runs against the test server.
+
+    If this fails, the page and the wiring it shows disagree: fix whichever is wrong.
+    """
+    page = (ROOT / "docs" / "async.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python async-engine\n(.*?)^```$", page, re.S | re.M)
+    assert len(blocks) == 1
+    url = pg_url.replace("postgresql://", "postgresql+psycopg://", 1)
+    scope: dict[str, object] = {"URL": url, "SCHEMA": pg_schema}
+    exec(compile(blocks[0], "docs/async.md async-engine", "exec"), scope)
+    scope["ragport_engine"].dispose()  # type: ignore[attr-defined]
