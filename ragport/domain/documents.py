@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-__all__ = ["DOCUMENT_SUFFIXES", "MEDIA_TYPES", "base_media_type", "media_type_for"]
+__all__ = [
+    "BINARY_MEDIA_TYPES",
+    "DOCUMENT_SUFFIXES",
+    "MEDIA_TYPES",
+    "base_media_type",
+    "media_type_for",
+]
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
@@ -28,6 +34,10 @@ MEDIA_TYPES: Mapping[str, str] = MappingProxyType(
 """File suffix (lower case, with the dot) -> media type."""
 
 DOCUMENT_SUFFIXES: tuple[str, ...] = tuple(MEDIA_TYPES)
+
+BINARY_MEDIA_TYPES: frozenset[str] = frozenset({"application/pdf", DOCX})
+"""Formats whose bytes are not their text (fonts, images, zip structure): a file of one may
+be up to ``Limits.binary_bytes``; its extracted text is held to ``Limits.parse_bytes``."""
 
 
 def base_media_type(media_type: str) -> str:

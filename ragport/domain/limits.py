@@ -9,7 +9,13 @@ Six ceilings about the size of one document (``parse_bytes``, ``parse_ms``,
 ``document_chars``, ``chunks_per_source``, ``pdf_pages``, ``inflated_bytes``) can be raised
 by an operator, explicitly: ``Limits(ceilings=Ceilings(parse_bytes=...), parse_bytes=...)``.
 A :class:`Ceilings` lies between ``HARD_LIMITS`` (it only raises) and ``ABSOLUTE_CAPS``, which
-nothing passes.
+nothing passes. ``binary_bytes`` (the file cap of PDF and DOCX, whose bytes are not their
+text; their extracted text stays under ``parse_bytes``) shares the ceiling of ``parse_bytes``.
+
+A parse is budgeted by CPU time, not by the clock, so a busy machine does not fail ordinary
+documents: ``parse_ms`` is the CPU time one document's parse may use (its worker process's,
+or the parsing thread's for the in-process parsers), ``parse_wall_ms`` a much larger
+wall-clock backstop for a parse that waits without computing.
 
 Input caps (``document_chars``, ``chunks_per_source``, ``metadata_bytes``) are enforced with the
 ``limits=`` a caller passes; per-call parameters (``size``, ``top_k``, ...) default to the
@@ -18,6 +24,7 @@ values here and are checked against ``HARD_LIMITS``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,8 +40,10 @@ __all__ = [
     "RAISABLE",
     "Ceilings",
     "Limits",
+    "ceiling_field",
     "check_ceilings",
     "check_limit",
+    "how_to_raise",
 ]
 
 # field -> (default, hard ceiling, floor)
@@ -57,9 +66,11 @@ _TABLE: dict[str, tuple[int, int, int]] = {
     "rerank_ms": (2_000, 10_000, 1),
     "rerank_concurrency": (2, 8, 1),
     "status_page": (50, 200, 1),
-    "parse_ms": (30_000, 30_000, 1),
+    "parse_ms": (30_000, 300_000, 1),
+    "parse_wall_ms": (600_000, 3_600_000, 1),
     "pdf_pages": (256, 4_096, 1),
     "parse_bytes": (1_048_576, 8_388_608, 1),
+    "binary_bytes": (8_388_608, 8_388_608, 1),
     "inflated_bytes": (33_554_432, 134_217_728, 1),
     "html_depth": (512, 2_000, 1),
     "lineage_depth": (8, 8, 1),
@@ -79,6 +90,35 @@ _ABSOLUTE: dict[str, int] = {
 }
 RAISABLE: tuple[str, ...] = tuple(_ABSOLUTE)
 """The fields whose ceiling a :class:`Ceilings` may raise."""
+
+# field -> its default ceiling before it rose (issue 43: parse_ms became CPU time, 30 s -> 300 s);
+# a Ceilings written for the old one, between the two, still holds, with a DeprecationWarning
+_FORMER_HARD: dict[str, int] = {"parse_ms": 30_000}
+
+# field -> the raisable field whose ceiling it shares: a PDF or DOCX file may be as large as
+# any document may (its extracted text stays under ``parse_bytes``)
+_SHARED: dict[str, str] = {"binary_bytes": "parse_bytes"}
+
+
+_HOW_TO_RAISE: dict[str, str] = {
+    "parse_bytes": "Limits.parse_bytes, ragport --max-bytes",
+    "binary_bytes": "Limits.binary_bytes, [limits] binary_bytes in ragport.toml",
+    "parse_ms": "Limits.parse_ms, ragport --timeout",
+    "parse_wall_ms": "Limits.parse_wall_ms, ragport --wall-timeout",
+}
+
+
+def how_to_raise(name: str) -> str:
+    """Where an operator raises the limit ``name`` (the ``Limits`` field, and the command-line
+    option or ``ragport.toml`` key), for the message of a refusal at that limit."""
+    return _HOW_TO_RAISE.get(name, f"Limits.{name}, [limits] {name} in ragport.toml")
+
+
+def ceiling_field(name: str) -> str | None:
+    """The :class:`Ceilings` field that bounds the ``Limits`` field ``name``, ``None`` when its
+    ceiling is fixed (``binary_bytes`` shares the ceiling of ``parse_bytes``)."""
+    name = _SHARED.get(name, name)
+    return name if name in _ABSOLUTE else None
 
 
 def check_limit(name: str, value: int, ceiling: int | None = None) -> int:
@@ -106,7 +146,14 @@ def _check_ceiling(instance: Any, attribute: attrs.Attribute[int], value: int) -
     _default, hard, _floor = _TABLE[name]
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(f"the {name} ceiling must be an integer", field=name, limit=name)
-    if value < hard:
+    if value < hard and value >= _FORMER_HARD.get(name, hard):
+        warnings.warn(
+            f"the {name} ceiling is {hard} by default now: Ceilings({name}={value}) lowers it; "
+            f"leave {name} out of Ceilings",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    elif value < hard:
         raise ValidationError(
             f"the {name} ceiling cannot go below its default ceiling of {hard} (got {value}); "
             f"set the limit itself lower instead",
@@ -146,6 +193,7 @@ class Ceilings:
 
     def of(self, name: str) -> int:
         """The ceiling of any ``Limits`` field: raised here, else its hard one."""
+        name = _SHARED.get(name, name)
         return int(getattr(self, name)) if name in _ABSOLUTE else _TABLE[name][1]
 
     def check(self, name: str, value: int) -> int:
@@ -216,6 +264,8 @@ class Limits:
     propagation_edges: int = _field("propagation_edges")
     repoint_page: int = _field("repoint_page")
     compact_keep: int = _field("compact_keep")
+    parse_wall_ms: int = _field("parse_wall_ms")
+    binary_bytes: int = _field("binary_bytes")
     ceilings: Ceilings = attrs.field(default=DEFAULT_CEILINGS, kw_only=True, converter=_to_ceilings)
 
     def __attrs_post_init__(self) -> None:

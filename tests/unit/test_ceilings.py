@@ -30,16 +30,16 @@ def test_raised_ceilings_let_a_limit_past_the_hard_one():
     If this fails, check ``_validate`` in ragport/domain/limits.py (it must read
     ``instance.ceilings``).
     """
-    ceilings = Ceilings(parse_bytes=16 * MIB, parse_ms=120_000, chunks_per_source=16_384)
-    limits = Limits(ceilings=ceilings, parse_bytes=16 * MIB, parse_ms=120_000)
-    assert (limits.parse_bytes, limits.parse_ms, limits.ceilings) == (16 * MIB, 120_000, ceilings)
+    ceilings = Ceilings(parse_bytes=16 * MIB, parse_ms=400_000, chunks_per_source=16_384)
+    limits = Limits(ceilings=ceilings, parse_bytes=16 * MIB, parse_ms=400_000)
+    assert (limits.parse_bytes, limits.parse_ms, limits.ceilings) == (16 * MIB, 400_000, ceilings)
     assert ceilings.check("chunks_per_source", 16_384) == 16_384
     assert ceilings.of("top_k") == HARD_LIMITS.top_k  # not raisable: the hard ceiling
     with pytest.raises(ValidationError) as caught:
         Limits(ceilings=ceilings, parse_bytes=16 * MIB + 1)
     assert caught.value.field == "parse_bytes"
     with pytest.raises(ValidationError) as caught:
-        attrs.evolve(limits, parse_ms=120_001)
+        attrs.evolve(limits, parse_ms=400_001)
     assert caught.value.field == "parse_ms"
 
 
@@ -52,10 +52,29 @@ def test_a_ceiling_past_its_absolute_cap_is_refused_naming_the_field(name):
     """
     cap = getattr(ABSOLUTE_CAPS, name)
     assert getattr(Ceilings(**{name: cap}), name) == cap
-    for bad in (cap + 1, getattr(HARD_LIMITS, name) - 1, float(cap), True):
+    # parse_ms: below its former 30 s ceiling (between the two: test_a_ceiling_written_for_...)
+    below = 29_999 if name == "parse_ms" else getattr(HARD_LIMITS, name) - 1
+    for bad in (cap + 1, below, float(cap), True):
         with pytest.raises(ValidationError) as caught:
             Ceilings(**{name: bad})
         assert caught.value.field == name and caught.value.limit == name
+
+
+def test_a_ceiling_written_for_the_former_30_s_parse_ms_still_holds_with_a_warning():
+    """``Ceilings(parse_ms=120_000)`` raised the 30 s ceiling before parse_ms became CPU time
+    with a 300 s default ceiling (issue 43): it still builds, bounding parse_ms at 120 s as it
+    did, with a DeprecationWarning; the defaults need no Ceilings at all.
+
+    If this fails, check ``_FORMER_HARD`` and ``_check_ceiling`` in ragport/domain/limits.py.
+    """
+    assert HARD_LIMITS.parse_ms == 300_000 and DEFAULT_CEILINGS.parse_ms == 300_000
+    with pytest.warns(DeprecationWarning):
+        old = Ceilings(parse_ms=120_000)
+    assert Limits(ceilings=old, parse_ms=120_000).parse_ms == 120_000
+    with pytest.raises(ValidationError) as caught:
+        Limits(ceilings=old, parse_ms=120_001)
+    assert caught.value.field == "parse_ms"
+    assert Limits(parse_ms=300_000).parse_ms == 300_000
 
 
 def test_the_absolute_caps_are_the_documented_ones():
