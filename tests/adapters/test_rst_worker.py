@@ -25,7 +25,8 @@ def table(target):
 
 
 def test_a_megabyte_simple_table_stops_at_the_deadline():
-    """A 1 MiB simple table (a minute in publish_doctree) is ParseError(timeout) at timeout_s=2.
+    """A 1 MiB simple table (a minute in publish_doctree) is ParseError(timeout) at timeout_s=2
+    of CPU time (on the clock, however long the machine's load makes that).
 
     If this fails, check that RstParser runs docutils through run_worker, not in process.
     """
@@ -50,7 +51,6 @@ except ParseError as exc:
     assert out.result is not None, out.stderr
     assert out.result["error"] == "ParseError" and out.result["reason"] == "timeout"
     assert (1 << 20) - 64 <= out.result["size"] <= 1 << 20
-    assert out.result["seconds"] < 4
     assert out.result["left"] == []
     assert out.peak_mb < 400
 

@@ -16,6 +16,7 @@ from ragport.domain.limits import (
     Ceilings,
     Limits,
     check_ceilings,
+    how_to_raise,
 )
 from ragport.ports.documents import ParsedDocument
 from ragport.ports.runtime import Abort
@@ -23,6 +24,8 @@ from ragport.ports.runtime import Abort
 DEFAULT_TIMEOUT_S = DEFAULT_LIMITS.parse_ms / 1000
 MAX_TIMEOUT_S = HARD_LIMITS.parse_ms / 1000
 """The default ceiling of ``timeout_s``; ``ceilings=Ceilings(parse_ms=...)`` raises it."""
+DEFAULT_WALL_TIMEOUT_S = DEFAULT_LIMITS.parse_wall_ms / 1000
+MAX_WALL_TIMEOUT_S = HARD_LIMITS.parse_wall_ms / 1000
 
 
 def check_abort(abort: Abort | None) -> None:
@@ -39,33 +42,61 @@ def library_version(distribution: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def check_timeout(timeout_s: object, ceiling_s: float = MAX_TIMEOUT_S) -> float:
-    """``timeout_s`` as a float in (0, ``ceiling_s``]; else ``ValidationError(limit="parse_ms")``."""
+def check_timeout(
+    timeout_s: object,
+    ceiling_s: float = MAX_TIMEOUT_S,
+    *,
+    field: str = "timeout_s",
+    limit: str = "parse_ms",
+) -> float:
+    """``timeout_s`` as a float in (0, ``ceiling_s``]; else ``ValidationError(limit=limit)``."""
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
-        raise ValidationError("timeout_s must be a number", field="timeout_s", limit="parse_ms")
+        raise ValidationError(f"{field} must be a number", field=field, limit=limit)
     value = float(timeout_s)
     if not math.isfinite(value) or value <= 0 or value > ceiling_s:
         raise ValidationError(
-            f"timeout_s must be above 0 and at most {ceiling_s:g}",
-            field="timeout_s",
-            limit="parse_ms",
+            f"{field} must be above 0 and at most {ceiling_s:g}", field=field, limit=limit
         )
     return value
 
 
 class Deadline:
-    """A monotonic deadline; ``check()`` raises ``ParseError(reason="timeout")`` once past it."""
+    """The budget of one parse: ``seconds`` of CPU time, ``wall_seconds`` on the clock.
 
-    def __init__(self, seconds: float) -> None:
+    CPU time, not the clock, is the budget, so a busy machine does not fail a document that
+    parses fine on a quiet one; the clock is a backstop for a parse that waits without
+    computing. ``check()`` counts the CPU time of the calling thread since the deadline was
+    made (an in-process parser checks from the thread that parses; a thread waiting for the
+    GIL uses none); a worker runner passes its worker's CPU time as ``cpu_used``.
+    """
+
+    def __init__(self, seconds: float, wall_seconds: float | None = None) -> None:
         self.seconds = seconds
-        self.at = time.monotonic() + seconds
+        self.wall_seconds = DEFAULT_WALL_TIMEOUT_S if wall_seconds is None else wall_seconds
+        self.at = time.monotonic() + self.wall_seconds
+        self._cpu_start = time.thread_time()
 
     def remaining(self) -> float:
+        """Seconds left on the clock (the backstop)."""
         return self.at - time.monotonic()
 
-    def check(self) -> None:
+    def check(self, cpu_used: float | None = None) -> None:
+        """``ParseError(reason="timeout")`` once past either budget."""
+        used = time.thread_time() - self._cpu_start if cpu_used is None else cpu_used
+        if used > self.seconds:
+            raise ParseError(self.cpu_message(), reason="timeout")
         if time.monotonic() > self.at:
-            raise ParseError(f"parsing took longer than {self.seconds:g} s", reason="timeout")
+            raise ParseError(
+                f"parsing took longer than {self.wall_seconds:g} s on the clock, the backstop "
+                f"(raise wall_timeout_s: {how_to_raise('parse_wall_ms')})",
+                reason="timeout",
+            )
+
+    def cpu_message(self) -> str:
+        return (
+            f"parsing used more than {self.seconds:g} s of CPU time "
+            f"(raise timeout_s: {how_to_raise('parse_ms')})"
+        )
 
 
 class BaseParser:
@@ -78,30 +109,42 @@ class BaseParser:
     type, with no cause chained; ragport's own errors (``AbortedError``, a cap's
     ``ParseError``) pass as raised, and so do ``KeyboardInterrupt`` and ``SystemExit``.
     Libraries that cannot be interrupted run to completion in process (the deadline is checked
-    between stages and during tree walks); the PDF and reST parsers run their library call in a worker process
-    (``_worker.run_worker``) that is killed at the deadline or on abort.
+    between stages and during tree walks); the PDF and reST parsers run their library call in a
+    worker process (``_worker.run_worker``) that is killed at the deadline or on abort.
 
-    ``max_bytes`` and ``timeout_s`` (and a subclass's page and inflation caps) are checked
-    against ``ceilings`` (default ``DEFAULT_CEILINGS``, i.e. ``HARD_LIMITS``): an operator's
-    ``Ceilings`` lets them go further, never past ``ABSOLUTE_CAPS``. ``from_limits`` builds a
-    parser from a ``Limits`` (its caps and its ceilings).
+    ``timeout_s`` is CPU seconds (``Limits.parse_ms``: the worker's CPU time, or the parsing
+    thread's), ``wall_timeout_s`` the wall-clock backstop (``Limits.parse_wall_ms``); past
+    either is ``ParseError(reason="timeout")``. ``max_bytes``, ``timeout_s`` and
+    ``wall_timeout_s`` (and a subclass's page and inflation caps) are checked against
+    ``ceilings`` (default ``DEFAULT_CEILINGS``, i.e. ``HARD_LIMITS``): an operator's
+    ``Ceilings`` lets them go further, never past ``ABSOLUTE_CAPS``. ``limit_options`` gives
+    the constructor options of a ``Limits`` (its caps and its ceilings).
     """
 
     name: ClassVar[str] = "base"
     version: ClassVar[int] = 1
     library: ClassVar[str | None] = None
     media_types: ClassVar[tuple[str, ...]] = ()
+    bytes_limit: ClassVar[str] = "parse_bytes"
+    """The ``Limits`` field ``max_bytes`` stands for (and is checked against the ceiling of)."""
 
     def __init__(
         self,
         *,
         max_bytes: int = DEFAULT_LIMITS.parse_bytes,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        wall_timeout_s: float = DEFAULT_WALL_TIMEOUT_S,
         ceilings: Ceilings = DEFAULT_CEILINGS,
     ) -> None:
         self._ceilings = check_ceilings(ceilings)
-        self._max_bytes = ceilings.check("parse_bytes", max_bytes)
+        self._max_bytes = ceilings.check(self.bytes_limit, max_bytes)
         self._timeout_s = check_timeout(timeout_s, ceilings.parse_ms / 1000)
+        self._wall_timeout_s = check_timeout(
+            wall_timeout_s,
+            ceilings.of("parse_wall_ms") / 1000,
+            field="wall_timeout_s",
+            limit="parse_wall_ms",
+        )
 
     @classmethod
     def limit_options(cls, limits: Limits) -> dict[str, Any]:
@@ -109,6 +152,7 @@ class BaseParser:
         return {
             "max_bytes": limits.parse_bytes,
             "timeout_s": limits.parse_ms / 1000,
+            "wall_timeout_s": limits.parse_wall_ms / 1000,
             "ceilings": limits.ceilings,
         }
 
@@ -124,10 +168,19 @@ class BaseParser:
 
     @property
     def timeout_s(self) -> float:
+        """CPU seconds one parse may use."""
         return self._timeout_s
 
+    @property
+    def wall_timeout_s(self) -> float:
+        """Seconds on the clock one parse may take, whatever its CPU time (the backstop)."""
+        return self._wall_timeout_s
+
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(max_bytes={self._max_bytes}, timeout_s={self._timeout_s:g})"
+        return (
+            f"{type(self).__name__}(max_bytes={self._max_bytes}, timeout_s={self._timeout_s:g}, "
+            f"wall_timeout_s={self._wall_timeout_s:g})"
+        )
 
     def parse(
         self, data: bytes, *, media_type: str | None = None, abort: Abort | None = None
@@ -137,12 +190,13 @@ class BaseParser:
         raw = bytes(data)
         if len(raw) > self._max_bytes:
             raise ParseError(
-                f"document is {len(raw)} bytes, over max_bytes={self._max_bytes}",
+                f"document is {len(raw)} bytes, over max_bytes={self._max_bytes} "
+                f"(raise it: {how_to_raise(self.bytes_limit)})",
                 reason="too_large",
                 media_type=media_type,
             )
         check_abort(abort)
-        deadline = Deadline(self._timeout_s)
+        deadline = Deadline(self._timeout_s, self._wall_timeout_s)
         try:
             document = self._parse(raw, media_type=media_type, deadline=deadline, abort=abort)
         except RagportError:
@@ -155,12 +209,64 @@ class BaseParser:
         deadline.check()
         if not document.text.strip():
             raise ParseError("the document has no text", reason="empty", media_type=media_type)
+        self._check_text(document.text, media_type)
         return document
 
     def _parse(
         self, data: bytes, *, media_type: str | None, deadline: Deadline, abort: Abort | None
     ) -> ParsedDocument:
         raise NotImplementedError
+
+    def _check_text(self, text: str, media_type: str | None) -> None:
+        """A cap on the text parsed (``BinaryParser``); the input cap bounds it elsewhere."""
+
+
+class BinaryParser(BaseParser):
+    """A format whose bytes are not its text (PDF, DOCX: fonts, images and zip structure are
+    most of a file's bytes): the file may be up to ``max_bytes`` (default ``binary_bytes``,
+    8 MiB, the ceiling of ``parse_bytes``), its text up to ``max_text_bytes`` (UTF-8; default
+    ``parse_bytes``, 1 MiB), past which the parse is ``ParseError(reason="too_large")``
+    naming the setting to raise."""
+
+    bytes_limit = "binary_bytes"
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int = DEFAULT_LIMITS.binary_bytes,
+        max_text_bytes: int = DEFAULT_LIMITS.parse_bytes,
+        **options: Any,
+    ) -> None:
+        super().__init__(max_bytes=max_bytes, **options)
+        self._max_text_bytes = self._ceilings.check("parse_bytes", max_text_bytes)
+
+    @classmethod
+    def limit_options(cls, limits: Limits) -> dict[str, Any]:
+        return {
+            **super().limit_options(limits),
+            "max_bytes": limits.binary_bytes,
+            "max_text_bytes": limits.parse_bytes,
+        }
+
+    @property
+    def max_text_bytes(self) -> int:
+        """The cap on the UTF-8 bytes of the extracted text."""
+        return self._max_text_bytes
+
+    def text_too_large(self, size: int | None, media_type: str | None) -> ParseError:
+        """The refusal of text past ``max_text_bytes`` (``size``: its UTF-8 bytes, if known)."""
+        counted = "" if size is None else f" is {size} bytes,"
+        return ParseError(
+            f"the extracted text{counted} over max_text_bytes={self._max_text_bytes} "
+            f"(raise it: {how_to_raise('parse_bytes')})",
+            reason="too_large",
+            media_type=media_type,
+        )
+
+    def _check_text(self, text: str, media_type: str | None) -> None:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > self._max_text_bytes:
+            raise self.text_too_large(size, media_type)
 
 
 def decode_utf8(data: bytes, *, media_type: str | None = None) -> str:

@@ -164,9 +164,14 @@ class HtmlParser(EncodedTextParser):
         max_depth: int = DEFAULT_LIMITS.html_depth,
         ceilings: Ceilings = DEFAULT_CEILINGS,
         encoding: str = "utf-8",
+        wall_timeout_s: float = DEFAULT_LIMITS.parse_wall_ms / 1000,
     ) -> None:
         super().__init__(
-            max_bytes=max_bytes, timeout_s=timeout_s, ceilings=ceilings, encoding=encoding
+            max_bytes=max_bytes,
+            timeout_s=timeout_s,
+            wall_timeout_s=wall_timeout_s,
+            ceilings=ceilings,
+            encoding=encoding,
         )
         self._max_depth = check_limit("html_depth", max_depth)
 

@@ -9,9 +9,11 @@ the text survives and nothing runs.
 ``publish_doctree`` is one library call that never looks at a deadline and can run for a
 minute on a megabyte (a simple table, many sections), so the conversion (docutils and the
 Markdown writer) runs in a worker process, ``_rst_worker.py`` through ``_worker.run_worker``
-as the PDF parser does: killed and reaped at ``timeout_s`` or on abort (within 50 ms), under
-an address-space limit of ``worker_memory_bytes(len(data))``. Every document pays the
-worker's start, about 0.1-0.2 s on an idle machine.
+as the PDF parser does: its process group killed and the worker reaped past ``timeout_s`` of
+CPU time, past ``wall_timeout_s`` on the clock or on abort (within 50 ms), under an
+address-space limit of ``worker_memory_bytes(len(data))``; a worker killed by a signal is
+``ParseError(reason="worker")``, which a sync retries. Every document pays the worker's
+start, about 0.1-0.2 s on an idle machine.
 """
 
 from __future__ import annotations
