@@ -19,9 +19,13 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from ragport.domain.errors import LoadError
+import attrs
 
-__all__ = ["open_folder", "read_file_under"]
+from ragport.domain.documents import BINARY_MEDIA_TYPES
+from ragport.domain.errors import LoadError
+from ragport.domain.limits import Ceilings, how_to_raise
+
+__all__ = ["FileCaps", "open_folder", "read_file_under"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -89,9 +93,34 @@ def open_folder(root: Path, parts: Sequence[str]) -> int:
     return fd
 
 
-def read_file_under(root: Path, parts: Sequence[str], max_bytes: int) -> bytes:
+@attrs.frozen
+class FileCaps:
+    """The byte cap of a file by its media type: ``binary`` for PDF and DOCX, whose bytes are
+    not their text (``BINARY_MEDIA_TYPES``: ``Limits.binary_bytes``), ``text`` for the rest
+    (``Limits.parse_bytes``)."""
+
+    text: int
+    binary: int
+
+    @classmethod
+    def of(cls, text: int, binary: int, ceilings: Ceilings) -> FileCaps:
+        """Both caps, each checked against ``ceilings`` (``ValidationError`` naming it)."""
+        return cls(ceilings.check("parse_bytes", text), ceilings.check("binary_bytes", binary))
+
+    def read(self, root: Path, parts: Sequence[str], media_type: str | None) -> bytes:
+        """``read_file_under`` with the cap of ``media_type``; a refusal names its setting."""
+        name = "binary_bytes" if media_type in BINARY_MEDIA_TYPES else "parse_bytes"
+        cap = self.binary if name == "binary_bytes" else self.text
+        return read_file_under(root, parts, cap, setting=how_to_raise(name))
+
+
+def read_file_under(
+    root: Path, parts: Sequence[str], max_bytes: int, *, setting: str | None = None
+) -> bytes:
     """The bytes of the regular file ``root/parts...``, at most ``max_bytes``, or
-    ``LoadError`` (see the module docstring). ``parts`` empty names the root: ``not_a_file``."""
+    ``LoadError`` (see the module docstring). ``parts`` empty names the root: ``not_a_file``.
+    ``setting``, where to raise ``max_bytes``, goes into the ``too_large`` message."""
+    hint = f" (raise it: {setting})" if setting else ""
     if not parts:
         raise LoadError("not a regular file", reason="not_a_file")
     _check_part(parts[-1])
@@ -109,7 +138,7 @@ def read_file_under(root: Path, parts: Sequence[str], max_bytes: int) -> bytes:
             raise LoadError("not a regular file", reason="not_a_file")
         if info.st_size > max_bytes:
             raise LoadError(
-                f"the file is {info.st_size} bytes, over max_bytes={max_bytes}",
+                f"the file is {info.st_size} bytes, over max_bytes={max_bytes}{hint}",
                 reason="too_large",
             )
         os.set_blocking(fd, True)
@@ -124,5 +153,5 @@ def read_file_under(root: Path, parts: Sequence[str], max_bytes: int) -> bytes:
     finally:
         os.close(fd)
     if len(data) > max_bytes:  # it grew while we read it
-        raise LoadError(f"the file is over max_bytes={max_bytes}", reason="too_large")
+        raise LoadError(f"the file is over max_bytes={max_bytes}{hint}", reason="too_large")
     return bytes(data)

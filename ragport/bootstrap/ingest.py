@@ -239,7 +239,8 @@ def ingest_limits(max_bytes: int, *, base: Limits | None = None) -> Limits:
     """``base`` (default ``DEFAULT_LIMITS``) with ``parse_bytes=max_bytes`` (checked against
     ``base.ceilings``); past the default 1 MiB, ``document_chars`` rises to ``max_bytes`` (up
     to its ceiling) and ``chunks_per_source`` to its ceiling, so such a document gets through
-    the chunker."""
+    the chunker, and ``binary_bytes`` (the file cap of PDF and DOCX) to at least
+    ``max_bytes``."""
     base = DEFAULT_LIMITS if base is None else base
     base.ceilings.check("parse_bytes", max_bytes)
     if max_bytes <= DEFAULT_LIMITS.parse_bytes:
@@ -248,6 +249,7 @@ def ingest_limits(max_bytes: int, *, base: Limits | None = None) -> Limits:
     return attrs.evolve(
         base,
         parse_bytes=max_bytes,
+        binary_bytes=max(base.binary_bytes, max_bytes),
         document_chars=chars,
         chunks_per_source=base.ceilings.chunks_per_source,
     )
@@ -341,8 +343,9 @@ def ingest_files(
     before any file is read.
 
     ``limits`` (default ``DEFAULT_LIMITS``): the loader's and parsers' caps and ceilings
-    (``parse_ms``, ``pdf_pages``, ``inflated_bytes``, ``Limits.ceilings``: an operator's
-    raised ``Ceilings``); ``max_bytes`` replaces its ``parse_bytes`` (``ingest_limits``).
+    (``parse_ms``, ``parse_wall_ms``, ``binary_bytes``, ``pdf_pages``, ``inflated_bytes``,
+    ``Limits.ceilings``: an operator's raised ``Ceilings``); ``max_bytes`` replaces its
+    ``parse_bytes`` (``ingest_limits``).
 
     ``shared_generation``: every file this run writes shares one generation while it stays
     the scope's newest (``SharedGeneration``), so one rollback undoes the run; each file is
@@ -361,7 +364,12 @@ def ingest_files(
     encoding = check_encoding(encoding)
     tick = clock or time.perf_counter
     limits = ingest_limits(max_bytes, base=limits)
-    loader = FileDocumentLoader(root=root, max_bytes=max_bytes, ceilings=limits.ceilings)
+    loader = FileDocumentLoader(
+        root=root,
+        max_bytes=max_bytes,
+        binary_max_bytes=limits.binary_bytes,
+        ceilings=limits.ceilings,
+    )
 
     def parsers(media_type_or_name: str) -> Parser:
         return parser_for(media_type_or_name, limits=limits, encoding=encoding)

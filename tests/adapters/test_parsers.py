@@ -222,6 +222,26 @@ def test_pdf_keeps_pages_from_compressed_streams():
     assert uncompressed.pages == ("plain stream",)
 
 
+def test_pdf_title_from_the_document_information_goes_to_metadata():
+    """The info dictionary's /Title (PDFDocEncoding or UTF-16 with a BOM, whitespace
+    collapsed) is metadata["title"]; no title, a blank one or one past MAX_TITLE_CHARS is no
+    key, never a cut one.
+
+    If this fails, check document_title in _pdf_worker.py and PdfParser._parse.
+    """
+    from ragport.adapters.parsers.pdf import MAX_TITLE_CHARS
+
+    def title(value):
+        return PdfParser().parse(pdf(["some words"], title=value)).metadata.get("title")
+
+    assert title("Travel policy 2026") == "Travel policy 2026"
+    assert title("Reisekosten –  Überblick\n(Stand 2026)") == "Reisekosten – Überblick (Stand 2026)"
+    assert title(None) is None and title("   ") is None
+    assert title("x" * MAX_TITLE_CHARS) == "x" * MAX_TITLE_CHARS
+    assert title("x" * (MAX_TITLE_CHARS + 1)) is None
+    assert PdfParser().parse(pdf(["some words"], title="T")).metadata == {"pages": 1, "title": "T"}
+
+
 @pytest.mark.parametrize(
     ("options", "reason"),
     [
@@ -249,15 +269,14 @@ def test_pdf_page_cap_counts_real_pages_when_the_tree_lies():
 
 
 def test_pdf_timeout_kills_the_worker():
-    """A PDF that keeps pdfminer busy stops at timeout_s (plus a small margin); no worker stays.
+    """A PDF that keeps pdfminer busy stops at timeout_s of CPU time; no worker stays.
 
     If this fails, check PdfParser._extract: the kill and the reap in its finally block.
     """
     busy = pdf(["busy"], busy_ops=2_000_000)
     before = _pdf_workers()
-    started = time.monotonic()
+    # timeout_s is CPU time: how long that takes on the clock depends on the machine's load
     assert _reason(PdfParser(timeout_s=0.5), busy) == "timeout"
-    assert time.monotonic() - started < 2.0
     assert _pdf_workers() == before
 
 

@@ -9,22 +9,24 @@ import pytest
 from ragport import ABSOLUTE_CAPS, Ceilings, Limits, ValidationError
 from ragport.adapters.connectors import FolderConnector
 from ragport.adapters.loaders import FileDocumentLoader
-from ragport.adapters.parsers import PARSERS, HtmlParser, PdfParser, parser_for
+from ragport.adapters.parsers import PARSERS, DocxParser, HtmlParser, PdfParser, parser_for
 
 MIB = 1 << 20
-RAISED = Ceilings(parse_bytes=16 * MIB, parse_ms=120_000, pdf_pages=8_192)
+RAISED = Ceilings(parse_bytes=16 * MIB, parse_ms=400_000, pdf_pages=8_192)
 
 
 @pytest.mark.parametrize("cls", PARSERS, ids=lambda c: c.name)
 def test_every_parser_takes_max_bytes_and_timeout_up_to_the_raised_ceiling(cls):
-    """16 MiB and 120 s are refused by default and accepted under ``ceilings=``; one past the
-    raised ceiling is still refused, naming the limit.
+    """16 MiB and 400 s are refused by default and accepted under ``ceilings=``; one past the
+    raised ceiling is still refused, naming the limit (``binary_bytes``, which shares the
+    ceiling of ``parse_bytes``, for the file of a PDF or DOCX).
 
     If this fails, check BaseParser.__init__ and check_timeout in parsers/_common.py.
     """
+    bytes_limit = "binary_bytes" if cls in (PdfParser, DocxParser) else "parse_bytes"
     for option, value, limit in (
-        ("max_bytes", 16 * MIB, "parse_bytes"),
-        ("timeout_s", 120, "parse_ms"),
+        ("max_bytes", 16 * MIB, bytes_limit),
+        ("timeout_s", 400, "parse_ms"),
     ):
         with pytest.raises(ValidationError) as caught:
             cls(**{option: value})
@@ -33,9 +35,9 @@ def test_every_parser_takes_max_bytes_and_timeout_up_to_the_raised_ceiling(cls):
         assert getattr(parser, option) == value
     with pytest.raises(ValidationError) as caught:
         cls(max_bytes=16 * MIB + 1, ceilings=RAISED)
-    assert caught.value.limit == "parse_bytes"
+    assert caught.value.limit == bytes_limit
     with pytest.raises(ValidationError) as caught:
-        cls(timeout_s=120.001, ceilings=RAISED)
+        cls(timeout_s=400.001, ceilings=RAISED)
     assert caught.value.limit == "parse_ms"
     with pytest.raises(ValidationError) as caught:
         cls(ceilings={"parse_bytes": 16 * MIB})
@@ -54,25 +56,34 @@ def test_an_html_page_over_8_mib_parses_under_a_raised_ceiling():
     with pytest.raises(Exception) as caught:
         HtmlParser(max_bytes=8 * MIB).parse(page, media_type="text/html")
     assert getattr(caught.value, "reason", None) == "too_large"
-    parsed = HtmlParser(max_bytes=16 * MIB, timeout_s=120, ceilings=RAISED).parse(
+    parsed = HtmlParser(max_bytes=16 * MIB, timeout_s=400, ceilings=RAISED).parse(
         page, media_type="text/html"
     )
     assert "epsilon" in parsed.text and "379999" in parsed.text
 
 
 def test_parser_for_takes_its_caps_and_ceilings_from_limits():
-    """``parser_for(name, limits=...)`` passes parse_bytes, parse_ms, pdf_pages and the
-    ceilings; an explicit option still wins; a non-Limits is refused.
+    """``parser_for(name, limits=...)`` passes parse_bytes, parse_ms, parse_wall_ms,
+    binary_bytes (PDF and DOCX files), pdf_pages and the ceilings; an explicit option still
+    wins; a non-Limits is refused.
 
     If this fails, check parser_for and the limit_options class methods.
     """
-    limits = Limits(ceilings=RAISED, parse_bytes=16 * MIB, parse_ms=120_000, pdf_pages=8_192)
+    limits = Limits(
+        ceilings=RAISED,
+        parse_bytes=16 * MIB,
+        parse_ms=400_000,
+        parse_wall_ms=900_000,
+        binary_bytes=12 * MIB,
+        pdf_pages=8_192,
+    )
     html = parser_for("a.html", limits=limits)
-    assert (html.max_bytes, html.timeout_s) == (16 * MIB, 120.0)
+    assert (html.max_bytes, html.timeout_s, html.wall_timeout_s) == (16 * MIB, 400.0, 900.0)
     pdf = parser_for("a.pdf", limits=limits)
     assert isinstance(pdf, PdfParser) and pdf._max_pages == 8_192
+    assert (pdf.max_bytes, pdf.max_text_bytes, pdf.timeout_s) == (12 * MIB, 16 * MIB, 400.0)
     text = parser_for("a.md", limits=limits, max_bytes=MIB, encoding="auto")
-    assert (text.max_bytes, text.timeout_s) == (MIB, 120.0)
+    assert (text.max_bytes, text.timeout_s) == (MIB, 400.0)
     with pytest.raises(ValidationError) as caught:
         parser_for("a.md", limits={"parse_bytes": 1})
     assert caught.value.field == "limits"

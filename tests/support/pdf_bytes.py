@@ -4,7 +4,9 @@
 page is one ``Tj``), Flate-compressed content streams and a correct xref table. Keyword
 arguments make the hostile variants the tests need: an ``/Encrypt`` dictionary, a page tree
 that claims many pages, pages without text (an image only), a stream that inflates past any
-cap, a content stream that keeps pdfminer busy.
+cap, a content stream that keeps pdfminer busy; ``title=`` adds a document information
+dictionary with that ``/Title`` (a literal string when it is Latin-1, else UTF-16 with a byte
+order mark).
 
 ``manual(pages, size=None)`` is a realistic document for size and speed tests: every page a
 heading, 45 lines of varied words and a footer naming the page; with ``size=`` each page also
@@ -80,6 +82,13 @@ def _escape(text: str) -> bytes:
     return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)").encode("latin-1")
 
 
+def _text_string(text: str) -> bytes:
+    """A PDF text string: ``(literal)`` for ASCII, else ``<FEFF...>`` (UTF-16BE with a BOM)."""
+    if text.isascii():
+        return b"(" + _escape(text) + b")"
+    return b"<FEFF" + text.encode("utf-16-be").hex().upper().encode() + b">"
+
+
 def _content(lines: list[str]) -> bytes:
     ops = [b"BT /F1 12 Tf 72 720 Td 14 TL"]
     for line in lines:
@@ -98,6 +107,7 @@ def pdf(
     bomb_bytes: int = 0,
     busy_ops: int = 0,
     figure_bytes: int = 0,
+    title: str | None = None,
 ) -> bytes:
     objects: list[bytes] = []
 
@@ -167,6 +177,9 @@ def pdf(
             + b"> >>"
         )
         encrypt_ref = b" /Encrypt %d 0 R /ID [<%s> <%s>]" % (enc, b"ab" * 16, b"ab" * 16)
+    info_ref = b""
+    if title is not None:
+        info_ref = b" /Info %d 0 R" % add(b"<< /Title %s >>" % _text_string(title))
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
     for i, body in enumerate(objects, start=1):
@@ -176,10 +189,11 @@ def pdf(
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     for offset in offsets:
         out += b"%010d 00000 n \n" % offset
-    out += b"trailer\n<< /Size %d /Root %d 0 R%s >>\nstartxref\n%d\n%%%%EOF\n" % (
+    out += b"trailer\n<< /Size %d /Root %d 0 R%s%s >>\nstartxref\n%d\n%%%%EOF\n" % (
         len(objects) + 1,
         catalog,
         encrypt_ref,
+        info_ref,
         xref,
     )
     return bytes(out)

@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from ragport.adapters._files import open_folder, read_file_under
+from ragport.adapters._files import FileCaps, open_folder
 from ragport.adapters.connectors._cursors import decode_cursor
 from ragport.domain.documents import DOCUMENT_SUFFIXES, media_type_for
 from ragport.domain.errors import LoadError, SyncCursorError, ValidationError, reason_code
@@ -77,8 +77,10 @@ class FolderConnector:
     ``resolve_access(file) -> Access | None`` maps a ``FolderFile`` to who may see it (default:
     ``Access()``, an empty grant: only trusted callers, ``authorization=None``, see the
     chunks). ``suffixes`` limits the files listed (default: every suffix ragport parses),
-    ``page_size`` bounds the upserts per page, ``max_bytes`` the size of a file loaded (up to
-    ``ceilings.parse_bytes``: the hard 8 MiB unless an operator's ``Ceilings`` raises it).
+    ``page_size`` bounds the upserts per page, ``max_bytes`` the size of a file loaded and
+    ``binary_max_bytes`` that of a PDF or DOCX, whose bytes are not its text (default
+    ``binary_bytes``, 8 MiB; its parser caps the text at ``parse_bytes``), both up to
+    ``ceilings.parse_bytes``: the hard 8 MiB unless an operator's ``Ceilings`` raises it.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class FolderConnector:
         page_size: int = 200,
         max_bytes: int = DEFAULT_LIMITS.parse_bytes,
         ceilings: Ceilings = DEFAULT_CEILINGS,
+        binary_max_bytes: int = DEFAULT_LIMITS.binary_bytes,
     ):
         try:
             resolved = Path(root).resolve(strict=True)
@@ -110,7 +113,7 @@ class FolderConnector:
         self._resolve_access = resolve_access
         self._suffixes = None if suffixes is None else frozenset(s.lower() for s in suffixes)
         self._page_size = page_size
-        self._max_bytes = check_ceilings(ceilings).check("parse_bytes", max_bytes)
+        self._caps = FileCaps.of(max_bytes, binary_max_bytes, check_ceilings(ceilings))
         self._unlisted: tuple[UnlistedFile, ...] = ()
 
     @property
@@ -196,7 +199,7 @@ class FolderConnector:
     def _read(self, source_id: str) -> bytes:
         """The file's bytes, every component opened under the root's descriptor (no symlink
         followed, a FIFO never blocks): ``LoadError`` as ``read_file_under`` raises it."""
-        return read_file_under(self._root, source_id.split("/"), self._max_bytes)
+        return self._caps.read(self._root, source_id.split("/"), media_type_for(source_id))
 
     def _hash(self, source_id: str) -> str:
         return hashlib.sha256(self._read(source_id)).hexdigest()

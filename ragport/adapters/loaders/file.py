@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ragport.adapters._files import read_file_under
+from ragport.adapters._files import FileCaps
 from ragport.domain.documents import media_type_for
 from ragport.domain.errors import LoadError, ValidationError
 from ragport.domain.limits import DEFAULT_CEILINGS, DEFAULT_LIMITS, Ceilings, check_ceilings
@@ -26,11 +26,13 @@ class FileDocumentLoader:
 
     ``load(path)`` takes a path relative to the root (or an absolute one inside it); the media
     type comes from the suffix; ``source_id`` is the resolved path relative to the root in
-    POSIX form, so ``a/../b.md`` and ``b.md`` are one source. Files over ``max_bytes`` are
-    ``LoadError(reason="too_large")`` without being read; a missing path (or one holding a
-    NUL) is ``not_found``; a folder, FIFO, socket or device is ``not_a_file``; a permission or
-    I/O error is ``unreadable``. ``max_bytes`` is checked against ``ceilings`` (default: the
-    hard 8 MiB; ``Ceilings(parse_bytes=...)`` raises it).
+    POSIX form, so ``a/../b.md`` and ``b.md`` are one source. Files over their cap are
+    ``LoadError(reason="too_large")`` without being read, the message naming the setting that
+    raises it: ``max_bytes`` (``parse_bytes``, 1 MiB), or for PDF and DOCX, whose bytes are not
+    their text, ``binary_max_bytes`` (``binary_bytes``, 8 MiB; their parsers cap the text). A
+    missing path (or one holding a NUL) is ``not_found``; a folder, FIFO, socket or device is
+    ``not_a_file``; a permission or I/O error is ``unreadable``. Both caps are checked against
+    ``ceilings`` (default: the hard 8 MiB; ``Ceilings(parse_bytes=...)`` raises it).
     """
 
     def __init__(
@@ -39,6 +41,7 @@ class FileDocumentLoader:
         root: str | os.PathLike[str],
         max_bytes: int = DEFAULT_LIMITS.parse_bytes,
         ceilings: Ceilings = DEFAULT_CEILINGS,
+        binary_max_bytes: int = DEFAULT_LIMITS.binary_bytes,
     ):
         try:
             resolved = Path(root).resolve(strict=True)
@@ -47,7 +50,7 @@ class FileDocumentLoader:
         if not resolved.is_dir():
             raise ValidationError("root is not a folder", field="root")
         self._root = resolved
-        self._max_bytes = check_ceilings(ceilings).check("parse_bytes", max_bytes)
+        self._caps = FileCaps.of(max_bytes, binary_max_bytes, check_ceilings(ceilings))
 
     @property
     def root(self) -> Path:
@@ -73,6 +76,7 @@ class FileDocumentLoader:
     def load(self, uri: str) -> LoadedDocument:
         resolved = self.resolve(uri)
         relative = resolved.relative_to(self._root)
-        data = read_file_under(self._root, relative.parts, self._max_bytes)
+        media_type = media_type_for(resolved.name)
+        data = self._caps.read(self._root, relative.parts, media_type)
         source_id = relative.as_posix()
-        return LoadedDocument(data, media_type_for(resolved.name), source_id, {"path": source_id})
+        return LoadedDocument(data, media_type, source_id, {"path": source_id})

@@ -54,9 +54,11 @@ def parser_for(media_type_or_name: str, **options: Any) -> Parser:
     ``options`` go to the parser's constructor (``max_bytes=``, ``timeout_s=``,
     ``ceilings=``, ...), except ``encoding=``, which only the parsers of plain text, Markdown,
     reST and HTML take (HTML for a page that declares no charset; PDF and DOCX carry their
-    own): ``"utf-8"`` (the default), ``"auto"`` or a codec name, and ``limits=``: a ``Limits`` whose caps (``parse_bytes``, ``parse_ms``,
-    ``html_depth``, ``pdf_pages``, ``inflated_bytes``) and ``ceilings`` the parser takes, each
-    where an explicit option does not say otherwise. A type no built-in parser takes goes to
+    own): ``"utf-8"`` (the default), ``"auto"`` or a codec name, and ``limits=``: a
+    ``Limits`` whose caps (``parse_bytes``, ``parse_ms``, ``parse_wall_ms``, ``html_depth``,
+    ``pdf_pages``, ``inflated_bytes``; for PDF and DOCX ``binary_bytes`` the file and
+    ``parse_bytes`` the text) and ``ceilings`` the parser takes, each where an explicit option
+    does not say otherwise. A type no built-in parser takes goes to
     the ``ragport.parsers`` entry point of that name, called with the same options (those of
     ``limits=`` being ``max_bytes=``, ``timeout_s=`` and ``ceilings=``; never ``encoding=``);
     a plugin that does not load, raises anything but a ragport error or returns no
@@ -101,7 +103,7 @@ def _plugin_parser(
         return None
     plugin, factory = found
     if limits is not None:
-        options = {**BaseParser.limit_options(limits), **options}
+        options = {**_plugin_limit_options(limits), **options}
     if not callable(factory):
         raise _entry_points.broken(plugin, "is not callable")
     try:
@@ -113,3 +115,9 @@ def _plugin_parser(
     if not isinstance(parser, Parser):
         raise _entry_points.broken(plugin, f"returned a {type(parser).__name__}, not a Parser")
     return parser
+
+
+def _plugin_limit_options(limits: Limits) -> dict[str, Any]:
+    """What a plugin's factory takes from ``limits=`` (only these three, as it always has)."""
+    options = BaseParser.limit_options(limits)
+    return {key: options[key] for key in ("max_bytes", "timeout_s", "ceilings")}

@@ -4,7 +4,7 @@ Run as a script by ``_worker.run_worker`` (``python -I``, under ``RLIMIT_AS``), 
 imports only the standard library and pdfminer (not ragport, not the host's ``__main__``).
 It reads one JSON line of settings then the PDF bytes from stdin, and writes one JSON object
 to stdout:
-``{"pages": [...]}`` or ``{"error": reason, "detail": ...}`` where ``detail`` is a count or an
+``{"pages": [...], "title": ... or null}`` or ``{"error": reason, "detail": ...}`` where ``detail`` is a count or an
 exception type name, never document text. JSON, not pickle: the parent must not execute what
 a child that read hostile bytes sends back. Flate streams inflate
 through a bounded decompressor so a decompression bomb stops at ``max_inflated`` bytes
@@ -28,8 +28,9 @@ from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
 from pdfminer.pdfpage import PDFPage
 from pdfminer.pdfparser import PDFParser
 from pdfminer.pdftypes import resolve1
+from pdfminer.utils import decode_text
 
-__all__ = ["extract_pages", "main"]
+__all__ = ["document_title", "extract_pages", "main"]
 
 
 class Refusal(BaseException):
@@ -94,8 +95,23 @@ class BoundedZlib:
         return out + rest
 
 
-def extract_pages(data: bytes, *, max_pages: int, max_inflated: int) -> tuple[str, ...]:
-    """The text of every page, after checking encryption and the page count first."""
+def document_title(document: PDFDocument, max_chars: int) -> str | None:
+    """The information dictionary's ``/Title`` (PDFDocEncoding, or UTF-16 after a byte order
+    mark), whitespace collapsed; ``None`` when there is none, it is blank, or it is longer
+    than ``max_chars`` (a title that long is not one: left out, never cut)."""
+    for info in document.info:
+        value = resolve1(info.get("Title")) if isinstance(info, dict) else None
+        if isinstance(value, bytes):
+            title = " ".join(decode_text(value).split())
+            return title if 0 < len(title) <= max_chars else None
+    return None
+
+
+def extract_pages(
+    data: bytes, *, max_pages: int, max_inflated: int, max_title: int = 1000
+) -> tuple[tuple[str, ...], str | None]:
+    """The text of every page and the title, after checking encryption and the page count
+    first."""
     bounded = BoundedZlib(max_inflated)
     pdfminer.pdftypes.zlib = bounded  # type: ignore[attr-defined,assignment]  # this process only
     try:
@@ -108,6 +124,7 @@ def extract_pages(data: bytes, *, max_pages: int, max_inflated: int) -> tuple[st
     claimed = resolve1(tree.get("Count")) if isinstance(tree, dict) else None
     if isinstance(claimed, int) and claimed > max_pages:
         raise Refusal("too_many_pages", str(claimed))
+    title = document_title(document, max_title)
     manager = PDFResourceManager(caching=True)
     output = io.StringIO()
     device = TextConverter(manager, output, laparams=LAParams())
@@ -131,7 +148,7 @@ def extract_pages(data: bytes, *, max_pages: int, max_inflated: int) -> tuple[st
         chunk = chunk[:-1] if chunk.endswith("\f") else chunk
         pages.append(chunk.replace("\f", "\n").rstrip())
         start = end
-    return tuple(pages)
+    return tuple(pages), title
 
 
 def main() -> int:
@@ -140,10 +157,13 @@ def main() -> int:
     data = sys.stdin.buffer.read()
     answer: dict[str, Any]
     try:
-        pages = extract_pages(
-            data, max_pages=int(settings["max_pages"]), max_inflated=int(settings["max_inflated"])
+        pages, title = extract_pages(
+            data,
+            max_pages=int(settings["max_pages"]),
+            max_inflated=int(settings["max_inflated"]),
+            max_title=int(settings["max_title"]),
         )
-        answer = {"pages": list(pages)}
+        answer = {"pages": list(pages), "title": title}
     except Refusal as refusal:
         answer = {"error": refusal.reason, "detail": refusal.detail}
     except MemoryError:

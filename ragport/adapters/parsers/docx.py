@@ -22,7 +22,7 @@ import zipfile
 import zlib
 from typing import Any
 
-from ragport.adapters.parsers._common import BaseParser, Deadline, check_abort, failed
+from ragport.adapters.parsers._common import BinaryParser, Deadline, check_abort, failed
 from ragport.domain.errors import ParseError, RagportError
 from ragport.domain.limits import DEFAULT_CEILINGS, DEFAULT_LIMITS, HARD_LIMITS, Ceilings, Limits
 from ragport.ports.documents import ParsedDocument
@@ -44,8 +44,10 @@ _HEADING = re.compile(r"heading (\d)$", re.I)
 _LIST = re.compile(r"list (bullet|number)", re.I)
 
 
-class DocxParser(BaseParser):
-    """Word documents; ``max_inflated_bytes=`` (default 32 MiB) caps the parts' total size.
+class DocxParser(BinaryParser):
+    """Word documents; ``max_inflated_bytes=`` (default 32 MiB) caps the parts' total size;
+    the file may be up to ``max_bytes`` (``binary_bytes``, 8 MiB), its text up to
+    ``max_text_bytes`` (``parse_bytes``, 1 MiB; ``BinaryParser``).
 
     Body paragraphs and tables in document order; ``Title`` and ``Heading N`` styles become
     ``#`` headings, ``List Bullet`` / ``List Number`` styles ``-`` / ``1.`` items, each table
@@ -61,12 +63,11 @@ class DocxParser(BaseParser):
     def __init__(
         self,
         *,
-        max_bytes: int = DEFAULT_LIMITS.parse_bytes,
-        timeout_s: float = DEFAULT_LIMITS.parse_ms / 1000,
         max_inflated_bytes: int = DEFAULT_LIMITS.inflated_bytes,
         ceilings: Ceilings = DEFAULT_CEILINGS,
+        **options: Any,
     ) -> None:
-        super().__init__(max_bytes=max_bytes, timeout_s=timeout_s, ceilings=ceilings)
+        super().__init__(ceilings=ceilings, **options)
         self._max_inflated = ceilings.check("inflated_bytes", max_inflated_bytes)
 
     @classmethod
