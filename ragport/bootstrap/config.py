@@ -19,7 +19,7 @@ from pathlib import Path
 import attrs
 
 from ragport.domain.errors import ValidationError
-from ragport.domain.limits import DEFAULT_LIMITS, RAISABLE, Ceilings, Limits
+from ragport.domain.limits import DEFAULT_LIMITS, Ceilings, Limits, ceiling_field
 
 
 @attrs.frozen
@@ -39,8 +39,10 @@ class LimitsConfig:
 
     A key left out keeps its default (and its default ceiling, ``HARD_LIMITS``). A key set is
     the value those commands use (``parse_bytes`` the default of ``--max-bytes``, ``parse_ms``
-    of ``--timeout``) and the ceiling their flags may go up to (or its default ceiling, when
-    that is higher).
+    of ``--timeout``, ``parse_wall_ms`` of ``--wall-timeout``) and the ceiling their flags may
+    go up to (or its default ceiling, when that is higher); ``binary_bytes`` (the file cap of
+    PDF and DOCX) raises the ceiling it shares with ``parse_bytes``. ``parse_wall_ms`` has a
+    fixed ceiling (``HARD_LIMITS``).
     """
 
     parse_bytes: int | None = None
@@ -49,12 +51,21 @@ class LimitsConfig:
     chunks_per_source: int | None = None
     pdf_pages: int | None = None
     inflated_bytes: int | None = None
+    parse_wall_ms: int | None = None
+    binary_bytes: int | None = None
 
     def limits(self) -> Limits:
         """``DEFAULT_LIMITS`` with the keys set here, under the ceilings they raise."""
         given = {k: v for k, v in attrs.asdict(self).items() if v is not None}
-        ceilings = Ceilings(**{k: max(v, Ceilings().of(k)) for k, v in given.items()})
-        return attrs.evolve(DEFAULT_LIMITS, ceilings=ceilings, **given)
+        raised: dict[str, int] = {}
+        for key, value in given.items():
+            name = ceiling_field(key)
+            if name is not None:
+                raised[name] = max(value, raised.get(name, 0), Ceilings().of(name))
+        return attrs.evolve(DEFAULT_LIMITS, ceilings=Ceilings(**raised), **given)
+
+
+LIMIT_KEYS: tuple[str, ...] = tuple(a.name for a in attrs.fields(LimitsConfig))
 
 
 @attrs.frozen
@@ -245,14 +256,15 @@ def load_config(path: Path) -> CliConfig:
 
 
 def _limits_table(table: object, path: Path) -> LimitsConfig:
-    """``[limits]``: only the raisable keys, integers, within floor and ``ABSOLUTE_CAPS``;
-    anything else is a ``ValidationError(field="limits.KEY")`` naming the key and the file."""
+    """``[limits]``: only the keys of ``LimitsConfig``, integers, within floor and ceiling
+    (``ABSOLUTE_CAPS`` for the raisable ones); anything else is a
+    ``ValidationError(field="limits.KEY")`` naming the key and the file."""
     if not isinstance(table, dict):
         raise ValidationError(f"{path}: limits must be a table ([limits])", field="limits")
     for key, value in table.items():
-        if key not in RAISABLE:
+        if key not in LIMIT_KEYS:
             raise ValidationError(
-                f"{path}: limits.{key} is not a key of [limits] (one of {', '.join(RAISABLE)})",
+                f"{path}: limits.{key} is not a key of [limits] (one of {', '.join(LIMIT_KEYS)})",
                 field=f"limits.{key}",
             )
         if isinstance(value, bool) or not isinstance(value, int):

@@ -29,7 +29,7 @@ from ragport.domain.errors import (
     RagportError,
     ValidationError,
 )
-from ragport.domain.limits import Limits
+from ragport.domain.limits import Limits, ceiling_field
 from ragport.domain.model import Scope
 from ragport.ports.embedder import Embedder
 
@@ -105,10 +105,9 @@ def _resolve(args: argparse.Namespace) -> None:
 
 def _limits(args: argparse.Namespace) -> Limits:
     """The caps of ``ingest`` and ``sync``: ``[limits]`` in ragport.toml (its keys raise their
-    ceilings), then ``--max-bytes`` and ``--timeout``, each checked against the ceiling in
-    effect here, before any store opens: past it is a ``ValidationError`` naming the flag."""
-    import math
-
+    ceilings), then ``--max-bytes``, ``--timeout`` (CPU seconds) and ``--wall-timeout``, each
+    checked against the ceiling in effect here, before any store opens: past it is a
+    ``ValidationError`` naming the flag."""
     from ragport.bootstrap.ingest import ingest_limits
 
     base = _config(args).limits.limits()
@@ -125,20 +124,31 @@ def _limits(args: argparse.Namespace) -> Limits:
             field="max_bytes",
             limit="parse_bytes",
         ) from None
-    timeout = _option(args, "timeout")
-    if timeout is not None:
-        ms = round(timeout * 1000) if math.isfinite(timeout) and timeout > 0 else 0
-        try:
-            base = attrs.evolve(base, parse_ms=base.ceilings.check("parse_ms", ms))
-        except ValidationError as exc:
-            ceiling = base.ceilings.parse_ms / 1000
-            raise ValidationError(
-                f"--timeout must be above 0 and at most {ceiling:g} seconds (got {timeout:g}); "
-                + hint.format(key="parse_ms"),
-                field="timeout",
-                limit=exc.limit,
-            ) from None
+    for flag, key in (("timeout", "parse_ms"), ("wall_timeout", "parse_wall_ms")):
+        seconds = _option(args, flag)
+        if seconds is not None:
+            base = _with_seconds(base, flag, key, seconds, hint)
     return ingest_limits(max_bytes, base=base)
+
+
+def _with_seconds(base: Limits, flag: str, key: str, seconds: float, hint: str) -> Limits:
+    """``base`` with the limit ``key`` (milliseconds) set from ``--FLAG SECONDS``, or a
+    ``ValidationError`` naming the flag, its ceiling and (for a raisable one) the toml key."""
+    import math
+
+    ms = round(seconds * 1000) if math.isfinite(seconds) and seconds > 0 else 0
+    try:
+        changes: dict[str, Any] = {key: base.ceilings.check(key, ms)}
+        return attrs.evolve(base, **changes)
+    except ValidationError as exc:
+        option = "--" + flag.replace("_", "-")
+        ceiling = base.ceilings.of(key) / 1000
+        raised = "; " + hint.format(key=key) if ceiling_field(key) else ""
+        raise ValidationError(
+            f"{option} must be above 0 and at most {ceiling:g} seconds (got {seconds:g})" + raised,
+            field=flag,
+            limit=exc.limit,
+        ) from None
 
 
 def _store_url(args: argparse.Namespace) -> str | None:

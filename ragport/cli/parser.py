@@ -40,12 +40,18 @@ ENCODING_HELP = (
 MAX_BYTES_HELP = (
     f"document byte cap (default: [limits] parse_bytes in ragport.toml, else "
     f"{DEFAULT_LIMITS.parse_bytes}); at most {HARD_LIMITS.parse_bytes}, or the parse_bytes "
-    f"ragport.toml sets (docs/limits.md)"
+    f"ragport.toml sets; for PDF and DOCX it caps the extracted text, the file itself may be "
+    f"up to [limits] binary_bytes, else {DEFAULT_LIMITS.binary_bytes} (docs/limits.md)"
 )
 TIMEOUT_HELP = (
-    f"seconds one document may take to parse (default: [limits] parse_ms / 1000 in "
+    f"CPU seconds one document's parse may use (default: [limits] parse_ms / 1000 in "
     f"ragport.toml, else {DEFAULT_LIMITS.parse_ms // 1000}); at most "
     f"{HARD_LIMITS.parse_ms // 1000}, or what parse_ms in ragport.toml sets"
+)
+WALL_TIMEOUT_HELP = (
+    f"wall-clock seconds one document's parse may take however busy the machine, a backstop "
+    f"(default: [limits] parse_wall_ms / 1000 in ragport.toml, else "
+    f"{DEFAULT_LIMITS.parse_wall_ms // 1000}); at most {HARD_LIMITS.parse_wall_ms // 1000}"
 )
 
 NO_CONFIG_HELP = (
@@ -166,6 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     ingest.add_argument("--overlap", type=int, default=100, help="chunk overlap in characters")
     ingest.add_argument("--max-bytes", type=int, default=None, help=MAX_BYTES_HELP)
     ingest.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
+    ingest.add_argument("--wall-timeout", type=float, default=None, help=WALL_TIMEOUT_HELP)
     ingest.add_argument(
         "--workers",
         type=int,
@@ -372,6 +379,7 @@ def _parser() -> argparse.ArgumentParser:
     sync_common.add_argument("--overlap", type=int, default=100, help="chunk overlap in characters")
     sync_common.add_argument("--max-bytes", type=int, default=None, help=MAX_BYTES_HELP)
     sync_common.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
+    sync_common.add_argument("--wall-timeout", type=float, default=None, help=WALL_TIMEOUT_HELP)
     sync_common.add_argument(
         "--max-pages", type=int,
         help="stop after N committed pages; the next run continues (default: until done)",

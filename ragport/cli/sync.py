@@ -167,7 +167,11 @@ def _sync_folder(args: argparse.Namespace) -> int:
     encoding = _text_encoding(args)  # before the folder is listed
     limits = _limits(args)  # --max-bytes, --timeout, [limits]: before the folder is listed
     connector = FolderConnector(
-        args.path, max_bytes=limits.parse_bytes, page_size=args.page_size, ceilings=limits.ceilings
+        args.path,
+        max_bytes=limits.parse_bytes,
+        binary_max_bytes=limits.binary_bytes,
+        page_size=args.page_size,
+        ceilings=limits.ceilings,
     )
     return _sync_run(
         args,
@@ -199,7 +203,9 @@ def _sync_drive(args: argparse.Namespace) -> int:
         shared_drive_id=args.shared_drive,
         base_url=args.base_url,
         allow_loopback=args.allow_loopback,
-        max_bytes=limits.parse_bytes,
+        # A download may be a PDF or DOCX (up to binary_bytes); the parsers hold every other
+        # type to parse_bytes, so a large text file still fails too_large, by name.
+        max_bytes=max(limits.parse_bytes, limits.binary_bytes),
         ceilings=limits.ceilings,
         max_list_requests=budget,
     )

@@ -1,5 +1,7 @@
 """Issue 26: an operator raises the per-document ceilings in ragport.toml ``[limits]``; the flags
-``--max-bytes`` / ``--timeout`` go up to them; the absolute caps stay enforced."""
+``--max-bytes`` / ``--timeout`` go up to them; the absolute caps stay enforced. Issue 43:
+``--timeout`` (CPU seconds) and ``--wall-timeout`` go up to their hard ceilings without a
+ragport.toml, and PDF / DOCX files of several megabytes ingest with the defaults."""
 
 from __future__ import annotations
 
@@ -7,8 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+from docx_bytes import padded_docx
+from pdf_bytes import manual
 
 from ragport.cli import main
+from ragport.cli.config import _limits
+from ragport.cli.parser import _parser
 
 MIB = 1 << 20
 HASH = ["--embedder", "hash", "--store", "memory://"]
@@ -153,20 +159,22 @@ def test_flags_go_up_to_the_configured_ceiling_and_no_further(tmp_path, monkeypa
     dead = ["--embedder", "hash", "--store", "postgresql://nobody@127.0.0.1:9/x"]
     too_far = [
         (["--max-bytes", str(16 * MIB)], "--max-bytes"),
-        (["--timeout", "120"], "--timeout"),
+        (["--timeout", "300.5"], "--timeout"),
         (["--timeout", "0"], "--timeout"),
+        (["--wall-timeout", "3600.5"], "--wall-timeout"),
+        (["--wall-timeout", "0"], "--wall-timeout"),
     ]
     for command in (["ingest", "docs"], ["sync", "folder", "docs"]):
         for flags, named in too_far:
             assert main([*command, *dead, *flags]) == 2, (command, flags)
             assert named in capsys.readouterr().err
-    _toml(tmp_path, "[limits]\nparse_bytes = 16777216\nparse_ms = 120000\n")
+    _toml(tmp_path, "[limits]\nparse_bytes = 16777216\nparse_ms = 400000\n")
     for command in (["ingest", "docs"], ["sync", "folder", "docs"]):
-        ok = [*command, *HASH, "--max-bytes", str(16 * MIB), "--timeout", "120"]
+        ok = [*command, *HASH, "--max-bytes", str(16 * MIB), "--timeout", "400"]
         assert main(ok) == 0, command
         assert main([*command, *dead, "--max-bytes", str(16 * MIB + 1)]) == 2
         assert "--max-bytes" in capsys.readouterr().err
-        assert main([*command, *dead, "--timeout", "120.5"]) == 2
+        assert main([*command, *dead, "--timeout", "400.5"]) == 2
         assert "--timeout" in capsys.readouterr().err
 
 
@@ -189,3 +197,44 @@ def test_sync_folder_takes_the_raised_limits(tmp_path, monkeypatch, capsys):
     assert main(run) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["upserted"], result["failed"]) == (1, 0)
+
+
+def test_timeouts_go_up_to_their_hard_ceilings_without_a_config_file(tmp_path, monkeypatch):
+    """--timeout 300 (CPU seconds: the hard ceiling, where 30 was the most without a
+    ragport.toml) and --wall-timeout 3600 are taken by ingest and sync folder with no
+    ragport.toml, and reach the limits the parsers get.
+
+    If this fails, check the parse_ms / parse_wall_ms ceilings in ragport/domain/limits.py and
+    _limits / _with_seconds in ragport/cli/config.py.
+    """
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nbody text\n", encoding="utf-8")
+    flags = ["--timeout", "300", "--wall-timeout", "3600"]
+    for command in (["ingest", "docs"], ["sync", "folder", "docs"]):
+        assert main([*command, *HASH, *flags]) == 0, command
+        limits = _limits(_parser().parse_args([*command, *HASH, *flags]))
+        assert (limits.parse_ms, limits.parse_wall_ms) == (300_000, 3_600_000)
+    default = _limits(_parser().parse_args(["ingest", "docs", *HASH]))
+    assert (default.parse_ms, default.parse_wall_ms) == (30_000, 600_000)
+
+
+def test_multi_megabyte_pdf_and_docx_ingest_with_the_defaults(tmp_path, monkeypatch, capsys):
+    """A 4 MB PDF and a 3 MB DOCX (the 1 MiB --max-bytes used to refuse both) are indexed by a
+    plain ingest; a 2 MB text file still fails too_large, naming --max-bytes.
+
+    If this fails, check ingest_files / ingest_limits (binary_bytes) in
+    ragport/bootstrap/ingest.py and FileCaps in ragport/adapters/_files.py.
+    """
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "manual.pdf").write_bytes(manual(4, size=4_000_000))
+    (folder / "handbook.docx").write_bytes(padded_docx(3_000_000))
+    (folder / "notes.txt").write_bytes(b"words " * (2 * MIB // 6))
+    assert main(["ingest", "docs", *HASH, "--json"]) == 1
+    outcomes = {o["source_id"]: o for o in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert outcomes["manual.pdf"]["state"] == "indexed"
+    assert outcomes["handbook.docx"]["state"] == "indexed"
+    assert outcomes["notes.txt"]["reason"] == "too_large"
+    assert "--max-bytes" in outcomes["notes.txt"]["error"]
