@@ -63,7 +63,8 @@ class Parser(Protocol):
     - ``max_bytes`` is the input cap: longer input raises ``ParseError(reason="too_large")``
       before any parsing, never truncated. The cap has a ceiling: a constructor given
       ``max_bytes`` above ``HARD_LIMITS.parse_bytes`` (``ragport.domain.limits``, 8 MiB), or
-      ``timeout_s`` above ``parse_ms`` (30 s), or ``max_bytes <= 0`` or ``timeout_s <= 0``,
+      ``timeout_s`` above ``parse_ms`` (300 s; ragport's own parsers count it as CPU time),
+      or ``max_bytes <= 0`` or ``timeout_s <= 0``,
       raises ``ValidationError``, unless its ``ceilings=`` (``Ceilings``, an operator's
       explicit choice) raises them, never past ``ABSOLUTE_CAPS`` (256 MiB, 600 s).
     - Empty input (``b""``) raises ``ParseError``: an empty document is never an empty index.
