@@ -10,7 +10,7 @@ Every failure a caller can act on is a subclass of :class:`RagportError`::
     │   └── ReplicaLagError      a read replica had not replayed the caller's write in time
     ├── EmbedderMismatchError    stored vectors come from another embedder or dimension
     ├── EmbedderError            an embedder failed or answered malformed vectors (.retryable)
-    ├── RerankError              a reranker failed, timed out, or answered malformed output
+    ├── RerankError              a reranker failed, timed out, or answered badly (.reason)
     ├── ParseError               a parser hit a byte, page or time cap, or bad bytes (.reason)
     ├── LoadError                a loader could not fetch a document (.reason)
     ├── UrlRejectedError         a URL pointed somewhere ragport refuses to fetch (.reason)
@@ -73,11 +73,14 @@ def raise_unchained(error: BaseException) -> NoReturn:
 
 
 def reason_code(error: BaseException) -> str:
-    """A failure's short reason, safe to report: its ``reason`` (parse, load, URL, cursor and
-    store errors), else the ceiling it crossed (a validation error's ``limit``), else its type
+    """A failure's short reason, safe to report: its ``reason`` (parse, load, URL, cursor,
+    store and rerank errors), else the ceiling it crossed (a validation error's ``limit``), else its type
     name. Never the message, so no document text."""
     reason: str | None = None
-    if isinstance(error, StoreError | ParseError | LoadError | UrlRejectedError | SyncCursorError):
+    if isinstance(
+        error,
+        StoreError | ParseError | LoadError | UrlRejectedError | SyncCursorError | RerankError,
+    ):
         reason = error.reason
     elif isinstance(error, ValidationError):
         reason = error.limit
@@ -223,14 +226,18 @@ class EmbedderError(RagportError):
 class RerankError(RagportError):
     """A reranker failed, timed out, was aborted, or returned something other than a permutation.
 
-    ``retryable`` as on ``EmbedderError``.
+    ``retryable`` as on ``EmbedderError``. ``reason``, set by the seam (``rerank_hits``):
+    ``timeout`` (no answer, or no free slot, within the time budget), ``aborted``, ``too_large``
+    (input over the byte cap), ``malformed`` (not a permutation, or a bad score) or ``failed``
+    (the reranker raised); ``None`` when an adapter raised it itself.
     """
 
     code = "ERR_RAG_RERANK"
 
-    def __init__(self, message: str, *, retryable: bool = False):
+    def __init__(self, message: str, *, retryable: bool = False, reason: str | None = None):
         super().__init__(message)
         self.retryable = retryable
+        self.reason = reason
 
 
 class ParseError(RagportError):

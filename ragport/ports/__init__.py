@@ -38,6 +38,8 @@ from ragport.ports.rerank import (
     LocalRerankRuntime,
     Reranker,
     RerankScorer,
+    SupportsInterruptibleRerank,
+    SupportsInterruptibleScore,
 )
 from ragport.ports.runtime import (
     Abort,
@@ -128,6 +130,8 @@ __all__ = [
     "SupportsForgottenLookup",
     "SupportsGenerationHistory",
     "SupportsGuardedQuery",
+    "SupportsInterruptibleRerank",
+    "SupportsInterruptibleScore",
     "SupportsLexicalSearch",
     "SupportsPreparation",
     "Telemetry",

@@ -1,4 +1,5 @@
-"""Reranking ports: a reranker, and the runtime a local cross-encoder runs on."""
+"""Reranking ports: a reranker, and the runtime a local cross-encoder runs on; the optional
+interruptible forms of both (bounded steps, a stop signal checked between them)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,15 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from ragport.domain.model import Hit
+from ragport.ports.runtime import Abort
 
-__all__ = ["LocalRerankRuntime", "RerankScorer", "Reranker"]
+__all__ = [
+    "LocalRerankRuntime",
+    "RerankScorer",
+    "Reranker",
+    "SupportsInterruptibleRerank",
+    "SupportsInterruptibleScore",
+]
 
 
 @runtime_checkable
@@ -32,11 +40,49 @@ class Reranker(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsInterruptibleRerank(Protocol):
+    """A reranker that works in bounded steps (model batches) and stops between them on request.
+
+    ``rerank_hits`` calls ``rerank_interruptible`` instead of ``rerank`` when a reranker has it,
+    and sets ``stop`` when it stops waiting for the answer (the time budget ran out, or the
+    caller aborted). Promises:
+
+    - With ``stop`` never set, the answer is what ``rerank(query, hits)`` answers.
+    - ``stop.is_set()`` is checked before each bounded step; once it is set, no further step
+      starts and the call raises ``AbortedError``. A call the seam gave up on therefore ends
+      within one step, instead of running to completion in a thread nobody waits for.
+    """
+
+    def rerank_interruptible(
+        self, query: str, hits: Sequence[Hit], stop: Abort
+    ) -> Sequence[Hit | tuple[Hit, float]]:
+        """As ``Reranker.rerank``; raises ``AbortedError`` between steps once ``stop`` is set."""
+        ...
+
+
 class RerankScorer(Protocol):
     """A loaded cross-encoder: one score per document, in input order, in one call."""
 
     def score(self, query: str, documents: Sequence[str]) -> Sequence[float]:
         """One finite relevance score per document of ``documents``, in input order."""
+        ...
+
+
+@runtime_checkable
+class SupportsInterruptibleScore(Protocol):
+    """A scorer that scores in bounded batches and stops between them on request.
+
+    ``LocalReranker.rerank_interruptible`` uses it when its scorer has it (otherwise one
+    ``score`` call). With ``stop`` never set it answers what ``score`` answers; ``stop.is_set()``
+    is checked before each batch, and once it is set the call raises ``AbortedError``.
+    """
+
+    def score_interruptible(
+        self, query: str, documents: Sequence[str], stop: Abort
+    ) -> Sequence[float]:
+        """As ``RerankScorer.score``; raises ``AbortedError`` between batches once ``stop`` is
+        set."""
         ...
 
 

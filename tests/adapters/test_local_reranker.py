@@ -8,6 +8,7 @@ weights are downloaded or shipped.
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
 import threading
 import time
@@ -24,7 +25,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from ragport.adapters.rerankers import LocalReranker, OnnxCrossEncoderRuntime
 from ragport.application.rerank import rerank_hits
 from ragport.contract_tests.reranker import contract_hits
-from ragport.domain.errors import RerankError, ValidationError
+from ragport.domain.errors import AbortedError, RerankError, ValidationError
 
 SPECIAL = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}
 WORDS = ("cats", "dogs", "leave", "parental", "weeks", "the")
@@ -389,6 +390,54 @@ def test_a_document_scores_the_same_alone_and_in_a_batch(tiny_model):
     np.testing.assert_allclose(batch, single, rtol=0, atol=1e-6)
 
 
+class CountingStop:
+    """A stop signal that counts its checks and reads as set from check number ``set_at``."""
+
+    def __init__(self, set_at: int | None = None):
+        self.checks = 0
+        self.set_at = set_at
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        return self.set_at is not None and self.checks >= self.set_at
+
+
+def test_the_onnx_runtime_checks_stop_before_each_bounded_batch(tiny_model):
+    """Batches hold at most batch_size pairs and batch_tokens padded tokens; stop is checked
+    before each one, and once set no further batch runs (AbortedError). The scores are those
+    of score().
+
+    If this fails, check _batches and _OnnxCrossEncoder.score_interruptible in local.py.
+    """
+    texts = [*TEXTS, "cats " * 20]  # pairs of 5, 5, 6, 7, 8 and 24 tokens
+    whole = OnnxCrossEncoderRuntime().load(str(tiny_model)).score("cats", texts)
+    scorer = OnnxCrossEncoderRuntime(batch_size=2, batch_tokens=16).load(str(tiny_model))
+    never = CountingStop()
+    scores = scorer.score_interruptible("cats", texts, never)
+    np.testing.assert_allclose(scores, whole, rtol=0, atol=1e-6)
+    # In length order, at most 2 rows and 16 padded tokens: [5 5] [6 7] [8] [24] (2 x 24 > 16).
+    assert never.checks == 4
+    stopped = CountingStop(set_at=2)
+    with pytest.raises(AbortedError):
+        scorer.score_interruptible("cats", texts, stopped)
+    assert stopped.checks == 2  # one batch ran, then the stop held back the other three
+
+
+def test_a_stopped_local_rerank_scores_nothing_after_loading():
+    """LocalReranker.rerank_interruptible with stop set: the model loads, nothing is scored
+    (AbortedError); a scorer without score_interruptible is called once with every text.
+
+    If this fails, check LocalReranker.rerank_interruptible in local.py.
+    """
+    runtime = FakeRuntime()
+    reranker = LocalReranker("m", runtime=runtime)
+    with pytest.raises(AbortedError):
+        reranker.rerank_interruptible("q", contract_hits(TEXTS), CountingStop(set_at=1))
+    assert runtime.loads == ["m"] and runtime.scorer.calls == []
+    reranker.rerank_interruptible("q", contract_hits(TEXTS), CountingStop())
+    assert runtime.scorer.calls == [("q", TEXTS)]
+
+
 @pytest.mark.parametrize(
     "variant",
     [{"token_type_ids": True}, {"flat_output": True}, {"int32_inputs": True}],
@@ -489,3 +538,71 @@ def test_a_hub_model_id_is_refused_offline(allow):
     message = str(info.value)
     assert model in message and "model=" in message
     assert ("not supported" in message) is allow
+
+
+# --- a rerank given up on while inside onnxruntime, at interpreter exit -----------------
+
+_EXIT_CHILD = """
+import sys, time
+import onnxruntime as ort
+from ragport.application.rerank import rerank_hits
+from ragport.contract_tests.reranker import contract_hits
+from ragport.domain.errors import RerankError
+
+MODEL = open(sys.argv[1], "rb").read()
+
+class Loading:
+    '''Builds onnxruntime sessions (native calls of a few ms each) for up to 1.5 s.'''
+
+    def _load(self, stop):
+        end = time.monotonic() + 1.5
+        try:
+            while time.monotonic() < end and not stop():
+                ort.InferenceSession(MODEL, providers=["CPUExecutionProvider"])
+        finally:
+            print("worker ended", flush=True)
+
+    def rerank(self, query, hits):
+        self._load(lambda: False)
+        return list(hits)
+
+class Interruptible(Loading):
+    def rerank_interruptible(self, query, hits, stop):
+        self._load(stop.is_set)
+        return list(hits)
+
+reranker = {"plain": Loading, "interruptible": Interruptible}[sys.argv[2]]()
+try:
+    rerank_hits("q", contract_hits(), reranker=reranker, max_ms=1)
+except RerankError as exc:
+    print("RerankError", getattr(exc, "reason", None), flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["interruptible", "plain"])
+def test_a_rerank_timed_out_inside_onnxruntime_ends_before_the_process_exits(tmp_path, kind):
+    """A child times a rerank out (max_ms=1) while the reranker's thread is inside
+    onnxruntime, then exits: the process waits for the thread (which ends at once when
+    interruptible), and exits 0. Before, the daemon thread came back from onnxruntime during
+    interpreter finalization, was ended by pthread_exit, and the unwinding through C++ frames
+    called std::terminate: exit 134 ("terminate called without an active exception").
+
+    If this fails, check that the worker of ragport/application/rerank.py is not a daemon
+    thread and that rerank_hits sets its stop event when it stops waiting.
+    """
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "identity.onnx"
+    path.write_bytes(model.SerializeToString())
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_CHILD, str(path), kind],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(done.stdout.splitlines()) == ["RerankError timeout", "worker ended"]

@@ -167,7 +167,7 @@ def test_caps_past_hard_ceilings_are_validation_errors():
     """
     for kwargs, limit in [
         ({"max_bytes": 262_145}, "rerank_bytes"),
-        ({"max_ms": 10_001}, "rerank_ms"),
+        ({"max_ms": 300_001}, "rerank_ms"),
         ({"concurrency": 9}, "rerank_concurrency"),
     ]:
         with pytest.raises(ragport.ValidationError) as info:
@@ -342,3 +342,97 @@ def test_a_reranker_without_a_rerank_method_is_refused_by_name():
     with pytest.raises(ragport.ValidationError) as info:
         rerank_hits("query", [], reranker=object())  # type: ignore[arg-type]
     assert info.value.field == "reranker"
+
+
+class _BlockingEmbedder:
+    """HashEmbedder vectors; the first embed call waits until ``release`` is set."""
+
+    def __init__(self):
+        self.inner = HashEmbedder(64)
+        self.id, self.dimensions = self.inner.id, self.inner.dimensions
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.calls = 0
+
+    def embed(self, texts):
+        self.calls += 1
+        self.entered.set()
+        self.release.wait(30)
+        return self.inner.embed(texts)
+
+
+class _Watched:
+    """Delegates rerank_interruptible and records how the call ended (error, done)."""
+
+    def __init__(self, inner):
+        self.inner, self.error, self.done = inner, None, threading.Event()
+
+    def rerank(self, query, hits):  # pragma: no cover - the seam calls rerank_interruptible
+        return self.inner.rerank(query, hits)
+
+    def rerank_interruptible(self, query, hits, stop):
+        try:
+            return self.inner.rerank_interruptible(query, hits, stop)
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            self.done.set()
+
+
+def test_a_timed_out_embedding_rerank_embeds_no_further_batch():
+    """A rerank the seam stopped waiting for ends at its next batch: rerank_hits sets the stop
+    signal of an interruptible reranker, and EmbeddingReranker embeds no further batch
+    (AbortedError in its thread) instead of running to the end in a thread nobody waits for.
+
+    If this fails, check the stop event of rerank_hits and EmbeddingReranker.rerank_interruptible.
+    """
+    embedder = _BlockingEmbedder()
+    watched = _Watched(EmbeddingReranker(embedder, batch_size=1))
+    hits = _hits()
+    assert len(hits) >= 2  # so that 1 + len(hits) texts make several batches
+    with pytest.raises(RerankError) as info:
+        rerank_hits("cats", hits, reranker=watched, max_ms=50)
+    assert info.value.reason == "timeout" and embedder.entered.is_set()
+    embedder.release.set()
+    assert watched.done.wait(30)
+    assert isinstance(watched.error, ragport.AbortedError) and embedder.calls == 1
+
+
+def test_embedding_reranker_batches_give_the_one_call_order_and_scores():
+    """Any batch_size gives the scores of one embed call; a batch_size outside 1..128 is refused.
+
+    If this fails, check EmbeddingReranker.rerank_interruptible in simple.py.
+    """
+    hits = _hits()
+    whole = EmbeddingReranker(EMBEDDER, batch_size=128).rerank("alpha cats", hits)
+    for size in (1, 2, 3):
+        assert EmbeddingReranker(EMBEDDER, batch_size=size).rerank("alpha cats", hits) == whole
+    for bad in (0, 129, True, 2.0):
+        with pytest.raises(ragport.ValidationError) as info:
+            EmbeddingReranker(EMBEDDER, batch_size=bad)
+        assert info.value.field == "batch_size"
+
+
+def test_every_rerank_error_of_the_seam_names_its_reason():
+    """RerankError.reason: too_large, malformed, failed, aborted, timeout.
+
+    If this fails, check the reason= of each RerankError raised in ragport/application/rerank.py.
+    """
+    hits = _hits()
+    abort = threading.Event()
+    abort.set()
+
+    def boom(hits):
+        raise RuntimeError("secret")
+
+    cases = [
+        ({"reranker": FakeReranker(), "max_bytes": 10}, "too_large"),
+        ({"reranker": Answer(lambda h: list(h)[:-1])}, "malformed"),
+        ({"reranker": Answer(boom)}, "failed"),
+        ({"reranker": FakeReranker(), "abort": abort}, "aborted"),
+        ({"reranker": Answer(lambda h: time.sleep(0.5) or list(h)), "max_ms": 20}, "timeout"),
+    ]
+    for kwargs, reason in cases:
+        with pytest.raises(RerankError) as info:
+            rerank_hits("q", hits, **kwargs)
+        assert info.value.reason == reason

@@ -41,6 +41,7 @@ class _Local:
 @attrs.frozen
 class _Embedding:
     embedder: str
+    batch_size: int = 8
 
 
 @attrs.frozen
@@ -93,11 +94,11 @@ def _build_embedding(spec: _Embedding) -> Reranker:
     if spec.embedder == "hash":
         from ragport.adapters.embedders.hash import HashEmbedder
 
-        return EmbeddingReranker(HashEmbedder())
+        return EmbeddingReranker(HashEmbedder(), batch_size=spec.batch_size)
     if spec.embedder == "minilm":
         from ragport.adapters.embedders import MiniLmEmbedder
 
-        return EmbeddingReranker(MiniLmEmbedder())
+        return EmbeddingReranker(MiniLmEmbedder(), batch_size=spec.batch_size)
     raise ValidationError('embedder must be "hash" or "minilm"', field="embedder")
 
 

@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ragport.domain.errors import RerankError, ValidationError, raise_unchained
+from ragport.domain.errors import AbortedError, RerankError, ValidationError, raise_unchained
 from ragport.domain.model import Hit
-from ragport.ports.rerank import LocalRerankRuntime, RerankScorer
+from ragport.ports.rerank import LocalRerankRuntime, RerankScorer, SupportsInterruptibleScore
+from ragport.ports.runtime import Abort
 
 __all__ = ["LocalReranker", "OnnxCrossEncoderRuntime"]
 
@@ -32,6 +33,9 @@ TOKENIZER_FILE = "tokenizer.json"
 _INSTALL = "pip install 'ragport[local]'"
 _ID_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _ONNX_INTS = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+# Padded tokens per cross-encoder batch: about 4-8 pairs of a 1,000-character chunk and a query
+# (docs/rerankers.md, "Time budget", measured the batch sizes).
+BATCH_TOKENS = 2_048
 # An "org/name" or "name" hub id, as opposed to something written as a filesystem path.
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
@@ -40,50 +44,90 @@ def _fix_hint() -> str:
     return f"point model= at a local directory containing {MODEL_FILE} and {TOKENIZER_FILE}"
 
 
-class _OnnxCrossEncoder:
-    """A loaded session and tokenizer: scores (query, document) pairs, read-only after load."""
+class _Never:
+    """A stop signal that is never set (a plain ``score`` or ``rerank`` runs to the end)."""
 
-    def __init__(self, model: str, session: Any, tokenizer: Any, batch_size: int):
+    def is_set(self) -> bool:
+        return False
+
+
+_NEVER = _Never()
+
+
+def _batches(
+    order: np.ndarray, lengths: np.ndarray, max_rows: int, max_tokens: int
+) -> list[np.ndarray]:
+    """Rows in length order, cut at ``max_rows`` rows or ``max_tokens`` padded tokens (rows x
+    the widest row); a row wider than ``max_tokens`` is a batch of its own."""
+    batches: list[np.ndarray] = []
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and end - start < max_rows:
+            if (end - start + 1) * int(lengths[order[end]]) > max_tokens:  # sorted: widest last
+                break
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    return batches
+
+
+class _OnnxCrossEncoder:
+    """A loaded session and tokenizer: scores (query, document) pairs, read-only after load.
+
+    Pairs are sorted by length and cut into batches of at most ``batch_size`` pairs and
+    ``batch_tokens`` padded tokens, each padded to its longest pair only; ``stop`` is checked
+    before each batch (``SupportsInterruptibleScore``).
+    """
+
+    def __init__(self, model: str, session: Any, tokenizer: Any, batching: tuple[int, int]):
         self._model = model
         self._session = session
         self._tokenizer = tokenizer
-        self._batch_size = batch_size
+        self._batch_size, self._batch_tokens = batching
         self._inputs = {i.name: _ONNX_INTS[i.type] for i in session.get_inputs()}
         self._output = session.get_outputs()[0].name
         padding = tokenizer.padding
         self._pad_id = int(padding["pad_id"]) if padding else 0
 
     def score(self, query: str, documents: Sequence[str]) -> list[float]:
+        return self.score_interruptible(query, documents, _NEVER)
+
+    def score_interruptible(self, query: str, documents: Sequence[str], stop: Abort) -> list[float]:
         docs = list(documents)
         if not docs:
             return []
         encodings = self._tokenizer.encode_batch([(query, doc) for doc in docs])
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(docs))
         out = np.zeros(len(docs), dtype=np.float64)
-        # Sorted by length, each batch padded to its longest pair only; order restored below.
         order = np.argsort(lengths, kind="stable")
-        for start in range(0, len(docs), self._batch_size):
-            rows = order[start : start + self._batch_size]
-            width = max(1, int(lengths[rows].max()))
-            ids = np.full((len(rows), width), self._pad_id, dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            types = np.zeros((len(rows), width), dtype=np.int64)
-            for slot, row in enumerate(rows):
-                n = int(lengths[row])
-                ids[slot, :n] = encodings[row].ids
-                mask[slot, :n] = 1
-                types[slot, :n] = encodings[row].type_ids
-            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-            inputs = {name: feed[name].astype(dtype) for name, dtype in self._inputs.items()}
-            (logits,) = self._session.run([self._output], inputs)
-            logits = np.asarray(logits, dtype=np.float64)
-            if logits.shape not in ((len(rows),), (len(rows), 1)):
-                raise RerankError(
-                    f"reranker model {self._model!r} produced logits of shape "
-                    f"{tuple(logits.shape)}; expected ({len(rows)}, 1) or ({len(rows)},)"
-                )
-            out[rows] = logits.reshape(len(rows))
+        for rows in _batches(order, lengths, self._batch_size, self._batch_tokens):
+            if stop.is_set():
+                raise AbortedError("rerank stopped between cross-encoder batches")
+            out[rows] = self._run(rows, [encodings[row] for row in rows], lengths)
         return [float(value) for value in out]
+
+    def _run(self, rows: np.ndarray, encodings: list[Any], lengths: np.ndarray) -> np.ndarray:
+        """The logits of one batch (``rows`` in ``lengths``), padded to its longest pair."""
+        width = max(1, int(lengths[rows].max()))
+        ids = np.full((len(rows), width), self._pad_id, dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        types = np.zeros((len(rows), width), dtype=np.int64)
+        for slot, (row, encoding) in enumerate(zip(rows, encodings, strict=True)):
+            n = int(lengths[row])
+            ids[slot, :n] = encoding.ids
+            mask[slot, :n] = 1
+            types[slot, :n] = encoding.type_ids
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        inputs = {name: feed[name].astype(dtype) for name, dtype in self._inputs.items()}
+        (logits,) = self._session.run([self._output], inputs)
+        logits = np.asarray(logits, dtype=np.float64)
+        if logits.shape not in ((len(rows),), (len(rows), 1)):
+            raise RerankError(
+                f"reranker model {self._model!r} produced logits of shape "
+                f"{tuple(logits.shape)}; expected ({len(rows)}, 1) or ({len(rows)},)"
+            )
+        return logits.reshape(len(rows))
 
 
 class OnnxCrossEncoderRuntime:
@@ -94,7 +138,10 @@ class OnnxCrossEncoderRuntime:
     ``token_type_ids`` (int64 or int32) and returns logits of shape ``(n, 1)`` or ``(n,)``.
     Pairs are truncated (longest first) to ``max_tokens`` unless ``tokenizer.json`` sets its
     own truncation. ``threads`` sets onnxruntime's intra-op threads (default: its own choice).
-    Building the runtime imports nothing; ``load`` does the work.
+    A batch holds at most ``batch_size`` pairs and ``batch_tokens`` padded tokens (rows x its
+    longest pair): small batches run faster on a CPU and bound how long a stopped rerank takes
+    to end (docs/rerankers.md, "Time budget"). Building the runtime imports nothing; ``load``
+    does the work.
     """
 
     def __init__(
@@ -105,6 +152,7 @@ class OnnxCrossEncoderRuntime:
         threads: int | None = None,
         max_tokens: int = 512,
         batch_size: int = 32,
+        batch_tokens: int = BATCH_TOKENS,
     ):
         if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
             raise ValidationError("cache_dir must be a path", field="cache_dir")
@@ -115,6 +163,7 @@ class OnnxCrossEncoderRuntime:
         for name, value, high in (
             ("max_tokens", max_tokens, 8_192),
             ("batch_size", batch_size, 128),
+            ("batch_tokens", batch_tokens, 1_048_576),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= high:
                 raise ValidationError(f"{name} must be an integer in 2..{high}", field=name)
@@ -122,7 +171,7 @@ class OnnxCrossEncoderRuntime:
         self._allow_remote_models = allow_remote_models is True
         self._threads = threads
         self._max_tokens = max_tokens
-        self._batch_size = batch_size
+        self._batching = (batch_size, batch_tokens)
 
     def __repr__(self) -> str:
         return (
@@ -203,14 +252,16 @@ class OnnxCrossEncoderRuntime:
                 f"reranker model {model!r} has inputs {sorted(inputs)}; a cross-encoder takes "
                 "integer input_ids (and optionally attention_mask, token_type_ids)"
             )
-        return _OnnxCrossEncoder(model, session, tokenizer, self._batch_size)
+        return _OnnxCrossEncoder(model, session, tokenizer, self._batching)
 
 
 OnLoad = Callable[..., object]
 
 
 class LocalReranker:
-    """A cross-encoder run in process: every candidate is scored in one ``scorer.score`` call.
+    """A cross-encoder run in process: every candidate is scored in one ``scorer.score`` call
+    (``score_interruptible`` when the scorer has it, as the built-in one does, so that a
+    rerank the seam stopped waiting for ends at the next batch: ``SupportsInterruptibleRerank``).
 
     The constructor only checks its arguments. The first ``rerank`` (or ``load()``) calls
     ``runtime.load(model)`` once per instance, under a lock, then ``on_load(model=...,
@@ -303,13 +354,26 @@ class LocalReranker:
             return self._scorer
 
     def rerank(self, query: str, hits: Sequence[Hit]) -> list[tuple[Hit, float]]:
+        return self.rerank_interruptible(query, hits, _NEVER)
+
+    def rerank_interruptible(
+        self, query: str, hits: Sequence[Hit], stop: Abort
+    ) -> list[tuple[Hit, float]]:
+        """As ``rerank``; a scorer with ``score_interruptible`` (the built-in one) stops between
+        its batches once ``stop`` is set (``AbortedError``), any other scores in one call."""
         hits = list(hits)
         if not hits:
             return []
         scorer = self._loaded()
+        if stop.is_set():
+            raise AbortedError("rerank stopped after loading the model")
+        texts = [hit.text for hit in hits]
         try:
-            answer = scorer.score(query, [hit.text for hit in hits])
-        except RerankError:
+            if isinstance(scorer, SupportsInterruptibleScore):
+                answer = scorer.score_interruptible(query, texts, stop)
+            else:
+                answer = scorer.score(query, texts)
+        except (RerankError, AbortedError):
             raise
         except Exception as exc:
             # By type only, unchained: a runtime's error may quote the documents it scored.
