@@ -6,7 +6,7 @@ Every command that reads or writes a corpus takes ``--store URL`` (or ``RAGPORT_
 user's data directory, started on demand and reused by the next command.
 
 Exit codes: 0 ok, 1 some inputs failed or nothing was found, 2 usage (a bad option, value or
-configuration), 3 the store is unavailable.
+configuration), 3 the store is unavailable, 4 the reranker failed or timed out (``RerankError``).
 
 The package: ``parser`` (every command's options and help), ``config`` (store, scope and
 embedder from options, environment and ``ragport.toml``), ``output`` (tables, JSON, exit
@@ -33,6 +33,7 @@ from ragport.cli.output import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_RERANK,
     EXIT_STORE,
     EXIT_USAGE,
     EscapingStream,
@@ -50,16 +51,27 @@ from ragport.domain.errors import (
     CapabilityError,
     EmbedderMismatchError,
     RagportError,
+    RerankError,
     StoreError,
     ValidationError,
 )
 
-__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "main"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_RERANK",
+    "EXIT_STORE",
+    "EXIT_USAGE",
+    "main",
+]
 
 
 def _exit_code(exc: RagportError) -> int:
     if isinstance(exc, StoreError):
         return EXIT_STORE
+    if isinstance(exc, RerankError):
+        return EXIT_RERANK
     if isinstance(exc, ValidationError | CapabilityError | EmbedderMismatchError):
         return EXIT_USAGE
     return EXIT_FAILED

@@ -43,6 +43,9 @@ EXIT_USAGE = 2  # a bad option, value or configuration
 EXIT_STORE = 3  # the store is unavailable
 
 
+EXIT_RERANK = 4  # the reranker failed, timed out or answered badly (RerankError)
+
+
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as a shell reports it
 
 

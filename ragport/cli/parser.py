@@ -133,7 +133,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="ragport",
         description=DESCRIPTION,
         epilog="exit codes: 0 ok, 1 some inputs failed or nothing found, 2 usage, "
-        "3 store unavailable. `ragport COMMAND --help` for each command.\n",
+        "3 store unavailable, 4 the reranker failed or timed out. "
+        "`ragport COMMAND --help` for each command.\n",
         formatter_class=_Help,
     )
     parser.add_argument("--version", action="version", version=f"ragport {ragport_version}")
@@ -249,6 +250,13 @@ def _parser() -> argparse.ArgumentParser:
         "--rerank-option", action="append", metavar="KEY=VALUE",
         help="a reranker option, e.g. model=... or base_url=... (repeatable; the API key "
         "comes from RAGPORT_RERANK_API_KEY)",
+    )  # fmt: skip
+    query.add_argument(
+        "--rerank-timeout", type=float, metavar="SECONDS",
+        help="time budget of the reranker, above 0 and at most "
+        f"{HARD_LIMITS.rerank_ms // 1000} (default: {DEFAULT_LIMITS.local_rerank_ms // 1000} "
+        f"for local and embedding, {DEFAULT_LIMITS.rerank_ms / 1000:g} for the others); "
+        "past it: RerankError, exit 4",
     )  # fmt: skip
     query.set_defaults(func=_query)
     add_eval_command(sub, _sub, [common, json_out])

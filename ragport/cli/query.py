@@ -20,12 +20,14 @@ from ragport.bootstrap import Stores
 from ragport.cli.config import _embedder, _scope, _stores
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, NothingFound, _json, _note, _print_json, _table
 from ragport.domain.errors import (
+    RerankError,
     ValidationError,
 )
 from ragport.domain.filters import prefix_filter
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS
 from ragport.domain.model import AccessDenial, Authorization, Hit, Scope
 from ragport.ports.capabilities import supports
+from ragport.ports.rerank import Reranker
 
 # Tokens of context budget per wanted hit: a 1,000-character chunk is ~250 tokens plus its
 # citation, so --top-k 20 gets room for 20 hits (capped at the hard ceiling).
@@ -166,6 +168,33 @@ def _rerank_config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
+# Kinds that run a model on this machine's CPU: they get the local budget by default.
+_LOCAL_KINDS = ("local", "embedding")
+
+
+def _rerank_ms(args: argparse.Namespace) -> int:
+    """The reranker's time budget in ms: --rerank-timeout, else the default for its kind."""
+    seconds = args.rerank_timeout
+    if seconds is None:
+        local = args.rerank in _LOCAL_KINDS
+        return DEFAULT_LIMITS.local_rerank_ms if local else DEFAULT_LIMITS.rerank_ms
+    ceiling = HARD_LIMITS.rerank_ms / 1000
+    if not math.isfinite(seconds) or not 0 < seconds <= ceiling:
+        raise ValidationError(
+            f"--rerank-timeout must be above 0 and at most {ceiling:g} seconds",
+            field="rerank_timeout",
+            limit="rerank_ms",
+        )
+    return max(1, math.ceil(float(seconds) * 1000))
+
+
+def _warm(reranker: Reranker) -> None:
+    """Load a local reranker's model now, so that its time budget is spent on scoring."""
+    load = getattr(reranker, "load", None)
+    if callable(load):
+        load()
+
+
 def _lexical_for(args: argparse.Namespace, stores: Stores) -> str:
     """The lexical mode the query runs: 'off' for vector mode, else one the store offers
     (``supports(store, "lexical")``: declared and defined)."""
@@ -213,9 +242,13 @@ def _query(args: argparse.Namespace) -> int:
         else None
     )
     reranker = None
+    rerank_ms = None
+    if args.rerank_timeout is not None and args.rerank in (None, "none"):
+        raise ValidationError("--rerank-timeout needs --rerank KIND", field="rerank_timeout")
     if args.rerank not in (None, "none"):
         from ragport.adapters.rerankers import resolve_reranker
 
+        rerank_ms = _rerank_ms(args)
         reranker = resolve_reranker(_rerank_config(args))
     denials: list[AccessDenial] = []
     with _stores(args) as stores:
@@ -236,25 +269,36 @@ def _query(args: argparse.Namespace) -> int:
             _note(f"corpus {name} is empty or unknown")
         live = [s for s in scopes if s.corpus_id not in empty]
         embedder = _embedder(args, stores, live)
-        result = retrieve_context(
-            args.text,
-            embedder=embedder,
-            store=stores.chunks,
-            scope=live[0] if len(live) == 1 else None,
-            scopes=live if len(live) > 1 else None,
-            authorization=authorization,
-            on_access_denied=denials.append,
-            reranker=reranker,
-            request=RetrievalRequest(
-                top_k=args.top_k,
-                query_candidates=max(DEFAULT_LIMITS.query_candidates, min(4 * args.top_k, 128)),
-                lexical=lexical,
-                fusion_weights=weights,
-                metadata_filter=metadata_filter,
-                max_context_tokens=_budget(args.top_k, args.max_tokens),
-                collapse_duplicates=not args.keep_duplicates,
-            ),
-        )
+        if reranker is not None:
+            _warm(reranker)
+        try:
+            result = retrieve_context(
+                args.text,
+                embedder=embedder,
+                store=stores.chunks,
+                scope=live[0] if len(live) == 1 else None,
+                scopes=live if len(live) > 1 else None,
+                authorization=authorization,
+                on_access_denied=denials.append,
+                reranker=reranker,
+                request=RetrievalRequest(
+                    top_k=args.top_k,
+                    query_candidates=max(DEFAULT_LIMITS.query_candidates, min(4 * args.top_k, 128)),
+                    lexical=lexical,
+                    fusion_weights=weights,
+                    metadata_filter=metadata_filter,
+                    max_context_tokens=_budget(args.top_k, args.max_tokens),
+                    collapse_duplicates=not args.keep_duplicates,
+                    max_rerank_ms=rerank_ms,
+                ),
+            )
+        except RerankError as exc:
+            if exc.reason == "timeout":
+                _note(
+                    f"the reranker had {rerank_ms} ms; give it more with --rerank-timeout "
+                    f"SECONDS (at most {HARD_LIMITS.rerank_ms // 1000}), or query without --rerank"
+                )
+            raise
         offsets = _offsets(stores, result.hits) if result.hits else {}
     # A lexical leg means fused ranks (reciprocal rank fusion, 1/(k + rank) summed: about
     # 0.016 to 0.033), never comparable with the vector-only cosine; a reranker reorders the

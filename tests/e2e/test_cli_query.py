@@ -5,10 +5,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from ragport.cli import EXIT_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, _iter_commands, _parser, main
+from ragport.cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_RERANK,
+    EXIT_STORE,
+    EXIT_USAGE,
+    _iter_commands,
+    _parser,
+    main,
+)
 
 HASH = ["--embedder", "hash"]
 
@@ -129,6 +141,43 @@ def test_rerank_kind_reorders_through_resolve_reranker(kb, capsys):
     option = ["--rerank-option", "api_key=SECRET-KEY-123"]
     assert main(["query", "x", "--corpus", "kb", "--rerank", "tei", *option, *kb]) == EXIT_USAGE
     assert "SECRET-KEY-123" not in capsys.readouterr().err
+
+
+def test_a_minilm_rerank_past_its_budget_exits_4_naming_rerank_error(kb, tmp_path):
+    """`query --rerank embedding --rerank-option embedder=minilm --rerank-timeout 0.001` in a
+    child process, on the real MiniLM model: exit 4 (EXIT_RERANK), stderr names RerankError and
+    --rerank-timeout. (Before: no --rerank-timeout, and a timed-out rerank whose thread was
+    still inside onnxruntime when the interpreter exited aborted it: exit 134.)
+
+    If this fails, check _rerank_ms and _warm in ragport/cli/query.py, the worker thread of
+    ragport/application/rerank.py (not a daemon; stopped at the next batch) and _exit_code.
+    """
+    done = subprocess.run(
+        [sys.executable, "-m", "ragport.cli", "query", "travel hotels", "--corpus", "kb",
+         "--top-k", "20", "--rerank", "embedding", "--rerank-option", "embedder=minilm",
+         "--rerank-timeout", "0.001", *kb],
+        capture_output=True, text=True, timeout=300, check=False, input="", cwd=tmp_path,
+        env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg")},
+    )  # fmt: skip
+    assert done.returncode == EXIT_RERANK, done.stderr[-2000:]
+    assert "ragport: RerankError: " in done.stderr and "--rerank-timeout" in done.stderr
+    assert "Traceback" not in done.stderr and "terminate" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_a_rerank_timeout_out_of_range_or_without_a_reranker_is_a_usage_error(kb, capsys):
+    """--rerank-timeout must be above 0 and at most the ceiling (300 s), and needs --rerank.
+
+    If this fails, check _rerank_ms in ragport/cli/query.py and HARD_LIMITS.rerank_ms.
+    """
+    rerank = ["--rerank", "fake", "--rerank-timeout"]
+    for seconds in ("0", "-1", "nan", "inf", "300.001"):
+        assert main(["query", "travel", "--corpus", "kb", *rerank, seconds, *kb]) == EXIT_USAGE
+        assert "--rerank-timeout" in capsys.readouterr().err, seconds
+    assert main(["query", "travel", "--corpus", "kb", "--rerank-timeout", "5", *kb]) == EXIT_USAGE
+    assert "--rerank" in capsys.readouterr().err
+    code, out, _ = _query(capsys, "travel", "--corpus", "kb", *rerank, "300", *kb)
+    assert code == EXIT_OK and out["hits"]
 
 
 def test_empty_unknown_corpus_and_empty_query(kb, capsys):

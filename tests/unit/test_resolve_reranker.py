@@ -164,7 +164,7 @@ def test_toml_and_json_loaded_configs_resolve():
         ({"kind": "tei", "base_url": "https://r", "max_batch": True}, "max_batch"),
         ({"kind": "tei", "base_url": "https://r", "allow_loopback": "false"}, "allow_loopback"),
         ({"kind": "tei", "base_url": "http://rerank.example.com"}, "base_url"),
-        ({"kind": "tei", "base_url": "https://r", "timeout_ms": 60_000}, "timeout_ms"),
+        ({"kind": "tei", "base_url": "https://r", "timeout_ms": 300_001}, "timeout_ms"),
         ({"kind": "openai-compatible", "base_url": "https://r"}, "model"),
         ({"kind": "voyage"}, "api_key"),
         ({"kind": "voyage", "api_key": ""}, "api_key"),

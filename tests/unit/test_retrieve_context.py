@@ -281,7 +281,7 @@ def test_collapse_duplicates_keeps_the_best_copy_and_fills_top_k() -> None:
         ({"max_context_tokens": 8_001}, "context_tokens"),
         ({"rrf_k": 1_001}, "rrf_k"),
         ({"max_rerank_bytes": 262_145}, "rerank_bytes"),
-        ({"max_rerank_ms": 10_001}, "rerank_ms"),
+        ({"max_rerank_ms": 300_001}, "rerank_ms"),
         ({"rerank_concurrency": 9}, "rerank_concurrency"),
     ],
 )
