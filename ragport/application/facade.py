@@ -301,7 +301,8 @@ class Rag:
         )
 
     def status(self, *, limit: int | None = None, cursor: str | None = None) -> StatusPage:
-        """``list_ingestion_status`` of the bound scope (needs ``status_store``)."""
+        """``list_ingestion_status`` of the bound scope (needs ``status_store``), reconciled
+        with the bound store: each source reports the chunks retrieval serves."""
         if self._status is None:
             raise CapabilityError(
                 "this Rag has no status_store: pass one to read ingestion status",
@@ -312,6 +313,7 @@ class Rag:
             scope=self._write_scope(),
             limit=self._limits.status_page if limit is None else limit,
             cursor=cursor,
+            chunk_store=self._store,
         )
 
     # -- text, forgetting, re-pointing ------------------------------------------------------

@@ -12,6 +12,7 @@ from ragport.application import (
 )
 from ragport.bootstrap.stores import Stores
 from ragport.domain.model import Chunk, Scope
+from ragport.domain.status import served_status
 from ragport.ports.embedder import Embedder
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
@@ -41,7 +42,9 @@ def list_sources(
 
     Pages through the store (no cap on the total); with ``counts`` each source's visible
     records are read for its chunk count, generation, content hash and embedder, and its
-    ingestion status (``unknown`` when the source was written without one).
+    ingestion state as retrieval sees it (``served_status``: a source listed here has chunks
+    served, so it is ``indexed`` or ``partial`` even when its last attempt failed; ``unknown``
+    when the source was written without a status).
     """
     after = start
     shown = 0
@@ -54,9 +57,10 @@ def list_sources(
             records = stores.chunks.get_by_source(scope, source_id) if counts else ()
             first = records[0] if records else None
             status = stores.status.get(scope, source_id) if counts else None
+            served = sum(1 for r in records if r.kind == "chunk")
             yield SourceRow(
                 source_id=source_id,
-                state=status.state if status is not None else "unknown",
+                state=served_status(status, served).state if status is not None else "unknown",
                 chunks=len(records),
                 generation=max((r.generation for r in records), default=None),
                 content_hash=first.content_hash if first else None,

@@ -20,6 +20,7 @@ from ragport.application import (
     list_ingestion_status,
     rollback_generation,
 )
+from ragport.application.status import count_ingestion_states
 from ragport.bootstrap import (
     SourceRow,
     Stores,
@@ -134,19 +135,6 @@ def _forget(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _status_totals(stores: Stores, scope: Scope) -> dict[str, int]:
-    """How many of the scope's sources are in each ingestion state (every page read)."""
-    totals: dict[str, int] = {}
-    cursor: str | None = None
-    while True:
-        page = list_ingestion_status(store=stores.status, scope=scope, limit=200, cursor=cursor)
-        for item in page.items:
-            totals[item.state] = totals.get(item.state, 0) + 1
-        if page.cursor is None:
-            return totals
-        cursor = page.cursor
-
-
 def _count_sources(stores: Stores, scope: Scope) -> int:
     total, after = 0, None
     while True:
@@ -160,11 +148,14 @@ def _count_sources(stores: Stores, scope: Scope) -> int:
 def _status(args: argparse.Namespace) -> int:
     scope = _scope(args)
     with _stores(args) as stores:
+        # as retrieval sees it: a source whose last attempt failed while its previous version
+        # stays served is indexed (stale), with that attempt's error
         page = list_ingestion_status(
-            store=stores.status, scope=scope, limit=args.limit, cursor=args.cursor
-        )
+            store=stores.status, scope=scope, limit=args.limit, cursor=args.cursor,
+            chunk_store=stores.chunks,
+        )  # fmt: skip
         generation = stores.chunks.current_generation(scope)
-        totals = _status_totals(stores, scope)
+        totals = count_ingestion_states(store=stores.status, scope=scope, chunk_store=stores.chunks)
     total = sum(totals.values())
     if args.json:
         shown = _json.unstructure(page)
@@ -182,11 +173,11 @@ def _status(args: argparse.Namespace) -> int:
             + (f" ({states})" if states else "")
         )
         _table(
-            ["source", "state", "chunks", "bytes", "updated", "error"],
+            ["source", "state", "chunks", "bytes", "updated", "last error"],
             [
                 (
                     item.source_id,
-                    item.state,
+                    item.state + (" (stale)" if item.freshness == "stale" else ""),
                     f"{item.chunks_indexed}/{item.chunks_total}",
                     item.bytes,
                     item.updated_at.strftime("%Y-%m-%d %H:%M:%S") if item.updated_at else "",

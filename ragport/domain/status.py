@@ -17,9 +17,11 @@ __all__ = [
     "Freshness",
     "IngestionState",
     "IngestionStatus",
+    "NOT_SERVED",
     "StatusPage",
     "decode_status_cursor",
     "encode_status_cursor",
+    "served_status",
 ]
 
 IngestionState = Literal["pending", "indexed", "failed", "partial"]
@@ -63,6 +65,45 @@ class IngestionStatus:
             raise ValidationError(
                 "freshness must be current, stale or unavailable", field="freshness"
             )
+
+
+NOT_SERVED = "no chunk of this source is served (deleted, rolled back or not yet published)"
+
+
+def served_status(status: IngestionStatus, served: int) -> IngestionStatus:
+    """``status`` as retrieval sees it, given the ``served`` chunks of its source visible now.
+
+    A status row records the last attempt; retrieval serves the last committed version, and a
+    failed (or unfinished) replacement leaves the previous version served. So:
+
+    - ``served > 0`` and the row says ``failed`` or ``pending``: ``indexed`` with ``served``
+      chunks, freshness ``stale`` (the source changed or was tried again, and what is served
+      is older), the last attempt's ``error`` kept;
+    - ``served > 0`` otherwise: the chunk counts are ``served`` (``partial`` stays partial);
+    - ``served == 0`` and the row says ``indexed`` or ``partial``: ``failed`` with 0 chunks,
+      freshness ``unavailable``, its error or ``NOT_SERVED``;
+    - ``served == 0`` otherwise (``failed``, ``pending``): the row, with 0 chunks indexed.
+    """
+    if served < 0:
+        raise ValidationError("served must be non-negative", field="served")
+    if served and status.state in ("failed", "pending"):
+        return attrs.evolve(
+            status, state="indexed", chunks_total=served, chunks_indexed=served, freshness="stale"
+        )
+    if served and status.state == "partial":
+        total = max(status.chunks_total, served)
+        return attrs.evolve(status, chunks_total=total, chunks_indexed=served)
+    if served:
+        return attrs.evolve(status, chunks_total=served, chunks_indexed=served)
+    if status.state in ("indexed", "partial"):
+        return attrs.evolve(
+            status,
+            state="failed",
+            chunks_indexed=0,
+            freshness="unavailable",
+            error=status.error or NOT_SERVED,
+        )
+    return attrs.evolve(status, chunks_indexed=0)
 
 
 @attrs.frozen

@@ -7,7 +7,10 @@ Two read-only tools:
   and ``{citations, trust, truncated}`` as structured content; each citation carries the same
   metadata as the retrievers (``hit_metadata``).
 - ``list_sources(limit=50, cursor=None)``: the ingestion statuses of the scope, without the
-  sources the authorization may not read (nor forgotten ones), and the current generation.
+  sources the authorization may not read (nor forgotten ones), and the current generation;
+  each as retrieval sees it (``served_status``): a source whose last attempt failed while
+  its previous version stays served is ``indexed`` with the chunks served, freshness
+  ``stale``, and that attempt's ``error``.
   Pages are cut from the filtered list: every page but the last holds ``limit`` sources, and
   its ``cursor`` resumes right after the last source the page shows, so it never names one
   the caller may not see. Cursors are signed (HMAC-SHA256) with a random key the server draws
@@ -58,11 +61,11 @@ from ragport.aio import run_abortable
 from ragport.application._support import check_abort
 from ragport.application.context import render_untrusted
 from ragport.application.retrieval import QUERY_MAX_CHARS
-from ragport.application.status import list_ingestion_status
+from ragport.application.status import list_ingestion_status, served_chunks
 from ragport.domain.errors import RagportError, StoreError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, HARD_LIMITS
 from ragport.domain.model import Authorization, Scope
-from ragport.domain.status import IngestionStatus, StatusPage
+from ragport.domain.status import IngestionStatus, StatusPage, served_status
 from ragport.integrations._async import thread_limiter
 from ragport.integrations._common import BoundRetrieval, hit_metadata
 from ragport.ports.embedder import Embedder
@@ -307,11 +310,17 @@ def build_server(
                 break  # the statuses changed between the two reads: start the page again
         raise StoreError("the ingestion statuses kept changing while a page was read")
 
+    def served(item: IngestionStatus, abort: Abort) -> IngestionStatus:
+        """``item`` as retrieval sees it: the chunks served now, the last attempt's error."""
+        check_abort(abort)
+        return served_status(item, served_chunks(store, scope, item.source_id))
+
     def list_sources_now(limit: int, cursor: str | None, abort: Abort) -> SourcesOutput:
         if status_store is None:
             raise ToolError("this server has no ingestion-status store")
         try:
             items, after = visible_page(status_store, limit, signer.unwrap(cursor), abort)
+            items = [served(i, abort) for i in items]
             check_abort(abort)
             generation = store.current_generation(scope)
         except RagportError as exc:
