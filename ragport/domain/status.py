@@ -14,10 +14,10 @@ from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope, validate_id
 
 __all__ = [
+    "NOT_SERVED",
     "Freshness",
     "IngestionState",
     "IngestionStatus",
-    "NOT_SERVED",
     "StatusPage",
     "decode_status_cursor",
     "encode_status_cursor",
