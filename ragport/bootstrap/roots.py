@@ -1,7 +1,9 @@
 """The corpus root of ``ragport ingest``: recorded per corpus, chosen on the first ingest,
 widened (ids kept) when later paths fall outside it.
 
-- ``CorpusRoots``: the root recorded for each corpus, in the user's data directory.
+- ``CorpusRoots``: the root recorded for each corpus in the user's data directory, by older
+  ragports and for stores that keep no settings (``ragport.bootstrap.corpus_settings`` keeps
+  the root with the corpus in its store).
 - ``first_root``: the root of a corpus's first ingest: a folder given is its own root; a file
   is rooted at the current folder when it lies under it, else at its own folder; several
   paths share their deepest common folder.
@@ -35,7 +37,9 @@ class CorpusRoots:
     """The root recorded for each corpus on its first ingest, in the user's data directory.
 
     Keyed by store, schema and scope, so ``ragport ingest corpus`` and, later,
-    ``cd corpus && ragport ingest nodejs`` name the same file with the same id.
+    ``cd corpus && ragport ingest nodejs`` name the same file with the same id. Where the roots
+    were kept before they moved into the store (``CorpusSettingsStore`` reads them there), and
+    still are for a store that keeps no settings.
     """
 
     def __init__(self, path: Path | None = None) -> None:
@@ -55,6 +59,10 @@ class CorpusRoots:
     def get(self, key: str) -> Path | None:
         value = self._load().get(key)
         return Path(value) if value else None
+
+    def entries(self) -> dict[str, Path]:
+        """Every recorded key and its root."""
+        return {k: Path(v) for k, v in self._load().items() if v}
 
     def set(self, key: str, root: Path) -> None:
         data = self._load()

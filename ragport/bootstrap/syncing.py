@@ -53,6 +53,7 @@ def sync_connector(
     encoding: str = "utf-8",
     shared_generation: SharedGeneration | None = None,
     limits: Limits | None = None,
+    restart: bool = False,
 ) -> SyncResult:
     """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``);
     ``adopt`` and ``workers`` as there (the command line adopts: a corpus equals what it
@@ -61,7 +62,9 @@ def sync_connector(
     another encoding than ``utf-8`` keeps its own checkpoint (``_ReadWith``);
     ``shared_generation``: the pages of this run share one generation (``SharedGeneration``);
     ``limits``: the parsers' caps and ceilings, ``max_bytes`` replacing its ``parse_bytes``
-    (``ingest_limits``)."""
+    (``ingest_limits``); ``restart``: drop this connector's checkpoint first, so the run is a
+    full listing and every item is read under the settings given (the command line restarts
+    when a corpus setting changes)."""
     from ragport.adapters.parsers import parser_for
     from ragport.adapters.parsers._common import check_encoding
 
@@ -69,6 +72,8 @@ def sync_connector(
     limits = ingest_limits(max_bytes, base=limits)
     if encoding != "utf-8":  # the default keeps the connector's own checkpoint
         connector = _ReadWith(connector, encoding)
+    if restart:
+        checkpoints.delete(connector.id, scope)
 
     def parsers(media_type_or_name: str) -> Parser:
         return parser_for(media_type_or_name, limits=limits, encoding=encoding)

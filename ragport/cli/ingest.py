@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 
 from ragport.application import SharedGeneration
 from ragport.bootstrap import (
-    CorpusRoots,
+    Candidate,
     FileOutcome,
     Stores,
     collect_documents,
@@ -25,17 +25,17 @@ from ragport.bootstrap.roots import check_root, first_root, widen_corpus_root, w
 from ragport.cli.config import (
     _config,
     _embedder,
-    _is_memory,
     _limits,
     _scope,
-    _store_url,
     _stores,
 )
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, _json, _note
 from ragport.cli.progress import track, wanted
+from ragport.cli.settings import CorpusOptions, corpus_options, record
 from ragport.domain.errors import (
     ValidationError,
 )
+from ragport.domain.limits import Limits
 from ragport.domain.model import Scope
 
 
@@ -47,23 +47,16 @@ class _Root:
     path: Path
     widen_from: Path | None = None
     record: bool = False
-    key: str = ""
 
 
-def _corpus_root(args: argparse.Namespace) -> _Root:
-    """``--root``, else the root recorded with the corpus (widened to hold paths outside it),
-    else ``first_root`` of the paths (bootstrap/roots.py); a root chosen here that is ``/`` or
-    above the home folder is refused, naming ``--root``.
+def _corpus_root(args: argparse.Namespace, recorded: Path | None) -> _Root:
+    """``--root``, else the root ``recorded`` with the corpus (widened to hold paths outside
+    it), else ``first_root`` of the paths (bootstrap/roots.py); a root chosen here that is
+    ``/`` or above the home folder is refused, naming ``--root``.
 
-    The chosen root is recorded (except for ``memory://``), so later runs name every file
-    the same way however its path is typed.
+    The chosen root is recorded with the corpus (``ragport.cli.settings.record``), so later
+    runs name every file the same way however its path is typed.
     """
-    url = _store_url(args)
-    # A store URL may carry a password: the file keeps only a digest of it.
-    store = hashlib.sha256(url.encode()).hexdigest()[:16] if url else "embedded"
-    key = "|".join([store, args.schema, args.tenant, args.resource, args.corpus])
-    roots = None if _is_memory(url) else CorpusRoots()
-    recorded = roots.get(key) if roots is not None else None
     widen_from = None
     if args.root:
         root = Path(args.root).resolve()
@@ -85,12 +78,13 @@ def _corpus_root(args: argparse.Namespace) -> _Root:
             if wider is not None:
                 widen_from = recorded
             root = recorded if wider is None else check_root(wider, old=recorded)
-    return _Root(root, widen_from, roots is not None and root != recorded, key)
+    return _Root(root, widen_from, True)
 
 
-def _widen(root: _Root, stores: Stores, scope: Scope) -> None:
-    """Rename the sources of the old root, then record the new one (not when any failed:
-    the next run tries again, and nothing is ingested under ids that would duplicate)."""
+def _widen(root: _Root, stores: Stores, scope: Scope, options: CorpusOptions) -> None:
+    """Rename the sources of the old root, then record the new one with the options given
+    (not when any rename failed: the next run tries again, and nothing is ingested under ids
+    that would duplicate)."""
     if root.widen_from is not None:
         done = widen_corpus_root(
             store=stores.chunks, status_store=stores.status, scope=scope,
@@ -109,8 +103,7 @@ def _widen(root: _Root, stores: Stores, scope: Scope) -> None:
                 f"{done.old}",
                 field="root",
             )
-    if root.record:
-        CorpusRoots().set(root.key, root.path)
+    record(options, scope, root=str(root.path) if root.record else None)
 
 
 def _text_encoding(args: argparse.Namespace) -> str:
@@ -160,62 +153,89 @@ def _generation_line(generations: tuple[int, ...]) -> str:
     return f"wrote {wrote} (undo: ragport rollback --to {first - 1})"
 
 
+def _run_ingest(
+    args: argparse.Namespace,
+    stores: Stores,
+    scope: Scope,
+    candidates: list[Candidate],
+    chosen: _Root,
+    options: CorpusOptions,
+    *,
+    encoding: str,
+    limits: Limits,
+    shared: SharedGeneration,
+    bar: Any,
+) -> list[FileOutcome]:
+    """The run itself: the corpus's embedder, the root widened and recorded with the
+    options given, then every candidate, one outcome (and line) each."""
+    embedder = _embedder(args, stores, [scope])
+    _widen(chosen, stores, scope, options)
+    total = len(candidates)
+    outcomes: list[FileOutcome] = []
+    results = _hinted(ingest_files(
+        candidates,
+        root=chosen.path,
+        store=stores.chunks,
+        status_store=stores.status,
+        embedder=embedder,
+        scope=scope,
+        size=args.size,
+        overlap=args.overlap,
+        max_bytes=limits.parse_bytes,
+        limits=limits,
+        workers=args.workers,
+        encoding=encoding,
+        shared_generation=shared,
+        progress=bar,
+    ), encoding)  # fmt: skip
+    for n, outcome in enumerate(results, start=1):
+        outcomes.append(outcome)
+        # the item shown is the work in flight (bar.working), or the file that just failed
+        failed_now = outcome.state == "failed"
+        bar.update(
+            done=n,
+            item=f"failed {outcome.source_id or outcome.path}" if failed_now else "",
+            chunks=outcome.chunks if outcome.state == "indexed" else 0,
+        )
+        if args.json:
+            print(json.dumps(_json.unstructure(outcome), ensure_ascii=False), flush=True)
+        elif not (bar.active and sys.stdout.isatty()) or outcome.state == "failed":
+            # on a terminal the bar stands for the per-file lines; failures still show
+            bar.print(_outcome_line(n, total, outcome))
+    return outcomes
+
+
 def _ingest(args: argparse.Namespace) -> int:
     if args.workers is not None:
         check_workers(args.workers)  # before any store opens
-    encoding = _text_encoding(args)
-    limits = _limits(args)  # --max-bytes, --timeout, [limits]: before any store opens
+    _text_encoding(args)  # the options given: checked before any store opens
+    _limits(args)  # --max-bytes, --timeout, [limits]
     scope = _scope(args)
-    chosen = _corpus_root(args)
-    root = chosen.path
-    skipped: list[Path] = []
-    candidates = collect_documents(args.paths, root=root, skipped=skipped)
-    for c in candidates:
-        if c.reason == "not_found":
-            _note(f"no such file or folder: {c.path}")
-    total = len(candidates)
     outcomes: list[FileOutcome] = []
     shared = SharedGeneration()  # one generation per command: one rollback undoes it
     started = time.perf_counter()
-    with (
-        _stores(args) as stores,
-        track(
+    with _stores(args) as stores:
+        # the options not given take the corpus's recorded settings (checked again)
+        options = corpus_options(args, stores, scope)
+        encoding = options.checked(lambda: _text_encoding(args))
+        limits = options.checked(lambda: _limits(args))
+        recorded = options.recorded.root
+        chosen = _corpus_root(args, Path(recorded) if recorded else None)
+        root = chosen.path
+        skipped: list[Path] = []
+        candidates = collect_documents(args.paths, root=root, skipped=skipped)
+        for c in candidates:
+            if c.reason == "not_found":
+                _note(f"no such file or folder: {c.path}")
+        total = len(candidates)
+        with track(
             "ingest", total=total, unit="files", enabled=wanted(json_out=args.json),
             advice=_advice(args.workers),
-        ) as bar,
-    ):  # fmt: skip
-        embedder = _embedder(args, stores, [scope])
-        _widen(chosen, stores, scope)
-        results = _hinted(ingest_files(
-            candidates,
-            root=root,
-            store=stores.chunks,
-            status_store=stores.status,
-            embedder=embedder,
-            scope=scope,
-            size=args.size,
-            overlap=args.overlap,
-            max_bytes=limits.parse_bytes,
-            limits=limits,
-            workers=args.workers,
-            encoding=encoding,
-            shared_generation=shared,
-            progress=bar,
-        ), encoding)  # fmt: skip
-        for n, outcome in enumerate(results, start=1):
-            outcomes.append(outcome)
-            # the item shown is the work in flight (bar.working), or the file that just failed
-            failed_now = outcome.state == "failed"
-            bar.update(
-                done=n,
-                item=f"failed {outcome.source_id or outcome.path}" if failed_now else "",
-                chunks=outcome.chunks if outcome.state == "indexed" else 0,
-            )
-            if args.json:
-                print(json.dumps(_json.unstructure(outcome), ensure_ascii=False), flush=True)
-            elif not (bar.active and sys.stdout.isatty()) or outcome.state == "failed":
-                # on a terminal the bar stands for the per-file lines; failures still show
-                bar.print(_outcome_line(n, total, outcome))
+        ) as bar:  # fmt: skip
+            outcomes = _run_ingest(
+                args, stores, scope, candidates, chosen, options,
+                encoding=encoding, limits=limits, shared=shared, bar=bar,
+            )  # fmt: skip
     failed = [o for o in outcomes if o.state == "failed"]
     if args.json:
         if skipped:

@@ -35,22 +35,26 @@ EMBEDDERS = ("minilm", "hash")
 MODES = ("vector", "lexical", "hybrid")
 ENCODING_HELP = (
     "how .txt .md .rst bytes are read: utf-8 (strict), auto (UTF-8, else detected: for "
-    "Latin-1/cp1252 folders) or a codec name such as cp1252 (default: ragport.toml, else utf-8)"
+    "Latin-1/cp1252 folders) or a codec name such as cp1252 (default: the one recorded with "
+    "the corpus, else ragport.toml, else utf-8)"
 )
 MAX_BYTES_HELP = (
-    f"document byte cap (default: [limits] parse_bytes in ragport.toml, else "
-    f"{DEFAULT_LIMITS.parse_bytes}); at most {HARD_LIMITS.parse_bytes}, or the parse_bytes "
-    f"ragport.toml sets; for PDF and DOCX it caps the extracted text, the file itself may be "
-    f"up to [limits] binary_bytes, else {DEFAULT_LIMITS.binary_bytes} (docs/limits.md)"
+    f"document byte cap (default: recorded with the corpus, else [limits] parse_bytes in "
+    f"ragport.toml, else {DEFAULT_LIMITS.parse_bytes}); at most {HARD_LIMITS.parse_bytes}, or "
+    f"the parse_bytes ragport.toml sets; for PDF and DOCX it caps the extracted text, the file "
+    f"itself may be up to [limits] binary_bytes, else {DEFAULT_LIMITS.binary_bytes} "
+    f"(docs/limits.md)"
 )
+SIZE_HELP = "chunk size in characters (default: recorded with the corpus, else 1000)"
+OVERLAP_HELP = "chunk overlap in characters (default: recorded with the corpus, else 100)"
 TIMEOUT_HELP = (
-    f"CPU seconds one document's parse may use (default: [limits] parse_ms / 1000 in "
-    f"ragport.toml, else {DEFAULT_LIMITS.parse_ms // 1000}); at most "
+    f"CPU seconds one document's parse may use (default: recorded with the corpus, else "
+    f"[limits] parse_ms / 1000 in ragport.toml, else {DEFAULT_LIMITS.parse_ms // 1000}); at most "
     f"{HARD_LIMITS.parse_ms // 1000}, or what parse_ms in ragport.toml sets"
 )
 WALL_TIMEOUT_HELP = (
     f"wall-clock seconds one document's parse may take however busy the machine, a backstop "
-    f"(default: [limits] parse_wall_ms / 1000 in ragport.toml, else "
+    f"(default: recorded with the corpus, else [limits] parse_wall_ms / 1000 in ragport.toml, else "
     f"{DEFAULT_LIMITS.parse_wall_ms // 1000}); at most {HARD_LIMITS.parse_wall_ms // 1000}"
 )
 
@@ -169,8 +173,8 @@ def _parser() -> argparse.ArgumentParser:
         "--root",
         help="corpus root: ids are paths relative to it (default: recorded, or common folder)",
     )
-    ingest.add_argument("--size", type=int, default=1000, help="chunk size in characters")
-    ingest.add_argument("--overlap", type=int, default=100, help="chunk overlap in characters")
+    ingest.add_argument("--size", type=int, default=None, help=SIZE_HELP)
+    ingest.add_argument("--overlap", type=int, default=None, help=OVERLAP_HELP)
     ingest.add_argument("--max-bytes", type=int, default=None, help=MAX_BYTES_HELP)
     ingest.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
     ingest.add_argument("--wall-timeout", type=float, default=None, help=WALL_TIMEOUT_HELP)
@@ -383,8 +387,8 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     sync_sub = sync.add_subparsers(dest="sync_command", required=True, metavar="COMMAND")
     sync_common = argparse.ArgumentParser(add_help=False, parents=[common, json_out])
-    sync_common.add_argument("--size", type=int, default=1000, help="chunk size in characters")
-    sync_common.add_argument("--overlap", type=int, default=100, help="chunk overlap in characters")
+    sync_common.add_argument("--size", type=int, default=None, help=SIZE_HELP)
+    sync_common.add_argument("--overlap", type=int, default=None, help=OVERLAP_HELP)
     sync_common.add_argument("--max-bytes", type=int, default=None, help=MAX_BYTES_HELP)
     sync_common.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
     sync_common.add_argument("--wall-timeout", type=float, default=None, help=WALL_TIMEOUT_HELP)

@@ -28,12 +28,14 @@ from ragport.cli.config import _embedder, _limits, _scope, _stores
 from ragport.cli.ingest import DECODE_HINT, _generation_line, _text_encoding
 from ragport.cli.output import _json
 from ragport.cli.progress import track, wanted
+from ragport.cli.settings import corpus_options, record
 from ragport.domain.errors import (
     ValidationError,
 )
 from ragport.domain.limits import Limits
 from ragport.domain.model import Scope
 from ragport.domain.status import IngestionStatus
+from ragport.ports.embedder import Embedder
 
 if TYPE_CHECKING:
     from ragport.adapters.connectors.folder import UnlistedFile
@@ -114,32 +116,64 @@ def _decode_hint_applies(args: argparse.Namespace) -> bool:
 
 def _sync_run(
     args: argparse.Namespace,
-    connector: Any,
-    limits: Limits,
+    connector_for: Callable[[Limits], Any],
     *,
     workers: int = 1,
-    encoding: str = "utf-8",
-    unlisted: Callable[[], Sequence[UnlistedFile]] = tuple,
+    encodes: bool = False,
 ) -> int:
-    """``limits``: ``_limits(args)``, read once by the caller before it built ``connector``;
-    ``unlisted``: the files the connector's listing could not name, reported failed."""
+    """Open the stores, fill the options not given from the corpus's recorded settings
+    (``corpus_options``), build the connector under the caps in effect (``connector_for``)
+    and sync; ``encodes``: the connector reads text files (``--encoding``). The files a
+    folder's listing could not name (``FolderConnector.unlisted``) are reported failed."""
     if args.workers is not None:
         check_workers(args.workers)  # before any store opens
     scope = _scope(args)
     shared = SharedGeneration()  # one generation per run: one rollback undoes it
     started = time.perf_counter()
-    with (
-        _stores(args) as stores,
-        track(f"sync {args.sync_command}", total=None, unit="items",
-              enabled=wanted(json_out=args.json)) as bar,
-    ):  # fmt: skip
-        # the corpus's own embedder unless --embedder names one (another one is refused)
-        embedder = _embedder(args, stores, [scope])
+    with _stores(args) as stores:
+        options = corpus_options(args, stores, scope)
+        encoding = options.checked(lambda: _text_encoding(args)) if encodes else "utf-8"
+        limits = options.checked(lambda: _limits(args))
+        connector = connector_for(limits)
+        try:
+            # the corpus's own embedder unless --embedder names one (another one is refused)
+            embedder = _embedder(args, stores, [scope])
+            record(options, scope)
+            result = _synced(
+                args, connector, stores, scope, embedder,
+                limits=limits, workers=workers, encoding=encoding, shared=shared,
+                restart=options.changed,  # a setting changed: every item is read under it
+            )  # fmt: skip
+        finally:
+            close = getattr(connector, "close", None)
+            if close is not None:
+                close()
+        result = _with_unlisted(result, getattr(connector, "unlisted", ()))
+        still = _still_failing(stores, scope)
+    return _print_sync(args, result, time.perf_counter() - started, still, shared.generations)
+
+
+def _synced(
+    args: argparse.Namespace,
+    connector: Any,
+    stores: Stores,
+    scope: Scope,
+    embedder: Embedder,
+    *,
+    limits: Limits,
+    workers: int,
+    encoding: str,
+    shared: SharedGeneration,
+    restart: bool,
+) -> SyncResult:
+    with track(
+        f"sync {args.sync_command}", total=None, unit="items", enabled=wanted(json_out=args.json)
+    ) as bar:
 
         def progress(seen: SyncProgress) -> None:
             bar.update(done=seen.done, total=seen.listed, item=seen.source_id or "")
 
-        result = sync_connector(
+        return sync_connector(
             connector,
             stores=stores,
             checkpoints=open_checkpoints(stores, schema=args.schema),
@@ -155,32 +189,26 @@ def _sync_run(
             workers=workers if args.workers is None else args.workers,
             encoding=encoding,
             shared_generation=shared,
+            restart=restart,
         )
-        result = _with_unlisted(result, unlisted())
-        still = _still_failing(stores, scope)
-    return _print_sync(args, result, time.perf_counter() - started, still, shared.generations)
 
 
 def _sync_folder(args: argparse.Namespace) -> int:
     from ragport.adapters.connectors import FolderConnector
 
-    encoding = _text_encoding(args)  # before the folder is listed
-    limits = _limits(args)  # --max-bytes, --timeout, [limits]: before the folder is listed
-    connector = FolderConnector(
-        args.path,
-        max_bytes=limits.parse_bytes,
-        binary_max_bytes=limits.binary_bytes,
-        page_size=args.page_size,
-        ceilings=limits.ceilings,
-    )
-    return _sync_run(
-        args,
-        connector,
-        limits,
-        workers=default_workers(),
-        encoding=encoding,
-        unlisted=lambda: connector.unlisted,
-    )
+    _text_encoding(args)  # the options given: checked before the folder is listed
+    _limits(args)  # --max-bytes, --timeout, [limits]
+
+    def connector_for(limits: Limits) -> FolderConnector:
+        return FolderConnector(
+            args.path,
+            max_bytes=limits.parse_bytes,
+            binary_max_bytes=limits.binary_bytes,
+            page_size=args.page_size,
+            ceilings=limits.ceilings,
+        )
+
+    return _sync_run(args, connector_for, workers=default_workers(), encodes=True)
 
 
 def _sync_drive(args: argparse.Namespace) -> int:
@@ -194,22 +222,22 @@ def _sync_drive(args: argparse.Namespace) -> int:
     def token_provider() -> str:
         return os.environ.get(name, "")
 
-    limits = _limits(args)  # --max-bytes, --timeout, [limits]: before any request
+    _limits(args)  # --max-bytes, --timeout, [limits]: before any request
     budget = MAX_LIST_REQUESTS if args.max_list_requests is None else args.max_list_requests
-    connector = GoogleDriveConnector(
-        token_provider=token_provider,
-        resolve_access=drive_permissions_access,
-        folder_id=args.folder,
-        shared_drive_id=args.shared_drive,
-        base_url=args.base_url,
-        allow_loopback=args.allow_loopback,
-        # A download may be a PDF or DOCX (up to binary_bytes); the parsers hold every other
-        # type to parse_bytes, so a large text file still fails too_large, by name.
-        max_bytes=max(limits.parse_bytes, limits.binary_bytes),
-        ceilings=limits.ceilings,
-        max_list_requests=budget,
-    )
-    try:
-        return _sync_run(args, connector, limits)
-    finally:
-        connector.close()
+
+    def connector_for(limits: Limits) -> GoogleDriveConnector:
+        return GoogleDriveConnector(
+            token_provider=token_provider,
+            resolve_access=drive_permissions_access,
+            folder_id=args.folder,
+            shared_drive_id=args.shared_drive,
+            base_url=args.base_url,
+            allow_loopback=args.allow_loopback,
+            # A download may be a PDF or DOCX (up to binary_bytes); the parsers hold every
+            # other type to parse_bytes, so a large text file still fails too_large, by name.
+            max_bytes=max(limits.parse_bytes, limits.binary_bytes),
+            ceilings=limits.ceilings,
+            max_list_requests=budget,
+        )
+
+    return _sync_run(args, connector_for)

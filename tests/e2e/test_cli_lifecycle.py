@@ -230,4 +230,4 @@ def test_sync_folder_then_generations_names_what_the_second_wrote(env):
     drive = _run(no_token, "sync", "drive", "--folder", "1AbC", "--corpus", "team")
     assert drive.returncode == 2 and "RAGPORT_DRIVE_ACCESS_TOKEN" in drive.stderr
     helped = _run(env, "sync", "folder", "--help")
-    assert helped.returncode == 0 and "(default: 1000)" in helped.stdout
+    assert helped.returncode == 0 and "corpus, else 1000)" in helped.stdout
