@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ragport.cli.config import _store_url, _stores
-from ragport.cli.output import EXIT_OK, _json, _print_json, _table
+from ragport.cli.output import EXIT_OK, _json, _note, _print_json, _table
+from ragport.cli.settings import legacy_prefix
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
@@ -15,13 +16,31 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
 
 def _db_dump(args: argparse.Namespace) -> int:
+    """The schema, rows and corpus settings (roots included) in one file; roots an older
+    ragport recorded in the data directory are first recorded in the store, so they travel."""
     from ragport.adapters.postgres import dump_schema
     from ragport.bootstrap import postgres_url
 
     with postgres_url(_store_url(args)) as url:
+        _carry_roots(args, url)
         dump_schema(url, args.path, schema=args.schema)
     print(f"schema {args.schema!r} dumped to {args.path}")
     return 0
+
+
+def _carry_roots(args: argparse.Namespace, url: str) -> None:
+    from ragport.bootstrap import open_checkpoints, open_stores
+    from ragport.bootstrap.corpus_settings import carry_recorded_roots
+    from ragport.bootstrap.roots import CorpusRoots
+
+    roots = CorpusRoots()
+    prefix = legacy_prefix(args)
+    if not any(key.startswith(prefix) for key in roots.entries()):
+        return
+    with open_stores(url, schema=args.schema, upgrade=False) as stores:
+        carried = carry_recorded_roots(open_checkpoints(stores), roots, prefix=prefix)
+    if carried:
+        _note(f"{carried} corpus root(s) recorded in {roots.path} now kept in the store")
 
 
 def _db_restore(args: argparse.Namespace) -> int:
@@ -41,6 +60,7 @@ def _db_copy(args: argparse.Namespace) -> int:
     from ragport.bootstrap import postgres_url
 
     with postgres_url(_store_url(args)) as url, tempfile.TemporaryDirectory() as work:
+        _carry_roots(args, url)
         copy_schema(url, args.to, work, schema=args.schema)
     print(f"schema {args.schema!r} copied; continue with --store URL")
     return 0

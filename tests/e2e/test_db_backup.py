@@ -128,3 +128,69 @@ def test_a_failed_tool_names_no_password(pg_cluster: Any, tmp_path: Path) -> Non
     with pytest.raises(StoreError) as caught:
         dump_schema("postgresql://u:s3cret-pw@127.0.0.1:1/db", tmp_path / "x.dump")
     assert "s3cret-pw" not in str(caught.value)
+
+
+@pytest.fixture
+def fresh_database(pg_url: str, pg_engine: Any) -> Any:
+    """The URL of a new, empty database on the session's server (a fresh store), dropped
+    after the test."""
+    import uuid
+
+    from sqlalchemy import make_url, text
+
+    name = f"ragport_fresh_{uuid.uuid4().hex[:10]}"
+    admin = pg_engine.execution_options(isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(pg_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def test_the_corpus_root_and_settings_travel_with_a_dump(
+    pg_url: str,
+    pg_schema: str,
+    fresh_database: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ingest `proj/docs` under `--root proj` with `--encoding latin-1`, dump, restore into a
+    fresh store, ingest the same folder again without options: the same ids (no duplicate
+    source), nothing re-embedded, nothing failed.
+
+    If this fails, check that the corpus settings live in the schema (CorpusSettingsStore in
+    ragport/bootstrap/corpus_settings.py: the sync_checkpoints table) and that
+    ragport/adapters/postgres/backup.py dumps and restores that table's rows."""
+    import json
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    docs = tmp_path / "proj" / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "a.md").write_text("# Leave\n\nParental leave lasts 16 weeks.\n")
+    (docs / "sub" / "b.txt").write_bytes(
+        "Caf\u00e9 expenses need a r\u00e9sum\u00e9.\n".encode("latin-1")
+    )
+    corpus = ["--corpus", "kb", "--embedder", "hash", "--schema", pg_schema]
+
+    def ingest(url: str, *options: str) -> dict[str, str]:
+        code = main(["ingest", str(docs), "--json", "--store", url, *corpus, *options])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        return {o["source_id"]: o["state"] for o in map(json.loads, out.splitlines())}
+
+    assert main(["db", "upgrade", "--store", pg_url, "--schema", pg_schema]) == 0
+    capsys.readouterr()
+    first = ingest(pg_url, "--root", str(tmp_path / "proj"), "--encoding", "latin-1")
+    assert first == {"docs/a.md": "indexed", "docs/sub/b.txt": "indexed"}
+    dump = tmp_path / "kb.dump"
+    assert main(["db", "dump", str(dump), "--store", pg_url, "--schema", pg_schema]) == 0
+    assert main(["db", "restore", str(dump), "--store", fresh_database, "--schema", pg_schema]) == 0
+    capsys.readouterr()
+
+    assert ingest(fresh_database) == {"docs/a.md": "unchanged", "docs/sub/b.txt": "unchanged"}
+    assert main(["sources", "--json", "--store", fresh_database, *corpus[:2], *corpus[4:]]) == 0
+    listed = json.loads(capsys.readouterr().out)["items"]
+    assert [s["source_id"] for s in listed] == ["docs/a.md", "docs/sub/b.txt"]

