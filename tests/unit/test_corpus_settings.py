@@ -119,3 +119,34 @@ def test_roots_of_an_older_ragport_are_carried_into_the_store_for_a_dump(tmp_pat
     assert home.get(SCOPE).root == str(tmp_path / "a")
     assert home.get(OTHER).root == str(tmp_path / "kept")
     assert carry_recorded_roots(checkpoints, roots, prefix="abc|ragport|") == 0
+
+
+def test_a_recorded_value_no_longer_allowed_is_named_as_recorded():
+    """A check failing on an option taken from the recorded settings stays a ValidationError
+    of that field (exit 2) and says where the value came from; another field's is unchanged.
+
+    If this fails, check CorpusOptions.checked in ragport/cli/settings.py.
+    """
+    from ragport.cli.settings import CorpusOptions
+
+    options = CorpusOptions(
+        CorpusSettingsStore(None), CorpusSettings(max_bytes=9), CorpusSettings(), ("max_bytes",)
+    )
+
+    raised: list[ValidationError] = []
+
+    def refuse(field: str):
+        def check():
+            raised.append(ValidationError("past the ceiling", field=field, limit="parse_bytes"))
+            raise raised[-1]
+
+        return check
+
+    with pytest.raises(ValidationError) as caught:
+        options.checked(refuse("max_bytes"))
+    assert (caught.value.field, caught.value.limit) == ("max_bytes", "parse_bytes")
+    assert caught.value is not raised[-1]  # re-raised, saying the value was recorded
+    with pytest.raises(ValidationError) as caught:
+        options.checked(refuse("encoding"))
+    assert caught.value is raised[-1]  # given here: as it was
+    assert options.checked(lambda: 5) == 5
