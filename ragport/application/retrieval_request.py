@@ -24,6 +24,7 @@ __all__ = [
     "Request",
     "RetrievalRequest",
     "auto_lexical_mode",
+    "check_authorization",
     "check_request",
 ]
 
@@ -201,6 +202,24 @@ class RetrievalRequest:
 DEFAULT_REQUEST = RetrievalRequest()
 
 
+def check_authorization(authorization: object, limits: Limits) -> Authorization:
+    """An ``Authorization`` holding at most ``limits.group_ids`` groups: the deployment's
+    per-call ceiling (``Authorization`` itself refused any past the hard one when it was
+    built), checked here for every store alike."""
+    if not isinstance(authorization, Authorization):
+        raise ValidationError("authorization must be an Authorization", field="authorization")
+    held = len(authorization.group_ids)
+    if held > limits.group_ids:
+        raise ValidationError(
+            f"the authorization holds {held} group ids, past limits.group_ids of "
+            f"{limits.group_ids}; a deployment may raise it with Limits(group_ids=...) up to "
+            f"{HARD_LIMITS.group_ids}",
+            field="authorization",
+            limit="group_ids",
+        )
+    return authorization
+
+
 def check_request(
     query: str,
     *,
@@ -224,8 +243,8 @@ def check_request(
     def pick(given: int | None, default: int) -> int:
         return default if given is None else given
 
-    if authorization is not None and not isinstance(authorization, Authorization):
-        raise ValidationError("authorization must be an Authorization", field="authorization")
+    if authorization is not None:
+        check_authorization(authorization, limits)
     if reranker is not None and not isinstance(reranker, Reranker):
         raise ValidationError("reranker must have a rerank(query, hits) method", field="reranker")
     text = query

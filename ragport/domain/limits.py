@@ -60,7 +60,7 @@ _TABLE: dict[str, tuple[int, int, int]] = {
     "context_tokens": (2_000, 8_000, 1),
     "metadata_bytes": (8_192, 65_536, 2),
     "scopes_per_retrieve": (8, 8, 0),
-    "group_ids": (32, 32, 0),
+    "group_ids": (1_024, 65_536, 0),
     "rrf_k": (60, 1_000, 1),
     "rerank_bytes": (65_536, 262_144, 1),
     # The seam's default suits a remote reranker; a model on a CPU needs local_rerank_ms (the

@@ -6,6 +6,7 @@ All are frozen attrs classes validated in their constructors; change them with
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
@@ -29,6 +30,7 @@ from ragport.domain.values import (
 )
 
 __all__ = [
+    "GROUP_IDS_MAX",
     "ID_MAX",
     "SCOPE_ID_MAX",
     "AccessDecision",
@@ -92,7 +94,9 @@ def _scope_id(instance: Any, attribute: attrs.Attribute[str], value: str) -> Non
         raise ScopeError(str(exc), field=attribute.name) from None
 
 
-def _ids(values: Iterable[str] | None, field: str) -> tuple[str, ...]:
+def _ids(values: Iterable[str] | None, field: str, ceiling: int | None = None) -> tuple[str, ...]:
+    """Validated, distinct ids in first-seen order; past ``ceiling`` distinct ids is a
+    ``ValidationError(limit=field)``, raised as soon as the one too many is read."""
     if values is None:
         return ()
     if isinstance(values, str):
@@ -102,13 +106,22 @@ def _ids(values: Iterable[str] | None, field: str) -> tuple[str, ...]:
     for v in values:
         validate_id(v, field=field)
         if v not in seen:
+            if ceiling is not None and len(out) == ceiling:
+                raise ValidationError(
+                    f"{field} holds more than {ceiling} ids", field=field, limit=field
+                )
             seen.add(v)
             out.append(v)
     return tuple(out)
 
 
+GROUP_IDS_MAX = HARD_LIMITS.group_ids
+"""The most group ids an ``Authorization``, a ``Grant`` or an ``Access`` holds: the hard
+ceiling of ``Limits.group_ids``, so a caller may always hold as many groups as a grant lists."""
+
+
 def _group_ids(values: Iterable[str] | None) -> tuple[str, ...]:
-    return _ids(values, "group_ids")
+    return _ids(values, "group_ids", GROUP_IDS_MAX)
 
 
 def _principal_ids(values: Iterable[str] | None) -> tuple[str, ...]:
@@ -126,7 +139,13 @@ class Scope:
 
 @attrs.frozen
 class Authorization:
-    """A host-verified caller. ``group_ids`` holds at most 32 ids."""
+    """A host-verified caller.
+
+    ``group_ids`` holds at most ``GROUP_IDS_MAX`` (65,536) distinct ids, as many as a
+    ``Grant``; past it is a ``ValidationError(limit="group_ids")`` here, where the value is
+    built, whichever store it goes to. A deployment's per-call ceiling is
+    ``Limits.group_ids`` (default 1,024), checked by ``retrieve_context``.
+    """
 
     principal_id: str = attrs.field()
     tenant_id: str = attrs.field()
@@ -141,15 +160,6 @@ class Authorization:
     def _tenant(self, attribute: attrs.Attribute[str], value: str) -> None:
         validate_id(value, field="tenant_id", max_length=SCOPE_ID_MAX)
 
-    @group_ids.validator
-    def _groups(self, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]) -> None:
-        if len(value) > HARD_LIMITS.group_ids:
-            raise ValidationError(
-                f"group_ids holds more than {HARD_LIMITS.group_ids} ids",
-                field="group_ids",
-                limit="group_ids",
-            )
-
     @access_version.validator
     def _version(self, attribute: attrs.Attribute[int | None], value: int | None) -> None:
         if value is not None and (
@@ -159,10 +169,18 @@ class Authorization:
                 "access_version must be a non-negative integer", field="access_version"
             )
 
+    @functools.cached_property
+    def _group_set(self) -> frozenset[str]:
+        """``group_ids`` as a set, built once: ``decide_access`` runs once per source."""
+        return frozenset(self.group_ids)
+
 
 @attrs.frozen
 class Grant:
-    """Who may see one source. Empty principal and group lists revoke all access."""
+    """Who may see one source. Empty principal and group lists revoke all access.
+
+    ``group_ids`` holds at most ``GROUP_IDS_MAX`` (65,536) distinct ids.
+    """
 
     source_id: str = attrs.field()
     principal_ids: tuple[str, ...] = attrs.field(default=(), converter=_principal_ids)
@@ -205,8 +223,8 @@ def decide_access(
     """
     if grant is None or grant.is_empty:
         return AccessDecision(source_id, False, "no_grant")
-    listed = authorization.principal_id in grant.principal_ids or bool(
-        set(authorization.group_ids).intersection(grant.group_ids)
+    listed = authorization.principal_id in grant.principal_ids or not (
+        authorization._group_set.isdisjoint(grant.group_ids)
     )
     if not listed:
         return AccessDecision(source_id, False, "no_grant")

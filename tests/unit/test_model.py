@@ -44,18 +44,56 @@ def test_scope_accepts_256_chars_and_compares_exactly() -> None:
 # -- Authorization and Grant ---------------------------------------------------------------------
 
 
-def test_authorization_rejects_33_group_ids() -> None:
-    """33 distinct group ids is past the ceiling. If this fails, check Authorization._groups."""
+def _groups(n: int) -> list[str]:
+    return [f"g{i:05d}" for i in range(n)]
+
+
+@pytest.mark.parametrize("n", [33, 40, 1_000, 65_536])
+def test_authorization_accepts_as_many_groups_as_a_grant(n: int) -> None:
+    """A directory user in 40 (or 1,000, or 65,536) groups is a valid caller: the ceiling is
+    a grant's. If this fails, check GROUP_IDS_MAX and HARD_LIMITS.group_ids."""
+    auth = ragport.Authorization("alice", "t1", group_ids=_groups(n))
+    assert len(auth.group_ids) == n
+    assert auth.group_ids[0] == "g00000"
+    assert len(ragport.Grant("doc", group_ids=_groups(n)).group_ids) == n
+
+
+@pytest.mark.parametrize("value", ["Authorization", "Grant", "Access"])
+def test_one_group_past_the_hard_ceiling_is_refused(value: str) -> None:
+    """65,537 distinct groups is a ValidationError(limit="group_ids") for a caller, a grant and
+    a connector's Access alike. If this fails, check _group_ids in ragport/domain/model.py."""
+    groups = _groups(ragport.HARD_LIMITS.group_ids + 1)
+    build = {
+        "Authorization": lambda: ragport.Authorization("alice", "t1", group_ids=groups),
+        "Grant": lambda: ragport.Grant("doc", group_ids=groups),
+        "Access": lambda: ragport.Access(group_ids=groups),
+    }[value]
     with pytest.raises(ragport.ValidationError) as info:
-        ragport.Authorization("alice", "t1", group_ids=[f"g{i:02d}" for i in range(33)])
+        build()
     assert info.value.limit == "group_ids"
+    assert info.value.field == "group_ids"
 
 
-def test_authorization_accepts_32_group_ids() -> None:
-    """Exactly 32 group ids is allowed. If this fails, check HARD_LIMITS.group_ids."""
-    auth = ragport.Authorization("alice", "t1", group_ids=[f"g{i:02d}" for i in range(32)])
-    assert len(auth.group_ids) == 32
-    assert auth.group_ids[0] == "g00"
+def test_duplicate_groups_count_once_against_the_ceiling() -> None:
+    """The ceiling counts distinct ids: a list padded with repeats is not refused for them.
+    If this fails, check that _ids counts after dropping duplicates."""
+    groups = _groups(ragport.HARD_LIMITS.group_ids) + ["g00000"] * 10
+    auth = ragport.Authorization("alice", "t1", group_ids=groups)
+    assert len(auth.group_ids) == ragport.HARD_LIMITS.group_ids
+
+
+def test_the_group_ceiling_is_a_limits_value() -> None:
+    """``Limits.group_ids`` defaults to 1,024 and may be set up to its hard ceiling, which is
+    at least a grant's (65,536); past it is refused. If this fails, check _TABLE in limits.py."""
+    from ragport.domain.model import GROUP_IDS_MAX
+
+    assert ragport.DEFAULT_LIMITS.group_ids == 1_024
+    assert ragport.HARD_LIMITS.group_ids == GROUP_IDS_MAX == 65_536
+    assert ragport.Limits(group_ids=40).group_ids == 40
+    assert ragport.Limits(group_ids=65_536).group_ids == 65_536
+    with pytest.raises(ragport.ValidationError) as info:
+        ragport.Limits(group_ids=65_537)
+    assert info.value.limit == "group_ids"
 
 
 @pytest.mark.parametrize(
@@ -216,7 +254,7 @@ def test_hard_limits_construct_and_bound_defaults() -> None:
         assert getattr(ragport.DEFAULT_LIMITS, name) <= getattr(hard, name), name
     assert hard.top_k == 32
     assert hard.embed_batch == 128
-    assert hard.group_ids == 32
+    assert hard.group_ids == 65_536
     assert hard.scopes_per_retrieve == 8
     assert hard.status_page == 200
 
