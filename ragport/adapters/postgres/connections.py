@@ -24,6 +24,7 @@ from sqlalchemy import Connection, Engine, text
 
 from ragport.adapters.postgres import reads
 from ragport.adapters.postgres._driver import driver_connection, make_engine, translate_errors
+from ragport.adapters.postgres.pool import wait_for_connection, watch
 from ragport.adapters.postgres.reads import RawRead
 from ragport.adapters.postgres.schema import (
     LATEST_VERSION,
@@ -71,6 +72,9 @@ class StoreConnections:
             raise ValidationError("replica_wait must be 0..60 seconds", field="replica_wait")
         self._engine = make_engine(url_or_engine)
         self._replica = None if read_url is None else make_engine(read_url)
+        for engine in (self._engine, self._replica):
+            if engine is not None:
+                watch(engine)  # who holds what, so an exhausted pool fails fast (pool.py)
         self._fallback: Fallback = replica_fallback
         self._wait = float(replica_wait)
         self._min_position: str | None = None
@@ -104,7 +108,7 @@ class StoreConnections:
 
     def write_position(self) -> str:
         """The primary's current WAL position: at or after every write committed so far."""
-        with translate_errors("read WAL position"), self._engine.connect() as conn:
+        with translate_errors("read WAL position"), self._checkout("read WAL position") as conn:
             return str(conn.execute(text("SELECT pg_current_wal_lsn()::text")).scalar_one())
 
     def with_min_position(
@@ -209,10 +213,16 @@ class StoreConnections:
                 self._check_schema(conn)
                 yield conn
             return
-        with translate_errors(operation), self._engine.connect() as conn:
+        with translate_errors(operation), self._checkout(operation) as conn:
             self._check_schema(conn)
             driver_connection(conn)
             yield conn
+
+    def _checkout(self, operation: str) -> Connection:
+        """``engine.connect()``, or ``StoreError(reason="pool_exhausted")`` rather than a wait
+        on a connection the caller holds itself (``pool.wait_for_connection``)."""
+        wait_for_connection(self._engine, operation)
+        return self._engine.connect()
 
     @contextmanager
     def _raw_read(self, operation: str, engine: Engine | None = None) -> Iterator[RawRead]:
@@ -222,8 +232,9 @@ class StoreConnections:
             return
         with translate_errors(operation):
             if not self._checked:
-                with self._engine.connect() as conn:
+                with self._checkout(operation) as conn:
                     self._check_schema(conn)
+            wait_for_connection(engine or self._engine, operation)
             fairy = (engine or self._engine).raw_connection()
             dbapi = fairy.driver_connection
             assert isinstance(dbapi, psycopg.Connection)

@@ -10,6 +10,7 @@ from ragport.adapters.postgres._driver import translate_errors
 from ragport.adapters.postgres.background import MaintenanceWorker, validate_maintenance_delay
 from ragport.adapters.postgres.connections import StoreConnections
 from ragport.adapters.postgres.indexes import VectorIndexes, check_build_memory
+from ragport.adapters.postgres.pool import wait_for_connection
 from ragport.adapters.postgres.schema import upgrade
 from ragport.adapters.postgres.vector_writes import VectorWriter, validate_parallel_vector_rows
 from ragport.domain.errors import CapabilityError
@@ -55,6 +56,7 @@ class StoreMaintenance(StoreConnections):
     def upgrade(self) -> list[int]:
         """Apply missing migrations (idempotent); returns the versions applied."""
         self._refuse_joined("upgrade")
+        wait_for_connection(self._engine, "upgrade")
         with translate_errors("upgrade"), self._engine.begin() as conn:
             applied = upgrade(
                 conn,

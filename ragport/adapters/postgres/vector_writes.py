@@ -53,6 +53,7 @@ from sqlalchemy.pool import NullPool, QueuePool
 
 from ragport.adapters.postgres import rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
+from ragport.adapters.postgres.pool import has_free_connection
 from ragport.adapters.postgres.predicate import scope_params
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
@@ -247,6 +248,8 @@ class VectorWriter:
     ) -> VectorJob | None:
         """Lock the write in ``conn``'s transaction and start its vectors' COPY on a second
         connection; ``None`` (write them serially) when no pool slot is free."""
+        if not has_free_connection(self.engine):
+            return None  # the host holds the rest: a second connection would wait for it
         if not self._slots.acquire(blocking=False):
             return None
         try:
