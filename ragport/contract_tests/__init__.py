@@ -19,8 +19,10 @@ change the upstream system between calls), ``ParserContract`` (``parser``, plus
 ``_base.ContractSuite`` (the override guard) and declares its required fixture with
 ``_base.required_fixture``. Deterministic helpers for your own tests
 live in ``ragport.contract_tests.plugin`` (enable it with
-``pytest_plugins = ["ragport.contract_tests.plugin"]``). Needs the ``contract-tests`` extra
-(pytest).
+``pytest_plugins = ["ragport.contract_tests.plugin"]``); a fresh schema per test on your own
+PostgreSQL server, to run ``ChunkStoreContract`` there, in ``ragport.contract_tests.postgres``
+(``pytest_plugins = ["ragport.contract_tests.postgres"]`` and ``RAGPORT_TEST_DATABASE_URL``).
+Needs the ``contract-tests`` extra (pytest).
 """
 
 import pytest
@@ -63,6 +65,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.status_store",
     "ragport.contract_tests.storage_backend",
     "ragport.contract_tests.plugin",
+    "ragport.contract_tests.postgres",
 )
 
 from ragport.contract_tests.checkpoint_store import (  # noqa: E402
