@@ -25,6 +25,34 @@ exactly as many artifacts as it reports. Without ``handler_serves`` those two te
 with that reason (a handler that does nothing would otherwise pass). A handler may refuse a
 scope it does not serve, but only by raising an error that carries no text it was given.
 Everything is deterministic; nothing here imports an adapter.
+
+**Fixed ids.** Every test calls the handler with the same ids, in ``handler_scope`` (default
+``Scope("contract-tenant", "contract-resource", "contract-derived")``):
+
+- ``SOURCE_ID`` (``"contract-derived-src"``): the source propagated and re-pointed. Seed the
+  artifacts of your layer for it in the ``handler`` fixture.
+- ``PROPAGATED_IDS`` (``SOURCE_ID`` and ``"contract-derived-src-summary"``): the ids handed to
+  ``on_propagate``, as ``propagate`` hands a lineage closure (the source, then a derived
+  record resting on it). If your layer files artifacts under a derived record's id, seed one
+  under the second id too.
+- ``RENAMED_ID`` (``"contract-derived-renamed"``): where ``on_repoint`` moves ``SOURCE_ID``.
+  Seed nothing under it: what it serves before the move is counted too.
+- ``CANARY`` (``"CANARY-derived-7f3a9c"``): the error test hands both methods ids built from
+  it (``CANARY-derived-7f3a9c-source``, ``-derived``, ``-target``), in ``handler_scope`` and in
+  ``FOREIGN_SCOPE`` (``Scope("contract-tenant-2", "contract-resource", "contract-derived")``);
+  nothing raised may quote them.
+
+An id the handler holds nothing for is not an error: it counts 0 (``RENAMED_ID`` and, for
+most layers, ``f"{SOURCE_ID}-summary"`` hold nothing; a second call finds nothing left).
+
+**Counting, per id.** ``handler_serves(scope, id)`` is asked once for each id of
+``PROPAGATED_IDS`` (and for ``SOURCE_ID`` and ``RENAMED_ID`` around ``on_repoint``), and the
+suite adds up the sizes of what it returns: an artifact returned under two ids counts twice.
+So ``on_propagate`` must return at least ``sum(len(serves(scope, i)) for i in
+PROPAGATED_IDS)``, measured before the call (one per artifact, each served under one id,
+meets it exactly), and ``on_repoint`` exactly how far ``len(serves(scope, SOURCE_ID))`` fell
+and ``len(serves(scope, RENAMED_ID))`` rose. Counts say what the call did, not what it was
+given: a second ``on_propagate`` of the same ids may return 0.
 """
 
 from __future__ import annotations
@@ -167,6 +195,11 @@ class DerivedArtifactHandlerContract(ContractSuite):
         ``ids`` in the scope, the count it returns covers what vanished, and a second call brings
         nothing back.
 
+        ``ids`` is ``PROPAGATED_IDS`` (``SOURCE_ID`` and ``f"{SOURCE_ID}-summary"``). What
+        vanished is counted per id: ``handler_serves`` is asked for each of the two ids
+        before the call and the sizes are added, so an artifact served under both counts
+        twice and the returned count must be at least that sum.
+
         If this fails, check that on_propagate removes (or withholds) every artifact of every
         id in ``ids`` in exactly ``scope``; if it fails before on_propagate is called, seed
         artifacts for SOURCE_ID in the `handler` fixture.
@@ -213,6 +246,10 @@ class DerivedArtifactHandlerContract(ContractSuite):
         """Checks ``DerivedArtifactHandler.on_repoint``: it moves exactly the count it returns from
         ``from_id`` to ``to_id`` (0 is honest for a layer whose artifacts ``repoint_source`` itself
         moves).
+
+        ``from_id`` is ``SOURCE_ID`` and ``to_id`` ``RENAMED_ID``. The count must equal how many
+        items ``handler_serves(scope, SOURCE_ID)`` lost and ``handler_serves(scope,
+        RENAMED_ID)`` gained, each measured as the size of the collection for that one id.
 
         If this fails, check that on_repoint re-files each artifact it counts under ``to_id``
         and no longer serves it under ``from_id``, and counts nothing it did not move.

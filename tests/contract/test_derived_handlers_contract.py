@@ -161,3 +161,23 @@ def test_the_contract_sees_what_a_handler_did(handler: DerivedArtifactHandler, n
     _seed(store, InMemoryStatusStore(), scope)
     with pytest.raises(AssertionError):
         getattr(DerivedArtifactHandlerContract(), name)(handler, scope, _served_by(store))
+
+
+def test_the_suite_states_its_fixed_ids_and_how_it_counts() -> None:
+    """The suite's docstrings give every fixed id's value and say that counts are per id
+    (issue 44: a host could not tell which ids to seed, nor why its count fell short).
+    If this fails, restore the "Fixed ids" and "Counting, per id" parts of
+    ragport/contract_tests/derived.py and the two effect tests' docstrings."""
+    from ragport.contract_tests import derived
+
+    doc = derived.__doc__ or ""
+    for value in (SOURCE_ID, *derived.PROPAGATED_IDS, derived.RENAMED_ID, derived.CANARY):
+        assert f'"{value}"' in doc or f"``{value}" in doc, value
+    assert "Fixed ids" in doc and "Counting, per id" in doc
+    effect = {
+        "test_on_propagate_stops_serving_every_id_it_is_given": "PROPAGATED_IDS",
+        "test_on_repoint_moves_as_many_artifacts_as_it_reports": "RENAMED_ID",
+    }
+    for name, ids in effect.items():
+        text = getattr(DerivedArtifactHandlerContract, name).__doc__ or ""
+        assert ids in text and "handler_serves" in text, name
