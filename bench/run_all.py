@@ -92,6 +92,13 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
         ("--rows", "5000", "--builds", "1"),
     ),
     (
+        "pg_groups",
+        "bench_pg_groups.py",
+        "PostgreSQL grant-checked vector query: 1,000 groups against 10",
+        ("--rows", "100000", "--groups", "10,1000,65536"),
+        ("--rows", "5000", "--queries", "40"),
+    ),
+    (
         "pg_lexical",
         "bench_pg_lexical.py",
         "PostgreSQL lexical leg and hybrid retrieve",
