@@ -10,9 +10,58 @@ from ragport.cli.settings import legacy_prefix
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
+    if args.sql or args.extension_schema is not None:
+        from ragport.bootstrap import postgres_url
+
+        with postgres_url(_store_url(args)) as url:
+            if args.sql:
+                _print_pending(url, args)
+                return EXIT_OK
+            _migrate(url, args)
     with _stores(args, upgrade=True, partitions=args.partitions) as stores:
         print(f"schema {args.schema!r} is up to date ({stores.description})")
     return EXIT_OK
+
+
+def _print_pending(url: str, args: argparse.Namespace) -> None:
+    """``db upgrade --sql``: the pending statements as one psql-ready transaction."""
+    from ragport.adapters.postgres import PostgresStore, pending_sql
+
+    engine = PostgresStore(url, schema=args.schema).engine
+    try:
+        with engine.connect() as conn:
+            statements = pending_sql(
+                conn,
+                schema=args.schema,
+                extension_schema=args.extension_schema,
+                partitions=args.partitions,
+            )
+    finally:
+        engine.dispose()
+    if not statements:
+        print(f"-- schema {args.schema!r} is up to date: nothing to apply")
+        return
+    print("BEGIN;")
+    for statement in statements:
+        print(statement + ";")
+    print("COMMIT;")
+
+
+def _migrate(url: str, args: argparse.Namespace) -> None:
+    """``db upgrade --extension-schema``: the migrations, the extension created there."""
+    from ragport.adapters.postgres import PostgresStore, migrate
+
+    engine = PostgresStore(url, schema=args.schema).engine
+    try:
+        with engine.begin() as conn:
+            migrate(
+                conn,
+                schema=args.schema,
+                extension_schema=args.extension_schema,
+                partitions=args.partitions,
+            )
+    finally:
+        engine.dispose()
 
 
 def _db_dump(args: argparse.Namespace) -> int:

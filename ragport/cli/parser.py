@@ -446,12 +446,25 @@ def _parser() -> argparse.ArgumentParser:
     db_sub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
     upgrade = _sub(db_sub, "upgrade", "apply schema migrations",
                    ["ragport db upgrade --store postgresql://me@db/rag",
-                    "ragport db upgrade --store postgresql://me@db/rag --partitions 16"],
+                    "ragport db upgrade --store postgresql://me@db/rag --partitions 16",
+                    "ragport db upgrade --store postgresql://me@db/rag --sql",
+                    "ragport db upgrade --store postgresql://me@db/rag --extension-schema ext"],
                    [stored])  # fmt: skip
     upgrade.add_argument(
         "--partitions",
         type=int,
         help="create the tables PARTITION BY HASH (tenant_id) in N partitions (default: none)",
+    )
+    upgrade.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the pending migrations' SQL (one transaction, for psql) and apply nothing",
+    )
+    upgrade.add_argument(
+        "--extension-schema",
+        metavar="SCHEMA",
+        help="create the vector extension in SCHEMA when the database lacks it (default: the "
+        "first schema of the search_path); an installed extension is used where it is",
     )
     upgrade.set_defaults(func=_db_upgrade)
     dump = _sub(db_sub, "dump", "pg_dump ragport's schema to PATH (custom format)",

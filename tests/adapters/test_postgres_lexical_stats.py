@@ -19,6 +19,7 @@ from sqlalchemy import text
 
 import ragport
 from ragport.adapters.postgres import PostgresStore
+from ragport.adapters.postgres.extension import pgvector
 from ragport.domain.errors import RagportError
 from ragport.domain.model import Tombstone
 from tests.adapters.test_postgres_bm25 import EMB, TOLERANCE, VOCABULARY, _reference
@@ -228,7 +229,7 @@ def test_upgrade_from_version_1_keeps_data_and_backfills_statistics(pg_engine, p
     scope = ragport.Scope("tenant-1", "kb", "old")
     with pg_engine.begin() as conn:
         previous = [
-            *migrations._v1(f'"{pg_schema}"', "simple"),
+            *migrations._v1(f'"{pg_schema}"', "simple", pgvector(conn)),
             *migrations._v2(f'"{pg_schema}"', "simple"),
         ]
         for statement in previous:
@@ -338,8 +339,10 @@ def test_upgrade_from_version_3_takes_forgotten_rows_out_of_the_statistics(
     params = {"t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id}
     with pg_engine.begin() as conn:
         previous = [
-            *migrations._v1(s, "simple"), *migrations._v2(s, "simple"), *migrations._v3(s)
-        ]  # fmt: skip
+            *migrations._v1(s, "simple", pgvector(conn)),
+            *migrations._v2(s, "simple"),
+            *migrations._v3(s),
+        ]
         for statement in previous:
             conn.execute(text(statement))
         conn.execute(

@@ -14,6 +14,7 @@ import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.postgres import PostgresStore
 from ragport.adapters.postgres import schema as migrations
+from ragport.adapters.postgres.extension import pgvector
 from ragport.adapters.postgres.filters import compile_filter
 from ragport.domain.filters import parse_filter
 
@@ -24,7 +25,7 @@ SCOPE = ragport.Scope("tenant-1", "kb", "old")
 def _previous_schema(conn, s: str, partitions: int | None) -> None:
     """The schema as the migrations before 6 leave it, recorded as version 3."""
     statements = [
-        *migrations._partitioned(s, migrations._v1(s, "simple"), partitions),
+        *migrations._partitioned(s, migrations._v1(s, "simple", pgvector(conn)), partitions),
         *migrations._v2(s, "simple"),
         *migrations._v3(s),
     ]

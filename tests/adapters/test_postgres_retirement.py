@@ -20,6 +20,7 @@ from sqlalchemy import text
 import ragport
 from ragport.adapters.postgres import PostgresStore
 from ragport.adapters.postgres import schema as migrations
+from ragport.adapters.postgres.extension import pgvector
 from tests.adapters.test_postgres_bm25 import EMB
 from tests.adapters.test_postgres_lexical_stats import _check_scores, _check_statistics
 
@@ -153,10 +154,10 @@ def test_the_hot_check_fails_when_an_index_names_retired_generation(store, pg_en
 def _version_8(conn: Any, s: str, schema: str, partitions: int | None) -> None:
     """The schema as migrations 1-8 leave it, recorded as version 8."""
     for statement in [
-        *migrations._partitioned(s, migrations._v1(s, "simple"), partitions),
+        *migrations._partitioned(s, migrations._v1(s, "simple", pgvector(conn)), partitions),
         *migrations._v2(s, "simple"),
         *migrations._v3(s),
-        *migrations._partitioned(s, migrations._v4(s, schema), partitions),
+        *migrations._partitioned(s, migrations._v4(s, schema, pgvector(conn)), partitions),
         *migrations._v5(s),
         *migrations._v6(s),
     ]:

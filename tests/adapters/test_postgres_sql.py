@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, text
 
 from ragport.adapters.postgres import predicate as pred
 from ragport.adapters.postgres import queries, rows, statements
+from ragport.adapters.postgres.extension import PgVector
 from ragport.adapters.postgres.rows import RECORD_COLUMNS
 from ragport.adapters.postgres.schema import quote_schema
 from ragport.adapters.postgres.store import PostgresStore
@@ -37,6 +38,7 @@ from ragport.domain.model import (
 from ragport.ports.store import rekey_collides
 
 S = quote_schema("sql_builders")
+VEC = PgVector('"public"')  # where the test server's vector extension lives
 SCOPE = Scope("t1", "kb", "docs")
 AUTH = Authorization("alice", "t1", group_ids=("eng",))
 AUTH_V = Authorization("alice", "t1", group_ids=("eng",), access_version=2)
@@ -82,14 +84,14 @@ def test_the_vector_statement_binds_exactly_what_the_store_passes(
     """The vector leg (and guard) use every bind the store fills and no other. If this fails, check vector_leg() and vector_sql()."""
     params = pred.scope_params(SCOPE, q=np.zeros(3, dtype=np.float32))
     where = pred.predicate(S, params, authorization, FILTER, scalar=True)
-    leg, order = queries.vector_leg(S, 3, 7, where)
+    leg, order = queries.vector_leg(S, 3, 7, where, vec=VEC)
     if guarded:
         params.update(e="hash-v1:3", ed=3)
     sql = queries.vector_sql(S, leg, guarded=guarded)
     assert binds(sql) == set(params)
     assert "vector(3)" in leg and "v.dimensions = 3" in leg and order.endswith("LIMIT 7")
     if authorization is not None:
-        top = queries.vector_top(S, 3, order)
+        top = queries.vector_top(S, 3, order, vec=VEC)
         denied = queries.denied_sql(S, top(pred.predicate(S, dict(params), None, FILTER)))
         assert binds(denied) <= set(params)
 
@@ -144,13 +146,13 @@ def test_every_statement_names_the_full_scope(build: Callable[[str], str], extra
 
 def _every_statement() -> list[str]:
     where = pred.predicate(S, pred.scope_params(SCOPE), AUTH_V, FILTER)
-    leg, order = queries.vector_leg(S, 3, 7, where)
+    leg, order = queries.vector_leg(S, 3, 7, where, vec=VEC)
     return [
         *(build(S) for build, _ in STATEMENTS),
         statements.copy_records(S),
         queries.vector_sql(S, leg, guarded=True),
         queries.lexical_sql(S, "english", where),
-        queries.denied_sql(S, queries.vector_top(S, 3, order)(where)),
+        queries.denied_sql(S, queries.vector_top(S, 3, order, vec=VEC)(where)),
         queries.denied_sql(S, queries.bm25_top(S, "english")(where)),
     ]
 

@@ -22,6 +22,7 @@ from sqlalchemy import text
 import ragport
 from ragport.adapters.postgres import PostgresStore
 from ragport.adapters.postgres import schema as migrations
+from ragport.adapters.postgres.extension import pgvector
 from tests.adapters.test_postgres_bm25 import EMB
 from tests.adapters.test_postgres_lexical_stats import (
     _apply,
@@ -156,7 +157,7 @@ def test_each_write_path_leaves_vector_rows_untouched(store: PostgresStore) -> N
 def _version_3(conn: Any, s: str, partitions: int | None) -> None:
     """The schema as migrations 1-3 left it, recorded as version 3."""
     for statement in [
-        *migrations._partitioned(s, migrations._v1(s, "simple"), partitions),
+        *migrations._partitioned(s, migrations._v1(s, "simple", pgvector(conn)), partitions),
         *migrations._v2(s, "simple"),
     ]:
         conn.execute(text(statement))

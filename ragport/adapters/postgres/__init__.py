@@ -10,6 +10,11 @@ from ragport.adapters.postgres.embedded import (
     embedded_status,
     stop_embedded_server,
 )
+from ragport.adapters.postgres.host_migrations import (
+    alembic_include_name,
+    migrate,
+    pending_sql,
+)
 from ragport.adapters.postgres.status import PostgresStatusStore
 from ragport.adapters.postgres.store import PostgresStore
 
@@ -19,11 +24,14 @@ __all__ = [
     "PostgresCheckpointStore",
     "PostgresStatusStore",
     "PostgresStore",
+    "alembic_include_name",
     "copy_schema",
     "default_data_dir",
     "dump_schema",
     "embedded_server",
     "embedded_status",
+    "migrate",
+    "pending_sql",
     "restore_schema",
     "stop_embedded_server",
 ]

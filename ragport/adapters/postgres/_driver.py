@@ -104,16 +104,9 @@ def driver_connection(conn: PooledConnection | Connection) -> psycopg.Connection
     assert isinstance(dbapi, psycopg.Connection)
     info = conn.connection.info
     if not info.get("ragport_vector"):
-        from pgvector.psycopg import register_vector
+        from ragport.adapters.postgres.extension import register_vector_type
 
-        try:
-            register_vector(dbapi)
-        except psycopg.ProgrammingError as exc:
-            raise CapabilityError(
-                "the pgvector extension is not installed in this database; run `ragport db "
-                "upgrade` (or PostgresStore(..., create=True)) as a role allowed to create it",
-                capability="vector",
-            ) from exc
+        register_vector_type(dbapi)  # CapabilityError when the extension is missing
         info["ragport_vector"] = True
     return dbapi
 

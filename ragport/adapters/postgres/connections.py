@@ -24,6 +24,7 @@ from sqlalchemy import Connection, Engine, text
 
 from ragport.adapters.postgres import reads
 from ragport.adapters.postgres._driver import driver_connection, make_engine, translate_errors
+from ragport.adapters.postgres.extension import PgVector, pgvector
 from ragport.adapters.postgres.pool import wait_for_connection, watch
 from ragport.adapters.postgres.reads import RawRead
 from ragport.adapters.postgres.schema import (
@@ -84,6 +85,7 @@ class StoreConnections:
         self._checked = False
         # A view made by ``joined``: every read and write on this host's connection.
         self._joined: Connection | None = None
+        self._vector: PgVector | None = None
 
     @property
     def engine(self) -> Engine:
@@ -193,6 +195,19 @@ class StoreConnections:
                 "run `ragport db upgrade` or PostgresStore(..., create=True)"
             )
         self._checked = True
+
+    def _pgvector(self) -> PgVector:
+        """How SQL names pgvector's objects here: in the schema its extension lives in, read
+        from the catalog once."""
+        if self._vector is None:
+            operation = "find the vector extension"
+            with translate_errors(operation):
+                if self._joined is not None:  # a view: the host's connection, no other
+                    self._vector = pgvector(self._host(operation))
+                else:
+                    with self._checkout(operation) as conn:
+                        self._vector = pgvector(conn)
+        return self._vector
 
     # -- connections -----------------------------------------------------------------------------
     @contextmanager

@@ -26,6 +26,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ragport.adapters.postgres._driver import translate_errors
+from ragport.adapters.postgres.extension import pgvector
 from ragport.domain.errors import RagportError, ValidationError
 
 __all__ = [
@@ -247,10 +248,11 @@ class VectorIndexes:
             {"k": zlib.crc32(f"ragport:{self._schema}:hnsw:{dimensions}".encode())},
         )
         conn.execute(text(f"SET LOCAL maintenance_work_mem = '{build_memory}'"))
+        vec = pgvector(conn)  # the extension's schema: the index names its operator class
         conn.execute(
             text(
                 f"CREATE INDEX IF NOT EXISTS records_hnsw_{dimensions} ON {self._s}.record_vectors "
-                f"USING hnsw ((embedding::vector({dimensions})) vector_cosine_ops) "
+                f"USING hnsw ((embedding::{vec.type(dimensions)}) {vec.cosine_ops}) "
                 f"WITH (m = {self.build.m}, ef_construction = {self.build.ef_construction}) "
                 f"WHERE dimensions = {dimensions}"
             )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from ragport.adapters.postgres.extension import PgVector
 from ragport.adapters.postgres.predicate import (
     RSCOPE,
     SCOPE,
@@ -112,7 +113,7 @@ def foreign_rows_sql(s: str) -> str:
     return pointer_cte(s) + f"SELECT * FROM ({foreign_sql(s)}) x"
 
 
-def _nearest(s: str, dims: int, order: str, where: str, tables: str = "") -> str:
+def _nearest(s: str, vec: PgVector, dims: int, order: str, where: str, tables: str = "") -> str:
     """The row keys (and ``distance``) of the nearest vectors to ``:q`` whose record passes
     ``where``, in ``order``.
 
@@ -122,7 +123,7 @@ def _nearest(s: str, dims: int, order: str, where: str, tables: str = "") -> str
     iterative scan keeps producing candidates until ``LIMIT`` rows passed the predicate.
     """
     return (
-        f"SELECT v.row_key, (v.embedding::vector({dims}) <=> :q) AS distance "
+        f"SELECT v.row_key, {_distance(vec, dims)} AS distance "
         f"FROM {s}.record_vectors v WHERE v.tenant_id = :t AND v.resource_id = :r "
         f"AND v.corpus_id = :c AND v.dimensions = {dims} "
         f"AND (SELECT true FROM {s}.records r{tables} WHERE {where} "
@@ -130,8 +131,14 @@ def _nearest(s: str, dims: int, order: str, where: str, tables: str = "") -> str
     )
 
 
+def _distance(vec: PgVector, dims: int) -> str:
+    """The cosine distance of a row's vector to ``:q``, in the form the HNSW index of
+    ``dims`` serves (its expression and operator class; ``indexes.VectorIndexes.create``)."""
+    return f"(v.embedding::{vec.type(dims)} {vec.cosine_distance} :q)"
+
+
 def vector_leg(
-    s: str, dims: int, limit: int, where: str, *, joined: bool = False
+    s: str, dims: int, limit: int, where: str, *, vec: PgVector, joined: bool = False
 ) -> tuple[str, str]:
     """``(leg, order)``: the nearest ``limit`` rows of ``dims`` dimensions to ``:q`` that pass
     ``where`` (``RECORD_COLUMNS`` and ``distance``), and its ORDER BY ... LIMIT clause.
@@ -143,22 +150,23 @@ def vector_leg(
     iterative scan keeps producing candidates until ``LIMIT`` rows passed (one ``records``
     probe per candidate; the scalar-subquery filter this replaced probed each hit twice).
     ``joined=True`` (a metadata filter) writes a plain join instead, so the planner may also
-    start from the records the filter's GIN index finds and rank them exactly."""
-    order = f"ORDER BY v.embedding::vector({dims}) <=> :q LIMIT {int(limit)}"
+    start from the records the filter's GIN index finds and rank them exactly. ``vec`` names
+    pgvector's type and operator (``extension.PgVector``)."""
+    order = f"ORDER BY {_distance(vec, dims)} LIMIT {int(limit)}"
     scope = (
         "WHERE v.tenant_id = :t AND v.resource_id = :r "
         f"AND v.corpus_id = :c AND v.dimensions = {dims}"
     )
     if joined:
         leg = (
-            f"SELECT {R_COLUMNS}, (v.embedding::vector({dims}) <=> :q) AS distance "
+            f"SELECT {R_COLUMNS}, {_distance(vec, dims)} AS distance "
             f"FROM {s}.record_vectors v JOIN {s}.records r ON r.tenant_id = v.tenant_id "
             "AND r.resource_id = v.resource_id AND r.corpus_id = v.corpus_id "
             f"AND r.row_key = v.row_key {scope} AND {where} {order}"
         )
         return leg, order
     leg = (
-        f"SELECT {R_COLUMNS}, (v.embedding::vector({dims}) <=> :q) AS distance "
+        f"SELECT {R_COLUMNS}, {_distance(vec, dims)} AS distance "
         f"FROM {s}.record_vectors v CROSS JOIN LATERAL (SELECT {RECORD_COLUMNS} "
         f"FROM {s}.records r WHERE {where} AND r.row_key = v.row_key OFFSET 0) r "
         f"{scope} {order}"
@@ -197,17 +205,19 @@ def vector_sql(s: str, leg: str, *, guarded: bool) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def plain_vector_sql(s: str, dims: int, limit: int, guarded: bool) -> tuple[str, str]:
+def plain_vector_sql(
+    s: str, dims: int, limit: int, guarded: bool, *, vec: PgVector
+) -> tuple[str, str]:
     """``(statement, order)`` of a vector query without grants or a filter (built once)."""
-    leg, order = vector_leg(s, dims, limit, predicate(s, {}, None, None, scalar=True))
+    leg, order = vector_leg(s, dims, limit, predicate(s, {}, None, None, scalar=True), vec=vec)
     return vector_sql(s, leg, guarded=guarded), order
 
 
-def vector_top(s: str, dims: int, order: str) -> Callable[[str], str]:
+def vector_top(s: str, dims: int, order: str, *, vec: PgVector) -> Callable[[str], str]:
     """The vector leg's ``top`` for ``denied_sql``."""
     return lambda where: (
         ", top AS (SELECT r.source_id, r.kind, r.roots "
-        f"FROM ({_nearest(s, dims, order, where, ', sc')}) x "
+        f"FROM ({_nearest(s, vec, dims, order, where, ', sc')}) x "
         f"JOIN {s}.records r ON {RSCOPE} AND r.row_key = x.row_key)"
     )
 

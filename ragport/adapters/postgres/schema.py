@@ -4,7 +4,10 @@ Every table lives in the schema the host names. Every primary key and unique con
 starts with ``tenant_id`` so the tables can be distributed by tenant (Citus or native
 partitioning); ``schema_migrations`` is the one tenant-free bookkeeping table (a reference
 table under Citus). Migrations run only on request (``upgrade`` / ``PostgresStore(create=True)``
-/ ``ragport db upgrade``), each in its own transaction, serialized by an advisory lock.
+/ ``ragport db upgrade`` / a host's ``migrate``), in the caller's transaction, serialized by an
+advisory lock. ``plan`` builds every pending statement from the catalog before any runs, so
+``pending_sql`` prints exactly what ``upgrade`` executes. pgvector's objects are named in the
+schema its extension lives in (``extension.PgVector``).
 """
 
 from __future__ import annotations
@@ -13,25 +16,36 @@ import re
 import zlib
 from collections.abc import Callable, Sequence
 
+import attrs
 from sqlalchemy import Connection, text
 
 from ragport.adapters.postgres.embedders import migration_sql as sole_embedder_sql
+from ragport.adapters.postgres.extension import PgVector, extension_plan
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M, merge_function_sql
 from ragport.adapters.postgres.queries import impact_function
 from ragport.adapters.postgres.vector_writes import vector_writes_sql
-from ragport.domain.errors import ValidationError
+from ragport.domain.errors import CapabilityError, ValidationError
 
-__all__ = ["LATEST_VERSION", "MIGRATIONS", "quote_schema", "upgrade", "validate_schema_name"]
+__all__ = [
+    "LATEST_VERSION",
+    "MIGRATIONS",
+    "Migration",
+    "lock_sql",
+    "plan",
+    "quote_schema",
+    "upgrade",
+    "validate_schema_name",
+]
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _TEXT_SEARCH_CONFIG = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
-def validate_schema_name(name: object) -> str:
+def validate_schema_name(name: object, *, field: str = "schema") -> str:
     """Accept lower-case identifiers only: no quoting games, no SQL metacharacters."""
     if not isinstance(name, str) or not _SCHEMA_NAME.fullmatch(name) or name.startswith("pg_"):
         raise ValidationError(
-            "schema must match [a-z_][a-z0-9_]{0,62} and not start with pg_", field="schema"
+            f"{field} must match [a-z_][a-z0-9_]{{0,62}} and not start with pg_", field=field
         )
     return name
 
@@ -48,10 +62,11 @@ def quote_schema(name: str) -> str:
     return '"' + validate_schema_name(name) + '"'
 
 
-def _v1(s: str, ts_config: str) -> Sequence[str]:
+def _v1(s: str, ts_config: str, vec: PgVector) -> Sequence[str]:
+    """The tables of records, scopes, grants, tombstones and ingestion status (the ``vector``
+    extension is installed before, by ``extension.extension_plan``)."""
     scope = "tenant_id text NOT NULL, resource_id text NOT NULL, corpus_id text NOT NULL"
     return (
-        "CREATE EXTENSION IF NOT EXISTS vector",
         f"CREATE SCHEMA IF NOT EXISTS {s}",
         f"""CREATE TABLE IF NOT EXISTS {s}.scopes (
             {scope},
@@ -69,7 +84,7 @@ def _v1(s: str, ts_config: str) -> Sequence[str]:
             kind text NOT NULL CHECK (kind IN ('chunk', 'derived')),
             text text NOT NULL,
             metadata jsonb NOT NULL DEFAULT '{{}}'::jsonb,
-            embedding vector NOT NULL,
+            embedding {vec.type()} NOT NULL,
             embedder_id text,
             dimensions integer NOT NULL CHECK (dimensions > 0),
             retired_generation bigint,
@@ -258,7 +273,7 @@ def _v3(s: str) -> Sequence[str]:
     )
 
 
-def _v4(s: str, schema: str) -> Sequence[str]:
+def _v4(s: str, schema: str, vec: PgVector) -> Sequence[str]:
     """Vectors in a table of their own, so that changing a row never rewrites its vector.
 
     ``records`` gets a surrogate ``row_key`` (from the ``record_keys`` sequence, unique per
@@ -277,7 +292,7 @@ def _v4(s: str, schema: str) -> Sequence[str]:
         "AND indexname ~ '^records_hnsw_[0-9]+$' LOOP "
         f"EXECUTE format('DROP INDEX {s}.%I', 'records_hnsw_' || d); "
         f"EXECUTE format('CREATE INDEX %I ON {s}.record_vectors USING hnsw "
-        "((embedding::vector(%s)) vector_cosine_ops) "
+        f"((embedding::{vec.type()}(%s)) {vec.cosine_ops}) "
         f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}) WHERE dimensions = %s', "
         "'records_hnsw_' || d, d, d); END LOOP; END $$"
     )
@@ -290,7 +305,7 @@ def _v4(s: str, schema: str) -> Sequence[str]:
             {scope},
             row_key bigint NOT NULL,
             dimensions integer NOT NULL CHECK (dimensions > 0),
-            embedding vector NOT NULL,
+            embedding {vec.type()} NOT NULL,
             CONSTRAINT record_vectors_pkey PRIMARY KEY (tenant_id, resource_id, corpus_id, row_key)
         )""",
         # Exact scans read vectors inline instead of from TOAST (3-4x faster, measured).
@@ -526,28 +541,48 @@ def contiguous_version(applied: frozenset[int]) -> int:
     return version
 
 
-def upgrade(
+@attrs.frozen
+class Migration:
+    """One pending migration: its version and the statements that apply it, the last of
+    which records it in ``schema_migrations``."""
+
+    version: int
+    statements: tuple[str, ...]
+
+
+def lock_sql(schema: str) -> str:
+    """The transaction-level advisory lock that serializes upgraders of ``schema``."""
+    return f"SELECT pg_advisory_xact_lock({zlib.crc32(f'ragport:{schema}'.encode())})"
+
+
+def plan(
     conn: Connection,
     schema: str,
     *,
     text_search_config: str = "english",
     partitions: int | None = None,
-) -> list[int]:
-    """Apply missing migrations inside the caller's transaction; return the versions applied.
+    extension_schema: str | None = None,
+) -> list[Migration]:
+    """The migrations ``schema`` lacks, in order, with every statement built from the catalog
+    as it is now (nothing is written). Migration 1 starts by installing the ``vector``
+    extension when it is missing (``extension_schema``: see ``extension.extension_plan``); a
+    schema past migration 1 whose extension is gone is a ``CapabilityError``.
 
-    Idempotent: re-running applies nothing. Concurrent upgraders wait on an advisory lock.
-    ``partitions=N`` creates the tenant tables ``PARTITION BY HASH (tenant_id)`` with N
-    partitions; it is chosen when the schema is created, and naming another layout for an
-    existing schema is a ``ValidationError`` (move the data with dump and restore).
+    A schema with another partition layout than ``partitions`` is a ``ValidationError``.
     """
     s = quote_schema(schema)
     ts = validate_text_search_config(text_search_config)
     partitions = validate_partitions(partitions)
-    conn.execute(
-        text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(f"ragport:{schema}".encode())}
-    )
-    applied: list[int] = []
+    if extension_schema is not None:
+        validate_schema_name(extension_schema, field="extension_schema")
+    install, vec = extension_plan(conn, extension_schema)
     done = applied_versions(conn, schema)
+    if install and 1 in done:
+        raise CapabilityError(
+            f"schema {schema!r} exists but the vector extension its tables use is not "
+            "installed; restore the database from a backup",
+            capability="vector",
+        )
     if partitions is not None and done and partition_count(conn, schema) != partitions:
         raise ValidationError(
             f"schema {schema!r} exists with another layout; partitions are chosen when it is "
@@ -556,39 +591,70 @@ def upgrade(
         )
     # Later migrations create their tables in the layout ``records`` already has.
     layout = partitions if not done else partition_count(conn, schema)
-    # Each migration's statements, built when it runs (7 reads the catalog as the earlier
-    # ones left it).
+    # 7 derives tsv_impact from the tsv expression migration 1 wrote (or will write).
+    tsv = f"to_tsvector('{ts}'::regconfig, text)"
     steps: dict[int, Callable[[], Sequence[str]]] = {
-        1: lambda: _partitioned(s, _v1(s, ts), partitions),
+        1: lambda: (*install, *_partitioned(s, _v1(s, ts, vec), partitions)),
         2: lambda: _partitioned(s, _v2(s, ts), layout),
         3: lambda: _partitioned(s, _v3(s), layout),
-        4: lambda: _partitioned(s, _v4(s, schema), layout),
+        4: lambda: _partitioned(s, _v4(s, schema, vec), layout),
         5: lambda: _v5(s),
         6: lambda: _v6(s),
-        7: lambda: _v7(s, _tsv_expression(conn, s)),
+        7: lambda: _v7(s, _tsv_expression(conn, s) if 1 in done else tsv),
         8: lambda: _partitioned(s, _v8(s), layout),
         9: lambda: _partitioned(s, _v9(s), layout),
         10: lambda: merge_function_sql(s),
         11: lambda: vector_writes_sql(s),
         12: lambda: sole_embedder_sql(s),
     }
+    pending = []
     # Every migration not recorded yet, in order: one that was released after a later one had
     # been applied still runs (each migration is self-contained).
     for target in sorted(MIGRATIONS):
-        if target in done:
-            continue
-        for statement in steps[target]():
+        if target not in done:
+            pending.append(Migration(target, (*steps[target](), *_record(s, target))))
+    return pending
+
+
+def _record(s: str, version: int) -> tuple[str, str]:
+    description = MIGRATIONS[version].replace("'", "''")
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {s}.schema_migrations (
+            version integer PRIMARY KEY, description text NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now())""",
+        f"INSERT INTO {s}.schema_migrations (version, description) "
+        f"VALUES ({int(version)}, '{description}')",
+    )
+
+
+def upgrade(
+    conn: Connection,
+    schema: str,
+    *,
+    text_search_config: str = "english",
+    partitions: int | None = None,
+    extension_schema: str | None = None,
+) -> list[int]:
+    """Apply missing migrations inside the caller's transaction; return the versions applied.
+
+    Idempotent: re-running applies nothing. Concurrent upgraders wait on an advisory lock.
+    Never commits: the caller's commit publishes the migrations, its rollback discards them.
+    ``partitions=N`` creates the tenant tables ``PARTITION BY HASH (tenant_id)`` with N
+    partitions; it is chosen when the schema is created, and naming another layout for an
+    existing schema is a ``ValidationError`` (move the data with dump and restore).
+    ``extension_schema``: where to create the ``vector`` extension when it is missing (see
+    ``extension.extension_plan``). Hosts call ``ragport.adapters.postgres.migrate``.
+    """
+    quote_schema(schema)
+    conn.execute(text(lock_sql(schema)))
+    pending = plan(
+        conn,
+        schema,
+        text_search_config=text_search_config,
+        partitions=partitions,
+        extension_schema=extension_schema,
+    )
+    for migration in pending:
+        for statement in migration.statements:
             conn.execute(text(statement))
-        conn.execute(
-            text(
-                f"""CREATE TABLE IF NOT EXISTS {s}.schema_migrations (
-                    version integer PRIMARY KEY, description text NOT NULL,
-                    applied_at timestamptz NOT NULL DEFAULT now())"""
-            )
-        )
-        conn.execute(
-            text(f"INSERT INTO {s}.schema_migrations (version, description) VALUES (:v, :d)"),
-            {"v": target, "d": MIGRATIONS[target]},
-        )
-        applied.append(target)
-    return applied
+    return [m.version for m in pending]

@@ -371,12 +371,16 @@ class PostgresStore(StoreMaintenance):
         if guard is not None:
             params.update(e=guard[0], ed=int(guard[1]))
         if authorization is None and not metadata_filter:
-            sql, order = queries.plain_vector_sql(self._s, dims, limit, guard is not None)
+            sql, order = queries.plain_vector_sql(
+                self._s, dims, limit, guard is not None, vec=self._pgvector()
+            )
         else:
             # The pointer and the tombstones enter as scalar subqueries (InitPlans), not joins.
             where = predicate(self._s, params, authorization, metadata_filter, scalar=True)
             joined = bool(metadata_filter)
-            leg, order = queries.vector_leg(self._s, dims, limit, where, joined=joined)
+            leg, order = queries.vector_leg(
+                self._s, dims, limit, where, vec=self._pgvector(), joined=joined
+            )
             sql = queries.vector_sql(self._s, leg, guarded=guard is not None)
         # ``ef_search`` (default 200) for a plain query; filters and grants thin the graph
         # walk out: search wider then, twice per predicate (measured at 100k rows: recall@10
@@ -404,7 +408,7 @@ class PostgresStore(StoreMaintenance):
                     metadata_filter,
                     authorization,
                     on_denied,
-                    top=queries.vector_top(self._s, dims, order),
+                    top=queries.vector_top(self._s, dims, order, vec=self._pgvector()),
                 )
             foreign: frozenset[EmbedderKey] = frozenset()
             if guard is not None and rows and rows[0].ok is False:
