@@ -278,6 +278,37 @@ def test_an_extension_installed_off_the_search_path_is_used_where_it_is(bare_dat
         engine.dispose()
 
 
+def test_a_joined_view_finds_the_extension_on_the_hosts_connection(bare_database):
+    """A store's first call through ``joined(connection)`` reads where the extension lives on
+    the host's connection: the call (a write and a vector read, the extension off the
+    search_path) takes no second connection from the pool.
+
+    If this fails, check ``StoreConnections._pgvector`` (a view uses ``_host``).
+    """
+    engine = make_engine(bare_database)
+    checkouts: list[int] = []
+    event.listen(engine, "checkout", lambda *_: checkouts.append(1))
+    try:
+        with engine.begin() as conn:
+            migrate(conn, schema="ragport", extension_schema="extensions")
+        store = PostgresStore(engine, schema="ragport", maintenance_delay=None)
+        checkouts.clear()
+        with engine.connect() as conn, conn.begin():
+            view = store.joined(conn)
+            ragport.replace_source(
+                source_id="leave",
+                chunks=ragport.chunk_text("Parental leave lasts 16 weeks.", source_id="leave"),
+                embedder=EMB,
+                store=view,
+                scope=SCOPE,
+            )
+            hits = view.query(SCOPE, EMB.embed(["parental leave"])[0], limit=5)
+            assert [h.record.source_id for h in hits] == ["leave"]
+            assert len(checkouts) == 1  # the host's connection, and no other
+    finally:
+        engine.dispose()
+
+
 def test_a_bad_extension_schema_name_is_refused(pg_engine, pg_schema):
     """``extension_schema`` follows the rule of schema names.
 
