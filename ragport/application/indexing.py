@@ -155,7 +155,8 @@ def _embed_with_reuse(
     return out
 
 
-def replace_source(
+# Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
+def replace_source(  # noqa: PLR0913
     *,
     source_id: str,
     chunks: Sequence[Chunk],

@@ -337,7 +337,8 @@ def _scope_source_ids(store: ChunkStore, scope: Scope) -> frozenset[str]:
         after = page[-1]
 
 
-def sync_knowledge(
+# Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
+def sync_knowledge(  # noqa: C901, PLR0913, PLR0915
     *,
     connector: Connector,
     checkpoints: CheckpointStore,

@@ -36,7 +36,8 @@ class _ReadWith:
         return self._connector.changes(cursor)
 
 
-def sync_connector(
+# Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
+def sync_connector(  # noqa: PLR0913
     connector: Connector,
     *,
     stores: Stores,

@@ -98,7 +98,8 @@ def _no_config_option(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument("--no-config", action="store_true", default=default, help=NO_CONFIG_HELP)
 
 
-def _parser() -> argparse.ArgumentParser:
+# Allow-listed function shape (pyproject [tool.ruff.lint]): the whole argument parser; each command registers its own subparser (issue 42).
+def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     from importlib.metadata import PackageNotFoundError, version
 
     try:

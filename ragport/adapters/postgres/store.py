@@ -111,7 +111,8 @@ class PostgresStore(StoreMaintenance):
 
     provider = "postgres"
 
-    def __init__(
+    # Allow-listed function shape (pyproject [tool.ruff.lint]): the store's documented tuning keywords; a settings value replaces them (issue 41).
+    def __init__(  # noqa: PLR0913
         self,
         url_or_engine: str | Engine,
         *,
