@@ -4,7 +4,8 @@ Every failure a caller can act on is a subclass of :class:`RagportError`::
 
     RagportError
     ├── ValidationError          bad input, or a value past a hard ceiling (names the limit)
-    │   └── ScopeError           a scope that is malformed or does not match the caller
+    │   ├── ScopeError           a scope that is malformed or does not match the caller
+    │   └── ForgottenError       a write to an id a deletion propagation forgot (.source_id)
     ├── CapabilityError          the adapter cannot do this safely (no transactions, no ACL, ...)
     ├── StoreError               the storage backend failed (connection lost, schema missing, ...)
     │   └── ReplicaLagError      a read replica had not replayed the caller's write in time
@@ -39,6 +40,7 @@ __all__ = [
     "CapabilityError",
     "EmbedderError",
     "EmbedderMismatchError",
+    "ForgottenError",
     "LoadError",
     "ParseError",
     "PropagationError",
@@ -121,6 +123,27 @@ class ScopeError(ValidationError):
     """A scope is malformed, foreign to the caller's tenant, or not among the requested ones."""
 
     code = "ERR_RAG_SCOPE"
+
+
+class ForgottenError(ValidationError):
+    """A write names an id that a ``forgotten`` tombstone withholds in its scope.
+
+    Whatever were written under that id would never be served to anyone, so nothing is
+    written. ``source_id`` is the forgotten id (ids are not secret); ``field`` the argument
+    that named it. To write under the id again, re-admit it deliberately first:
+    ``ragport.application.readmit_source`` (command line: ``ragport readmit ID``), an audited
+    operation that also removes whatever is left of the forgotten content.
+    """
+
+    code = "ERR_RAG_FORGOTTEN"
+
+    def __init__(self, source_id: str, *, field: str = "source_id") -> None:
+        super().__init__(
+            f"{source_id!r} was forgotten in this scope: nothing was written (it would never "
+            "be served); re-admit it deliberately first (readmit_source, `ragport readmit`)",
+            field=field,
+        )
+        self.source_id = source_id
 
 
 class CapabilityError(RagportError):

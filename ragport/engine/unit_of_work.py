@@ -345,6 +345,30 @@ class _Tombstones(_Part):
     def list(self) -> Sequence[Tombstone]:
         return sorted(self._read(lambda w: list(w.tombstones())), key=lambda t: t.id)
 
+    def get(self, ids: Sequence[str]) -> Mapping[str, Tombstone]:
+        wanted = _ids(ids, "ids")
+        if not wanted:
+            return {}
+        # The narrow port lists a scope's tombstones whole (as the engine's reads do).
+        found = self._read(lambda w: {t.id: t for t in w.tombstones()})
+        return {i: found[i] for i in wanted if i in found}
+
+    def readmit(self, ids: Sequence[str]) -> int:
+        self._open()
+        wanted = set(_ids(ids, "ids"))
+
+        def readmit(w: BackendWriter) -> int:
+            changed = [
+                Tombstone(t.id, "corrected")
+                for t in w.tombstones()
+                if t.id in wanted and t.reason == "forgotten"
+            ]
+            if changed:
+                w.put_tombstones(changed)
+            return len(changed)
+
+        return self._write(readmit) if wanted else 0
+
 
 class BackendUnitOfWork:
     """``UnitOfWork`` over one ``BackendWriter``; ``BackendStore.unit_of_work`` makes it."""

@@ -187,6 +187,25 @@ class TombstoneRepository(Protocol):
         """Every tombstone of the scope, ordered by id."""
         ...
 
+    def get(self, ids: Sequence[str]) -> Mapping[str, Tombstone]:
+        """The tombstones that exist for ``ids`` (ids without one are absent from the map).
+
+        What a write checks before it writes under an id: a cost that follows ``ids``, not
+        the scope's tombstones (``list`` reads them all)."""
+        ...
+
+    def readmit(self, ids: Sequence[str]) -> int:
+        """Turn the ``forgotten`` tombstone of each of ``ids`` into a ``corrected`` one: the
+        only way an id stops being withheld. Returns how many ids changed (ids with a
+        ``corrected`` tombstone or none change nothing).
+
+        The row stays as the record that the id was forgotten once (a later ``forgotten``
+        tombstone upgrades it again). Records still named by another ``forgotten`` tombstone
+        stay withheld; a store keeping statistics of what it serves (BM25) counts the records
+        this makes servable again. ``ragport.application.readmit_source`` is the use case: it
+        purges the id's own records first, so nothing forgotten comes back."""
+        ...
+
 
 class UnitOfWork(Protocol):
     """One transaction over one scope.

@@ -1,6 +1,7 @@
 """The write-time BM25 statistics of the PostgreSQL store stay equal to a recomputation.
 
-Random sequences of replace, delete, retire, forget, derive, repoint, rollback and compaction;
+Random sequences of replace, delete, retire, forget, re-admit, derive, repoint, rollback and
+compaction;
 after each step the deltas summed at every readable pointer equal N, total length and df
 recomputed from the rows visible there that no ``forgotten`` tombstone names (forgotten rows
 leave the statistics when the tombstone is written), and the lexical leg's scores (top-k
@@ -57,6 +58,7 @@ _op = st.one_of(
     st.tuples(st.just("retire"), st.sampled_from(SOURCES)),
     st.tuples(st.just("forget"), st.sampled_from(SOURCES)),
     st.tuples(st.just("forget"), st.sampled_from(DERIVED)),
+    st.tuples(st.just("readmit"), st.sampled_from(SOURCES + DERIVED)),
     st.tuples(
         st.just("derive"),
         st.sampled_from(DERIVED),
@@ -87,6 +89,10 @@ def _apply(store: PostgresStore, scope: ragport.Scope, op: tuple) -> None:
     elif kind == "forget":
         with store.unit_of_work(scope) as uow:
             uow.tombstones.add([Tombstone(op[1])])
+            uow.commit()
+    elif kind == "readmit":  # the repository's own: the rows stay, and count again
+        with store.unit_of_work(scope) as uow:
+            uow.tombstones.readmit([op[1]])
             uow.commit()
     elif kind == "derive":
         with contextlib.suppress(RagportError):  # e.g. a lineage naming a forgotten source
@@ -324,6 +330,41 @@ def test_renaming_rows_past_a_tombstone_moves_their_statistics(
             uow.commit()
         _check_statistics(store, scope, s)
     _check_scores(store, scope, s, ["apple", "cedar", "fjord"], 3)
+
+
+def test_readmit_puts_back_what_forgetting_took_from_the_statistics(
+    store: PostgresStore, pg_schema: str
+) -> None:
+    """Re-admitting an id (``TombstoneRepository.readmit``) counts again exactly the rows no
+    other ``forgotten`` tombstone names: s0's rows and d0 (resting on s0 only), not d1 (also
+    resting on a root still forgotten); then ``readmit_source`` purges a forgotten source.
+    The statistics stay equal to a recomputation and the scores to the reference. If this
+    fails, check adapters/postgres/tombstones.py tombstones_readmit."""
+    scope = ragport.Scope("tenant-1", "kb", "c" + uuid.uuid4().hex[:12])
+    s = f'"{pg_schema}"'
+    for src, words in (("s0", "apple brook"), ("s1", "cedar delta delta"), ("s2", "ember")):
+        ragport.replace_source(
+            source_id=src, chunks=[ragport.Chunk.of(src, 0, words)], embedder=EMB,
+            store=store, scope=scope,
+        )  # fmt: skip
+    for record_id, lineage in (("d0", ["s0"]), ("d1", ["s0", "s1"])):
+        ragport.index_derived(
+            record_id=record_id, text=f"fjord apple {record_id}", lineage=lineage, embedder=EMB,
+            store=store, scope=scope,
+        )  # fmt: skip
+    with store.unit_of_work(scope) as uow:
+        uow.tombstones.add([Tombstone("s0"), Tombstone("s1")])
+        uow.commit()
+    _check_statistics(store, scope, s)
+    with store.unit_of_work(scope) as uow:
+        assert uow.tombstones.readmit(["s0", "s2"]) == 1
+        uow.commit()
+    _check_statistics(store, scope, s)
+    _check_scores(store, scope, s, ["apple", "cedar", "fjord"], 4)
+    result = ragport.application.readmit_source(source_id="s1", store=store, scope=scope)
+    assert (result.readmitted, result.purged) == (True, 1)
+    _check_statistics(store, scope, s)
+    _check_scores(store, scope, s, ["apple", "cedar", "fjord"], 4)
 
 
 def test_upgrade_from_version_3_takes_forgotten_rows_out_of_the_statistics(

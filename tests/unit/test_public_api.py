@@ -25,6 +25,7 @@ API_NAMES = {
 EXPORTED = {
     "ABSOLUTE_CAPS", "Ceilings", "DEFAULT_CEILINGS",  # issue 26: raised ceilings
     "SharedGeneration",  # issue 26: one generation per command
+    "ForgottenError",  # issue 44: a write to a forgotten id (every error is exported)
     "AbortedError", "Access", "AccessDecision", "AccessDenial", "AccessDeniedError",
     "Authorization", "Capabilities", "CapabilityError", "Chunk", "Citation", "CompactResult",
     "ContextBlock", "DEFAULT_LIMITS", "DeletionPropagator", "EmbedderError",

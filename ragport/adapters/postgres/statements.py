@@ -36,6 +36,7 @@ __all__ = [
     "live_insert",
     "live_sql",
     "lock_scope",
+    "named_by_nf",
     "owners_sql",
     "rekey_clash_sql",
     "rekey_stats",
@@ -301,6 +302,34 @@ def grants_upsert(s: str) -> str:
     )
 
 
+def named_by_nf(s: str) -> str:
+    """``(generation, id)`` of every row (every generation) that an id of the CTE ``nf``
+    names by its id, source, lineage or roots."""
+    # The rows the ids name, found per id through the indexes on (scope, id), source_id,
+    # lineage and roots (never one big array compared with every row). The lineage and roots
+    # probes run per id whatever the planner thinks of the scope: each is a LATERAL subquery
+    # (OFFSET 0 keeps it one) in which resource and corpus are tested with IS NOT DISTINCT
+    # FROM, which no index serves, so the GIN index is the one that narrows the rows (the
+    # tenant stays an equality: partitions are pruned and Citus routes by it). Planned as a
+    # join, a corpus loaded since the last ANALYZE looked like one row, and the plan compared
+    # every id with every row of it (100,000 ids x 10,000 rows: 9 minutes; bench/RESULTS.md).
+    by = f"SELECT n.generation, n.id FROM nf JOIN {s}.records n ON n.tenant_id = :t "
+    by += "AND n.resource_id = :r AND n.corpus_id = :c AND "
+    probe = (
+        f"SELECT n.generation, n.id FROM nf CROSS JOIN LATERAL (SELECT generation, id "
+        f"FROM {s}.records WHERE tenant_id = :t "
+        "AND resource_id IS NOT DISTINCT FROM :r AND corpus_id IS NOT DISTINCT FROM :c AND "
+    )
+    return " UNION ".join(
+        (
+            by + "n.id = nf.id",
+            by + "n.source_id = nf.id",
+            probe + "lineage && ARRAY[nf.id] OFFSET 0) n",
+            probe + "roots && ARRAY[nf.id] OFFSET 0) n",
+        )
+    )
+
+
 def tombstones_insert(s: str) -> str:
     """Insert tombstones ``:ids`` with ``:reasons`` (pairwise); an existing ``corrected`` one
     becomes ``forgotten``, never the reverse. Answers ``inserted`` per new id.
@@ -323,34 +352,11 @@ def tombstones_insert(s: str) -> str:
         "RETURNING id, reason), "
         "nf AS (SELECT id FROM written WHERE reason = 'forgotten'), "
     )
-    # The rows the new ids name, found per id through the indexes on (scope, id), source_id,
-    # lineage and roots (never one big array compared with every row). The lineage and roots
-    # probes run per id whatever the planner thinks of the scope: each is a LATERAL subquery
-    # (OFFSET 0 keeps it one) in which resource and corpus are tested with IS NOT DISTINCT
-    # FROM, which no index serves, so the GIN index is the one that narrows the rows (the
-    # tenant stays an equality: partitions are pruned and Citus routes by it). Planned as a
-    # join, a corpus loaded since the last ANALYZE looked like one row, and the plan compared
-    # every id with every row of it (100,000 ids x 10,000 rows: 9 minutes; bench/RESULTS.md).
-    by = f"SELECT n.generation, n.id FROM nf JOIN {s}.records n ON n.tenant_id = :t "
-    by += "AND n.resource_id = :r AND n.corpus_id = :c AND "
-    probe = (
-        f"SELECT n.generation, n.id FROM nf CROSS JOIN LATERAL (SELECT generation, id "
-        f"FROM {s}.records WHERE tenant_id = :t "
-        "AND resource_id IS NOT DISTINCT FROM :r AND corpus_id IS NOT DISTINCT FROM :c AND "
-    )
-    named = " UNION ".join(
-        (
-            by + "n.id = nf.id",
-            by + "n.source_id = nf.id",
-            probe + "lineage && ARRAY[nf.id] OFFSET 0) n",
-            probe + "roots && ARRAY[nf.id] OFFSET 0) n",
-        )
-    )
     return with_stats(
         s,
         "SELECT r.retired_generation AS plus, r.generation AS minus, r.tsv, "
-        f"r.stats_batch AS batch FROM ({named}) x JOIN {s}.records r ON {RSCOPE} AND r.id = x.id "
-        f"AND r.generation = x.generation WHERE NOT {withheld(s, 'r.')}",
+        f"r.stats_batch AS batch FROM ({named_by_nf(s)}) x JOIN {s}.records r ON {RSCOPE} "
+        f"AND r.id = x.id AND r.generation = x.generation WHERE NOT {withheld(s, 'r.')}",
         "SELECT written.id NOT IN (SELECT id FROM before) AS inserted FROM written",
         ctes=ctes,
         guard=False,
@@ -382,10 +388,13 @@ NAMED_BY = "id, source_id, lineage, roots"
 """The columns a ``forgotten`` tombstone can name a row by (``withheld``)."""
 
 
-def withheld(s: str, row: str = "chg.", *, lineage: str = "", roots: str = "") -> str:
+def withheld(
+    s: str, row: str = "chg.", *, lineage: str = "", roots: str = "", besides: str = ""
+) -> str:
     """Whether a ``forgotten`` tombstone of the scope names the row ``row`` (a column prefix)
     by its id, its source, its lineage or its roots (``lineage``/``roots``: other arrays to
-    test instead of the row's own). One index probe per name."""
+    test instead of the row's own; ``besides``: a text[] bind whose ids do not count). One
+    index probe per name."""
     names = (
         f"ARRAY[{row}id, {row}source_id] || {lineage or row + 'lineage'} "
         f"|| {roots or row + 'roots'}"
@@ -393,7 +402,8 @@ def withheld(s: str, row: str = "chg.", *, lineage: str = "", roots: str = "") -
     return (
         f"EXISTS (SELECT 1 FROM {s}.tombstones z WHERE z.tenant_id = :t "
         "AND z.resource_id = :r AND z.corpus_id = :c AND z.reason = 'forgotten' "
-        f"AND z.id = ANY({names}))"
+        + (f"AND NOT z.id = ANY(CAST({besides} AS text[])) " if besides else "")
+        + f"AND z.id = ANY({names}))"
     )
 
 

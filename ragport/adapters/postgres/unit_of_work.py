@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, NestedTransaction, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from ragport.adapters.postgres import embedders, reads, rows, statements
+from ragport.adapters.postgres import embedders, reads, rows, statements, tombstones
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
 from ragport.adapters.postgres.background import MaintenanceWorker
 from ragport.adapters.postgres.indexes import VectorIndexes
@@ -26,7 +26,14 @@ from ragport.adapters.postgres.queries import grants_sql
 from ragport.adapters.postgres.reads import RawRead
 from ragport.adapters.postgres.vector_writes import VectorWriter, copy_vectors
 from ragport.domain.errors import RagportError, ValidationError
-from ragport.domain.model import Grant, Record, Scope, Tombstone, strongest_tombstone
+from ragport.domain.model import (
+    Grant,
+    Record,
+    Scope,
+    Tombstone,
+    strongest_tombstone,
+    validate_text,
+)
 from ragport.engine.generations import GenerationSteps
 from ragport.ports.backend import GenerationState
 from ragport.ports.embedder import VectorMatrix
@@ -392,6 +399,35 @@ class _Tombstones:
                 text(statements.tombstones_sql(uow.s)), scope_params(uow.scope)
             ).all()
         return [Tombstone(row.id, row.reason) for row in found]
+
+    def get(self, ids: Sequence[str]) -> Mapping[str, Tombstone]:
+        uow = self._uow
+        wanted = list(dict.fromkeys(validate_text(i, field="ids") for i in _id_list(ids)))
+        if not wanted:
+            return {}
+        with translate_errors("look up tombstones"):
+            found = uow.conn.execute(
+                text(tombstones.tombstones_get_sql(uow.s)), scope_params(uow.scope, ids=wanted)
+            ).all()
+        by_id = {row.id: Tombstone(row.id, row.reason) for row in found}
+        return {i: by_id[i] for i in wanted if i in by_id}
+
+    def readmit(self, ids: Sequence[str]) -> int:
+        uow = self._uow
+        wanted = list(dict.fromkeys(validate_text(i, field="ids") for i in _id_list(ids)))
+        if not wanted:
+            return 0
+        with translate_errors("readmit tombstones"):
+            changed = uow.conn.execute(
+                text(tombstones.tombstones_readmit(uow.s)), scope_params(uow.scope, ids=wanted)
+            ).all()
+        return len(changed)
+
+
+def _id_list(ids: Sequence[str]) -> Sequence[str]:
+    if isinstance(ids, str):
+        raise ValidationError("ids must be a sequence of ids, not one string", field="ids")
+    return ids
 
 
 class PostgresUnitOfWork:

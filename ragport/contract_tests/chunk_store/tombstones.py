@@ -18,7 +18,7 @@ from ragport.contract_tests.chunk_store._helpers import (
     _require_implemented,
 )
 from ragport.domain.model import Tombstone
-from ragport.ports.store import ChunkStore, SupportsForgottenLookup
+from ragport.ports.store import ChunkStore, SupportsForgottenLookup, SupportsLexicalSearch
 
 __all__ = ["ChunkStoreTombstoneContract"]
 
@@ -184,3 +184,94 @@ class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
             uow.commit()
         assert not store.query(SCOPE, hash_vector("alpha"), limit=QUERY_ALL)
         assert _query_pairs(store, OTHER_CORPUS, hash_vector("alpha")) == kept["doc"].pairs
+
+    def test_tombstone_get_answers_by_id(self, store: ChunkStore) -> None:
+        """Checks ``TombstoneRepository.get``: the tombstones of the ids asked for (both
+        reasons), ids without one absent, repeats answered once, nothing of another corpus,
+        and an empty map for no ids; it sees the unit of work's own uncommitted tombstones.
+
+        If this fails, check get: the exact scope, by id, every reason.
+        """
+        with store.unit_of_work(OTHER_CORPUS) as uow:
+            uow.tombstones.add([Tombstone("other")])
+            uow.commit()
+        with store.unit_of_work(SCOPE) as uow:
+            uow.tombstones.add([Tombstone("gone"), Tombstone("fixed", "corrected")])
+            found = uow.tombstones.get(["gone", "fixed", "never", "other", "gone"])
+            assert {i: t.reason for i, t in found.items()} == {
+                "gone": "forgotten",
+                "fixed": "corrected",
+            }
+            assert dict(uow.tombstones.get([])) == {}
+            uow.commit()
+        with store.unit_of_work(SCOPE) as uow:
+            assert set(uow.tombstones.get(["gone", "other"])) == {"gone"}
+
+    def test_readmit_turns_forgotten_into_corrected(self, store: ChunkStore) -> None:
+        """Checks ``TombstoneRepository.readmit``, ``ChunkStore.list_invalidated_ids``: readmit
+        counts the ``forgotten`` ids it turned ``corrected`` (a ``corrected`` id, an id without
+        a tombstone and a rolled-back unit change nothing), the row stays, another corpus's
+        tombstone of the same id stays forgotten, and a later ``forgotten`` one wins again.
+
+        If this fails, check readmit: only ``forgotten`` rows of the exact scope change, to
+        ``corrected`` (never deleted), inside the unit of work.
+        """
+        for scope in (SCOPE, OTHER_CORPUS):
+            with store.unit_of_work(scope) as uow:
+                uow.tombstones.add(
+                    [Tombstone("doc"), Tombstone("src"), Tombstone("ok", "corrected")]
+                )
+                uow.commit()
+        with store.unit_of_work(SCOPE) as uow:
+            assert uow.tombstones.readmit(["doc"]) == 1
+            # not committed: rolled back
+        assert store.list_invalidated_ids(SCOPE) == frozenset({"doc", "src"})
+        with store.unit_of_work(SCOPE) as uow:
+            assert uow.tombstones.readmit(["doc", "ok", "never", "doc"]) == 1
+            uow.commit()
+        assert store.list_invalidated_ids(SCOPE) == frozenset({"src"})
+        assert store.list_invalidated_ids(OTHER_CORPUS) == frozenset({"doc", "src"})
+        with store.unit_of_work(SCOPE) as uow:
+            assert [(t.id, t.reason) for t in uow.tombstones.list()] == [
+                ("doc", "corrected"),
+                ("ok", "corrected"),
+                ("src", "forgotten"),
+            ]
+            assert uow.tombstones.readmit(["doc"]) == 0
+            assert uow.tombstones.readmit([]) == 0
+            assert uow.tombstones.add([Tombstone("doc")]) == 0
+            uow.commit()
+        assert store.list_invalidated_ids(SCOPE) == frozenset({"doc", "src"})
+
+    def test_readmit_serves_what_no_other_tombstone_withholds(self, store: ChunkStore) -> None:
+        """Checks ``TombstoneRepository.readmit``, ``ChunkStore.query``,
+        ``SupportsLexicalSearch.lexical_query``: once ``src`` is re-admitted its records are
+        served again, on the vector leg and every lexical mode, while a derived record resting
+        on it that its own ``forgotten`` tombstone, or a root still forgotten, names stays
+        withheld.
+
+        If this fails, check that the store's tombstone predicate reads the reason (a
+        ``corrected`` tombstone withholds nothing) and that readmit changes only ``:ids``.
+        """
+        publish_sources(store, SCOPE, {"src": ["walrus tusk", "walrus two"], "keep": ["walrus"]})
+        with store.unit_of_work(SCOPE) as uow:
+            staged = uow.generations.stage()
+            for record_id, roots in (("d-own", ("src",)), ("d-both", ("src", "gone"))):
+                batch = derived_batch(SCOPE, record_id, f"walrus {record_id}", roots=roots,
+                                      generation=staged)  # fmt: skip
+                _add(uow, batch)
+            uow.generations.publish(staged)
+            uow.tombstones.add([Tombstone("src"), Tombstone("d-own"), Tombstone("gone")])
+            uow.commit()
+        assert set(_ids(store.query(SCOPE, hash_vector("walrus"), limit=QUERY_ALL))) == {
+            "keep#0001"
+        }
+        with store.unit_of_work(SCOPE) as uow:
+            assert uow.tombstones.readmit(["src"]) == 1
+            uow.commit()
+        served = {"src#0001", "src#0002", "keep#0001"}
+        assert set(_ids(store.query(SCOPE, hash_vector("walrus"), limit=QUERY_ALL))) == served
+        for mode in store.capabilities.lexical_modes:
+            lexical = cast(SupportsLexicalSearch, store)
+            found = lexical.lexical_query(SCOPE, "walrus", limit=QUERY_ALL, mode=mode)
+            assert {r.record.id for r in found} == served, mode
