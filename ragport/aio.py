@@ -153,6 +153,7 @@ class AsyncRag:
     delete_source = _mirror(Rag.delete_source)
     index_derived = _mirror(Rag.index_derived)
     forget = _mirror(Rag.forget)
+    readmit = _mirror(Rag.readmit)
     repoint = _mirror(Rag.repoint)
     rename = _mirror(Rag.rename)
     set_grants = _mirror(Rag.set_grants)

@@ -1,5 +1,6 @@
 """Use cases: orchestrate the domain and the ports. No SQL, no HTTP, no file I/O."""
 
+from ragport.application.admission import ReadmitResult, readmit_source
 from ragport.application.context import (
     ContextBlock,
     Evidence,
@@ -50,6 +51,7 @@ __all__ = [
     "Rag",
     "RagContextProvider",
     "RagDeletionHandler",
+    "ReadmitResult",
     "RenameBatchResult",
     "RenameEvent",
     "RenameFailure",
@@ -73,6 +75,7 @@ __all__ = [
     "index_derived",
     "list_ingestion_status",
     "publish_generation",
+    "readmit_source",
     "replace_document",
     "replace_source",
     "repoint_source",

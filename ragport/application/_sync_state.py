@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ragport.domain.errors import ParseError, SyncCursorError, ValidationError
+from ragport.domain.errors import ForgottenError, ParseError, SyncCursorError, ValidationError
 from ragport.ports.sync import Page
 
 STATE_VERSION = 1
@@ -32,7 +32,10 @@ TRANSIENT_PARSE_REASONS = frozenset({"timeout", "worker", "memory", "dependency"
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """Whether a failed item may succeed on a later run with the same upstream content."""
+    """Whether a failed item may succeed on a later run with the same upstream content (a
+    forgotten id never does until it is re-admitted)."""
+    if isinstance(exc, ForgottenError):
+        return False
     if isinstance(exc, ParseError):
         return exc.reason in TRANSIENT_PARSE_REASONS
     return True

@@ -3,11 +3,12 @@
 index_derived:
 1. Validate ids, text, metadata and lineage.
 2. Redact and embed the text.
-3. In one transaction: refuse an id that names a source of chunks; resolve each lineage id to
-   root sources (a derived record contributes its own roots), refusing an id with no live
-   record in the scope (neither a source of chunks nor a derived record), cycles, lineage
-   deeper than 8 and anything resting on forgotten content; replace the derived record and
-   publish.
+3. In one transaction: refuse an id that names a source of chunks, and a forgotten one
+   (``ForgottenError``: it would never be served); resolve each lineage id to root sources
+   (a derived record contributes its own roots), refusing an id with no live record in the
+   scope (neither a source of chunks nor a derived record), cycles, lineage deeper than 8 and
+   anything resting on forgotten content (``ForgottenError``, field ``lineage``); replace the
+   derived record and publish.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from ragport.application._support import (
     require_scope,
     require_transactions,
 )
+from ragport.application.admission import refuse_forgotten
 from ragport.application.results import ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import staged_write
-from ragport.domain.errors import ValidationError
+from ragport.domain.errors import ForgottenError, ValidationError
 from ragport.domain.limits import Limits
 from ragport.domain.model import (
     Record,
@@ -91,9 +93,7 @@ def _roots(
         frontier = next_frontier
     forgotten = forgotten_ids(uow)
     if forgotten and not forgotten.isdisjoint(seen | roots.keys()):
-        raise ValidationError(
-            "lineage rests on forgotten content: nothing was written", field="lineage"
-        )
+        raise ForgottenError(min(forgotten & (seen | roots.keys())), field="lineage")
     return tuple(roots)
 
 
@@ -136,6 +136,7 @@ def index_derived(
         cast(SupportsPreparation, store).prepare(scope, dimensions=embedder.dimensions)
     with store.unit_of_work(scope) as uow:
         require_kind(uow, record_id, "derived", field="record_id")
+        refuse_forgotten(uow, [record_id], field="record_id")
         roots = _roots(uow, record_id, ids, lim)
         write = staged_write(uow)
         generation = write.generation

@@ -1,18 +1,21 @@
 """replace_document: load, parse, chunk and replace one document atomically.
 
-1. Validate the scope, chunking settings and ``source_id`` (when given); record ``pending``.
+1. Validate the scope, chunking settings, ``source_id`` (when given) and ``grant``; record
+   ``pending``.
 2. Load the bytes with ``loader.load(uri)``; the source id is ``source_id``, else the
    loader's, else ``uri`` (``pending`` is recorded now if it was not yet).
-3. Compute the skip key: SHA-256 over the bytes, the embedder id and dimensions, the chunking
-   settings and the parser id. If every stored row of the source carries it, stop: unchanged
-   (nothing parsed, nothing embedded).
+3. Refuse a source id a deletion propagation forgot (``ForgottenError``). Compute the skip
+   key: SHA-256 over the bytes, the embedder id and dimensions, the chunking settings and the
+   parser id. If every stored row of the source carries it, stop: unchanged (nothing parsed,
+   nothing embedded; a ``grant`` is still set).
 4. Parse under the parser's caps (``ParseError`` on any of them; never partial text).
 5. Chunk: page by page for a paged document (PDF: a chunk never spans pages and carries
    ``metadata["page"]``, 1-based), ``chunk_markdown`` for Markdown output (Markdown, HTML,
    DOCX, reST), ``chunk_text`` otherwise. Loader and parser metadata (title, url, untrusted,
    lang, ...) and ``media_type`` go onto every chunk.
-6. ``replace_source`` with the skip key as content hash: embed first, then swap in one
-   transaction, so any failure up to the commit leaves the previous version fully visible.
+6. ``replace_source`` with the skip key as content hash (and ``grant``): embed first, then
+   swap content and grant in one transaction, so any failure up to the commit leaves the
+   previous version and grant fully visible.
 7. Record ``indexed`` (bytes, chunks) or ``failed`` with a redacted error of at most 256
    characters, then re-raise.
 
@@ -38,15 +41,21 @@ from ragport.application._support import (
     require_scope,
     require_transactions,
 )
-from ragport.application.indexing import ReusableEmbeddings, replace_source
+from ragport.application.admission import first_forgotten
+from ragport.application.indexing import (
+    ReusableEmbeddings,
+    check_grant,
+    replace_source,
+    set_grant,
+)
 from ragport.application.results import ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import base_media_type
-from ragport.domain.errors import ParseError, ValidationError
+from ragport.domain.errors import ForgottenError, ParseError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
-from ragport.domain.model import Chunk, Scope, validate_id
+from ragport.domain.model import Chunk, Grant, Scope, validate_id
 from ragport.ports.documents import DocumentLoader, LoadedDocument, ParsedDocument, Parser
 from ragport.ports.embedder import Embedder
 from ragport.ports.runtime import Abort, Clock
@@ -187,7 +196,12 @@ def prepare_document(
     """Steps 3 to 5 of ``replace_document`` for bytes already loaded (``sync_knowledge`` too):
     the skip key against the stored rows, then parse and chunk. ``pinned_metadata`` wins over
     what the parser found (a connector's title, say). Raises ``ParseError`` and
-    ``ValidationError`` as those steps do; writes nothing."""
+    ``ValidationError`` as those steps do (``ForgottenError`` for a forgotten ``source_id``,
+    before parsing); writes nothing."""
+    if first_forgotten(store, scope, [source_id]) is not None:
+        # Refused before parsing and embedding (replace_source checks again inside its unit of
+        # work): sync_knowledge and ingest count it as this item's failure.
+        raise ForgottenError(source_id)
     chosen = _pick_parser(parser, loaded, uri)
     key = document_skip_key(
         loaded.data, embedder=embedder, parser_id=chosen.id, size=size, overlap=overlap
@@ -237,12 +251,15 @@ def replace_document(  # noqa: PLR0913
     batch_size: int = DEFAULT_LIMITS.embed_batch,
     runtime: Runtime | None = None,
     shared_generation: SharedGeneration | None = None,
+    grant: Grant | None = None,
 ) -> ReplaceResult:
     """Load ``uri``, parse, chunk and replace its source atomically; see the module steps.
 
     Returns ``ReplaceResult(skipped=True)`` when the bytes, embedder, chunking settings and
     parser are all unchanged. Raises what the failing step raised (``LoadError``,
-    ``UrlRejectedError``, ``ParseError``, ``ValidationError``, ...) after recording ``failed``.
+    ``UrlRejectedError``, ``ParseError``, ``ValidationError``, ``ForgottenError``, ...) after
+    recording ``failed``. ``grant`` (of the source id the document gets) is set with the
+    content in one unit of work, as ``replace_source`` does; give ``source_id`` with it.
     """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
     abort, lim, redact, clk = rt.abort, rt.limits, rt.redaction, rt.effective_clock
@@ -255,6 +272,10 @@ def replace_document(  # noqa: PLR0913
         raise ValidationError("overlap must be smaller than size", field="overlap", limit="overlap")
     if source_id is not None:
         validate_id(source_id, field="source_id")
+    if grant is not None:
+        if source_id is None:
+            raise ValidationError("a grant needs the source_id it is for", field="grant")
+        check_grant(grant, source_id)
     require_transactions(store, "replace_document")
     check_abort(abort)
 
@@ -300,6 +321,7 @@ def replace_document(  # noqa: PLR0913
             batch_size=batch_size,
             runtime=rt,
             shared_generation=shared_generation,
+            grant=grant,
         )
     except BaseException as exc:
         failed_id = sid if sid is not None else _id_or_none(uri)
@@ -345,6 +367,7 @@ def replace_prepared(
     batch_size: int = DEFAULT_LIMITS.embed_batch,
     runtime: Runtime | None = None,
     shared_generation: SharedGeneration | None = None,
+    grant: Grant | None = None,
 ) -> ReplaceResult:
     """Steps 6 and 7 of ``replace_document`` for a ``prepare_document`` result.
 
@@ -357,7 +380,17 @@ def replace_prepared(
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
     clk = rt.effective_clock
     sid = prepared.source_id
+    check_grant(grant, sid)
     if prepared.unchanged:
+        if grant is not None:
+            try:
+                set_grant(store, scope, grant)
+            except BaseException as exc:
+                record_failed(
+                    status_store, scope=scope, source_id=sid, size_bytes=size_bytes, error=exc,
+                    redaction=rt.redaction, clock=clk,
+                )  # fmt: skip
+                raise
         put_status(
             status_store,
             scope=scope,
@@ -391,6 +424,7 @@ def replace_prepared(
             batch_size=batch_size,
             runtime=rt,
             shared_generation=shared_generation,
+            grant=grant,
         )
     except BaseException as exc:
         record_failed(

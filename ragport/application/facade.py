@@ -15,6 +15,7 @@ import attrs
 
 from ragport.application._support import check_abort, require_scope, resolve_limits
 from ragport.application._sync_state import SyncProgress, SyncResult
+from ragport.application.admission import ReadmitResult, readmit_source
 from ragport.application.derived import index_derived
 from ragport.application.documents import ParserSelector, replace_document
 from ragport.application.generations import compact, rollback_generation
@@ -169,8 +170,10 @@ class Rag:
         secrets: Sequence[str] | None = None,
         clock: Clock | None = None,
         shared_generation: SharedGeneration | None = None,
+        grant: Grant | None = None,
     ) -> ReplaceResult:
-        """``replace_source`` in the bound scope."""
+        """``replace_source`` in the bound scope (``grant``: set with the content, in one unit
+        of work)."""
         return replace_source(
             source_id=source_id,
             chunks=chunks,
@@ -182,6 +185,7 @@ class Rag:
             batch_size=batch_size,
             runtime=self._runtime_for(abort, secrets, clock),
             shared_generation=shared_generation,
+            grant=grant,
             **self._bound_write(),
         )
 
@@ -199,9 +203,10 @@ class Rag:
         secrets: Sequence[str] | None = None,
         clock: Clock | None = None,
         shared_generation: SharedGeneration | None = None,
+        grant: Grant | None = None,
     ) -> ReplaceResult:
         """``replace_document`` in the bound scope (``parser`` a Parser or e.g. ``parser_for``;
-        by default ``default_parser``)."""
+        by default ``default_parser``; ``grant``: set with the content, in one unit of work)."""
         return replace_document(
             uri=uri,
             loader=loader,
@@ -213,6 +218,7 @@ class Rag:
             batch_size=batch_size,
             runtime=self._runtime_for(abort, secrets, clock),
             shared_generation=shared_generation,
+            grant=grant,
             **self._bound_write(),
         )
 
@@ -232,6 +238,17 @@ class Rag:
             telemetry=self._telemetry,
             abort=abort,
             shared_generation=shared_generation,
+        )
+
+    def readmit(self, source_id: str, *, abort: Abort | None = None) -> ReadmitResult:
+        """``readmit_source`` in the bound scope: the way back after ``forget``, deliberate and
+        audited (docs/forgetting.md); drops the bound status store's row."""
+        return readmit_source(
+            source_id=source_id,
+            store=self._store,
+            scope=self._write_scope(),
+            status_store=self._status,
+            runtime=self._runtime_for(abort),
         )
 
     def index_derived(
@@ -328,9 +345,11 @@ class Rag:
         overlap: int = DEFAULT_LIMITS.overlap,
         content_hash: str | None = None,
         abort: Abort | None = None,
+        grant: Grant | None = None,
     ) -> ReplaceResult:
         """Chunk ``text`` (``chunk_markdown`` with ``markdown=True``, else ``chunk_text``) under
-        the bound limits and ``replace_source`` it in the bound scope."""
+        the bound limits and ``replace_source`` it in the bound scope (``grant``: set with the
+        content, in one unit of work)."""
         chunker = chunk_markdown if markdown else chunk_text
         chunks = chunker(
             text,
@@ -341,7 +360,7 @@ class Rag:
             limits=self._limits,
         )
         return self.replace_source(
-            source_id=source_id, chunks=chunks, content_hash=content_hash, abort=abort
+            source_id=source_id, chunks=chunks, content_hash=content_hash, abort=abort, grant=grant
         )
 
     def forget(

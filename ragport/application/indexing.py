@@ -1,16 +1,21 @@
 """Index chunks, replace a source atomically, delete a source.
 
 replace_source:
-1. Validate the scope, ids, chunk set and caps; refuse stores without transactions.
-2. If ``content_hash`` matches the stored version under the same embedder, skip (no embed).
-3. Redact chunk text, then embed it in bounded batches (reusing vectors whose text matches),
+1. Validate the scope, ids, chunk set, ``grant`` and caps; refuse stores without transactions.
+2. Refuse a forgotten ``source_id`` (``ForgottenError``, ``failed`` recorded) before embedding.
+3. If ``content_hash`` matches the stored version under the same embedder, skip (no embed);
+   a ``grant`` is still set, in a unit of work of its own that checks the id again.
+4. Redact chunk text, then embed it in bounded batches (reusing vectors whose text matches),
    checking abort between batches. Nothing touches the store yet.
-4. In one unit of work: stage a generation, retire the source's rows, add the new rows,
-   publish (unless ``advance_generation=False``), commit.
-5. Record ingestion status (``pending`` -> ``indexed`` | ``failed``, errors redacted).
+5. In one unit of work: refuse a forgotten ``source_id`` again (the guarantee under a
+   concurrent forget), stage a generation, retire the source's rows, add the new rows, set
+   ``grant`` (content and access change together), publish (unless
+   ``advance_generation=False``), commit.
+6. Record ingestion status (``pending`` -> ``indexed`` | ``failed``, errors redacted).
 
 index_chunks embeds and writes batch by batch (each batch its own transaction, visible when
-it commits): a failure leaves earlier batches in place and retrying is idempotent.
+it commits): a failure leaves earlier batches in place and retrying is idempotent. Forgotten
+sources are refused before the first batch and again inside each batch's transaction.
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ from ragport.application._support import (
     require_scope,
     require_transactions,
 )
+from ragport.application.admission import first_forgotten, refuse_forgotten
 from ragport.application.results import IndexResult, ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration, staged_write
-from ragport.domain.errors import ValidationError
+from ragport.domain.errors import ForgottenError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
 from ragport.domain.model import (
     Chunk,
@@ -51,7 +57,7 @@ from ragport.ports.runtime import Abort, Telemetry
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore, SupportsPreparation, supports
 
-__all__ = ["delete_source", "index_chunks", "replace_source"]
+__all__ = ["check_grant", "delete_source", "index_chunks", "replace_source", "set_grant"]
 
 ReusableEmbeddings = Mapping[str, tuple[str, Any]]
 
@@ -155,6 +161,28 @@ def _embed_with_reuse(
     return out
 
 
+def check_grant(grant: object, source_id: str) -> Grant | None:
+    """``grant`` if it is ``None`` or a ``Grant`` of ``source_id`` (``ValidationError(field=
+    "grant")`` otherwise: a write sets the access of the source it writes, no other)."""
+    if grant is None:
+        return None
+    if not isinstance(grant, Grant):
+        raise ValidationError("grant must be a Grant or None", field="grant")
+    if grant.source_id != source_id:
+        raise ValidationError("grant.source_id must be the source being written", field="grant")
+    return grant
+
+
+def set_grant(store: ChunkStore, scope: Scope, grant: Grant) -> None:
+    """Set one source's grant in a unit of work of its own (the content was unchanged),
+    refusing a forgotten source inside it; writes nothing when the grant is already stored."""
+    with store.unit_of_work(scope) as uow:
+        refuse_forgotten(uow, [grant.source_id])
+        if uow.grants.get([grant.source_id]).get(grant.source_id) != grant:
+            uow.grants.set([grant])
+            uow.commit()
+
+
 # Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
 def replace_source(  # noqa: PLR0913
     *,
@@ -171,6 +199,7 @@ def replace_source(  # noqa: PLR0913
     batch_size: int = DEFAULT_LIMITS.embed_batch,
     runtime: Runtime | None = None,
     shared_generation: SharedGeneration | None = None,
+    grant: Grant | None = None,
 ) -> ReplaceResult:
     """Replace every record of ``source_id`` in ``scope`` with ``chunks``, atomically.
 
@@ -178,6 +207,11 @@ def replace_source(  # noqa: PLR0913
     leaves the previous version fully visible. See the module docstring for the steps.
     ``shared_generation``: write into the generation earlier writes through it used, while it
     is still the scope's newest (see ``SharedGeneration``); needs ``advance_generation``.
+    ``grant``: the source's new grant (its ``source_id`` must be ``source_id``), set in the
+    same unit of work as the content, so no reader ever sees the new content under the old
+    grant or the old content under the new one; a failed replace changes neither. ``None``
+    leaves the grant as it is. A ``source_id`` a deletion propagation forgot is refused with
+    ``ForgottenError`` (``readmit_source`` lets it in again).
     """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
     abort, lim, redact = rt.abort, rt.limits, rt.redaction
@@ -191,8 +225,14 @@ def replace_source(  # noqa: PLR0913
         )
     checked = _check_chunks(chunks, lim, source_id=source_id)
     content_hash = validate_content_hash(content_hash)
+    grant = check_grant(grant, source_id)
     require_transactions(store, "replace_source")
     check_abort(abort)
+    if first_forgotten(store, scope, [source_id]) is not None:
+        refused = ForgottenError(source_id)
+        put_status(status_store, scope=scope, source_id=source_id, state="failed", clock=clk,
+                   error=redact.error(refused))  # fmt: skip
+        raise refused
 
     skip = content_hash is not None if skip_if_unchanged is None else skip_if_unchanged
     if skip and content_hash is not None:
@@ -203,6 +243,8 @@ def replace_source(  # noqa: PLR0913
             and r.dimensions == embedder.dimensions
             for r in stored
         ):
+            if grant is not None:
+                set_grant(store, scope, grant)
             return ReplaceResult(
                 source_id=source_id,
                 deleted=0,
@@ -242,6 +284,7 @@ def replace_source(  # noqa: PLR0913
             cast(SupportsPreparation, store).prepare(scope, dimensions=embedder.dimensions)
         with tel.span("rag.replace") as span, store.unit_of_work(scope) as uow:
             require_kind(uow, source_id, "chunk", field="source_id")
+            refuse_forgotten(uow, [source_id])
             write = staged_write(uow, shared_generation, [source_id])
             generation = write.generation
             deleted = uow.records.retire_source(source_id, generation=generation)
@@ -254,6 +297,8 @@ def replace_source(  # noqa: PLR0913
                 content_hash=content_hash,
             )
             uow.records.add(records, vectors)
+            if grant is not None:
+                uow.grants.set([grant])
             write.publish(advance_generation)
             check_abort(abort)
             write.commit()
@@ -353,6 +398,12 @@ def index_chunks(
     checked = _check_chunks(chunks, lim, source_id=None)
     require_transactions(store, "index_chunks")
     sources = list(dict.fromkeys(c.source_id for c in checked))
+    forgotten = first_forgotten(store, scope, sources)
+    if forgotten is not None:
+        refused = ForgottenError(forgotten, field="chunks")
+        put_status(status_store, scope=scope, source_id=forgotten, state="failed", clock=clk,
+                   error=redact.error(refused))  # fmt: skip
+        raise refused
     totals = {s: sum(1 for c in checked if c.source_id == s) for s in sources}
     done = dict.fromkeys(sources, 0)
     for s in sources:
@@ -373,8 +424,10 @@ def index_chunks(
                 )
             check_abort(abort)
             with store.unit_of_work(scope) as uow:
-                for src in dict.fromkeys(c.source_id for c in batch):
+                batch_sources = list(dict.fromkeys(c.source_id for c in batch))
+                for src in batch_sources:
                     require_kind(uow, src, "chunk", field="source_id")
+                refuse_forgotten(uow, batch_sources, field="chunks")
                 write = staged_write(uow)
                 generation = write.generation
                 uow.records.retire_ids([c.id for c in batch], generation=generation)

@@ -35,7 +35,7 @@ from ragport.application._support import (
     require_transactions,
 )
 from ragport.application.propagation import require_privilege
-from ragport.domain.errors import AbortedError, ValidationError
+from ragport.domain.errors import AbortedError, ForgottenError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS
 from ragport.domain.model import (
     Authorization,
@@ -170,9 +170,10 @@ def repoint_source(
                 cursor=None,
             )
         forgotten = forgotten_ids(uow)
-        if to_id in forgotten or any(is_forgotten(r, forgotten) for r in page):
-            # Moving withheld rows to a new id would serve forgotten content again; moving
-            # rows onto a forgotten id would hide them for good.
+        if to_id in forgotten:  # moving rows onto a forgotten id would hide them for good
+            raise ForgottenError(to_id, field="to_id")
+        if any(is_forgotten(r, forgotten) for r in page):
+            # Moving withheld rows to a new id would serve forgotten content again.
             raise ValidationError(
                 "a forgotten id cannot be re-pointed from or to: nothing moved", field="from_id"
             )

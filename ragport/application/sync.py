@@ -73,6 +73,7 @@ from ragport.application._sync_state import (
     _State,
     _Tally,
 )
+from ragport.application.admission import refuse_forgotten
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
@@ -254,6 +255,9 @@ class _Run:
         ):
             for prepared, _ in changed:
                 require_kind(uow, prepared.source_id, "chunk", field="source_id")
+            # prepare_document refused forgotten ids item by item; a forget that committed
+            # since then sinks the page (it replays, and the item is refused alone).
+            refuse_forgotten(uow, [p.source_id for p, _ in changed])
             visible = [s for s in retire if uow.records.list_by_source(s)]
             write: StagedWrite | None = None
             if changed or visible:

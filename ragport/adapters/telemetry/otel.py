@@ -32,6 +32,7 @@ SPAN_NAMES = frozenset(
         "rag.replace",
         "rag.delete",
         "rag.repoint",
+        "rag.readmit",
         "rag.sync.page",
     }
 )

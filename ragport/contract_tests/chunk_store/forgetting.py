@@ -7,6 +7,8 @@ offers one) the hybrid path, to a trusted caller and to an authorized one:
 
 - nothing resting on a forgotten source, at any depth, through re-points, deletes and
   rollbacks, is served again; deriving from forgotten content is refused;
+- a write to a forgotten id is refused (``ForgottenError``), also when the forget commits
+  while the write embeds; ``readmit_source`` lets it in again and nothing forgotten returns;
 - a chunk source and a derived record never share an id;
 - re-pointing keeps ids unique at every pointer the scope can reach (a staged publish, a
   rollback down to the floor), or refuses the move.
@@ -17,9 +19,11 @@ Part of ``ChunkStoreContract``; needs ``transactions`` and ``generations``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
+from ragport.application.admission import readmit_source
 from ragport.application.forgetting import (
     RagDeletionHandler,
     create_deletion_propagator,
@@ -27,7 +31,7 @@ from ragport.application.forgetting import (
     repoint_source,
 )
 from ragport.application.generations import compact, rollback_generation
-from ragport.application.indexing import delete_source, replace_source
+from ragport.application.indexing import delete_source, index_chunks, replace_source
 from ragport.application.retrieval import retrieve_context
 from ragport.application.retrieval_request import RetrievalRequest
 from ragport.contract_tests._support import ContractEmbedder, granted, record_written
@@ -39,8 +43,9 @@ from ragport.contract_tests.chunk_store._helpers import (
     _require_generations,
     _require_transactions,
 )
-from ragport.domain.errors import ValidationError
+from ragport.domain.errors import ForgottenError, ValidationError
 from ragport.domain.model import Authorization, Chunk, Grant, Scope, Tombstone
+from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.store import ChunkStore
 
 __all__ = ["ChunkStoreForgettingContract", "ChunkStoreRepointUniquenessContract"]
@@ -305,6 +310,138 @@ class ChunkStoreForgettingContract(_ChunkStoreContractBase):
         assert store.current_generation(SCOPE) == generation
         assert [r.kind for r in store.get_by_source(SCOPE, "fg-s")] == ["chunk"]
         assert [r.kind for r in store.get_by_source(SCOPE, "fg-d1")] == ["derived"]
+
+    def test_a_write_to_a_forgotten_id_is_refused(self, store: ChunkStore) -> None:
+        """Checks ``TombstoneRepository.get``, ``replace_source``, ``index_chunks``,
+        ``index_derived``: after a forget, writing under the forgotten source id (with or
+        without a grant, alone or beside another source) or the forgotten derived record id is
+        ``ForgottenError`` naming the id, and nothing is written anywhere.
+
+        If this fails, check that the store's ``tombstones.get`` answers the forgotten ids by
+        id, and the use cases' ``refuse_forgotten`` (``ragport.application.admission``).
+        """
+        _require_transactions(store)
+        _require_generations(store)
+        _source(store, "fg-s", "the forgotten source")
+        _derived(store, "fg-d1", ["fg-s"])
+        _source(store, "fg-x", "another source")
+        _grant_all(store, "fg-s", "fg-x")
+        _forget(store, "fg-s")
+        generation = store.current_generation(SCOPE)
+        x_before = list(store.get_by_source(SCOPE, "fg-x"))
+        grants_before = dict(store.get_source_access(SCOPE, ["fg-s"]))
+        new = [Chunk.of("fg-s", 0, f"written after the forget {WORD}")]
+        writes = {
+            "fg-s": (
+                lambda: replace_source(source_id="fg-s", chunks=new, **_bound(store)),
+                lambda: replace_source(source_id="fg-s", chunks=new, grant=Grant("fg-s",
+                                       principal_ids=("fg-someone",)), **_bound(store)),
+                lambda: index_chunks(chunks=[Chunk.of("fg-x", 1, f"x {WORD}"), *new],
+                                     **_bound(store)),
+            ),
+            "fg-d1": (
+                lambda: index_derived(record_id="fg-d1", text=f"again {WORD}",
+                                      lineage=["fg-x"], **_bound(store)),
+            ),
+        }  # fmt: skip
+        for forgotten, calls in writes.items():
+            for write in calls:
+                with pytest.raises(ForgottenError) as caught:
+                    write()
+                assert caught.value.source_id == forgotten
+        assert store.current_generation(SCOPE) == generation, "a refused write published"
+        assert not store.get_by_source(SCOPE, "fg-s")
+        assert list(store.get_by_source(SCOPE, "fg-x")) == x_before
+        assert dict(store.get_source_access(SCOPE, ["fg-s"])) == grants_before
+        _assert_never_served(store, ["fg-s#0001", "fg-d1"], "after the refused writes")
+
+    def test_a_forget_committed_during_a_write_still_refuses_it(self, store: ChunkStore) -> None:
+        """Checks ``TombstoneRepository.get``, ``replace_source``, ``index_chunks``: a forget that
+        commits after a write's early check (here: while it embeds) is caught inside the write's
+        own unit of work: ``ForgottenError``, and nothing of the write is stored.
+
+        If this fails, check that ``tombstones.get`` inside a unit of work reads what committed
+        before it began (writers of a scope are serialized).
+        """
+        _require_transactions(store)
+        _require_generations(store)
+
+        def replace(source_id: str, embedder: Embedder) -> object:
+            chunks = [Chunk.of(source_id, 0, f"v2 {WORD}")]
+            return replace_source(
+                source_id=source_id, chunks=chunks, embedder=embedder, store=store, scope=SCOPE
+            )
+
+        def index(source_id: str, embedder: Embedder) -> object:
+            chunks = [Chunk.of(source_id, 0, f"v2 {WORD}")]
+            return index_chunks(chunks=chunks, embedder=embedder, store=store, scope=SCOPE)
+
+        for name, write in (("fg-r1", replace), ("fg-r2", index)):
+            _source(store, name, "version one")
+            _grant_all(store, name)
+            racer = _ForgetsWhileEmbedding(store, name)
+            with pytest.raises(ForgottenError):
+                write(name, racer)
+            assert racer.forgot, "the forget never ran"
+            assert not store.get_by_source(SCOPE, name), "the write stored rows after the forget"
+            _assert_never_served(store, [f"{name}#0001"], "after the raced write")
+
+    def test_readmit_lets_the_id_be_written_again_and_nothing_forgotten_returns(
+        self, store: ChunkStore
+    ) -> None:
+        """Checks ``TombstoneRepository.readmit``, ``RecordRepository.purge_source``,
+        ``readmit_source``, ``rollback_generation``: re-admitting a source forgotten without
+        the rag handler purges its stored rows and revokes its grant; the id can then be
+        written and served again, the derived record that rested on it stays forgotten, and a
+        rollback to before the re-admission brings nothing of the forgotten text back.
+
+        If this fails, check ``readmit_source``: purge, revoke and ``tombstones.readmit`` in
+        one unit of work.
+        """
+        _require_transactions(store)
+        _require_generations(store)
+        _source(store, "fg-s", "the forgotten words")
+        _derived(store, "fg-d1", ["fg-s"])
+        _grant_all(store, "fg-s")
+        before = store.current_generation(SCOPE)
+        create_deletion_propagator(scope=SCOPE, store=store, authorization=ADMIN).propagate(
+            "fg-s"
+        )  # no rag handler: the rows stay, withheld
+        result = readmit_source(source_id="fg-s", store=store, scope=SCOPE)
+        assert (result.readmitted, result.purged) == (True, 1)
+        assert readmit_source(source_id="fg-s", store=store, scope=SCOPE).readmitted is False
+        assert store.list_invalidated_ids(SCOPE) == frozenset({"fg-d1"})
+        assert not store.get_by_source(SCOPE, "fg-s"), "the forgotten rows were not purged"
+        grant = store.get_source_access(SCOPE, ["fg-s"]).get("fg-s")
+        assert grant is None or grant.is_empty, "the grant of the forgotten content stayed"
+        _source(store, "fg-s", "the new words")
+        _grant_all(store, "fg-s")
+        for path, seen in _served(store).items():
+            assert "fg-s#0001" in seen and "fg-d1" not in seen, path
+        (row,) = store.get_by_source(SCOPE, "fg-s")
+        assert row.text == f"the new words {WORD}"
+        rollback_generation(store=store, scope=SCOPE, to=before)
+        assert not store.get_by_source(SCOPE, "fg-s"), "a rollback brought forgotten rows back"
+        _assert_never_served(store, ["fg-s#0001", "fg-d1"], "after the rollback")
+
+
+class _ForgetsWhileEmbedding:
+    """The contract embedder, which forgets ``source_id`` (once) during its first ``embed``."""
+
+    def __init__(self, store: ChunkStore, source_id: str) -> None:
+        self.id, self.dimensions = EMBEDDER.id, EMBEDDER.dimensions
+        self._store, self._source_id = store, source_id
+        self.forgot = False
+
+    def embed(self, texts: Sequence[str]) -> VectorMatrix:
+        if not self.forgot:
+            self.forgot = True
+            _forget(self._store, self._source_id)
+        return EMBEDDER.embed(texts)
+
+
+def _bound(store: ChunkStore) -> dict[str, Any]:
+    return {"embedder": EMBEDDER, "store": store, "scope": SCOPE}
 
 
 class ChunkStoreRepointUniquenessContract(_ChunkStoreContractBase):
