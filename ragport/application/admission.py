@@ -36,7 +36,13 @@ from ragport.domain.model import Grant, Scope, validate_id
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore, SupportsForgottenLookup, UnitOfWork, supports
 
-__all__ = ["ReadmitResult", "first_forgotten", "readmit_source", "refuse_forgotten"]
+__all__ = [
+    "ReadmitResult",
+    "first_forgotten",
+    "forgotten_among",
+    "readmit_source",
+    "refuse_forgotten",
+]
 
 AUDIT = logging.getLogger("ragport.audit")
 
@@ -51,16 +57,21 @@ class ReadmitResult:
     purged: int
 
 
+def forgotten_among(store: ChunkStore, scope: Scope, ids: Sequence[str]) -> frozenset[str]:
+    """The ``ids`` a ``forgotten`` tombstone withholds in ``scope``'s committed state (looked up
+    by id where the store offers ``forgotten_among``, else from every forgotten id)."""
+    if not ids:
+        return frozenset()
+    if supports(store, "forgotten_lookup"):
+        return cast(SupportsForgottenLookup, store).forgotten_among(scope, list(ids))
+    return store.list_invalidated_ids(scope).intersection(ids)
+
+
 def first_forgotten(store: ChunkStore, scope: Scope, ids: Sequence[str]) -> str | None:
     """The first of ``ids`` a ``forgotten`` tombstone withholds in ``scope``'s committed state,
-    else ``None``: the early refusal, before anything is embedded (one look-up by id where the
-    store offers ``forgotten_among``). Not the guarantee: see ``refuse_forgotten``."""
-    if not ids:
-        return None
-    if supports(store, "forgotten_lookup"):
-        found = cast(SupportsForgottenLookup, store).forgotten_among(scope, list(ids))
-    else:
-        found = store.list_invalidated_ids(scope)
+    else ``None``: the early refusal, before anything is embedded. Not the guarantee: see
+    ``refuse_forgotten``."""
+    found = forgotten_among(store, scope, ids)
     return next((i for i in ids if i in found), None)
 
 

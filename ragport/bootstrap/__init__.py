@@ -20,7 +20,13 @@ from ragport.bootstrap.config import (
     find_config,
     load_config,
 )
-from ragport.bootstrap.corpus import ReindexResult, SourceRow, list_sources, reindex_corpus
+from ragport.bootstrap.corpus import (
+    FORGOTTEN,
+    ReindexResult,
+    SourceRow,
+    list_sources,
+    reindex_corpus,
+)
 from ragport.bootstrap.ingest import (
     DOCUMENT_SUFFIXES,
     MARKDOWN_SUFFIXES,
@@ -56,6 +62,7 @@ __all__ = [
     "CONFIG_FILE",
     "DOCUMENT_SUFFIXES",
     "EMBEDDED",
+    "FORGOTTEN",
     "MARKDOWN_SUFFIXES",
     "Candidate",
     "CliConfig",

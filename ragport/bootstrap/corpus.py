@@ -10,12 +10,17 @@ from ragport.application import (
     publish_generation,
     replace_source,
 )
+from ragport.application.admission import forgotten_among
 from ragport.bootstrap.stores import Stores
 from ragport.domain.model import Chunk, Scope
 from ragport.domain.status import served_status
 from ragport.ports.embedder import Embedder
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
+
+FORGOTTEN = "forgotten"
+"""The state ``ragport sources`` and ``ragport status`` show for an id a deletion propagation
+forgot, whatever its ingestion status says: no one can read it, so it is never ``indexed``."""
 
 
 @attrs.frozen
@@ -44,7 +49,8 @@ def list_sources(
     records are read for its chunk count, generation, content hash and embedder, and its
     ingestion state as retrieval sees it (``served_status``: a source listed here has chunks
     served, so it is ``indexed`` or ``partial`` even when its last attempt failed; ``unknown``
-    when the source was written without a status).
+    when the source was written without a status; ``forgotten`` for a source a deletion
+    propagation forgot whose rows no handler removed: no one can read it).
     """
     after = start
     shown = 0
@@ -53,14 +59,16 @@ def list_sources(
         if page_size <= 0:
             return
         ids = stores.chunks.list_source_ids(scope, after=after, limit=page_size)
+        forgotten = forgotten_among(stores.chunks, scope, ids) if counts else frozenset()
         for source_id in ids:
             records = stores.chunks.get_by_source(scope, source_id) if counts else ()
             first = records[0] if records else None
             status = stores.status.get(scope, source_id) if counts else None
             served = sum(1 for r in records if r.kind == "chunk")
+            state = served_status(status, served).state if status is not None else "unknown"
             yield SourceRow(
                 source_id=source_id,
-                state=served_status(status, served).state if status is not None else "unknown",
+                state=FORGOTTEN if source_id in forgotten else state,
                 chunks=len(records),
                 generation=max((r.generation for r in records), default=None),
                 content_hash=first.content_hash if first else None,

@@ -18,10 +18,13 @@ from ragport.application import (
     create_deletion_propagator,
     delete_source,
     list_ingestion_status,
+    readmit_source,
     rollback_generation,
 )
+from ragport.application.admission import forgotten_among
 from ragport.application.status import count_ingestion_states
 from ragport.bootstrap import (
+    FORGOTTEN,
     SourceRow,
     Stores,
     build_embedder,
@@ -135,6 +138,26 @@ def _forget(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _readmit(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    with _stores(args) as stores:
+        result = readmit_source(
+            source_id=args.source_id, store=stores.chunks, scope=scope, status_store=stores.status
+        )
+    if not result.readmitted:
+        raise NothingFound(
+            f"{args.source_id} is not forgotten in corpus {scope.corpus_id}; nothing changed"
+        )
+    if args.json:
+        _print_json(result)
+    else:
+        print(
+            f"{result.source_id}: re-admitted; {result.purged} stored record(s) of the forgotten "
+            "content purged and its grant revoked: ingest it again to write it"
+        )
+    return EXIT_OK
+
+
 def _count_sources(stores: Stores, scope: Scope) -> int:
     total, after = 0, None
     while True:
@@ -155,10 +178,16 @@ def _status(args: argparse.Namespace) -> int:
             chunk_store=stores.chunks,
         )  # fmt: skip
         generation = stores.chunks.current_generation(scope)
-        totals = count_ingestion_states(store=stores.status, scope=scope, chunk_store=stores.chunks)
+        totals = count_ingestion_states(
+            store=stores.status, scope=scope, chunk_store=stores.chunks, forgotten_state=FORGOTTEN
+        )
+        forgotten = forgotten_among(stores.chunks, scope, [i.source_id for i in page.items])
     total = sum(totals.values())
     if args.json:
         shown = _json.unstructure(page)
+        for item in shown["items"]:
+            if item["source_id"] in forgotten:
+                item["state"] = FORGOTTEN
         print(
             json.dumps(
                 {"corpus": scope.corpus_id, "generation": generation, "total": total,
@@ -177,7 +206,9 @@ def _status(args: argparse.Namespace) -> int:
             [
                 (
                     item.source_id,
-                    item.state + (" (stale)" if item.freshness == "stale" else ""),
+                    FORGOTTEN
+                    if item.source_id in forgotten
+                    else item.state + (" (stale)" if item.freshness == "stale" else ""),
                     f"{item.chunks_indexed}/{item.chunks_total}",
                     item.bytes,
                     item.updated_at.strftime("%Y-%m-%d %H:%M:%S") if item.updated_at else "",
@@ -486,7 +517,9 @@ def _reindex(args: argparse.Namespace) -> int:
     scope = _scope(args)
     embedder = build_embedder(args.embedder)
     with _stores(args) as stores:
-        sources = [r.source_id for r in list_sources(stores, scope) if r.chunks]
+        sources = [
+            r.source_id for r in list_sources(stores, scope) if r.chunks and r.state != FORGOTTEN
+        ]
         if not sources:
             raise NothingFound(f"corpus {scope.corpus_id} is empty or unknown")
         with track(

@@ -18,6 +18,7 @@ from ragport.cli.lifecycle import (
     _generations,
     _grants_set,
     _grants_show,
+    _readmit,
     _reindex,
     _rollback,
     _sources,
@@ -291,6 +292,16 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     )
     forget.add_argument("--group", action="append", help="a group of the principal (repeatable)")
     forget.set_defaults(func=_forget)
+
+    readmit = _sub(
+        sub, "readmit",
+        "let a forgotten id be written again (audited): purges what is left of its forgotten "
+        "content and revokes its grant; ingest it again afterwards",
+        ["ragport readmit leave.md --corpus handbook"],
+        [corpus_only, json_out],
+    )  # fmt: skip
+    readmit.add_argument("source_id", help="the forgotten source id")
+    readmit.set_defaults(func=_readmit)
 
     status = _sub(sub, "status", "ingestion status of a corpus",
                   ["ragport status --corpus handbook"], [corpus_only, json_out])  # fmt: skip
