@@ -109,7 +109,7 @@ from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 from ragport.contract_tests.storage_backend import StorageBackendContract  # noqa: E402
 
-CONTRACT_VERSION = "2.1"
+CONTRACT_VERSION = "2.2"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -193,6 +193,13 @@ CONTRACT_VERSION = "2.1"
 #      below the floor is ValidationError(field="generation") and raise_floor stops at the
 #      pointer (the in-memory store and PostgreSQL differed). A ChunkStore written for 1.x
 #      passes 2.0 once it makes those checks; docs/contract-tests.md has the migration note.
+# 2.1  Records withheld by a forgotten tombstone count in no lexical statistic (the in-memory
+#      store counted them; docs/contract-tests.md).
+# 2.2  TombstoneRepository gains get(ids) and readmit(ids) (a forgotten tombstone turned
+#      corrected; BackendStore implements both over the narrow port, so a StorageBackend needs
+#      nothing new). ChunkStoreTombstoneContract checks both; ChunkStoreForgettingContract
+#      checks that writes to a forgotten id are refused (ForgottenError), also when the forget
+#      commits while the write embeds, and that readmit_source purges what was forgotten.
 
 __all__ = [
     "CONTRACT_VERSION",
