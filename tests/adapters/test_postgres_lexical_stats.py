@@ -75,9 +75,10 @@ def _apply(store: PostgresStore, scope: ragport.Scope, op: tuple) -> None:
     kind = op[0]
     if kind == "replace":
         chunks = [ragport.Chunk.of(op[1], i, words) for i, words in enumerate(op[2])]
-        ragport.replace_source(
-            source_id=op[1], chunks=chunks, embedder=EMB, store=store, scope=scope
-        )
+        with contextlib.suppress(ragport.ForgottenError):  # a forgotten id is refused
+            ragport.replace_source(
+                source_id=op[1], chunks=chunks, embedder=EMB, store=store, scope=scope
+            )
     elif kind == "delete":
         ragport.delete_source(source_id=op[1], store=store, scope=scope)
     elif kind == "retire":

@@ -248,12 +248,17 @@ class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
         ``SupportsLexicalSearch.lexical_query``: once ``src`` is re-admitted its records are
         served again, on the vector leg and every lexical mode, while a derived record resting
         on it that its own ``forgotten`` tombstone, or a root still forgotten, names stays
-        withheld.
+        withheld; the lexical scores equal a twin corpus's where nothing was ever forgotten
+        (withheld records count in no statistic, re-admitted ones count again).
 
         If this fails, check that the store's tombstone predicate reads the reason (a
-        ``corrected`` tombstone withholds nothing) and that readmit changes only ``:ids``.
+        ``corrected`` tombstone withholds nothing), that readmit changes only ``:ids``, and
+        that it puts back into the lexical statistics exactly the records no other
+        ``forgotten`` tombstone names (PostgreSQL: ``tombstones_readmit``).
         """
-        publish_sources(store, SCOPE, {"src": ["walrus tusk", "walrus two"], "keep": ["walrus"]})
+        texts = {"src": ["walrus tusk", "walrus two"], "keep": ["walrus"]}
+        for scope in (SCOPE, OTHER_CORPUS):
+            publish_sources(store, scope, texts)
         with store.unit_of_work(SCOPE) as uow:
             staged = uow.generations.stage()
             for record_id, roots in (("d-own", ("src",)), ("d-both", ("src", "gone"))):
@@ -271,7 +276,11 @@ class ChunkStoreTombstoneContract(_ChunkStoreContractBase):
             uow.commit()
         served = {"src#0001", "src#0002", "keep#0001"}
         assert set(_ids(store.query(SCOPE, hash_vector("walrus"), limit=QUERY_ALL))) == served
+        lexical = cast(SupportsLexicalSearch, store)
         for mode in store.capabilities.lexical_modes:
-            lexical = cast(SupportsLexicalSearch, store)
-            found = lexical.lexical_query(SCOPE, "walrus", limit=QUERY_ALL, mode=mode)
-            assert {r.record.id for r in found} == served, mode
+            mine = lexical.lexical_query(SCOPE, "walrus tusk", limit=QUERY_ALL, mode=mode)
+            twin = lexical.lexical_query(OTHER_CORPUS, "walrus tusk", limit=QUERY_ALL, mode=mode)
+            assert {r.record.id for r in mine} == served, mode
+            assert [r.record.id for r in mine] == [r.record.id for r in twin], mode
+            for a, b in zip(mine, twin, strict=True):
+                assert abs(a.score - b.score) <= 1e-4 * max(1.0, abs(b.score)), (mode, a.score)
