@@ -25,6 +25,11 @@ from ragport.application._support import (
     require_transactions,
 )
 from ragport.application.admission import refuse_forgotten
+from ragport.application.pinned import (
+    pinned_metadata,
+    require_unchanged,
+    retire_pinned_dependents,
+)
 from ragport.application.results import ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import staged_write
@@ -107,8 +112,18 @@ def index_derived(
     scope: Scope,
     metadata: Mapping[str, Any] | None = None,
     runtime: Runtime | None = None,
+    pinned: bool = False,
+    as_of: int | None = None,
 ) -> ReplaceResult:
-    """Store a derived artifact (summary, note) with the ids it rests on; replaces an older one."""
+    """Store a derived artifact (summary, note) with the ids it rests on; replaces an older one.
+
+    ``pinned=True``: the record rests on the versions of ``lineage`` current now; replacing or
+    deleting any of them retires it in the same unit of work (``ragport.application.pinned``).
+    ``as_of``: the generation the text was computed from (``store.current_generation`` read
+    before reading the sources); if a source of ``lineage`` was written, replaced or deleted
+    after it, nothing is written and ``LineageChangedError`` names those ids (checked inside
+    the unit of work, so a concurrent replace cannot slip between the check and the write).
+    """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
     abort, lim, redact, tel = rt.abort, rt.limits, rt.redaction, rt.effective_telemetry
     scope = require_scope(scope)
@@ -121,7 +136,7 @@ def index_derived(
     if isinstance(lineage, str) or not lineage:
         raise ValidationError("lineage must be a non-empty sequence of ids", field="lineage")
     ids = list(dict.fromkeys(validate_id(i, field="lineage") for i in lineage))
-    frozen = freeze_metadata(metadata)
+    frozen = freeze_metadata(pinned_metadata(freeze_metadata(metadata), pinned))
     if metadata_bytes(frozen) > lim.metadata_bytes:
         raise ValidationError(
             "metadata exceeds metadata_bytes", field="metadata", limit="metadata_bytes"
@@ -138,9 +153,12 @@ def index_derived(
         require_kind(uow, record_id, "derived", field="record_id")
         refuse_forgotten(uow, [record_id], field="record_id")
         roots = _roots(uow, record_id, ids, lim)
+        if as_of is not None:
+            require_unchanged(uow, ids, as_of)
         write = staged_write(uow)
         generation = write.generation
         deleted = uow.records.retire_source(record_id, generation=generation)
+        retire_pinned_dependents(uow, [record_id], generation=generation, limits=lim)
         record = Record(
             id=record_id,
             scope=scope,

@@ -258,15 +258,20 @@ class Rag:
         text: str,
         lineage: Sequence[str],
         metadata: Mapping[str, Any] | None = None,
+        pinned: bool = False,
+        as_of: int | None = None,
         abort: Abort | None = None,
         secrets: Sequence[str] | None = None,
     ) -> ReplaceResult:
-        """``index_derived`` in the bound scope."""
+        """``index_derived`` in the bound scope (``pinned``: retired with its lineage's
+        next version; ``as_of``: refused if the lineage changed after that generation)."""
         return index_derived(
             record_id=record_id,
             text=text,
             lineage=lineage,
             metadata=metadata,
+            pinned=pinned,
+            as_of=as_of,
             runtime=self._runtime_for(abort, secrets),
             **self._bound_write(),
         )

@@ -36,6 +36,7 @@ from ragport.application._support import (
     require_transactions,
 )
 from ragport.application.admission import first_forgotten, refuse_forgotten
+from ragport.application.pinned import retire_pinned_dependents
 from ragport.application.results import IndexResult, ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration, staged_write
@@ -288,6 +289,7 @@ def replace_source(  # noqa: PLR0913
             write = staged_write(uow, shared_generation, [source_id])
             generation = write.generation
             deleted = uow.records.retire_source(source_id, generation=generation)
+            retire_pinned_dependents(uow, [source_id], generation=generation, limits=lim)
             records = _records(
                 checked,
                 texts,
@@ -363,6 +365,7 @@ def delete_source(
         write = staged_write(uow, shared_generation, [source_id])
         generation = write.generation
         deleted = uow.records.retire_source(source_id, generation=generation)
+        retire_pinned_dependents(uow, [source_id], generation=generation, limits=DEFAULT_LIMITS)
         grant = uow.grants.get([source_id]).get(source_id)
         if grant is not None and not grant.is_empty:
             uow.grants.set([Grant(source_id)])  # the port has no delete; empty is no grant

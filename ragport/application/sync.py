@@ -76,6 +76,7 @@ from ragport.application._sync_state import (
 from ragport.application.admission import refuse_forgotten
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
+from ragport.application.pinned import retire_pinned_dependents
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration, StagedWrite, staged_write
 from ragport.domain.errors import (
@@ -286,6 +287,12 @@ class _Run:
                         vectors[offset : offset + n],
                     )
                     offset += n
+                retire_pinned_dependents(
+                    uow,
+                    [*visible, *(p.source_id for p, _ in changed)],
+                    generation=generation,
+                    limits=self.limits,
+                )
                 write.publish()
             revoked = [Grant(s) for s in dict.fromkeys([*deletions, *sweep, *withheld])]
             if grants or revoked:

@@ -18,6 +18,7 @@ Every failure a caller can act on is a subclass of :class:`RagportError`::
     ├── SyncCursorError          a connector cursor expired or is invalid (.reason)
     ├── AccessDeniedError        a privileged operation without the grant it needs
     ├── PropagationError         one or more deletion handlers failed (tombstones stay)
+    ├── LineageChangedError      a derived record's sources changed after the version it read
     └── AbortedError             the caller's abort signal was set
 
 Messages never contain document text, credentials or tokens: they name fields, limits, ids and
@@ -41,6 +42,7 @@ __all__ = [
     "EmbedderError",
     "EmbedderMismatchError",
     "ForgottenError",
+    "LineageChangedError",
     "LoadError",
     "ParseError",
     "PropagationError",
@@ -348,3 +350,15 @@ class AbortedError(RagportError):
     """The caller's abort signal was set; work stopped between steps and nothing was committed."""
 
     code = "ERR_RAG_ABORTED"
+
+
+class LineageChangedError(RagportError):
+    """A derived record was computed from versions that are no longer current: a source of
+    its lineage was replaced or deleted after the generation the caller read (``as_of``).
+    ``source_ids`` names them (ids, never text); recompute from the current versions."""
+
+    code = "ERR_RAG_LINEAGE_CHANGED"
+
+    def __init__(self, message: str, *, source_ids: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.source_ids = source_ids

@@ -30,7 +30,7 @@ EXPORTED = {
     "Authorization", "Capabilities", "CapabilityError", "Chunk", "Citation", "CompactResult",
     "ContextBlock", "DEFAULT_LIMITS", "DeletionPropagator", "EmbedderError",
     "EmbedderMismatchError", "Evidence", "FusedCandidate", "Grant", "HARD_LIMITS", "Hit",
-    "IndexResult", "IngestionStatus", "Limits", "LoadError", "ParseError", "PropagationError",
+    "IndexResult", "IngestionStatus", "Limits", "LoadError", "ParseError", "PropagationError", "LineageChangedError",
     "PropagationResult", "Provenance", "Rag", "RagContextProvider", "RagDeletionHandler",
     "RagportError", "Record", "Rename", "RenameBatchResult", "RenameEvent", "RenameFailure", "RetrievalRequest", "Runtime",
     "ReplaceResult", "ReplicaLagError", "RepointResult", "RerankError", "RetrievalResult",
