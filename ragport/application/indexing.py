@@ -185,7 +185,7 @@ def set_grant(store: ChunkStore, scope: Scope, grant: Grant) -> None:
 
 
 # Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
-def replace_source(  # noqa: PLR0913
+def replace_source(  # noqa: PLR0913, PLR0915
     *,
     source_id: str,
     chunks: Sequence[Chunk],

@@ -66,9 +66,16 @@ def test_the_service_on_fakes():
     assert first.committed and _ask(corpus) == ["remote"] and _ask(corpus, "guests") == []
     services.share(uow(), policy_id="remote", group="guests")
     assert _ask(corpus, "guests") == ["remote"]
-    services.summarise(uow(), policy_id="remote", summarizer=lambda b: "Summary: remote work", embedder=EMB)
-    assert _ask(corpus) == ["remote", "remote-summary"] or set(_ask(corpus)) == {"remote", "remote-summary"}
-    services.revise(uow(), policy_id="remote", body="Staff may work remotely three days.", embedder=EMB)
+    services.summarise(
+        uow(), policy_id="remote", summarizer=lambda b: "Summary: remote work", embedder=EMB
+    )
+    assert _ask(corpus) == ["remote", "remote-summary"] or set(_ask(corpus)) == {
+        "remote",
+        "remote-summary",
+    }
+    services.revise(
+        uow(), policy_id="remote", body="Staff may work remotely three days.", embedder=EMB
+    )
     assert _ask(corpus) == ["remote"]  # the summary of the old text is retired
     services.unshare(uow(), policy_id="remote", group="guests")
     assert _ask(corpus, "guests") == []
@@ -104,6 +111,9 @@ def engine(database: str) -> Iterator[Engine]:
     with engine.begin() as conn:
         command.upgrade(_alembic(engine, connection=conn), "head")
     yield engine
+    from ragport.adapters.postgres.background import finish_all
+
+    finish_all(timeout=30)  # the store's maintenance, before its database goes
     engine.dispose()
 
 
@@ -146,7 +156,9 @@ def test_autogenerate_leaves_ragports_schema_alone(engine):
         wanted = {"policies", "policies_corpus"}
         return name in wanted if type_ == "schema" else parents.get("schema_name") in wanted
 
-    assert [d for d in diff(service_filter) if d[0] != "remove_table" or d[1].name != "alembic_version"] == []
+    assert [
+        d for d in diff(service_filter) if d[0] != "remove_table" or d[1].name != "alembic_version"
+    ] == []
     dropped = {d[1].name for d in diff(without_ragports) if d[0] == "remove_table"}
     assert {"records", "scopes", "grants"} <= dropped
 
@@ -173,7 +185,9 @@ def test_committed_with_the_host_and_rolled_back_with_it(engine, store):
     assert "two days" in chunk.text
 
 
-def test_a_host_killed_between_ragports_write_and_its_commit_leaves_neither(engine, store, database):
+def test_a_host_killed_between_ragports_write_and_its_commit_leaves_neither(
+    engine, store, database
+):
     """SIGKILL after the corpus write and before the commit: no row, no chunks.
 
     If this fails, something of a joined call committed on its own.
@@ -232,9 +246,16 @@ def test_a_revision_retires_the_summaries_of_the_old_text(engine, store):
     If this fails, check index_derived(pinned=True) and the retirement in replace_source.
     """
     _create(_uow(engine, store))
-    services.summarise(_uow(engine, store), policy_id="remote", summarizer=lambda b: "Summary: remote days", embedder=EMB)
+    services.summarise(
+        _uow(engine, store),
+        policy_id="remote",
+        summarizer=lambda b: "Summary: remote days",
+        embedder=EMB,
+    )
     assert set(_ask(store)) == {"remote", "remote-summary"}
-    services.revise(_uow(engine, store), policy_id="remote", body="Remote work is over.", embedder=EMB)
+    services.revise(
+        _uow(engine, store), policy_id="remote", body="Remote work is over.", embedder=EMB
+    )
     assert _ask(store) == ["remote"]
 
 
@@ -244,7 +265,12 @@ def test_a_retraction_erases_the_text_from_every_table(engine, store):
     If this fails, check services.retract (DerivedErasureHandler) and the table named.
     """
     _create(_uow(engine, store))
-    services.summarise(_uow(engine, store), policy_id="remote", summarizer=lambda b: f"Summary: {MARK}", embedder=EMB)
+    services.summarise(
+        _uow(engine, store),
+        policy_id="remote",
+        summarizer=lambda b: f"Summary: {MARK}",
+        embedder=EMB,
+    )
 
     def marks() -> dict[str, int]:
         found = {}

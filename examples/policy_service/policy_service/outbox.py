@@ -40,7 +40,9 @@ def relay(
     outbox, policies = outbox_table(schema), policies_table(schema)
     with engine.connect() as conn:
         pending = conn.execute(
-            select(outbox.c.seq, outbox.c.policy_id).where(outbox.c.done == 0).order_by(outbox.c.seq)
+            select(outbox.c.seq, outbox.c.policy_id)
+            .where(outbox.c.done == 0)
+            .order_by(outbox.c.seq)
         ).all()
     for seq, policy_id in pending:
         with engine.connect() as conn:

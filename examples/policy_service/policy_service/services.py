@@ -62,7 +62,12 @@ def _load(uow: UnitOfWork, policy_id: str) -> Policy:
 
 
 def create(
-    uow: UnitOfWork, *, policy_id: str, title: str, body: str, groups: Sequence[str],
+    uow: UnitOfWork,
+    *,
+    policy_id: str,
+    title: str,
+    body: str,
+    groups: Sequence[str],
     embedder: Embedder,
 ) -> None:
     with uow:

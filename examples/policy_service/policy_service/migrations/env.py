@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from alembic import context
-from sqlalchemy import create_engine
-
 from policy_service.adapters import policies_table
+from sqlalchemy import create_engine, text
+
 from ragport.adapters.postgres import alembic_include_name
 
 config = context.config
@@ -47,6 +47,8 @@ def run_migrations_online() -> None:
 
 
 def _run(connection: Any) -> None:
+    # The version table lives in the service's schema, so the schema comes first.
+    connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"'))
     context.configure(
         connection=connection,
         target_metadata=policies_table(SCHEMA).metadata,

@@ -6,8 +6,8 @@ Revision ID: 0001
 from __future__ import annotations
 
 from alembic import context, op
-
 from policy_service.adapters import policies_table
+
 from ragport.adapters.postgres import migrate
 
 revision = "0001"
