@@ -22,6 +22,14 @@ import pytest
 pytest_plugins = ["pytester", "ragport.contract_tests.plugin"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The user's own config directory is read by every command (its ragport.toml is trusted
+    without a notice): point it at an empty folder, so a developer's own settings never reach
+    the tests, in this process or the commands they start. Tests that need one set their own."""
+    if not os.environ.get("RAGPORT_TESTS_KEEP_CONFIG"):
+        os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="ragport-config-")
+
+
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A PostgreSQL URL with pgvector available."""

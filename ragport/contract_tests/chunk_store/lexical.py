@@ -50,6 +50,29 @@ TOKENIZER_TEXTS: dict[str, str] = {
 TOKENIZER_QUERIES = ("cafe", "café", "CAFÉ", "strasse", "Straße", "STRASSE")
 
 
+_Answers = dict[str, list[tuple[str, float]]]
+
+
+def _answers(store: ChunkStore, modes: tuple[str, ...]) -> _Answers:
+    """Each mode's answer to "walrus ice" in ``SCOPE``: (record id, score), best first."""
+    assert isinstance(store, SupportsLexicalSearch)
+    return {
+        mode: [
+            (item.record.id, item.score)
+            for item in store.lexical_query(SCOPE, "walrus ice", limit=QUERY_ALL, mode=mode)
+        ]
+        for mode in modes
+    }
+
+
+def _assert_same_answers(before: _Answers, after: _Answers) -> None:
+    """The same records in the same order with the same scores (within 1e-9), every mode."""
+    for mode, found in before.items():
+        assert [rid for rid, _ in after[mode]] == [rid for rid, _ in found], mode
+        for (rid, old), (_, new) in zip(found, after[mode], strict=True):
+            assert abs(new - old) <= 1e-9, (mode, rid, old, new)
+
+
 class ChunkStoreLexicalContract(_ChunkStoreContractBase):
     """The lexical leg of stores that advertise ``lexical_modes``."""
 
@@ -140,13 +163,7 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
         publish_sources(store, SCOPE, {sid: [text] for sid, text in LEXICAL_SCOPE_TEXTS.items()})
 
         def answers() -> dict[str, list[tuple[str, float]]]:
-            return {
-                mode: [
-                    (item.record.id, item.score)
-                    for item in store.lexical_query(SCOPE, "walrus ice", limit=QUERY_ALL, mode=mode)
-                ]
-                for mode in modes
-            }
+            return _answers(store, modes)
 
         before = answers()
         assert all(len(found) >= 4 for found in before.values()), before
@@ -157,15 +174,11 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
         for other in (OTHER_TENANT, OTHER_CORPUS):
             publish_sources(store, other, noise)
         after = answers()
-        for mode in modes:
-            assert [rid for rid, _ in after[mode]] == [rid for rid, _ in before[mode]], mode
-            for (rid, old), (_, new) in zip(before[mode], after[mode], strict=True):
-                assert abs(new - old) <= 1e-9, (mode, rid, old, new)
+        _assert_same_answers(before, after)
 
     def test_forgotten_records_leave_the_lexical_statistics(self, store: ChunkStore) -> None:
         """Checks ``SupportsLexicalSearch.lexical_query``: records withheld by a ``forgotten``
-        tombstone (by source id, and derived records through their lineage) count nowhere in
-        the statistics: once forgotten, the scope answers as it did before they were written,
+        tombstone on their source id count nowhere in the statistics: once forgotten, the scope answers as it did before they were written,
         the same records with the same scores (within 1e-9), in every mode.
 
         If this fails, check that the statistics (document count, average length, document
@@ -178,13 +191,7 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
         publish_sources(store, SCOPE, {sid: [text] for sid, text in LEXICAL_SCOPE_TEXTS.items()})
 
         def answers() -> dict[str, list[tuple[str, float]]]:
-            return {
-                mode: [
-                    (item.record.id, item.score)
-                    for item in store.lexical_query(SCOPE, "walrus ice", limit=QUERY_ALL, mode=mode)
-                ]
-                for mode in modes
-            }
+            return _answers(store, modes)
 
         before = answers()
         forgotten = {f"lst-gone-{i}": [f"walrus walrus ice tusk {i}"] for i in range(6)}
@@ -194,10 +201,7 @@ class ChunkStoreLexicalContract(_ChunkStoreContractBase):
             uow.tombstones.add([Tombstone(sid, "forgotten") for sid in forgotten])
             uow.commit()
         after = answers()
-        for mode in modes:
-            assert [rid for rid, _ in after[mode]] == [rid for rid, _ in before[mode]], mode
-            for (rid, old), (_, new) in zip(before[mode], after[mode], strict=True):
-                assert abs(new - old) <= 1e-9, (mode, rid, old, new)
+        _assert_same_answers(before, after)
 
     def test_lexical_query_with_a_non_positive_limit_is_the_empty_tuple(
         self, store: ChunkStore
