@@ -39,7 +39,7 @@ PYTEST_WORKERS ?= auto
 # whole documented command sequences; `pytest --collect-only -q -m slow` lists them);
 # make test-slow runs only those. .ci/run runs both, so CI runs every test.
 pytest: install
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow" --durations=15
 
 test: lint typecheck layers pytest
 

@@ -113,13 +113,25 @@ def test_a_write_on_a_killed_connection_fails_loudly_and_the_next_one_works(
     pg_url, pg_schema, admin
 ) -> None:
     store = _store(pg_url, pg_schema)
+
+    class KillingEmbedder(HashEmbedder):
+        """Kills the pooled connection while the write embeds: after the write's early reads
+        (which may retry on a dead connection), before its unit of work takes the connection."""
+
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            _kill(admin, _backend_pid(store))
+            return super().embed(texts)
+
     try:
-        _kill(admin, _backend_pid(store))
         chunks = [ragport.Chunk.of("doc", 0, "delta epsilon")]
         # Writes are not retried behind the caller's back: the error is typed, nothing half done.
         with pytest.raises(StoreError):
             ragport.replace_source(
-                source_id="doc", chunks=chunks, embedder=EMB, store=store, scope=SCOPE
+                source_id="doc",
+                chunks=chunks,
+                embedder=KillingEmbedder(dimensions=16),
+                store=store,
+                scope=SCOPE,
             )
         assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["alpha beta gamma"]
         ragport.replace_source(

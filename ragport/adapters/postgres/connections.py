@@ -2,7 +2,8 @@
 
 Read replicas (``read_url``): reads that serve retrieval (the legs, the drift guard, the
 tombstone list) and status reads go to the replica; writes, every read inside a unit of work,
-the reads write paths decide on (``get_by_source``, ``current_generation``) and the access
+the reads write paths decide on (``get_by_source``, ``current_generation``,
+``forgotten_among``) and the access
 recheck gate (``check_source_access``: grants where they are freshest) go to the primary.
 Lag is explicit: ``with_min_position(position)`` gives a view whose replica reads first wait
 (up to ``replica_wait`` seconds) for the replica to replay ``position``, then fall back to the

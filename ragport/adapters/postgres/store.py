@@ -271,7 +271,11 @@ class PostgresStore(StoreMaintenance):
         return frozenset(row.id for row in rows)
 
     def forgotten_among(self, scope: Scope, ids: Sequence[str]) -> frozenset[str]:
-        """One probe of the tombstones' primary key per distinct id (``SupportsForgottenLookup``)."""
+        """One probe of the tombstones' primary key per distinct id (``SupportsForgottenLookup``).
+
+        On the primary, never the replica: write paths decide on it (a write to a forgotten id
+        is refused before anything is embedded), and the primary's answer is the freshest, so
+        the retrieval guard that also reads it withholds at least what the replica would."""
         wanted = list(dict.fromkeys(validate_text(i, field="ids") for i in ids))
         if not wanted:
             return frozenset()
@@ -279,7 +283,6 @@ class PostgresStore(StoreMaintenance):
         rows = self._read(
             "look up tombstones",
             lambda conn: reads.fetch(conn, sql, scope_params(scope, ids=wanted)),
-            replica=True,
         )
         return frozenset(row.id for row in rows)
 
