@@ -39,6 +39,7 @@ from ragport.application.runtime import Runtime
 from ragport.application.shared_generation import SharedGeneration
 from ragport.application.status import list_ingestion_status
 from ragport.application.sync import SyncFailure, SyncResult, sync_knowledge
+from ragport.application.write_options import WriteOptions
 
 __all__ = [
     "CompactResult",
@@ -64,6 +65,7 @@ __all__ = [
     "SharedGeneration",
     "SyncFailure",
     "SyncResult",
+    "WriteOptions",
     "apply_source_renames",
     "compact",
     "create_deletion_propagator",
