@@ -57,6 +57,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.chunk_store.tombstones",
     "ragport.contract_tests.chunk_store.unit_of_work",
     "ragport.contract_tests.derived",
+    "ragport.contract_tests.differential",
     "ragport.contract_tests.connector",
     "ragport.contract_tests.conformance",
     "ragport.contract_tests.embedder",
@@ -103,13 +104,14 @@ from ragport.contract_tests.chunk_store import (  # noqa: E402
 from ragport.contract_tests.conformance import assert_conforms, conformance_problems  # noqa: E402
 from ragport.contract_tests.connector import ConnectorContract, ConnectorHarness  # noqa: E402
 from ragport.contract_tests.derived import DerivedArtifactHandlerContract  # noqa: E402
+from ragport.contract_tests.differential import DifferentialContract  # noqa: E402
 from ragport.contract_tests.embedder import EmbedderContract  # noqa: E402
 from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 from ragport.contract_tests.storage_backend import StorageBackendContract  # noqa: E402
 
-CONTRACT_VERSION = "2.2"
+CONTRACT_VERSION = "2.3"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -200,6 +202,9 @@ CONTRACT_VERSION = "2.2"
 #      nothing new). ChunkStoreTombstoneContract checks both; ChunkStoreForgettingContract
 #      checks that writes to a forgotten id are refused (ForgottenError), also when the forget
 #      commits while the write embeds, and that readmit_source purges what was forgotten.
+# 2.3  DifferentialContract (fixture store_pair): two stores answer alike on random operation
+#      sequences (hypothesis, derandomized); BackendStore(backend) against
+#      BackendStore(backend, pushdown=False) checks a backend's pushdowns.
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -234,6 +239,7 @@ __all__ = [
     "ConnectorContract",
     "ConnectorHarness",
     "DerivedArtifactHandlerContract",
+    "DifferentialContract",
     "EmbedderContract",
     "IngestionStatusStoreContract",
     "ParserContract",
