@@ -1,21 +1,24 @@
 """``BackendStore``: the whole ``ChunkStore`` port over a ``StorageBackend``, written once.
 
 Reads open one ``backend.read(scope)`` each, so every answer comes from one committed state;
-``unit_of_work`` wraps one ``backend.write(scope)``. The visibility rule, tombstones, the
-grant rule and the filter are applied here, row by row, as ``nearest`` streams its rows best
-first, so they hold before ``limit`` whatever the backend is.
+``unit_of_work`` wraps one ``backend.write(scope)``. Each public method asks its
+sub-questions of the backend's pushdown when the backend's class defines one
+(``ragport.ports.pushdowns``), else of the generic path over the narrow reader
+(``ragport.engine.reads``): the visibility rule, tombstones, the grant rule and the filter
+hold before ``limit`` either way, and the denial report, the drift guard and every copy
+handed out are the engine's.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from ragport.domain.errors import ScopeError, ValidationError
+from ragport.domain.errors import CapabilityError, ScopeError, StoreError, ValidationError
 from ragport.domain.filters import Filter, parse_filter
 from ragport.domain.model import (
     AccessDecision,
@@ -25,20 +28,33 @@ from ragport.domain.model import (
     Record,
     Scope,
     decide_access,
-    is_forgotten,
-    is_visible,
     validate_text,
 )
 from ragport.engine._guard import Guard
 from ragport.engine.copies import hand_out
-from ragport.engine.history import history_of
+from ragport.engine.dispatch import GENERIC_LEXICAL_MODE, Pushdowns, capabilities_of, found
+from ragport.engine.reads import (
+    checked,
+    denials,
+    forgotten_ids,
+    generic_embedders,
+    generic_history,
+    generic_source_id_page,
+    search_bm25,
+    visible,
+    walk_vectors,
+)
 from ragport.engine.unit_of_work import BackendUnitOfWork, _ids, by_id
-from ragport.ports.backend import BackendReader, StorageBackend
+from ragport.ports.backend import BackendReader, GenerationState, StorageBackend
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange, check_history_args
-from ragport.ports.store import EmbedderKey, GuardedQuery, ScoredRecord
+from ragport.ports.pushdowns import Admission, LegAnswer
+from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredRecord
 
 __all__ = ["BackendStore"]
+
+OnDenied = Callable[[Sequence[AccessDecision]], None]
+_NONE: frozenset[EmbedderKey] = frozenset()
 
 
 def _scope(scope: object) -> Scope:
@@ -47,60 +63,32 @@ def _scope(scope: object) -> Scope:
     return scope
 
 
-def _visible(rows: Iterable[Record], pointer: int) -> Iterator[Record]:
-    return (r for r in rows if is_visible(r.generation, r.retired_generation, pointer))
-
-
-def _forgotten(reader: BackendReader) -> frozenset[str]:
-    return frozenset(t.id for t in reader.tombstones() if t.reason == "forgotten")
-
-
-class _Grants:
-    """Grants read once per query, as the walk first needs them (one snapshot)."""
-
-    def __init__(self, reader: BackendReader) -> None:
-        self._reader = reader
-        self._grants: Mapping[str, Grant] | None = None
-
-    def get(self, source_id: str) -> Grant | None:
-        if self._grants is None:
-            self._grants = dict(self._reader.grants())
-        return self._grants.get(source_id)
-
-
-def _allowed(record: Record, grants: _Grants, caller: Authorization) -> bool:
-    sources = record.access_sources
-    return bool(sources) and all(decide_access(s, grants.get(s), caller).allowed for s in sources)
-
-
 class BackendStore:
     """A transactional, generation-versioned ``ChunkStore`` with grants over any backend.
 
     ``BackendStore(backend)`` passes ``ChunkStoreContract`` whenever ``backend`` keeps the
-    promises of ``ragport.ports.backend`` (``StorageBackendContract`` checks them that way).
-    It also answers ``generation_history`` (``SupportsGenerationHistory``) and
-    ``guarded_query`` (``SupportsGuardedQuery``: the drift guard and the vector leg from one
-    ``read``), derived from the same members, and declares ``private_reads``. It does not
-    declare ``forgotten_lookup``: the narrow port reads tombstones whole, so
-    ``forgotten_among`` costs what the scope's tombstones cost, not what the ids do.
+    promises of ``ragport.ports.backend`` (``StorageBackendContract`` checks them that way),
+    with a lexical leg (the engine's BM25 over ``rows()``, or the backend's
+    ``search_lexical``), ``hybrid_query``, ``guarded_query`` (the drift guard from the scope's
+    embedder claim) and ``generation_history``. ``forgotten_lookup``, ``preparation`` and
+    ``borrowed_query`` are declared when the backend defines the pushdown that makes them
+    cheap (``capabilities_of``). ``pushdown=False`` ignores every pushdown: the generic path
+    alone, which the differential contract compares with the pushdowns.
     """
 
-    capabilities = Capabilities(
-        authorization="acl",
-        generations=True,
-        transactions=True,
-        generation_history=True,
-        guarded_query=True,
-        private_reads=True,  # every record handed out is a fresh copy (hand_out)
-    )
-
-    def __init__(self, backend: StorageBackend) -> None:
+    def __init__(self, backend: StorageBackend, *, pushdown: bool = True) -> None:
         provider = backend.provider
         if not isinstance(provider, str) or not provider:
             raise ValidationError("a backend's provider is a non-empty str", field="provider")
         self._backend = backend
         self._provider = provider
         self._guard = Guard(provider)
+        self._push = found(backend) if pushdown else Pushdowns()
+        self._capabilities = capabilities_of(self._push)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
 
     @property
     def provider(self) -> str:
@@ -111,6 +99,11 @@ class BackendStore:
         """The backend this store runs on."""
         return self._backend
 
+    @property
+    def pushdowns(self) -> tuple[str, ...]:
+        """The names of the pushdowns this store calls (empty with ``pushdown=False``)."""
+        return self._push.names
+
     # -- writes -----------------------------------------------------------------------------
     @contextmanager
     def unit_of_work(self, scope: Scope) -> Iterator[BackendUnitOfWork]:
@@ -118,7 +111,7 @@ class BackendStore:
         with self._guard:
             block = self._backend.write(scope)
             writer = block.__enter__()
-        uow = BackendUnitOfWork(scope, writer, self._guard)
+        uow = BackendUnitOfWork(scope, writer, self._guard, self._push)
         try:
             yield uow
         except BaseException:
@@ -135,6 +128,15 @@ class BackendStore:
             uow.grants.set(list(grants))
             uow.commit()
 
+    def prepare(self, scope: Scope, *, dimensions: int) -> None:
+        """``SupportsPreparation``: the backend's ``prepare`` (declared only when it has one)."""
+        scope = _scope(scope)
+        if isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1:
+            raise ValidationError("dimensions must be a positive int", field="dimensions")
+        if self._push.prepare is not None:
+            with self._guard:
+                self._push.prepare(scope, dimensions=dimensions)
+
     # -- reads ------------------------------------------------------------------------------
     @contextmanager
     def _reading(self, scope: Scope) -> Iterator[BackendReader]:
@@ -150,36 +152,61 @@ class BackendStore:
         validate_text(source_id, field="source_id")
         with self._reading(scope) as r:
             pointer = r.state().pointer
-            return [hand_out(x) for x in by_id(_visible(r.rows(source_id=source_id), pointer))]
+            rows = checked(r.rows(source_id=source_id), scope, source_id=source_id)
+            return [hand_out(x) for x in by_id(visible(rows, pointer))]
+
+    def _embedders(self, r: BackendReader, scope: Scope, pointer: int) -> frozenset[EmbedderKey]:
+        """The exact embedders of the rows visible at ``pointer``."""
+        if self._push.embedders is not None:
+            return frozenset(self._push.embedders(r))
+        return generic_embedders(r, scope, pointer)
+
+    def _foreign(
+        self, r: BackendReader, scope: Scope, state: GenerationState, key: EmbedderKey
+    ) -> frozenset[EmbedderKey]:
+        """The drift guard: the scope's claim answers it when it holds nothing or only
+        ``key``; otherwise the visible rows' embedders, exactly."""
+        claim = state.embedders
+        if claim is not None and (not claim or claim == {key}):
+            return _NONE
+        return frozenset(k for k in self._embedders(r, scope, state.pointer) if k != key)
 
     def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
         with self._reading(scope) as r:
-            pointer = r.state().pointer
-            return frozenset((x.embedder_id, x.dimensions) for x in _visible(r.rows(), pointer))
+            state = r.state()
+            if state.embedders is not None and not state.embedders:
+                return _NONE
+            return self._embedders(r, scope, state.pointer)
 
     def foreign_embedders(
         self, scope: Scope, embedder_id: str, dimensions: int
     ) -> frozenset[EmbedderKey]:
-        return frozenset(k for k in self.list_embedders(scope) if k != (embedder_id, dimensions))
+        with self._reading(scope) as r:
+            return self._foreign(r, scope, r.state(), (embedder_id, dimensions))
 
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
         with self._reading(scope) as r:
-            return _forgotten(r)
+            return forgotten_ids(r)
+
+    def forgotten_among(self, scope: Scope, ids: Sequence[str]) -> frozenset[str]:
+        """``SupportsForgottenLookup`` (declared only with the backend's pushdown: without
+        it this reads the scope's tombstones whole)."""
+        wanted = _ids(ids, "ids")
+        if not wanted:
+            return frozenset()
+        with self._reading(scope) as r:
+            if self._push.forgotten_among is not None:
+                return frozenset(self._push.forgotten_among(r, wanted)) & set(wanted)
+            return forgotten_ids(r).intersection(wanted)
 
     def generation_history(
         self, scope: Scope, *, limit: int = 10, max_ids: int = 100
     ) -> Sequence[GenerationChange]:
         limit, max_ids = check_history_args(limit, max_ids)
         with self._reading(scope) as r:
-            state = r.state()
-            return history_of(
-                r.rows(),
-                pointer=state.pointer,
-                floor=state.floor,
-                forgotten=_forgotten(r),
-                limit=limit,
-                max_ids=max_ids,
-            )
+            if self._push.history is not None:
+                return list(self._push.history(r, limit=limit, max_ids=max_ids))
+            return generic_history(r, scope, limit, max_ids)
 
     def check_source_access(
         self, scope: Scope, source_ids: Sequence[str], authorization: Authorization
@@ -204,10 +231,51 @@ class BackendStore:
             validate_text(after, field="after")
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise ValidationError("limit must be an int", field="limit")
+        if limit <= 0:
+            _scope(scope)
+            return []
         with self._reading(scope) as r:
-            pointer = r.state().pointer
-            ids = {x.source_id for x in _visible(r.rows(), pointer) if x.kind == "chunk"}
-        return sorted(s for s in ids if after is None or s > after)[: max(limit, 0)]
+            if self._push.source_id_page is not None:
+                page = list(self._push.source_id_page(r, after=after, limit=limit))
+                return sorted(set(page))[:limit]
+            return generic_source_id_page(r, scope, r.state().pointer, after, limit)
+
+    # -- the legs -----------------------------------------------------------------------------
+    def _vector_leg(
+        self,
+        r: BackendReader,
+        scope: Scope,
+        q: Vector,
+        limit: int,
+        admission: Admission,
+    ) -> LegAnswer:
+        if limit <= 0:
+            return LegAnswer(())
+        if self._push.search_vectors is not None:
+            answer = self._push.search_vectors(r, q, admission=admission, limit=limit)
+            return _checked_answer(answer, scope, limit, int(q.shape[0]))
+        return walk_vectors(r, scope, q, admission, limit)
+
+    def _lexical_leg(
+        self, r: BackendReader, scope: Scope, text: str, mode: str, limit: int, admission: Admission
+    ) -> LegAnswer:
+        if limit <= 0 or not text.strip():
+            return LegAnswer(())
+        if self._push.search_lexical is not None and mode in self._push.lexical_modes:
+            answer = self._push.search_lexical(r, text, mode=mode, admission=admission, limit=limit)
+            return _checked_answer(answer, scope, limit, None)
+        return search_bm25(r, scope, text, admission, limit)
+
+    def _report(
+        self,
+        r: BackendReader,
+        answer: LegAnswer,
+        authorization: Authorization | None,
+        denied: list[AccessDecision],
+    ) -> list[ScoredRecord]:
+        """The leg's hits as the caller's copies; its denials appended to ``denied``."""
+        denied.extend(denials(r, answer.screened, authorization))
+        return [ScoredRecord(hand_out(s.record), float(s.score)) for s in answer.hits]
 
     def query(
         self,
@@ -217,13 +285,15 @@ class BackendStore:
         limit: int,
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | Filter | None = None,
-        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
+        on_denied: OnDenied | None = None,
     ) -> Sequence[ScoredRecord]:
         q, flt = _query_args(vector, limit, metadata_filter, authorization)
+        denied: list[AccessDecision] = []
         with self._reading(scope) as r:
-            hits, denied = _walk(r, q, limit, authorization, flt, on_denied is not None)
-        if denied and on_denied is not None:
-            on_denied(denied)
+            admission = Admission(r.state().pointer, authorization, flt, on_denied is not None)
+            answer = self._vector_leg(r, scope, q, limit, admission)
+            hits = self._report(r, answer, authorization, denied)
+        _tell(on_denied, denied)
         return hits
 
     def guarded_query(
@@ -236,22 +306,148 @@ class BackendStore:
         limit: int,
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | Filter | None = None,
-        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
+        on_denied: OnDenied | None = None,
     ) -> GuardedQuery:
         """The drift guard and the vector leg from one ``read`` (``SupportsGuardedQuery``)."""
+        return self._guarded(
+            scope, vector, (embedder_id, dimensions), limit, authorization, metadata_filter,
+            on_denied, lend=False,
+        )  # fmt: skip
+
+    def borrowed_query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        *,
+        embedder_id: str,
+        dimensions: int,
+        limit: int,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: OnDenied | None = None,
+    ) -> GuardedQuery:
+        """``guarded_query`` lending the backend's own records (``SupportsBorrowedQuery``;
+        declared only over a ``search_vectors`` pushdown, whose backend keeps stored records
+        unchanged once returned)."""
+        return self._guarded(
+            scope, vector, (embedder_id, dimensions), limit, authorization, metadata_filter,
+            on_denied, lend=self._capabilities.borrowed_query,
+        )  # fmt: skip
+
+    def _guarded(
+        self,
+        scope: Scope,
+        vector: Vector,
+        key: EmbedderKey,
+        limit: int,
+        authorization: Authorization | None,
+        metadata_filter: Mapping[str, Any] | Filter | None,
+        on_denied: OnDenied | None,
+        *,
+        lend: bool,
+    ) -> GuardedQuery:
         q, flt = _query_args(vector, limit, metadata_filter, authorization)
+        denied: list[AccessDecision] = []
         with self._reading(scope) as r:
-            pointer = r.state().pointer
-            keys = {(x.embedder_id, x.dimensions) for x in _visible(r.rows(), pointer)}
-            foreign = frozenset(k for k in keys if k != (embedder_id, dimensions))
-            hits, denied = _walk(r, q, limit, authorization, flt, on_denied is not None)
-        if denied and on_denied is not None:
-            on_denied(denied)
+            state = r.state()
+            foreign = self._foreign(r, scope, state, key)
+            admission = Admission(state.pointer, authorization, flt, on_denied is not None)
+            answer = self._vector_leg(r, scope, q, limit, admission)
+            if lend:
+                denied.extend(denials(r, answer.screened, authorization))
+                hits: Sequence[ScoredRecord] = answer.hits
+            else:
+                hits = self._report(r, answer, authorization, denied)
+        _tell(on_denied, denied)
         return GuardedQuery(foreign, hits)
+
+    def _mode(self, mode: object) -> str:
+        if not isinstance(mode, str) or mode not in self._capabilities.lexical_modes:
+            raise CapabilityError(
+                f"this store offers lexical modes {self._capabilities.lexical_modes!r}",
+                capability="lexical",
+            )
+        return mode
+
+    def lexical_query(
+        self,
+        scope: Scope,
+        text: str,
+        *,
+        limit: int,
+        mode: str = GENERIC_LEXICAL_MODE,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: OnDenied | None = None,
+    ) -> Sequence[ScoredRecord]:
+        """``SupportsLexicalSearch``: the backend's lexical pushdown for its own modes, the
+        engine's BM25 over the scope's rows for ``bm25`` otherwise."""
+        mode = self._mode(mode)
+        validate_text(text, field="query")
+        _, flt = _query_args(None, limit, metadata_filter, authorization)
+        denied: list[AccessDecision] = []
+        with self._reading(scope) as r:
+            admission = Admission(r.state().pointer, authorization, flt, on_denied is not None)
+            answer = self._lexical_leg(r, scope, text, mode, limit, admission)
+            hits = self._report(r, answer, authorization, denied)
+        _tell(on_denied, denied)
+        return tuple(hits)
+
+    def hybrid_query(
+        self,
+        scope: Scope,
+        vector: Vector,
+        text: str,
+        *,
+        embedder_id: str,
+        dimensions: int,
+        limit: int,
+        mode: str,
+        authorization: Authorization | None = None,
+        metadata_filter: Mapping[str, Any] | Filter | None = None,
+        on_denied: OnDenied | None = None,
+    ) -> HybridAnswer:
+        """The drift guard and both legs from one ``read`` (one pointer, one set of
+        tombstones and grants)."""
+        mode = self._mode(mode)
+        validate_text(text, field="query")
+        q, flt = _query_args(vector, limit, metadata_filter, authorization)
+        denied: list[AccessDecision] = []
+        denied_lexically: list[AccessDecision] = []
+        with self._reading(scope) as r:
+            state = r.state()
+            foreign = self._foreign(r, scope, state, (embedder_id, dimensions))
+            admission = Admission(state.pointer, authorization, flt, on_denied is not None)
+            vector_answer = self._vector_leg(r, scope, q, limit, admission)
+            lexical_answer = self._lexical_leg(r, scope, text, mode, limit, admission)
+            hits = self._report(r, vector_answer, authorization, denied)
+            lexical = tuple(self._report(r, lexical_answer, authorization, denied_lexically))
+        _tell(on_denied, denied)  # once per leg, as each leg's own query would
+        _tell(on_denied, denied_lexically)
+        return HybridAnswer(foreign, hits, lexical)
+
+
+def _tell(on_denied: OnDenied | None, denied: list[AccessDecision]) -> None:
+    if denied and on_denied is not None:
+        on_denied(denied)
+
+
+def _checked_answer(
+    answer: LegAnswer, scope: Scope, limit: int, dimensions: int | None
+) -> LegAnswer:
+    """A pushdown's answer as the engine hands it on: at most ``limit`` hits, each of the
+    asked scope (and, for the vector leg, dimension), else ``StoreError``."""
+    if not isinstance(answer, LegAnswer) or len(answer.hits) > limit:
+        raise StoreError("a search pushdown returned more than the limit, or no LegAnswer")
+    for scored in answer.hits:
+        record = scored.record
+        if record.scope != scope or (dimensions is not None and record.dimensions != dimensions):
+            raise StoreError("a search pushdown returned a row outside the scope asked")
+    return answer
 
 
 def _query_args(
-    vector: Vector,
+    vector: Vector | None,
     limit: object,
     metadata_filter: Mapping[str, Any] | Filter | None,
     authorization: object,
@@ -259,47 +455,11 @@ def _query_args(
     if authorization is not None and not isinstance(authorization, Authorization):
         raise ValidationError("authorization must be an Authorization", field="authorization")
     flt = parse_filter(metadata_filter)
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise ValidationError("limit must be an int", field="limit")
+    if vector is None:
+        return np.zeros(0, dtype=np.float32), flt
     q = np.asarray(vector, dtype=np.float32).reshape(-1)
     if not np.all(np.isfinite(q)):
         raise ValidationError("the query vector must be finite", field="vector")
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise ValidationError("limit must be an int", field="limit")
     return q, flt
-
-
-def _walk(
-    r: BackendReader,
-    q: Vector,
-    limit: int,
-    authorization: Authorization | None,
-    flt: Filter | None,
-    report: bool,
-) -> tuple[list[ScoredRecord], list[AccessDecision]]:
-    """The top ``limit`` of ``r.nearest(q)`` that pass the whole predicate, taken best first
-    as the stream goes; with ``report``, the sources the grant rule withheld from the top
-    ``limit`` of the rows that passed everything else."""
-    if limit <= 0:
-        return [], []
-    hits: list[ScoredRecord] = []
-    unfiltered: list[Record] = []  # the top `limit` before the grant rule, for on_denied
-    pointer, forgotten, grants = r.state().pointer, _forgotten(r), _Grants(r)
-    for scored in r.nearest(q):
-        record = scored.record
-        if (
-            record.dimensions != q.shape[0]
-            or not is_visible(record.generation, record.retired_generation, pointer)
-            or is_forgotten(record, forgotten)
-            or (flt is not None and not flt.matches(record.metadata))
-        ):
-            continue
-        if len(unfiltered) < limit:
-            unfiltered.append(record)
-        if authorization is None or _allowed(record, grants, authorization):
-            hits.append(ScoredRecord(hand_out(record), float(scored.score)))
-            if len(hits) == limit:
-                break
-    if authorization is None or not report:
-        return hits, []
-    sources = dict.fromkeys(s for x in unfiltered for s in x.access_sources or (x.source_id,))
-    decisions = (decide_access(s, grants.get(s), authorization) for s in sources)
-    return hits, [d for d in decisions if not d.allowed]

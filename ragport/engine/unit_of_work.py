@@ -26,6 +26,7 @@ from ragport.domain.model import (
 )
 from ragport.engine._guard import Guard
 from ragport.engine.copies import hand_out, take_in
+from ragport.engine.dispatch import Pushdowns
 from ragport.engine.generations import GenerationSteps, check_generation
 from ragport.ports.backend import BackendWriter, GenerationState, RowKey
 from ragport.ports.embedder import VectorMatrix
@@ -373,10 +374,13 @@ class _Tombstones(_Part):
 class BackendUnitOfWork:
     """``UnitOfWork`` over one ``BackendWriter``; ``BackendStore.unit_of_work`` makes it."""
 
-    def __init__(self, scope: Scope, writer: BackendWriter, guard: Guard) -> None:
+    def __init__(
+        self, scope: Scope, writer: BackendWriter, guard: Guard, pushdowns: Pushdowns | None = None
+    ) -> None:
         self.scope = scope
         self.writer = writer
         self.guard = guard
+        self.pushdowns = pushdowns if pushdowns is not None else Pushdowns()
         self.done = False
         self.rolled_back = False
         self.records = _Records(self)

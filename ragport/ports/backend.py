@@ -43,7 +43,7 @@ import attrs
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Record, Scope, Tombstone
 from ragport.ports.embedder import Vector, VectorMatrix
-from ragport.ports.store import ScoredRecord
+from ragport.ports.store import EmbedderKey, ScoredRecord
 
 __all__ = [
     "BackendReader",
@@ -62,18 +62,35 @@ def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int)
         raise ValidationError(f"{attribute.name} must be a non-negative int", field="generation")
 
 
+def _claim(value: Iterable[EmbedderKey] | None) -> frozenset[EmbedderKey] | None:
+    return None if value is None else frozenset((k[0], k[1]) for k in value)
+
+
 @attrs.frozen
 class GenerationState:
-    """A scope's three generation numbers; ``GenerationState()`` for a scope never written.
+    """A scope's generation numbers and embedder claim; ``GenerationState()`` for a scope
+    never written.
 
     ``counter``: the last generation handed out; ``pointer``: the current (published) one;
     ``floor``: the lowest one still restorable. ``floor <= pointer <= counter`` is the
-    engine's business, not the backend's: store and return the three numbers as given.
+    engine's business, not the backend's: store and return the numbers as given.
+
+    ``embedders``: the scope's embedder claim, kept by the engine: a set of
+    ``(embedder_id, dimensions)`` holding at least those of every stored row (it may hold
+    more: a key leaves it only when the engine has read every row), or ``None`` when unknown
+    (a state stored before the claim existed, or by a backend that does not keep it).
+    Retrieval's drift guard reads it instead of the rows. Store it with the three numbers
+    and return it as given (any encoding: e.g. a JSON list of ``[embedder_id, dimensions]``
+    pairs); a backend that returns ``None`` always stays correct, only slower (every guard
+    then reads the scope's visible rows).
     """
 
     counter: int = attrs.field(default=0, validator=_non_negative)
     pointer: int = attrs.field(default=0, validator=_non_negative)
     floor: int = attrs.field(default=0, validator=_non_negative)
+    embedders: frozenset[EmbedderKey] | None = attrs.field(
+        default=None, converter=_claim, kw_only=True
+    )
 
 
 @runtime_checkable

@@ -72,10 +72,19 @@ def test_auto_on_a_store_without_a_lexical_leg_is_refused():
 
     If this fails, check that ``auto_lexical_mode`` raises on an empty ``lexical_modes``.
     """
+    import attrs
+
     from ragport.adapters.memory.backend import MemoryBackend
     from ragport.engine import BackendStore
 
-    store = BackendStore(MemoryBackend())
+    class VectorOnly(BackendStore):
+        """The engine's store with its lexical leg withheld (every BackendStore has one)."""
+
+        @property
+        def capabilities(self) -> Capabilities:
+            return attrs.evolve(super().capabilities, lexical_modes=())
+
+    store = VectorOnly(MemoryBackend())
     assert not store.capabilities.lexical_modes
     _seed_one = ragport.Chunk.of("doc", 0, "travel rules")
     ragport.replace_source(

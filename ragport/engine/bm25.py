@@ -1,0 +1,52 @@
+"""Okapi BM25 over token lists, for the engine's generic lexical leg.
+
+The scores of ``rank_bm25.BM25Okapi(corpus, k1=1.5, b=0.75, epsilon=0.25)`` (and of
+ragport's incremental ``Bm25Index``, computed term by term in the same order, so equal to the
+last bit wherever no idf is negative): ``idf = log(N - n + 0.5) - log(n + 0.5)``, a negative
+idf replaced by ``epsilon`` times the mean raw idf of every term of the corpus, empty
+documents counted in ``N`` and in the mean length. Pure Python over one call's documents:
+the generic path re-reads the scope per query (correct, not fast; a backend with an index
+pushes ``search_lexical`` down).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+__all__ = ["bm25_scores"]
+
+K1, B, EPSILON = 1.5, 0.75, 0.25
+
+
+def bm25_scores(documents: Sequence[Sequence[str]], query: Sequence[str]) -> list[float | None]:
+    """Per document, its BM25 score for ``query``'s tokens (a repeated query token counts
+    each time), or ``None`` when it contains none of them."""
+    size = len(documents)
+    if not size:
+        return []
+    counts = [Counter(tokens) for tokens in documents]
+    frequency: Counter[str] = Counter()
+    for counted in counts:
+        frequency.update(counted.keys())
+    wanted = {t: n for t, n in Counter(query).items() if t in frequency}
+    if not wanted:
+        return [None] * size
+    raw = {t: math.log(size - f + 0.5) - math.log(f + 0.5) for t, f in frequency.items()}
+    floor = EPSILON * (math.fsum(raw.values()) / len(raw))
+    idf = {t: (raw[t] if raw[t] >= 0 else floor) for t in wanted}
+    mean_length = sum(len(tokens) for tokens in documents) / size
+    scores: list[float | None] = []
+    for counted, tokens in zip(counts, documents, strict=True):
+        if wanted.keys().isdisjoint(counted):
+            scores.append(None)
+            continue
+        norm = K1 * (1 - B + B * len(tokens) / mean_length)
+        score = 0.0
+        for term, times in wanted.items():
+            tf = counted.get(term, 0)
+            if tf:
+                score += times * idf[term] * (tf * (K1 + 1) / (tf + norm))
+        scores.append(score)
+    return scores
