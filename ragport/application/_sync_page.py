@@ -1,35 +1,42 @@
-"""One sync page's items prepared (load, parse, skip check) and embedded, optionally overlapped.
+"""One sync page's items through the ingestion pipeline, collected for the page's unit of work.
 
-With ``workers`` 1 the items are loaded and parsed one after another on the calling thread,
-then embedded, as ``sync_knowledge`` always did. With more, up to ``workers`` items are loaded
-and parsed at once in a thread pool (at most ``2 x workers`` submitted ahead), and the chunks
-of the items already prepared, in listing order, are embedded on one more thread in calls of
-``batch_size x EMBED_CALL_BATCHES`` texts while later items still parse. Either way the result
-is the same: the outcomes in listing order, and the vectors in the order of the texts.
+``prepare_page`` hands the page's upserts (in listing order) to ``run_pipeline``
+(``ragport.application.pipeline``): with ``workers`` 1 each item is loaded, skip-checked and
+parsed on the calling thread and the chunks are embedded there too; with more, up to
+``workers`` items are prepared at once on worker threads while one more thread embeds the
+chunks of the items already prepared. Either way the result is the same: the outcomes in
+listing order, and the vectors in the order of the texts. Nothing touches the store.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 import numpy as np
 
-from ragport.application._support import EMBED_CALL_BATCHES, EitherAbort, check_abort
+from ragport.application._support import check_abort
 from ragport.application._sync_state import is_retryable
 from ragport.application.documents import PreparedDocument
-from ragport.domain.errors import ValidationError
+from ragport.application.pipeline import PipelineSteps, run_pipeline
+from ragport.domain.errors import (
+    AbortedError,
+    CapabilityError,
+    EmbedderError,
+    EmbedderMismatchError,
+    StoreError,
+    ValidationError,
+)
 from ragport.domain.model import Grant
 from ragport.domain.sync import Access
 from ragport.ports.embedder import VectorMatrix
 from ragport.ports.runtime import Abort
 from ragport.ports.sync import Page, Upsert
 
-Prepare = Callable[[Upsert, Abort], tuple[PreparedDocument, int]]
-Embed = Callable[[list[str], Abort], VectorMatrix]
+# What sinks the page rather than one item (nothing committed, the page replays): the caller's
+# abort, the store, the embedder. Any other exception from loading, parsing or chunking one item
+# (a parser's RecursionError or MemoryError included) is that item's failure.
+PAGE_ERRORS = (AbortedError, StoreError, EmbedderError, EmbedderMismatchError, CapabilityError)
 
 
 @attrs.define
@@ -46,68 +53,43 @@ class PageWork:
     vectors: VectorMatrix | None = None
 
 
-# Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
-def prepare_page(  # noqa: C901, PLR0915
-    upserts: Mapping[str, Upsert],
-    *,
-    prepare: Prepare,
-    embed: Embed,
-    texts_of: Callable[[PreparedDocument], list[str]],
-    error_of: Callable[[BaseException], tuple[str, str]],
-    page_errors: tuple[type[BaseException], ...],
-    batch_size: int,
-    dimensions: int,
-    abort: Abort | None,
-    on_item: Callable[[str], None] | None = None,
-    workers: int = 1,
-) -> PageWork:
+@attrs.frozen(kw_only=True)
+class PageRun:
+    """How a page's items go through the pipeline: its ``steps`` (``prepare``, ``embed``,
+    ``texts_of``), ``error_of`` (an item's redacted error and reason), the embedder's
+    ``dimensions``, texts per embed call, parse threads, the caller's ``abort`` and
+    ``on_item`` (called on the calling thread for each item, in listing order)."""
+
+    steps: PipelineSteps[Upsert]
+    error_of: Callable[[BaseException], tuple[str, str]]
+    dimensions: int
+    call_size: int
+    workers: int = 1
+    abort: Abort | None = None
+    on_item: Callable[[str], None] | None = None
+
+
+def prepare_page(upserts: Mapping[str, Upsert], run: PageRun) -> PageWork:
     """Steps 3 and 4 of ``sync_knowledge`` for one page's upserts (the last listing of each id).
 
-    An item whose access is ``None`` is withheld; an item whose ``prepare`` raised anything but
-    ``page_errors`` is that item's failure (``error_of`` gives its redacted error and reason);
-    a ``page_errors`` exception (or an embed failure) raises out, after every thread stopped.
-    ``on_item`` is called on the calling thread for each item, in listing order.
+    An item whose access is ``None`` is withheld (never loaded); an item whose ``prepare``
+    raised anything but ``PAGE_ERRORS`` is that item's failure; a ``PAGE_ERRORS`` exception
+    or an embed failure raises out, after every thread stopped.
     """
-    stopped = threading.Event()  # set when the page leaves, early or not
-    stop = EitherAbort(stopped, abort)
     work = PageWork()
-    step = batch_size * EMBED_CALL_BATCHES
-    parse_pool = ThreadPoolExecutor(workers, "ragport-sync-parse") if workers > 1 else None
-    embed_pool = ThreadPoolExecutor(1, "ragport-sync-embed") if workers > 1 else None
-    calls: list[tuple[int, Future[VectorMatrix] | VectorMatrix]] = []  # (first row, answer)
-    sent = 0  # texts handed to the embedder so far
-
-    def send(until: int) -> None:
-        nonlocal sent
-        while sent < until:
-            end = min(until, sent + step)
-            batch = work.texts[sent:end]
-            if embed_pool is not None:
-                calls.append((sent, embed_pool.submit(embed, batch, stop)))
-            else:
-                calls.append((sent, embed(batch, stop)))
-            sent = end
-
-    def in_order() -> Iterator[tuple[str, Upsert, Future[tuple[PreparedDocument, int]] | None]]:
-        """Every item in listing order; those with an ``Access`` come with their parse,
-        submitted up to ``2 x workers`` ahead (the others are never parsed)."""
-        assert parse_pool is not None
-        parseable = deque(u for u in upserts.values() if isinstance(u.access, Access))
-        ahead: deque[Future[tuple[PreparedDocument, int]]] = deque()
-        for source_id, upsert in upserts.items():
-            if not isinstance(upsert.access, Access):
-                yield source_id, upsert, None
-                continue
-            while parseable and len(ahead) < 2 * workers:
-                ahead.append(parse_pool.submit(prepare, parseable.popleft(), stop))
-            yield source_id, upsert, ahead.popleft()
-
+    vectors: list[VectorMatrix] = []
+    steps = attrs.evolve(run.steps, parses=lambda upsert: isinstance(upsert.access, Access))
+    items = run_pipeline(
+        list(upserts.values()), steps, workers=run.workers, abort=run.abort,
+        call_size=run.call_size, retry_alone=False,
+    )  # fmt: skip
     try:
-        items = in_order() if parse_pool is not None else ((s, u, None) for s, u in upserts.items())
-        for source_id, upsert, future in items:
-            check_abort(stop)
-            if on_item is not None:
-                on_item(source_id)
+        for item in items:
+            upsert = item.item
+            source_id = upsert.source_id
+            check_abort(run.abort)
+            if run.on_item is not None:
+                run.on_item(source_id)
             access = upsert.access
             if access is None:
                 work.withheld.append(source_id)
@@ -117,35 +99,29 @@ def prepare_page(  # noqa: C901, PLR0915
                     "an upsert's access must be an Access or None", field="access"
                 )
             work.grants.append(Grant(source_id, access.principal_ids, access.group_ids))
-            try:
-                prepared, size = prepare(upsert, stop) if future is None else future.result()
-            except page_errors:
-                raise
-            except Exception as exc:  # the item's own failure, whatever raised it
-                work.failed[source_id] = error_of(exc)
-                if is_retryable(exc):
+            if item.error is not None:
+                if isinstance(item.error, PAGE_ERRORS):
+                    raise item.error
+                work.failed[source_id] = run.error_of(item.error)  # the item's own failure
+                if is_retryable(item.error):
                     work.retryable.append(source_id)
                 continue
+            prepared = item.prepared
+            assert prepared is not None
             if prepared.unchanged:
-                work.skipped[source_id] = (size, prepared.stored)
+                work.skipped[source_id] = (item.size_bytes, prepared.stored)
                 continue
-            work.changed.append((prepared, size))
-            work.texts.extend(texts_of(prepared))
-            if embed_pool is not None and len(work.texts) - sent >= step:
-                send(sent + (len(work.texts) - sent) // step * step)  # full calls only
-        send(len(work.texts))
-        out = np.empty((len(work.texts), dimensions), dtype=np.float32)
-        for first, answer in calls:
-            vectors = answer.result() if isinstance(answer, Future) else answer
-            out[first : first + len(vectors)] = vectors
-        check_abort(stop)
-        work.vectors = out
-        return work
+            work.changed.append((prepared, item.size_bytes))
+            work.texts.extend(item.texts)
+            if item.vectors is not None:
+                vectors.append(item.vectors)
     finally:
-        stopped.set()  # parses and embed calls still running stop at their next check
-        for pool in (parse_pool, embed_pool):
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+        items.close()
+    check_abort(run.abort)
+    work.vectors = (
+        np.concatenate(vectors) if vectors else np.empty((0, run.dimensions), dtype=np.float32)
+    )
+    return work
 
 
 def classify_page(

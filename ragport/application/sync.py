@@ -54,6 +54,7 @@ from typing import Literal, cast
 import attrs
 
 from ragport.application._support import (
+    EMBED_CALL_BATCHES,
     Redaction,
     check_abort,
     embed_batches,
@@ -61,7 +62,7 @@ from ragport.application._support import (
     require_scope,
     require_transactions,
 )
-from ragport.application._sync_page import PageWork, classify_page, prepare_page
+from ragport.application._sync_page import PageRun, PageWork, classify_page, prepare_page
 from ragport.application._sync_state import (
     START,
     SyncFailure,
@@ -77,14 +78,10 @@ from ragport.application.admission import refuse_forgotten
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
 from ragport.application.pinned import retire_pinned_dependents
+from ragport.application.pipeline import PipelineSteps
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration, StagedWrite, staged_write
 from ragport.domain.errors import (
-    AbortedError,
-    CapabilityError,
-    EmbedderError,
-    EmbedderMismatchError,
-    StoreError,
     SyncCursorError,
     ValidationError,
     reason_code,
@@ -107,10 +104,6 @@ from ragport.ports.sync import (
 
 __all__ = ["SyncFailure", "SyncProgress", "SyncResult", "sync_knowledge"]
 WITHHELD_ERROR = "withheld by the host access mapping"
-# What sinks the page rather than one item (nothing committed, the page replays): the caller's
-# abort, the store, the embedder. Any other exception from loading, parsing or chunking one item
-# (a parser's RecursionError or MemoryError included) is that item's failure.
-PAGE_ERRORS = (AbortedError, StoreError, EmbedderError, EmbedderMismatchError, CapabilityError)
 
 
 @attrs.define
@@ -215,25 +208,28 @@ class _Run:
 
     def load_parse_embed(self, upserts: dict[str, Upsert]) -> PageWork:
         """Steps 3-4: load, skip-check, parse and embed every upsert of the page."""
-        return prepare_page(
-            upserts,
+        steps: PipelineSteps[Upsert] = PipelineSteps(
             prepare=self.prepare,
-            embed=lambda batch, abort: embed_batches(
-                self.embedder, batch, batch_size=self.batch_size, abort=abort,
+            embed=lambda texts, abort, _label: embed_batches(
+                self.embedder, texts, batch_size=self.batch_size, abort=abort,
                 telemetry=self.telemetry,
             ),
             texts_of=lambda prepared: [
                 validate_text(self.redact(c.text), field="text") if self.redact.active else c.text
                 for c in prepared.chunks
             ],
+            threads="ragport-sync",
+        )  # fmt: skip
+        run = PageRun(
+            steps=steps,
             error_of=lambda exc: (self.redact.error(exc), reason_code(exc)),
-            page_errors=PAGE_ERRORS,
-            batch_size=self.batch_size,
             dimensions=self.embedder.dimensions,
+            call_size=self.batch_size * EMBED_CALL_BATCHES,
+            workers=self.workers,
             abort=self.abort,
             on_item=self.on_item,
-            workers=self.workers,
-        )  # fmt: skip
+        )
+        return prepare_page(upserts, run)
 
     def commit_page(
         self,
@@ -379,7 +375,7 @@ def sync_knowledge(  # noqa: C901, PLR0913, PLR0915
 
     ``workers`` (1..32, default 1): more than 1 loads and parses up to that many items of a
     page at once on worker threads, and embeds the chunks of the items already parsed while
-    later ones parse (``ragport.application._sync_page``); the page is still written by one
+    later ones parse (the ingestion pipeline, ``ragport.application.pipeline``); the page is still written by one
     unit of work, so nothing else changes. The connector's ``Upsert.load`` callables are then
     called from those threads: a connector must allow that before a caller raises ``workers``.
 

@@ -6,25 +6,30 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Protocol
 
 import attrs
 
-from ragport.application import (
-    ReplaceResult,
-    SharedGeneration,
-    replace_document,
-    replace_source,
+from ragport.application import ReplaceResult, SharedGeneration, replace_source
+from ragport.application.ingest import (
+    MAX_WORKERS as MAX_WORKERS,
+)
+from ragport.application.ingest import (
+    Candidate,
+    FileOutcome,
+    IngestOptions,
+    IngestProgress,
+    check_workers,
+    ingest_documents,
 )
 from ragport.application.runtime import Runtime
 from ragport.bootstrap.roots import CorpusRoots as CorpusRoots
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
-from ragport.domain.errors import AbortedError, RagportError, ValidationError, reason_code
+from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits
 from ragport.domain.model import Scope
 from ragport.ports.documents import Parser
@@ -32,6 +37,24 @@ from ragport.ports.embedder import Embedder
 from ragport.ports.runtime import Abort
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
+
+__all__ = [
+    "DOCUMENT_SUFFIXES",
+    "MARKDOWN_SUFFIXES",
+    "Candidate",
+    "CorpusRoots",
+    "FileOutcome",
+    "IngestProgress",
+    "check_workers",
+    "collect_documents",
+    "default_root",
+    "default_workers",
+    "demo_documents",
+    "ingest_files",
+    "ingest_limits",
+    "ingest_text",
+    "walk_documents",
+]
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 
@@ -99,16 +122,6 @@ def ingest_text(
         content_hash=digest,
         status_store=status_store,
     )
-
-
-@attrs.frozen
-class Candidate:
-    """A file the walk found (``source_id`` relative to the root) or refused (``reason``)."""
-
-    path: Path
-    source_id: str | None
-    reason: str | None = None
-    detail: str | None = None
 
 
 def collect_documents(
@@ -182,59 +195,6 @@ def default_root(paths: Sequence[str | os.PathLike[str]]) -> Path:
     return Path(os.path.commonpath(folders)) if folders else Path.cwd().resolve()
 
 
-class IngestProgress(Protocol):
-    """What ``ingest_files`` reports while files are in flight (a progress display).
-
-    Each stage a file goes through is reported when it starts (``working``) and when it is
-    through, succeeded or not (``finished``), so a display shows what runs now and not what
-    ran last. Called from the pipeline's threads: implementations must be thread-safe and
-    quick, and must not raise (an exception escapes as the run's own failure). An object
-    without ``finished`` (written before it existed) still works: it hears only the starts.
-    """
-
-    def working(self, source_id: str, stage: str) -> None:
-        """``source_id`` starts ``stage``: ``parsing`` (load and parse, in a parse thread),
-        ``embedding`` (one embedder call for a group of files: ``source_id`` is the group's
-        first file and ``(+N more)``), ``writing``; serially (``workers=1``) one ``reading``
-        covers the whole file (load, parse, embed and write)."""
-
-    def finished(self, source_id: str, stage: str) -> None:
-        """``source_id`` is through ``stage`` (as named to ``working``)."""
-
-    def embedded(self, chunks: int) -> None:
-        """``chunks`` more chunks were embedded (after each embedder call)."""
-
-
-@contextmanager
-def _stage(progress: IngestProgress | None, name: str, stage: str) -> Iterator[None]:
-    """Tell ``progress`` that ``name`` runs ``stage`` for the block, and when it is through."""
-    if progress is None:
-        yield
-        return
-    progress.working(name, stage)
-    try:
-        yield
-    finally:
-        finished = getattr(progress, "finished", None)
-        if finished is not None:
-            finished(name, stage)
-
-
-@attrs.frozen
-class FileOutcome:
-    """What happened to one file of an ingest run."""
-
-    path: str
-    source_id: str | None
-    state: str  # indexed | unchanged | failed
-    chunks: int = 0
-    replaced: int = 0
-    generation: int | None = None
-    reason: str | None = None
-    error: str | None = None
-    seconds: float = 0.0
-
-
 def ingest_limits(max_bytes: int, *, base: Limits | None = None) -> Limits:
     """``base`` (default ``DEFAULT_LIMITS``) with ``parse_bytes=max_bytes`` (checked against
     ``base.ceilings``); past the default 1 MiB, ``document_chars`` rises to ``max_bytes`` (up
@@ -264,47 +224,6 @@ def default_workers() -> int:
     return max(2, min(8, cores))
 
 
-MAX_WORKERS = 32
-
-
-def check_workers(workers: object) -> int:
-    """``workers`` as given when it is an integer in 1..32, else ``ValidationError``."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-        raise ValidationError(f"workers must be an integer in 1..{MAX_WORKERS}", field="workers")
-    return workers
-
-
-def _failure(shown: str, source_id: str | None, exc: BaseException, seconds: float) -> FileOutcome:
-    """A failed outcome: ragport errors keep their (text-free) message and reason; an
-    ``OSError`` its strerror; any other exception only its type name."""
-    if isinstance(exc, RagportError):
-        return FileOutcome(
-            shown, source_id, "failed", reason=reason_code(exc),
-            error=f"{type(exc).__name__}: {exc}"[:256], seconds=seconds,
-        )  # fmt: skip
-    if isinstance(exc, OSError):
-        return FileOutcome(
-            shown, source_id, "failed", reason="os_error",
-            error=f"{type(exc).__name__}: {exc.strerror or ''}", seconds=seconds,
-        )  # fmt: skip
-    # a parser's RecursionError, MemoryError...: a foreign message may quote the document
-    return FileOutcome(
-        shown, source_id, "failed", reason="internal", error=type(exc).__name__, seconds=seconds
-    )
-
-
-def _success(shown: str, result: ReplaceResult, seconds: float) -> FileOutcome:
-    return FileOutcome(
-        shown,
-        result.source_id,
-        "unchanged" if result.skipped else "indexed",
-        chunks=result.indexed,
-        replaced=result.deleted,
-        generation=result.generation,
-        seconds=seconds,
-    )
-
-
 # Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
 def ingest_files(  # noqa: PLR0913
     candidates: Sequence[Candidate],
@@ -331,7 +250,7 @@ def ingest_files(  # noqa: PLR0913
     message and reason; any other exception only its type name.
 
     ``workers`` (1..32, default ``default_workers()``): 1 runs the files one after another
-    (load, parse, embed, write); more runs ``ragport.bootstrap.pipeline.pipeline``: ``workers`` threads
+    (load, parse, embed, write); more runs the ingestion pipeline (``ragport.application.pipeline``): ``workers`` threads
     load and parse while one thread embeds the chunks of several files per call and this
     generator writes. Either way outcomes come in input order, each file is written by its
     own ``replace_source`` (atomic) in input order, so generations follow the input order,
@@ -355,15 +274,12 @@ def ingest_files(  # noqa: PLR0913
     ``progress``: told the file in flight and each embedder call's chunks as they happen
     (``IngestProgress``), between the outcomes this yields.
     """
-    import time
-
     from ragport.adapters.loaders import FileDocumentLoader
     from ragport.adapters.parsers import parser_for
     from ragport.adapters.parsers._common import check_encoding
 
     count = default_workers() if workers is None else check_workers(workers)
     encoding = check_encoding(encoding)
-    tick = clock or time.perf_counter
     limits = ingest_limits(max_bytes, base=limits)
     loader = FileDocumentLoader(
         root=root,
@@ -375,44 +291,11 @@ def ingest_files(  # noqa: PLR0913
     def parsers(media_type_or_name: str) -> Parser:
         return parser_for(media_type_or_name, limits=limits, encoding=encoding)
 
-    if count > 1:
-        from ragport.bootstrap.pipeline import pipeline
-
-        yield from pipeline(
-            candidates, loader=loader, parsers=parsers, store=store, status_store=status_store,
-            embedder=embedder, scope=scope, size=size, overlap=overlap, limits=limits,
-            tick=tick, workers=count, abort=abort, shared_generation=shared_generation, progress=progress,
-        )  # fmt: skip
-        return
-    for candidate in candidates:
-        shown = candidate.source_id or str(candidate.path)
-        if candidate.source_id is None:
-            yield FileOutcome(
-                shown, None, "failed", reason=candidate.reason, error=candidate.detail
-            )
-            continue
-        started = tick()
-        try:
-            with _stage(progress, candidate.source_id, "reading"):
-                result = replace_document(
-                    uri=candidate.source_id,
-                    loader=loader,
-                    parser=parsers,
-                    embedder=embedder,
-                    store=store,
-                    scope=scope,
-                    source_id=candidate.source_id,
-                    size=size,
-                    overlap=overlap,
-                    status_store=status_store,
-                    shared_generation=shared_generation,
-                    runtime=Runtime(limits=limits, abort=abort),
-                )
-        except AbortedError:
-            raise
-        except Exception as exc:
-            yield _failure(shown, candidate.source_id, exc, tick() - started)
-            continue
-        if progress is not None and result.indexed and not result.skipped:
-            progress.embedded(result.indexed)
-        yield _success(shown, result, tick() - started)
+    options = IngestOptions(
+        workers=count, size=size, overlap=overlap, shared_generation=shared_generation,
+        progress=progress, timer=clock or time.perf_counter,
+    )  # fmt: skip
+    yield from ingest_documents(
+        candidates, loader=loader, parser=parsers, store=store, embedder=embedder, scope=scope,
+        status_store=status_store, options=options, runtime=Runtime(limits=limits, abort=abort),
+    )  # fmt: skip

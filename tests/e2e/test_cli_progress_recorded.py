@@ -200,7 +200,7 @@ def test_each_frame_names_the_stages_running_at_that_moment(recorded):
     `writing X` for 20-40 s).
 
     If this fails, check _Stages in ragport/cli/progress.py and the working / finished calls
-    of the pipeline (ragport/bootstrap/pipeline.py, ingest.py _stage)."""
+    of the pipeline (ragport/application/pipeline.py, ingest.py progress_stage)."""
     script = recorded.script
     assert len(script.frames) > 300
     seen_all_three = 0

@@ -15,7 +15,8 @@ from doubles import CountingEmbedder
 from sync_support import Stores, sync_stores
 
 import ragport
-from ragport.bootstrap import pipeline as pipeline_module
+from ragport.application import ingest as ingest_module
+from ragport.application import pipeline as pipeline_module
 from ragport.bootstrap.ingest import collect_documents, ingest_files
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -78,7 +79,8 @@ def test_pipeline_matches_the_serial_path(tmp_path: Path, stores: Stores) -> Non
     """Over a mixed folder (md, html, pdf, docx, a bad PDF in the middle) workers=1 and
     workers=3 give the same outcomes, the same stored rows and generations in input order;
     the bad file fails alone and the files after it are indexed.
-    If this fails, check pipeline and _settle in ragport/bootstrap/pipeline.py."""
+    If this fails, check run_pipeline in ragport/application/pipeline.py and _Ingest.settle in
+    ragport/application/ingest.py."""
     root = mixed_folder(tmp_path / "docs")
     serial_scope = ragport.Scope("t", "r", "serial")
     piped_scope = ragport.Scope("t", "r", "piped")
@@ -103,7 +105,7 @@ def test_pipeline_matches_the_serial_path(tmp_path: Path, stores: Stores) -> Non
 def test_one_embed_call_carries_the_chunks_of_several_files(tmp_path: Path) -> None:
     """Twenty small files (3 chunks each) go to the embedder in calls of more than 32 texts,
     at most embed_batch x EMBED_CALL_BATCHES, and the grouping does not depend on timing:
-    a slow parse changes no call. If this fails, check _next_group in ragport/bootstrap/pipeline.py."""
+    a slow parse changes no call. If this fails, check _next_group in ragport/application/pipeline.py."""
     root = tmp_path / "docs"
     root.mkdir()
     for n in range(20):
@@ -123,7 +125,7 @@ def test_one_embed_call_carries_the_chunks_of_several_files(tmp_path: Path) -> N
     assert len(sizes) < len(outcomes)
     # the same folder with every parse slowed down and the first file slowest: same calls
     slowed = CountingEmbedder()
-    real = pipeline_module.prepare_document
+    real = ingest_module.prepare_document
 
     def slow_prepare(loaded: Any, **kwargs: Any) -> Any:
         import time
@@ -131,18 +133,18 @@ def test_one_embed_call_carries_the_chunks_of_several_files(tmp_path: Path) -> N
         time.sleep(0.2 if kwargs["source_id"] == "s00.md" else 0.01)
         return real(loaded, **kwargs)
 
-    pipeline_module.prepare_document = slow_prepare  # type: ignore[assignment]
+    ingest_module.prepare_document = slow_prepare  # type: ignore[assignment]
     try:
         run(root, sync_stores_memory(), ragport.Scope("t", "r", "c"), embedder=slowed, workers=2)
     finally:
-        pipeline_module.prepare_document = real  # type: ignore[assignment]
+        ingest_module.prepare_document = real  # type: ignore[assignment]
     assert [len(c) for c in slowed.calls] == sizes
 
 
 def test_a_file_name_with_a_control_character_fails_alone(tmp_path: Path) -> None:
     """A file whose name has a control character (an id the domain refuses) is that file's
     failure in the pipeline, as in the serial path: the other files are indexed, and no
-    status is recorded under the refused id. If this fails, check _settle's record_failed."""
+    status is recorded under the refused id. If this fails, check _Ingest.settle's record_failed."""
     root = mixed_folder(tmp_path / "docs", small=4, bad_at=None)
     (root / "b-red\x1b[31mzebra.md").write_text("# Red\n\nA red zebra.\n", encoding="utf-8")
     outcomes = {}
@@ -166,7 +168,7 @@ def test_files_and_chunks_in_flight_are_bounded(tmp_path: Path, monkeypatch) -> 
     """Sixty one-chunk files, workers=2, calls of at most 8 texts: never more than 2 parses
     at once, at most 2 x workers + 3 x the call size files between their parse and their
     outcome, and no embed call past the call size.
-    If this fails, check the admission bounds in ragport/bootstrap/pipeline.py."""
+    If this fails, check the admission bounds in ragport/application/pipeline.py."""
     import ragport.adapters.parsers as parsers
 
     monkeypatch.setattr(pipeline_module, "PIPELINE_CALL", 8)
@@ -226,7 +228,8 @@ def _memory() -> Any:
 def test_abort_mid_run_leaves_each_source_old_or_new(tmp_path: Path) -> None:
     """An abort set after the second embed call stops the run with AbortedError, leaves no
     pipeline thread, and every source holds either its old rows or its new ones, whole.
-    If this fails, check the finally of ragport.bootstrap.pipeline.pipeline and _write."""
+    If this fails, check the finally of ragport.application.pipeline._Run.items and
+    _Ingest.settle."""
     root = tmp_path / "docs"
     root.mkdir()
     for n in range(30):
@@ -273,7 +276,7 @@ def test_abort_mid_run_leaves_each_source_old_or_new(tmp_path: Path) -> None:
 
 def test_closing_the_generator_stops_every_thread(tmp_path: Path) -> None:
     """Leaving the loop early (as Ctrl-C does) stops the parse and embed threads.
-    If this fails, check the finally of ragport.bootstrap.pipeline.pipeline."""
+    If this fails, check the finally of ragport.application.pipeline._Run.items."""
     root = mixed_folder(tmp_path / "docs", small=10, bad_at=None)
     before = set(threading.enumerate())  # a PostgreSQL store's maintenance thread, say
     results = ingest_files(
@@ -329,7 +332,7 @@ class PoisonEmbedder(CountingEmbedder):
 def test_a_file_the_embedder_refuses_fails_alone(tmp_path: Path) -> None:
     """Ten small files embedded in shared calls, one holding a text the embedder refuses:
     that file fails (EmbedderError), the nine others are indexed with their rows.
-    If this fails, check the solo retry in _settle."""
+    If this fails, check the solo retry in _Run._ready (ragport/application/pipeline.py)."""
     root = tmp_path / "docs"
     root.mkdir()
     for n in range(10):

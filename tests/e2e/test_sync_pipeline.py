@@ -76,7 +76,8 @@ def _counts(result: Any) -> tuple[Any, ...]:
 def test_workers_give_the_same_result_as_one(stores: Stores) -> None:
     """Three pages (a withheld item, a failed load) then an edit, a deletion and a fixed load:
     workers=4 writes the same rows, statuses and counts as workers=1, and reports progress
-    in the same order. If this fails, check prepare_page in ragport/application/_sync_page.py."""
+    in the same order. If this fails, check prepare_page in ragport/application/_sync_page.py and run_pipeline in
+    ragport/application/pipeline.py."""
     serial, piped = ragport.Scope("t", "r", "serial"), ragport.Scope("t", "r", "piped")
     connectors = {1: _connector(), 4: _connector()}
     progress: dict[int, list[str | None]] = {1: [], 4: []}

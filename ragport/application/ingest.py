@@ -1,0 +1,364 @@
+"""ingest_documents: many documents into a corpus, one outcome each; a failure never stops the run.
+
+1. Validate ``options.workers`` (1..32) and the runtime.
+2. ``workers`` 1: each candidate through ``replace_document`` (load, parse, chunk, embed,
+   write) one after another. More: the ingestion pipeline (``ragport.application.pipeline``):
+   ``workers`` threads load and parse, one thread embeds the chunks of consecutive documents
+   per call, and each document is written here by its own ``replace_prepared`` (its own
+   transaction) in input order.
+3. Yield one ``FileOutcome`` per candidate, in input order: a refused candidate (no
+   ``source_id``) or a document that failed anywhere is that document's failure only
+   (``failed`` with a text-free reason and error); ``AbortedError`` stops the run.
+
+The loader and parser are ports: ``ragport.bootstrap.ingest_files`` wires the file loader and
+ragport's parsers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+from ragport.application._support import check_abort, embed_batches, require_scope
+from ragport.application.documents import (
+    ParserSelector,
+    PreparedDocument,
+    prepare_document,
+    record_failed,
+    replace_document,
+    replace_prepared,
+)
+from ragport.application.pipeline import PipelineItem, PipelineSteps, run_pipeline
+from ragport.application.results import ReplaceResult
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
+from ragport.application.shared_generation import SharedGeneration
+from ragport.domain.errors import AbortedError, RagportError, ValidationError, reason_code
+from ragport.domain.limits import DEFAULT_LIMITS, check_limit
+from ragport.domain.model import Scope
+from ragport.domain.values import validate_id
+from ragport.ports.documents import DocumentLoader, Parser
+from ragport.ports.embedder import Embedder, VectorMatrix
+from ragport.ports.runtime import Abort
+from ragport.ports.status import IngestionStatusStore
+from ragport.ports.store import ChunkStore
+
+__all__ = [
+    "MAX_WORKERS",
+    "Candidate",
+    "FileOutcome",
+    "IngestOptions",
+    "IngestProgress",
+    "check_workers",
+    "ingest_documents",
+]
+
+MAX_WORKERS = 32
+
+
+def check_workers(workers: object) -> int:
+    """``workers`` as given when it is an integer in 1..32, else ``ValidationError``."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise ValidationError(f"workers must be an integer in 1..{MAX_WORKERS}", field="workers")
+    return workers
+
+
+@attrs.frozen
+class Candidate:
+    """A document to ingest (``source_id``, read by the loader) or one refused before it
+    (``source_id`` ``None``, with ``reason`` and ``detail``); ``path`` is what is shown."""
+
+    path: Path
+    source_id: str | None
+    reason: str | None = None
+    detail: str | None = None
+
+
+@attrs.frozen
+class FileOutcome:
+    """What happened to one document of an ingest run."""
+
+    path: str
+    source_id: str | None
+    state: str  # indexed | unchanged | failed
+    chunks: int = 0
+    replaced: int = 0
+    generation: int | None = None
+    reason: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+class IngestProgress(Protocol):
+    """What ``ingest_documents`` reports while documents are in flight (a progress display).
+
+    Each stage a document goes through is reported when it starts (``working``) and when it
+    is through, succeeded or not (``finished``), so a display shows what runs now and not
+    what ran last. Called from the pipeline's threads: implementations must be thread-safe
+    and quick, and must not raise (an exception escapes as the run's own failure). An object
+    without ``finished`` (written before it existed) still works: it hears only the starts.
+    """
+
+    def working(self, source_id: str, stage: str) -> None:
+        """``source_id`` starts ``stage``: ``parsing`` (load and parse, in a parse thread),
+        ``embedding`` (one embedder call for a group of files: ``source_id`` is the group's
+        first file and ``(+N more)``), ``writing``; serially (``workers=1``) one ``reading``
+        covers the whole file (load, parse, embed and write)."""
+
+    def finished(self, source_id: str, stage: str) -> None:
+        """``source_id`` is through ``stage`` (as named to ``working``)."""
+
+    def embedded(self, chunks: int) -> None:
+        """``chunks`` more chunks were embedded (after each embedder call)."""
+
+
+@attrs.frozen(kw_only=True)
+class IngestOptions:
+    """How ``ingest_documents`` runs (checked when built).
+
+    ``workers`` (1..32, default 1): parse threads; 1 runs the documents one after another.
+    ``size``, ``overlap``: the chunking settings. ``shared_generation``: every document of
+    the run shares one generation while it stays the scope's newest, so one rollback undoes
+    the run. ``progress``: told the document in flight and each embedder call's chunks
+    (``IngestProgress``). ``timer``: seconds for each outcome (default ``time.perf_counter``).
+    """
+
+    workers: int = attrs.field(default=1, converter=check_workers)
+    size: int = DEFAULT_LIMITS.chunk_size
+    overlap: int = DEFAULT_LIMITS.overlap
+    shared_generation: SharedGeneration | None = None
+    progress: IngestProgress | None = None
+    timer: Callable[[], float] = time.perf_counter
+
+    def __attrs_post_init__(self) -> None:
+        check_limit("chunk_size", self.size)
+        check_limit("overlap", self.overlap)
+        if self.overlap >= self.size:
+            raise ValidationError("overlap must be smaller than size", field="overlap")
+        if self.shared_generation is not None and not isinstance(
+            self.shared_generation, SharedGeneration
+        ):
+            raise ValidationError(
+                "shared_generation must be a SharedGeneration", field="shared_generation"
+            )
+
+
+@contextmanager
+def progress_stage(progress: IngestProgress | None, name: str, stage: str) -> Iterator[None]:
+    """Tell ``progress`` that ``name`` runs ``stage`` for the block, and when it is through."""
+    if progress is None:
+        yield
+        return
+    progress.working(name, stage)
+    try:
+        yield
+    finally:
+        finished = getattr(progress, "finished", None)
+        if finished is not None:
+            finished(name, stage)
+
+
+def failed_outcome(
+    shown: str, source_id: str | None, exc: BaseException, seconds: float
+) -> FileOutcome:
+    """A failed outcome: ragport errors keep their (text-free) message and reason; an
+    ``OSError`` its strerror; any other exception only its type name."""
+    if isinstance(exc, RagportError):
+        return FileOutcome(
+            shown, source_id, "failed", reason=reason_code(exc),
+            error=f"{type(exc).__name__}: {exc}"[:256], seconds=seconds,
+        )  # fmt: skip
+    if isinstance(exc, OSError):
+        return FileOutcome(
+            shown, source_id, "failed", reason="os_error",
+            error=f"{type(exc).__name__}: {exc.strerror or ''}", seconds=seconds,
+        )  # fmt: skip
+    # a parser's RecursionError, MemoryError...: a foreign message may quote the document
+    return FileOutcome(
+        shown, source_id, "failed", reason="internal", error=type(exc).__name__, seconds=seconds
+    )
+
+
+def written_outcome(shown: str, result: ReplaceResult, seconds: float) -> FileOutcome:
+    """``indexed`` or ``unchanged``, from what ``replace_source`` did."""
+    return FileOutcome(
+        shown,
+        result.source_id,
+        "unchanged" if result.skipped else "indexed",
+        chunks=result.indexed,
+        replaced=result.deleted,
+        generation=result.generation,
+        seconds=seconds,
+    )
+
+
+def ingest_documents(
+    candidates: Sequence[Candidate],
+    *,
+    loader: DocumentLoader,
+    parser: Parser | ParserSelector,
+    store: ChunkStore,
+    embedder: Embedder,
+    scope: Scope,
+    status_store: IngestionStatusStore | None = None,
+    options: IngestOptions | None = None,
+    runtime: Runtime | None = None,
+) -> Generator[FileOutcome, None, None]:
+    """``replace_document`` for every candidate, one outcome each (see the module).
+
+    Outcomes come in input order; each document is written by its own ``replace_source``
+    (atomic) in input order, so generations follow the input order. ``runtime.abort`` stops
+    the run at the next check (``AbortedError``); closing the generator (or Ctrl-C) stops
+    every thread before it returns, and the document in flight writes nothing.
+    """
+    run = _Ingest(
+        loader=loader,
+        parser=parser,
+        store=store,
+        embedder=embedder,
+        scope=require_scope(scope),
+        status_store=status_store,
+        options=IngestOptions() if options is None else _check_options(options),
+        runtime=DEFAULT_RUNTIME if runtime is None else check_runtime(runtime),
+    )
+    if run.options.workers > 1:
+        return run.pipelined(candidates)
+    return run.serial(candidates)
+
+
+def _check_options(options: object) -> IngestOptions:
+    if not isinstance(options, IngestOptions):
+        raise ValidationError("options must be an IngestOptions", field="options")
+    return options
+
+
+@attrs.frozen(kw_only=True)
+class _Ingest:
+    loader: DocumentLoader
+    parser: Parser | ParserSelector
+    store: ChunkStore
+    embedder: Embedder
+    scope: Scope
+    status_store: IngestionStatusStore | None
+    options: IngestOptions
+    runtime: Runtime
+
+    def serial(self, candidates: Sequence[Candidate]) -> Generator[FileOutcome, None, None]:
+        """One document after another through ``replace_document``."""
+        o = self.options
+        for candidate in candidates:
+            shown = candidate.source_id or str(candidate.path)
+            if candidate.source_id is None:
+                yield FileOutcome(
+                    shown, None, "failed", reason=candidate.reason, error=candidate.detail
+                )
+                continue
+            started = o.timer()
+            try:
+                with progress_stage(o.progress, candidate.source_id, "reading"):
+                    result = replace_document(
+                        uri=candidate.source_id, loader=self.loader, parser=self.parser,
+                        embedder=self.embedder, store=self.store, scope=self.scope,
+                        source_id=candidate.source_id, size=o.size, overlap=o.overlap,
+                        status_store=self.status_store, shared_generation=o.shared_generation,
+                        runtime=self.runtime,
+                    )  # fmt: skip
+            except AbortedError:
+                raise
+            except Exception as exc:
+                yield failed_outcome(shown, candidate.source_id, exc, o.timer() - started)
+                continue
+            if o.progress is not None and result.indexed and not result.skipped:
+                o.progress.embedded(result.indexed)
+            yield written_outcome(shown, result, o.timer() - started)
+
+    def pipelined(self, candidates: Sequence[Candidate]) -> Generator[FileOutcome, None, None]:
+        """Through the ingestion pipeline; each document written here, in input order."""
+        o = self.options
+        started: deque[float] = deque()  # admission times: items come out in that order
+
+        def parses(candidate: Candidate) -> bool:
+            started.append(o.timer())
+            if candidate.source_id is None:
+                return False
+            try:  # refused before any status is written, as replace_document does
+                validate_id(candidate.source_id, field="source_id")
+            except ValidationError:
+                return False
+            return True
+
+        steps: PipelineSteps[Candidate] = PipelineSteps(
+            prepare=self.prepare, embed=self.embed, parses=parses
+        )
+        items = run_pipeline(candidates, steps, workers=o.workers, abort=self.runtime.abort)
+        try:
+            for item in items:
+                yield self.settle(item, started.popleft())
+        finally:
+            items.close()
+
+    def prepare(self, candidate: Candidate, abort: Abort) -> tuple[PreparedDocument, int]:
+        check_abort(abort)
+        sid = str(candidate.source_id)
+        with progress_stage(self.options.progress, sid, "parsing"):
+            loaded = self.loader.load(sid)
+            prepared = prepare_document(
+                loaded, source_id=sid, uri=sid, parser=self.parser, embedder=self.embedder,
+                store=self.store, scope=self.scope, size=self.options.size,
+                overlap=self.options.overlap, limits=self.runtime.limits, abort=abort,
+            )  # fmt: skip
+        return prepared, len(loaded.data)
+
+    def embed(self, texts: list[str], abort: Abort, label: str) -> VectorMatrix:
+        progress = self.options.progress
+        with progress_stage(progress if label else None, label, "embedding"):
+            return embed_batches(
+                self.embedder, texts, batch_size=DEFAULT_LIMITS.embed_batch, abort=abort,
+                telemetry=self.runtime.effective_telemetry,
+                on_embedded=None if progress is None else progress.embedded,
+            )  # fmt: skip
+
+    def settle(self, item: PipelineItem[Candidate], started: float) -> FileOutcome:
+        """The outcome of one document out of the pipeline: written, or its failure."""
+        timer = self.options.timer
+        candidate = item.item
+        shown = candidate.source_id or str(candidate.path)
+        sid = candidate.source_id
+        if sid is None:
+            return FileOutcome(
+                shown, None, "failed", reason=candidate.reason, error=candidate.detail
+            )
+        if item.prepared is None and item.error is None:  # an id the domain refuses
+            try:
+                validate_id(sid, field="source_id")
+            except ValidationError as exc:
+                return failed_outcome(shown, sid, exc, timer() - started)
+        if item.error is not None:  # its load, parse or embed failed: recorded as
+            record_failed(  # replace_document would
+                self.status_store, scope=self.scope, source_id=sid,
+                size_bytes=item.size_bytes, error=item.error,
+            )  # fmt: skip
+            return failed_outcome(shown, sid, item.error, timer() - started)
+        prepared = item.prepared
+        assert prepared is not None
+        vectors: dict[str, tuple[str, Any]] | None = None
+        if item.vectors is not None:
+            vectors = {c.id: (c.text, item.vectors[i]) for i, c in enumerate(prepared.chunks)}
+        with progress_stage(self.options.progress, prepared.source_id, "writing"):
+            try:
+                result = replace_prepared(
+                    prepared, size_bytes=item.size_bytes, embedder=self.embedder,
+                    store=self.store, scope=self.scope, status_store=self.status_store,
+                    vectors=vectors, runtime=self.runtime,
+                    shared_generation=self.options.shared_generation,
+                )  # fmt: skip
+            except AbortedError:
+                raise
+            except Exception as exc:
+                return failed_outcome(sid, sid, exc, timer() - started)
+        return written_outcome(sid, result, timer() - started)
