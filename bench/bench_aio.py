@@ -31,7 +31,7 @@ that event sees none of them (the bench counts it to show it). The statements ar
 one level lower, by wrapping ``psycopg.Cursor.execute`` during one sync retrieve per query;
 the parameters it receives are psycopg's own (``%(name)s`` binds, a numpy query vector).
 
-Both modes run: vector-only (the default) and hybrid (``lexical="fts"``, the mode the
+Both modes run: vector-only (the default) and hybrid (``lexical="bm25"``, the mode the
 PostgreSQL store declares). ``--rounds`` rounds (default 3); within a round each mode runs
 A, B, C in an order rotated per round. Per batch: wall time -> calls/s; per call, latency
 from the batch start to the call's end (so it includes waiting for a token, a connection or
@@ -87,14 +87,14 @@ DIMS = 384
 POOL = 10
 N_QUERIES = 40
 CALLS = 200
-MODES: dict[str, dict[str, Any]] = {"vector": {}, "hybrid": {"lexical": "fts"}}
+MODES: dict[str, dict[str, Any]] = {"vector": {}, "hybrid": {"lexical": "bm25"}}
 PATHS = ("A", "B", "C")
 PATH_NAMES = {
     "A": "AsyncRag, limiter of 10 threads",
     "B": "psycopg AsyncConnectionPool(10), replayed SQL (upper bound)",
     "C": "sync retrieve on ThreadPoolExecutor(10)",
 }
-MODE_TEXT = {"vector": "vector", "hybrid": "hybrid (fts)"}
+MODE_TEXT = {"vector": "vector", "hybrid": "hybrid (bm25)"}
 NATIVE_PAYS = 1.2  # B/A above this and native async reads would be worth their code
 
 Statement = tuple[str, Any, bool | None, int]  # query, params, prepare, rowcount

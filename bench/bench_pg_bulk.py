@@ -88,13 +88,13 @@ def load(
 
 
 def hybrid_p50(store: PostgresStore, corpus: bp.Corpus, emb: bp.PrecomputedEmbedder) -> float:
-    """p50 (ms) of 30 hybrid ``retrieve_context(lexical="fts")`` calls of four corpus words
+    """p50 (ms) of 30 hybrid ``retrieve_context(lexical="bm25")`` calls of four corpus words
     each, right after the load (before autovacuum has merged what the writer left)."""
     rng = np.random.default_rng(bp.SEED + 7)
     picks = rng.integers(0, len(corpus.texts), N_QUERIES)
     queries = [" ".join(corpus.texts[p].split()[2:6]) for p in picks]
     emb.add(queries, corpus.vectors[picks])
-    request = RetrievalRequest(top_k=bp.TOP_K, query_candidates=20, lexical="fts")
+    request = RetrievalRequest(top_k=bp.TOP_K, query_candidates=20, lexical="bm25")
     times = []
     for q in queries:
         t0 = time.perf_counter()

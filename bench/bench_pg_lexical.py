@@ -18,7 +18,7 @@ alternating with this tree's on one connection; the ranks must agree to 1e-6.
 ``--tombstones T`` copies the scope to a second one (``bench/r/tomb``) holding T forgotten
 ids of sources that do not exist plus the 10 of the first scope, and alternates the two.
 ``--hybrid`` adds ``pg_corpus.Corpus(N)``'s clustered vectors and the store's HNSW index to
-the loaded rows (once) and times ``retrieve_context(lexical="fts")`` instead (with
+the loaded rows (once) and times ``retrieve_context(lexical="bm25")`` instead (with
 ``--baseline``, the other ``lexical_sql`` is swapped into this tree's store per call).
 Pass the same ``--load`` on every run against one DIR: the queries are built from the
 texts that loader wrote.
@@ -262,7 +262,7 @@ def add_vectors(
 def bench_hybrid(
     store: PostgresStore, rows: int, texts: list[str], n: int, baseline: ModuleType | None
 ) -> dict[str, list[float]]:
-    """``retrieve_context(lexical="fts")`` p50/p95 over ``n`` bench-style hybrid queries, this
+    """``retrieve_context(lexical="bm25")`` p50/p95 over ``n`` bench-style hybrid queries, this
     tree's lexical SQL and (``baseline``) another's alternating per query."""
     vectors = add_vectors(store, rows)
     rng = np.random.default_rng(bp.SEED + 1)
@@ -277,7 +277,7 @@ def bench_hybrid(
         legs["baseline"] = baseline
     original = queries.lexical_sql
     times: dict[str, list[float]] = {name: [] for name in legs}
-    hybrid = RetrievalRequest(top_k=bp.TOP_K, query_candidates=20, lexical="fts")
+    hybrid = RetrievalRequest(top_k=bp.TOP_K, query_candidates=20, lexical="bm25")
     try:
         for q in qs[:5]:  # warm pools and caches
             retrieve_context(q, embedder=emb, store=store, scope=SCOPE, request=hybrid)
@@ -289,7 +289,7 @@ def bench_hybrid(
                 times[name].append(time.perf_counter() - t0)
     finally:
         queries.lexical_sql = original  # type: ignore[assignment]
-    print(f"{rows:,} rows, {n} hybrid retrieve_context(lexical='fts') calls (top_k {bp.TOP_K}):")
+    print(f"{rows:,} rows, {n} hybrid retrieve_context(lexical='bm25') calls (top_k {bp.TOP_K}):")
     for name, ts in times.items():
         ms = np.array(ts) * 1e3
         print(
@@ -302,7 +302,7 @@ def bench_hybrid(
 def write_json(args: argparse.Namespace, load: str, times: dict[str, list[float]]) -> None:
     """Issue 17's targets: hybrid p50 <= 50 ms at 100k rows, the lexical leg's p50 <= 200 ms
     at 1M rows, and 100,000 tombstones at most 1.1x the time of 10."""
-    what = "hybrid retrieve_context(lexical='fts')" if args.hybrid else "lexical statement (k 20)"
+    what = "hybrid retrieve_context(lexical='bm25')" if args.hybrid else "lexical statement (k 20)"
     figures: dict[str, dict[str, object]] = {}
     targets = []
     for name, ts in times.items():
@@ -360,7 +360,7 @@ def main() -> None:
     ap.add_argument("--baseline", default=None)
     ap.add_argument("--tombstones", type=int, default=0)
     ap.add_argument("--queries", type=int, default=40)
-    ap.add_argument("--hybrid", action="store_true", help="time retrieve_context(lexical='fts')")
+    ap.add_argument("--hybrid", action="store_true", help="time retrieve_context(lexical='bm25')")
     ap.add_argument("--stop", action="store_true", help="stop the server at the end (data kept)")
     args = ap.parse_args()
     load = args.load or ("store" if args.rows <= 100_000 else "copy")

@@ -11,7 +11,7 @@ after the COPY, the BM25 statistics backfilled once; then ``pg_corpus.Corpus(N)`
 
 Then, over ``--queries`` queries (default 80) whose terms are the first four words of a random
 row's text (so they follow the corpus' Zipf law, the commonest words included) and whose
-vectors are that row's, perturbed: ``retrieve_context`` hybrid (``lexical="fts"``) and
+vectors are that row's, perturbed: ``retrieve_context`` hybrid (``lexical="bm25"``) and
 vector-only (top 10 of 20 candidates), and the lexical statement alone (k 20, as the store
 runs it), each query's three calls in a fresh random order; p50 / p95 / p99 of each. Then
 recall@10 of ``store.query`` against numpy's exact answer for three predicates: grants to 10%
@@ -62,7 +62,7 @@ def latency(
     qvecs = vectors[picks] + rng.standard_normal(vectors[picks].shape).astype(np.float32) * 0.02
     emb = bp.PrecomputedEmbedder()
     emb.add(qs, qvecs)
-    hybrid = RetrievalRequest(top_k=bp.TOP_K, query_candidates=20, lexical="fts")
+    hybrid = RetrievalRequest(top_k=bp.TOP_K, query_candidates=20, lexical="bm25")
     vector = RetrievalRequest(top_k=bp.TOP_K, query_candidates=20)
     times: dict[str, list[float]] = {"hybrid": [], "vector": [], "lexical": []}
     with store.engine.connect() as conn:

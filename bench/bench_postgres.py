@@ -35,7 +35,7 @@ is part of the write cost); every chunk carries ``{"tag": "tNN"}``, 20 equally l
    ``store.query`` alone and the drift-guard read ``store.foreign_embedders`` alone (which
    ``retrieve_context`` no longer issues: PostgresStore answers it inside the vector leg).
    For each query the five calls run in a fresh random order (the first pays for that query
-   vector's cold HNSW pages); hybrid ``retrieve_context(lexical="fts")`` runs in a loop of
+   vector's cold HNSW pages); hybrid ``retrieve_context(lexical="bm25")`` runs in a loop of
    its own afterwards.
 3. Recall@10 of ``store.query`` against exact answers computed with numpy, for three
    predicates: ACL (grants to 10% of sources) + metadata filter (5% of chunks), ACL only, and
@@ -428,7 +428,7 @@ def bench_retrieve(
                 embedder=embedder,
                 store=store,
                 scope=SCOPE,
-                request=RetrievalRequest(top_k=TOP_K, query_candidates=CANDIDATES, lexical="fts"),
+                request=RetrievalRequest(top_k=TOP_K, query_candidates=CANDIDATES, lexical="bm25"),
             )
             hybrid.append(time.perf_counter() - t0)
     return {
@@ -472,7 +472,7 @@ def report_reads(
         f"{retrieve['store_p50']:.2f} ms, p95 {retrieve['store_p95']:.2f} ms; store.foreign_embedders "
         f"(separate drift-guard read, not issued by retrieve_context here) alone p50 "
         f"{retrieve['drift_p50']:.2f} ms; hybrid retrieve_context "
-        f"(lexical='fts') p50 {retrieve['hybrid_p50']:.2f} ms, p95 {retrieve['hybrid_p95']:.2f} ms; raw plan uses "
+        f"(lexical='bm25') p50 {retrieve['hybrid_p50']:.2f} ms, p95 {retrieve['hybrid_p95']:.2f} ms; raw plan uses "
         f"HNSW: {retrieve['uses_hnsw']}; top-{TOP_K} overlap {retrieve['overlap']:.3f}",
         flush=True,
     )

@@ -11,7 +11,7 @@ no hit of a forgotten id or source, and both scopes give the same hits.
 Run: .venv/bin/python bench/bench_tombstones.py [--store memory|postgres|both] [--rows N]
 [--vector-only] [--no-merge] [--rounds R]
 (PostgreSQL: an embedded server in a temporary directory, stopped at the end. The queries
-start right after the load, so the fts figure shows the GIN pending lists: merged by the
+start right after the load, so the bm25 figure shows the GIN pending lists: merged by the
 writer by default, left to autovacuum with ``--no-merge``.)
 Compare ratios measured in one run: the machine is shared and noisy. The ratios (and, as
 details, each p50) go to ``bench/results/tombstones.json`` (``results/quick/`` below 10,000
@@ -170,12 +170,12 @@ def write_json(measured: dict[str, dict[str, dict[str, Any]]], rows: int, rounds
                 r["ratio"],
             )
             targets.append(target(key, "<=", 1.1))
-    fts = measured.get("postgres", {}).get("fts")
-    if fts is not None:  # the figure the GIN pending-list merge is for
-        figures["postgres_fts_p50_ms"] = figure(
-            f"PostgreSQL hybrid (fts) p50 right after indexing, {REAL} forgotten ids",
+    bm25 = measured.get("postgres", {}).get("bm25")
+    if bm25 is not None:  # the figure the GIN pending-list merge is for
+        figures["postgres_bm25_p50_ms"] = figure(
+            f"PostgreSQL hybrid (bm25) p50 right after indexing, {REAL} forgotten ids",
             "ms",
-            fts["few"],
+            bm25["few"],
         )
     write_result(
         "tombstones",
@@ -219,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             try:
                 measured["postgres"] = run(
-                    store, "postgres", args.rows, "fts", not args.vector_only, args.rounds
+                    store, "postgres", args.rows, "bm25", not args.vector_only, args.rounds
                 )
             finally:
                 store.engine.dispose()

@@ -216,10 +216,10 @@ def write_json(measured: dict[str, Any], quick: bool) -> None:
                 ("retrieve_p50_ms", "raw_p50_ms"),
             ),
             hybrid_p50_ms=figure(
-                "hybrid retrieve_context(lexical='fts') p50", "ms", retrieve["hybrid_p50"]
+                "hybrid retrieve_context(lexical='bm25') p50", "ms", retrieve["hybrid_p50"]
             ),
             hybrid_p95_ms=figure(
-                "hybrid retrieve_context(lexical='fts') p95", "ms", retrieve["hybrid_p95"]
+                "hybrid retrieve_context(lexical='bm25') p95", "ms", retrieve["hybrid_p95"]
             ),
         )
         targets += [

@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             note_postgres(url)
             store = PostgresStore(url, schema="quality", create=True)
             stack.callback(store.engine.dispose)
-            mode = "fts"
+            mode = "bm25"
         t0 = time.perf_counter()
         chunks = [Chunk.of(doc.id, 0, doc.text) for doc in corpus]
         index_chunks(chunks=chunks, embedder=embedder, store=store, scope=SCOPE, batch_size=128)

@@ -40,13 +40,12 @@ from ragport.application.answer import (
 from ragport.application.rerank import rerank_hits
 from ragport.application.results import RetrievalResult
 from ragport.application.retrieval_request import (
-    AUTO_LEXICAL,
     DEFAULT_REQUEST,
     QUERY_MAX_CHARS,
     Request,
     RetrievalRequest,
-    auto_lexical_mode,
     check_request,
+    lexical_mode_for,
 )
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime
 from ragport.domain.errors import (
@@ -374,15 +373,9 @@ def retrieve_context(  # noqa: C901, PLR0915
 
     # 2. capabilities and tenancy
     caps = store.capabilities
-    if lexical == AUTO_LEXICAL:
-        lexical = auto_lexical_mode(caps)
+    if lexical != (served := lexical_mode_for(lexical, caps, stacklevel=2)):
+        lexical = served
         req = req._replace(lexical=lexical)
-    if lexical != "off" and lexical not in caps.lexical_modes:
-        raise CapabilityError(
-            f"this store does not offer lexical mode {lexical!r} "
-            f"(it offers {list(caps.lexical_modes)})",
-            capability="lexical",
-        )
     if lexical != "off" and not supports(store, "lexical", caps):
         raise CapabilityError(
             f"this store declares lexical mode {lexical!r} but its class does not define "

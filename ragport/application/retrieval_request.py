@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -20,12 +21,14 @@ from ragport.ports.rerank import Reranker
 
 __all__ = [
     "AUTO_LEXICAL",
+    "DEPRECATED_LEXICAL_MODES",
     "QUERY_MAX_CHARS",
     "Request",
     "RetrievalRequest",
     "auto_lexical_mode",
     "check_authorization",
     "check_request",
+    "lexical_mode_for",
 ]
 
 QUERY_MAX_CHARS = HARD_LIMITS.chunk_size
@@ -94,8 +97,8 @@ def _lexical(value: str) -> str:
 
 def auto_lexical_mode(capabilities: Capabilities) -> str:
     """The mode ``"auto"`` stands for on a store: the first it declares, so that hybrid
-    retrieval is asked for the same way of every store (``bm25`` in memory, ``fts`` on
-    PostgreSQL, a third-party store's own name). A store with no lexical leg refuses it:
+    retrieval is asked for the same way of every store (``bm25`` on both built-in stores, a
+    third-party store's own name). A store with no lexical leg refuses it:
     ``CapabilityError``, never a silent fall-back to vector-only retrieval."""
     modes = tuple(capabilities.lexical_modes)
     if not modes:
@@ -105,6 +108,41 @@ def auto_lexical_mode(capabilities: Capabilities) -> str:
             capability="lexical",
         )
     return modes[0]
+
+
+DEPRECATED_LEXICAL_MODES: Mapping[str, str] = {"fts": "bm25"}
+"""Old lexical mode names and the name that replaced them. ``fts`` was PostgreSQL's name for
+its BM25 leg until 2026-12; both built-in stores now serve ``bm25``. An old name is accepted
+for one release on a store that serves its new name and not the old one, with a
+``DeprecationWarning``."""
+
+
+def lexical_mode_for(lexical: str, capabilities: Capabilities, *, stacklevel: int = 2) -> str:
+    """The lexical mode ``lexical`` asks of a store with ``capabilities``: ``"off"``; the
+    store's own for ``"auto"``; a name the store declares; or, for a deprecated name
+    (``DEPRECATED_LEXICAL_MODES``) the store does not declare, its new name, with a
+    ``DeprecationWarning``. Any other name is a ``CapabilityError`` naming what the store
+    offers."""
+    if lexical == "off":
+        return lexical
+    if lexical == AUTO_LEXICAL:
+        return auto_lexical_mode(capabilities)
+    modes = tuple(capabilities.lexical_modes)
+    renamed = DEPRECATED_LEXICAL_MODES.get(lexical)
+    if lexical not in modes and renamed in modes:
+        warnings.warn(
+            f"lexical mode {lexical!r} is deprecated and will be removed in the next release; "
+            f"it is named {renamed!r} now (the same BM25 leg)",
+            DeprecationWarning,
+            stacklevel=stacklevel + 1,
+        )
+        return str(renamed)
+    if lexical not in modes:
+        raise CapabilityError(
+            f"this store does not offer lexical mode {lexical!r} (it offers {list(modes)})",
+            capability="lexical",
+        )
+    return lexical
 
 
 def _fusion(value: str) -> str:
@@ -149,9 +187,9 @@ class RetrievalRequest:
     - ``lexical``: ``"off"`` (vector only, the default), ``"auto"`` (hybrid with the store's
       own lexical leg, the first name it declares: the same request on every store), or the
       name of a lexical mode; any name a store declares in ``capabilities.lexical_modes``
-      (the in-memory store declares ``bm25``, PostgreSQL ``fts``). Whether the store offers
-      it is checked per call (``CapabilityError``; ``"auto"`` on a store with no lexical leg
-      too).
+      (both built-in stores declare ``bm25``; ``"fts"``, PostgreSQL's old name, is accepted
+      for one release with a ``DeprecationWarning``). Whether the store offers it is checked
+      per call (``CapabilityError``; ``"auto"`` on a store with no lexical leg too).
     - ``fusion``: ``"rrf"`` (reciprocal-rank fusion, the only one); ``fusion_weights``:
       ``{"vector": w, "lexical": w}`` (finite, >= 0, default 1 each, not both 0); a leg of
       weight 0 is left out, so ``{"vector": 0}`` is lexical-only retrieval.

@@ -226,8 +226,9 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     )  # fmt: skip
     query.add_argument(
         "--lexical",
-        help="lexical index for --mode lexical|hybrid: one the store offers (memory:// "
-        "bm25; PostgreSQL fts, bm25) (default: the store's first)",
+        help="lexical index for --mode lexical|hybrid: one the store offers (bm25 on both "
+        "built-in stores; fts, PostgreSQL's old name, is deprecated) (default: the store's "
+        "first)",
     )
     query.add_argument(
         "--vector-weight", type=float, default=1.0, help="weight of the vector leg in fusion"

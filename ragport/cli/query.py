@@ -15,7 +15,7 @@ from ragport.application import (
     RetrievalResult,
     retrieve_context,
 )
-from ragport.application.retrieval_request import RetrievalRequest
+from ragport.application.retrieval_request import DEPRECATED_LEXICAL_MODES, RetrievalRequest
 from ragport.bootstrap import Stores
 from ragport.cli.config import _embedder, _scope, _stores
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, NothingFound, _json, _note, _print_json, _table
@@ -210,6 +210,13 @@ def _lexical_for(args: argparse.Namespace, stores: Stores) -> str:
         )
     if args.lexical is None:
         return str(offered[0])
+    renamed = DEPRECATED_LEXICAL_MODES.get(args.lexical)
+    if args.lexical not in offered and renamed in offered:
+        _note(
+            f"--lexical {args.lexical} is deprecated: it is named {renamed} now (the same BM25 "
+            f"leg), and {args.lexical} will be refused in the next release"
+        )
+        return str(renamed)
     if args.lexical not in offered:
         raise ValidationError(
             f"--lexical {args.lexical}: this store offers {', '.join(offered)}", field="lexical"

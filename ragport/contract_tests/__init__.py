@@ -111,7 +111,7 @@ from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 from ragport.contract_tests.storage_backend import StorageBackendContract  # noqa: E402
 
-CONTRACT_VERSION = "2.3"
+CONTRACT_VERSION = "2.4"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -205,6 +205,10 @@ CONTRACT_VERSION = "2.3"
 # 2.3  DifferentialContract (fixture store_pair): two stores answer alike on random operation
 #      sequences (hypothesis, derandomized); BackendStore(backend) against
 #      BackendStore(backend, pushdown=False) checks a backend's pushdowns.
+# 2.4  "bm25" names the ranking (BM25 over exact per-scope statistics): PostgreSQL declares it
+#      (it declared "fts", still accepted for one release with a DeprecationWarning). The
+#      lexical section's tokenizer test skips for a test class with bm25_tokens = "engine"
+#      (a bm25 leg on the engine's own analyzer, PostgreSQL's text-search configuration).
 
 __all__ = [
     "CONTRACT_VERSION",

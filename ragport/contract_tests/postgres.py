@@ -21,6 +21,8 @@ the store in your own ``store`` fixture from the two values, and dispose of it t
 the schema goes::
 
     class TestPostgresStore(ChunkStoreContract):
+        bm25_tokens = "engine"  # PostgreSQL tokenizes with its text-search configuration
+
         @pytest.fixture
         def store(self, ragport_postgres_url, ragport_postgres_schema):
             store = PostgresStore(ragport_postgres_url, schema=ragport_postgres_schema,

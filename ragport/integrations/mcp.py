@@ -2,7 +2,9 @@
 
 Two read-only tools:
 
-- ``search(query, top_k=5, lexical="off")``: the cited text of the hits inside a delimited
+- ``search(query, top_k=5, lexical="off")``: ``lexical`` is ``"off"`` (vector retrieval) or
+  a lexical mode the store serves (hybrid retrieval; its schema lists only those, ``bm25``
+  on both built-in stores); the cited text of the hits inside a delimited
   section labelled untrusted reference material (``render_untrusted``) as the text content,
   and ``{citations, trust, truncated}`` as structured content; each citation carries the same
   metadata as the retrievers (``hit_metadata``).
@@ -68,6 +70,7 @@ from ragport.domain.model import Authorization, Scope
 from ragport.domain.status import IngestionStatus, StatusPage, served_status
 from ragport.integrations._async import thread_limiter
 from ragport.integrations._common import BoundRetrieval, hit_metadata
+from ragport.ports.capabilities import supports
 from ragport.ports.embedder import Embedder
 from ragport.ports.runtime import Abort
 from ragport.ports.status import IngestionStatusStore
@@ -199,6 +202,23 @@ def _strict(fn: Callable[..., Any], *, name: str, description: str) -> Tool:
     return tool
 
 
+def _lexical_argument(store: ChunkStore) -> Any:
+    """The type of ``search``'s ``lexical`` argument: ``"off"`` and the lexical modes the store
+    serves (declared and defined), so the tool's schema offers only what this store runs."""
+    served = tuple(store.capabilities.lexical_modes) if supports(store, "lexical") else ()
+    names = ("off", *dict.fromkeys(served))
+    legs = ", ".join(served) if served else "none on this store"
+    return Annotated[
+        Literal[names],
+        Field(
+            description=(
+                "'off': vector retrieval only; a lexical mode of this store "
+                f"({legs}): hybrid retrieval, that lexical leg fused with the vector leg"
+            )
+        ),
+    ]
+
+
 # Allow-listed function shape (pyproject [tool.ruff.lint]): one tool per closure over the server; the MCP face is rebuilt in issue 42.
 def build_server(  # noqa: C901, PLR0915
     *,
@@ -254,14 +274,13 @@ def build_server(  # noqa: C901, PLR0915
         top_k: Annotated[
             int, Field(ge=1, le=HARD_LIMITS.top_k, strict=True, description="Passages to return")
         ] = DEFAULT_LIMITS.top_k,
-        lexical: Annotated[
-            Literal["off", "bm25", "fts"],
-            Field(description="Add a lexical leg fused with the vector leg"),
-        ] = "off",
+        lexical: str = "off",  # its schema is the store's: _lexical_argument
     ) -> Annotated[CallToolResult, SearchOutput]:
         return await run_abortable(
             lambda abort: search_now(query, top_k, lexical, abort), limiter=threads
         )
+
+    search.__annotations__["lexical"] = _lexical_argument(store)
 
     signer = _CursorSigner()
 

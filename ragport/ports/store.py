@@ -357,11 +357,12 @@ class SupportsLexicalSearch(Protocol):
     no mode): ``bm25``, ``fts``, or one of your own (``fts5``). ``retrieve_context`` takes
     every name the store declares (``RetrievalRequest(lexical=name)``), so ``lexical_query``
     and ``hybrid_query`` must answer each declared name; a mode the store does not declare is
-    a ``CapabilityError``. ``bm25`` promises more: it tokenizes with
-    ``ragport.domain.lexical.tokenize_lexical`` (then may drop stop words or stem):
-    ``strasse`` matches ``Straße``, ``cafe`` not ``café``. ``fts`` tokenizes with the
-    PostgreSQL text-search configuration. Declare ``bm25`` only for an engine whose tokens are
-    ``tokenize_lexical``'s (SQLite FTS5's ``unicode61`` folds accents), and no mode whose
+    a ``CapabilityError``. ``bm25`` promises more: BM25 ranking over exact per-scope
+    statistics, the mode both built-in stores serve (PostgreSQL named it ``fts`` until
+    2026-12). Its tokens are ``ragport.domain.lexical.tokenize_lexical``'s (then stop words may
+    be dropped or tokens stemmed: ``strasse`` matches ``Straße``, ``cafe`` not ``café``) unless
+    the store documents its engine's analyzer (PostgreSQL: its text-search configuration) and
+    its contract test class says so (``bm25_tokens = "engine"``). Declare no mode whose
     statistics are table-wide (FTS5's ``bm25()``).
 
     ``hybrid_query`` is what hybrid retrieval calls: what ``foreign_embedders``, ``query`` and

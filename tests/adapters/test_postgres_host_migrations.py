@@ -85,7 +85,7 @@ def _write_and_query(store: PostgresStore) -> list[str]:
         store=store,
         embedder=EMB,
         authorization=ragport.Authorization("ana", SCOPE.tenant_id),
-        request=ragport.RetrievalRequest(lexical="fts"),
+        request=ragport.RetrievalRequest(lexical="bm25"),
     )
     vector_only = store.query(SCOPE, EMB.embed(["parental leave"])[0], limit=5)
     return sorted({h.source_id for h in found.hits} | {s.record.source_id for s in vector_only})

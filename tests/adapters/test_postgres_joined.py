@@ -156,7 +156,7 @@ def test_a_failed_read_leaves_the_hosts_transaction_usable(store, host_engine, p
                     embedder=EMB,
                     store=joined,
                     scope=scope,
-                    request=ragport.RetrievalRequest(lexical="fts"),
+                    request=ragport.RetrievalRequest(lexical="bm25"),
                 )
                 conn.execute(text("SELECT pg_sleep(0.01)"))
         conn.execute(text("SET LOCAL statement_timeout = 0"))

@@ -219,8 +219,8 @@ def test_sigkilled_propagation_leaves_everything_or_nothing_tombstoned(
         assert rows == 0 and invalidated == frozenset()
         # Hybrid: the lexical leg finds these texts whatever path the HNSW walk takes (the
         # vector leg alone missed the doc's chunks among 1,101 look-alike notes now and then).
-        assert f"{SOURCE}#0001" in _hits(store, "source chunk 1 of the doc", lexical="fts")
-        assert "note-00007" in _hits(store, "note 7 resting on the doc", lexical="fts")
+        assert f"{SOURCE}#0001" in _hits(store, "source chunk 1 of the doc", lexical="bm25")
+        assert "note-00007" in _hits(store, "note 7 resting on the doc", lexical="bm25")
     # The scope lock died with the backend; propagating again completes everything.
     result = ragport.create_deletion_propagator(
         scope=SCOPE,

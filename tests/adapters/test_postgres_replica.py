@@ -163,7 +163,7 @@ def test_read_your_writes_through_retrieve_context(
         embedder=EMB,
         store=view,
         scope=SCOPE,
-        request=ragport.RetrievalRequest(lexical="fts"),
+        request=ragport.RetrievalRequest(lexical="bm25"),
     )
     assert "mine" in {h.provenance.source_id for h in result.hits}
 

@@ -25,6 +25,9 @@ PARTITIONS = 4
 
 
 class TestPartitionedPostgresStore(ChunkStoreContract):
+    # Its bm25 leg tokenizes with the text-search configuration (english), not tokenize_lexical.
+    bm25_tokens = "engine"
+
     @pytest.fixture
     def store(self, pg_engine, pg_schema) -> Iterator[PostgresStore]:
         yield PostgresStore(pg_engine, schema=pg_schema, create=True, partitions=PARTITIONS)
@@ -94,7 +97,7 @@ def test_partitions_hold_hnsw_and_a_query_reads_one(
         return real(conn, sql, params, **kw)
 
     monkeypatch.setattr(reads, "fetch", spy)
-    ragport.retrieve_context("leave policy", embedder=emb, store=store, scope=ragport.Scope("t3", "kb", "docs"), request=ragport.RetrievalRequest(lexical="fts"))  # fmt: skip
+    ragport.retrieve_context("leave policy", embedder=emb, store=store, scope=ragport.Scope("t3", "kb", "docs"), request=ragport.RetrievalRequest(lexical="bm25"))  # fmt: skip
     monkeypatch.undo()
     statements = [(sql, p) for sql, p in captured if ".records" in sql]
     assert statements

@@ -67,6 +67,8 @@ class TestPostgresStore(ChunkStoreContract):
     # A hybrid read costs PostgreSQL several milliseconds (the BM25 statistics pass): race
     # longer than the 5 s default so the snapshot test sees thousands of reads here too.
     hybrid_snapshot_seconds = 12.0
+    # Its bm25 leg tokenizes with the text-search configuration (english), not tokenize_lexical.
+    bm25_tokens = "engine"
 
     @pytest.fixture
     def store(self, pg_engine, pg_schema) -> Iterator[PostgresStore]:

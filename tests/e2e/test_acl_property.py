@@ -149,4 +149,4 @@ def test_postgres_store_returns_exactly_the_allowed_sources(pg_store, corpus, ca
 
     If this fails, check `_acl_predicate` in ragport/adapters/postgres/store.py.
     """
-    _check(pg_store, "fts", corpus, caller, query_words)
+    _check(pg_store, "bm25", corpus, caller, query_words)

@@ -84,7 +84,8 @@ def test_json_hits_carry_offsets_page_and_heading(kb, capsys):
 
 def test_several_corpora_filter_and_modes(kb, capsys):
     """Two --corpus search both; --filter narrows by metadata; --mode lexical labels every hit
-    lexical; a lexical index the store lacks is a usage error naming the ones it offers.
+    lexical; --lexical fts is bm25 under its deprecated name (a note on stderr); a lexical
+    index the store lacks is a usage error naming the ones it offers.
 
     If this fails, check _query's scopes, _parse_filter and _lexical_for in ragport/cli/query.py.
     """
@@ -96,7 +97,12 @@ def test_several_corpora_filter_and_modes(kb, capsys):
     assert code == EXIT_OK and [h["source_id"] for h in out["hits"]] == ["d03.md"]
     code, out, _ = _query(capsys, "quagga", "--corpus", "kb", "--mode", "lexical", *kb)
     assert code == EXIT_OK and [h["source_id"] for h in out["hits"]] == ["zebra.md"]
-    assert out["hits"][0]["retrieval"] == "lexical" and out["lexical"] == "fts"
+    assert out["hits"][0]["retrieval"] == "lexical" and out["lexical"] == "bm25"
+    code, old, err = _query(
+        capsys, "quagga", "--corpus", "kb", "--mode", "lexical", "--lexical", "fts", *kb
+    )
+    assert code == EXIT_OK and old["lexical"] == "bm25" and "--lexical fts is deprecated" in err
+    assert [h["source_id"] for h in old["hits"]] == ["zebra.md"]
     code, out, _ = _query(
         capsys, "quagga", "--corpus", "kb", "--mode", "hybrid", "--lexical-weight", "5", *kb
     )
@@ -105,7 +111,7 @@ def test_several_corpora_filter_and_modes(kb, capsys):
         main(["query", "x", "--corpus", "kb", "--mode", "hybrid", "--lexical", "nope", *kb])
         == EXIT_USAGE
     )
-    assert "fts" in capsys.readouterr().err
+    assert "bm25" in capsys.readouterr().err
     assert main(["query", "x", "--corpus", "kb", "--filter", "{not json", *kb]) == EXIT_USAGE
     assert main(["query", "x", "--corpus", "kb", "--vector-weight", "-1", *kb]) == EXIT_USAGE
 

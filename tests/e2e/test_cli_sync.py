@@ -35,7 +35,7 @@ def _sync(cli, root) -> dict:
 
 
 def _hits(cli, text: str) -> list[str]:
-    code, out = cli("query", text, "--corpus", "notes", "--json", "--lexical", "fts")
+    code, out = cli("query", text, "--corpus", "notes", "--json", "--lexical", "bm25")
     assert code == 0, cli.err
     return [h["source_id"] for h in json.loads(out)["hits"]]
 

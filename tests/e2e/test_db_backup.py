@@ -56,7 +56,7 @@ def _snapshot(store: PostgresStore, url: str, schema: str) -> dict[str, Any]:
                 store=store,
                 scope=SCOPE,
                 authorization=auth,
-                request=ragport.RetrievalRequest(lexical="fts"),
+                request=ragport.RetrievalRequest(lexical="bm25"),
             )
             hits[(q, auth is None)] = [
                 (h.provenance.chunk_id, round(h.score, 6)) for h in result.hits

@@ -259,7 +259,7 @@ POSTGRES = settings(
 def test_postgres_propagation_withholds_exactly_the_closure(pg_store, case):
     """On PostgreSQL, nobody retrieves the closure and everything else is unchanged. If this fails, check find_dependents, tombstones.add and the predicate in postgres/store.py."""
     graph, target = case
-    _check_propagation(pg_store, "fts", graph, target)
+    _check_propagation(pg_store, "bm25", graph, target)
 
 
 @POSTGRES
@@ -450,4 +450,4 @@ def test_postgres_nothing_resting_on_forgotten_content_is_served_after_any_seque
     """On PostgreSQL, the same sequences never serve content resting on forgotten content.
     If this fails, check find_dependents, rewrite_lineage, rekey and the predicate in
     postgres/store.py."""
-    _run_sequence(pg_store, "fts", program)
+    _run_sequence(pg_store, "bm25", program)

@@ -53,6 +53,9 @@ async def _session_run(params: StdioServerParameters) -> dict:
             "search", {"query": f"{SECRET_WORD} merger payment approval", "top_k": 32}
         )
         out["sources"] = await session.call_tool("list_sources", {})
+        out["hybrid"] = await session.call_tool(
+            "search", {"query": "parental leave", "lexical": "bm25"}
+        )
         out["bad"] = {
             "tenant": await session.call_tool("search", {"query": "x", "tenant_id": "other"}),
             "principal": await session.call_tool("search", {"query": "x", "principal_id": "ceo"}),
@@ -60,6 +63,7 @@ async def _session_run(params: StdioServerParameters) -> dict:
             "top_k": await session.call_tool("search", {"query": "x", "top_k": 0}),
             "type": await session.call_tool("search", {"query": "x", "top_k": "many"}),
             "lexical": await session.call_tool("search", {"query": "x", "lexical": "semantic"}),
+            "fts": await session.call_tool("search", {"query": "x", "lexical": "fts"}),
             "missing": await session.call_tool("search", {}),
             "cursor": await session.call_tool("list_sources", {"cursor": "not-a-cursor"}),
             "tool": await session.call_tool("delete_source", {"source_id": "expenses"}),
@@ -92,6 +96,8 @@ def test_mcp_server_over_stdio_respects_grants_and_answers_bad_arguments(pg_url,
         assert not names & {"tenant_id", "principal_id", "scope", "group_ids", "authorization"}
         assert tool.annotations is not None and tool.annotations.read_only_hint is True
     assert set(tools["search"].input_schema["properties"]) == {"query", "top_k", "lexical"}
+    # PostgreSQL serves the lexical mode the in-memory store serves, and the schema says so
+    assert tools["search"].input_schema["properties"]["lexical"]["enum"] == ["off", "bm25"]
 
     search = out["search"]
     assert not search.is_error
@@ -103,6 +109,10 @@ def test_mcp_server_over_stdio_respects_grants_and_answers_bad_arguments(pg_url,
     assert search.structured_content["trust"]["untrusted"] is True
     assert SECRET_WORD not in text and DENIED_SOURCE not in text
     assert f"[{cited[0]['citation_id']}] " in text
+
+    hybrid = out["hybrid"]
+    assert not hybrid.is_error
+    assert "hybrid" in {c["retrieval"] for c in hybrid.structured_content["citations"]}
 
     sources = out["sources"]
     assert not sources.is_error

@@ -213,7 +213,7 @@ def test_retrieve_errors_pass_through(store, embedder):
 
     If this fails, check that the provider does not swallow retrieve_context errors.
     """
-    provider = _provider(store, embedder, lexical="fts")
+    provider = _provider(store, embedder, lexical="fts5")
     with pytest.raises(ragport.CapabilityError):
         provider.provide([{"role": "user", "content": "leave"}])
     with pytest.raises(ragport.ValidationError) as info:

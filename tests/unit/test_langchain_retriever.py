@@ -114,7 +114,7 @@ def test_errors_are_typed_and_async_works(corpus):
 
     If this fails, check that the retriever does not swallow retrieve_context errors.
     """
-    retriever = RagportRetriever(**corpus, lexical="fts")
+    retriever = RagportRetriever(**corpus, lexical="fts5")
     with pytest.raises(ragport.CapabilityError):
         retriever.invoke("leave")
     with pytest.raises(ragport.CapabilityError):

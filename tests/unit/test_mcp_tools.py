@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
-from doubles import Delegating
+from doubles import Delegating, NoTransactionsStore
 from handbook_corpus import (
     ALICE,
     DENIED_SOURCE,
@@ -113,22 +113,60 @@ def test_a_failed_access_check_lists_nothing(parts):
 
 
 def test_ragport_errors_are_tool_errors_with_type_and_code(parts):
-    """A lexical mode the store lacks is answered with the error type and code, not a crash.
+    """A query the store cannot hold (a NUL) is answered with the error type and code, not a
+    crash.
 
     If this fails, check _tool_error in ragport/integrations/mcp.py.
     """
     no_status = {k: v for k, v in parts.items() if k != "status_store"}
-    fts, bad_cursor, no_status_page = (
+    nul, bad_cursor, no_status_page = (
         *_calls(
             build_server(**parts),
-            ("search", {"query": "leave", "lexical": "fts"}),
+            ("search", {"query": "leave\x00"}),
             ("list_sources", {"cursor": "garbage"}),
         ),
         *_calls(build_server(**no_status), ("list_sources", {})),
     )
-    assert fts.is_error and "CapabilityError [ERR_RAG_CAPABILITY]" in fts.content[0].text
+    assert nul.is_error
+    assert "ValidationError [ERR_RAG_VALIDATION] (field query)" in nul.content[0].text
     assert bad_cursor.is_error
     assert no_status_page.is_error
+
+
+def _lexical_schema(server) -> dict[str, Any]:
+    async def run() -> dict[str, Any]:
+        async with Client(server) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            schema = dict(tools["search"].input_schema["properties"]["lexical"])
+            if "const" in schema:  # pydantic's schema of a one-name Literal
+                schema["enum"] = [schema.pop("const")]
+            return schema
+
+    return anyio.run(run)
+
+
+def test_search_offers_the_lexical_modes_the_store_serves(parts):
+    """The search tool's ``lexical`` lists ``off`` and the modes the store serves, nothing
+    else: ``bm25`` on the in-memory store (the same name as PostgreSQL's), only ``off`` on a
+    store without a lexical leg; a name outside the list is refused before any retrieval, and
+    ``bm25`` runs hybrid retrieval.
+
+    If this fails, check _lexical_argument in ragport/integrations/mcp.py.
+    """
+    schema = _lexical_schema(build_server(**parts))
+    assert schema["enum"] == ["off", "bm25"] and schema["default"] == "off"
+    vector_only = build_server(**{**parts, "store": NoTransactionsStore(parts["store"])})
+    assert _lexical_schema(vector_only)["enum"] == ["off"]
+    hybrid, fts = _calls(
+        build_server(**parts),
+        ("search", {"query": "parental leave", "lexical": "bm25"}),
+        ("search", {"query": "parental leave", "lexical": "fts"}),
+    )
+    assert not hybrid.is_error
+    assert "hybrid" in {c["retrieval"] for c in hybrid.structured_content["citations"]}
+    assert fts.is_error and "CapabilityError" not in fts.content[0].text
+    (vector_refused,) = _calls(vector_only, ("search", {"query": "leave", "lexical": "bm25"}))
+    assert vector_refused.is_error
 
 
 def test_bad_server_options_are_refused(parts):

@@ -296,7 +296,7 @@ def test_values_past_hard_ceilings_are_refused(
     assert embedder.calls == []
 
 
-@pytest.mark.parametrize("mode", ["fts"])
+@pytest.mark.parametrize("mode", ["fts5", "semantic"])
 def test_unadvertised_lexical_mode_is_a_capability_error(store: InMemoryStore, mode: str) -> None:
     """A lexical mode the store lacks fails closed. If this fails, check the lexical_modes check."""
     assert mode not in store.capabilities.lexical_modes

@@ -26,6 +26,7 @@ repositories are ``unit_of_work.py``; HNSW indexes and the first ANALYZE are ``i
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -79,6 +80,23 @@ from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredR
 __all__ = ["PostgresStore"]
 
 _VectorAnswer = tuple[frozenset[EmbedderKey], tuple[ScoredRecord, ...]]
+
+
+def _check_mode(mode: str) -> None:
+    """``bm25``, the one lexical mode (the name the in-memory store serves too); ``fts``, its
+    name until 2026-12, is accepted for one release with a ``DeprecationWarning``."""
+    if mode == "fts":
+        warnings.warn(
+            "the PostgreSQL lexical mode 'fts' is named 'bm25' now (the same BM25 leg); "
+            "'fts' will be removed in the next release",
+            DeprecationWarning,
+            stacklevel=4,  # _lexical_run <- lexical_query / hybrid_query <- the caller
+        )
+    elif mode != "bm25":
+        raise CapabilityError(
+            f"the PostgreSQL store offers lexical mode 'bm25', not {mode!r}",
+            capability="lexical",
+        )
 
 
 class PostgresStore(StoreMaintenance):
@@ -158,7 +176,7 @@ class PostgresStore(StoreMaintenance):
             self.upgrade()
 
     capabilities: Capabilities = Capabilities(  # frozen: one value serves every call
-        lexical_modes=("fts",),
+        lexical_modes=("bm25",),  # "fts" until 2026-12: still accepted, with a warning
         authorization="acl",
         generations=True,
         transactions=True,
@@ -442,7 +460,7 @@ class PostgresStore(StoreMaintenance):
         text_query: str,
         *,
         limit: int,
-        mode: str = "fts",
+        mode: str = "bm25",
         authorization: Authorization | None = None,
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
@@ -499,11 +517,7 @@ class PostgresStore(StoreMaintenance):
     ) -> Callable[[RawRead], tuple[ScoredRecord, ...]]:
         """The lexical leg of ``lexical_query`` as a function of one connection."""
         validate_text(text_query, field="query")
-        if mode != "fts":
-            raise CapabilityError(
-                f"the PostgreSQL store offers lexical mode 'fts', not {mode!r}",
-                capability="lexical",
-            )
+        _check_mode(mode)
         if limit <= 0 or not text_query.strip():
             return lambda conn: ()
         params = scope_params(scope, k=int(limit), query=text_query)
