@@ -2,14 +2,22 @@
 ``BackendWriter``, with the generation rules written once.
 
 Each method checks its arguments, then reads and writes through the writer inside the
-store's ``Guard``. Once the unit is finished (committed or rolled back) every write through
-it is ``ValidationError(field="unit_of_work")``; reads still answer.
+store's ``Guard``, or through the backend's set-based write pushdown when its class defines
+one (``ragport.ports.pushdowns``: the rule is decided here either way). Once the unit is
+finished (committed or rolled back) every write through it is
+``ValidationError(field="unit_of_work")``; reads still answer. Any error a backend call raises
+inside the unit (a ``RagportError`` too), and any row it hands back outside what was asked,
+leaves the unit rollback-only: ``commit`` is refused from then on.
+
+The unit also keeps the scope's embedder claim (``GenerationState.embedders``): every insert
+adds its keys, and a purge that read every row anyway (or a claim of two keys or more) sets it
+to what the remaining rows hold.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 import attrs
 
@@ -28,9 +36,11 @@ from ragport.engine._guard import Guard
 from ragport.engine.copies import hand_out, take_in
 from ragport.engine.dispatch import Pushdowns
 from ragport.engine.generations import GenerationSteps, check_generation
+from ragport.engine.reads import checked
 from ragport.ports.backend import BackendWriter, GenerationState, RowKey
 from ragport.ports.embedder import VectorMatrix
 from ragport.ports.store import (
+    EmbedderKey,
     check_records_for_add,
     check_rekey_moves,
     check_stored_ids,
@@ -70,15 +80,71 @@ def _renamed(values: tuple[str, ...], from_id: str, to_id: str) -> tuple[str, ..
     return tuple(dict.fromkeys(to_id if v == from_id else v for v in values))
 
 
+def _count(value: object) -> int:
+    """A pushdown's count: a non-negative int, else the backend broke its promise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StoreError("a write pushdown returned no count")
+    return value
+
+
+class _Tracked:
+    """The writer as the engine calls it: a call (or the iteration of what ``rows``,
+    ``tombstones`` or ``nearest`` returned) that raises marks the unit failed."""
+
+    _ITERATED = frozenset({"rows", "tombstones", "nearest"})
+
+    def __init__(self, writer: BackendWriter, uow: BackendUnitOfWork) -> None:
+        self._writer = writer
+        self._uow = uow
+
+    def _iterate(self, found: Iterable[Any]) -> Iterator[Any]:
+        try:
+            yield from found
+        except BaseException:
+            self._uow.failed = True
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        member = getattr(self._writer, name)
+        if not callable(member):
+            return member
+        iterated = name in self._ITERATED
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = member(*args, **kwargs)
+            except BaseException:
+                self._uow.failed = True
+                raise
+            return list(self._iterate(result)) if iterated else result
+
+        return call
+
+
 class _Part:
     def __init__(self, uow: BackendUnitOfWork) -> None:
         self._uow = uow
 
+    @property
+    def _push(self) -> Pushdowns:
+        return self._uow.pushdowns
+
+    def _run(self, work: Callable[[BackendWriter], T]) -> T:
+        uow = self._uow
+        try:
+            with uow.guard:
+                return work(uow.view)
+        except BaseException as error:
+            if uow.failed or isinstance(error, StoreError):
+                # A backend call failed part way, or handed back what was not asked: what
+                # it left must never be committed, so the unit can only roll back from here.
+                uow.done = uow.rolled_back = True
+            raise
+
     def _read(self, read: Callable[[BackendWriter], T]) -> T:
         if self._uow.rolled_back:
             raise ValidationError("unit of work rolled back", field="unit_of_work")
-        with self._uow.guard:
-            return read(self._uow.writer)
+        return self._run(read)
 
     def _open(self) -> None:
         """Refuse any write, even an empty one, once the unit is finished."""
@@ -87,14 +153,22 @@ class _Part:
 
     def _write(self, write: Callable[[BackendWriter], T]) -> T:
         self._open()
+        return self._run(write)
+
+    def _pushed(self, method: Callable[..., object], *args: object, **kwargs: object) -> int:
+        """A write pushdown called with the backend's own writer, its failure tracked."""
         try:
-            with self._uow.guard:
-                return write(self._uow.writer)
-        except StoreError:
-            # A backend call failed part way through a write: what it left must never be
-            # committed, so the unit can only roll back from here.
-            self._uow.done = self._uow.rolled_back = True
+            found = method(self._uow.writer, *args, **kwargs)
+        except BaseException:
+            self._uow.failed = True
             raise
+        return _count(found)
+
+    def _rows(
+        self, w: BackendWriter, *, source_id: str | None = None, ids: Sequence[str] | None = None
+    ) -> list[Record]:
+        rows = w.rows(source_id=source_id, ids=ids)
+        return list(checked(rows, self._uow.scope, source_id=source_id, ids=ids))
 
 
 class _Records(_Part):
@@ -104,17 +178,42 @@ class _Records(_Part):
         matrix = check_records_for_add(self._uow.scope, records, vectors)
 
         def add(w: BackendWriter) -> None:
-            check_stored_ids(records, w.rows(ids=[r.id for r in records]))
+            check_stored_ids(records, self._rows(w, ids=[r.id for r in records]))
             w.insert([take_in(r) for r in records], matrix)
+            self._claim(w, frozenset((r.embedder_id, r.dimensions) for r in records))
 
         self._write(add)
+
+    def _claim(self, w: BackendWriter, keys: frozenset[EmbedderKey]) -> None:
+        """The claim after an insert: the old one with ``keys``, or every stored row's keys
+        when the old one is unknown."""
+        state = w.state()
+        claim = state.embedders
+        if claim is None:
+            claim = frozenset((r.embedder_id, r.dimensions) for r in self._rows(w))
+        else:
+            claim = claim | keys
+        if claim != state.embedders:
+            w.set_state(attrs.evolve(state, embedders=claim))
+
+    def _reclaim(self, w: BackendWriter, remaining: Iterable[Record] | None) -> None:
+        """The claim after a purge: the keys of ``remaining`` (every row left), read here
+        when not given and the claim holds two keys or more (one key stays a superset)."""
+        state = w.state()
+        if remaining is None:
+            if state.embedders is not None and len(state.embedders) < 2:
+                return
+            remaining = self._rows(w)
+        claim = frozenset((r.embedder_id, r.dimensions) for r in remaining)
+        if claim != state.embedders:
+            w.set_state(attrs.evolve(state, embedders=claim))
 
     def list_by_source(self, source_id: str) -> Sequence[Record]:
         validate_text(source_id, field="source_id")
 
         def listed(w: BackendWriter) -> list[Record]:
             pointer = w.state().pointer
-            rows = w.rows(source_id=source_id)
+            rows = self._rows(w, source_id=source_id)
             return [
                 hand_out(r)
                 for r in by_id(rows)
@@ -126,16 +225,57 @@ class _Records(_Part):
     def retire_source(self, source_id: str, *, generation: int) -> int:
         validate_text(source_id, field="source_id")
         g = check_generation(generation)
-        return self._write(lambda w: _retire(w, w.rows(source_id=source_id), g))
+        if self._push.retire is not None:
+            retire = self._push.retire
+            return self._write(lambda w: self._pushed(retire, source_id=source_id, generation=g))
+        return self._write(lambda w: _retire(w, self._rows(w, source_id=source_id), g))
 
     def retire_ids(self, ids: Sequence[str], *, generation: int) -> int:
         self._open()
         wanted, g = _ids(ids, "ids"), check_generation(generation)
-        return self._write(lambda w: _retire(w, w.rows(ids=wanted), g) if wanted else 0)
+        if not wanted:
+            return 0
+        if self._push.retire is not None:
+            retire = self._push.retire
+            return self._write(lambda w: self._pushed(retire, ids=wanted, generation=g))
+        return self._write(lambda w: _retire(w, self._rows(w, ids=wanted), g))
 
     def discard_above(self, generation: int) -> int:
         g = check_generation(generation)
-        return self._write(lambda w: _delete(w, (r for r in w.rows() if r.generation > g)))
+        return self._purge(lambda r: r.generation > g, above=g)
+
+    def purge_source(self, source_id: str) -> int:
+        validate_text(source_id, field="source_id")
+
+        def purge(w: BackendWriter) -> int:
+            if self._push.delete_where is not None:
+                return self._pushed(self._push.delete_where, source_id=source_id)
+            return _delete(w, self._rows(w, source_id=source_id))
+
+        return self._write(purge)
+
+    def purge_retired(self, through: int) -> int:
+        g = check_generation(through, "through")
+        return self._purge(
+            lambda r: r.retired_generation is not None and r.retired_generation <= g,
+            retired_through=g,
+        )
+
+    def _purge(self, doomed: Callable[[Record], bool], **where: int) -> int:
+        """Delete the rows ``doomed`` picks (``where``: the same condition for
+        ``delete_where``), then set the claim to what is left."""
+
+        def purge(w: BackendWriter) -> int:
+            if self._push.delete_where is not None:
+                gone = self._pushed(self._push.delete_where, **where)
+                self._reclaim(w, None)
+                return gone
+            rows = self._rows(w)
+            gone = _delete(w, [r for r in rows if doomed(r)])
+            self._reclaim(w, [r for r in rows if not doomed(r)])
+            return gone
+
+        return self._write(purge)
 
     def list_live(
         self, source_id: str, *, after: str | None = None, limit: int | None = None
@@ -148,7 +288,7 @@ class _Records(_Part):
         def listed(w: BackendWriter) -> list[Record]:
             live = [
                 r
-                for r in by_id(w.rows(source_id=source_id))
+                for r in by_id(self._rows(w, source_id=source_id))
                 if r.retired_generation is None and (after is None or r.id > after)
             ]
             return [hand_out(r) for r in (live if most is None else live[:most])]
@@ -159,7 +299,9 @@ class _Records(_Part):
         wanted = set(_ids(ids, "ids"))
 
         def found(w: BackendWriter) -> list[Record]:
-            rows = (r for r in w.rows() if r.kind == "derived" and not wanted.isdisjoint(r.lineage))
+            rows = (
+                r for r in self._rows(w) if r.kind == "derived" and not wanted.isdisjoint(r.lineage)
+            )
             return [hand_out(r) for r in by_id(rows)]
 
         return self._read(found) if wanted else []
@@ -173,15 +315,48 @@ class _Records(_Part):
         check_rekey_moves(moves)
         if not moves:
             return 0
-        return self._write(lambda w: _rekey(w, dict(moves), to_source_id))
+        return self._write(lambda w: self._rekey(w, dict(moves), to_source_id))
+
+    def _rekey(self, w: BackendWriter, moves: dict[str, str], to_source_id: str) -> int:
+        """The collision rule (``rekey_collides``), then the move."""
+        floor = w.state().floor
+        moving = {
+            key_of(r): r for r in self._rows(w, ids=list(moves)) if r.retired_generation is None
+        }
+        destinations = list(dict.fromkeys(moves[r.id] for r in moving.values()))
+        stored = (
+            [r for r in self._rows(w, ids=destinations) if key_of(r) not in moving]
+            if destinations
+            else []
+        )
+        for r in moving.values():
+            for existing in stored:
+                if existing.id == moves[r.id] and rekey_collides(r.generation, existing, floor):
+                    raise ValidationError(
+                        "a destination record id is visible in a restorable snapshot of this scope",
+                        field="to_id",
+                    )
+        if not moving:
+            return 0
+        if self._push.move is not None:
+            return self._pushed(self._push.move, moves, to_source_id=to_source_id)
+        w.update(
+            {
+                key: attrs.evolve(r, id=moves[r.id], source_id=to_source_id)
+                for key, r in moving.items()
+            }
+        )
+        return len(moving)
 
     def rewrite_lineage(self, from_id: str, to_id: str) -> int:
         validate_text(from_id, field="from_id")
         validate_id(to_id, field="to_id")
 
         def rewrite(w: BackendWriter) -> int:
+            if self._push.rename_lineage is not None:
+                return self._pushed(self._push.rename_lineage, from_id, to_id)
             edges, changes = 0, {}
-            for r in w.rows():
+            for r in self._rows(w):
                 if r.kind != "derived" or (from_id not in r.lineage and from_id not in r.roots):
                     continue
                 edges += r.lineage.count(from_id)
@@ -196,17 +371,15 @@ class _Records(_Part):
 
         return self._write(rewrite)
 
-    def purge_source(self, source_id: str) -> int:
-        validate_text(source_id, field="source_id")
-        return self._write(lambda w: _delete(w, w.rows(source_id=source_id)))
-
     def restore_above(self, generation: int) -> int:
         g = check_generation(generation)
 
         def restore(w: BackendWriter) -> int:
+            if self._push.restore_above is not None:
+                return self._pushed(self._push.restore_above, g)
             changes = {
                 key_of(r): attrs.evolve(r, retired_generation=None)
-                for r in w.rows()
+                for r in self._rows(w)
                 if r.retired_generation is not None and r.retired_generation > g
             }
             if changes:
@@ -214,19 +387,6 @@ class _Records(_Part):
             return len(changes)
 
         return self._write(restore)
-
-    def purge_retired(self, through: int) -> int:
-        g = check_generation(through, "through")
-        return self._write(
-            lambda w: _delete(
-                w,
-                (
-                    r
-                    for r in w.rows()
-                    if r.retired_generation is not None and r.retired_generation <= g
-                ),
-            )
-        )
 
 
 def _retire(w: BackendWriter, rows: Iterable[Record], generation: int) -> int:
@@ -253,30 +413,6 @@ def _delete(w: BackendWriter, rows: Iterable[Record]) -> int:
     if doomed:
         w.delete(doomed)
     return len(doomed)
-
-
-def _rekey(w: BackendWriter, moves: dict[str, str], to_source_id: str) -> int:
-    floor = w.state().floor
-    moving = {key_of(r): r for r in w.rows(ids=list(moves)) if r.retired_generation is None}
-    destinations = [moves[r.id] for r in moving.values()]
-    stored = (
-        [r for r in w.rows(ids=destinations) if key_of(r) not in moving] if destinations else []
-    )
-    for r in moving.values():
-        for existing in stored:
-            if existing.id == moves[r.id] and rekey_collides(r.generation, existing, floor):
-                raise ValidationError(
-                    "a destination record id is visible in a restorable snapshot of this scope",
-                    field="to_id",
-                )
-    if moving:
-        w.update(
-            {
-                key: attrs.evolve(r, id=moves[r.id], source_id=to_source_id)
-                for key, r in moving.items()
-            }
-        )
-    return len(moving)
 
 
 class _Generations(_Part, GenerationSteps):
@@ -326,22 +462,26 @@ class _Tombstones(_Part):
         tombstones = list(tombstones)
         if not all(isinstance(t, Tombstone) for t in tombstones):
             raise ValidationError("tombstones must be Tombstone values", field="tombstones")
+        merged: dict[str, Tombstone] = {}
+        for t in tombstones:
+            merged[t.id] = strongest_tombstone(merged.get(t.id), t)
+        if not merged:
+            return 0
 
         def add(w: BackendWriter) -> int:
+            if self._push.merge_tombstones is not None:
+                return self._pushed(self._push.merge_tombstones, list(merged.values()))
             kept = {t.id: t for t in w.tombstones()}
-            changed: dict[str, Tombstone] = {}
-            new = 0
-            for t in tombstones:
-                current = kept.get(t.id)
-                new += current is None
-                kept[t.id] = strongest = strongest_tombstone(current, t)
-                if strongest != current:
-                    changed[t.id] = strongest
+            changed = [
+                strongest
+                for t in merged.values()
+                if (strongest := strongest_tombstone(kept.get(t.id), t)) != kept.get(t.id)
+            ]
             if changed:
-                w.put_tombstones(list(changed.values()))
-            return new
+                w.put_tombstones(changed)
+            return sum(t.id not in kept for t in merged.values())
 
-        return self._write(add) if tombstones else 0
+        return self._write(add)
 
     def list(self) -> Sequence[Tombstone]:
         return sorted(self._read(lambda w: list(w.tombstones())), key=lambda t: t.id)
@@ -372,17 +512,22 @@ class _Tombstones(_Part):
 
 
 class BackendUnitOfWork:
-    """``UnitOfWork`` over one ``BackendWriter``; ``BackendStore.unit_of_work`` makes it."""
+    """``UnitOfWork`` over one ``BackendWriter``; ``BackendStore.unit_of_work`` makes it.
+
+    ``writer`` is the backend's own writer (what the pushdowns get); ``view`` the same writer
+    as the engine calls it, every failure tracked."""
 
     def __init__(
         self, scope: Scope, writer: BackendWriter, guard: Guard, pushdowns: Pushdowns | None = None
     ) -> None:
         self.scope = scope
         self.writer = writer
+        self.view = cast(BackendWriter, _Tracked(writer, self))
         self.guard = guard
         self.pushdowns = pushdowns if pushdowns is not None else Pushdowns()
         self.done = False
         self.rolled_back = False
+        self.failed = False  # a backend call raised: only rollback remains
         self.records = _Records(self)
         self.generations = _Generations(self)
         self.grants = _Grants(self)

@@ -68,6 +68,7 @@ class Snapshot:
     counter: int = 0
     pointer: int = 0
     floor: int = 0
+    claim: frozenset[EmbedderKey] | None = None  # GenerationState.embedders, kept by the engine
     grants: dict[str, Grant] = attrs.Factory(dict)
     tombstones: dict[str, Tombstone] = attrs.Factory(dict)
     _indexes: dict[int, Index] = attrs.Factory(dict)
@@ -85,6 +86,7 @@ class Snapshot:
             counter=self.counter,
             pointer=self.pointer,
             floor=self.floor,
+            claim=self.claim,
             grants=dict(self.grants),
             tombstones=dict(self.tombstones),
         )

@@ -49,7 +49,7 @@ class SnapshotWriter:
     # -- BackendReader ------------------------------------------------------------------------
     def state(self) -> GenerationState:
         s = self.snap
-        return GenerationState(s.counter, s.pointer, s.floor)
+        return GenerationState(s.counter, s.pointer, s.floor, embedders=s.claim)
 
     def rows(
         self, *, source_id: str | None = None, ids: Sequence[str] | None = None
@@ -109,6 +109,7 @@ class SnapshotWriter:
     def set_state(self, state: GenerationState) -> None:
         s = self.snap
         s.counter, s.pointer, s.floor = state.counter, state.pointer, state.floor
+        s.claim = state.embedders
 
     def put_grants(self, grants: Sequence[Grant]) -> None:
         self.snap.grants.update((g.source_id, g) for g in grants)
