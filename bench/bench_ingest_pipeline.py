@@ -68,6 +68,7 @@ CHILD = r"""
 import json, sys, time
 from pathlib import Path
 from ragport.adapters.embedders import MiniLmEmbedder
+from ragport.application.ingest import IngestOptions
 from ragport.bootstrap import collect_documents, ingest_files, open_stores
 from ragport.domain.model import Scope
 
@@ -85,7 +86,8 @@ with open_stores(url) as stores:
     t0 = time.perf_counter()
     outcomes = list(ingest_files(
         candidates, root=folder, store=stores.chunks, status_store=stores.status,
-        embedder=embedder, scope=Scope("bench", "pipeline", corpus), workers=workers,
+        embedder=embedder, scope=Scope("bench", "pipeline", corpus),
+        options=IngestOptions(workers=workers),
     ))
     seconds = time.perf_counter() - t0
 print(json.dumps({

@@ -25,6 +25,7 @@ from ragport.application.forgetting import (
 )
 from ragport.application.generations import compact, publish_generation, rollback_generation
 from ragport.application.indexing import delete_source, index_chunks, replace_source
+from ragport.application.ingest import IngestOptions
 from ragport.application.rerank import rerank_hits
 from ragport.application.results import (
     CompactResult,
@@ -38,7 +39,7 @@ from ragport.application.retrieval_request import RetrievalRequest
 from ragport.application.runtime import Runtime
 from ragport.application.shared_generation import SharedGeneration
 from ragport.application.status import list_ingestion_status
-from ragport.application.sync import SyncFailure, SyncResult, sync_knowledge
+from ragport.application.sync import SyncFailure, SyncOptions, SyncResult, sync_knowledge
 from ragport.application.write_options import WriteOptions
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "DerivedErasureHandler",
     "Evidence",
     "IndexResult",
+    "IngestOptions",
     "PropagationResult",
     "Rag",
     "RagContextProvider",
@@ -64,6 +66,7 @@ __all__ = [
     "Runtime",
     "SharedGeneration",
     "SyncFailure",
+    "SyncOptions",
     "SyncResult",
     "WriteOptions",
     "apply_source_renames",

@@ -43,7 +43,8 @@ from ragport.application.retrieval_request import DEFAULT_REQUEST, RetrievalRequ
 from ragport.application.runtime import Runtime
 from ragport.application.shared_generation import SharedGeneration
 from ragport.application.status import list_ingestion_status
-from ragport.application.sync import sync_knowledge
+from ragport.application.sync import SyncOptions, sync_knowledge
+from ragport.application.write_options import WriteOptions
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.errors import CapabilityError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, Limits
@@ -544,11 +545,12 @@ class Rag:
             parser=parser if parser is not None else self.default_parser,
             status_store=self._status,
             max_pages=max_pages,
-            size=size,
-            overlap=overlap,
-            on_progress=on_progress,
-            adopt=adopt,
-            workers=workers,
+            options=SyncOptions(
+                write=WriteOptions(size=size, overlap=overlap),
+                on_progress=on_progress,
+                adopt=adopt,
+                workers=workers,
+            ),
             runtime=self._runtime_for(abort),
             **self._bound_write(),
         )

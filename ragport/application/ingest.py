@@ -34,12 +34,22 @@ from ragport.application.documents import (
     replace_document,
     replace_prepared,
 )
-from ragport.application.pipeline import PipelineItem, PipelineSteps, run_pipeline
+from ragport.application.pipeline import (
+    MAX_WORKERS,
+    PipelineItem,
+    PipelineSteps,
+    check_pipeline_write,
+    check_workers,
+    run_pipeline,
+)
 from ragport.application.results import ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
-from ragport.application.shared_generation import SharedGeneration
+from ragport.application.write_options import (
+    DEFAULT_WRITE_OPTIONS,
+    WriteOptions,
+    WriteSettings,
+)
 from ragport.domain.errors import AbortedError, RagportError, ValidationError, reason_code
-from ragport.domain.limits import DEFAULT_LIMITS, check_limit
 from ragport.domain.model import Scope
 from ragport.domain.values import validate_id
 from ragport.ports.documents import DocumentLoader, Parser
@@ -57,15 +67,6 @@ __all__ = [
     "check_workers",
     "ingest_documents",
 ]
-
-MAX_WORKERS = 32
-
-
-def check_workers(workers: object) -> int:
-    """``workers`` as given when it is an integer in 1..32, else ``ValidationError``."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
-        raise ValidationError(f"workers must be an integer in 1..{MAX_WORKERS}", field="workers")
-    return workers
 
 
 @attrs.frozen
@@ -117,35 +118,29 @@ class IngestProgress(Protocol):
         """``chunks`` more chunks were embedded (after each embedder call)."""
 
 
+def _workers(workers: object) -> int | None:
+    return None if workers is None else check_workers(workers)
+
+
 @attrs.frozen(kw_only=True)
 class IngestOptions:
-    """How ``ingest_documents`` runs (checked when built).
+    """How ``ingest_documents`` (and ``ragport.bootstrap.ingest_files``) runs, checked when built.
 
-    ``workers`` (1..32, default 1): parse threads; 1 runs the documents one after another.
-    ``size``, ``overlap``: the chunking settings. ``shared_generation``: every document of
-    the run shares one generation while it stays the scope's newest, so one rollback undoes
-    the run. ``progress``: told the document in flight and each embedder call's chunks
+    ``write``: the write options (``WriteOptions``: chunk ``size`` and ``overlap``, embed
+    ``batch_size``, ``shared_generation``: every document of the run shares one generation
+    while it stays the scope's newest, so one rollback undoes the run; ``status_store`` when
+    the call names none); ``advance_generation`` and ``skip_if_unchanged`` stay at their
+    defaults (every document is published, and skipped when its skip key is stored).
+    ``workers`` (1..32): parse threads; 1 runs the documents one after another; ``None``
+    (the default): 1 for ``ingest_documents``, the cores (2 to 8) for ``ingest_files``.
+    ``progress``: told the document in flight and each embedder call's chunks
     (``IngestProgress``). ``timer``: seconds for each outcome (default ``time.perf_counter``).
     """
 
-    workers: int = attrs.field(default=1, converter=check_workers)
-    size: int = DEFAULT_LIMITS.chunk_size
-    overlap: int = DEFAULT_LIMITS.overlap
-    shared_generation: SharedGeneration | None = None
+    write: WriteOptions = attrs.field(default=DEFAULT_WRITE_OPTIONS, converter=check_pipeline_write)
+    workers: int | None = attrs.field(default=None, converter=_workers)
     progress: IngestProgress | None = None
     timer: Callable[[], float] = time.perf_counter
-
-    def __attrs_post_init__(self) -> None:
-        check_limit("chunk_size", self.size)
-        check_limit("overlap", self.overlap)
-        if self.overlap >= self.size:
-            raise ValidationError("overlap must be smaller than size", field="overlap")
-        if self.shared_generation is not None and not isinstance(
-            self.shared_generation, SharedGeneration
-        ):
-            raise ValidationError(
-                "shared_generation must be a SharedGeneration", field="shared_generation"
-            )
 
 
 @contextmanager
@@ -216,17 +211,21 @@ def ingest_documents(
     the run at the next check (``AbortedError``); closing the generator (or Ctrl-C) stops
     every thread before it returns, and the document in flight writes nothing.
     """
+    options = IngestOptions() if options is None else _check_options(options)
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    write = options.write.settings(rt.limits)
     run = _Ingest(
         loader=loader,
         parser=parser,
         store=store,
         embedder=embedder,
         scope=require_scope(scope),
-        status_store=status_store,
-        options=IngestOptions() if options is None else _check_options(options),
-        runtime=DEFAULT_RUNTIME if runtime is None else check_runtime(runtime),
+        status_store=status_store if status_store is not None else write.status_store,
+        options=options,
+        write=write,
+        runtime=rt,
     )
-    if run.options.workers > 1:
+    if (options.workers or 1) > 1:
         return run.pipelined(candidates)
     return run.serial(candidates)
 
@@ -246,6 +245,7 @@ class _Ingest:
     scope: Scope
     status_store: IngestionStatusStore | None
     options: IngestOptions
+    write: WriteSettings
     runtime: Runtime
 
     def serial(self, candidates: Sequence[Candidate]) -> Generator[FileOutcome, None, None]:
@@ -264,9 +264,10 @@ class _Ingest:
                     result = replace_document(
                         uri=candidate.source_id, loader=self.loader, parser=self.parser,
                         embedder=self.embedder, store=self.store, scope=self.scope,
-                        source_id=candidate.source_id, size=o.size, overlap=o.overlap,
-                        status_store=self.status_store, shared_generation=o.shared_generation,
-                        runtime=self.runtime,
+                        source_id=candidate.source_id, size=self.write.size,
+                        overlap=self.write.overlap, status_store=self.status_store,
+                        shared_generation=self.write.shared_generation,
+                        batch_size=self.write.batch_size, runtime=self.runtime,
                     )  # fmt: skip
             except AbortedError:
                 raise
@@ -295,7 +296,8 @@ class _Ingest:
         steps: PipelineSteps[Candidate] = PipelineSteps(
             prepare=self.prepare, embed=self.embed, parses=parses
         )
-        items = run_pipeline(candidates, steps, workers=o.workers, abort=self.runtime.abort)
+        workers = o.workers or 1
+        items = run_pipeline(candidates, steps, workers=workers, abort=self.runtime.abort)
         try:
             for item in items:
                 yield self.settle(item, started.popleft())
@@ -309,8 +311,8 @@ class _Ingest:
             loaded = self.loader.load(sid)
             prepared = prepare_document(
                 loaded, source_id=sid, uri=sid, parser=self.parser, embedder=self.embedder,
-                store=self.store, scope=self.scope, size=self.options.size,
-                overlap=self.options.overlap, limits=self.runtime.limits, abort=abort,
+                store=self.store, scope=self.scope, size=self.write.size,
+                overlap=self.write.overlap, limits=self.runtime.limits, abort=abort,
             )  # fmt: skip
         return prepared, len(loaded.data)
 
@@ -318,7 +320,7 @@ class _Ingest:
         progress = self.options.progress
         with progress_stage(progress if label else None, label, "embedding"):
             return embed_batches(
-                self.embedder, texts, batch_size=DEFAULT_LIMITS.embed_batch, abort=abort,
+                self.embedder, texts, batch_size=self.write.batch_size, abort=abort,
                 telemetry=self.runtime.effective_telemetry,
                 on_embedded=None if progress is None else progress.embedded,
             )  # fmt: skip
@@ -354,8 +356,8 @@ class _Ingest:
                 result = replace_prepared(
                     prepared, size_bytes=item.size_bytes, embedder=self.embedder,
                     store=self.store, scope=self.scope, status_store=self.status_store,
-                    vectors=vectors, runtime=self.runtime,
-                    shared_generation=self.options.shared_generation,
+                    vectors=vectors, batch_size=self.write.batch_size, runtime=self.runtime,
+                    shared_generation=self.write.shared_generation,
                 )  # fmt: skip
             except AbortedError:
                 raise

@@ -36,18 +36,50 @@ import attrs
 
 from ragport.application._support import EMBED_CALL_BATCHES, EitherAbort, check_abort
 from ragport.application.documents import PreparedDocument
-from ragport.domain.errors import AbortedError
+from ragport.application.write_options import WriteOptions
+from ragport.domain.errors import AbortedError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS
 from ragport.ports.embedder import VectorMatrix
 from ragport.ports.runtime import Abort
 
-__all__ = ["PIPELINE_CALL", "PipelineItem", "PipelineSteps", "run_pipeline"]
+__all__ = [
+    "MAX_WORKERS",
+    "PIPELINE_CALL",
+    "PipelineItem",
+    "PipelineSteps",
+    "check_pipeline_write",
+    "check_workers",
+    "run_pipeline",
+]
 
 T = TypeVar("T")
 
 # An embed call groups the chunks of consecutive items up to this many texts (one
 # embed_batches call: embed_batch x EMBED_CALL_BATCHES); a larger item is embedded alone.
 PIPELINE_CALL = DEFAULT_LIMITS.embed_batch * EMBED_CALL_BATCHES
+MAX_WORKERS = 32
+
+
+def check_workers(workers: object) -> int:
+    """``workers`` as given when it is an integer in 1..32, else ``ValidationError``."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise ValidationError(f"workers must be an integer in 1..{MAX_WORKERS}", field="workers")
+    return workers
+
+
+def check_pipeline_write(write: object) -> WriteOptions:
+    """``write`` when it is a ``WriteOptions`` the pipeline's writers can honour: they always
+    publish (``advance_generation``) and skip by the document's skip key (``skip_if_unchanged``
+    left at ``None``); else ``ValidationError(field="write")``."""
+    if not isinstance(write, WriteOptions):
+        raise ValidationError("write must be a WriteOptions", field="write")
+    if not write.advance_generation or write.skip_if_unchanged is not None:
+        raise ValidationError(
+            "ingest and sync always publish and skip unchanged documents by their skip key: "
+            "leave advance_generation and skip_if_unchanged at their defaults",
+            field="write",
+        )
+    return write
 
 
 @attrs.frozen

@@ -48,8 +48,9 @@ keeps its previous version); only abort, store and embedder failures sink the pa
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Literal, cast
+from typing import Any, Literal, TypedDict, Unpack, cast
 
 import attrs
 
@@ -78,15 +79,16 @@ from ragport.application.admission import refuse_forgotten
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
 from ragport.application.pinned import retire_pinned_dependents
-from ragport.application.pipeline import PipelineSteps
+from ragport.application.pipeline import PipelineSteps, check_pipeline_write, check_workers
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration, StagedWrite, staged_write
+from ragport.application.write_options import DEFAULT_WRITE_OPTIONS, WriteOptions
 from ragport.domain.errors import (
     SyncCursorError,
     ValidationError,
     reason_code,
 )
-from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
+from ragport.domain.limits import Limits
 from ragport.domain.model import Grant, Scope, validate_text
 from ragport.domain.status import ERROR_MAX, Freshness, IngestionState, IngestionStatus
 from ragport.ports.documents import LoadedDocument, Parser
@@ -102,7 +104,7 @@ from ragport.ports.sync import (
     Upsert,
 )
 
-__all__ = ["SyncFailure", "SyncProgress", "SyncResult", "sync_knowledge"]
+__all__ = ["SyncFailure", "SyncOptions", "SyncProgress", "SyncResult", "sync_knowledge"]
 WITHHELD_ERROR = "withheld by the host access mapping"
 
 
@@ -344,8 +346,106 @@ def _scope_source_ids(store: ChunkStore, scope: Scope) -> frozenset[str]:
         after = page[-1]
 
 
-# Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
-def sync_knowledge(  # noqa: C901, PLR0913, PLR0915
+def _on_cursor_error(value: object) -> Literal["bootstrap", "raise"]:
+    if value not in ("bootstrap", "raise"):
+        raise ValidationError(
+            'on_cursor_error must be "bootstrap" or "raise"', field="on_cursor_error"
+        )
+    return value
+
+
+def _flag(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(f"{field} must be True or False", field=field)
+    return value
+
+
+def _adopt(value: object) -> bool:
+    return _flag(value, "adopt")
+
+
+def _restart(value: object) -> bool:
+    return _flag(value, "restart")
+
+
+@attrs.frozen(kw_only=True)
+class SyncOptions:
+    """How ``sync_knowledge`` runs, checked when built (``ValidationError`` naming the field).
+
+    - ``write``: the write options (``WriteOptions``): chunk ``size`` and ``overlap``, embed
+      ``batch_size`` (texts per embedder call; a page's chunks go in calls of ``batch_size``
+      x 4), ``shared_generation`` (every page this run commits writes into one generation
+      while it stays the scope's newest, so one rollback undoes the run; each page is still
+      its own unit of work) and ``status_store`` (when the call names none).
+      ``advance_generation`` and ``skip_if_unchanged`` stay at their defaults: a page is
+      always published, and an item skipped when its skip key is stored.
+    - ``workers`` (1..32, default 1): more than 1 loads and parses up to that many items of a
+      page at once on worker threads, and embeds the chunks of the items already parsed while
+      later ones parse (the ingestion pipeline, ``ragport.application.pipeline``); the page is
+      still written by one unit of work, so nothing else changes. The connector's
+      ``Upsert.load`` callables are then called from those threads: a connector must allow
+      that before a caller raises ``workers``.
+    - ``adopt``: when this connector has no checkpoint for the scope yet, the sources already
+      in the scope (written by ``ingest``, ``replace_document`` or another connector) count
+      as this sync's own, so the end of the first full listing retires those the connector
+      does not list: the scope then equals the connector. Without it (the default) they are
+      left alone and only what this sync indexed is ever retired by it.
+    - ``on_cursor_error``: ``"bootstrap"`` (default) restarts one full listing when the
+      connector refuses the cursor; ``"raise"`` raises its ``SyncCursorError``.
+    - ``on_progress``: called with a ``SyncProgress`` as pages are listed, items handled and
+      pages committed (for a progress bar; it must not raise).
+    - ``restart``: drop this connector's checkpoint for the scope first, so the run is a full
+      listing and every item is read under the settings given (what it indexed before is
+      then not its own: pair it with ``adopt`` to retire what the listing no longer holds).
+    """
+
+    write: WriteOptions = attrs.field(default=DEFAULT_WRITE_OPTIONS, converter=check_pipeline_write)
+    workers: int = attrs.field(default=1, converter=check_workers)
+    adopt: bool = attrs.field(default=False, converter=_adopt)
+    on_cursor_error: Literal["bootstrap", "raise"] = attrs.field(
+        default="bootstrap", converter=_on_cursor_error
+    )
+    on_progress: Callable[[SyncProgress], None] | None = None
+    restart: bool = attrs.field(default=False, converter=_restart)
+
+
+class _OldSyncKeywords(TypedDict, total=False):
+    """``sync_knowledge``'s keywords before ``options=`` (deprecated)."""
+
+    on_cursor_error: Literal["bootstrap", "raise"]
+    size: int
+    overlap: int
+    batch_size: int
+    on_progress: Callable[[SyncProgress], None] | None
+    adopt: bool
+    workers: int
+    shared_generation: SharedGeneration | None
+
+
+_OLD_WRITE_KEYWORDS = ("size", "overlap", "batch_size", "shared_generation")
+
+
+def _old_sync_keywords(options: SyncOptions, old: _OldSyncKeywords) -> SyncOptions:
+    """``options`` with the deprecated keywords of ``sync_knowledge`` folded in (a
+    ``DeprecationWarning`` naming them)."""
+    if not old:
+        return options
+    warnings.warn(
+        f"sync_knowledge({', '.join(f'{k}=' for k in sorted(old))}) is deprecated: pass "
+        "options=SyncOptions(write=WriteOptions(size=, overlap=, batch_size=, "
+        "shared_generation=), workers=, adopt=, on_cursor_error=, on_progress=); removed in "
+        "the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    given: dict[str, Any] = dict(old)
+    write = {k: given.pop(k) for k in _OLD_WRITE_KEYWORDS if k in given}
+    if write:
+        options = attrs.evolve(options, write=attrs.evolve(options.write, **write))
+    return attrs.evolve(options, **given) if given else options
+
+
+def sync_knowledge(
     *,
     connector: Connector,
     checkpoints: CheckpointStore,
@@ -354,71 +454,39 @@ def sync_knowledge(  # noqa: C901, PLR0913, PLR0915
     scope: Scope,
     status_store: IngestionStatusStore | None = None,
     max_pages: int | None = None,
-    on_cursor_error: Literal["bootstrap", "raise"] = "bootstrap",
     parser: Parser | ParserSelector | None = None,
-    size: int = DEFAULT_LIMITS.chunk_size,
-    overlap: int = DEFAULT_LIMITS.overlap,
-    batch_size: int = DEFAULT_LIMITS.embed_batch,
+    options: SyncOptions | None = None,
     runtime: Runtime | None = None,
-    on_progress: Callable[[SyncProgress], None] | None = None,
-    adopt: bool = False,
-    workers: int = 1,
-    shared_generation: SharedGeneration | None = None,
+    **deprecated: Unpack[_OldSyncKeywords],
 ) -> SyncResult:
     """Bring ``scope`` up to date with ``connector``; see the module docstring for the steps.
 
-    ``adopt``: when this connector has no checkpoint for ``scope`` yet, the sources already in
-    the scope (written by ``ingest``, ``replace_document`` or another connector) count as
-    this sync's own, so the end of the first full listing retires those the connector does
-    not list: the scope then equals the connector. Without it (the default) they are left
-    alone and only what this sync indexed is ever retired by it.
-
-    ``workers`` (1..32, default 1): more than 1 loads and parses up to that many items of a
-    page at once on worker threads, and embeds the chunks of the items already parsed while
-    later ones parse (the ingestion pipeline, ``ragport.application.pipeline``); the page is still written by one
-    unit of work, so nothing else changes. The connector's ``Upsert.load`` callables are then
-    called from those threads: a connector must allow that before a caller raises ``workers``.
-
-    ``shared_generation``: every page this run commits writes into one generation while it
-    stays the scope's newest (``SharedGeneration``), so one rollback undoes the run; each page
-    is still its own unit of work.
-
-    ``on_progress`` is called with a ``SyncProgress`` as pages are listed, items handled and
-    pages committed (for a progress bar; it must not raise).
-
     ``parser`` is a ``Parser`` or a selector such as ``ragport.adapters.parsers.parser_for``
-    (called with the item's media type, else its source id). Raises ``SyncCursorError`` only
-    with ``on_cursor_error="raise"`` (or when the restarted bootstrap's cursor fails too), and
-    what a store or embedder failure raised (the page in flight is not committed and replays).
+    (called with the item's media type, else its source id). ``options``: a ``SyncOptions``
+    (write options, ``workers``, ``adopt``, ``on_cursor_error``, ``on_progress``,
+    ``restart``). ``runtime``: telemetry, redaction, limits, clock and abort. Raises
+    ``SyncCursorError`` only with ``on_cursor_error="raise"`` (or when the restarted
+    bootstrap's cursor fails too), and what a store or embedder failure raised (the page in
+    flight is not committed and replays).
+
+    Deprecated keywords (one release, ``DeprecationWarning``): ``size``, ``overlap``,
+    ``batch_size``, ``shared_generation`` (now ``options.write``), ``workers``, ``adopt``,
+    ``on_cursor_error``, ``on_progress`` (now ``options``).
     """
+    if options is not None and not isinstance(options, SyncOptions):
+        raise ValidationError("options must be a SyncOptions", field="options")
+    opts = _old_sync_keywords(SyncOptions() if options is None else options, deprecated)
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
-    abort = rt.abort
     scope = require_scope(scope)
     if not isinstance(connector, Connector):
         raise ValidationError("connector must be a Connector", field="connector")
     if not isinstance(checkpoints, CheckpointStore):
         raise ValidationError("checkpoints must be a CheckpointStore", field="checkpoints")
-    if not isinstance(adopt, bool):
-        raise ValidationError("adopt must be True or False", field="adopt")
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 32:
-        raise ValidationError("workers must be an integer in 1..32", field="workers")
-    if shared_generation is not None and not isinstance(shared_generation, SharedGeneration):
-        raise ValidationError(
-            "shared_generation must be a SharedGeneration", field="shared_generation"
-        )
-    if on_cursor_error not in ("bootstrap", "raise"):
-        raise ValidationError(
-            'on_cursor_error must be "bootstrap" or "raise"', field="on_cursor_error"
-        )
     if max_pages is not None and (
         isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1
     ):
         raise ValidationError("max_pages must be a positive integer or None", field="max_pages")
-    check_limit("chunk_size", size)
-    check_limit("overlap", overlap)
-    check_limit("embed_batch", batch_size)
-    if overlap >= size:
-        raise ValidationError("overlap must be smaller than size", field="overlap", limit="overlap")
+    write = opts.write.settings(rt.limits)
     if parser is None:
         raise ValidationError(
             "sync_knowledge needs parser=: a Parser, or a selector such as "
@@ -431,57 +499,76 @@ def sync_knowledge(  # noqa: C901, PLR0913, PLR0915
         store=store,
         embedder=embedder,
         scope=scope,
-        status_store=status_store,
+        status_store=status_store if status_store is not None else write.status_store,
         parser=parser,
-        size=size,
-        overlap=overlap,
-        batch_size=batch_size,
+        size=write.size,
+        overlap=write.overlap,
+        batch_size=write.batch_size,
         telemetry=rt.effective_telemetry,
-        abort=abort,
+        abort=rt.abort,
         redact=rt.redaction,
         limits=rt.limits,
         clock=rt.effective_clock,
-        workers=workers,
-        shared=shared_generation,
+        workers=opts.workers,
+        shared=write.shared_generation,
     )
-    check_abort(abort)
-    counts = {"listed": 0, "done": 0}
+    check_abort(rt.abort)
+    if opts.restart:
+        checkpoints.delete(connector.id, scope)
+    return _Sync(run, checkpoints, opts).run(max_pages)
 
-    def report(source_id: str | None = None) -> None:
-        if on_progress is not None:
-            on_progress(SyncProgress(totals.pages, counts["listed"], counts["done"], source_id))
 
-    def item(source_id: str) -> None:
-        report(source_id)
-        counts["done"] += 1
+class _Sync:
+    """Steps 1, 2, 6 and 8 of one ``sync_knowledge`` call: the checkpoint, the listing, the
+    compare-and-set and the counts (``_Run`` does each page's steps 3 to 7)."""
 
-    if on_progress is not None:
-        run.on_item = item
+    def __init__(self, run: _Run, checkpoints: CheckpointStore, options: SyncOptions) -> None:
+        self.run_ = run
+        self.checkpoints = checkpoints
+        self.options = options
+        self.connector_id = run.connector.id
+        self.listed = 0
+        self.done = 0
+        self.totals = _Tally()
+        self.bootstrapped = False
+        self.restarted = False
+        self.failures: list[SyncFailure] = []
+        if options.on_progress is not None:
+            run.on_item = self.item
+        checkpoint = checkpoints.get(self.connector_id, run.scope)
+        self.version = checkpoint.version
+        try:
+            self.state = _decode_state(checkpoint.cursor)
+        except SyncCursorError:
+            if options.on_cursor_error == "raise":
+                raise
+            self.state, self.restarted = START, True
+        if options.adopt and self.version == 0 and self.state == START:
+            self.state = attrs.evolve(self.state, known=_scope_source_ids(run.store, run.scope))
+        self.joined = supports(checkpoints, "checkpoints_in_unit_of_work")
+        self.new_state: _State = self.state
+        self.settled_after: str | None = None
+        self.page = Page()
 
-    connector_id = connector.id
-    checkpoint = checkpoints.get(connector_id, scope)
-    version = checkpoint.version
-    restarted = False
-    totals = _Tally()
-    bootstrapped = False
-    failures: list[SyncFailure] = []
-    try:
-        state = _decode_state(checkpoint.cursor)
-    except SyncCursorError:
-        if on_cursor_error == "raise":
-            raise
-        state, restarted = START, True
-    if adopt and version == 0 and state == START:
-        state = attrs.evolve(state, known=_scope_source_ids(store, scope))
+    def report(self, source_id: str | None = None) -> None:
+        if self.options.on_progress is not None:
+            self.options.on_progress(
+                SyncProgress(self.totals.pages, self.listed, self.done, source_id)
+            )
 
-    def result(*, exhausted: bool, lost: bool = False) -> SyncResult:
+    def item(self, source_id: str) -> None:
+        self.report(source_id)
+        self.done += 1
+
+    def result(self, *, exhausted: bool, lost: bool = False) -> SyncResult:
+        totals = self.totals
         return SyncResult(
-            cursor=state.cursor,
+            cursor=self.state.cursor,
             exhausted=exhausted,
-            bootstrapped=bootstrapped,
+            bootstrapped=self.bootstrapped,
             lost=lost,
-            retrying=len(state.retry),
-            failures=tuple(failures),
+            retrying=len(self.state.retry),
+            failures=tuple(self.failures),
             pages=totals.pages,
             upserted=totals.upserted,
             deleted=totals.deleted,
@@ -491,80 +578,96 @@ def sync_knowledge(  # noqa: C901, PLR0913, PLR0915
             swept=totals.swept,
         )
 
-    joined = supports(checkpoints, "checkpoints_in_unit_of_work")
-    new_state: _State = state
-    settled_after: str | None = None
-    page = Page()
-
-    def settle(uow: UnitOfWork, outcome: _PageOutcome) -> bool:
+    def settle(self, uow: UnitOfWork, outcome: _PageOutcome) -> bool:
         """Step 6 inside the page's unit of work: compare-and-set the next state (computed
         here, so a malformed page cursor rolls the page back too)."""
-        nonlocal new_state, settled_after
-        new_state = _next_state(state, page, outcome, run.clock.now())
-        settled_after = None
-        if not (outcome.wrote or new_state != state or version == 0):
+        scope = self.run_.scope
+        self.new_state = _next_state(self.state, self.page, outcome, self.run_.clock.now())
+        self.settled_after = None
+        if not (outcome.wrote or self.new_state != self.state or self.version == 0):
             return True  # nothing to commit, nothing to move
-        if joined and cast(SupportsCheckpointsInUnitOfWork, checkpoints).joins(uow):
+        checkpoints = self.checkpoints
+        if self.joined and cast(SupportsCheckpointsInUnitOfWork, checkpoints).joins(uow):
             return cast(SupportsCheckpointsInUnitOfWork, checkpoints).compare_and_set_in(
-                uow, connector_id, scope, version, new_state.encode()
+                uow, self.connector_id, scope, self.version, self.new_state.encode()
             )
         # A checkpoint store that cannot join this unit of work: refuse a page another worker
         # already moved past, and compare-and-set right after the commit.
-        if checkpoints.get(connector_id, scope).version != version:
+        if checkpoints.get(self.connector_id, scope).version != self.version:
             return False
-        settled_after = new_state.encode()
+        self.settled_after = self.new_state.encode()
         return True
 
-    retried = False
-
-    while max_pages is None or totals.pages < max_pages:
-        check_abort(abort)
-        if state.mode == "changes" and not retried and state.retry_due(run.clock.now()):
+    def next_page(self, retried: bool) -> tuple[Page | None, bool]:
+        """Step 2: the next page of the listing (``None``: the cursor failed and one full
+        listing restarts), and whether the retry listing has started."""
+        state = self.state
+        if state.mode == "changes" and not retried and state.retry_due(self.run_.clock.now()):
             # Failed or withheld items are due: one full listing finds them again (unchanged
             # items are skipped by their skip key); what it no longer lists is swept.
             retried = True
-            state = _State("bootstrap", None, state.known, retry=state.retry)
-        mode = state.mode
+            state = self.state = _State("bootstrap", None, state.known, retry=state.retry)
         try:
-            if mode == "bootstrap":
-                bootstrapped = True
-                page = connector.bootstrap(state.cursor)
+            if state.mode == "bootstrap":
+                self.bootstrapped = True
+                page = self.run_.connector.bootstrap(state.cursor)
             else:
-                page = connector.changes(cast(str, state.cursor))
+                page = self.run_.connector.changes(cast(str, state.cursor))
         except SyncCursorError:
-            if on_cursor_error == "raise" or restarted:
+            if self.options.on_cursor_error == "raise" or self.restarted:
                 raise
             # One full listing from the start; what it no longer lists is swept at its end.
-            restarted = True
-            state = _State("bootstrap", None, state.known, retry=state.retry)
-            continue
+            self.restarted = True
+            self.state = _State("bootstrap", None, state.known, retry=state.retry)
+            return None, retried
         if not isinstance(page, Page):
             raise ValidationError("the connector did not return a Page", field="connector")
-        in_page = {u.source_id for u in page.upserts}
-        counts["listed"] += len(in_page) + len(set(page.deletions) - in_page)
-        report()
-        sweep: list[str] = []
-        if mode == "bootstrap" and page.exhausted:
-            listed = state.seen | {u.source_id for u in page.upserts}
-            sweep = sorted(state.known - listed)
-        outcome = run.apply(page, sweep, settle)
-        if outcome is None:
-            return result(exhausted=False, lost=True)  # rolled back: nothing written
-        totals.add(outcome)
-        failures.extend(
+        return page, retried
+
+    def run(self, max_pages: int | None) -> SyncResult:
+        """Step 8: page after page until the listing is exhausted, ``max_pages`` or abort."""
+        retried = False
+        while max_pages is None or self.totals.pages < max_pages:
+            check_abort(self.run_.abort)
+            page, retried = self.next_page(retried)
+            if page is None:
+                continue
+            self.page = page
+            mode = self.state.mode
+            in_page = {u.source_id for u in page.upserts}
+            self.listed += len(in_page) + len(set(page.deletions) - in_page)
+            self.report()
+            sweep: list[str] = []
+            if mode == "bootstrap" and page.exhausted:
+                listed = self.state.seen | {u.source_id for u in page.upserts}
+                sweep = sorted(self.state.known - listed)
+            outcome = self.run_.apply(page, sweep, self.settle)
+            if outcome is None:
+                return self.result(exhausted=False, lost=True)  # rolled back: nothing written
+            if not self.committed(outcome):
+                return self.result(exhausted=False, lost=True)
+            if page.exhausted:
+                return self.result(exhausted=True)
+        return self.result(exhausted=False)
+
+    def committed(self, outcome: _PageOutcome) -> bool:
+        """Count a committed page and move the checkpoint's version; ``False`` when the
+        compare-and-set after the commit (not joined) lost: this worker stops."""
+        self.totals.add(outcome)
+        self.failures.extend(
             SyncFailure(source_id, reason, error, source_id in outcome.retryable)
             for source_id, reason, error in outcome.failures
         )
-        counts["done"] = counts["listed"]
-        report()
-        if settled_after is not None:
+        self.done = self.listed
+        self.report()
+        if self.settled_after is not None:
             # Not joined: the page is committed; a lost compare-and-set now stops this worker.
-            if not checkpoints.compare_and_set(connector_id, scope, version, settled_after):
-                return result(exhausted=False, lost=True)
-            version += 1
-        elif outcome.wrote or new_state != state or version == 0:
-            version += 1
-        state = new_state
-        if page.exhausted:
-            return result(exhausted=True)
-    return result(exhausted=False)
+            if not self.checkpoints.compare_and_set(
+                self.connector_id, self.run_.scope, self.version, self.settled_after
+            ):
+                return False
+            self.version += 1
+        elif outcome.wrote or self.new_state != self.state or self.version == 0:
+            self.version += 1
+        self.state = self.new_state
+        return True

@@ -38,6 +38,8 @@ from ragport.application import (
     retrieve_context,
     rollback_generation,
 )
+from ragport.application.sync import SyncOptions
+from ragport.application.write_options import WriteOptions
 from ragport.bootstrap.stores import EMBEDDED, Stores, open_checkpoints, open_stores, postgres_url
 from ragport.bootstrap.syncing import sync_connector
 from ragport.domain.documents import DOCUMENT_SUFFIXES, media_type_for
@@ -454,8 +456,7 @@ class _Demo:
                 checkpoints=self.checkpoints,
                 embedder=self.embedder,
                 scope=scope,
-                size=self.size,
-                overlap=self.overlap,
+                options=SyncOptions(write=WriteOptions(size=self.size, overlap=self.overlap)),
             )
             return {
                 "upserted": result.upserted,

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
+import warnings
 from collections.abc import Callable, Generator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any, TypedDict, Unpack
 
 import attrs
 
@@ -25,7 +26,7 @@ from ragport.application.ingest import (
     check_workers,
     ingest_documents,
 )
-from ragport.application.runtime import Runtime
+from ragport.application.runtime import Runtime, check_runtime
 from ragport.bootstrap.roots import CorpusRoots as CorpusRoots
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
@@ -224,8 +225,21 @@ def default_workers() -> int:
     return max(2, min(8, cores))
 
 
-# Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
-def ingest_files(  # noqa: PLR0913
+class _OldIngestKeywords(TypedDict, total=False):
+    """``ingest_files``'s keywords before ``options=`` and ``runtime=`` (deprecated)."""
+
+    size: int
+    overlap: int
+    max_bytes: int
+    clock: Callable[[], float] | None
+    workers: int | None
+    abort: Abort | None
+    shared_generation: SharedGeneration | None
+    limits: Limits | None
+    progress: IngestProgress | None
+
+
+def ingest_files(
     candidates: Sequence[Candidate],
     *,
     root: Path,
@@ -233,57 +247,46 @@ def ingest_files(  # noqa: PLR0913
     status_store: IngestionStatusStore | None,
     embedder: Embedder,
     scope: Scope,
-    size: int = 1_000,
-    overlap: int = 100,
-    max_bytes: int = DEFAULT_LIMITS.parse_bytes,
-    clock: Callable[[], float] | None = None,
-    workers: int | None = None,
-    abort: Abort | None = None,
     encoding: str = "utf-8",
-    shared_generation: SharedGeneration | None = None,
-    limits: Limits | None = None,
-    progress: IngestProgress | None = None,
+    options: IngestOptions | None = None,
+    runtime: Runtime | None = None,
+    **deprecated: Unpack[_OldIngestKeywords],
 ) -> Generator[FileOutcome, None, None]:
-    """``replace_document`` for every candidate, one outcome each; a failure never stops the run.
+    """``ingest_documents`` over the files under ``root`` with ragport's parsers; one outcome
+    per candidate, a failure never stopping the run (``ragport.application.ingest``).
 
-    Refused candidates come out as failed outcomes; ragport errors keep their (text-free)
-    message and reason; any other exception only its type name.
+    ``options`` (``IngestOptions``): the write options, ``workers`` (1..32; default
+    ``default_workers()``: 1 runs the files one after another, more runs the ingestion
+    pipeline, ``ragport.application.pipeline``), ``progress`` and ``timer``.
 
-    ``workers`` (1..32, default ``default_workers()``): 1 runs the files one after another
-    (load, parse, embed, write); more runs the ingestion pipeline (``ragport.application.pipeline``): ``workers`` threads
-    load and parse while one thread embeds the chunks of several files per call and this
-    generator writes. Either way outcomes come in input order, each file is written by its
-    own ``replace_source`` (atomic) in input order, so generations follow the input order,
-    and a file failing anywhere is that file's failure only. ``abort`` stops the run at the
-    next check (``AbortedError``); closing the generator (or Ctrl-C) stops every thread
-    before it returns, and the file in flight writes nothing.
+    ``runtime``: its ``limits`` are the loader's and parsers' caps and ceilings
+    (``parse_bytes``, ``parse_ms``, ``parse_wall_ms``, ``binary_bytes``, ``pdf_pages``,
+    ``inflated_bytes``, ``Limits.ceilings``), widened by ``ingest_limits`` for files past
+    1 MiB; its ``abort`` stops the run at the next check (``AbortedError``); closing the
+    generator (or Ctrl-C) stops every thread before it returns, and the file in flight
+    writes nothing.
 
     ``encoding`` goes to the plain text, Markdown and reST parsers (``parser_for``):
     ``"utf-8"`` (strict), ``"auto"`` or a codec name; a bad name is a ``ValidationError``
     before any file is read.
 
-    ``limits`` (default ``DEFAULT_LIMITS``): the loader's and parsers' caps and ceilings
-    (``parse_ms``, ``parse_wall_ms``, ``binary_bytes``, ``pdf_pages``, ``inflated_bytes``,
-    ``Limits.ceilings``: an operator's raised ``Ceilings``); ``max_bytes`` replaces its
-    ``parse_bytes`` (``ingest_limits``).
-
-    ``shared_generation``: every file this run writes shares one generation while it stays
-    the scope's newest (``SharedGeneration``), so one rollback undoes the run; each file is
-    still its own transaction.
-
-    ``progress``: told the file in flight and each embedder call's chunks as they happen
-    (``IngestProgress``), between the outcomes this yields.
+    Deprecated keywords (one release, ``DeprecationWarning``): ``size``, ``overlap``,
+    ``shared_generation`` (now ``options.write``), ``workers``, ``progress``, ``clock`` (now
+    ``options``), ``abort``, ``limits`` and ``max_bytes`` (now ``runtime``; ``max_bytes``
+    was the limits' ``parse_bytes``).
     """
     from ragport.adapters.loaders import FileDocumentLoader
     from ragport.adapters.parsers import parser_for
     from ragport.adapters.parsers._common import check_encoding
 
-    count = default_workers() if workers is None else check_workers(workers)
+    options, runtime = _old_ingest_keywords(options, runtime, deprecated)
+    if options.workers is None:
+        options = attrs.evolve(options, workers=default_workers())
     encoding = check_encoding(encoding)
-    limits = ingest_limits(max_bytes, base=limits)
+    limits = ingest_limits(runtime.limits.parse_bytes, base=runtime.limits)
     loader = FileDocumentLoader(
         root=root,
-        max_bytes=max_bytes,
+        max_bytes=limits.parse_bytes,
         binary_max_bytes=limits.binary_bytes,
         ceilings=limits.ceilings,
     )
@@ -291,11 +294,42 @@ def ingest_files(  # noqa: PLR0913
     def parsers(media_type_or_name: str) -> Parser:
         return parser_for(media_type_or_name, limits=limits, encoding=encoding)
 
-    options = IngestOptions(
-        workers=count, size=size, overlap=overlap, shared_generation=shared_generation,
-        progress=progress, timer=clock or time.perf_counter,
-    )  # fmt: skip
     yield from ingest_documents(
         candidates, loader=loader, parser=parsers, store=store, embedder=embedder, scope=scope,
-        status_store=status_store, options=options, runtime=Runtime(limits=limits, abort=abort),
+        status_store=status_store, options=options, runtime=attrs.evolve(runtime, limits=limits),
     )  # fmt: skip
+
+
+def _old_ingest_keywords(
+    options: IngestOptions | None, runtime: Runtime | None, old: _OldIngestKeywords
+) -> tuple[IngestOptions, Runtime]:
+    """``options`` and ``runtime`` with the deprecated keywords of ``ingest_files`` folded in
+    (a ``DeprecationWarning`` naming them)."""
+    options = IngestOptions() if options is None else options
+    runtime = Runtime() if runtime is None else check_runtime(runtime)
+    if not old:
+        return options, runtime
+    warnings.warn(
+        f"ingest_files({', '.join(f'{k}=' for k in sorted(old))}) is deprecated: pass "
+        "options=IngestOptions(write=WriteOptions(size=, overlap=, shared_generation=), "
+        "workers=, progress=, timer=) and runtime=Runtime(limits=, abort=); removed in the "
+        "next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    write: dict[str, Any] = {
+        k: v for k, v in old.items() if k in ("size", "overlap", "shared_generation")
+    }
+    if write:
+        options = attrs.evolve(options, write=attrs.evolve(options.write, **write))
+    if "workers" in old:
+        options = attrs.evolve(options, workers=old["workers"])
+    if "progress" in old:
+        options = attrs.evolve(options, progress=old["progress"])
+    clock = old.get("clock")
+    if clock is not None:
+        options = attrs.evolve(options, timer=clock)
+    limits = old.get("limits") or runtime.limits
+    if "max_bytes" in old:
+        limits = ingest_limits(old["max_bytes"], base=limits)
+    return options, attrs.evolve(runtime, limits=limits, abort=old.get("abort", runtime.abort))

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
+from typing import Any, TypedDict, Unpack
+
+import attrs
 
 from ragport.application import SharedGeneration, SyncResult
-from ragport.application.runtime import Runtime
-from ragport.application.sync import SyncProgress
+from ragport.application.runtime import Runtime, check_runtime
+from ragport.application.sync import SyncOptions, SyncProgress
 from ragport.bootstrap.ingest import ingest_limits
 from ragport.bootstrap.stores import Stores, sync_knowledge
-from ragport.domain.limits import DEFAULT_LIMITS, Limits
+from ragport.domain.limits import Limits
 from ragport.domain.model import Scope
 from ragport.ports.documents import Parser
 from ragport.ports.embedder import Embedder
@@ -36,45 +40,54 @@ class _ReadWith:
         return self._connector.changes(cursor)
 
 
-# Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
-def sync_connector(  # noqa: PLR0913
+class _OldSyncKeywords(TypedDict, total=False):
+    """``sync_connector``'s keywords before ``options=`` and ``runtime=`` (deprecated)."""
+
+    size: int
+    overlap: int
+    max_bytes: int
+    on_progress: Callable[[SyncProgress], None] | None
+    adopt: bool
+    workers: int
+    shared_generation: SharedGeneration | None
+    limits: Limits | None
+    restart: bool
+
+
+def sync_connector(
     connector: Connector,
     *,
     stores: Stores,
     checkpoints: CheckpointStore,
     embedder: Embedder,
     scope: Scope,
-    size: int = 1_000,
-    overlap: int = 100,
-    max_bytes: int = DEFAULT_LIMITS.parse_bytes,
-    max_pages: int | None = None,
-    on_progress: Callable[[SyncProgress], None] | None = None,
-    adopt: bool = False,
-    workers: int = 1,
     encoding: str = "utf-8",
-    shared_generation: SharedGeneration | None = None,
-    limits: Limits | None = None,
-    restart: bool = False,
+    max_pages: int | None = None,
+    options: SyncOptions | None = None,
+    runtime: Runtime | None = None,
+    **deprecated: Unpack[_OldSyncKeywords],
 ) -> SyncResult:
-    """``sync_knowledge`` with ragport's parsers (``parser_for`` under ``max_bytes``);
-    ``adopt`` and ``workers`` as there (the command line adopts: a corpus equals what it
-    syncs; it syncs a folder with ``default_workers()`` parse threads); ``encoding`` for the
-    plain text, Markdown and reST parsers (``parser_for``), checked before anything runs;
-    another encoding than ``utf-8`` keeps its own checkpoint (``_ReadWith``);
-    ``shared_generation``: the pages of this run share one generation (``SharedGeneration``);
-    ``limits``: the parsers' caps and ceilings, ``max_bytes`` replacing its ``parse_bytes``
-    (``ingest_limits``); ``restart``: drop this connector's checkpoint first, so the run is a
-    full listing and every item is read under the settings given (the command line restarts
-    when a corpus setting changes)."""
+    """``sync_knowledge`` with ragport's parsers (``parser_for``) into ``stores``.
+
+    ``options`` (``SyncOptions``) as there (the command line adopts: a corpus equals what it
+    syncs; it syncs a folder with ``default_workers()`` parse threads, and restarts when a
+    corpus setting changed). ``runtime``: its ``limits`` are the parsers' caps and ceilings,
+    widened by ``ingest_limits`` for files past 1 MiB. ``encoding`` for the plain text,
+    Markdown and reST parsers, checked before anything runs; another encoding than ``utf-8``
+    keeps its own checkpoint (``_ReadWith``).
+
+    Deprecated keywords (one release, ``DeprecationWarning``): ``size``, ``overlap``,
+    ``shared_generation`` (now ``options.write``), ``on_progress``, ``adopt``, ``workers``,
+    ``restart`` (now ``options``), ``limits`` and ``max_bytes`` (now ``runtime``).
+    """
     from ragport.adapters.parsers import parser_for
     from ragport.adapters.parsers._common import check_encoding
 
+    options, runtime = _old_keywords(options, runtime, deprecated)
     encoding = check_encoding(encoding)
-    limits = ingest_limits(max_bytes, base=limits)
+    limits = ingest_limits(runtime.limits.parse_bytes, base=runtime.limits)
     if encoding != "utf-8":  # the default keeps the connector's own checkpoint
         connector = _ReadWith(connector, encoding)
-    if restart:
-        checkpoints.delete(connector.id, scope)
 
     def parsers(media_type_or_name: str) -> Parser:
         return parser_for(media_type_or_name, limits=limits, encoding=encoding)
@@ -88,11 +101,35 @@ def sync_connector(  # noqa: PLR0913
         status_store=stores.status,
         max_pages=max_pages,
         parser=parsers,
-        size=size,
-        overlap=overlap,
-        on_progress=on_progress,
-        adopt=adopt,
-        workers=workers,
-        shared_generation=shared_generation,
-        runtime=Runtime(limits=limits),
+        options=options,
+        runtime=attrs.evolve(runtime, limits=limits),
     )
+
+
+def _old_keywords(
+    options: SyncOptions | None, runtime: Runtime | None, old: _OldSyncKeywords
+) -> tuple[SyncOptions, Runtime]:
+    """``options`` and ``runtime`` with the deprecated keywords of ``sync_connector`` folded
+    in (a ``DeprecationWarning`` naming them)."""
+    options = SyncOptions() if options is None else options
+    runtime = Runtime() if runtime is None else check_runtime(runtime)
+    if not old:
+        return options, runtime
+    warnings.warn(
+        f"sync_connector({', '.join(f'{k}=' for k in sorted(old))}) is deprecated: pass "
+        "options=SyncOptions(write=WriteOptions(size=, overlap=, shared_generation=), "
+        "workers=, adopt=, on_progress=, restart=) and runtime=Runtime(limits=); removed in "
+        "the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    given: dict[str, Any] = dict(old)
+    write = {k: given.pop(k) for k in ("size", "overlap", "shared_generation") if k in given}
+    if write:
+        options = attrs.evolve(options, write=attrs.evolve(options.write, **write))
+    limits = given.pop("limits", None) or runtime.limits
+    if "max_bytes" in given:
+        limits = ingest_limits(given.pop("max_bytes"), base=limits)
+    if given:
+        options = attrs.evolve(options, **given)
+    return options, attrs.evolve(runtime, limits=limits)

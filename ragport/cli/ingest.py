@@ -12,7 +12,8 @@ from typing import Any
 
 import attrs
 
-from ragport.application import SharedGeneration
+from ragport.application import Runtime, SharedGeneration, WriteOptions
+from ragport.application.ingest import IngestOptions
 from ragport.bootstrap import (
     Candidate,
     FileOutcome,
@@ -179,14 +180,13 @@ def _run_ingest(
         status_store=stores.status,
         embedder=embedder,
         scope=scope,
-        size=args.size,
-        overlap=args.overlap,
-        max_bytes=limits.parse_bytes,
-        limits=limits,
-        workers=args.workers,
         encoding=encoding,
-        shared_generation=shared,
-        progress=bar,
+        options=IngestOptions(
+            write=WriteOptions(size=args.size, overlap=args.overlap, shared_generation=shared),
+            workers=args.workers,
+            progress=bar,
+        ),
+        runtime=Runtime(limits=limits),
     ), encoding)  # fmt: skip
     for n, outcome in enumerate(results, start=1):
         outcomes.append(outcome)

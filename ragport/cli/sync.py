@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ragport.application import (
+    Runtime,
     SharedGeneration,
     SyncFailure,
     SyncResult,
+    WriteOptions,
     list_ingestion_status,
 )
-from ragport.application.sync import SyncProgress
+from ragport.application.sync import SyncOptions, SyncProgress
 from ragport.bootstrap import (
     Stores,
     open_checkpoints,
@@ -179,17 +181,16 @@ def _synced(
             checkpoints=open_checkpoints(stores, schema=args.schema),
             embedder=embedder,
             scope=scope,
-            size=args.size,
-            overlap=args.overlap,
-            max_bytes=limits.parse_bytes,
-            limits=limits,
-            max_pages=args.max_pages,
-            on_progress=progress,
-            adopt=True,  # the corpus equals what it syncs, whoever wrote it before
-            workers=workers if args.workers is None else args.workers,
             encoding=encoding,
-            shared_generation=shared,
-            restart=restart,
+            max_pages=args.max_pages,
+            options=SyncOptions(
+                write=WriteOptions(size=args.size, overlap=args.overlap, shared_generation=shared),
+                workers=workers if args.workers is None else args.workers,
+                adopt=True,  # the corpus equals what it syncs, whoever wrote it before
+                on_progress=progress,
+                restart=restart,
+            ),
+            runtime=Runtime(limits=limits),
         )
 
 

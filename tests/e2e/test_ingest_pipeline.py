@@ -15,8 +15,10 @@ from doubles import CountingEmbedder
 from sync_support import Stores, sync_stores
 
 import ragport
+from ragport.application import Runtime
 from ragport.application import ingest as ingest_module
 from ragport.application import pipeline as pipeline_module
+from ragport.application.ingest import IngestOptions
 from ragport.bootstrap.ingest import collect_documents, ingest_files
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -50,6 +52,8 @@ def mixed_folder(root: Path, *, small: int = 12, bad_at: int | None = 5) -> Path
 
 def run(root: Path, stores: Stores, scope: ragport.Scope, **kwargs: Any) -> list[Any]:
     kwargs.setdefault("embedder", CountingEmbedder())
+    if "workers" in kwargs:
+        kwargs["options"] = IngestOptions(workers=kwargs.pop("workers"))
     return list(
         ingest_files(
             collect_documents([root], root=root.resolve()),
@@ -208,7 +212,7 @@ def test_files_and_chunks_in_flight_are_bounded(tmp_path: Path, monkeypatch) -> 
         status_store=None,
         embedder=embedder,
         scope=ragport.Scope("t", "r", "c"),
-        workers=2,
+        options=IngestOptions(workers=2),
     ):
         assert outcome.state == "indexed"
         with lock:
@@ -257,8 +261,8 @@ def test_abort_mid_run_leaves_each_source_old_or_new(tmp_path: Path) -> None:
             status_store=stores.status,
             embedder=embedder,
             scope=scope,
-            workers=2,
-            abort=abort,
+            options=IngestOptions(workers=2),
+            runtime=Runtime(abort=abort),
         ):
             seen.append(outcome)
     started = set(threading.enumerate()) - before
@@ -286,7 +290,7 @@ def test_closing_the_generator_stops_every_thread(tmp_path: Path) -> None:
         status_store=None,
         embedder=CountingEmbedder(),
         scope=ragport.Scope("t", "r", "c"),
-        workers=3,
+        options=IngestOptions(workers=3),
     )
     next(results)
     results.close()

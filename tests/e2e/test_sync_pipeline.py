@@ -17,6 +17,8 @@ from sync_support import DictConnector, Stores, sync_stores
 
 import ragport
 from ragport.adapters.parsers import parser_for
+from ragport.application import WriteOptions
+from ragport.application.sync import SyncOptions
 from ragport.domain.errors import AbortedError, EmbedderError, ValidationError
 from ragport.ports.sync import Upsert
 
@@ -48,9 +50,12 @@ def _connector() -> DictConnector:
 
 def _sync(stores: Stores, connector: Any, scope: ragport.Scope, **kwargs: Any) -> Any:
     kwargs.setdefault("embedder", CountingEmbedder())
+    write = {k: kwargs.pop(k) for k in ("batch_size",) if k in kwargs}
+    run = {k: kwargs.pop(k) for k in ("workers", "on_progress") if k in kwargs}
+    options = SyncOptions(write=WriteOptions(**write), **run)
     return ragport.sync_knowledge(
         connector=connector, checkpoints=stores.checkpoints, store=stores.store, scope=scope,
-        status_store=stores.status, parser=parser_for, **flat(**kwargs),
+        status_store=stores.status, parser=parser_for, options=options, **flat(**kwargs),
     )  # fmt: skip
 
 
