@@ -45,7 +45,7 @@ CREATE INDEX IF NOT EXISTS records_by_source ON records (tenant, resource, corpu
 CREATE TABLE IF NOT EXISTS generations (
     tenant TEXT NOT NULL, resource TEXT NOT NULL, corpus TEXT NOT NULL,
     counter INTEGER NOT NULL, pointer INTEGER NOT NULL, floor INTEGER NOT NULL,
-    PRIMARY KEY (tenant, resource, corpus));
+    embedders TEXT, PRIMARY KEY (tenant, resource, corpus));
 CREATE TABLE IF NOT EXISTS grants (
     tenant TEXT NOT NULL, resource TEXT NOT NULL, corpus TEXT NOT NULL, source_id TEXT NOT NULL,
     principal_ids TEXT NOT NULL, group_ids TEXT NOT NULL, access_version INTEGER NOT NULL,
@@ -96,9 +96,12 @@ class _Db:
     # -- BackendReader ----------------------------------------------------------------------
     def state(self) -> GenerationState:
         row = self.run(
-            f"SELECT counter, pointer, floor FROM generations WHERE {IN_SCOPE}"
+            f"SELECT counter, pointer, floor, embedders FROM generations WHERE {IN_SCOPE}"
         ).fetchone()
-        return GenerationState() if row is None else GenerationState(row[0], row[1], row[2])
+        if row is None:
+            return GenerationState()
+        claim = None if row[3] is None else [tuple(key) for key in json.loads(row[3])]
+        return GenerationState(row[0], row[1], row[2], embedders=claim)
 
     def rows(
         self, *, source_id: str | None = None, ids: Sequence[str] | None = None
@@ -184,10 +187,13 @@ class _Db:
 
     def set_state(self, state: GenerationState) -> None:
         self.run(
-            "INSERT OR REPLACE INTO generations VALUES (:t, :r, :c, :counter, :pointer, :floor)",
+            "INSERT OR REPLACE INTO generations"
+            " VALUES (:t, :r, :c, :counter, :pointer, :floor, :embedders)",
             counter=state.counter,
             pointer=state.pointer,
             floor=state.floor,
+            # the engine's embedder claim, as [embedder_id, dimensions] pairs
+            embedders=None if state.embedders is None else json.dumps(list(state.embedders)),
         )
 
     def put_grants(self, grants: Sequence[Grant]) -> None:

@@ -65,6 +65,7 @@ pytest.register_assert_rewrite(
     "ragport.contract_tests.reranker",
     "ragport.contract_tests.status_store",
     "ragport.contract_tests.storage_backend",
+    "ragport.contract_tests.storage_backend_engine",
     "ragport.contract_tests.plugin",
     "ragport.contract_tests.postgres",
 )
@@ -110,8 +111,11 @@ from ragport.contract_tests.parser import ParserContract, Sample  # noqa: E402
 from ragport.contract_tests.reranker import RerankerContract  # noqa: E402
 from ragport.contract_tests.status_store import IngestionStatusStoreContract  # noqa: E402
 from ragport.contract_tests.storage_backend import StorageBackendContract  # noqa: E402
+from ragport.contract_tests.storage_backend_engine import (  # noqa: E402
+    StorageBackendEngineContract,
+)
 
-CONTRACT_VERSION = "2.4"
+CONTRACT_VERSION = "2.5"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -209,6 +213,12 @@ CONTRACT_VERSION = "2.4"
 #      (it declared "fts", still accepted for one release with a DeprecationWarning). The
 #      lexical section's tokenizer test skips for a test class with bm25_tokens = "engine"
 #      (a bm25 leg on the engine's own analyzer, PostgreSQL's text-search configuration).
+# 2.5  StorageBackendContract includes StorageBackendEngineContract: GenerationState gains the
+#      embedder claim (``embedders``), which a backend stores and returns as given (new
+#      promise); the engine's guard reads it, not rows(); the engine reads nothing while a
+#      nearest() iterator is open, refuses rows outside the scope or source asked
+#      (StoreError), and leaves a unit rollback-only after any backend error in a write.
+#      BackendStore has a lexical leg (the engine's BM25) on every backend.
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -250,6 +260,7 @@ __all__ = [
     "RerankerContract",
     "Sample",
     "StorageBackendContract",
+    "StorageBackendEngineContract",
     "assert_conforms",
     "conformance_problems",
 ]

@@ -35,6 +35,7 @@ import pytest
 from ragport.contract_tests._base import required_fixture
 from ragport.contract_tests.chunk_store import ChunkStoreContract
 from ragport.contract_tests.chunk_store._helpers import SCOPE
+from ragport.contract_tests.storage_backend_engine import StorageBackendEngineContract
 from ragport.domain.model import Grant, Record, Tombstone
 from ragport.engine import BackendStore
 from ragport.ports.backend import GenerationState, StorageBackend
@@ -56,8 +57,9 @@ def record(record_id: str, source_id: str, *, generation: int = 1) -> Record:
     )
 
 
-class StorageBackendContract(ChunkStoreContract):
-    """Every ``ChunkStore`` promise, through the engine, over the ``backend`` fixture."""
+class StorageBackendContract(StorageBackendEngineContract, ChunkStoreContract):
+    """Every ``ChunkStore`` promise, through the engine, over the ``backend`` fixture, and
+    the engine's promises to the backend (``StorageBackendEngineContract``)."""
 
     backend = required_fixture(
         "StorageBackendContract",

@@ -7,7 +7,7 @@ every backend: the visibility rule, staging, publish, retire, restore, rollback,
 rekeying, lineage, the grant rule, forgetting, the filter, copies, the read-side checks of
 ids and text, and the translation of a driver's failure into ``StoreError``. A backend that
 can do more natively (PostgreSQL compiles grants, tombstones and generations into one SQL
-predicate before top-k) implements ``ChunkStore`` and its optional protocols directly.
+predicate before top-k) defines pushdowns, each checked against the engine's generic path.
 
 The members, all required (ragport's own tests count them, so the port stays this narrow):
 
@@ -15,6 +15,10 @@ The members, all required (ragport's own tests count them, so the port stays thi
 - ``BackendReader``: ``state``, ``rows``, ``nearest``, ``grants``, ``tombstones``;
 - ``BackendWriter`` (a reader too): ``insert``, ``update``, ``delete``, ``set_state``,
   ``put_grants``, ``put_tombstones``, ``commit``.
+
+Optional *pushdowns* (``ragport.ports.pushdowns``) let a backend answer sub-questions
+natively (a search leg, an indexed look-up, a set-based write); the engine finds them on the
+backend's class and keeps the generic path over these members for everything else.
 
 A row is keyed by ``(record.id, record.generation)`` (``RowKey``) within its scope: the same
 id is stored once per generation. Scopes are exact: nothing is shared or matched across two
@@ -108,7 +112,8 @@ class BackendReader(Protocol):
         """Every stored row of the scope, of every generation, retired ones included, in any
         order: only those of ``source_id`` when it is not ``None``, only those whose id is in
         ``ids`` when it is not ``None`` (so ``ids=[]`` matches nothing; both: both). Each as
-        stored, every field as written."""
+        stored, every field as written. A row of another scope, or outside the asked source
+        or ids, is refused by the engine with ``StoreError`` (never handed out)."""
         ...
 
     def nearest(self, vector: Vector) -> Iterable[ScoredRecord]:
@@ -120,7 +125,10 @@ class BackendReader(Protocol):
         Every generation, retired rows included: the engine applies the visibility rule,
         tombstones, grants and the filter as it walks, and stops once it has enough, so a
         lazy iterator (a cursor, an ANN index's stream) is read only as far as needed. The
-        engine consumes it inside the ``read`` block it came from.
+        engine consumes it inside the ``read`` block it came from and calls no other member
+        of the reader while it is open: what it needs besides is read before, and the
+        iterator is exhausted or closed (``close()``, when it has one) before the next call,
+        so a cursor on the read's one connection is never cut off.
         """
         ...
 
@@ -141,7 +149,9 @@ class BackendWriter(BackendReader, Protocol):
     Nothing it writes is visible to a ``read`` before ``commit``; leaving the ``write`` block
     without ``commit`` (or by an exception) discards every change. Values arrive checked: the
     engine never inserts a key that exists or updates or deletes one that does not, and it
-    calls nothing that writes after ``commit`` (nor ``commit`` twice). Durability is the
+    calls nothing that writes after ``commit`` (nor ``commit`` twice). Any exception a
+    writer member raises (a ``RagportError`` too) leaves the engine's unit of work
+    rollback-only: ``commit`` is never called after it. Durability is the
     backend's to state: the suite checks atomicity and isolation between threads of one
     process; a backend shared by processes must also serialize their writes.
     """
