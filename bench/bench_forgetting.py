@@ -36,17 +36,12 @@ import numpy as np
 from _results import figure, note_postgres, target, write_result
 from sqlalchemy import event, text
 
-from ragport import (
-    Authorization,
-    Grant,
-    Record,
-    Scope,
-    create_deletion_propagator,
-    repoint_source,
-)
+from ragport import Authorization, Grant, Scope
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.postgres import PostgresStore, embedded_server
+from ragport.application import create_deletion_propagator, repoint_source
 from ragport.application.propagation import TOMBSTONE_BATCH
+from ragport.domain import Record
 from ragport.domain.model import chunk_id
 
 TENANT = "bench"

@@ -25,9 +25,11 @@ from collections.abc import Sequence
 import numpy as np
 from _results import figure, ratio, target, write_result
 
-from ragport import Chunk, RetrievalRequest, Scope, chunk_markdown, replace_source, retrieve_context
+from ragport import Chunk, RetrievalRequest, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
+from ragport.application import replace_source, retrieve_context
+from ragport.domain import chunk_markdown
 
 WORDS = [
     "policy",

@@ -45,21 +45,23 @@ def _load(stores: Stores, scope: ragport.Scope, args: argparse.Namespace) -> Non
         chunks = [
             c
             for sid in ids[start : start + 500]
-            for c in ragport.chunk_text(
+            for c in ragport.domain.chunk_text(
                 " ".join(f"{sid} word{k}" for k in range(40 * args.chunks)),
                 source_id=sid,
                 size=400,
                 overlap=0,
             )[: args.chunks]
         ]
-        ragport.index_chunks(chunks=chunks, embedder=embedder, store=stores.chunks, scope=scope)
+        ragport.application.index_chunks(
+            chunks=chunks, embedder=embedder, store=stores.chunks, scope=scope
+        )
     for n in range(args.edits):
         sid = ids[n]
-        chunks = ragport.chunk_text(f"{sid} edited {n}", source_id=sid)
-        ragport.replace_source(
+        chunks = ragport.domain.chunk_text(f"{sid} edited {n}", source_id=sid)
+        ragport.application.replace_source(
             source_id=sid, chunks=chunks, embedder=embedder, store=stores.chunks, scope=scope
         )
-        ragport.delete_source(source_id=ids[-1 - n], store=stores.chunks, scope=scope)
+        ragport.application.delete_source(source_id=ids[-1 - n], store=stores.chunks, scope=scope)
 
 
 def _time(run: Callable[[], Any]) -> float:

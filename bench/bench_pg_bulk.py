@@ -38,8 +38,9 @@ import numpy as np
 import pg_corpus as bp
 from _results import figure, note_postgres, ratio, target, write_result
 
-from ragport import RetrievalRequest, replace_source, retrieve_context
+from ragport import RetrievalRequest
 from ragport.adapters.postgres import PostgresStore, embedded_server
+from ragport.application import replace_source, retrieve_context
 
 N_QUERIES = 30
 VARIANTS = (

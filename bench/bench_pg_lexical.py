@@ -41,11 +41,12 @@ from psycopg.types.json import Jsonb
 from sqlalchemy import text
 
 import ragport
-from ragport import RetrievalRequest, retrieve_context
+from ragport import RetrievalRequest
 from ragport.adapters.postgres import PostgresStore, embedded_server, embedders, queries, reads
 from ragport.adapters.postgres import predicate as pr
 from ragport.adapters.postgres._driver import driver_connection
 from ragport.adapters.postgres.indexes import HnswBuild, VectorIndexes
+from ragport.application import retrieve_context
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pg_corpus as bp
@@ -152,7 +153,9 @@ def load_store(store: PostgresStore, rows: int) -> list[str]:
     t0 = time.perf_counter()
     chunks = [c for s in range(len(corpus.sources)) for c in corpus.chunks(s)]
     for i in range(0, len(chunks), 5000):
-        ragport.index_chunks(chunks=chunks[i : i + 5000], embedder=emb, store=store, scope=SCOPE)
+        ragport.application.index_chunks(
+            chunks=chunks[i : i + 5000], embedder=emb, store=store, scope=SCOPE
+        )
     print(f"loaded {rows:,} rows in {time.perf_counter() - t0:.0f} s", flush=True)
     return list(corpus.texts)
 

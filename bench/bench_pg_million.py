@@ -34,10 +34,11 @@ from typing import Any
 import numpy as np
 from sqlalchemy import text
 
-from ragport import Authorization, Grant, RetrievalRequest, retrieve_context
+from ragport import Authorization, Grant, RetrievalRequest
 from ragport.adapters.postgres import PostgresStore, embedded_server, queries, reads
 from ragport.adapters.postgres import predicate as pr
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M, HnswBuild
+from ragport.application import retrieve_context
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pg_corpus as bp

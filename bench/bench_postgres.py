@@ -97,9 +97,10 @@ from pg_writes import (
 )
 from psycopg.types.json import Jsonb
 
-from ragport import RetrievalRequest, replace_source, retrieve_context
+from ragport import RetrievalRequest
 from ragport.adapters.postgres import PostgresStore, embedded_server
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M
+from ragport.application import replace_source, retrieve_context
 
 __all__ = [  # what bench_pg_lexical, bench_pg_recall and pg_latency_probe use
     "DIMS",

@@ -15,7 +15,9 @@ from datetime import UTC, datetime
 
 from _results import figure, target, write_result
 
-from ragport import Hit, Provenance, rerank_hits
+from ragport import Hit
+from ragport.application import rerank_hits
+from ragport.domain import Provenance
 
 
 class Identity:

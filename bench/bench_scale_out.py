@@ -54,7 +54,9 @@ def _ingest(store: PostgresStore, rows: int, rng: np.random.Generator) -> float:
             ragport.Chunk.of(sid, i, " ".join(rng.choice(WORDS, size=50)))
             for i in range(per_source)
         ]
-        ragport.replace_source(source_id=sid, chunks=chunks, embedder=EMB, store=store, scope=scope)
+        ragport.application.replace_source(
+            source_id=sid, chunks=chunks, embedder=EMB, store=store, scope=scope
+        )
     return rows / (time.perf_counter() - start)
 
 
@@ -65,7 +67,7 @@ def _retrieve(store: PostgresStore, rng: np.random.Generator) -> list[float]:
         scope = ragport.Scope(f"tenant{rng.integers(TENANTS)}", "kb", "docs")
         query = " ".join(rng.choice(WORDS, size=6))
         start = time.perf_counter()
-        ragport.retrieve_context(
+        ragport.application.retrieve_context(
             query,
             embedder=EMB,
             store=store,

@@ -92,7 +92,7 @@ def memory_stores():
 
 def sync(connector, stores, embedder):
     store, checkpoints, status = stores
-    return ragport.sync_knowledge(
+    return ragport.bootstrap.sync_knowledge(
         connector=connector,
         checkpoints=checkpoints,
         store=store,
@@ -157,7 +157,7 @@ def bench_drive(n: int, repeat: int) -> dict[str, object]:
         try:
             connector = GoogleDriveConnector(
                 token_provider=lambda: "token-1",
-                resolve_access=lambda f: ragport.Access(principal_ids=("alice",)),
+                resolve_access=lambda f: ragport.domain.Access(principal_ids=("alice",)),
                 folder_id=team,
                 base_url=server.url,
                 allow_loopback=True,

@@ -33,9 +33,11 @@ from typing import Any
 import numpy as np
 from _results import figure, note_postgres, target, write_result
 
-from ragport import Chunk, RetrievalRequest, Scope, Tombstone, index_chunks, retrieve_context
+from ragport import Chunk, RetrievalRequest, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
+from ragport.application import index_chunks, retrieve_context
+from ragport.domain import Tombstone
 from ragport.ports.store import ChunkStore
 
 WORDS = [f"w{i:03d}" for i in range(400)]

@@ -32,8 +32,9 @@ from pgvector.psycopg import register_vector
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_postgres as B
 
-from ragport import RetrievalRequest, replace_source, retrieve_context
+from ragport import RetrievalRequest
 from ragport.adapters.postgres import PostgresStore, embedded_server
+from ragport.application import replace_source, retrieve_context
 
 SCHEMA = "probe"  # --schema overrides it
 

@@ -22,9 +22,10 @@ from pg_corpus import (
 )
 from sqlalchemy import event
 
-from ragport import Chunk, delete_source, replace_source
+from ragport import Chunk
 from ragport.adapters.postgres import PostgresStore
 from ragport.adapters.postgres import reads as pg_reads
+from ragport.application import delete_source, replace_source
 
 DELETE_ROWS = 1_000
 DELETE_RUNS = 5

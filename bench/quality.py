@@ -27,10 +27,11 @@ from pathlib import Path
 import numpy as np
 from _results import figure, note_postgres, target, write_result
 
-from ragport import Chunk, Scope, index_chunks
+from ragport import Chunk, Scope
 from ragport.adapters.embedders import MiniLmEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.rerankers import EmbeddingReranker, FakeReranker
+from ragport.application import index_chunks
 from ragport.bootstrap.evaluate import (
     EvalConfig,
     EvalResult,

@@ -3,9 +3,10 @@ installed ``ragport.stores`` plugin names), the checkpoint store beside them, em
 name (built-in or a ``ragport.embedders`` plugin), a bound ``Rag``, and the wired public entry
 points.
 
-``ragport.sync_knowledge``, ``ragport.replace_document`` and ``ragport.Rag`` are the use cases
-with ``parser=`` defaulting to ``ragport.adapters.parsers.parser_for``: the application keeps
-requiring an injected parser (it never imports an adapter), the wiring supplies the default.
+``sync_knowledge``, ``replace_document``, ``Rag`` (``ragport.Rag``) and ``open_rag`` are the
+use cases with ``parser=`` defaulting to ``ragport.adapters.parsers.parser_for``: the
+application keeps requiring an injected parser (it never imports an adapter), the wiring
+supplies the default.
 """
 
 from __future__ import annotations

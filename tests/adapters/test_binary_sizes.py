@@ -14,10 +14,10 @@ import pytest
 from docx_bytes import HANDBOOK, padded_docx
 from pdf_bytes import manual, pdf
 
-from ragport import DEFAULT_LIMITS, HARD_LIMITS
 from ragport.adapters.connectors import FolderConnector
 from ragport.adapters.loaders import FileDocumentLoader
 from ragport.adapters.parsers import DocxParser, PdfParser, parser_for
+from ragport.domain import DEFAULT_LIMITS, HARD_LIMITS
 from ragport.domain.errors import LoadError, ParseError
 
 MIB = 1 << 20

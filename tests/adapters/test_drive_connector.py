@@ -163,7 +163,7 @@ def test_bootstrap_lists_the_folder_and_its_subfolders(make, tree, server):
     assert items[tree["d"]].metadata["path"] == "Sub/Deep/d.txt"
     assert items[tree["b"]].metadata["title"] == "b.md"
     assert items[tree["b"]].metadata["url"].endswith(tree["b"])
-    assert items[tree["b"]].access == ragport.Access(principal_ids=("alice@example.com",))
+    assert items[tree["b"]].access == ragport.domain.Access(principal_ids=("alice@example.com",))
     lists = [
         urlsplit(r["path"])
         for r in server.requests
@@ -360,7 +360,7 @@ def test_sync_from_drive_follows_revoked_permissions(make, tree, drive):
     connector = make(folder_id=tree["team"], resolve_access=withhold_forms, page_size=3)
 
     def run():
-        return ragport.sync_knowledge(
+        return ragport.bootstrap.sync_knowledge(
             connector=connector,
             checkpoints=checkpoints,
             store=store,
@@ -371,7 +371,7 @@ def test_sync_from_drive_follows_revoked_permissions(make, tree, drive):
         )
 
     def sees(principal, query):
-        result = ragport.retrieve_context(
+        result = ragport.application.retrieve_context(
             query,
             embedder=embedder,
             store=store,

@@ -313,7 +313,7 @@ def stores(request) -> Iterator[Stores]:
 
 
 def _sync(stores: Stores, connector) -> ragport.SyncResult:
-    return ragport.sync_knowledge(
+    return ragport.bootstrap.sync_knowledge(
         connector=connector,
         checkpoints=stores.checkpoints,
         store=stores.store,

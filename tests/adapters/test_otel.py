@@ -7,20 +7,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ragport import (
-    Authorization,
-    Chunk,
-    Grant,
-    RetrievalRequest,
-    Runtime,
-    Scope,
-    replace_source,
-    retrieve_context,
-)
+from ragport import Authorization, Chunk, Grant, RetrievalRequest, Runtime, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.rerankers import FakeReranker
 from ragport.adapters.telemetry import SPAN_NAMES, OpenTelemetryTelemetry
+from ragport.application import replace_source, retrieve_context
 
 SECRET_TEXT = "confidential walrus migration plan"
 

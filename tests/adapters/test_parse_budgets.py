@@ -216,7 +216,7 @@ def test_a_sync_retries_a_rst_file_whose_worker_was_killed(monkeypatch, tmp_path
     connector = DictConnector({"guide.rst": b"Guide\n=====\n\nParental leave is 16 weeks.\n"})
 
     def sync() -> ragport.SyncResult:
-        return ragport.sync_knowledge(
+        return ragport.bootstrap.sync_knowledge(
             connector=connector,
             checkpoints=checkpoints,
             store=store,

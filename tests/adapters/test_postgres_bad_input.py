@@ -56,7 +56,7 @@ def _scope_rows(engine, schema: str) -> int:
 
 def _records(scope: ragport.Scope, n: int, dims: int, *, source: str = "doc", generation=1):
     return [
-        ragport.Record(
+        ragport.domain.Record(
             id=f"{source}#{i + 1:04d}",
             scope=scope,
             source_id=source,
@@ -71,7 +71,7 @@ def _records(scope: ragport.Scope, n: int, dims: int, *, source: str = "doc", ge
 
 
 def _replace(store, source: str, texts: list[str], *, embedder=EMB, scope=SCOPE, **kw):
-    return ragport.replace_source(
+    return ragport.application.replace_source(
         source_id=source,
         chunks=[ragport.Chunk.of(source, i, t) for i, t in enumerate(texts)],
         embedder=embedder,
@@ -148,7 +148,7 @@ def test_two_dimensions_coexist_but_retrieve_refuses_the_mix(store, pg_engine, p
     assert [s.record.source_id for s in narrow] == ["narrow"]
     assert store.query(SCOPE, np.ones(8, dtype=np.float32), limit=10) == ()
     with pytest.raises(EmbedderMismatchError) as info:
-        ragport.retrieve_context("alpha", embedder=EMB, store=store, scope=SCOPE)
+        ragport.application.retrieve_context("alpha", embedder=EMB, store=store, scope=SCOPE)
     assert (info.value.found_id, info.value.found_dimensions) == (small.id, 16)
     assert (info.value.expected_id, info.value.expected_dimensions) == (EMB.id, 32)
 
@@ -337,13 +337,13 @@ def test_unknown_scope_reads_empty_and_rollback_writes_nothing(store, pg_engine,
     alice = ragport.Authorization("alice", "tenant-1")
     decisions = store.check_source_access(ghost, ["doc"], alice)
     assert not decisions["doc"].allowed
-    result = ragport.retrieve_context("data", embedder=EMB, store=store, scope=ghost)
+    result = ragport.application.retrieve_context("data", embedder=EMB, store=store, scope=ghost)
     assert result.hits == ()
     with pytest.raises(ValidationError) as info:
-        ragport.rollback_generation(store=store, scope=ghost, to=1)
+        ragport.application.rollback_generation(store=store, scope=ghost, to=1)
     assert info.value.field == "to"
-    assert ragport.compact(store=store, scope=ghost, keep=0).purged == 0
-    assert ragport.publish_generation(store=store, scope=ghost) == 0
+    assert ragport.application.compact(store=store, scope=ghost, keep=0).purged == 0
+    assert ragport.application.publish_generation(store=store, scope=ghost) == 0
     ghost_rows = _count(
         pg_engine,
         f'SELECT count(*) FROM "{pg_schema}".scopes WHERE corpus_id = :c',
@@ -491,7 +491,7 @@ def test_bad_metadata_through_replace_source_chains_no_driver_error(store, metad
     """
     _replace(store, "doc", ["previous version"])
     with pytest.raises(ValidationError) as info:
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id="doc",
             chunks=[
                 ragport.Chunk(

@@ -45,7 +45,7 @@ def _scope() -> ragport.Scope:
 
 def _index(store: PostgresStore, scope: ragport.Scope, docs: Mapping[str, Sequence[str]]) -> None:
     """One single-chunk source per document, named by the document's key."""
-    ragport.index_chunks(
+    ragport.application.index_chunks(
         chunks=[ragport.Chunk.of(src, 0, " ".join(tokens)) for src, tokens in docs.items()],
         embedder=EMB,
         store=store,
@@ -160,7 +160,7 @@ def test_statistics_come_from_visible_rows_only(store: PostgresStore, pg_schema:
     )
     scope = _scope()
     _index(store, scope, docs)
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="d3",
         chunks=[ragport.Chunk.of("d3", 0, "fjord")],
         embedder=EMB,

@@ -207,7 +207,7 @@ def test_first_write_of_a_dimension_creates_its_cosine_hnsw_index(store, pg_engi
     """8-dim write -> HNSW cosine index on record_vectors. If this fails, check indexes.py
     VectorIndexes.ensure."""
     assert not [ix for ix in _indexes(pg_engine, pg_schema, "record_vectors") if ix.am == "hnsw"]
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="doc",
         chunks=[ragport.Chunk.of("doc", 0, "hello vector index")],
         embedder=HashEmbedder(dimensions=8),
@@ -288,7 +288,7 @@ def test_unmigrated_schema_raises_store_error_and_creates_nothing(pg_engine, pg_
         lambda: store.query(SCOPE, [1.0] * 8, limit=3),
         lambda: store.list_embedders(SCOPE),
         lambda: store.unit_of_work(SCOPE).__enter__(),
-        lambda: ragport.replace_source(
+        lambda: ragport.application.replace_source(
             source_id="doc",
             chunks=[ragport.Chunk.of("doc", 0, "never stored")],
             embedder=HashEmbedder(dimensions=8),
@@ -311,7 +311,7 @@ def test_empty_existing_schema_is_not_migrated_on_use(pg_engine, pg_schema):
     with pytest.raises(StoreError):
         store.current_generation(SCOPE)
     with pytest.raises(StoreError):
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id="doc",
             chunks=[ragport.Chunk.of("doc", 0, "never stored")],
             embedder=HashEmbedder(dimensions=8),

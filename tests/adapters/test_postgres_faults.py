@@ -203,7 +203,7 @@ def _declared_count(marker: str) -> int:
 
 
 def _replace(store: PostgresStore, marker: str, n: int) -> ragport.ReplaceResult:
-    return ragport.replace_source(
+    return ragport.application.replace_source(
         source_id=SOURCE, chunks=_chunks(marker, n), embedder=EMB, store=store, scope=SCOPE
     )
 
@@ -279,7 +279,7 @@ def test_sigkilled_writer_leaves_previous_version_and_no_orphans(
     _wait_for_backend_exit(pg_engine, app)
 
     assert [(r.id, r.text) for r in store.get_by_source(SCOPE, SOURCE)] == v1_view
-    hits = ragport.retrieve_context(
+    hits = ragport.application.retrieve_context(
         "chunk", embedder=EMB, store=store, scope=SCOPE, request=ragport.RetrievalRequest(top_k=10)
     ).hits
     assert sorted(h.text for h in hits) == sorted(t for _, t in v1_view)

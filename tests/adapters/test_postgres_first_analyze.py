@@ -103,7 +103,7 @@ def test_a_vector_query_right_after_the_first_load_checks_each_candidate_once(
     request = ragport.RetrievalRequest(top_k=32, query_candidates=128)
     reads.fetch = spy  # type: ignore[assignment]
     try:
-        found = ragport.retrieve_context(
+        found = ragport.application.retrieve_context(
             "walrus 7 part 1", embedder=EMB, store=store, scope=scope, request=request
         )
     finally:

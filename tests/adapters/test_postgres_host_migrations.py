@@ -69,9 +69,9 @@ def _extension_schema(engine: Engine) -> str | None:
 
 def _write_and_query(store: PostgresStore) -> list[str]:
     """A grant-checked write and the vector, lexical and hybrid reads of it."""
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="leave",
-        chunks=ragport.chunk_text("Parental leave lasts sixteen weeks.", source_id="leave"),
+        chunks=ragport.domain.chunk_text("Parental leave lasts sixteen weeks.", source_id="leave"),
         embedder=EMB,
         store=store,
         scope=SCOPE,
@@ -79,7 +79,7 @@ def _write_and_query(store: PostgresStore) -> list[str]:
     with store.unit_of_work(SCOPE) as uow:
         uow.grants.set([ragport.Grant("leave", principal_ids=("ana",))])
         uow.commit()
-    found = ragport.retrieve_context(
+    found = ragport.application.retrieve_context(
         "parental leave",
         scope=SCOPE,
         store=store,
@@ -295,9 +295,11 @@ def test_a_joined_view_finds_the_extension_on_the_hosts_connection(bare_database
         checkouts.clear()
         with engine.connect() as conn, conn.begin():
             view = store.joined(conn)
-            ragport.replace_source(
+            ragport.application.replace_source(
                 source_id="leave",
-                chunks=ragport.chunk_text("Parental leave lasts 16 weeks.", source_id="leave"),
+                chunks=ragport.domain.chunk_text(
+                    "Parental leave lasts 16 weeks.", source_id="leave"
+                ),
                 embedder=EMB,
                 store=view,
                 scope=SCOPE,

@@ -43,7 +43,7 @@ def tight(pg_url: str, pg_schema: str) -> Iterator[tuple[Engine, PostgresStore]]
 
 
 def _write(store: PostgresStore, source_id: str) -> None:
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id=source_id,
         chunks=[ragport.Chunk.of(source_id, 0, f"alpha beta {source_id}")],
         embedder=EMB,
@@ -53,7 +53,7 @@ def _write(store: PostgresStore, source_id: str) -> None:
 
 
 def _retrieve(store: PostgresStore) -> ragport.RetrievalResult:
-    return ragport.retrieve_context("alpha", embedder=EMB, store=store, scope=SCOPE)
+    return ragport.application.retrieve_context("alpha", embedder=EMB, store=store, scope=SCOPE)
 
 
 def test_a_write_while_the_host_holds_the_only_connection_fails_fast(tight) -> None:
@@ -148,7 +148,7 @@ def test_a_host_holding_some_connections_still_writes_large_adds(pg_url, pg_sche
             for held in (a, b, c):  # three of four: the unit of work takes the last one
                 held.execute(sqlalchemy.text("SELECT 1"))
             chunks = [ragport.Chunk.of("big", i, f"alpha chunk {i}") for i in range(8)]
-            ragport.replace_source(
+            ragport.application.replace_source(
                 source_id="big", chunks=chunks, embedder=EMB, store=store, scope=SCOPE
             )
             assert len(_retrieve(store).hits) == 5

@@ -293,7 +293,7 @@ def test_grants_and_filters_stay_inside_the_pruned_leg(
     docs = {
         f"s{i:02d}": _doc({"apple": 1 + i, "brook": 1 + i % 3}, i, f"s{i:02d}") for i in range(20)
     }
-    ragport.index_chunks(
+    ragport.application.index_chunks(
         chunks=[
             ragport.Chunk.of(name, 0, " ".join(tokens), metadata={"half": int(name[1:]) % 2})
             for name, tokens in docs.items()

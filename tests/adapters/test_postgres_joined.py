@@ -65,12 +65,12 @@ def _host_rows(engine: Engine, schema: str) -> list[str]:
 
 
 def _served(store: PostgresStore, scope: ragport.Scope, query: str = "policy clause") -> set[str]:
-    result = ragport.retrieve_context(query, embedder=EMB, store=store, scope=scope)
+    result = ragport.application.retrieve_context(query, embedder=EMB, store=store, scope=scope)
     return {hit.source_id for hit in result.hits}
 
 
 def _replace(store: PostgresStore, scope: ragport.Scope, source: str, n: int = 3) -> None:
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id=source, chunks=_chunks(source, n), embedder=EMB, store=store, scope=scope
     )
 
@@ -108,7 +108,7 @@ def test_the_hosts_rollback_discards_ragports_writes(store, host_engine, pg_sche
         joined = store.joined(conn)
         _replace(joined, scope, "doc-2")
         joined.set_source_access(scope, [ragport.Grant("doc-2", principal_ids=("alice",))])
-        ragport.delete_source(source_id="kept", store=joined, scope=scope)
+        ragport.application.delete_source(source_id="kept", store=joined, scope=scope)
         assert _served(joined, scope) == {"doc-2"}
         tx.rollback()
     assert _host_rows(host_engine, pg_schema) == []
@@ -151,7 +151,7 @@ def test_a_failed_read_leaves_the_hosts_transaction_usable(store, host_engine, p
         joined = store.joined(conn)
         with pytest.raises(ragport.RagportError):
             for _ in range(50):  # 1 ms: one of these reads is cancelled
-                ragport.retrieve_context(
+                ragport.application.retrieve_context(
                     "policy clause",
                     embedder=EMB,
                     store=joined,

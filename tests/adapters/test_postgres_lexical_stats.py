@@ -76,11 +76,11 @@ def _apply(store: PostgresStore, scope: ragport.Scope, op: tuple) -> None:
     if kind == "replace":
         chunks = [ragport.Chunk.of(op[1], i, words) for i, words in enumerate(op[2])]
         with contextlib.suppress(ragport.ForgottenError):  # a forgotten id is refused
-            ragport.replace_source(
+            ragport.application.replace_source(
                 source_id=op[1], chunks=chunks, embedder=EMB, store=store, scope=scope
             )
     elif kind == "delete":
-        ragport.delete_source(source_id=op[1], store=store, scope=scope)
+        ragport.application.delete_source(source_id=op[1], store=store, scope=scope)
     elif kind == "retire":
         with store.unit_of_work(scope) as uow:
             g = uow.generations.stage()
@@ -97,19 +97,19 @@ def _apply(store: PostgresStore, scope: ragport.Scope, op: tuple) -> None:
             uow.commit()
     elif kind == "derive":
         with contextlib.suppress(RagportError):  # e.g. a lineage naming a forgotten source
-            ragport.index_derived(
+            ragport.application.index_derived(
                 record_id=op[1], text=op[3], lineage=op[2], embedder=EMB, store=store, scope=scope
             )
     elif kind == "repoint":
         with contextlib.suppress(RagportError):  # e.g. the same id, or a forgotten one
-            ragport.repoint_source(scope=scope, store=store, from_id=op[1], to_id=op[2])
+            ragport.application.repoint_source(scope=scope, store=store, from_id=op[1], to_id=op[2])
     elif kind == "rollback":
         to = max(store.current_generation(scope) - op[1], 0)
         with store.unit_of_work(scope) as uow:
             floor = uow.generations.floor()
-        ragport.rollback_generation(store=store, scope=scope, to=max(to, floor))
+        ragport.application.rollback_generation(store=store, scope=scope, to=max(to, floor))
     else:
-        ragport.compact(store=store, scope=scope, keep=op[1])
+        ragport.application.compact(store=store, scope=scope, keep=op[1])
 
 
 def _check_statistics(store: PostgresStore, scope: ragport.Scope, s: str) -> None:
@@ -286,7 +286,7 @@ def test_pruned_top_k_equals_the_reference(store: PostgresStore, pg_schema: str)
         words = ["apple"] * (1 + i % 3) + ["delta"] * (i % 5)
         words += ["brook"] * (i % 4 == 0) + ["cedar"] * (1 + i % 2) * (i % 8 == 0)
         texts[f"d{i:02d}"] = " ".join(words + ["ember"] * (i % 7))
-    ragport.index_chunks(
+    ragport.application.index_chunks(
         chunks=[ragport.Chunk.of(src, 0, words) for src, words in texts.items()],
         embedder=EMB,
         store=store,
@@ -308,11 +308,11 @@ def test_renaming_rows_past_a_tombstone_moves_their_statistics(
     scope = ragport.Scope("tenant-1", "kb", "c" + uuid.uuid4().hex[:12])
     s = f'"{pg_schema}"'
     for src, words in (("s0", "apple brook"), ("s1", "cedar delta delta"), ("s2", "ember")):
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id=src, chunks=[ragport.Chunk.of(src, 0, words)], embedder=EMB,
             store=store, scope=scope,
         )  # fmt: skip
-    ragport.index_derived(
+    ragport.application.index_derived(
         record_id="d0", text="fjord apple", lineage=["s0"], embedder=EMB, store=store, scope=scope
     )
     with store.unit_of_work(scope) as uow:
@@ -344,12 +344,12 @@ def test_readmit_puts_back_what_forgetting_took_from_the_statistics(
     scope = ragport.Scope("tenant-1", "kb", "c" + uuid.uuid4().hex[:12])
     s = f'"{pg_schema}"'
     for src, words in (("s0", "apple brook"), ("s1", "cedar delta delta"), ("s2", "ember")):
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id=src, chunks=[ragport.Chunk.of(src, 0, words)], embedder=EMB,
             store=store, scope=scope,
         )  # fmt: skip
     for record_id, lineage in (("d0", ["s0"]), ("d1", ["s0", "s1"])):
-        ragport.index_derived(
+        ragport.application.index_derived(
             record_id=record_id, text=f"fjord apple {record_id}", lineage=lineage, embedder=EMB,
             store=store, scope=scope,
         )  # fmt: skip
@@ -433,11 +433,11 @@ def test_upgrade_from_version_3_takes_forgotten_rows_out_of_the_statistics(
     assert [r.source_id for r in store.get_by_source(scope, "s2")] == ["s2"]
     _check_statistics(store, scope, s)
     _check_scores(store, scope, s, ["cedar", "ember", "apple"], 3)
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="s3", chunks=[ragport.Chunk.of("s3", 0, "apple apple")], embedder=EMB,
         store=store, scope=scope,
     )  # fmt: skip
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="s0", chunks=[ragport.Chunk.of("s0", 0, "apple cedar")], embedder=EMB,
         store=store, scope=scope,
     )  # fmt: skip

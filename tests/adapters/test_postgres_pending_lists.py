@@ -66,7 +66,7 @@ def _add(store: PostgresStore, scope: ragport.Scope) -> None:
 
 def _rekey(store: PostgresStore, scope: ragport.Scope) -> None:
     # ``b`` has no dependents, so no lineage is rewritten: the re-key alone must merge.
-    ragport.repoint_source(scope=scope, store=store, from_id="b", to_id="moved")
+    ragport.application.repoint_source(scope=scope, store=store, from_id="b", to_id="moved")
 
 
 def _relink(store: PostgresStore, scope: ragport.Scope) -> None:

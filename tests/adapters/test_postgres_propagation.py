@@ -111,7 +111,7 @@ def store(pg_engine, pg_schema) -> PostgresStore:
 
 def _seed(store: PostgresStore, derived: int) -> list[str]:
     """SOURCE with 3 chunks and ``derived`` derived records resting on it; returns their ids."""
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id=SOURCE,
         chunks=[ragport.Chunk.of(SOURCE, i, f"source chunk {i} of the doc") for i in range(3)],
         embedder=EMB,
@@ -125,7 +125,7 @@ def _seed(store: PostgresStore, derived: int) -> list[str]:
         generation = uow.generations.stage()
         uow.records.add(
             [
-                ragport.Record(
+                ragport.domain.Record(
                     id=rid,
                     scope=SCOPE,
                     source_id=rid,
@@ -174,7 +174,7 @@ def _wait_for_backend_exit(engine, app: str, timeout: float = 15.0) -> None:
 
 
 def _hits(store: PostgresStore, query: str, **kwargs: Any) -> set[str]:
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         query,
         embedder=EMB,
         store=store,
@@ -222,11 +222,11 @@ def test_sigkilled_propagation_leaves_everything_or_nothing_tombstoned(
         assert f"{SOURCE}#0001" in _hits(store, "source chunk 1 of the doc", lexical="bm25")
         assert "note-00007" in _hits(store, "note 7 resting on the doc", lexical="bm25")
     # The scope lock died with the backend; propagating again completes everything.
-    result = ragport.create_deletion_propagator(
+    result = ragport.application.create_deletion_propagator(
         scope=SCOPE,
         store=store,
         authorization=ADMIN,
-        handlers=[ragport.RagDeletionHandler(store=store, scope=SCOPE)],
+        handlers=[ragport.application.RagDeletionHandler(store=store, scope=SCOPE)],
     ).propagate(SOURCE)
     assert set(result.ids) == closure and result.batched == 2
     assert result.layers == {"rag": 3}
@@ -266,7 +266,7 @@ def test_tombstoning_1001_ids_takes_at_most_5_tombstone_statements(store, record
 
     event.listen(store.engine, "before_cursor_execute", on_execute)
     try:
-        result = ragport.create_deletion_propagator(
+        result = ragport.application.create_deletion_propagator(
             scope=SCOPE, store=wrapped, authorization=ADMIN
         ).propagate(SOURCE)
     finally:

@@ -30,7 +30,7 @@ def admin(pg_url: str) -> Iterator[psycopg.Connection]:
 
 def _store(pg_url: str, schema: str, **options: Any) -> PostgresStore:
     store = PostgresStore(pg_url, schema=schema, create=True, **options)
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="doc",
         chunks=[ragport.Chunk.of("doc", 0, "alpha beta gamma")],
         embedder=EMB,
@@ -126,7 +126,7 @@ def test_a_write_on_a_killed_connection_fails_loudly_and_the_next_one_works(
         chunks = [ragport.Chunk.of("doc", 0, "delta epsilon")]
         # Writes are not retried behind the caller's back: the error is typed, nothing half done.
         with pytest.raises(StoreError):
-            ragport.replace_source(
+            ragport.application.replace_source(
                 source_id="doc",
                 chunks=chunks,
                 embedder=KillingEmbedder(dimensions=16),
@@ -134,7 +134,7 @@ def test_a_write_on_a_killed_connection_fails_loudly_and_the_next_one_works(
                 scope=SCOPE,
             )
         assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["alpha beta gamma"]
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id="doc", chunks=chunks, embedder=EMB, store=store, scope=SCOPE
         )
         assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["delta epsilon"]

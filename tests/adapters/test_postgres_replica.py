@@ -59,7 +59,7 @@ def served_by(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _write(store: PostgresStore, source: str, body: str) -> None:
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id=source,
         chunks=[ragport.Chunk.of(source, 0, body)],
         embedder=EMB,
@@ -158,7 +158,7 @@ def test_read_your_writes_through_retrieve_context(
     _, _, store = cluster
     _write(store, "mine", "mine text about expenses and receipts")
     view = store.with_min_position(store.last_write_position, fallback="primary", wait=0.05)
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         "expenses and receipts",
         embedder=EMB,
         store=view,
@@ -184,7 +184,7 @@ def test_recheck_gate_reads_grants_on_the_primary(
     store.set_source_access(SCOPE, [Grant("seed")])  # revoked on the primary only
     assert "seed" in _ids(store, authorization=ALICE)  # the lagging replica's predicate
     assert not store.check_source_access(SCOPE, ["seed"], ALICE)["seed"].allowed
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         "onboarding", embedder=EMB, store=store, scope=SCOPE, authorization=ALICE
     )
     assert "seed" not in {h.provenance.source_id for h in result.hits}

@@ -119,7 +119,7 @@ def test_retiring_and_restoring_rows_writes_no_index_entry(store) -> None:
     """Retiring a source's rows and restoring them are HOT updates, one per row each way:
     no index of records gets an entry. If this fails, check that no index names
     retired_generation (test above) and the fillfactor of records (schema.py _v9)."""
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="a", chunks=_chunks("a", 40), embedder=EMB, store=store, scope=SCOPE
     )
     retired, upd, hot, back, hot_back = _retire_and_restore(store, "a")
@@ -135,7 +135,7 @@ def test_the_hot_check_fails_when_an_index_names_retired_generation(store, pg_en
     """The check above can fail: with the partial unique index that migration 9 dropped put
     back, no retirement is HOT. If this fails, check ``_updates`` (it must count the
     transaction's updates of records and its partitions)."""
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="a", chunks=_chunks("a", 10), embedder=EMB, store=store, scope=SCOPE
     )
     s = f'"{store.schema}"'
@@ -239,14 +239,16 @@ def test_upgrade_from_version_8_keeps_data_and_makes_retirement_hot(
     assert [h.record.id for h in hits] == ["s2#0001"]
     _check_statistics(store, SCOPE, s)
 
-    ragport.delete_source(source_id="s2", store=store, scope=SCOPE)  # an old row retires
-    ragport.replace_source(
+    ragport.application.delete_source(
+        source_id="s2", store=store, scope=SCOPE
+    )  # an old row retires
+    ragport.application.replace_source(
         source_id="s3", chunks=_chunks("s3", 6, "fox"), embedder=EMB, store=store, scope=SCOPE
     )
     _check_statistics(store, SCOPE, s)
     retired, upd, hot, back, _ = _retire_and_restore(store, "s3")
     assert (retired, upd, back) == (6, 6, 6) and hot >= 5
-    ragport.rollback_generation(store=store, scope=SCOPE, to=2)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=2)
     assert store.get_by_source(SCOPE, "s3") == []
     assert [r.id for r in store.get_by_source(SCOPE, "s2")] == ["s2#0001"]  # restored
     _check_statistics(store, SCOPE, s)
@@ -275,7 +277,7 @@ def test_the_database_refuses_a_second_live_row_of_an_id(store, pg_engine) -> No
     ``statements.live_insert`` and its callers."""
     import psycopg
 
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="a", chunks=_chunks("a", 2), embedder=EMB, store=store, scope=SCOPE
     )
     s = f'"{store.schema}"'

@@ -37,7 +37,9 @@ def _scope() -> ragport.Scope:
 
 def _write(store: PostgresStore, scope: ragport.Scope, source: str, *texts: str) -> None:
     chunks = [ragport.Chunk.of(source, i, words) for i, words in enumerate(texts)]
-    ragport.replace_source(source_id=source, chunks=chunks, embedder=EMB, store=store, scope=scope)
+    ragport.application.replace_source(
+        source_id=source, chunks=chunks, embedder=EMB, store=store, scope=scope
+    )
 
 
 def _count(store: PostgresStore, s: str, table: str, scope: ragport.Scope) -> int:
@@ -99,7 +101,7 @@ def test_a_source_deleted_whole_retires_its_batch_without_lexeme_deltas(
         _count(store, s, "lexical_terms", scope),
         _count(store, s, "lexical_stats", scope),
     )
-    result = ragport.delete_source(source_id="s0", store=store, scope=scope)
+    result = ragport.application.delete_source(source_id="s0", store=store, scope=scope)
     assert result.deleted == 3
     assert _count(store, s, "lexical_terms", scope) == terms, "no lexeme delta was written"
     assert _count(store, s, "lexical_stats", scope) == stats
@@ -123,7 +125,7 @@ def test_a_batch_changed_row_by_row_is_never_retired_whole(
     assert _batches(store, s, scope, "s0") == [(3, None, True)]
     _check(store, scope, s)
     terms = _count(store, s, "lexical_terms", scope)
-    ragport.delete_source(source_id="s0", store=store, scope=scope)
+    ragport.application.delete_source(source_id="s0", store=store, scope=scope)
     assert _count(store, s, "lexical_terms", scope) > terms, "row deltas were written"
     assert _batches(store, s, scope, "s0") == [(3, None, True)]
     _check(store, scope, s)
@@ -139,7 +141,7 @@ def test_the_statistics_check_catches_a_retirement_that_ignores_broken_batches(
     _write(store, scope, "s0", "apple brook", "brook cedar", "cedar delta apple")
     _write(store, scope, "s1", "apple echo", "cedar fox")
     _retire_one(store, scope, "s0#0001")
-    ragport.delete_source(source_id="s0", store=store, scope=scope)
+    ragport.application.delete_source(source_id="s0", store=store, scope=scope)
     with pytest.raises(AssertionError):
         _check_statistics(store, scope, s)
 
@@ -152,7 +154,7 @@ def test_the_score_check_catches_a_reader_that_counts_retired_batches(
     scope, s = _scope(), f'"{pg_schema}"'
     _write(store, scope, "s0", "apple brook", "apple cedar", "cedar delta apple")
     _write(store, scope, "s1", "apple echo", "cedar fox", "golf hotel")
-    ragport.delete_source(source_id="s0", store=store, scope=scope)
+    ragport.application.delete_source(source_id="s0", store=store, scope=scope)
     _check(store, scope, s)
     monkeypatch.setattr(queries, "counted", lambda s, pointer: f"x.generation <= {pointer}")
     with pytest.raises(AssertionError):
@@ -170,16 +172,16 @@ def test_rollback_and_compaction_keep_batches_and_statistics_right(
     _write(store, scope, "s0", "apple brook", "brook cedar")
     _write(store, scope, "s1", "apple echo", "cedar fox")
     kept = store.current_generation(scope)
-    ragport.delete_source(source_id="s0", store=store, scope=scope)
+    ragport.application.delete_source(source_id="s0", store=store, scope=scope)
     _check(store, scope, s)
-    ragport.rollback_generation(store=store, scope=scope, to=kept)
+    ragport.application.rollback_generation(store=store, scope=scope, to=kept)
     assert [r.id for r in store.get_by_source(scope, "s0")] == ["s0#0001", "s0#0002"]
     assert _batches(store, s, scope, "s0")[0][2] is True, "restored row by row: broken"
     _check(store, scope, s)
-    ragport.delete_source(source_id="s0", store=store, scope=scope)  # row deltas now
+    ragport.application.delete_source(source_id="s0", store=store, scope=scope)  # row deltas now
     _write(store, scope, "s2", "apple golf", "cedar hotel apple")
     _check(store, scope, s)
-    ragport.compact(store=store, scope=scope, keep=0)
+    ragport.application.compact(store=store, scope=scope, keep=0)
     _check(store, scope, s)
     with store.engine.connect() as conn:
         left = conn.execute(
@@ -192,10 +194,10 @@ def test_rollback_and_compaction_keep_batches_and_statistics_right(
         ).one()
     assert tuple(left) == (0, 2), "only the intact live batches of s1 and s2 are left"
     terms = _count(store, s, "lexical_terms", scope)
-    ragport.delete_source(source_id="s1", store=store, scope=scope)
+    ragport.application.delete_source(source_id="s1", store=store, scope=scope)
     assert _count(store, s, "lexical_terms", scope) == terms, "s1 retired whole after compaction"
     _check(store, scope, s)
-    ragport.compact(store=store, scope=scope, keep=0)
+    ragport.application.compact(store=store, scope=scope, keep=0)
     _check(store, scope, s)
 
 
@@ -208,7 +210,7 @@ def test_forgetting_a_source_breaks_its_batch_and_keeps_statistics_right(
     scope, s = _scope(), f'"{pg_schema}"'
     _write(store, scope, "s0", "apple brook", "brook cedar")
     _write(store, scope, "s1", "apple echo", "cedar fox")
-    ragport.index_derived(
+    ragport.application.index_derived(
         record_id="d0", text="apple summary", lineage=["s1"], embedder=EMB, store=store, scope=scope
     )
     with store.unit_of_work(scope) as uow:
@@ -216,7 +218,7 @@ def test_forgetting_a_source_breaks_its_batch_and_keeps_statistics_right(
         uow.commit()
     assert _batches(store, s, scope, "s0")[0][2] is True
     _check(store, scope, s)
-    ragport.delete_source(source_id="s1", store=store, scope=scope)
+    ragport.application.delete_source(source_id="s1", store=store, scope=scope)
     _check(store, scope, s)
 
 
@@ -234,7 +236,7 @@ def test_two_writers_in_one_scope_keep_batches_and_statistics_right(
             for i in range(6):
                 _write(store, scope, source, f"apple {source} v{i}", f"cedar brook v{i}")
                 if i % 2:
-                    ragport.delete_source(source_id=source, store=store, scope=scope)
+                    ragport.application.delete_source(source_id=source, store=store, scope=scope)
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -292,12 +294,12 @@ def test_upgrade_from_version_7_keeps_rows_and_statistics(
     _check(old, scope, s)  # live_ids included
     assert _batches(old, s, scope, "s0") == []
     terms = _count(old, s, "lexical_terms", scope)
-    ragport.delete_source(source_id="s0", store=old, scope=scope)
+    ragport.application.delete_source(source_id="s0", store=old, scope=scope)
     assert _count(old, s, "lexical_terms", scope) > terms, "an old row: row deltas"
     _check(old, scope, s)
     _write(old, scope, "s2", "apple golf")
     assert _batches(old, s, scope, "s2") == [(1, None, False)]
     terms = _count(old, s, "lexical_terms", scope)
-    ragport.delete_source(source_id="s2", store=old, scope=scope)
+    ragport.application.delete_source(source_id="s2", store=old, scope=scope)
     assert _count(old, s, "lexical_terms", scope) == terms
     _check(old, scope, s)

@@ -75,7 +75,7 @@ def _check_vectors(
 def _repoint(store: PostgresStore, scope: ragport.Scope, source: str) -> None:
     target = f"{source}-moved-{uuid.uuid4().hex[:6]}"
     with contextlib.suppress(ragport.ValidationError):  # a collision or a forgotten id
-        ragport.repoint_source(scope=scope, store=store, from_id=source, to_id=target)
+        ragport.application.repoint_source(scope=scope, store=store, from_id=source, to_id=target)
 
 
 @settings(
@@ -117,7 +117,7 @@ def test_each_write_path_leaves_vector_rows_untouched(store: PostgresStore) -> N
 
     def replace(source: str, texts: list[str]) -> None:
         chunks = [ragport.Chunk.of(source, i, t) for i, t in enumerate(texts)]
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id=source, chunks=chunks, embedder=EMB, store=store, scope=scope
         )
 
@@ -128,13 +128,21 @@ def test_each_write_path_leaves_vector_rows_untouched(store: PostgresStore) -> N
     assert len(seen) == 5
     steps: list[tuple[str, Any]] = [
         ("replace existing", lambda: replace("a", ["apple brook", "brook cedar golf"])),
-        ("delete", lambda: ragport.delete_source(source_id="b", store=store, scope=scope)),
+        (
+            "delete",
+            lambda: ragport.application.delete_source(source_id="b", store=store, scope=scope),
+        ),
         (
             "repoint",
-            lambda: ragport.repoint_source(scope=scope, store=store, from_id="c", to_id="d"),
+            lambda: ragport.application.repoint_source(
+                scope=scope, store=store, from_id="c", to_id="d"
+            ),
         ),
-        ("rollback", lambda: ragport.rollback_generation(store=store, scope=scope, to=3)),
-        ("compact", lambda: ragport.compact(store=store, scope=scope, keep=0)),
+        (
+            "rollback",
+            lambda: ragport.application.rollback_generation(store=store, scope=scope, to=3),
+        ),
+        ("compact", lambda: ragport.application.compact(store=store, scope=scope, keep=0)),
     ]
     for name, step in steps:
         step()
@@ -231,13 +239,13 @@ def test_upgrade_from_version_3_moves_vectors_and_keeps_reads_and_writes(
             hits = store.query(scope, EMB.embed([words])[0], limit=1)
             assert [h.record.id for h in hits] == [f"s{i}#0001"]
     seen = _check_vectors(store, scope, {})
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="s0", chunks=[ragport.Chunk.of("s0", 0, "apple fox")], embedder=EMB,
         store=store, scope=scope,
     )  # fmt: skip
-    ragport.delete_source(source_id="s2", store=store, scope=scope)
-    ragport.repoint_source(scope=scope, store=store, from_id="s0", to_id="s9")
-    ragport.compact(store=store, scope=scope, keep=0)
+    ragport.application.delete_source(source_id="s2", store=store, scope=scope)
+    ragport.application.repoint_source(scope=scope, store=store, from_id="s0", to_id="s9")
+    ragport.application.compact(store=store, scope=scope, keep=0)
     _check_vectors(store, scope, seen)
     _check_statistics(store, scope, s)
     _check_scores(store, scope, s, ["apple", "fox"], 2)
@@ -262,7 +270,7 @@ def test_a_schema_with_a_later_migration_but_not_4_gets_4(pg_engine, pg_schema) 
         store.current_generation(ragport.Scope("tenant-1", "kb", "c"))
     assert store.upgrade() == [v for v in sorted(migrations.MIGRATIONS) if v not in {1, 2, 3, 6}]
     scope = ragport.Scope("tenant-1", "kb", "c")
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="a", chunks=[ragport.Chunk.of("a", 0, "apple")], embedder=EMB, store=store,
         scope=scope,
     )  # fmt: skip

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from ragport import ABSOLUTE_CAPS, Ceilings, Limits, ValidationError
+from ragport import Limits, ValidationError
 from ragport.adapters.connectors import FolderConnector
 from ragport.adapters.loaders import FileDocumentLoader
 from ragport.adapters.parsers import PARSERS, DocxParser, HtmlParser, PdfParser, parser_for
+from ragport.domain import ABSOLUTE_CAPS, Ceilings
 
 MIB = 1 << 20
 RAISED = Ceilings(parse_bytes=16 * MIB, parse_ms=400_000, pdf_pages=8_192)

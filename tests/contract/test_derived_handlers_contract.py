@@ -11,9 +11,10 @@ from collections.abc import Collection, Iterator, Sequence
 
 import pytest
 
-from ragport import Chunk, RagDeletionHandler, Scope, replace_source
+from ragport import Chunk, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
+from ragport.application import RagDeletionHandler, replace_source
 from ragport.contract_tests import DerivedArtifactHandlerContract
 from ragport.contract_tests.derived import SOURCE_ID, Served
 from ragport.ports.derived import DerivedArtifactHandler

@@ -12,10 +12,10 @@ from collections.abc import Collection, Iterator
 
 import pytest
 
-from ragport import Chunk, Scope, index_derived, replace_source
+from ragport import Chunk, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
-from ragport.application import DerivedErasureHandler
+from ragport.application import DerivedErasureHandler, index_derived, replace_source
 from ragport.contract_tests import DerivedArtifactHandlerContract
 from ragport.contract_tests.derived import PROPAGATED_IDS, SOURCE_ID, Served
 from ragport.ports.derived import DerivedArtifactHandler

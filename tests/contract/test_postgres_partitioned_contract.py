@@ -74,7 +74,7 @@ def test_partitions_hold_hnsw_and_a_query_reads_one(
     emb = HashEmbedder(dimensions=16)
     for tenant in ("t1", "t2", "t3", "t4", "t5", "t6"):
         scope = ragport.Scope(tenant, "kb", "docs")
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id="doc", chunks=[ragport.Chunk.of("doc", 0, f"leave policy of {tenant}")],
             embedder=emb, store=store, scope=scope,
         )  # fmt: skip
@@ -97,7 +97,7 @@ def test_partitions_hold_hnsw_and_a_query_reads_one(
         return real(conn, sql, params, **kw)
 
     monkeypatch.setattr(reads, "fetch", spy)
-    ragport.retrieve_context("leave policy", embedder=emb, store=store, scope=ragport.Scope("t3", "kb", "docs"), request=ragport.RetrievalRequest(lexical="bm25"))  # fmt: skip
+    ragport.application.retrieve_context("leave policy", embedder=emb, store=store, scope=ragport.Scope("t3", "kb", "docs"), request=ragport.RetrievalRequest(lexical="bm25"))  # fmt: skip
     monkeypatch.undo()
     statements = [(sql, p) for sql, p in captured if ".records" in sql]
     assert statements
@@ -144,7 +144,7 @@ def test_checkpoints_and_lexical_statistics_live_in_the_tenant_partition(
     emb = HashEmbedder(dimensions=16)
     for tenant in ("t1", "t2", "t3", "t4", "t5", "t6"):
         scope = ragport.Scope(tenant, "kb", "docs")
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id="doc", chunks=[ragport.Chunk.of("doc", 0, f"leave policy of {tenant}")],
             embedder=emb, store=store, scope=scope,
         )  # fmt: skip

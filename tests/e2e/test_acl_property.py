@@ -12,17 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragport import (
-    Authorization,
-    Chunk,
-    Grant,
-    RetrievalRequest,
-    Scope,
-    replace_source,
-    retrieve_context,
-)
+from ragport import Authorization, Chunk, Grant, RetrievalRequest, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
+from ragport.application import replace_source, retrieve_context
 from ragport.domain.model import decide_access
 
 EMBEDDER = HashEmbedder(32)

@@ -63,7 +63,7 @@ def rag(request) -> Iterator[tuple[ragport.Rag, object]]:
 
 
 def _chunks(source: str, text: str) -> list[ragport.Chunk]:
-    return ragport.chunk_markdown(text, source_id=source)
+    return ragport.domain.chunk_markdown(text, source_id=source)
 
 
 def test_async_rag_answers_as_rag_does(rag):

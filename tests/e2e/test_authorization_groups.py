@@ -35,7 +35,7 @@ def store(request: pytest.FixtureRequest) -> Any:
         schema = request.getfixturevalue("pg_schema")
         found = PostgresStore(engine, schema=schema, create=True)
     for source_id in SOURCES:
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id=source_id,
             chunks=[Chunk.of(source_id, 0, f"shared memo text about {source_id}")],
             embedder=EMB,
@@ -47,7 +47,7 @@ def store(request: pytest.FixtureRequest) -> Any:
         ("sum-team-other", ["team-doc", "other-doc"]),
         ("sum-other", ["other-doc"]),
     ):
-        ragport.index_derived(
+        ragport.application.index_derived(
             record_id=record_id,
             text=f"shared memo summary {record_id}",
             lineage=lineage,
@@ -78,7 +78,7 @@ ALLOWED = {"team-doc", "own-doc", "sum-team-own"}
 
 
 def _seen(store: Any, authorization: Authorization, runtime: Runtime | None = None) -> set[str]:
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         "shared memo",
         embedder=EMB,
         store=store,
@@ -129,5 +129,5 @@ def test_past_the_hard_ceiling_is_refused_where_the_caller_is_built() -> None:
     """One group past HARD_LIMITS.group_ids never reaches a store: the Authorization itself is
     a ValidationError. If this fails, check _group_ids in ragport/domain/model.py."""
     with pytest.raises(ValidationError) as info:
-        _alice(ragport.HARD_LIMITS.group_ids + 1)
+        _alice(ragport.domain.HARD_LIMITS.group_ids + 1)
     assert info.value.limit == "group_ids"

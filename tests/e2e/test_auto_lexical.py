@@ -27,7 +27,7 @@ AUTO = ragport.RetrievalRequest(lexical="auto", top_k=10)
 
 def _seed(store: ChunkStore) -> None:
     for n in range(12):
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id=f"doc-{n}",
             chunks=[ragport.Chunk.of(f"doc-{n}", 0, f"travel rules number {n} for trains")],
             embedder=EMB,
@@ -38,14 +38,14 @@ def _seed(store: ChunkStore) -> None:
 
 def _check(store: ChunkStore) -> None:
     _seed(store)
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         "number 7", embedder=EMB, store=store, scope=SCOPE, request=AUTO
     )
     assert result.hits and result.hits[0].source_id == "doc-7"
     assert {hit.provenance.retrieval for hit in result.hits} <= {"hybrid", "lexical", "vector"}
     assert any(hit.provenance.retrieval == "hybrid" for hit in result.hits)
     explicit = ragport.RetrievalRequest(lexical=store.capabilities.lexical_modes[0], top_k=10)
-    same = ragport.retrieve_context(
+    same = ragport.application.retrieve_context(
         "number 7", embedder=EMB, store=store, scope=SCOPE, request=explicit
     )
     assert [(h.id, h.score) for h in same.hits] == [(h.id, h.score) for h in result.hits]
@@ -133,11 +133,13 @@ def test_auto_on_a_store_without_a_lexical_leg_is_refused():
     store = VectorOnly(MemoryBackend())
     assert not store.capabilities.lexical_modes
     _seed_one = ragport.Chunk.of("doc", 0, "travel rules")
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="doc", chunks=[_seed_one], embedder=EMB, store=store, scope=SCOPE
     )
     with pytest.raises(ragport.CapabilityError):
-        ragport.retrieve_context("travel", embedder=EMB, store=store, scope=SCOPE, request=AUTO)
+        ragport.application.retrieve_context(
+            "travel", embedder=EMB, store=store, scope=SCOPE, request=AUTO
+        )
     with pytest.raises(ragport.CapabilityError):
         auto_lexical_mode(Capabilities(authorization="acl", generations=True, transactions=True))
 

@@ -94,7 +94,7 @@ def test_status_and_sources_say_forgotten_not_indexed(cli, capsys, pg_engine, pg
     code, _ = _ingest(capsys, cli)
     assert code == EXIT_OK
     store = PostgresStore(pg_engine, schema=pg_schema)
-    ragport.create_deletion_propagator(
+    ragport.application.create_deletion_propagator(
         scope=SCOPE, store=store, authorization=None, as_owner=True
     ).propagate("zebra.md")
     assert _states(capsys, cli, "status") == {"penguin.md": "indexed", "zebra.md": "forgotten"}

@@ -34,7 +34,7 @@ def _populate(store: PostgresStore) -> None:
         ("laptop", "Onboarding gives every hire a laptop."),
         ("leave", "Parental leave lasts 16 weeks."),  # generation 4 retires generation 1
     ):
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id=sid, chunks=[ragport.Chunk.of(sid, 0, body)], embedder=EMB, store=store,
             scope=SCOPE,
         )  # fmt: skip
@@ -50,7 +50,7 @@ def _snapshot(store: PostgresStore, url: str, schema: str) -> dict[str, Any]:
     hits = {}
     for q in QUERIES:
         for auth in (None, ALICE):
-            result = ragport.retrieve_context(
+            result = ragport.application.retrieve_context(
                 q,
                 embedder=EMB,
                 store=store,

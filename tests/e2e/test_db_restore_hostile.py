@@ -31,7 +31,7 @@ def _ragport_schema(url: str, schema: str) -> None:
     """A schema made by ragport, with one source in it (so its tables have rows)."""
     store = PostgresStore(url, schema=schema, create=True)
     try:
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id="a", chunks=[ragport.Chunk.of("a", 0, "hello")], embedder=EMB,
             store=store, scope=SCOPE,
         )  # fmt: skip
@@ -173,7 +173,9 @@ def test_a_clean_dump_still_restores_and_the_role_owns_nothing_else(
     restore_schema(pg_url, dump, schema=pg_schema)
     store = PostgresStore(pg_url, schema=pg_schema)
     try:
-        found = ragport.retrieve_context("hello", embedder=EMB, store=store, scope=SCOPE)
+        found = ragport.application.retrieve_context(
+            "hello", embedder=EMB, store=store, scope=SCOPE
+        )
         assert [h.provenance.source_id for h in found.hits] == ["a"]
     finally:
         store.engine.dispose()

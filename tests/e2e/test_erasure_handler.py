@@ -30,14 +30,14 @@ SCOPE = ragport.Scope("acme", "kb", "erase")
 
 
 def _seed(store: ChunkStore) -> int:
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="policy",
         chunks=[ragport.Chunk.of("policy", i, f"{MARK} clause {i}") for i in range(3)],
         embedder=EMB,
         store=store,
         scope=SCOPE,
     )
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="other",
         chunks=[ragport.Chunk.of("other", 0, "unrelated travel rules, clause 9")],
         embedder=EMB,
@@ -46,7 +46,7 @@ def _seed(store: ChunkStore) -> int:
     )
     before = store.current_generation(SCOPE)
     for version in (1, 2):  # the first summary is retired by the second
-        ragport.index_derived(
+        ragport.application.index_derived(
             record_id="policy-summary",
             text=f"summary v{version}: {MARK} in short",
             lineage=["policy"],
@@ -54,7 +54,7 @@ def _seed(store: ChunkStore) -> int:
             store=store,
             scope=SCOPE,
         )
-    ragport.index_derived(
+    ragport.application.index_derived(
         record_id="policy-note",
         text=f"a note on the summary, {MARK}",
         lineage=["policy-summary"],
@@ -65,8 +65,8 @@ def _seed(store: ChunkStore) -> int:
     return before
 
 
-def _propagate(store: ChunkStore, *handlers: Any) -> ragport.PropagationResult:
-    propagator = ragport.create_deletion_propagator(
+def _propagate(store: ChunkStore, *handlers: Any) -> ragport.application.PropagationResult:
+    propagator = ragport.application.create_deletion_propagator(
         scope=SCOPE, store=store, authorization=None, handlers=handlers, as_owner=True
     )
     return propagator.propagate("policy")
@@ -114,7 +114,7 @@ def _postgres_marks(engine: Any, schema: str) -> dict[str, int]:
 
 
 def _served(store: ChunkStore, query: str) -> set[str]:
-    result = ragport.retrieve_context(query, embedder=EMB, store=store, scope=SCOPE)
+    result = ragport.application.retrieve_context(query, embedder=EMB, store=store, scope=SCOPE)
     return {hit.source_id for hit in result.hits}
 
 
@@ -125,7 +125,7 @@ def _lexical(store: ChunkStore) -> list[tuple[str, float]]:
 
 
 def _check(store: ChunkStore, marks: Any, before: int) -> None:
-    _propagate(store, ragport.RagDeletionHandler(store=store, scope=SCOPE))
+    _propagate(store, ragport.application.RagDeletionHandler(store=store, scope=SCOPE))
     assert marks(), "the rag layer alone leaves the derived text stored: nothing to erase?"
     assert _served(store, MARK) <= {"other"}
     scores = _lexical(store)
@@ -135,7 +135,7 @@ def _check(store: ChunkStore, marks: Any, before: int) -> None:
     assert result.layers["erase"] >= 3  # two summary versions and the note
     assert not marks(), f"the marker is still stored: {marks()}"
     assert _propagate(store, DerivedErasureHandler(store=store, scope=SCOPE)).layers == {"erase": 0}
-    ragport.rollback_generation(store=store, scope=SCOPE, to=before)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=before)
     assert not marks()
     assert _served(store, "unrelated travel rules") == {"other"}
 

@@ -184,7 +184,7 @@ def test_the_facade_refuses_grants_on_a_store_without_acl():
 
     class NoAcl(InMemoryStore):
         @property
-        def capabilities(self) -> ragport.Capabilities:
+        def capabilities(self) -> ragport.domain.Capabilities:
             return attrs.evolve(super().capabilities, authorization="none")
 
     rag = ragport.Rag(store=NoAcl(), embedder=EMB, scope=SCOPE)

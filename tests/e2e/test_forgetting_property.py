@@ -18,14 +18,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ragport import (
-    Authorization,
-    Chunk,
-    Grant,
+from ragport import Authorization, Chunk, Grant, RetrievalRequest, Scope, ValidationError
+from ragport.adapters.embedders import HashEmbedder
+from ragport.adapters.memory import InMemoryStore
+from ragport.application import (
     RagDeletionHandler,
-    RetrievalRequest,
-    Scope,
-    ValidationError,
     create_deletion_propagator,
     delete_source,
     index_derived,
@@ -34,8 +31,6 @@ from ragport import (
     retrieve_context,
     rollback_generation,
 )
-from ragport.adapters.embedders import HashEmbedder
-from ragport.adapters.memory import InMemoryStore
 
 EMB = HashEmbedder(32)
 TENANT = "tenant-prop"

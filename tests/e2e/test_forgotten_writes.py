@@ -34,7 +34,7 @@ def stores(request) -> Iterator[Stores]:
 
 
 def _put(stores: Stores, source_id: str, text: str, **kw: Any) -> ragport.ReplaceResult:
-    return ragport.replace_source(
+    return ragport.application.replace_source(
         source_id=source_id, chunks=[ragport.Chunk.of(source_id, 0, text)], embedder=EMB,
         store=stores.store, scope=SCOPE, status_store=stores.status, **kw,
     )  # fmt: skip
@@ -42,17 +42,21 @@ def _put(stores: Stores, source_id: str, text: str, **kw: Any) -> ragport.Replac
 
 def _forget(stores: Stores, source_id: str, *, rag_handler: bool = True) -> None:
     handlers = (
-        [ragport.RagDeletionHandler(store=stores.store, scope=SCOPE, status_store=stores.status)]
+        [
+            ragport.application.RagDeletionHandler(
+                store=stores.store, scope=SCOPE, status_store=stores.status
+            )
+        ]
         if rag_handler
         else []
     )
-    ragport.create_deletion_propagator(
+    ragport.application.create_deletion_propagator(
         scope=SCOPE, store=stores.store, authorization=None, handlers=handlers, as_owner=True
     ).propagate(source_id)
 
 
 def _hits(stores: Stores, query: str) -> list[str]:
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         query, embedder=EMB, store=stores.store, scope=SCOPE,
         request=ragport.RetrievalRequest(top_k=10),
     )  # fmt: skip
@@ -106,13 +110,13 @@ def test_replace_document_and_index_chunks_are_refused(stores):
     _forget(stores, "doc.md")
     loader = ResourceDocumentLoader(loader=lambda uri: b"# Doc\n\nSome words.\n")
     with pytest.raises(ragport.ForgottenError):
-        ragport.replace_document(
+        ragport.bootstrap.replace_document(
             uri="doc.md", loader=loader, parser=parser_for, embedder=EMB, store=stores.store,
             scope=SCOPE, status_store=stores.status,
         )  # fmt: skip
     assert stores.status.get(SCOPE, "doc.md").state == "failed"
     with pytest.raises(ragport.ForgottenError) as caught:
-        ragport.index_chunks(
+        ragport.application.index_chunks(
             chunks=[ragport.Chunk.of("other", 0, "other words"),
                     ragport.Chunk.of("doc.md", 0, "doc words")],
             embedder=EMB, store=stores.store, scope=SCOPE, status_store=stores.status,
@@ -130,7 +134,7 @@ def test_sync_fails_the_forgotten_item_alone_and_does_not_retry_it(stores):
     """
     connector = DictConnector({"a.md": b"# A\n\nalpha", "x.md": b"# X\n\nxray"})
     _forget(stores, "x.md")
-    result = ragport.sync_knowledge(
+    result = ragport.bootstrap.sync_knowledge(
         connector=connector, checkpoints=InMemoryCheckpointStore(), store=stores.store,
         embedder=EMB, scope=SCOPE, status_store=stores.status,
     )  # fmt: skip

@@ -329,7 +329,7 @@ class PoisonEmbedder(CountingEmbedder):
     def embed(self, texts: Any) -> Any:
         if any("poison" in t for t in texts):
             self.calls.append(list(texts))
-            raise ragport.EmbedderError("refused an input")
+            raise ragport.domain.errors.EmbedderError("refused an input")
         return super().embed(texts)
 
 

@@ -8,9 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from ragport import Authorization, Chunk, Grant, RagContextProvider, Scope, replace_source
+from ragport import Authorization, Chunk, Grant, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
+from ragport.application import RagContextProvider, replace_source
 from ragport.domain.model import decide_access
 from ragport.integrations.langchain import RagportRetriever as LangChainRetriever
 from ragport.integrations.llama_index import RagportRetriever as LlamaIndexRetriever

@@ -111,7 +111,7 @@ class Face:
         if self.kind == "llama_index":
             return [n.node.node_id for n in self.obj.retrieve(query)]
         args = {k: v for k, v in self.parts.items() if k != "status_store"}
-        hits = ragport.retrieve_context(
+        hits = ragport.application.retrieve_context(
             query, **args, request=ragport.RetrievalRequest(top_k=3)
         ).hits
         return [h.provenance.citation_id for h in hits]
@@ -315,7 +315,7 @@ def test_a_cancelled_call_waiting_for_a_token_never_runs(kind):
     face = _face(kind, _parts(embedder), limiter)
     expected = [
         h.provenance.citation_id
-        for h in ragport.retrieve_context(
+        for h in ragport.application.retrieve_context(
             QUERY,
             store=face.parts["store"],
             embedder=HashEmbedder(),

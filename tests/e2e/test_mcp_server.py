@@ -143,9 +143,11 @@ def test_the_same_query_finds_the_denied_source_for_a_trusted_caller(pg_engine, 
     store = PostgresStore(pg_engine, schema=served_schema)
     query = f"{SECRET_WORD} merger payment approval"
     embedder = HashEmbedder()
-    trusted = ragport.retrieve_context(query, embedder=embedder, store=store, scope=SCOPE)
+    trusted = ragport.application.retrieve_context(
+        query, embedder=embedder, store=store, scope=SCOPE
+    )
     assert DENIED_SOURCE in {h.source_id for h in trusted.hits}
-    alice = ragport.retrieve_context(
+    alice = ragport.application.retrieve_context(
         query,
         embedder=embedder,
         store=store,

@@ -28,7 +28,7 @@ SCOPE = ragport.Scope("acme", "kb", "pinned")
 
 
 def _write(store: ChunkStore, revision: int) -> ragport.ReplaceResult:
-    return ragport.replace_source(
+    return ragport.application.replace_source(
         source_id="policy",
         chunks=[ragport.Chunk.of("policy", 0, f"policy revision {revision}")],
         embedder=EMB,
@@ -38,7 +38,7 @@ def _write(store: ChunkStore, revision: int) -> ragport.ReplaceResult:
 
 
 def _derive(store: ChunkStore, record_id: str, lineage: str, **options: object) -> None:
-    ragport.index_derived(
+    ragport.application.index_derived(
         record_id=record_id,
         text=f"{record_id} of {lineage}",
         lineage=[lineage],
@@ -50,7 +50,7 @@ def _derive(store: ChunkStore, record_id: str, lineage: str, **options: object) 
 
 
 def _served(store: ChunkStore) -> set[str]:
-    hits = ragport.retrieve_context(
+    hits = ragport.application.retrieve_context(
         "policy", embedder=EMB, store=store, scope=SCOPE, request=ragport.RetrievalRequest(top_k=20)
     ).hits
     return {h.source_id for h in hits}
@@ -65,13 +65,13 @@ def _scenario(store: ChunkStore) -> None:
     assert _served(store) == {"policy", "summary", "note", "loose-note"}
     written = _write(store, 2)
     assert _served(store) == {"policy", "loose-note"}
-    history = ragport.rollback_generation(store=store, scope=SCOPE, to=before)
+    history = ragport.application.rollback_generation(store=store, scope=SCOPE, to=before)
     assert history.generation == before
     assert _served(store) == {"policy", "summary", "note", "loose-note"}
     assert written.generation > before
     _derive(store, "summary", "policy", pinned=True)  # a new version of the summary ...
     assert _served(store) == {"policy", "summary", "loose-note"}  # ... retires the note on it
-    ragport.delete_source(source_id="policy", store=store, scope=SCOPE)
+    ragport.application.delete_source(source_id="policy", store=store, scope=SCOPE)
     assert _served(store) == {"loose-note"}
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from cli_inprocess import run_cli
 
-from ragport import chunk_text
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.parsers import TextParser, parser_for
 from ragport.bootstrap import build_embedder, open_checkpoints, open_rag, open_stores, plugins
+from ragport.domain import chunk_text
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
 from ragport.engine import BackendStore

@@ -72,7 +72,7 @@ def statuses(status_store, scope: ragport.Scope) -> list[tuple]:
     out: list[tuple] = []
     cursor = None
     while True:
-        page = ragport.list_ingestion_status(
+        page = ragport.application.list_ingestion_status(
             store=status_store, scope=scope, limit=2, cursor=cursor
         )
         out.extend(
@@ -93,7 +93,7 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
         return value
 
     def replace(source, items, scope=DOCS, **kw):
-        return ragport.replace_source(
+        return ragport.application.replace_source(
             source_id=source,
             chunks=items,
             embedder=EMB,
@@ -106,7 +106,9 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
     def retrieve(query=QUERY, **kw):
         if "scopes" not in kw:
             kw.setdefault("scope", DOCS)
-        return ragport.retrieve_context(query, embedder=EMB, store=store, **flat(clock=CLOCK, **kw))
+        return ragport.application.retrieve_context(
+            query, embedder=EMB, store=store, **flat(clock=CLOCK, **kw)
+        )
 
     # -- replace_source and plain retrieval --------------------------------------------------
     note("replace handbook", replace("handbook", chunks("handbook", HANDBOOK, team="hr")))
@@ -206,14 +208,14 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
     assert scopes_seen == {("acme", "kb", "docs"), ("acme", "kb", "notes")}
     both = [h for h in multi if h[1] == "handbook#0001"]
     assert len(both) == 2, "the same id in two scopes is two hits"
-    with pytest.raises(ragport.ScopeError):
+    with pytest.raises(ragport.domain.errors.ScopeError):
         retrieve(scopes=[DOCS, FOREIGN], authorization=alice)
 
     # -- delete_source, rollback_generation ------------------------------------------------
     before_delete = note("gen before delete", store.current_generation(DOCS))
     note(
         "delete",
-        ragport.delete_source(
+        ragport.application.delete_source(
             source_id="security", store=store, scope=DOCS, status_store=status_store
         ),
     )
@@ -221,7 +223,8 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
     gone = note("retrieve after delete", observe(retrieve(top_k=10)))
     assert "security" not in {h[2] for h in gone}
     rolled = note(
-        "rollback", ragport.rollback_generation(store=store, scope=DOCS, to=before_delete)
+        "rollback",
+        ragport.application.rollback_generation(store=store, scope=DOCS, to=before_delete),
     )
     assert rolled.generation == before_delete and rolled.restored == 2
     back = note("after rollback", [(r.id, r.text) for r in store.get_by_source(DOCS, "security")])
@@ -236,10 +239,10 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
         "handbook v3",
         replace("handbook", chunks("handbook", ["vacation policy version three", "and approval"])),
     )
-    compacted = note("compact", ragport.compact(store=store, scope=DOCS, keep=0))
+    compacted = note("compact", ragport.application.compact(store=store, scope=DOCS, keep=0))
     assert compacted.purged >= 3
     with pytest.raises(ragport.ValidationError) as info:
-        ragport.rollback_generation(store=store, scope=DOCS, to=compacted.floor - 1)
+        ragport.application.rollback_generation(store=store, scope=DOCS, to=compacted.floor - 1)
     note("rollback below floor", (type(info.value).__name__, info.value.field, info.value.limit))
     note("handbook after compact", [r.text for r in store.get_by_source(DOCS, "handbook")])
 
@@ -250,7 +253,7 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
     gen_before = store.current_generation(DOCS)
     indexed = note(
         "index_chunks",
-        ragport.index_chunks(
+        ragport.application.index_chunks(
             chunks=batch,
             embedder=EMB,
             store=store,
@@ -273,8 +276,8 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
         def embed(self, texts):
             return np.full((len(texts), EMB.dimensions), np.nan, dtype=np.float32)
 
-    with pytest.raises(ragport.EmbedderError):
-        ragport.replace_source(
+    with pytest.raises(ragport.domain.errors.EmbedderError):
+        ragport.application.replace_source(
             source_id="glossary",
             chunks=chunks("glossary", ["never stored"]),
             embedder=Broken(),
@@ -336,10 +339,10 @@ def test_postgres_state_survives_a_new_store_instance(pg_pair, pg_engine, pg_sch
     store, status_store = pg_pair
     scenario(store, status_store)
     again = PostgresStore(pg_engine, schema=pg_schema)
-    first = ragport.retrieve_context(
+    first = ragport.application.retrieve_context(
         QUERY, embedder=EMB, store=store, scope=DOCS, runtime=ragport.Runtime(clock=CLOCK)
     )
-    second = ragport.retrieve_context(
+    second = ragport.application.retrieve_context(
         QUERY, embedder=EMB, store=again, scope=DOCS, runtime=ragport.Runtime(clock=CLOCK)
     )
     assert observe(first) == observe(second)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from ragport import create_deletion_propagator
+from ragport.application import create_deletion_propagator
 
 PAGE = Path(__file__).resolve().parents[2] / "docs/forgetting.md"
 

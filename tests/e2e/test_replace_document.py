@@ -46,7 +46,7 @@ def corpus(tmp_path):
 def _replace(stores, loader, uri, embedder, **kwargs):
     store, status = stores
     kwargs.setdefault("parser", parser_for)
-    return ragport.replace_document(
+    return ragport.bootstrap.replace_document(
         uri=uri, loader=loader, embedder=embedder, store=store, scope=SCOPE, status_store=status,
         **kwargs,
     )  # fmt: skip
@@ -128,7 +128,7 @@ def test_pdf_chunks_stay_on_their_page_and_cite_it(stores):
         lo = starts[page - 1]
         assert lo <= row.start and row.end <= lo + len(parsed.pages[page - 1])
         assert parsed.text[row.start : row.end] == row.text
-    found = ragport.retrieve_context(
+    found = ragport.application.retrieve_context(
         "hotel costs thirty days", embedder=HashEmbedder(dimensions=64), store=store, scope=SCOPE
     )
     assert found.hits[0].metadata["page"] == 2
@@ -162,7 +162,7 @@ def test_load_failures_are_recorded_under_the_given_source_id(stores, corpus):
     If this fails, check that pending is written before loading when source_id is given.
     """
     _store, status = stores
-    with pytest.raises(ragport.LoadError):
+    with pytest.raises(ragport.domain.errors.LoadError):
         _replace(
             stores, FileDocumentLoader(root=corpus), "gone.md", HashEmbedder(dimensions=64),
             source_id="gone.md",

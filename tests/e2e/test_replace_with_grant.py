@@ -35,14 +35,14 @@ def _grant(principal: str) -> ragport.Grant:
 
 
 def _put(store: Any, text: str, **kw: Any) -> ragport.ReplaceResult:
-    return ragport.replace_source(
+    return ragport.application.replace_source(
         source_id="doc", chunks=[ragport.Chunk.of("doc", 0, text)], embedder=EMB, store=store,
         scope=SCOPE, **kw,
     )  # fmt: skip
 
 
 def _seen(store: Any, who: ragport.Authorization) -> list[str]:
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         "walrus version", embedder=EMB, store=store, scope=SCOPE, authorization=who,
         request=ragport.RetrievalRequest(top_k=5),
     )  # fmt: skip

@@ -27,7 +27,7 @@ def put(stores: Stores, source_id: str, text: str, **kw) -> ragport.ReplaceResul
     chunk = ragport.Chunk(
         id=f"{source_id}#0001", source_id=source_id, index=0, start=0, end=len(text), text=text
     )
-    return ragport.replace_source(
+    return ragport.application.replace_source(
         source_id=source_id, chunks=[chunk], embedder=kw.pop("embedder", EMB),
         store=stores.store, scope=SCOPE, **kw,
     )  # fmt: skip
@@ -48,7 +48,7 @@ def test_one_rollback_undoes_every_write_of_the_command(stores):
     results = [
         put(stores, "a", "alpha two", shared_generation=shared),
         put(stores, "c", "charlie one", shared_generation=shared),
-        ragport.delete_source(
+        ragport.application.delete_source(
             source_id="b", store=stores.store, scope=SCOPE, shared_generation=shared
         ),
     ]
@@ -57,7 +57,7 @@ def test_one_rollback_undoes_every_write_of_the_command(stores):
     assert stores.store.current_generation(SCOPE) == before + 1
     assert texts(stores) == {"a": "alpha two", "c": "charlie one"}
 
-    ragport.rollback_generation(store=stores.store, scope=SCOPE, to=before)
+    ragport.application.rollback_generation(store=stores.store, scope=SCOPE, to=before)
     assert texts(stores) == {"a": "alpha one", "b": "bravo one"}
 
 
@@ -77,7 +77,7 @@ def test_another_writer_in_between_starts_a_new_shared_generation(stores):
     g3 = put(stores, "d", "delta", shared_generation=shared).generation
     assert g_other == g1 + 1 and g2 == g_other + 1 and g3 == g2
     assert shared.generations == (g1, g2)
-    ragport.rollback_generation(store=stores.store, scope=SCOPE, to=g_other)
+    ragport.application.rollback_generation(store=stores.store, scope=SCOPE, to=g_other)
     assert set(texts(stores)) == {"a", "b", "x"}  # the other writer's work is kept
 
 
@@ -86,7 +86,7 @@ def test_a_source_written_twice_gets_a_second_generation(stores):
     g1 = put(stores, "a", "first", shared_generation=shared).generation
     g2 = put(stores, "a", "second", shared_generation=shared).generation
     assert g2 == g1 + 1 and shared.generations == (g1, g2)
-    ragport.rollback_generation(store=stores.store, scope=SCOPE, to=g1)
+    ragport.application.rollback_generation(store=stores.store, scope=SCOPE, to=g1)
     assert texts(stores) == {"a": "first"}
 
 
@@ -104,7 +104,7 @@ def test_a_failed_write_loses_only_itself_and_the_next_still_shares(stores):
         put(stores, "b", "bravo", shared_generation=shared, embedder=_Failing())
     assert put(stores, "c", "charlie", shared_generation=shared).generation == before + 1
     assert texts(stores) == {"a": "alpha two", "c": "charlie"}
-    ragport.rollback_generation(store=stores.store, scope=SCOPE, to=before)
+    ragport.application.rollback_generation(store=stores.store, scope=SCOPE, to=before)
     assert texts(stores) == {"a": "alpha one"}
 
 
@@ -112,7 +112,7 @@ def test_after_a_rollback_the_next_write_stages_a_fresh_generation(stores):
     put(stores, "a", "alpha one")
     shared = SharedGeneration()
     g = put(stores, "b", "bravo", shared_generation=shared).generation
-    ragport.rollback_generation(store=stores.store, scope=SCOPE, to=g - 1)
+    ragport.application.rollback_generation(store=stores.store, scope=SCOPE, to=g - 1)
     g2 = put(stores, "c", "charlie", shared_generation=shared).generation
     assert g2 == g  # the rolled-back number is handed out again, as a new generation
     assert texts(stores) == {"a": "alpha one", "c": "charlie"}
@@ -125,7 +125,7 @@ def test_a_sync_run_of_several_pages_is_one_generation(stores):
     connector.page_size = 2
 
     def sync(**kw):
-        return ragport.sync_knowledge(
+        return ragport.bootstrap.sync_knowledge(
             connector=connector, checkpoints=stores.checkpoints, store=stores.store,
             embedder=EMB, scope=SCOPE, status_store=stores.status, parser=parser_for, **kw,
         )  # fmt: skip
@@ -142,13 +142,13 @@ def test_a_sync_run_of_several_pages_is_one_generation(stores):
     again = SharedGeneration()
     sync(shared_generation=again)
     assert again.generations == (first + 1,)
-    ragport.rollback_generation(store=stores.store, scope=SCOPE, to=first)
+    ragport.application.rollback_generation(store=stores.store, scope=SCOPE, to=first)
     got = texts(stores)
     assert "doc-9.md" not in got and "doc-5.md" in got and "edited" not in got["doc-1.md"]
 
     # Without a shared generation, each page with a write is its own generation.
     other = ragport.Scope("tenant-1", "kb", "pages")
-    ragport.sync_knowledge(
+    ragport.bootstrap.sync_knowledge(
         connector=DictConnector({f"p{i}.md": b"# P\n\nx\n" for i in range(5)}, page_size=2,
                                 id="pages"),
         checkpoints=stores.checkpoints, store=stores.store, embedder=EMB, scope=other,
@@ -164,8 +164,8 @@ def test_it_refuses_a_staged_write_and_a_second_scope(stores):
     assert caught.value.field == "shared_generation"
     put(stores, "a", "alpha", shared_generation=shared)
     chunk = ragport.Chunk(id="z#0001", source_id="z", index=0, start=0, end=4, text="zulu")
-    with pytest.raises(ragport.ScopeError):
-        ragport.replace_source(
+    with pytest.raises(ragport.domain.errors.ScopeError):
+        ragport.application.replace_source(
             source_id="z", chunks=[chunk], embedder=EMB, store=stores.store,
             scope=ragport.Scope("tenant-2", "kb", "shared"), shared_generation=shared,
         )  # fmt: skip

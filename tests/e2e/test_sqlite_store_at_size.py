@@ -53,7 +53,7 @@ def test_two_workers_sync_a_thousand_files_and_one_at_the_cap(tmp_path: Path) ->
         barrier.wait(10)
         try:
             for _ in range(50):
-                r = ragport.sync_knowledge(
+                r = ragport.bootstrap.sync_knowledge(
                     connector=FolderConnector(root, page_size=100),
                     checkpoints=checkpoints,
                     store=store,

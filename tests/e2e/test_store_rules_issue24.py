@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 import ragport
-from ragport import Authorization, Chunk, Grant, Record, Scope, Tombstone, ValidationError
+from ragport import Authorization, Chunk, Grant, Scope, ValidationError
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
+from ragport.domain import Record, Tombstone
 from ragport.domain.values import METADATA_INT_LIMIT
 
 SCOPE = Scope("tenant-24", "kb", "docs")
@@ -36,7 +37,7 @@ def stores(request: pytest.FixtureRequest) -> tuple[Any, Any]:
 
 
 def _put(store: Any, source_id: str, *texts: str, status: Any = None) -> ragport.ReplaceResult:
-    return ragport.replace_source(
+    return ragport.application.replace_source(
         source_id=source_id,
         chunks=[Chunk.of(source_id, i, t) for i, t in enumerate(texts)],
         embedder=EMB,
@@ -47,7 +48,7 @@ def _put(store: Any, source_id: str, *texts: str, status: Any = None) -> ragport
 
 
 def _derive(store: Any, record_id: str, lineage: list[str]) -> ragport.ReplaceResult:
-    return ragport.index_derived(
+    return ragport.application.index_derived(
         record_id=record_id,
         text=f"summary {record_id} of the memo",
         lineage=lineage,
@@ -58,7 +59,7 @@ def _derive(store: Any, record_id: str, lineage: list[str]) -> ragport.ReplaceRe
 
 
 def _sources(store: Any, query: str, authorization: Authorization | None = None) -> set[str]:
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         query,
         embedder=EMB,
         store=store,
@@ -81,7 +82,7 @@ def test_a_recreated_source_does_not_inherit_the_deleted_ones_grant(stores):
     _put(store, "memo", "the memo alice may read")
     store.set_source_access(SCOPE, [Grant("memo", principal_ids=("alice",))])
     assert "memo" in _sources(store, "memo alice", ALICE)
-    ragport.delete_source(source_id="memo", store=store, scope=SCOPE)
+    ragport.application.delete_source(source_id="memo", store=store, scope=SCOPE)
     _put(store, "memo", "the new memo nobody was granted")
     assert "memo" in _sources(store, "new memo granted")  # a trusted caller sees it
     assert "memo" not in _sources(store, "new memo granted", ALICE)
@@ -102,7 +103,7 @@ def test_deleting_one_source_keeps_the_other_grants(stores):
     store.set_source_access(
         SCOPE, [Grant("memo", principal_ids=("alice",)), Grant("plan", principal_ids=("alice",))]
     )
-    ragport.delete_source(source_id="memo", store=store, scope=SCOPE)
+    ragport.application.delete_source(source_id="memo", store=store, scope=SCOPE)
     assert _sources(store, "alice may read", ALICE) == {"plan"}
 
 
@@ -152,7 +153,7 @@ def test_lineage_to_a_deleted_source_is_refused(stores):
     """
     store, _ = stores
     _put(store, "memo", "the memo")
-    ragport.delete_source(source_id="memo", store=store, scope=SCOPE)
+    ragport.application.delete_source(source_id="memo", store=store, scope=SCOPE)
     with pytest.raises(ValidationError) as info:
         _derive(store, "D1", ["memo"])
     assert info.value.field == "lineage"
@@ -180,7 +181,7 @@ def test_lineage_to_a_staged_source_is_accepted(stores):
     If this fails, check that the lineage check reads live rows (staged ones included).
     """
     store, _ = stores
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="memo",
         chunks=[Chunk.of("memo", 0, "the staged memo")],
         embedder=EMB,
@@ -219,7 +220,7 @@ def test_a_metadata_integer_past_the_bound_is_refused_at_entry(value):
         )
     assert record.value.field == "metadata"
     with pytest.raises(ValidationError) as derived:
-        ragport.index_derived(
+        ragport.application.index_derived(
             record_id="D1",
             text="summary",
             lineage=["memo"],
@@ -238,7 +239,7 @@ def test_the_largest_allowed_integers_round_trip_in_both_stores(stores):
     """
     store, _ = stores
     inside = {"big": METADATA_INT_LIMIT - 1, "small": -(METADATA_INT_LIMIT - 1), "i64": 2**63}
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="memo",
         chunks=[Chunk.of("memo", 0, "the memo", metadata=inside)],
         embedder=EMB,
@@ -272,11 +273,11 @@ def test_rollback_drops_the_status_of_sources_it_discarded(stores):
     _put(store, "a", "a two", "a three", status=status)  # generation 4
     untouched = status.get(SCOPE, "untouched")
     assert _status(status, "b") == ("indexed", None, 1, 1)
-    ragport.rollback_generation(store=store, scope=SCOPE, to=2, status_store=status)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=2, status_store=status)
     assert _status(status, "b") is None
     assert _status(status, "a") == ("indexed", "stale", 1, 1)
     assert status.get(SCOPE, "untouched") == untouched
-    page = ragport.list_ingestion_status(store=status, scope=SCOPE)
+    page = ragport.application.list_ingestion_status(store=status, scope=SCOPE)
     assert [i.source_id for i in page.items] == ["a", "untouched"]
 
 
@@ -287,9 +288,9 @@ def test_rollback_of_a_deletion_brings_the_status_back(stores):
     """
     store, status = stores
     _put(store, "a", "a one", "a two", status=status)  # generation 1
-    ragport.delete_source(source_id="a", store=store, scope=SCOPE, status_store=status)
+    ragport.application.delete_source(source_id="a", store=store, scope=SCOPE, status_store=status)
     assert _status(status, "a") is None
-    ragport.rollback_generation(store=store, scope=SCOPE, to=1, status_store=status)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=1, status_store=status)
     assert _status(status, "a") == ("indexed", "stale", 2, 2)
 
 
@@ -301,7 +302,7 @@ def test_rollback_without_a_status_store_still_works(stores):
     store, status = stores
     _put(store, "a", "a one", status=status)
     _put(store, "b", "b one", status=status)
-    result = ragport.rollback_generation(store=store, scope=SCOPE, to=1)
+    result = ragport.application.rollback_generation(store=store, scope=SCOPE, to=1)
     assert result.discarded == 1
     assert _status(status, "b") == ("indexed", None, 1, 1)
 
@@ -326,11 +327,11 @@ def test_rollback_without_history_compares_the_status_rows(stores):
     store = _NoHistory(inner)
     _put(store, "a", "a one", status=status)  # generation 1
     _put(store, "untouched", "u one", status=status)  # generation 2
-    status.put(ragport.IngestionStatus(scope=SCOPE, source_id="failed", state="failed"))
+    status.put(ragport.domain.IngestionStatus(scope=SCOPE, source_id="failed", state="failed"))
     _put(store, "b", "b one", status=status)  # generation 3
     _put(store, "a", "a two", "a three", status=status)  # generation 4
     kept = {s: status.get(SCOPE, s) for s in ("untouched", "failed")}
-    ragport.rollback_generation(store=store, scope=SCOPE, to=2, status_store=status)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=2, status_store=status)
     assert _status(status, "b") is None
     assert _status(status, "a") == ("indexed", "stale", 1, 1)
     assert {s: status.get(SCOPE, s) for s in kept} == kept

@@ -33,7 +33,7 @@ def stores(request) -> Iterator[Stores]:
 
 
 def sync(stores: Stores, connector, embedder=None, **kwargs) -> ragport.SyncResult:
-    return ragport.sync_knowledge(
+    return ragport.bootstrap.sync_knowledge(
         connector=connector,
         checkpoints=stores.checkpoints,
         store=stores.store,
@@ -54,7 +54,7 @@ def rows(stores: Stores, ids) -> dict[str, list[tuple[str, str, str | None]]]:
 
 
 def visible_to(stores: Stores, principal: str, query: str) -> set[str]:
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         query,
         embedder=CountingEmbedder(),
         store=stores.store,
@@ -128,7 +128,7 @@ def test_revoked_access_disappears_from_every_principal(stores):
     connector = DictConnector(ITEMS)
     sync(stores, connector)
     assert "doc-4.md" in visible_to(stores, "alice", "item4")
-    connector.access["doc-4.md"] = ragport.Access(principal_ids=("bob",))
+    connector.access["doc-4.md"] = ragport.domain.Access(principal_ids=("bob",))
     connector.items["doc-4.md"] += b"\n"  # a change notification with the same text
     result = sync(stores, connector)
     assert result.upserted + result.skipped == 1
@@ -323,7 +323,7 @@ def test_arguments_are_checked(stores):
         )
     assert caught.value.field == "parser"
     with pytest.raises(ValidationError):
-        ragport.sync_knowledge(
+        ragport.bootstrap.sync_knowledge(
             connector=object(),
             checkpoints=stores.checkpoints,
             store=stores.store,
@@ -453,9 +453,9 @@ def test_folder_sync_follows_adds_edits_renames_and_deletes(stores, tmp_path):
 
 def _ingest_outside_sync(stores: Stores, names: dict[str, str]) -> None:
     for name, text in names.items():
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id=name,
-            chunks=ragport.chunk_markdown(text, source_id=name),
+            chunks=ragport.domain.chunk_markdown(text, source_id=name),
             embedder=CountingEmbedder(),
             store=stores.store,
             scope=SCOPE,
@@ -470,7 +470,7 @@ def test_adopt_makes_the_scope_equal_the_connector_across_pages(stores, adopt):
     _ingest_outside_sync(
         stores, {"doc-0.md": "# Doc 0\n\nold zero\n", "gone.md": "# Gone\n\ngone\n"}
     )
-    ragport.index_derived(
+    ragport.application.index_derived(
         record_id="summary-0",
         text="a summary of document zero",
         lineage=["doc-0.md"],

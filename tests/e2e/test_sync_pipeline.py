@@ -53,7 +53,7 @@ def _sync(stores: Stores, connector: Any, scope: ragport.Scope, **kwargs: Any) -
     write = {k: kwargs.pop(k) for k in ("batch_size",) if k in kwargs}
     run = {k: kwargs.pop(k) for k in ("workers", "on_progress") if k in kwargs}
     options = SyncOptions(write=WriteOptions(**write), **run)
-    return ragport.sync_knowledge(
+    return ragport.bootstrap.sync_knowledge(
         connector=connector, checkpoints=stores.checkpoints, store=stores.store, scope=scope,
         status_store=stores.status, parser=parser_for, options=options, **flat(**kwargs),
     )  # fmt: skip

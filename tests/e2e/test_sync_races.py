@@ -52,7 +52,7 @@ class Clock:
 
 
 def sync(stores: Stores, connector, **kwargs) -> ragport.SyncResult:
-    return ragport.sync_knowledge(
+    return ragport.bootstrap.sync_knowledge(
         connector=connector,
         checkpoints=stores.checkpoints,
         store=stores.store,
@@ -143,12 +143,12 @@ def test_a_stale_worker_cannot_restore_a_revoked_grant(stores):
     thread.start()
     assert worker_b.listed.wait(30)
     revoked = DictConnector({**items, "b.md": b"# B\n\nbravo edited\n"})
-    revoked.access["b.md"] = ragport.Access(principal_ids=("bob",))
+    revoked.access["b.md"] = ragport.domain.Access(principal_ids=("bob",))
     sync(stores, revoked)
     worker_b.go.set()
     thread.join(60)
     assert results["b"].lost is True
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         "bravo",
         embedder=CountingEmbedder(),
         store=stores.store,
@@ -269,7 +269,7 @@ def test_an_id_naming_a_derived_record_fails_that_item_not_the_page(stores):
     """A listed id equal to a derived record's id is that item's failure on every run; the
     other items of its page commit."""
     sync(stores, DictConnector({"a.md": b"# A\n\nalpha\n"}))
-    ragport.index_derived(
+    ragport.application.index_derived(
         record_id="summary.md",
         text="a summary of alpha",
         lineage=["a.md"],

@@ -45,7 +45,7 @@ def store(request: pytest.FixtureRequest):
 
 
 def _sources(store, query: str) -> list[str]:
-    found = ragport.retrieve_context(query, embedder=EMB, store=store, scope=SCOPE)
+    found = ragport.application.retrieve_context(query, embedder=EMB, store=store, scope=SCOPE)
     return [h.provenance.source_id for h in found.hits]
 
 
@@ -54,7 +54,7 @@ def test_sync_knowledge_without_parser_syncs_a_folder(store, tmp_path: Path) -> 
 
     If this fails, check ``_parser_for_by_default`` in ragport/bootstrap/stores.py and the
     export in ragport/__init__.py."""
-    result = ragport.sync_knowledge(
+    result = ragport.bootstrap.sync_knowledge(
         connector=FolderConnector(_corpus(tmp_path)),
         checkpoints=InMemoryCheckpointStore(),
         store=store,
@@ -70,7 +70,7 @@ def test_replace_document_without_parser(store, tmp_path: Path) -> None:
 
     If this fails, check ``_parser_for_by_default`` in ragport/bootstrap/stores.py."""
     root = _corpus(tmp_path)
-    result = ragport.replace_document(
+    result = ragport.bootstrap.replace_document(
         uri="leave.md", loader=FileDocumentLoader(root=root), embedder=EMB, store=store,
         scope=SCOPE,
     )  # fmt: skip

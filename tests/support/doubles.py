@@ -44,8 +44,8 @@ class NoTransactionsStore(Delegating):
     """A chunk store that honestly reports no transactions (everything else delegated)."""
 
     @property
-    def capabilities(self) -> ragport.Capabilities:
-        return ragport.Capabilities(
+    def capabilities(self) -> ragport.domain.Capabilities:
+        return ragport.domain.Capabilities(
             lexical_modes=(), authorization="acl", generations=True, transactions=False
         )
 

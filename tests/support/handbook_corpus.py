@@ -44,8 +44,8 @@ def build_handbook(
     """Index every document (small Markdown chunks) and grant it: staff may read all but the
     merger plans, which only the principal ``ceo`` may read."""
     for source_id, text in DOCUMENTS.items():
-        chunks = ragport.chunk_markdown(text, source_id=source_id, size=120, overlap=0)
-        ragport.replace_source(
+        chunks = ragport.domain.chunk_markdown(text, source_id=source_id, size=120, overlap=0)
+        ragport.application.replace_source(
             source_id=source_id,
             chunks=chunks,
             embedder=embedder,

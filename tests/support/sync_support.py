@@ -33,7 +33,7 @@ class DictConnector:
         self, items: dict[str, bytes] | None = None, *, page_size: int = 3, id: str = "dict"
     ):
         self.items: dict[str, bytes] = dict(items or {})
-        self.access: dict[str, ragport.Access | None] = {}
+        self.access: dict[str, ragport.domain.Access | None] = {}
         self.fail_load: set[str] = set()
         self.expire = False
         self.page_size = page_size
@@ -65,7 +65,7 @@ class DictConnector:
                 raise LoadError("the item could not be fetched", reason="failed")
             return LoadedDocument(data, "text/markdown", metadata={"title": source_id})
 
-        access = self.access.get(source_id, ragport.Access(principal_ids=("alice",)))
+        access = self.access.get(source_id, ragport.domain.Access(principal_ids=("alice",)))
         return Upsert(
             source_id, load, media_type="text/markdown", revision=_rev(data), access=access
         )

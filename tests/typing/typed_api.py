@@ -33,8 +33,8 @@ async def async_rag_methods(rag: AsyncRag) -> None:
 def retrieve_context_keywords() -> None:
     store, embedder = InMemoryStore(), HashEmbedder()
     scope = ragport.Scope("acme", "kb", "docs")
-    ragport.retrieve_context("q", embedder=embedder, store=store, scope=scope)
-    ragport.retrieve_context(
+    ragport.application.retrieve_context("q", embedder=embedder, store=store, scope=scope)
+    ragport.application.retrieve_context(
         "q",
         embedder=embedder,
         store=store,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from ragport import ABSOLUTE_CAPS, DEFAULT_CEILINGS, HARD_LIMITS, Ceilings, Limits, ValidationError
+from ragport import Limits, ValidationError
+from ragport.domain import ABSOLUTE_CAPS, DEFAULT_CEILINGS, HARD_LIMITS, Ceilings
 from ragport.domain.limits import RAISABLE, check_limit
 
 MIB = 1 << 20

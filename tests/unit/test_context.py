@@ -29,9 +29,9 @@ def store(embedder) -> InMemoryStore:
     return store
 
 
-def _provider(store, embedder, **kwargs) -> ragport.RagContextProvider:
+def _provider(store, embedder, **kwargs) -> ragport.application.RagContextProvider:
     kwargs.setdefault("scope", SCOPE)
-    return ragport.RagContextProvider(embedder=embedder, store=store, **kwargs)
+    return ragport.application.RagContextProvider(embedder=embedder, store=store, **kwargs)
 
 
 def test_latest_user_message_is_the_query_and_the_block_is_labelled_untrusted(store, embedder):
@@ -48,7 +48,7 @@ def test_latest_user_message_is_the_query_and_the_block_is_labelled_untrusted(st
     assert block is not None
     assert block.citations[0].id == "leave-policy#0001"
     assert len(block.citations) == 2
-    assert block.trust == ragport.Trust()
+    assert block.trust == ragport.domain.Trust()
     assert all(c.trust.untrusted for c in block.citations)
     first, *_, last = block.text.splitlines()
     assert first.startswith("<<<ragport-context ") and "untrusted" in first
@@ -154,14 +154,16 @@ def test_multiple_scopes(store, embedder):
     If this fails, check that the provider passes scopes through unchanged.
     """
     other = ragport.Scope("acme", "kb", "archive")
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="old-leave",
-        chunks=ragport.chunk_text("Parental leave used to last 12 weeks.", source_id="old-leave"),
+        chunks=ragport.domain.chunk_text(
+            "Parental leave used to last 12 weeks.", source_id="old-leave"
+        ),
         embedder=embedder,
         store=store,
         scope=other,
     )
-    block = ragport.RagContextProvider(
+    block = ragport.application.RagContextProvider(
         embedder=embedder, store=store, scopes=[SCOPE, other], top_k=10
     ).provide([{"role": "user", "content": "parental leave weeks"}])
     assert block is not None
@@ -225,7 +227,7 @@ def test_retrieve_errors_pass_through(store, embedder):
 
 
 def _citation(store, embedder) -> ragport.Citation:
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         "parental leave",
         embedder=embedder,
         store=store,
@@ -241,10 +243,10 @@ def test_evidence_carries_provenance_trust_hash_and_revision(store, embedder):
     If this fails, check evidence_from_citation in ragport/application/context.py.
     """
     citation = _citation(store, embedder)
-    evidence = ragport.evidence_from_citation(
+    evidence = ragport.application.evidence_from_citation(
         citation, content_hash=HASH.upper(), revision="v3", excerpt="Parental leave lasts"
     )
-    assert isinstance(evidence, ragport.Evidence)
+    assert isinstance(evidence, ragport.application.Evidence)
     assert evidence.citation_id == citation.id and evidence.chunk_id == citation.chunk_id
     assert evidence.source_id == "leave-policy"
     assert evidence.provenance == citation.provenance
@@ -254,7 +256,10 @@ def test_evidence_carries_provenance_trust_hash_and_revision(store, embedder):
     assert evidence.excerpt == "Parental leave lasts" and not evidence.excerpt_truncated
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         evidence.revision = "v4"  # type: ignore[misc]
-    assert ragport.evidence_from_citation(citation, content_hash=HASH, revision=7).excerpt is None
+    assert (
+        ragport.application.evidence_from_citation(citation, content_hash=HASH, revision=7).excerpt
+        is None
+    )
 
 
 def test_evidence_excerpt_is_capped(store, embedder):
@@ -264,9 +269,11 @@ def test_evidence_excerpt_is_capped(store, embedder):
     """
     citation = _citation(store, embedder)
     exact = "x" * EVIDENCE_EXCERPT_CHARS
-    kept = ragport.evidence_from_citation(citation, content_hash=HASH, revision=1, excerpt=exact)
+    kept = ragport.application.evidence_from_citation(
+        citation, content_hash=HASH, revision=1, excerpt=exact
+    )
     assert kept.excerpt == exact and not kept.excerpt_truncated
-    cut = ragport.evidence_from_citation(
+    cut = ragport.application.evidence_from_citation(
         citation, content_hash=HASH, revision=1, excerpt=exact + "yz"
     )
     assert cut.excerpt == exact and cut.excerpt_truncated
@@ -292,7 +299,7 @@ def test_evidence_refuses_bad_input(store, embedder, kwargs, field):
     """
     args = {"content_hash": HASH, "revision": "v1", **kwargs}
     with pytest.raises(ragport.ValidationError) as info:
-        ragport.evidence_from_citation(_citation(store, embedder), **args)
+        ragport.application.evidence_from_citation(_citation(store, embedder), **args)
     assert info.value.field == field
 
 
@@ -302,5 +309,5 @@ def test_evidence_needs_a_citation():
     If this fails, check the isinstance check in evidence_from_citation.
     """
     with pytest.raises(ragport.ValidationError) as info:
-        ragport.evidence_from_citation({"id": "x"}, content_hash=HASH, revision=1)  # type: ignore[arg-type]
+        ragport.application.evidence_from_citation({"id": "x"}, content_hash=HASH, revision=1)  # type: ignore[arg-type]
     assert info.value.field == "citation"

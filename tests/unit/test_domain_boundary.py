@@ -66,9 +66,12 @@ BUILDERS: dict[str, tuple[Callable[[str], object], str]] = {
     "grant-group": (lambda v: ragport.Grant("doc", group_ids=(v,)), "group_ids"),
     "tombstone-id": (lambda v: Tombstone(v), "id"),
     "rename": (lambda v: Rename("a", v), "to_id"),
-    "chunk-text-document": (lambda v: ragport.chunk_text(f"ok {v} ok", source_id="d"), "text"),
+    "chunk-text-document": (
+        lambda v: ragport.domain.chunk_text(f"ok {v} ok", source_id="d"),
+        "text",
+    ),
     "chunk-markdown-document": (
-        lambda v: ragport.chunk_markdown(f"# ok\n{v}", source_id="d"),
+        lambda v: ragport.domain.chunk_markdown(f"# ok\n{v}", source_id="d"),
         "markdown",
     ),
 }
@@ -169,7 +172,7 @@ def _replace(metadata: dict[str, Any], limits: ragport.Limits) -> object:
     from ragport.adapters.embedders import HashEmbedder
     from ragport.adapters.memory import InMemoryStore
 
-    return ragport.replace_source(
+    return ragport.application.replace_source(
         source_id="doc",
         chunks=[ragport.Chunk.of("doc", 0, "text", metadata=metadata)],
         embedder=HashEmbedder(8),
@@ -184,14 +187,14 @@ def _derive(metadata: dict[str, Any], limits: ragport.Limits) -> object:
     from ragport.adapters.memory import InMemoryStore
 
     store = InMemoryStore()
-    ragport.replace_source(  # the lineage must name a source with records
+    ragport.application.replace_source(  # the lineage must name a source with records
         source_id="doc",
         chunks=[ragport.Chunk.of("doc", 0, "the doc")],
         embedder=HashEmbedder(8),
         store=store,
         scope=SCOPE,
     )
-    return ragport.index_derived(
+    return ragport.application.index_derived(
         record_id="summary",
         text="a summary",
         lineage=["doc"],
@@ -204,8 +207,10 @@ def _derive(metadata: dict[str, Any], limits: ragport.Limits) -> object:
 
 
 CAPPED: dict[str, Callable[[dict[str, Any], ragport.Limits], object]] = {
-    "chunk_text": lambda m, lim: ragport.chunk_text("text", source_id="d", metadata=m, limits=lim),
-    "chunk_markdown": lambda m, lim: ragport.chunk_markdown(
+    "chunk_text": lambda m, lim: ragport.domain.chunk_text(
+        "text", source_id="d", metadata=m, limits=lim
+    ),
+    "chunk_markdown": lambda m, lim: ragport.domain.chunk_markdown(
         "# T\ntext", source_id="d", metadata={**m, "heading": []}, limits=lim
     ),
     "replace_source": _replace,

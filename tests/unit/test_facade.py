@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ragport import (
-    CapabilityError,
-    Chunk,
-    Rag,
-    RetrievalRequest,
-    Scope,
-    ValidationError,
-    retrieve_context,
-)
+from ragport import CapabilityError, Chunk, Rag, RetrievalRequest, Scope, ValidationError
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
+from ragport.application import retrieve_context
 
 A, B = Scope("t", "r", "a"), Scope("t", "r", "b")
 EMB = HashEmbedder(64)

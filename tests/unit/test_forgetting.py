@@ -19,14 +19,15 @@ from ragport import (
     Chunk,
     Grant,
     Limits,
-    PropagationError,
-    RagDeletionHandler,
-    Record,
     Rename,
-    RenameEvent,
     Scope,
-    Tombstone,
     ValidationError,
+)
+from ragport.adapters.embedders import HashEmbedder
+from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
+from ragport.application import (
+    RagDeletionHandler,
+    RenameEvent,
     apply_source_renames,
     create_deletion_propagator,
     index_derived,
@@ -34,8 +35,8 @@ from ragport import (
     repoint_source,
     retrieve_context,
 )
-from ragport.adapters.embedders import HashEmbedder
-from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
+from ragport.domain import Record, Tombstone
+from ragport.domain.errors import PropagationError
 from ragport.ports.store import GuardedQuery, HybridAnswer
 
 SCOPE = Scope("tenant-1", "kb", "docs")
@@ -229,7 +230,9 @@ class UpperRedactor:
         return text.replace("Heron", "[HOST-REDACTED]")
 
 
-def _propagator(store: Any, *handlers: Any, **kwargs: Any) -> ragport.DeletionPropagator:
+def _propagator(
+    store: Any, *handlers: Any, **kwargs: Any
+) -> ragport.application.DeletionPropagator:
     kwargs.setdefault("authorization", ADMIN)
     return create_deletion_propagator(scope=SCOPE, store=store, handlers=handlers, **kwargs)
 
@@ -686,7 +689,7 @@ def test_propagation_stays_in_its_scope(store):
 # -- re-pointing ---------------------------------------------------------------------------------
 
 
-def _repoint(store: Any, **kwargs: Any) -> ragport.RepointResult:
+def _repoint(store: Any, **kwargs: Any) -> ragport.application.RepointResult:
     kwargs.setdefault("from_id", "doc")
     kwargs.setdefault("to_id", "new")
     return repoint_source(scope=kwargs.pop("scope", SCOPE), store=store, **kwargs)

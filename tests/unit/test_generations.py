@@ -27,7 +27,7 @@ def put(store: Any, source_id: str, version: str, n: int = 2, **kwargs: Any) -> 
         chunks.append(ragport.Chunk.of(source_id, i, text, start=start))
         start += len(text)
     kwargs.setdefault("scope", SCOPE)
-    return ragport.replace_source(
+    return ragport.application.replace_source(
         source_id=source_id, chunks=chunks, embedder=HashEmbedder(), store=store, **kwargs
     )
 
@@ -35,7 +35,7 @@ def put(store: Any, source_id: str, version: str, n: int = 2, **kwargs: Any) -> 
 def snapshot(store: InMemoryStore, scope: ragport.Scope = SCOPE) -> dict[str, Any]:
     """Every observable piece of content: rows by source and the retrieved (id, text) set."""
     rows = {s: frozenset((r.id, r.text) for r in store.get_by_source(scope, s)) for s in SOURCES}
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         QUERY,
         embedder=HashEmbedder(),
         store=store,
@@ -46,7 +46,7 @@ def snapshot(store: InMemoryStore, scope: ragport.Scope = SCOPE) -> dict[str, An
 
 
 def delete(store: InMemoryStore, source_id: str) -> Any:
-    return ragport.delete_source(source_id=source_id, store=store, scope=SCOPE)
+    return ragport.application.delete_source(source_id=source_id, store=store, scope=SCOPE)
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_rollback_restores_exact_snapshot(store: InMemoryStore) -> None:
     assert put(store, "a", "v3", n=4).generation == 6
     assert snapshot(store) != at_two
 
-    result = ragport.rollback_generation(store=store, scope=SCOPE, to=2)
+    result = ragport.application.rollback_generation(store=store, scope=SCOPE, to=2)
 
     assert result.generation == 2
     assert store.current_generation(SCOPE) == 2
@@ -92,7 +92,7 @@ def test_rollback_to_each_earlier_generation(store: InMemoryStore) -> None:
     assert snaps[1] != snaps[2] and snaps[2] != snaps[3] and snaps[3] != snaps[4]
 
     for to in (4, 3, 2, 1, 0):
-        ragport.rollback_generation(store=store, scope=SCOPE, to=to)
+        ragport.application.rollback_generation(store=store, scope=SCOPE, to=to)
         assert snapshot(store) == snaps[to], to
 
 
@@ -102,7 +102,7 @@ def test_counter_continues_from_target(store: InMemoryStore) -> None:
     at_one = snapshot(store)
     put(store, "a", "v2")
     put(store, "b", "v1")
-    ragport.rollback_generation(store=store, scope=SCOPE, to=1)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=1)
     assert snapshot(store) == at_one
 
     result = put(store, "c", "v1")
@@ -120,7 +120,7 @@ def test_rollback_above_pointer_is_refused(store: InMemoryStore) -> None:
     put(store, "a", "v2")
     before = snapshot(store)
     with pytest.raises(ragport.ValidationError) as info:
-        ragport.rollback_generation(store=store, scope=SCOPE, to=3)
+        ragport.application.rollback_generation(store=store, scope=SCOPE, to=3)
     assert info.value.field == "to"
     assert store.current_generation(SCOPE) == 2
     assert snapshot(store) == before
@@ -131,7 +131,7 @@ def test_rollback_rejects_bad_target(store: InMemoryStore, bad: Any) -> None:
     """to must be a non-negative int. If this fails, check rollback_generation's validation."""
     put(store, "a", "v1")
     with pytest.raises(ragport.ValidationError):
-        ragport.rollback_generation(store=store, scope=SCOPE, to=bad)
+        ragport.application.rollback_generation(store=store, scope=SCOPE, to=bad)
 
 
 def test_rollback_discards_staged_writes(store: InMemoryStore) -> None:
@@ -141,9 +141,9 @@ def test_rollback_discards_staged_writes(store: InMemoryStore) -> None:
     staged = put(store, "a", "v2", advance_generation=False)
     assert staged.generation == 2
 
-    ragport.rollback_generation(store=store, scope=SCOPE, to=1)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=1)
 
-    assert ragport.publish_generation(store=store, scope=SCOPE) == 1
+    assert ragport.application.publish_generation(store=store, scope=SCOPE) == 1
     assert snapshot(store) == before
     assert put(store, "b", "v1").generation == 2
 
@@ -156,7 +156,7 @@ def test_rollback_touches_one_scope_only(store: InMemoryStore) -> None:
     other_before = snapshot(store, OTHER)
     put(store, "a", "v2")
 
-    ragport.rollback_generation(store=store, scope=SCOPE, to=1)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=1)
 
     assert snapshot(store, OTHER) == other_before
     assert store.current_generation(OTHER) == 2
@@ -175,15 +175,15 @@ def test_grants_and_tombstones_are_not_rolled_back(store: InMemoryStore) -> None
         ],
     )
     with store.unit_of_work(SCOPE) as uow:
-        uow.tombstones.add([ragport.Tombstone("b", "forgotten")])
+        uow.tombstones.add([ragport.domain.Tombstone("b", "forgotten")])
         uow.commit()
 
-    ragport.rollback_generation(store=store, scope=SCOPE, to=2)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=2)
 
     decisions = store.check_source_access(SCOPE, ["a", "b", "c"], ALICE)
     assert {s: d.allowed for s, d in decisions.items()} == {"a": True, "b": True, "c": False}
     assert store.list_invalidated_ids(SCOPE) == frozenset({"b"})
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         QUERY,
         embedder=HashEmbedder(),
         store=store,
@@ -200,7 +200,7 @@ def test_rollback_without_transactions_is_refused(store: InMemoryStore) -> None:
     put(store, "a", "v1")
     put(store, "a", "v2")
     with pytest.raises(ragport.CapabilityError):
-        ragport.rollback_generation(store=NoTransactionsStore(store), scope=SCOPE, to=1)
+        ragport.application.rollback_generation(store=NoTransactionsStore(store), scope=SCOPE, to=1)
     assert store.current_generation(SCOPE) == 2
 
 
@@ -223,7 +223,7 @@ def test_compact_purges_old_retired_rows_and_raises_floor(store: InMemoryStore) 
     snaps = _history(store)
     current = snapshot(store)
 
-    result = ragport.compact(store=store, scope=SCOPE, keep=1)
+    result = ragport.application.compact(store=store, scope=SCOPE, keep=1)
 
     assert result.purged == 2  # a v1's two rows, retired at generation 2
     # DESIGN: rows retired more than keep=1 generations ago (retired < 5 - 1) go; snapshots
@@ -233,27 +233,27 @@ def test_compact_purges_old_retired_rows_and_raises_floor(store: InMemoryStore) 
     assert store.current_generation(SCOPE) == 5
     for to in (0, 1, result.floor - 1):
         with pytest.raises(ragport.ValidationError) as info:
-            ragport.rollback_generation(store=store, scope=SCOPE, to=to)
+            ragport.application.rollback_generation(store=store, scope=SCOPE, to=to)
         assert info.value.field == "to"
     assert snapshot(store) == current
 
-    ragport.rollback_generation(store=store, scope=SCOPE, to=3)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=3)
     assert snapshot(store) == snaps[3]
 
 
 def test_compact_keeps_rows_needed_within_keep(store: InMemoryStore) -> None:
     """compact(keep=3) keeps snapshots back to pointer-3. If this fails, check compact's through."""
     snaps = _history(store)
-    ragport.compact(store=store, scope=SCOPE, keep=3)
-    ragport.rollback_generation(store=store, scope=SCOPE, to=2)
+    ragport.application.compact(store=store, scope=SCOPE, keep=3)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=2)
     assert snapshot(store) == snaps[2]
 
 
 def test_compact_is_a_no_op_when_nothing_is_old(store: InMemoryStore) -> None:
     """Compacting twice purges nothing more. If this fails, check compact's floor check."""
     _history(store)
-    first = ragport.compact(store=store, scope=SCOPE, keep=1)
-    second = ragport.compact(store=store, scope=SCOPE, keep=1)
+    first = ragport.application.compact(store=store, scope=SCOPE, keep=1)
+    second = ragport.application.compact(store=store, scope=SCOPE, keep=1)
     assert second.purged == 0
     assert second.floor == first.floor
 
@@ -262,18 +262,20 @@ def test_compact_without_transactions_is_refused(store: InMemoryStore) -> None:
     """compact needs transactions. If this fails, check require_transactions in compact."""
     _history(store)
     with pytest.raises(ragport.CapabilityError) as info:
-        ragport.compact(store=NoTransactionsStore(store), scope=SCOPE, keep=1)
+        ragport.application.compact(store=NoTransactionsStore(store), scope=SCOPE, keep=1)
     assert info.value.capability == "transactions"
-    ragport.rollback_generation(store=store, scope=SCOPE, to=1)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=1)
 
 
 def test_compact_rejects_keep_past_ceiling(store: InMemoryStore) -> None:
     """keep is bounded by compact_keep. If this fails, check check_limit in compact."""
     with pytest.raises(ragport.ValidationError) as info:
-        ragport.compact(store=store, scope=SCOPE, keep=ragport.HARD_LIMITS.compact_keep + 1)
+        ragport.application.compact(
+            store=store, scope=SCOPE, keep=ragport.domain.HARD_LIMITS.compact_keep + 1
+        )
     assert info.value.limit == "compact_keep"
     with pytest.raises(ragport.ValidationError) as info:
-        ragport.compact(store=store, scope=SCOPE, keep=-1)
+        ragport.application.compact(store=store, scope=SCOPE, keep=-1)
     assert info.value.limit == "compact_keep"
 
 
@@ -282,14 +284,14 @@ def test_compact_rejects_keep_past_ceiling(store: InMemoryStore) -> None:
 
 def test_publish_without_staged_writes_keeps_pointer(store: InMemoryStore) -> None:
     """publish with nothing staged changes nothing. If this fails, check publish_generation."""
-    assert ragport.publish_generation(store=store, scope=SCOPE) == 0
+    assert ragport.application.publish_generation(store=store, scope=SCOPE) == 0
     put(store, "a", "v1")
     before = snapshot(store)
-    assert ragport.publish_generation(store=store, scope=SCOPE) == 1
+    assert ragport.application.publish_generation(store=store, scope=SCOPE) == 1
     assert snapshot(store) == before
 
 
-def _names(records: Sequence[ragport.Record]) -> set[str]:
+def _names(records: Sequence[ragport.domain.Record]) -> set[str]:
     return {r.id for r in records}
 
 
@@ -300,6 +302,6 @@ def test_staged_delete_and_replace_publish_as_one(store: InMemoryStore) -> None:
     put(store, "a", "v2", n=1, advance_generation=False)
     assert _names(store.get_by_source(SCOPE, "a")) == {"a#0001", "a#0002"}
     assert _names(store.get_by_source(SCOPE, "b")) == set()
-    assert ragport.publish_generation(store=store, scope=SCOPE) == 2
+    assert ragport.application.publish_generation(store=store, scope=SCOPE) == 2
     assert _names(store.get_by_source(SCOPE, "a")) == {"a#0001"}
     assert _names(store.get_by_source(SCOPE, "b")) == {"b#0001", "b#0002"}

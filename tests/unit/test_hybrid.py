@@ -6,17 +6,10 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 import ragport
-from ragport import (
-    Authorization,
-    Chunk,
-    Grant,
-    RetrievalRequest,
-    Scope,
-    replace_source,
-    retrieve_context,
-)
+from ragport import Authorization, Chunk, Grant, RetrievalRequest, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
+from ragport.application import replace_source, retrieve_context
 from ragport.domain.fusion import fuse_reciprocal_rank
 from ragport.domain.lexical import tokenize_lexical
 
@@ -149,6 +142,6 @@ def test_lexical_leg_never_returns_replaced_or_tombstoned_text():
     _put(store, "a", "sea lions")
     _put(store, "gone", "walrus colony")
     with store.unit_of_work(SCOPE) as uow:
-        uow.tombstones.add([ragport.Tombstone("gone")])
+        uow.tombstones.add([ragport.domain.Tombstone("gone")])
         uow.commit()
     assert store.lexical_query(SCOPE, "walrus", limit=5, mode="bm25") == ()

@@ -44,7 +44,7 @@ def parts() -> dict[str, Any]:
         + [ragport.Grant(s, principal_ids=("ceo",)) for s in WITHHELD],
     )
     with store.unit_of_work(SCOPE) as uow:
-        uow.tombstones.add([ragport.Tombstone(FORGOTTEN)])
+        uow.tombstones.add([ragport.domain.Tombstone(FORGOTTEN)])
         uow.commit()
     return {"store": store, "status_store": status, "embedder": HashEmbedder(), "scope": SCOPE}
 

@@ -87,7 +87,7 @@ def test_forgotten_sources_are_not_listed(parts):
     """
     store = parts["store"]
     with store.unit_of_work(SCOPE) as uow:
-        from ragport import Tombstone
+        from ragport.domain import Tombstone
 
         uow.tombstones.add([Tombstone("expenses")])
         uow.commit()

@@ -25,7 +25,7 @@ HARD_FIELDS = [f.name for f in attrs.fields(ragport.Limits) if f.name != "ceilin
 def test_scope_rejects_malformed_ids_with_field(field: str, bad: str) -> None:
     """A malformed scope id is a ScopeError naming its field. If this fails, check _scope_id."""
     values = {"tenant_id": "t1", "resource_id": "r1", "corpus_id": "c1", field: bad}
-    with pytest.raises(ragport.ScopeError) as info:
+    with pytest.raises(ragport.domain.errors.ScopeError) as info:
         ragport.Scope(**values)
     assert info.value.field == field
     assert isinstance(info.value, ragport.ValidationError)
@@ -62,11 +62,11 @@ def test_authorization_accepts_as_many_groups_as_a_grant(n: int) -> None:
 def test_one_group_past_the_hard_ceiling_is_refused(value: str) -> None:
     """65,537 distinct groups is a ValidationError(limit="group_ids") for a caller, a grant and
     a connector's Access alike. If this fails, check _group_ids in ragport/domain/model.py."""
-    groups = _groups(ragport.HARD_LIMITS.group_ids + 1)
+    groups = _groups(ragport.domain.HARD_LIMITS.group_ids + 1)
     build = {
         "Authorization": lambda: ragport.Authorization("alice", "t1", group_ids=groups),
         "Grant": lambda: ragport.Grant("doc", group_ids=groups),
-        "Access": lambda: ragport.Access(group_ids=groups),
+        "Access": lambda: ragport.domain.Access(group_ids=groups),
     }[value]
     with pytest.raises(ragport.ValidationError) as info:
         build()
@@ -77,9 +77,9 @@ def test_one_group_past_the_hard_ceiling_is_refused(value: str) -> None:
 def test_duplicate_groups_count_once_against_the_ceiling() -> None:
     """The ceiling counts distinct ids: a list padded with repeats is not refused for them.
     If this fails, check that _ids counts after dropping duplicates."""
-    groups = _groups(ragport.HARD_LIMITS.group_ids) + ["g00000"] * 10
+    groups = _groups(ragport.domain.HARD_LIMITS.group_ids) + ["g00000"] * 10
     auth = ragport.Authorization("alice", "t1", group_ids=groups)
-    assert len(auth.group_ids) == ragport.HARD_LIMITS.group_ids
+    assert len(auth.group_ids) == ragport.domain.HARD_LIMITS.group_ids
 
 
 def test_the_group_ceiling_is_a_limits_value() -> None:
@@ -87,8 +87,8 @@ def test_the_group_ceiling_is_a_limits_value() -> None:
     at least a grant's (65,536); past it is refused. If this fails, check _TABLE in limits.py."""
     from ragport.domain.model import GROUP_IDS_MAX
 
-    assert ragport.DEFAULT_LIMITS.group_ids == 1_024
-    assert ragport.HARD_LIMITS.group_ids == GROUP_IDS_MAX == 65_536
+    assert ragport.domain.DEFAULT_LIMITS.group_ids == 1_024
+    assert ragport.domain.HARD_LIMITS.group_ids == GROUP_IDS_MAX == 65_536
     assert ragport.Limits(group_ids=40).group_ids == 40
     assert ragport.Limits(group_ids=65_536).group_ids == 65_536
     with pytest.raises(ragport.ValidationError) as info:
@@ -204,7 +204,7 @@ def test_chunk_rejects_non_json_metadata() -> None:
 
 def test_trust_defaults_are_all_true() -> None:
     """Trust defaults to untrusted, inert, injection-capable. If this fails, check Trust."""
-    trust = ragport.Trust()
+    trust = ragport.domain.Trust()
     assert (trust.untrusted, trust.inert, trust.injection_capable) == (True, True, True)
 
 
@@ -212,9 +212,9 @@ def test_trust_defaults_are_all_true() -> None:
 def test_trust_cannot_be_made_trusted(flag: str) -> None:
     """No Trust flag may be turned off, even via evolve. If this fails, check Trust post-init."""
     with pytest.raises(ragport.ValidationError):
-        ragport.Trust(**{flag: False})
+        ragport.domain.Trust(**{flag: False})
     with pytest.raises(ragport.ValidationError):
-        attrs.evolve(ragport.Trust(), **{flag: False})
+        attrs.evolve(ragport.domain.Trust(), **{flag: False})
 
 
 # -- Limits --------------------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def test_trust_cannot_be_made_trusted(flag: str) -> None:
 def test_limits_past_hard_ceiling_names_the_field(name: str) -> None:
     """Each hard ceiling + 1 is a ValidationError naming it. If this fails, check limits._TABLE."""
     with pytest.raises(ragport.ValidationError) as info:
-        ragport.Limits(**{name: getattr(ragport.HARD_LIMITS, name) + 1})
+        ragport.Limits(**{name: getattr(ragport.domain.HARD_LIMITS, name) + 1})
     assert info.value.limit == name
     assert info.value.field == name
 
@@ -247,11 +247,11 @@ def test_limits_reject_values_below_floor(name: str) -> None:
 
 def test_hard_limits_construct_and_bound_defaults() -> None:
     """HARD_LIMITS is a valid Limits above every default. If this fails, check HARD_LIMITS."""
-    hard = ragport.HARD_LIMITS
+    hard = ragport.domain.HARD_LIMITS
     assert isinstance(hard, ragport.Limits)
     assert ragport.Limits(**attrs.asdict(hard)) == hard
     for name in HARD_FIELDS:
-        assert getattr(ragport.DEFAULT_LIMITS, name) <= getattr(hard, name), name
+        assert getattr(ragport.domain.DEFAULT_LIMITS, name) <= getattr(hard, name), name
     assert hard.top_k == 32
     assert hard.embed_batch == 128
     assert hard.group_ids == 65_536
@@ -400,4 +400,4 @@ SHA = hashlib.sha256(b"ragport").hexdigest()
 )
 def test_is_valid_content_hash(value: object, valid: bool) -> None:
     """Only 64 hex characters are a content hash. If this fails, check is_valid_content_hash."""
-    assert ragport.is_valid_content_hash(value) is valid
+    assert ragport.domain.is_valid_content_hash(value) is valid

@@ -46,7 +46,7 @@ def stored(store: InMemoryStore, source_id: str, scope: ragport.Scope = SCOPE) -
 def retrieved(
     store: Any, query: str, *, scope: ragport.Scope = SCOPE, embedder: Any = None
 ) -> set[tuple[str, str]]:
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         query,
         embedder=embedder or HashEmbedder(),
         store=store,
@@ -83,7 +83,7 @@ def replace(
 ) -> ragport.ReplaceResult:
     kwargs.setdefault("embedder", HashEmbedder())
     kwargs.setdefault("scope", SCOPE)
-    return ragport.replace_source(
+    return ragport.application.replace_source(
         source_id=source_id, chunks=make_chunks(source_id, texts), store=store, **flat(**kwargs)
     )
 
@@ -262,7 +262,7 @@ def test_reuse_embeddings_skips_matching_texts(store: InMemoryStore) -> None:
     reuse = {c.id: (c.text, base.embed([c.text])[0]) for c in chunks[:2]}
     embedder = CountingEmbedder()
 
-    result = ragport.replace_source(
+    result = ragport.application.replace_source(
         source_id="policy",
         chunks=chunks,
         embedder=embedder,
@@ -275,7 +275,7 @@ def test_reuse_embeddings_skips_matching_texts(store: InMemoryStore) -> None:
     assert embedder.texts == [V1[2]]
     # The reused vectors were stored: each chunk is its own best match.
     for chunk in chunks:
-        top = ragport.retrieve_context(
+        top = ragport.application.retrieve_context(
             chunk.text,
             embedder=base,
             store=store,
@@ -295,7 +295,7 @@ def test_reuse_entry_with_different_text_is_reembedded(store: InMemoryStore) -> 
     }
     embedder = CountingEmbedder()
 
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="policy",
         chunks=chunks,
         embedder=embedder,
@@ -318,7 +318,7 @@ def test_reuse_entry_numpy_cannot_read_is_reembedded(store: InMemoryStore) -> No
         chunks[1].id: (chunks[1].text, [object()] * 256),
     }
     embedder = CountingEmbedder()
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id="policy",
         chunks=chunks,
         embedder=embedder,
@@ -347,7 +347,7 @@ def test_chunks_of_another_source_are_refused(store: InMemoryStore) -> None:
     embedder = CountingEmbedder()
     chunks = [*make_chunks("policy", V1[:2]), ragport.Chunk.of("other", 2, "stray text")]
     with pytest.raises(ragport.ValidationError):
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id="policy", chunks=chunks, embedder=embedder, store=store, scope=SCOPE
         )
     assert embedder.calls == []
@@ -359,7 +359,7 @@ def test_duplicate_chunk_ids_are_refused(store: InMemoryStore) -> None:
     embedder = CountingEmbedder()
     chunks = [ragport.Chunk.of("policy", 0, "first"), ragport.Chunk.of("policy", 0, "again")]
     with pytest.raises(ragport.ValidationError):
-        ragport.replace_source(
+        ragport.application.replace_source(
             source_id="policy", chunks=chunks, embedder=embedder, store=store, scope=SCOPE
         )
     assert embedder.calls == []
@@ -391,7 +391,7 @@ def test_batch_size_past_ceiling_is_refused(store: InMemoryStore, bad: int) -> N
         replace(store, V1, batch_size=bad)
     assert info.value.limit == "embed_batch"
     with pytest.raises(ragport.ValidationError) as info:
-        ragport.index_chunks(
+        ragport.application.index_chunks(
             chunks=make_chunks("policy", V1),
             embedder=HashEmbedder(),
             store=store,
@@ -425,7 +425,7 @@ def test_secrets_are_redacted_everywhere(store: InMemoryStore) -> None:
     records = store.get_by_source(SCOPE, "policy")
     assert len(records) == 2
     assert all(SECRET not in r.text for r in records)
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         "deploy key rotate policy", embedder=HashEmbedder(), store=store, scope=SCOPE
     )
     assert len(result.hits) == 2
@@ -447,7 +447,7 @@ def test_staged_replace_is_invisible_until_published(store: InMemoryStore) -> No
     assert stored(store, "policy") == old
     assert retrieved(store, QUERY) == old
 
-    assert ragport.publish_generation(store=store, scope=SCOPE) == 2
+    assert ragport.application.publish_generation(store=store, scope=SCOPE) == 2
     new = {(f"policy#000{i + 1}", t) for i, t in enumerate(V2)}
     assert store.current_generation(SCOPE) == 2
     assert stored(store, "policy") == new
@@ -460,7 +460,7 @@ def test_two_staged_replaces_publish_together(store: InMemoryStore) -> None:
     replace(store, V2, source_id="b", advance_generation=False)
     replace(store, V2[:2], source_id="c", advance_generation=False)
     assert stored(store, "b") == set() and stored(store, "c") == set()
-    assert ragport.publish_generation(store=store, scope=SCOPE) == 2
+    assert ragport.application.publish_generation(store=store, scope=SCOPE) == 2
     assert len(stored(store, "b")) == 5 and len(stored(store, "c")) == 2
     assert len(stored(store, "a")) == 3
 
@@ -472,7 +472,7 @@ def test_delete_source_touches_one_scope_and_rolls_back(store: InMemoryStore) ->
     before = stored(store, "policy")
     generation_before = store.current_generation(SCOPE)
 
-    result = ragport.delete_source(source_id="policy", store=store, scope=SCOPE)
+    result = ragport.application.delete_source(source_id="policy", store=store, scope=SCOPE)
 
     assert result.deleted == 3 and result.indexed == 0
     assert result.generation == generation_before + 1
@@ -481,7 +481,7 @@ def test_delete_source_touches_one_scope_and_rolls_back(store: InMemoryStore) ->
     assert stored(store, "policy", OTHER_CORPUS) == before
     assert len(retrieved(store, QUERY, scope=OTHER_CORPUS)) == 3
 
-    ragport.rollback_generation(store=store, scope=SCOPE, to=generation_before)
+    ragport.application.rollback_generation(store=store, scope=SCOPE, to=generation_before)
     assert stored(store, "policy") == before
     assert retrieved(store, QUERY) == before
     assert stored(store, "policy", OTHER_CORPUS) == before
@@ -492,7 +492,9 @@ def test_delete_source_clears_its_status(store: InMemoryStore) -> None:
     statuses = InMemoryStatusStore()
     replace(store, V1, status_store=statuses)
     assert statuses.get(SCOPE, "policy") is not None
-    ragport.delete_source(source_id="policy", store=store, scope=SCOPE, status_store=statuses)
+    ragport.application.delete_source(
+        source_id="policy", store=store, scope=SCOPE, status_store=statuses
+    )
     assert statuses.get(SCOPE, "policy") is None
 
 
@@ -513,16 +515,18 @@ def test_replace_records_indexed_status(store: InMemoryStore) -> None:
 def test_index_chunks_returns_result_and_is_idempotent(store: InMemoryStore) -> None:
     """index_chunks upserts by id, no duplicates. If this fails, check retire_ids."""
     chunks = make_chunks("a", V1) + make_chunks("b", V2[:2])
-    result = ragport.index_chunks(chunks=chunks, embedder=HashEmbedder(), store=store, scope=SCOPE)
-    assert result == ragport.IndexResult(indexed=5, source_ids=("a", "b"))
+    result = ragport.application.index_chunks(
+        chunks=chunks, embedder=HashEmbedder(), store=store, scope=SCOPE
+    )
+    assert result == ragport.application.IndexResult(indexed=5, source_ids=("a", "b"))
     first = retrieved(store, QUERY)
     assert len(first) == 5
 
-    again = ragport.index_chunks(
+    again = ragport.application.index_chunks(
         chunks=chunks, embedder=HashEmbedder(), store=store, scope=SCOPE, batch_size=2
     )
-    assert again == ragport.IndexResult(indexed=5, source_ids=("a", "b"))
-    result_hits = ragport.retrieve_context(
+    assert again == ragport.application.IndexResult(indexed=5, source_ids=("a", "b"))
+    result_hits = ragport.application.retrieve_context(
         QUERY,
         embedder=HashEmbedder(),
         store=store,
@@ -543,7 +547,7 @@ def test_index_chunks_failure_midway_marks_partial(store: InMemoryStore) -> None
     embedder = CountingEmbedder(fail_on_call=2)
 
     with pytest.raises(RuntimeError):
-        ragport.index_chunks(
+        ragport.application.index_chunks(
             chunks=chunks,
             embedder=embedder,
             store=store,
@@ -565,7 +569,7 @@ def test_index_chunks_failure_on_first_batch_marks_failed(store: InMemoryStore) 
     """Failing before any commit is failed, not partial. If this fails, check index_chunks."""
     statuses = InMemoryStatusStore()
     with pytest.raises(RuntimeError):
-        ragport.index_chunks(
+        ragport.application.index_chunks(
             chunks=make_chunks("policy", V2),
             embedder=CountingEmbedder(fail_on_call=1),
             store=store,
@@ -583,7 +587,7 @@ def test_index_chunks_redacts_secrets(store: InMemoryStore) -> None:
     """index_chunks redacts before embedding and storing. If this fails, check index_chunks."""
     embedder = CountingEmbedder()
     chunks = make_chunks("keys", [f"api token {SECRET} for the billing service"])
-    ragport.index_chunks(
+    ragport.application.index_chunks(
         chunks=chunks,
         embedder=embedder,
         store=store,

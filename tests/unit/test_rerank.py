@@ -9,21 +9,12 @@ import time
 import pytest
 
 import ragport
-from ragport import (
-    Authorization,
-    Chunk,
-    Grant,
-    RerankError,
-    RetrievalRequest,
-    Runtime,
-    Scope,
-    replace_source,
-    rerank_hits,
-    retrieve_context,
-)
+from ragport import Authorization, Chunk, Grant, RetrievalRequest, Runtime, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.rerankers import EmbeddingReranker, FakeReranker
+from ragport.application import replace_source, rerank_hits, retrieve_context
+from ragport.domain.errors import RerankError
 
 SCOPE = Scope("t", "r", "c")
 EMBEDDER = HashEmbedder(64)
@@ -144,7 +135,7 @@ def test_a_reranker_writing_to_its_hits_changes_none_of_the_callers():
     assert [id(h) for h in out] == [id(h) for h in reversed(hits)]
     after = [(h.text, h.source_id, dict(h.metadata), h.provenance.citation_id) for h in hits]
     assert after == before
-    assert all(h.trust.untrusted for h in hits) and ragport.Trust().untrusted
+    assert all(h.trust.untrusted for h in hits) and ragport.domain.Trust().untrusted
 
 
 def test_input_over_max_bytes_is_refused_before_the_reranker_runs():

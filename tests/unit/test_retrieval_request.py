@@ -13,19 +13,11 @@ import pytest
 from doubles import CountingEmbedder
 
 import ragport
-from ragport import (
-    Chunk,
-    Rag,
-    RetrievalRequest,
-    Runtime,
-    Scope,
-    ValidationError,
-    replace_source,
-    retrieve_context,
-)
+from ragport import Chunk, Rag, RetrievalRequest, Runtime, Scope, ValidationError
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.aio import AsyncRag
+from ragport.application import replace_source, retrieve_context
 from ragport.integrations._common import BoundRetrieval
 
 SCOPE = Scope("acme", "kb", "docs")
@@ -127,7 +119,7 @@ def test_one_request_serves_many_queries_and_equals_the_defaults(store: InMemory
         embedder=EMB,
         store=store,
         scope=SCOPE,
-        runtime=Runtime(limits=attrs.evolve(ragport.DEFAULT_LIMITS, top_k=1)),
+        runtime=Runtime(limits=attrs.evolve(ragport.domain.DEFAULT_LIMITS, top_k=1)),
     )
     assert len(one.hits) == 1 and len(plain.hits) == 3
 

@@ -56,8 +56,8 @@ class NoAclStore(Delegating):
     """A store that does not declare ACL support."""
 
     @property
-    def capabilities(self) -> ragport.Capabilities:
-        return ragport.Capabilities(
+    def capabilities(self) -> ragport.domain.Capabilities:
+        return ragport.domain.Capabilities(
             lexical_modes=(), authorization="none", generations=True, transactions=True
         )
 
@@ -122,7 +122,7 @@ def add_source(
     for i, text in enumerate(texts):
         chunks.append(ragport.Chunk.of(source_id, i, text, start=start, metadata=metadata))
         start += len(text)
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id=source_id,
         chunks=chunks,
         embedder=embedder or HashEmbedder(),
@@ -135,7 +135,7 @@ def add_derived(store: InMemoryStore, record_id: str, text: str, roots: tuple[st
     embedder = HashEmbedder()
     with store.unit_of_work(SCOPE) as uow:
         generation = uow.generations.stage()
-        record = ragport.Record(
+        record = ragport.domain.Record(
             id=record_id,
             scope=SCOPE,
             source_id=record_id,
@@ -156,7 +156,7 @@ def retrieve(query: str = QUERY, **kwargs: Any) -> ragport.RetrievalResult:
     kwargs.setdefault("embedder", HashEmbedder())
     if "scopes" not in kwargs:
         kwargs.setdefault("scope", SCOPE)
-    return ragport.retrieve_context(query, **flat(**kwargs))
+    return ragport.application.retrieve_context(query, **flat(**kwargs))
 
 
 @pytest.fixture
@@ -177,11 +177,11 @@ def sources(result: ragport.RetrievalResult) -> set[str]:
 def test_scope_and_scopes_are_exclusive(store: InMemoryStore) -> None:
     """Exactly one of scope/scopes is required. If this fails, check retrieval_request._scopes."""
     with pytest.raises(ragport.ValidationError):
-        ragport.retrieve_context(
+        ragport.application.retrieve_context(
             QUERY, embedder=HashEmbedder(), store=store, scope=SCOPE, scopes=[SCOPE]
         )
     with pytest.raises(ragport.ValidationError):
-        ragport.retrieve_context(QUERY, embedder=HashEmbedder(), store=store)
+        ragport.application.retrieve_context(QUERY, embedder=HashEmbedder(), store=store)
 
 
 def test_empty_scopes_returns_empty_without_io(store: InMemoryStore) -> None:
@@ -396,16 +396,16 @@ def test_token_ceiling_truncates_rendering() -> None:
     result = retrieve("budget forecast figures", store=_big_store(), max_context_tokens=1600)
     assert result.truncated is True
     assert 1 <= len(result.hits) < 5
-    assert ragport.estimate_tokens(result.text) <= 1600
+    assert ragport.application.estimate_tokens(result.text) <= 1600
     assert result.text == "\n\n".join(f"[{h.id}] {h.text}" for h in result.hits)
 
 
 def test_estimate_tokens_is_utf8_bytes_over_four() -> None:
     """Tokens are ceil(UTF-8 bytes / 4). If this fails, check estimate_tokens."""
-    assert ragport.estimate_tokens("") == 0
-    assert ragport.estimate_tokens("abcd") == 1
-    assert ragport.estimate_tokens("abcde") == 2
-    assert ragport.estimate_tokens("é" * 3) == math.ceil(6 / 4)
+    assert ragport.application.estimate_tokens("") == 0
+    assert ragport.application.estimate_tokens("abcd") == 1
+    assert ragport.application.estimate_tokens("abcde") == 2
+    assert ragport.application.estimate_tokens("é" * 3) == math.ceil(6 / 4)
 
 
 def test_multibyte_text_respects_byte_ceiling() -> None:
@@ -550,7 +550,7 @@ def test_metadata_filter_is_shallow_equality() -> None:
 def test_record_from_another_scope_is_a_scope_error(store: InMemoryStore) -> None:
     """A store answering from another scope fails closed. If this fails, check step 6."""
     empty = ragport.Scope("tenant-1", "kb", "empty")
-    with pytest.raises(ragport.ScopeError):
+    with pytest.raises(ragport.domain.errors.ScopeError):
         retrieve(scope=empty, store=CrossScopeStore(store, leak_from=SCOPE))
 
 
@@ -568,9 +568,9 @@ def test_authorization_for_another_tenant_is_a_scope_error(store: InMemoryStore)
     store.set_source_access(SCOPE, [ragport.Grant("handbook", principal_ids=["alice"])])
     outsider = ragport.Authorization("alice", "tenant-2")
     embedder = CountingEmbedder()
-    with pytest.raises(ragport.ScopeError):
+    with pytest.raises(ragport.domain.errors.ScopeError):
         retrieve(store=store, embedder=embedder, authorization=outsider)
-    with pytest.raises(ragport.ScopeError):
+    with pytest.raises(ragport.domain.errors.ScopeError):
         retrieve(scopes=[SCOPE, FOREIGN], store=store, embedder=embedder, authorization=ALICE)
     assert embedder.calls == []
 
@@ -767,7 +767,7 @@ def test_gate_checks_a_derived_records_roots(
 # -- tombstones ----------------------------------------------------------------------------------
 
 
-def _tombstone(store: InMemoryStore, tombstone: ragport.Tombstone) -> None:
+def _tombstone(store: InMemoryStore, tombstone: ragport.domain.Tombstone) -> None:
     with store.unit_of_work(SCOPE) as uow:
         uow.tombstones.add([tombstone])
         uow.commit()
@@ -781,7 +781,7 @@ def test_forgotten_tombstone_withholds_even_stale_answers(
     stale = StaleQueryStore(store)
     stale.capture(SCOPE, "security badges vacation")
     assert "handbook#0001" in {s.record.id for s in stale.stale}
-    _tombstone(store, ragport.Tombstone(target, "forgotten"))
+    _tombstone(store, ragport.domain.Tombstone(target, "forgotten"))
 
     result = retrieve("security badges vacation", store=stale, top_k=32)
 
@@ -798,7 +798,7 @@ def test_forgotten_lineage_edge_withholds_derived(store: InMemoryStore) -> None:
     stale = StaleQueryStore(store)
     stale.capture(SCOPE, "summary of vacation days")
     assert "summary-1" in {s.record.id for s in stale.stale}
-    _tombstone(store, ragport.Tombstone("handbook", "forgotten"))
+    _tombstone(store, ragport.domain.Tombstone("handbook", "forgotten"))
     result = retrieve("summary of vacation days", store=stale, top_k=32)
     assert "summary-1" not in {h.id for h in result.hits}
 
@@ -807,7 +807,7 @@ def test_corrected_tombstone_does_not_withhold(store: InMemoryStore) -> None:
     """A corrected tombstone withholds nothing. If this fails, check list_invalidated_ids."""
     stale = StaleQueryStore(store)
     stale.capture(SCOPE, "security badges vacation")
-    _tombstone(store, ragport.Tombstone("handbook", "corrected"))
+    _tombstone(store, ragport.domain.Tombstone("handbook", "corrected"))
     assert sources(retrieve("security badges vacation", store=stale, top_k=32)) == {
         "handbook",
         "security",
@@ -825,7 +825,7 @@ class _HandsOutItsRows(InMemoryStore):
     """Declares no private_reads; with hand_out patched away its reads return its own rows."""
 
     @property
-    def capabilities(self) -> ragport.Capabilities:
+    def capabilities(self) -> ragport.domain.Capabilities:
         return attrs.evolve(super().capabilities, private_reads=False)
 
 
@@ -883,7 +883,7 @@ class _ReadLog(InMemoryStore):
         self.borrowed, self.reads = borrowed, []
 
     @property
-    def capabilities(self) -> ragport.Capabilities:
+    def capabilities(self) -> ragport.domain.Capabilities:
         return attrs.evolve(super().capabilities, borrowed_query=self.borrowed)
 
     def guarded_query(self, *args: Any, **kwargs: Any) -> Any:

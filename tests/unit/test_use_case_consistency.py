@@ -16,12 +16,15 @@ from ragport import (
     Grant,
     Hit,
     Limits,
-    PropagationError,
     Rename,
     RetrievalRequest,
     Runtime,
     Scope,
     ValidationError,
+)
+from ragport.adapters.embedders import HashEmbedder
+from ragport.adapters.memory import InMemoryStore
+from ragport.application import (
     apply_source_renames,
     create_deletion_propagator,
     replace_source,
@@ -29,8 +32,7 @@ from ragport import (
     rerank_hits,
     retrieve_context,
 )
-from ragport.adapters.embedders import HashEmbedder
-from ragport.adapters.memory import InMemoryStore
+from ragport.domain.errors import PropagationError
 
 SCOPE = Scope("t", "r", "c")
 EMB = HashEmbedder(64)

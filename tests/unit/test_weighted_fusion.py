@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 import ragport
-from ragport import Chunk, RetrievalRequest, Scope, replace_source, retrieve_context
+from ragport import Chunk, RetrievalRequest, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
+from ragport.application import replace_source, retrieve_context
 from ragport.domain.fusion import fuse_reciprocal_rank
 
 SCOPE = Scope("t", "r", "c")

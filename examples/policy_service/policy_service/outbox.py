@@ -58,12 +58,12 @@ def _apply(
     mirror: ChunkStore, embedder: Embedder, policy_id: str, body: str | None, title: str
 ) -> None:
     if body is None:  # retracted: the mirror forgets it (idempotent)
-        ragport.delete_source(source_id=policy_id, store=mirror, scope=MIRROR)
+        ragport.application.delete_source(source_id=policy_id, store=mirror, scope=MIRROR)
         return
     document = f"# {title}\n\n{body}\n"
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id=policy_id,
-        chunks=ragport.chunk_markdown(document, source_id=policy_id),
+        chunks=ragport.domain.chunk_markdown(document, source_id=policy_id),
         content_hash=hashlib.sha256(document.encode()).hexdigest(),  # a replay is skipped
         embedder=embedder,
         store=mirror,

@@ -43,9 +43,9 @@ def _grant(policy: Policy) -> ragport.Grant:
 
 def _write_text(uow: UnitOfWork, policy: Policy, embedder: Embedder) -> None:
     document = f"# {policy.title}\n\n{policy.body}\n"
-    ragport.replace_source(
+    ragport.application.replace_source(
         source_id=policy.policy_id,
-        chunks=ragport.chunk_markdown(document, source_id=policy.policy_id),
+        chunks=ragport.domain.chunk_markdown(document, source_id=policy.policy_id),
         content_hash=hashlib.sha256(document.encode()).hexdigest(),
         grant=_grant(policy),  # content and access in one write
         embedder=embedder,
@@ -115,7 +115,7 @@ def summarise(
     with uow:
         policy = _load(uow, policy_id)
         read_at = uow.corpus.current_generation(uow.scope)
-        ragport.index_derived(
+        ragport.application.index_derived(
             record_id=f"{policy_id}-summary",
             text=summarizer(policy.body),
             lineage=[policy_id],
@@ -134,7 +134,7 @@ def retract(uow: UnitOfWork, *, policy_id: str) -> None:
         policy.retract()
         uow.policies.save(policy)
         store, scope = uow.corpus, uow.scope
-        ragport.create_deletion_propagator(
+        ragport.application.create_deletion_propagator(
             scope=scope,
             store=store,
             authorization=None,
@@ -151,7 +151,7 @@ def ask(
     store: ChunkStore, question: str, *, user: str, groups: Sequence[str], embedder: Embedder
 ) -> list[str]:
     """The source ids ``user`` (in ``groups``) may be answered from, best first."""
-    result = ragport.retrieve_context(
+    result = ragport.application.retrieve_context(
         question,
         embedder=embedder,
         store=store,
