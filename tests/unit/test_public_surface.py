@@ -159,6 +159,19 @@ def test_the_snapshot_sees_a_changed_signature(monkeypatch):
     assert render() != before
 
 
+def test_docs_index_lists_every_top_level_name():
+    """docs/index.md names every name of ``ragport.__all__`` (it groups them for a newcomer).
+
+    If this fails, add the new top-level name to its group in docs/index.md, with one line.
+    """
+    import ragport
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "index.md").read_text(encoding="utf-8")
+    section = page.split("## The top level", 1)[1].split("\n## ", 1)[0]
+    missing = [name for name in ragport.__all__ if f"`{name}" not in section]
+    assert missing == []
+
+
 def main(argv: list[str]) -> int:
     if argv != ["--update"]:
         print(f"usage: {REGENERATE}", file=sys.stderr)
