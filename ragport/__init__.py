@@ -9,7 +9,7 @@ The top level is what a newcomer needs (docs/index.md groups it):
 - the facade: ``open_rag`` (a ``Rag`` over the stores of a URL) and ``Rag`` (every lifecycle
   operation as a typed method); ``ragport.aio.AsyncRag`` is the same as coroutines;
 - the values users construct: ``Scope``, ``Authorization``, ``Grant``, ``Chunk``, ``Rename``,
-  ``RetrievalRequest``, ``Runtime``, ``Limits``;
+  ``RetrievalRequest``, ``WriteOptions``, ``Runtime``, ``Limits``;
 - the results users read: ``RetrievalResult``, ``Hit``, ``Citation``, ``AccessDenial``,
   ``ReplaceResult``, ``SyncResult``;
 - the errors commonly caught, under ``RagportError`` (the whole tree: ``ragport.domain.errors``).
@@ -36,6 +36,7 @@ from ragport.application import (
     RetrievalResult,
     Runtime,
     SyncResult,
+    WriteOptions,
 )
 from ragport.bootstrap.stores import Rag, open_rag
 from ragport.domain import (
@@ -86,6 +87,7 @@ __all__ = [  # grouped in the module docstring and docs/index.md
     "StoreError",
     "SyncResult",
     "ValidationError",
+    "WriteOptions",
     "__version__",
     "open_rag",
 ]

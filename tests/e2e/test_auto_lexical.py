@@ -52,7 +52,7 @@ def _check(store: ChunkStore) -> None:
     assert store.capabilities.lexical_modes == ("bm25",)
     old = ragport.RetrievalRequest(lexical="fts", top_k=10)
     with pytest.warns(DeprecationWarning, match="'fts' is deprecated"):
-        renamed = ragport.retrieve_context(
+        renamed = ragport.application.retrieve_context(
             "number 7", embedder=EMB, store=store, scope=SCOPE, request=old
         )
     assert [(h.id, h.score) for h in renamed.hits] == [(h.id, h.score) for h in result.hits]

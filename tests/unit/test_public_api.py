@@ -27,7 +27,8 @@ EXPORTED = {
     # the facade (issue 42: the top level a newcomer reads in a minute; docs/index.md)
     "open_rag", "Rag",
     # values users construct
-    "Scope", "Authorization", "Grant", "Chunk", "Rename", "RetrievalRequest", "Runtime", "Limits",
+    "Scope", "Authorization", "Grant", "Chunk", "Rename", "RetrievalRequest", "WriteOptions",
+    "Runtime", "Limits",
     # results users read
     "RetrievalResult", "Hit", "Citation", "AccessDenial", "ReplaceResult", "SyncResult",
     # errors commonly caught (every error: ragport.domain.errors)
