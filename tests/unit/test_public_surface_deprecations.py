@@ -3,7 +3,8 @@
 ``ragport._MOVED`` maps each to the module it lives in now; ``ragport.__getattr__`` warns
 ``DeprecationWarning`` naming that home and returns the very object the home holds. The
 project itself never goes through these aliases (its code, tests, docs, examples and bench
-import from the home), so the warning a user sees is one their own code caused.
+import from the home: a scan below, and pyproject's pytest ``filterwarnings`` turns the warning
+into an error in every test), so the warning a user sees is one their own code caused.
 """
 
 from __future__ import annotations
