@@ -8,10 +8,12 @@ user's data directory, started on demand and reused by the next command.
 Exit codes: 0 ok, 1 some inputs failed or nothing was found, 2 usage (a bad option, value or
 configuration), 3 the store is unavailable, 4 the reranker failed or timed out (``RerankError``).
 
-The package: ``parser`` (every command's options and help), ``config`` (store, scope and
-embedder from options, environment and ``ragport.toml``), ``output`` (tables, JSON, exit
-codes), ``progress``, and one module per command group (``query``, ``ingest``,
-``lifecycle``, ``sync``, ``db``, ``demo``).
+The package: ``parser`` (the top-level parser and its global options, accepted before the
+command as well as after it), ``options`` (what the commands' subparsers share), ``config``
+(store, scope and embedder from options, environment and ``ragport.toml``), ``output``
+(tables, JSON, exit codes), ``progress``, and one module per command group (``query``,
+``evaluate``, ``ingest``, ``lifecycle``, ``sync``, ``db``, ``demo``), each registering its
+own subparsers (``register(sub, parents)``).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from ragport.bootstrap import (
 )
 from ragport.bootstrap.config import config_changes, config_disabled, locate_config
 from ragport.bootstrap.stores import is_memory_url
+from ragport.cli.options import Parents, command
 from ragport.cli.output import EXIT_OK, _json, _note, _table
 from ragport.domain.errors import (
     EmbedderMismatchError,
@@ -300,3 +301,10 @@ def _redact_url(url: str) -> str:
     credentials, at, host = rest.rpartition("@")
     user = credentials.split(":", 1)[0]
     return f"{scheme}://{user}{':***' if ':' in credentials else ''}{at}{host}"
+
+
+def register(sub: Any, parents: Parents) -> None:
+    """``config`` on ``sub``."""
+    config = command(sub, "config", "show the configuration in effect and where it came from",
+                     ["ragport config"], [parents.stored, parents.one_corpus, parents.json_out])  # fmt: skip
+    config.set_defaults(func=_config_show)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ragport.cli.config import _store_url, _stores
+from ragport.cli.options import Parents, command, group
 from ragport.cli.output import EXIT_OK, _json, _note, _print_json, _table
 from ragport.cli.settings import legacy_prefix
 
@@ -132,3 +134,52 @@ def _db_status(args: argparse.Namespace) -> int:
     else:
         _table(["field", "value"], [(k, v) for k, v in _json.unstructure(status).items()])
     return EXIT_OK
+
+
+def register(sub: Any, parents: Parents) -> None:
+    """``db upgrade|dump|restore|copy|stop|status`` on ``sub``."""
+    stored = parents.stored
+    db_sub = group(sub, "db", "database administration", "Database administration.", "db_command")
+    upgrade = command(db_sub, "upgrade", "apply schema migrations",
+                      ["ragport db upgrade --store postgresql://me@db/rag",
+                       "ragport db upgrade --store postgresql://me@db/rag --partitions 16",
+                       "ragport db upgrade --store postgresql://me@db/rag --sql",
+                       "ragport db upgrade --store postgresql://me@db/rag --extension-schema ext"],
+                      [stored])  # fmt: skip
+    upgrade.add_argument(
+        "--partitions",
+        type=int,
+        help="create the tables PARTITION BY HASH (tenant_id) in N partitions (default: none)",
+    )
+    upgrade.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the pending migrations' SQL (one transaction, for psql) and apply nothing",
+    )
+    upgrade.add_argument(
+        "--extension-schema",
+        metavar="SCHEMA",
+        help="create the vector extension in SCHEMA when the database lacks it (default: the "
+        "first schema of the search_path); an installed extension is used where it is",
+    )
+    upgrade.set_defaults(func=_db_upgrade)
+    dump = command(db_sub, "dump", "pg_dump ragport's schema to PATH (custom format)",
+                   ["ragport db dump backup.dump"], [stored])  # fmt: skip
+    dump.add_argument("path", help="the dump file to write")
+    dump.set_defaults(func=_db_dump)
+    restore = command(db_sub, "restore", "pg_restore a dump into a server without that schema",
+                      ["ragport db restore backup.dump --store postgresql://me@db/rag"],
+                      [stored])  # fmt: skip
+    restore.add_argument("path", help="the dump file to read")
+    restore.set_defaults(func=_db_restore)
+    copy = command(db_sub, "copy", "copy ragport's schema to another server (dump + restore)",
+                   ["ragport db copy --to postgresql://me@db/rag"], [stored])  # fmt: skip
+    copy.add_argument("--to", required=True, help="postgresql://... of the target server")
+    copy.set_defaults(func=_db_copy)
+    stop = command(db_sub, "stop", "stop the embedded PostgreSQL server", ["ragport db stop"])
+    stop.set_defaults(func=_db_stop)
+    dbstatus = command(
+        db_sub, "status", "which embedded server, which binaries, which data directory, how big",
+        ["ragport db status"], [parents.json_out],
+    )  # fmt: skip
+    dbstatus.set_defaults(func=_db_status)

@@ -24,6 +24,7 @@ from ragport.bootstrap.demo import (
     run_demo,
 )
 from ragport.cli.config import _config, _store_url
+from ragport.cli.options import Parents, command
 from ragport.cli.output import EXIT_OK, _print_json
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import check_limit
@@ -249,3 +250,23 @@ def _demo(args: argparse.Namespace) -> int:
     else:
         print(f"\ndone: {len(steps)} steps in {seconds:.1f} s")
     return EXIT_OK
+
+
+def register(sub: Any, parents: Parents) -> None:
+    """``demo`` on ``sub``."""
+    demo = command(sub, "demo", "run the bundled corpus through every guarantee, step by step",
+                   ["ragport demo", "ragport demo --store memory:// --embedder hash --json",
+                    "ragport demo --clean"], [parents.embed, parents.json_out])  # fmt: skip
+    demo.add_argument(
+        "--store",
+        help="memory://, postgresql://... or embedded (default: RAGPORT_STORE, ragport.toml, "
+        "else the embedded server); the demo writes only to schema ragport_demo, emptied first",
+    )
+    demo.add_argument("--tenant", help="tenant id (default: ragport.toml, else local)")
+    demo.add_argument("--resource", help="resource id (default: ragport.toml, else default)")
+    demo.add_argument("--query", action="append", help="a question to ask in step 2 (repeatable)")
+    demo.add_argument("--top-k", type=int, default=3, help="hits per question")
+    demo.add_argument("--size", type=int, default=400, help="chunk size in characters")
+    demo.add_argument("--overlap", type=int, default=40, help="chunk overlap in characters")
+    demo.add_argument("--clean", action="store_true", help="remove the demo's data and exit")
+    demo.set_defaults(func=_demo)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +31,7 @@ from ragport.bootstrap.evaluate import (
 )
 from ragport.bootstrap.evaluate import MAX_FILE_BYTES as MAX_FILE_BYTES  # its old home
 from ragport.cli.config import _config, _embedder, _scope, _stores
+from ragport.cli.options import Parents, command
 from ragport.cli.output import EXIT_OK, NothingFound, _note, _print_json, _table
 from ragport.cli.query import _lexical_for, _rerank_config
 from ragport.domain.errors import ValidationError
@@ -245,12 +246,11 @@ def _eval(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_eval_command(
-    sub: Any, make: Callable[..., argparse.ArgumentParser], parents: Sequence[Any]
-) -> None:
-    """Register ``ragport eval`` on ``sub`` (``make`` is parser.py's ``_sub``)."""
-    p = make(sub, "eval", "score retrieval on judged queries: recall@k, MRR@10, nDCG@10, latency",
-             list(EXAMPLES), parents)  # fmt: skip
+def register(sub: Any, parents: Parents) -> None:
+    """``eval`` on ``sub``."""
+    p = command(sub, "eval",
+                "score retrieval on judged queries: recall@k, MRR@10, nDCG@10, latency",
+                list(EXAMPLES), [parents.common, parents.json_out])  # fmt: skip
     p.add_argument("queries", help='queries as JSONL, {"id": ..., "text": ...} a line')
     p.add_argument("qrels", help="judgments: TREC (qid 0 docid grade) or TSV (qid, docid, grade)")
     p.add_argument("--k", type=int, default=10, help=f"recall cut-off, at most {HARD_LIMITS.top_k}")

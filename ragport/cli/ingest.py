@@ -30,9 +30,20 @@ from ragport.cli.config import (
     _scope,
     _stores,
 )
+from ragport.cli.options import (
+    ENCODING_HELP,
+    MAX_BYTES_HELP,
+    OVERLAP_HELP,
+    SIZE_HELP,
+    TIMEOUT_HELP,
+    WALL_TIMEOUT_HELP,
+    Parents,
+    command,
+)
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, _json, _note
 from ragport.cli.progress import track, wanted
 from ragport.cli.settings import CorpusOptions, corpus_options, record
+from ragport.domain.documents import DOCUMENT_SUFFIXES
 from ragport.domain.errors import (
     ValidationError,
 )
@@ -312,3 +323,36 @@ def _summary(
         print("skipped (not a supported type):")
         for path in skipped:
             print(f"  {_shown(path, root)}")
+
+
+def register(sub: Any, parents: Parents) -> None:
+    """``ingest`` on ``sub``."""
+    ingest = command(
+        sub, "ingest",
+        "ingest documents (" + " ".join(DOCUMENT_SUFFIXES) + "; folders walked)",
+        ["ragport ingest docs/ --corpus handbook", "ragport ingest a.md b.pdf --json"],
+        [parents.common, parents.json_out],
+    )  # fmt: skip
+    ingest.add_argument("paths", nargs="+", help="files and folders to ingest")
+    ingest.add_argument(
+        "--root",
+        help="corpus root: ids are paths relative to it (default: recorded, or common folder)",
+    )
+    ingest.add_argument("--size", type=int, default=None, help=SIZE_HELP)
+    ingest.add_argument("--overlap", type=int, default=None, help=OVERLAP_HELP)
+    ingest.add_argument("--max-bytes", type=int, default=None, help=MAX_BYTES_HELP)
+    ingest.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
+    ingest.add_argument("--wall-timeout", type=float, default=None, help=WALL_TIMEOUT_HELP)
+    ingest.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="parse threads of the pipelined ingest, 1..32 (1: one file after another; "
+        "default: the cores, 2 to 8)",
+    )
+    ingest.add_argument("--encoding", help=ENCODING_HELP)
+    ingest.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="name each file a folder walk skipped for its type (the summary counts them)",
+    )  # fmt: skip
+    ingest.set_defaults(func=_ingest)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import attrs
 
@@ -32,6 +32,7 @@ from ragport.bootstrap import (
     reindex_corpus,
 )
 from ragport.cli.config import _scope, _stores
+from ragport.cli.options import Parents, command, group
 from ragport.cli.output import (
     EXIT_FAILED,
     EXIT_OK,
@@ -46,6 +47,7 @@ from ragport.cli.progress import track, wanted
 from ragport.domain.errors import (
     ValidationError,
 )
+from ragport.domain.limits import HARD_LIMITS
 from ragport.domain.model import Authorization, Grant, Scope
 from ragport.ports.capabilities import supports
 from ragport.ports.history import SupportsGenerationHistory, check_history_args
@@ -540,3 +542,133 @@ def _reindex(args: argparse.Namespace) -> int:
             f"re-embedded with {embedder.id}; visible at generation {result.generation}"
         )
     return EXIT_OK
+
+
+def register(sub: Any, parents: Parents) -> None:
+    """``delete``, ``forget``, ``readmit``, ``status``, ``sources``, ``grants set|show``,
+    ``generations``, ``rollback``, ``compact`` and ``reindex`` on ``sub``."""
+    corpus_only, json_out = parents.corpus_only, parents.json_out
+    delete = command(
+        sub, "delete", "retire every record of one or more sources (a new generation)",
+        ["ragport delete guides/old.md --corpus handbook", "ragport delete --prefix drafts/ --yes"],
+        [corpus_only, json_out],
+    )  # fmt: skip
+    delete.add_argument("source_id", nargs="*", help="source ids (as `ragport sources` lists)")
+    delete.add_argument("--prefix", help="also every source whose id starts with this")
+    delete.add_argument("--yes", action="store_true", help="do not ask before a --prefix delete")
+    delete.set_defaults(func=_delete)
+
+    forget = command(
+        sub, "forget",
+        "forget a source everywhere: tombstone it and what rests on it, remove its rows",
+        ["ragport forget leave.md --corpus handbook",
+         "ragport forget leave.md --principal admin --corpus handbook"],
+        [corpus_only, json_out],
+    )  # fmt: skip
+    forget.add_argument("source_id", help="the source id")
+    forget.add_argument(
+        "--principal",
+        help="who forgets (needs a grant on the source); default: the corpus's owner, "
+        "as for delete",
+    )
+    forget.add_argument("--group", action="append", help="a group of the principal (repeatable)")
+    forget.set_defaults(func=_forget)
+
+    readmit = command(
+        sub, "readmit",
+        "let a forgotten id be written again (audited): purges what is left of its forgotten "
+        "content and revokes its grant; ingest it again afterwards",
+        ["ragport readmit leave.md --corpus handbook"],
+        [corpus_only, json_out],
+    )  # fmt: skip
+    readmit.add_argument("source_id", help="the forgotten source id")
+    readmit.set_defaults(func=_readmit)
+
+    status = command(sub, "status", "ingestion status of a corpus",
+                     ["ragport status --corpus handbook"], [corpus_only, json_out])  # fmt: skip
+    status.add_argument(
+        "--limit", type=int, default=50, help=f"rows per page, at most {HARD_LIMITS.status_page}"
+    )
+    status.add_argument("--cursor", help="continue after this page (printed as `more:`)")
+    status.set_defaults(func=_status)
+
+    sources = command(
+        sub, "sources",
+        "every source of a corpus: chunks, generation, content hash, embedder",
+        ["ragport sources --corpus handbook", "ragport sources --limit 100 --cursor guides/z.md"],
+        [corpus_only, json_out],
+    )  # fmt: skip
+    sources.add_argument("--limit", type=int, help="rows per page (default: all)")
+    sources.add_argument("--cursor", help="start after this source id")
+    sources.set_defaults(func=_sources)
+
+    _register_grants(sub, parents)
+    _register_history(sub, parents)
+
+
+def _register_grants(sub: Any, parents: Parents) -> None:
+    grants_sub = group(
+        sub, "grants", "read and set who may see a source", "Read and set who may see a source.",
+        "grants_command",
+    )  # fmt: skip
+    gset = command(
+        grants_sub, "set", "replace the grant of a source (or of every source under --prefix)",
+        ["ragport grants set leave.md --principal alice --group staff --corpus handbook",
+         "ragport grants set --prefix hr/ --group hr --corpus handbook --yes"],
+        [parents.corpus_only],
+    )  # fmt: skip
+    gset.add_argument("source_id", nargs="?", help="the source id")
+    gset.add_argument("--prefix", help="every source whose id starts with this (asks first)")
+    gset.add_argument("--yes", action="store_true", help="do not ask before a --prefix set")
+    gset.add_argument("--principal", action="append", help="a principal id (repeatable)")
+    gset.add_argument("--group", action="append", help="a group id (repeatable)")
+    gset.add_argument("--access-version", type=int, default=1, help="the grant's access version")
+    gset.set_defaults(func=_grants_set)
+    gshow = command(grants_sub, "show", "show the grants of sources (default: every source)",
+                    ["ragport grants show --corpus handbook"],
+                    [parents.corpus_only, parents.json_out])  # fmt: skip
+    gshow.add_argument("source_id", nargs="*", help="source ids (default: every source)")
+    gshow.set_defaults(func=_grants_show)
+
+
+def _register_history(sub: Any, parents: Parents) -> None:
+    corpus_only, json_out = parents.corpus_only, parents.json_out
+    generations = command(
+        sub, "generations",
+        "the generation pointer, the counter, and the sources each recent generation wrote and retired",
+        ["ragport generations --corpus handbook"], [corpus_only, json_out],
+    )  # fmt: skip
+    generations.add_argument(
+        "--limit", type=int, default=10, help="recent generations shown, at most 1000"
+    )
+    generations.add_argument(
+        "--max-ids", type=int, default=20,
+        help="source ids listed per generation and kind (the counts stay whole), at most 10000",
+    )  # fmt: skip
+    generations.set_defaults(func=_generations)
+
+    rollback = command(sub, "rollback", "show the corpus as it was at generation N",
+                       ["ragport rollback --to 3 --corpus handbook --yes"],
+                       [corpus_only, json_out])  # fmt: skip
+    rollback.add_argument("--to", type=int, required=True, help="the generation to go back to")
+    rollback.add_argument("--yes", action="store_true", help="do not ask before rolling back")
+    rollback.set_defaults(func=_rollback)
+
+    compact = command(
+        sub, "compact",
+        "physically remove retired rows (and their text) older than the last N generations",
+        ["ragport compact --keep 2 --corpus handbook --yes"], [corpus_only, json_out],
+    )  # fmt: skip
+    compact.add_argument("--keep", type=int, default=1, help="generations kept for rollback")
+    compact.add_argument("--yes", action="store_true", help="do not ask before removing rows")
+    compact.set_defaults(func=_compact)
+
+    reindex = command(
+        sub, "reindex",
+        "re-embed a corpus under another embedder (old vectors serve until the new commit)",
+        ["ragport reindex --embedder minilm --corpus handbook"], [corpus_only, json_out],
+    )  # fmt: skip
+    reindex.add_argument(
+        "--embedder", required=True, help="the new embedder: minilm, hash or a plugin's name"
+    )
+    reindex.set_defaults(func=_reindex)

@@ -18,6 +18,7 @@ from ragport.application import (
 from ragport.application.retrieval_request import DEPRECATED_LEXICAL_MODES, RetrievalRequest
 from ragport.bootstrap import Stores
 from ragport.cli.config import _embedder, _scope, _stores
+from ragport.cli.options import MODES, Parents, command
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, NothingFound, _json, _note, _print_json, _table
 from ragport.domain.errors import (
     RerankError,
@@ -415,3 +416,89 @@ def _mcp(args: argparse.Namespace) -> int:
             authorization=authorization,
         ).run("stdio")
     return EXIT_OK
+
+
+def register(sub: Any, parents: Parents) -> None:
+    """``query`` on ``sub``."""
+    query = command(
+        sub, "query", "retrieve cited context from one or more corpora",
+        [
+            'ragport query "parental leave" --corpus handbook',
+            'ragport query "leave" --mode hybrid --lexical-weight 2 --top-k 10',
+            'ragport query "leave" --principal alice --group staff --filter \'{"lang": "en"}\'',
+            'ragport query "leave" --corpus handbook --corpus wiki --json',
+        ],
+        [parents.stored, parents.embed, parents.json_out],
+    )  # fmt: skip
+    query.add_argument("text", help="the query")
+    query.add_argument(
+        "--corpus", action="append", default=[],
+        help="corpus to search (repeatable; default: ragport.toml, else default)",
+    )  # fmt: skip
+    query.set_defaults(corpus_many=True)
+    query.add_argument(
+        "--top-k", type=int, default=None,
+        help=f"hits to return, at most {HARD_LIMITS.top_k} (default: ragport.toml, else 5)",
+    )  # fmt: skip
+    query.add_argument(
+        "--max-tokens", type=int,
+        help=f"context budget in tokens (default: {TOKENS_PER_HIT} per hit, "
+        f"{DEFAULT_LIMITS.context_tokens} to {HARD_LIMITS.context_tokens})",
+    )  # fmt: skip
+    query.add_argument(
+        "--mode", choices=MODES,
+        help="vector only, lexical only, or hybrid (fused) retrieval "
+        "(default: ragport.toml, else vector)",
+    )  # fmt: skip
+    query.add_argument(
+        "--lexical",
+        help="lexical index for --mode lexical|hybrid: one the store offers (bm25 on both "
+        "built-in stores; fts, PostgreSQL's old name, is deprecated) (default: the store's "
+        "first)",
+    )
+    query.add_argument(
+        "--vector-weight", type=float, default=1.0, help="weight of the vector leg in fusion"
+    )
+    query.add_argument(
+        "--lexical-weight", type=float, default=1.0, help="weight of the lexical leg in fusion"
+    )
+    query.add_argument("--filter", help="metadata filter as JSON (docs/access-control.md)")
+    query.add_argument(
+        "--under", metavar="FOLDER",
+        help="only sources under this folder (their path relative to the corpus root, "
+        "e.g. docs/guides/)",
+    )  # fmt: skip
+    query.add_argument("--principal", help="retrieve as this principal (grants enforced)")
+    query.add_argument(
+        "--keep-duplicates", action="store_true",
+        help="show every copy of the same text (default: the best-ranked copy only)",
+    )  # fmt: skip
+    query.add_argument("--group", action="append", help="a group of the principal (repeatable)")
+    query.add_argument(
+        "--rerank",
+        help="reranker kind: local, embedding, tei, openai-compatible, voyage, fake, none "
+        "(default: ragport.toml, else none)",
+    )
+    query.add_argument(
+        "--rerank-option", action="append", metavar="KEY=VALUE",
+        help="a reranker option, e.g. model=... or base_url=... (repeatable; the API key "
+        "comes from RAGPORT_RERANK_API_KEY)",
+    )  # fmt: skip
+    query.add_argument(
+        "--rerank-timeout", type=float, metavar="SECONDS",
+        help="time budget of the reranker, above 0 and at most "
+        f"{HARD_LIMITS.rerank_ms // 1000} (default: {DEFAULT_LIMITS.local_rerank_ms // 1000} "
+        f"for local and embedding, {DEFAULT_LIMITS.rerank_ms / 1000:g} for the others); "
+        "past it: RerankError, exit 4",
+    )  # fmt: skip
+    query.set_defaults(func=_query)
+
+
+def register_mcp(sub: Any, parents: Parents) -> None:
+    """``mcp`` on ``sub``."""
+    mcp = command(sub, "mcp", "serve search over MCP (stdio)",
+                  ["ragport mcp --corpus handbook --principal alice --group staff"],
+                  [parents.common])  # fmt: skip
+    mcp.add_argument("--principal", help="the caller every search runs as (grants enforced)")
+    mcp.add_argument("--group", action="append", help="a group of the principal (repeatable)")
+    mcp.set_defaults(func=_mcp)

@@ -28,6 +28,17 @@ from ragport.bootstrap import (
 from ragport.bootstrap.ingest import check_workers, default_workers
 from ragport.cli.config import _embedder, _limits, _scope, _stores
 from ragport.cli.ingest import DECODE_HINT, _generation_line, _text_encoding
+from ragport.cli.options import (
+    ENCODING_HELP,
+    MAX_BYTES_HELP,
+    OVERLAP_HELP,
+    SIZE_HELP,
+    TIMEOUT_HELP,
+    WALL_TIMEOUT_HELP,
+    Parents,
+    command,
+    group,
+)
 from ragport.cli.output import _json
 from ragport.cli.progress import track, wanted
 from ragport.cli.settings import corpus_options, record
@@ -242,3 +253,65 @@ def _sync_drive(args: argparse.Namespace) -> int:
         )
 
     return _sync_run(args, connector_for)
+
+
+def register(sub: Any, parents: Parents) -> None:
+    """``sync folder|drive`` on ``sub``."""
+    sync_sub = group(
+        sub, "sync", "keep a corpus equal to a folder or a Google Drive",
+        "Keep a corpus equal to a folder or a Google Drive (docs/sync.md).", "sync_command",
+    )  # fmt: skip
+    sync_common = argparse.ArgumentParser(
+        add_help=False, parents=[parents.common, parents.json_out]
+    )
+    sync_common.add_argument("--size", type=int, default=None, help=SIZE_HELP)
+    sync_common.add_argument("--overlap", type=int, default=None, help=OVERLAP_HELP)
+    sync_common.add_argument("--max-bytes", type=int, default=None, help=MAX_BYTES_HELP)
+    sync_common.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
+    sync_common.add_argument("--wall-timeout", type=float, default=None, help=WALL_TIMEOUT_HELP)
+    sync_common.add_argument(
+        "--max-pages", type=int,
+        help="stop after N committed pages; the next run continues (default: until done)",
+    )  # fmt: skip
+    sync_common.add_argument(
+        "--workers", type=int, default=None,
+        help="items of a page loaded and parsed at once, 1..32 (default: the cores, 2 to 8, "
+        "for a folder; 1 for a Drive)",
+    )  # fmt: skip
+    folder = command(
+        sync_sub, "folder",
+        "sync a local folder: new and edited files upserted, removed ones deleted "
+        "(ids: paths relative to it)",
+        ["ragport sync folder handbook/ --corpus handbook",
+         "ragport sync folder handbook/ --corpus handbook --json"],
+        [sync_common],
+    )  # fmt: skip
+    folder.add_argument("path", help="the folder to keep the corpus equal to")
+    folder.add_argument(
+        "--page-size", type=int, default=50,
+        help="files per committed page (1..10000): an interrupt loses at most one page",
+    )  # fmt: skip
+    folder.add_argument("--encoding", help=ENCODING_HELP)
+    folder.set_defaults(func=_sync_folder)
+    drive = command(
+        sync_sub, "drive",
+        "sync a Google Drive folder (with its subfolders) or a shared drive",
+        ["RAGPORT_DRIVE_ACCESS_TOKEN=... ragport sync drive --folder 1AbC --corpus team"],
+        [sync_common],
+    )  # fmt: skip
+    drive.add_argument("--folder", help="Drive folder id, its subfolders included (default: none)")
+    drive.add_argument("--shared-drive", help="shared drive id (default: none)")
+    drive.add_argument(
+        "--token-env",
+        default="RAGPORT_DRIVE_ACCESS_TOKEN",
+        help="environment variable holding the OAuth access token",
+    )
+    drive.add_argument(
+        "--max-list-requests", type=int, metavar="N",
+        help="Drive listing requests (pages, look-ups) one run may send (default: 10000, at "
+        "most 1000000); past it the run stops with a LoadError, exit 1, and the next run "
+        "continues from the last committed page",
+    )  # fmt: skip
+    drive.add_argument("--base-url", default="https://www.googleapis.com", help=argparse.SUPPRESS)
+    drive.add_argument("--allow-loopback", action="store_true", help=argparse.SUPPRESS)
+    drive.set_defaults(func=_sync_drive)

@@ -192,7 +192,7 @@ def test_demo_answers_a_question_of_ones_own_from_the_leave_policy(capsys):
     """`--query` replaces the three questions; the parental-leave one is answered from the
     leave policy's first version.
 
-    If this fails, check the HashEmbedder features or the demo chunk size in ragport/cli/parser.py.
+    If this fails, check the HashEmbedder features or the demo chunk size in ragport/cli/demo.py (register).
     """
     run = _demo_json(
         capsys, "--store", "memory://", "--query", "How many weeks of parental leave at full pay?"

@@ -151,7 +151,7 @@ def test_flags_go_up_to_the_configured_ceiling_and_no_further(tmp_path, monkeypa
     """--max-bytes and --timeout past the ceiling in effect are exit 2 naming the flag, before
     any store opens; under raised [limits] the same values are accepted.
 
-    If this fails, check _limits in ragport/cli/config.py and the flags in ragport/cli/parser.py.
+    If this fails, check _limits in ragport/cli/config.py and the flags in ragport/cli/ingest.py (register).
     """
     monkeypatch.chdir(tmp_path)
     (tmp_path / "docs").mkdir()

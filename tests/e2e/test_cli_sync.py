@@ -241,7 +241,7 @@ def test_sync_drive_stops_an_endless_listing_at_max_list_requests(serve, monkeyp
     --max-list-requests 30` stops with a LoadError naming the budget (exit 1), not a run that
     pages for ever; the help names the default.
 
-    If this fails, check --max-list-requests in ragport/cli/parser.py and _sync_drive.
+    If this fails, check --max-list-requests in ragport/cli/sync.py (register) and _sync_drive.
     """
     from fake_drive import FOLDER, FakeDrive
 

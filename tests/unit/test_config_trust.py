@@ -170,7 +170,7 @@ def test_no_config_ignores_every_file(
     """--no-config (before or after the command) or RAGPORT_NO_CONFIG reads no ragport.toml:
     neither the one found upward nor the user's own; nothing is announced.
 
-    If this fails, check _no_config in ragport/cli/config.py and --no-config in parser.py."""
+    If this fails, check _no_config in ragport/cli/config.py and --no-config in ragport/cli/options.py."""
     _toml(tree / "home" / "work", PLANTED)
     own = tree / "home" / ".config" / "ragport"
     own.mkdir(parents=True)
