@@ -30,7 +30,17 @@ from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory.backend import MemoryBackend
 from ragport.engine import BackendStore
 
-WORDS = "policy leave payment approval security access review contract warehouse".split()
+WORDS = [
+    "policy",
+    "leave",
+    "payment",
+    "approval",
+    "security",
+    "access",
+    "review",
+    "contract",
+    "warehouse",
+]
 
 
 class _Counted:
