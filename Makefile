@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: test demo install lint typecheck layers pytest bench bench-quick clean
+.PHONY: test demo install lint typecheck layers pytest bench bench-quick bench-peers bench-peers-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,5 +62,32 @@ bench-quick: install
 	$(BIN)/python -m pip install --quiet $(BENCH_DEPS)
 	$(BIN)/python bench/run_all.py --quick $(BENCH_ARGS)
 
+# The peer benchmark (issue 45, bench/bench_peers.py): LangChain, LlamaIndex and Haystack on
+# PostgreSQL + pgvector run in their own venv, never in ragport's install or its extras; the
+# driver and ragport's worker run in $(VENV). bench-peers is the 20,000-chunk run (about half an
+# hour on 2 cores), bench-peers-quick a few hundred chunks (a minute or two); PEERS_ARGS adds
+# options (e.g. PEERS_ARGS='--chunks 200000 --name peers_200k').
+PEERS_VENV ?= .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
+PEERS_DEPS := 'langchain-postgres>=0.0.17,<0.1' 'langchain-classic>=1.0,<2' \
+	'langchain-core>=1.0,<2' 'llama-index-core>=0.14,<0.15' \
+	'llama-index-vector-stores-postgres>=0.7,<1' 'haystack-ai>=2.20,<4' \
+	'pgvector-haystack>=8,<9' 'numpy>=1.26,<3' 'psycopg[binary]>=3.2,<4' \
+	'psycopg2-binary>=2.9,<3' 'asyncpg>=0.29,<1'
+
+$(PEERS_STAMP): Makefile
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet $(PEERS_DEPS)
+	touch $(PEERS_STAMP)
+
+bench-peers: install $(PEERS_STAMP)
+	$(BIN)/python bench/bench_peers.py --chunks 20000 --peers-python $(PEERS_VENV)/bin/python $(PEERS_ARGS)
+	$(BIN)/python bench/render_results.py
+
+bench-peers-quick: install $(PEERS_STAMP)
+	$(BIN)/python bench/bench_peers.py --quick --peers-python $(PEERS_VENV)/bin/python $(PEERS_ARGS)
+	$(BIN)/python bench/render_results.py
+
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(PEERS_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
