@@ -166,6 +166,122 @@ def render_section(
     return lines
 
 
+PEER_NAMES = (("ragport", "ragport"), ("langchain", "LangChain"), ("llamaindex", "LlamaIndex"),
+              ("haystack", "Haystack"))  # fmt: skip
+PEER_ROWS = (
+    ("1 ingest, chunks/s", "ingest_chunks_per_s", None),
+    ("2 update one source (10 -> 8 chunks), ms", "update_ms", None),
+    ("4 delete one source, ms", "delete_ms", None),
+    ("5 vector top-10, ms (recall@10)", "vector_ms", "vector_recall"),
+    ("5 filtered by tag (1%), ms (recall@10)", "filter_ms", "filter_recall"),
+    ("6 hybrid top-10, p50 ms", "hybrid_ms", None),
+    ("6 hybrid top-10, p95 ms", "hybrid_p95_ms", None),
+    ("6 own hybrid on Cranfield, nDCG@10", "cranfield_ndcg", None),
+    ("7 access-checked top-10, ms (recall@10)", "access_ms", "access_recall"),
+    (
+        "7 the same rows by a metadata filter, ms (recall@10)",
+        "group_filter_ms",
+        "group_filter_recall",
+    ),
+)
+
+
+def _peer_cell(rows: Mapping[str, Any], name: str, key: str, extra: str | None) -> str:
+    row = rows.get(name)
+    if row is None or row.get(key) is None:
+        return "–"
+    parts = []
+    mine = rows.get("ragport", {}).get(key)
+    if name != "ragport" and mine and not key.startswith("cranfield"):
+        parts.append(f"{fmt(row[key] / mine)}x")
+    if extra and row.get(extra) is not None:
+        parts.append(fmt(row[extra]))
+    return fmt(row[key]) + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _peer_table(report: Mapping[str, Any]) -> list[str]:
+    d = report.get("details", {})
+    rows, checks = d.get("rows", {}), d.get("correctness", {})
+    names = [(k, label) for k, label in PEER_NAMES if k in rows]
+    lines = [
+        f"{d.get('chunks', 0):,} chunks ({d.get('sources', 0):,} sources), {d.get('queries')} "
+        f"queries; `{report['command']}`, {report['machine'].get('date')}, commit "
+        f"{report['machine'].get('commit')}; load average "
+        f"{', '.join(fmt(x) for x in d.get('load_average', {}).get('start', []))} at the start.",
+        "",
+        "| Workload (median) | " + " | ".join(label for _k, label in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for label, key, extra in PEER_ROWS:
+        cells = [_peer_cell(rows, k, key, extra) for k, _l in names]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    wrong = []
+    for k, _l in names:
+        c = checks.get(k, {})
+        a = c.get("w3_answers", {})
+        wrong.append(
+            f"{a.get('mixed', 0)} mixed, {a.get('empty', 0)} empty, {a.get('partial', 0)} partial"
+            f" of {sum(a.values())}"
+        )
+    lines.append("| 3 reader during updates: wrong answers | " + " | ".join(wrong) + " |")
+    other = []
+    for k, _l in names:
+        c = checks.get(k, {})
+        other.append(
+            f"{c.get('w2_wrong_sources')} / {c.get('w4_wrong_sources')} / {c.get('w7_leaks')}"
+            f" / {fmt(c.get('vector_min_cosine'))}"
+        )
+    lines.append(
+        "| 2 sources not exactly new / 4 deleted still found / 7 leaked hits / min cosine of "
+        "stored vectors | " + " | ".join(other) + " |"
+    )
+    return lines
+
+
+def render_peers(
+    script: str, title: str, runs: Mapping[str, Mapping[str, Any]], large: Mapping[str, Any] | None
+) -> list[str]:
+    """The peer benchmark: one table per size with the systems side by side (each peer's
+    ratio to ragport in brackets, latency above 1x slower), then its targets per size."""
+    full, quick = runs.get("full"), runs.get("quick")
+    lines = [f"## {title} (`bench/{script}`)", ""]
+    reports = [r for r in (full, large) if r is not None]
+    if not reports and quick is None:
+        return [*lines, "Not run: no JSON in `bench/results/`.", ""]
+    lines.append(
+        "In brackets: each peer's figure over ragport's in the same run (latency: above 1x is"
+        " slower than ragport; chunks/s: above 1x faster), then recall@10 against exact numpy."
+        " How each system is used: the docstrings of `bench/peers/sys_*.py`; what is not"
+        " comparable: docs/comparison.md."
+    )
+    for report in reports or [quick]:
+        lines += ["", *_peer_table(report)]
+    lines += [
+        "",
+        "| Target | "
+        + " | ".join(
+            f"{r['details'].get('chunks', 0) // 1000}k{' (quick)' if r.get('quick') else ''}"
+            for r in reports or [quick]
+        )
+        + " |",
+        "|---|" + "---|" * len(reports or [quick]),
+    ]
+    first = (reports or [quick])[0]
+    for i, t in enumerate(first.get("targets", [])):
+        cells = []
+        for r in reports or [quick]:
+            rt = r.get("targets", [])
+            t2 = rt[i] if i < len(rt) else None
+            cells.append("–" if t2 is None else f"{fmt(t2.get('value'))} ({_met(t2)})")
+        lines.append(
+            f"| {t['figure']} {OP_TEXT[t['op']]} {fmt(t['bound'])} | " + " | ".join(cells) + " |"
+        )
+    if reports and quick is not None:
+        lines += ["", _run_line("Quick", quick, "") + " (tables of the quick run: in its JSON)."]
+    lines.append("")
+    return lines
+
+
 def machines(found: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
     keys = ("cores", "memory_gb", "cpu", "python", "postgresql", "pgvector")
     groups: dict[tuple[str, ...], list[str]] = {}
@@ -195,6 +311,10 @@ def render(results: Path) -> str:
     found = load(results)
     lines = [HEADER, *machines(found)]
     for name, script, title, full_args, quick_args in BENCHMARKS:
+        if name == "peers":
+            large = found.get("peers_200k", {}).get("full")
+            lines += render_peers(script, title, found.get(name, {}), large)
+            continue
         lines += render_section(script, title, full_args, quick_args, found.get(name, {}))
     return "\n".join(lines).rstrip("\n") + "\n"
 

@@ -182,6 +182,15 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
         ("--sources", "40", "--rounds", "1"),
     ),
     (
+        "peers",
+        "bench_peers.py",
+        "Peers: ragport, LangChain, LlamaIndex and Haystack on one PostgreSQL",
+        # the peers run in .venv-peers (make bench-peers creates it); without it, ragport only.
+        # The 200,000-chunk run (hours) is by hand: --chunks 200000 (result peers_200k)
+        ("--chunks", "20000"),
+        ("--quick",),
+    ),
+    (
         "generation_history",
         "bench_generation_history.py",
         "ragport generations: the store's generation history",

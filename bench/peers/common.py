@@ -39,6 +39,9 @@ EF_SEARCH = 200
 SEED = 20261207
 QUERY_WORDS = 6
 KINDS = ("vector", "filter", "hybrid", "access")
+RAGPORT_KINDS = ("group_filter",)
+"""ragport only: workload 7's rows (the user's two groups) by a metadata filter instead of
+grants, the same query with and without the access check."""
 WORD = re.compile(r"\w+")
 
 

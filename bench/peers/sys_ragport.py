@@ -116,6 +116,9 @@ class System:
         authorization = None
         if kind == "filter":
             request = RetrievalRequest(top_k=TOP_K, metadata_filter={"tag": q["tag"]})
+        elif kind == "group_filter":  # workload 7's rows by a metadata filter, not grants
+            groups = {"owner_group": {"$in": list(q["groups"])}}
+            request = RetrievalRequest(top_k=TOP_K, metadata_filter=groups)
         elif kind == "access":
             request = self.requests["vector"]
             authorization = Authorization("user", "bench", group_ids=tuple(q["groups"]))
