@@ -15,7 +15,11 @@ from ragport.application import (
     RetrievalResult,
     retrieve_context,
 )
-from ragport.application.retrieval_request import DEPRECATED_LEXICAL_MODES, RetrievalRequest
+from ragport.application.retrieval_request import (
+    AUTO_LEXICAL,
+    DEPRECATED_LEXICAL_MODES,
+    RetrievalRequest,
+)
 from ragport.bootstrap import Stores
 from ragport.cli.config import _embedder, _scope, _stores
 from ragport.cli.options import MODES, Parents, command
@@ -209,7 +213,7 @@ def _lexical_for(args: argparse.Namespace, stores: Stores) -> str:
             "(use --mode vector)",
             field="mode",
         )
-    if args.lexical is None:
+    if args.lexical in (None, AUTO_LEXICAL):  # "auto": the store's own, as in Python
         return str(offered[0])
     renamed = DEPRECATED_LEXICAL_MODES.get(args.lexical)
     if args.lexical not in offered and renamed in offered:
@@ -453,8 +457,8 @@ def register(sub: Any, parents: Parents) -> None:
     query.add_argument(
         "--lexical",
         help="lexical index for --mode lexical|hybrid: one the store offers (bm25 on both "
-        "built-in stores; fts, PostgreSQL's old name, is deprecated) (default: the store's "
-        "first)",
+        "built-in stores; fts, PostgreSQL's old name, is deprecated) or auto, the store's "
+        "first (default: ragport.toml, else auto)",
     )
     query.add_argument(
         "--vector-weight", type=float, default=1.0, help="weight of the vector leg in fusion"

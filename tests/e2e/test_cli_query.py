@@ -103,6 +103,10 @@ def test_several_corpora_filter_and_modes(kb, capsys):
     )
     assert code == EXIT_OK and old["lexical"] == "bm25" and "--lexical fts is deprecated" in err
     assert [h["source_id"] for h in old["hits"]] == ["zebra.md"]
+    code, auto, _ = _query(
+        capsys, "quagga", "--corpus", "kb", "--mode", "lexical", "--lexical", "auto", *kb
+    )
+    assert code == EXIT_OK and auto["lexical"] == "bm25"  # "auto" as in RetrievalRequest
     code, out, _ = _query(
         capsys, "quagga", "--corpus", "kb", "--mode", "hybrid", "--lexical-weight", "5", *kb
     )
