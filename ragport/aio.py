@@ -23,6 +23,7 @@ import anyio.to_thread
 import attrs
 
 from ragport.application._support import EitherAbort
+from ragport.application.deprecation import REMOVED_IN
 from ragport.application.facade import Rag
 from ragport.application.results import RollbackResult
 from ragport.application.runtime import Runtime, check_runtime
@@ -90,14 +91,29 @@ def _mirror(
 ) -> Callable[Concatenate[AsyncRag, P], Coroutine[Any, Any, T]]:
     """``method`` of ``Rag`` as a coroutine method of ``AsyncRag``, with the same typed
     keywords: it runs on a worker thread with an ``abort`` that cancelling sets (either that
-    or the caller's own ``abort=`` stops it)."""
+    or the abort of the call's ``runtime=`` stops it)."""
 
     async def call(self: AsyncRag, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        theirs = cast("Abort | None", kwargs.pop("abort", None))
-        bound = getattr(self.rag, method.__name__)  # the Rag's own (a subclass may override)
+        rag = self.rag
+        given = cast("Runtime | None", kwargs.pop("runtime", None))
+        if "abort" in kwargs:  # deprecated: one release of grace, as Rag's methods give
+            warnings.warn(
+                f"AsyncRag.{method.__name__}(abort=) is deprecated and will be removed in "
+                f"ragport {REMOVED_IN}: pass runtime=Runtime(abort=...) instead "
+                "(docs/deprecations.md)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            theirs = cast("Abort | None", kwargs.pop("abort"))
+            given = attrs.evolve(
+                rag.runtime if given is None else check_runtime(given), abort=theirs
+            )
+        base = rag.runtime if given is None else check_runtime(given)
+        bound = getattr(rag, method.__name__)  # the Rag's own (a subclass may override)
 
         def run(abort: Abort) -> T:
-            return cast(T, bound(*args, abort=EitherAbort(abort, theirs), **kwargs))
+            mine = abort if base.abort is None else EitherAbort(abort, base.abort)
+            return cast(T, bound(*args, runtime=attrs.evolve(base, abort=mine), **kwargs))
 
         return await run_abortable(run, limiter=self.limiter)
 
@@ -165,12 +181,17 @@ class AsyncRag:
     sources = _mirror(Rag.sources)
     sync = _mirror(Rag.sync)
 
-    async def rollback(self, *, to: int) -> RollbackResult:
-        return await run_abortable(lambda abort: self._rag.rollback(to=to), limiter=self._limiter)
-
-    async def status(self, *, limit: int | None = None, cursor: str | None = None) -> StatusPage:
+    async def rollback(self, *, to: int, runtime: Runtime | None = None) -> RollbackResult:
         return await run_abortable(
-            lambda abort: self._rag.status(limit=limit, cursor=cursor), limiter=self._limiter
+            lambda abort: self._rag.rollback(to=to, runtime=runtime), limiter=self._limiter
+        )
+
+    async def status(
+        self, *, limit: int | None = None, cursor: str | None = None, runtime: Runtime | None = None
+    ) -> StatusPage:
+        return await run_abortable(
+            lambda abort: self._rag.status(limit=limit, cursor=cursor, runtime=runtime),
+            limiter=self._limiter,
         )
 
     async def sync_knowledge(

@@ -42,6 +42,7 @@ from ragport.application._support import (
     require_transactions,
 )
 from ragport.application.admission import first_forgotten
+from ragport.application.deprecation import WRITE_KEYWORDS, folds_keywords
 from ragport.application.indexing import (
     ReusableEmbeddings,
     check_grant,
@@ -50,15 +51,15 @@ from ragport.application.indexing import (
 )
 from ragport.application.results import ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
-from ragport.application.shared_generation import SharedGeneration
+from ragport.application.write_options import WriteOptions, check_write_options
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import base_media_type
 from ragport.domain.errors import ForgottenError, ParseError, ValidationError
-from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
+from ragport.domain.limits import Limits
 from ragport.domain.model import Chunk, Grant, Scope, validate_id
 from ragport.ports.documents import DocumentLoader, LoadedDocument, ParsedDocument, Parser
 from ragport.ports.embedder import Embedder
-from ragport.ports.runtime import Abort, Clock
+from ragport.ports.runtime import Clock
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
 
@@ -178,6 +179,7 @@ class PreparedDocument:
     stored: int = 0
 
 
+@folds_keywords(runtime=("limits", "abort"), write=("size", "overlap"))
 def prepare_document(
     loaded: LoadedDocument,
     *,
@@ -187,17 +189,20 @@ def prepare_document(
     embedder: Embedder,
     store: ChunkStore,
     scope: Scope,
-    size: int,
-    overlap: int,
-    limits: Limits,
-    abort: Abort | None,
+    runtime: Runtime | None = None,
+    write_options: WriteOptions | None = None,
     pinned_metadata: Mapping[str, Any] | None = None,
 ) -> PreparedDocument:
     """Steps 3 to 5 of ``replace_document`` for bytes already loaded (``sync_knowledge`` too):
-    the skip key against the stored rows, then parse and chunk. ``pinned_metadata`` wins over
-    what the parser found (a connector's title, say). Raises ``ParseError`` and
-    ``ValidationError`` as those steps do (``ForgottenError`` for a forgotten ``source_id``,
-    before parsing); writes nothing."""
+    the skip key against the stored rows, then parse and chunk with ``write_options``' size
+    and overlap, under ``runtime``'s limits and abort. ``pinned_metadata`` wins over what the
+    parser found (a connector's title, say). Raises ``ParseError`` and ``ValidationError`` as
+    those steps do (``ForgottenError`` for a forgotten ``source_id``, before parsing); writes
+    nothing."""
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    limits, abort = rt.limits, rt.abort
+    opts = check_write_options(write_options).settings(limits)
+    size, overlap = opts.size, opts.overlap
     if first_forgotten(store, scope, [source_id]) is not None:
         # Refused before parsing and embedding (replace_source checks again inside its unit of
         # work): sync_knowledge and ingest count it as this item's failure.
@@ -235,8 +240,8 @@ def prepare_document(
     return PreparedDocument(source_id, key, chunks, False)
 
 
-# Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
-def replace_document(  # noqa: PLR0913
+@folds_keywords(write=WRITE_KEYWORDS)
+def replace_document(
     *,
     uri: str,
     loader: DocumentLoader,
@@ -245,12 +250,8 @@ def replace_document(  # noqa: PLR0913
     store: ChunkStore,
     scope: Scope,
     source_id: str | None = None,
-    size: int = DEFAULT_LIMITS.chunk_size,
-    overlap: int = DEFAULT_LIMITS.overlap,
-    status_store: IngestionStatusStore | None = None,
-    batch_size: int = DEFAULT_LIMITS.embed_batch,
     runtime: Runtime | None = None,
-    shared_generation: SharedGeneration | None = None,
+    write_options: WriteOptions | None = None,
     grant: Grant | None = None,
 ) -> ReplaceResult:
     """Load ``uri``, parse, chunk and replace its source atomically; see the module steps.
@@ -260,16 +261,17 @@ def replace_document(  # noqa: PLR0913
     ``UrlRejectedError``, ``ParseError``, ``ValidationError``, ``ForgottenError``, ...) after
     recording ``failed``. ``grant`` (of the source id the document gets) is set with the
     content in one unit of work, as ``replace_source`` does; give ``source_id`` with it.
+    ``write_options`` (``WriteOptions``): chunk ``size`` and ``overlap``, ``batch_size``,
+    ``shared_generation``, ``status_store`` (the old keywords of those names still work for
+    one release, with a ``DeprecationWarning``).
     """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
     abort, lim, redact, clk = rt.abort, rt.limits, rt.redaction, rt.effective_clock
+    options = check_write_options(write_options)
+    status_store = options.settings(lim).status_store  # checks overlap < size as well
     scope = require_scope(scope)
     if not isinstance(uri, str) or not uri:
         raise ValidationError("uri must be a non-empty string", field="uri")
-    check_limit("chunk_size", size)
-    check_limit("overlap", overlap)
-    if overlap >= size:
-        raise ValidationError("overlap must be smaller than size", field="overlap", limit="overlap")
     if source_id is not None:
         validate_id(source_id, field="source_id")
     if grant is not None:
@@ -306,10 +308,8 @@ def replace_document(  # noqa: PLR0913
             embedder=embedder,
             store=store,
             scope=scope,
-            size=size,
-            overlap=overlap,
-            limits=lim,
-            abort=abort,
+            runtime=rt,
+            write_options=options,
         )
         return replace_prepared(
             prepared,
@@ -317,10 +317,9 @@ def replace_document(  # noqa: PLR0913
             embedder=embedder,
             store=store,
             scope=scope,
-            status_store=status_store,
-            batch_size=batch_size,
+            vectors=None,
             runtime=rt,
-            shared_generation=shared_generation,
+            write_options=options,
             grant=grant,
         )
     except BaseException as exc:
@@ -355,6 +354,7 @@ def record_failed(
     )
 
 
+@folds_keywords(write=("status_store", "batch_size", "shared_generation"))
 def replace_prepared(
     prepared: PreparedDocument,
     *,
@@ -362,11 +362,9 @@ def replace_prepared(
     embedder: Embedder,
     store: ChunkStore,
     scope: Scope,
-    status_store: IngestionStatusStore | None = None,
     vectors: ReusableEmbeddings | None = None,
-    batch_size: int = DEFAULT_LIMITS.embed_batch,
     runtime: Runtime | None = None,
-    shared_generation: SharedGeneration | None = None,
+    write_options: WriteOptions | None = None,
     grant: Grant | None = None,
 ) -> ReplaceResult:
     """Steps 6 and 7 of ``replace_document`` for a ``prepare_document`` result.
@@ -379,6 +377,8 @@ def replace_prepared(
     """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
     clk = rt.effective_clock
+    options = check_write_options(write_options)
+    status_store = options.status_store
     sid = prepared.source_id
     check_grant(grant, sid)
     if prepared.unchanged:
@@ -419,11 +419,10 @@ def replace_prepared(
             store=store,
             scope=scope,
             content_hash=prepared.skip_key,
-            skip_if_unchanged=False,
             reuse_embeddings=vectors,
-            batch_size=batch_size,
             runtime=rt,
-            shared_generation=shared_generation,
+            # the status is this function's to record (bytes of the document, not of its text)
+            write_options=attrs.evolve(options, skip_if_unchanged=False, status_store=None),
             grant=grant,
         )
     except BaseException as exc:

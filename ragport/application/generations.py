@@ -24,14 +24,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from ragport.application._support import SYSTEM_CLOCK, require_scope, require_transactions
+from ragport.application._support import (
+    SYSTEM_CLOCK,
+    check_abort,
+    require_scope,
+    require_transactions,
+)
+from ragport.application.deprecation import folds_keywords
 from ragport.application.results import CompactResult, RollbackResult
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
 from ragport.domain.model import Record, Scope
 from ragport.domain.status import IngestionStatus
 from ragport.ports.history import MAX_HISTORY, MAX_HISTORY_IDS, SupportsGenerationHistory
-from ragport.ports.runtime import Clock
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore, supports
 
@@ -80,16 +86,22 @@ def _version(records: Sequence[Record]) -> frozenset[tuple[str, int]]:
     return frozenset((r.id, r.generation) for r in records)
 
 
+@folds_keywords(runtime=("clock",))
 def rollback_generation(
     *,
     store: ChunkStore,
     scope: Scope,
     to: int,
     status_store: IngestionStatusStore | None = None,
-    clock: Clock | None = None,
+    runtime: Runtime | None = None,
 ) -> RollbackResult:
     """Restore snapshot ``to`` of ``scope``: content only (grants and tombstones stay), and,
-    with ``status_store``, the ingestion status of the sources whose rows it changed."""
+    with ``status_store``, the ingestion status of the sources whose rows it changed (dated by
+    ``runtime``'s clock; ``clock=`` still works for one release, deprecated). ``runtime.abort``
+    is checked before anything is written."""
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    clock = rt.clock
+    check_abort(rt.abort)
     scope = require_scope(scope)
     if isinstance(to, bool) or not isinstance(to, int) or to < 0:
         raise ValidationError("to must be a non-negative integer", field="to")
@@ -146,9 +158,16 @@ def rollback_generation(
 
 
 def compact(
-    *, store: ChunkStore, scope: Scope, keep: int = DEFAULT_LIMITS.compact_keep
+    *,
+    store: ChunkStore,
+    scope: Scope,
+    keep: int = DEFAULT_LIMITS.compact_keep,
+    runtime: Runtime | None = None,
 ) -> CompactResult:
-    """Purge retired rows no rollback within ``keep`` generations needs."""
+    """Purge retired rows no rollback within ``keep`` generations needs (``runtime.abort`` is
+    checked before anything is written)."""
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    check_abort(rt.abort)
     scope = require_scope(scope)
     check_limit("compact_keep", keep)
     require_transactions(store, "compact")
@@ -162,8 +181,11 @@ def compact(
     return CompactResult(purged=purged, floor=through)
 
 
-def publish_generation(*, store: ChunkStore, scope: Scope) -> int:
-    """Make writes staged with ``advance_generation=False`` visible at once; returns the pointer."""
+def publish_generation(*, store: ChunkStore, scope: Scope, runtime: Runtime | None = None) -> int:
+    """Make writes staged with ``advance_generation=False`` visible at once; returns the pointer
+    (``runtime.abort`` is checked first)."""
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    check_abort(rt.abort)
     scope = require_scope(scope)
     require_transactions(store, "publish_generation")
     with store.unit_of_work(scope) as uow:

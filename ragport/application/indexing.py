@@ -26,7 +26,6 @@ from typing import Any, cast
 import numpy as np
 
 from ragport.application._support import (
-    NOOP_TELEMETRY,
     check_abort,
     check_vectors,
     embed_batches,
@@ -36,12 +35,14 @@ from ragport.application._support import (
     require_transactions,
 )
 from ragport.application.admission import first_forgotten, refuse_forgotten
+from ragport.application.deprecation import WRITE_KEYWORDS, folds_keywords
 from ragport.application.pinned import retire_pinned_dependents
 from ragport.application.results import IndexResult, ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
-from ragport.application.shared_generation import SharedGeneration, staged_write
+from ragport.application.shared_generation import staged_write
+from ragport.application.write_options import WriteOptions, check_write_options
 from ragport.domain.errors import ForgottenError, ValidationError
-from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
+from ragport.domain.limits import Limits
 from ragport.domain.model import (
     Chunk,
     Grant,
@@ -55,7 +56,6 @@ from ragport.domain.model import (
 from ragport.domain.status import IngestionState
 from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort, Telemetry
-from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore, SupportsPreparation, supports
 
 __all__ = ["check_grant", "delete_source", "index_chunks", "replace_source", "set_grant"]
@@ -184,8 +184,9 @@ def set_grant(store: ChunkStore, scope: Scope, grant: Grant) -> None:
             uow.commit()
 
 
-# Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
-def replace_source(  # noqa: PLR0913, PLR0915
+# Allow-listed function shape (pyproject [tool.ruff.lint]): the atomic write's steps read in one pass (51 statements with the pinned retirement).
+@folds_keywords(runtime=(), write=WRITE_KEYWORDS)
+def replace_source(
     *,
     source_id: str,
     chunks: Sequence[Chunk],
@@ -193,21 +194,19 @@ def replace_source(  # noqa: PLR0913, PLR0915
     store: ChunkStore,
     scope: Scope,
     content_hash: str | None = None,
-    skip_if_unchanged: bool | None = None,
     reuse_embeddings: ReusableEmbeddings | None = None,
-    advance_generation: bool = True,
-    status_store: IngestionStatusStore | None = None,
-    batch_size: int = DEFAULT_LIMITS.embed_batch,
     runtime: Runtime | None = None,
-    shared_generation: SharedGeneration | None = None,
+    write_options: WriteOptions | None = None,
     grant: Grant | None = None,
 ) -> ReplaceResult:
     """Replace every record of ``source_id`` in ``scope`` with ``chunks``, atomically.
 
     Embeds first, then swaps old for new in one transaction: a failure anywhere before commit
     leaves the previous version fully visible. See the module docstring for the steps.
-    ``shared_generation``: write into the generation earlier writes through it used, while it
-    is still the scope's newest (see ``SharedGeneration``); needs ``advance_generation``.
+    ``write_options`` (``WriteOptions``): ``batch_size``, ``shared_generation`` (write into
+    the generation earlier writes through it used, while it is still the scope's newest),
+    ``advance_generation``, ``skip_if_unchanged`` and ``status_store``; the old keywords of
+    those names still work for one release (``DeprecationWarning``).
     ``grant``: the source's new grant (its ``source_id`` must be ``source_id``), set in the
     same unit of work as the content, so no reader ever sees the new content under the old
     grant or the old content under the new one; a failed replace changes neither. ``None``
@@ -217,13 +216,10 @@ def replace_source(  # noqa: PLR0913, PLR0915
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
     abort, lim, redact = rt.abort, rt.limits, rt.redaction
     tel, clk = rt.effective_telemetry, rt.effective_clock
+    opts = check_write_options(write_options).settings(lim)
+    status_store = opts.status_store
     scope = require_scope(scope)
     validate_id(source_id, field="source_id")
-    check_limit("embed_batch", batch_size)
-    if shared_generation is not None and not advance_generation:
-        raise ValidationError(
-            "shared_generation needs advance_generation=True", field="shared_generation"
-        )
     checked = _check_chunks(chunks, lim, source_id=source_id)
     content_hash = validate_content_hash(content_hash)
     grant = check_grant(grant, source_id)
@@ -235,7 +231,7 @@ def replace_source(  # noqa: PLR0913, PLR0915
                    error=redact.error(refused))  # fmt: skip
         raise refused
 
-    skip = content_hash is not None if skip_if_unchanged is None else skip_if_unchanged
+    skip = content_hash is not None if opts.skip_if_unchanged is None else opts.skip_if_unchanged
     if skip and content_hash is not None:
         stored = store.get_by_source(scope, source_id)
         if stored and all(
@@ -276,7 +272,7 @@ def replace_source(  # noqa: PLR0913, PLR0915
             checked,
             texts,
             reuse_embeddings,
-            batch_size=batch_size,
+            batch_size=opts.batch_size,
             abort=abort,
             telemetry=tel,
         )
@@ -286,7 +282,7 @@ def replace_source(  # noqa: PLR0913, PLR0915
         with tel.span("rag.replace") as span, store.unit_of_work(scope) as uow:
             require_kind(uow, source_id, "chunk", field="source_id")
             refuse_forgotten(uow, [source_id])
-            write = staged_write(uow, shared_generation, [source_id])
+            write = staged_write(uow, opts.shared_generation, [source_id])
             generation = write.generation
             deleted = uow.records.retire_source(source_id, generation=generation)
             retire_pinned_dependents(uow, [source_id], generation=generation, limits=lim)
@@ -301,7 +297,7 @@ def replace_source(  # noqa: PLR0913, PLR0915
             uow.records.add(records, vectors)
             if grant is not None:
                 uow.grants.set([grant])
-            write.publish(advance_generation)
+            write.publish(opts.advance_generation)
             check_abort(abort)
             write.commit()
             span.set_attribute("rag.replace.indexed", len(records))
@@ -336,18 +332,17 @@ def replace_source(  # noqa: PLR0913, PLR0915
     )
 
 
+@folds_keywords(runtime=("telemetry", "abort"), write=("status_store", "shared_generation"))
 def delete_source(
     *,
     source_id: str,
     store: ChunkStore,
     scope: Scope,
-    status_store: IngestionStatusStore | None = None,
-    telemetry: Telemetry | None = None,
-    abort: Abort | None = None,
-    shared_generation: SharedGeneration | None = None,
+    runtime: Runtime | None = None,
+    write_options: WriteOptions | None = None,
 ) -> ReplaceResult:
     """Retire every record of ``source_id`` in exactly ``scope`` at a new generation
-    (or at ``shared_generation``'s, see ``SharedGeneration``).
+    (or at ``write_options.shared_generation``'s, see ``SharedGeneration``).
 
     Versioned like a replacement with no chunks: ``rollback_generation`` can bring it back
     until ``compact`` purges it. Its grant is revoked in the same unit of work (replaced by an
@@ -356,16 +351,18 @@ def delete_source(
     To forget a source everywhere (derived records included, rows physically removed), use
     the deletion propagator.
     """
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    opts = check_write_options(write_options)
+    status_store = opts.status_store
     scope = require_scope(scope)
     validate_id(source_id, field="source_id")
     require_transactions(store, "delete_source")
-    check_abort(abort)
-    tel = telemetry or NOOP_TELEMETRY
-    with tel.span("rag.delete"), store.unit_of_work(scope) as uow:
-        write = staged_write(uow, shared_generation, [source_id])
+    check_abort(rt.abort)
+    with rt.effective_telemetry.span("rag.delete"), store.unit_of_work(scope) as uow:
+        write = staged_write(uow, opts.shared_generation, [source_id])
         generation = write.generation
         deleted = uow.records.retire_source(source_id, generation=generation)
-        retire_pinned_dependents(uow, [source_id], generation=generation, limits=DEFAULT_LIMITS)
+        retire_pinned_dependents(uow, [source_id], generation=generation, limits=rt.limits)
         grant = uow.grants.get([source_id]).get(source_id)
         if grant is not None and not grant.is_empty:
             uow.grants.set([Grant(source_id)])  # the port has no delete; empty is no grant
@@ -378,26 +375,28 @@ def delete_source(
     )
 
 
+@folds_keywords(write=("status_store", "batch_size"))
 def index_chunks(
     *,
     chunks: Sequence[Chunk],
     embedder: Embedder,
     store: ChunkStore,
     scope: Scope,
-    status_store: IngestionStatusStore | None = None,
-    batch_size: int = DEFAULT_LIMITS.embed_batch,
     runtime: Runtime | None = None,
+    write_options: WriteOptions | None = None,
 ) -> IndexResult:
     """Embed and upsert ``chunks`` batch by batch; each batch commits (and becomes visible) alone.
 
     Re-indexing a chunk id replaces its previous row. Not atomic across batches: use
-    ``replace_source`` when a source must change all at once.
+    ``replace_source`` when a source must change all at once. Of ``write_options`` it uses
+    ``batch_size`` (the chunks of one batch and one transaction) and ``status_store``.
     """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
     abort, lim, redact = rt.abort, rt.limits, rt.redaction
     tel, clk = rt.effective_telemetry, rt.effective_clock
+    opts = check_write_options(write_options).settings(lim)
+    status_store, batch_size = opts.status_store, opts.batch_size
     scope = require_scope(scope)
-    check_limit("embed_batch", batch_size)
     checked = _check_chunks(chunks, lim, source_id=None)
     require_transactions(store, "index_chunks")
     sources = list(dict.fromkeys(c.source_id for c in checked))

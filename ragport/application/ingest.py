@@ -264,10 +264,8 @@ class _Ingest:
                     result = replace_document(
                         uri=candidate.source_id, loader=self.loader, parser=self.parser,
                         embedder=self.embedder, store=self.store, scope=self.scope,
-                        source_id=candidate.source_id, size=self.write.size,
-                        overlap=self.write.overlap, status_store=self.status_store,
-                        shared_generation=self.write.shared_generation,
-                        batch_size=self.write.batch_size, runtime=self.runtime,
+                        source_id=candidate.source_id, runtime=self.runtime,
+                        write_options=self.write_options(status_store=self.status_store),
                     )  # fmt: skip
             except AbortedError:
                 raise
@@ -304,6 +302,14 @@ class _Ingest:
         finally:
             items.close()
 
+    def write_options(self, *, status_store: IngestionStatusStore | None = None) -> WriteOptions:
+        """The resolved write settings as the ``WriteOptions`` a use case takes."""
+        w = self.write
+        return WriteOptions(
+            size=w.size, overlap=w.overlap, batch_size=w.batch_size,
+            shared_generation=w.shared_generation, status_store=status_store,
+        )  # fmt: skip
+
     def prepare(self, candidate: Candidate, abort: Abort) -> tuple[PreparedDocument, int]:
         check_abort(abort)
         sid = str(candidate.source_id)
@@ -311,8 +317,9 @@ class _Ingest:
             loaded = self.loader.load(sid)
             prepared = prepare_document(
                 loaded, source_id=sid, uri=sid, parser=self.parser, embedder=self.embedder,
-                store=self.store, scope=self.scope, size=self.write.size,
-                overlap=self.write.overlap, limits=self.runtime.limits, abort=abort,
+                store=self.store, scope=self.scope,
+                runtime=attrs.evolve(self.runtime, abort=abort),
+                write_options=self.write_options(),
             )  # fmt: skip
         return prepared, len(loaded.data)
 
@@ -355,9 +362,8 @@ class _Ingest:
             try:
                 result = replace_prepared(
                     prepared, size_bytes=item.size_bytes, embedder=self.embedder,
-                    store=self.store, scope=self.scope, status_store=self.status_store,
-                    vectors=vectors, batch_size=self.write.batch_size, runtime=self.runtime,
-                    shared_generation=self.write.shared_generation,
+                    store=self.store, scope=self.scope, vectors=vectors, runtime=self.runtime,
+                    write_options=self.write_options(status_store=self.status_store),
                 )  # fmt: skip
             except AbortedError:
                 raise

@@ -21,16 +21,15 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from ragport.application._support import (
-    Redaction,
     require_scope,
     require_transactions,
-    resolve_limits,
 )
+from ragport.application.deprecation import folds_keywords
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.domain.errors import AccessDeniedError, PropagationError, ValidationError
 from ragport.domain.limits import Limits
 from ragport.domain.model import Authorization, Scope, Tombstone, validate_id
 from ragport.ports.derived import DerivedArtifactHandler
-from ragport.ports.runtime import Redactor
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore, UnitOfWork
 
@@ -113,6 +112,7 @@ def require_privilege(
 class DeletionPropagator:
     """Tombstones a source's lineage closure, then lets every registered layer forget it."""
 
+    @folds_keywords(runtime=("limits", "redactor"), name="DeletionPropagator")
     def __init__(
         self,
         *,
@@ -120,10 +120,10 @@ class DeletionPropagator:
         store: ChunkStore,
         authorization: Authorization | None,
         handlers: Sequence[DerivedArtifactHandler] = (),
-        limits: Limits | None = None,
-        redactor: Redactor | None = None,
+        runtime: Runtime | None = None,
         as_owner: bool = False,
     ):
+        rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
         self._scope = require_scope(scope)
         self._store = store
         if not isinstance(as_owner, bool):
@@ -135,8 +135,8 @@ class DeletionPropagator:
         self._authorization = authorization
         self._as_owner = as_owner
         self._handlers: list[DerivedArtifactHandler] = []
-        self._limits = resolve_limits(limits)
-        self._redact = Redaction(redactor)
+        self._limits = rt.limits
+        self._redact = rt.redaction
         for handler in handlers:
             self.register(handler)
 
@@ -185,30 +185,30 @@ class DeletionPropagator:
         )
 
 
+@folds_keywords(runtime=("limits", "redactor"))
 def create_deletion_propagator(
     *,
     scope: Scope,
     store: ChunkStore,
     authorization: Authorization | None,
     handlers: Sequence[DerivedArtifactHandler] = (),
-    limits: Limits | None = None,
-    redactor: Redactor | None = None,
+    runtime: Runtime | None = None,
     as_owner: bool = False,
 ) -> DeletionPropagator:
     """A propagator for one scope; ``authorization`` is required when it propagates, unless
     ``as_owner=True``: the host itself acting for the data's owner (no grant is checked; never
     derive it from a request's caller).
 
-    ``redactor`` cleans the error descriptions a failed handler leaves in
-    ``PropagationError.errors``.
+    ``runtime``: its ``limits`` bound the lineage closure, its ``redactor`` and ``secrets``
+    clean the error descriptions a failed handler leaves in ``PropagationError.errors``
+    (``limits=`` and ``redactor=`` still work for one release, with a ``DeprecationWarning``).
     """
     return DeletionPropagator(
         scope=scope,
         store=store,
         authorization=authorization,
         handlers=handlers,
-        limits=limits,
-        redactor=redactor,
+        runtime=runtime,
         as_owner=as_owner,
     )
 

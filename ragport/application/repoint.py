@@ -26,15 +26,15 @@ from typing import Literal
 import attrs
 
 from ragport.application._support import (
-    NOOP_TELEMETRY,
-    Redaction,
     check_abort,
     forgotten_ids,
     require_kind,
     require_scope,
     require_transactions,
 )
+from ragport.application.deprecation import folds_keywords
 from ragport.application.propagation import require_privilege
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.domain.errors import AbortedError, ForgottenError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS
 from ragport.domain.model import (
@@ -47,7 +47,6 @@ from ragport.domain.model import (
 )
 from ragport.domain.status import ERROR_MAX
 from ragport.ports.derived import DerivedArtifactHandler
-from ragport.ports.runtime import Abort, Redactor, Telemetry
 from ragport.ports.store import ChunkStore
 
 __all__ = [
@@ -113,6 +112,7 @@ def _new_id(record: Record, from_id: str, to_id: str) -> str:
     )
 
 
+@folds_keywords(runtime=("telemetry", "abort"))
 def repoint_source(
     *,
     scope: Scope,
@@ -124,14 +124,16 @@ def repoint_source(
     page_size: int = DEFAULT_LIMITS.repoint_page,
     cursor: str | None = None,
     max_records: int | None = None,
-    telemetry: Telemetry | None = None,
-    abort: Abort | None = None,
+    runtime: Runtime | None = None,
 ) -> RepointResult:
     """Move one page of ``from_id``'s records to ``to_id``; see the module docstring.
 
-    ``abort`` is checked before the transaction opens and again before it commits (an abort
-    there rolls the page back); ``telemetry`` gets a ``rag.repoint`` span with the counts.
+    ``runtime.abort`` is checked before the transaction opens and again before it commits (an
+    abort there rolls the page back); ``runtime.telemetry`` gets a ``rag.repoint`` span with
+    the counts. (``telemetry=`` and ``abort=`` still work for one release, deprecated.)
     """
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    abort = rt.abort
     scope = require_scope(scope)
     validate_id(from_id, field="from_id")
     validate_id(to_id, field="to_id")
@@ -148,7 +150,7 @@ def repoint_source(
     if authorization is not None:
         require_privilege(store, scope, authorization, [from_id, to_id])
     layers: dict[str, int] = {}
-    tel = telemetry or NOOP_TELEMETRY
+    tel = rt.effective_telemetry
     check_abort(abort)
     with tel.span("rag.repoint") as span, store.unit_of_work(scope) as uow:
         if max_records is not None and len(uow.records.list_live(from_id)) > max_records:
@@ -246,6 +248,7 @@ def _validate_batch(renames: Sequence[Rename]) -> list[Rename]:
     return checked
 
 
+@folds_keywords(runtime=("redactor", "telemetry", "abort"))
 def apply_source_renames(
     *,
     scope: Scope,
@@ -256,18 +259,20 @@ def apply_source_renames(
     continue_on_error: bool = False,
     on_renamed: Callable[[RenameEvent], None] | None = None,
     page_size: int = DEFAULT_LIMITS.repoint_page,
-    redactor: Redactor | None = None,
-    telemetry: Telemetry | None = None,
-    abort: Abort | None = None,
+    runtime: Runtime | None = None,
 ) -> RenameBatchResult:
     """Apply every rename to the end of its pages; fail fast unless ``continue_on_error``.
 
     An abort stops the whole batch (``AbortedError``, even with ``continue_on_error``): pages
-    that committed before it stay moved and are reported to ``on_renamed``.
+    that committed before it stay moved and are reported to ``on_renamed``. ``runtime``: its
+    ``redactor`` and ``secrets`` clean the failures' error descriptions, its telemetry and
+    abort serve each page (``redactor=``, ``telemetry=`` and ``abort=`` still work for one
+    release, deprecated).
     """
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
     scope = require_scope(scope)
     checked = _validate_batch(renames)
-    redact = Redaction(redactor)
+    redact = rt.redaction
     results: list[RepointResult] = []
     failures: list[RenameFailure] = []
     for rename in checked:
@@ -285,8 +290,7 @@ def apply_source_renames(
                     handlers=handlers,
                     page_size=page_size,
                     cursor=cursor,
-                    telemetry=telemetry,
-                    abort=abort,
+                    runtime=rt,
                 )
                 moved += page.moved_chunks
                 edges += page.rewritten_edges

@@ -35,11 +35,13 @@ from typing import Any
 import attrs
 
 from ragport.application._support import Redaction
+from ragport.application.deprecation import folds_keywords
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.domain.errors import AbortedError, RerankError, ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
 from ragport.domain.model import Hit, Trust, validate_text
 from ragport.ports.rerank import Reranker, SupportsInterruptibleRerank
-from ragport.ports.runtime import Abort, Redactor
+from ragport.ports.runtime import Abort
 
 __all__ = ["rerank_hits"]
 
@@ -140,6 +142,7 @@ def _copy_for_reranker(hit: Hit, redact: Redaction) -> Hit:
     )
 
 
+@folds_keywords(runtime=("abort", "redactor", "secrets"))
 def rerank_hits(
     query: str,
     hits: Sequence[Hit],
@@ -148,15 +151,17 @@ def rerank_hits(
     max_bytes: int = DEFAULT_LIMITS.rerank_bytes,
     max_ms: int = DEFAULT_LIMITS.rerank_ms,
     concurrency: int = DEFAULT_LIMITS.rerank_concurrency,
-    abort: Abort | None = None,
-    redactor: Redactor | None = None,
-    secrets: Sequence[str] | None = None,
+    runtime: Runtime | None = None,
 ) -> tuple[Hit, ...]:
     """Reorder ``hits`` with ``reranker`` under byte, time and concurrency caps (fail closed).
 
-    With ``redactor`` / ``secrets``, the query and every text the reranker sees are redacted
-    first (the byte cap counts what is sent); the hits handed back are the caller's own.
+    With ``runtime``'s ``redactor`` / ``secrets``, the query and every text the reranker sees
+    are redacted first (the byte cap counts what is sent); the hits handed back are the
+    caller's own. ``runtime.abort`` stops the wait. (``abort=``, ``redactor=`` and
+    ``secrets=`` still work for one release, with a ``DeprecationWarning``.)
     """
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    abort = rt.abort
     check_limit("rerank_bytes", max_bytes)
     check_limit("rerank_ms", max_ms)
     check_limit("rerank_concurrency", concurrency)
@@ -168,7 +173,7 @@ def rerank_hits(
         return ()
     if any(not isinstance(h, Hit) for h in hits):
         raise ValidationError("hits must be Hit objects", field="hits")
-    redact = Redaction(redactor, secrets)
+    redact = rt.redaction
     given = tuple(_copy_for_reranker(hit, redact) for hit in hits)
     query = redact(query) if redact.active else query
     size = len(query.encode("utf-8")) + sum(len(h.text.encode("utf-8")) for h in given)

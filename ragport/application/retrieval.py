@@ -70,7 +70,6 @@ from ragport.domain.model import (
 from ragport.ports.borrowed import SupportsBorrowedQuery
 from ragport.ports.embedder import Embedder, Vector
 from ragport.ports.rerank import Reranker
-from ragport.ports.runtime import Abort, Telemetry
 from ragport.ports.store import (
     ChunkStore,
     ScoredRecord,
@@ -133,8 +132,7 @@ def _search(
     embedder: Embedder,
     expected: tuple[str, int],
     guarded: bool,
-    abort: Abort | None,
-    telemetry: Telemetry,
+    runtime: Runtime,
     store_denied: dict[tuple[Scope, str], AccessReason] | None = None,
     borrowed: bool = False,
     collapse: bool = False,
@@ -148,6 +146,7 @@ def _search(
     ``borrowed_query``, so its candidates hold the store's own records, which nothing here
     changes and only ``build_hits`` reads (on a copy of their metadata).
     """
+    abort, telemetry = runtime.abort, runtime.effective_telemetry
     embedder_id, dimensions = expected
     lexical, limit, authorization, metadata_filter = (
         req.lexical,
@@ -434,8 +433,7 @@ def retrieve_context(  # noqa: C901, PLR0915
             embedder=embedder,
             expected=expected,
             guarded=guarded,
-            abort=abort,
-            telemetry=tel,
+            runtime=rt,
             store_denied=store_denied,
             borrowed=borrowed,
             collapse=collapse_duplicates,
@@ -482,7 +480,7 @@ def retrieve_context(  # noqa: C901, PLR0915
                         max_bytes=req.rerank_bytes,
                         max_ms=req.rerank_ms,
                         concurrency=req.rerank_concurrency,
-                        abort=abort,
+                        runtime=Runtime(abort=abort),  # the texts are redacted already
                     )
                 )
             check_abort(abort)

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 
 import attrs
 
-from ragport.application._support import require_scope
+from ragport.application._support import check_abort, require_scope
 from ragport.application.admission import forgotten_among
+from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.domain.errors import ScopeError
 from ragport.domain.limits import DEFAULT_LIMITS, check_limit
 from ragport.domain.model import Scope
@@ -39,8 +40,10 @@ def list_ingestion_status(
     limit: int = DEFAULT_LIMITS.status_page,
     cursor: str | None = None,
     chunk_store: ChunkStore | None = None,
+    runtime: Runtime | None = None,
 ) -> StatusPage:
-    """One page (at most ``limit``, hard ceiling 200) of ``scope``'s statuses by source id.
+    """One page (at most ``limit``, hard ceiling 200) of ``scope``'s statuses by source id
+    (``runtime.abort`` is checked first).
 
     With ``chunk_store`` (the store retrieval reads) each status agrees with what is served:
     a source with served chunks is ``indexed`` with their count (``stale``, with the last
@@ -48,6 +51,8 @@ def list_ingestion_status(
     never ``indexed`` (``served_status``). Without it, the rows as the status store holds them.
     A status of another scope in the page is a ``ScopeError``: the store broke its promise.
     """
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    check_abort(rt.abort)
     scope = require_scope(scope)
     check_limit("status_page", limit)
     page = store.list_page(scope, limit=limit, cursor=cursor)

@@ -153,10 +153,8 @@ class _Run:
             embedder=self.embedder,
             store=self.store,
             scope=self.scope,
-            size=self.size,
-            overlap=self.overlap,
-            limits=self.limits,
-            abort=abort,
+            runtime=Runtime(limits=self.limits, abort=abort),
+            write_options=WriteOptions(size=self.size, overlap=self.overlap),
             pinned_metadata=upsert.metadata,
         )
         return prepared, len(loaded.data)

@@ -11,6 +11,7 @@ from ragport.application import (
     replace_source,
 )
 from ragport.application.admission import forgotten_among
+from ragport.application.write_options import WriteOptions
 from ragport.bootstrap.stores import Stores
 from ragport.domain.model import Chunk, Scope
 from ragport.domain.status import served_status
@@ -127,9 +128,9 @@ def reindex_corpus(
             store=store,
             scope=scope,
             content_hash=records[0].content_hash if records else None,
-            skip_if_unchanged=False,
-            advance_generation=False,
-            status_store=status_store,
+            write_options=WriteOptions(
+                skip_if_unchanged=False, advance_generation=False, status_store=status_store
+            ),
         )
         chunks_done += len(chunks)
         if on_source is not None:

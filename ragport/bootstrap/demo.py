@@ -234,8 +234,11 @@ class _Demo:
     def ingest(self, name: str, shared: SharedGeneration | None = None) -> Any:
         return replace_document(
             uri=name, loader=self.loader, parser=self.parser, embedder=self.embedder,
-            store=self.stores.chunks, scope=self.scope, source_id=name, size=self.size,
-            overlap=self.overlap, status_store=self.stores.status, shared_generation=shared,
+            store=self.stores.chunks, scope=self.scope, source_id=name,
+            write_options=WriteOptions(
+                size=self.size, overlap=self.overlap, status_store=self.stores.status,
+                shared_generation=shared,
+            ),
         )  # fmt: skip
 
     def ask(

@@ -27,6 +27,7 @@ from ragport.application.ingest import (
     ingest_documents,
 )
 from ragport.application.runtime import Runtime, check_runtime
+from ragport.application.write_options import WriteOptions
 from ragport.bootstrap.roots import CorpusRoots as CorpusRoots
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
@@ -121,7 +122,7 @@ def ingest_text(
         store=store,
         scope=scope,
         content_hash=digest,
-        status_store=status_store,
+        write_options=WriteOptions(status_store=status_store),
     )
 
 

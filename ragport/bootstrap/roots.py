@@ -25,6 +25,7 @@ from pathlib import Path
 import attrs
 
 from ragport.application import apply_source_renames
+from ragport.application.runtime import Runtime
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Rename, Scope, Tombstone
 from ragport.domain.status import IngestionStatus
@@ -222,7 +223,11 @@ def widen_corpus_root(
     failures: list[tuple[str, str]] = []
     for batch in _batches(renames):
         result = apply_source_renames(
-            scope=scope, store=store, renames=batch, continue_on_error=True, abort=abort
+            scope=scope,
+            store=store,
+            renames=batch,
+            continue_on_error=True,
+            runtime=Runtime(abort=abort),
         )
         failures.extend((f.from_id, f.error) for f in result.failures)
     failed = {old_id for old_id, _ in failures}

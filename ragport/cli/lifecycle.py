@@ -23,6 +23,7 @@ from ragport.application import (
 )
 from ragport.application.admission import forgotten_among
 from ragport.application.status import count_ingestion_states
+from ragport.application.write_options import WriteOptions
 from ragport.bootstrap import (
     FORGOTTEN,
     SourceRow,
@@ -94,8 +95,7 @@ def _delete(args: argparse.Namespace) -> int:
                 source_id=source_id,
                 store=stores.chunks,
                 scope=scope,
-                status_store=stores.status,
-                shared_generation=shared,
+                write_options=WriteOptions(status_store=stores.status, shared_generation=shared),
             )
             for source_id in wanted
         ]

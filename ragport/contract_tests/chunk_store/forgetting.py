@@ -34,6 +34,7 @@ from ragport.application.generations import compact, rollback_generation
 from ragport.application.indexing import delete_source, index_chunks, replace_source
 from ragport.application.retrieval import retrieve_context
 from ragport.application.retrieval_request import RetrievalRequest
+from ragport.application.write_options import WriteOptions
 from ragport.contract_tests._support import ContractEmbedder, granted, record_written
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import (
@@ -493,7 +494,7 @@ class ChunkStoreRepointUniquenessContract(_ChunkStoreContractBase):
             embedder=EMBEDDER,
             store=store,
             scope=SCOPE,
-            advance_generation=False,
+            write_options=WriteOptions(advance_generation=False),
         )
         self._refused(store, "uq-a", "uq-c")
         _ids_unique_everywhere(store, SCOPE, ["uq-a", "uq-c"])
