@@ -25,7 +25,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from ragport import Grant, Scope
 from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, embedded_server
-from ragport.bootstrap import build_embedder, demo_documents, ingest_text
+from ragport.bootstrap import build_embedder, ingest_text
+from ragport.demo import demo_markdown
 
 SCOPE = Scope("local", "default", "demo")
 QUERIES = ("Who has to approve a large payment?", "How long is parental leave?", "badge lost")
@@ -58,7 +59,7 @@ def main() -> None:
             status = PostgresStatusStore(store.engine, schema="bench_mcp", create=True)
             embedder = build_embedder(args.embedder)
             names = []
-            for name, text in demo_documents().items():
+            for name, text in demo_markdown().items():
                 result = ingest_text(
                     name=name,
                     text=text,

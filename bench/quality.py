@@ -1,7 +1,7 @@
-"""Retrieval quality on the Cranfield development split, through ragport.bootstrap.evaluate.
+"""Retrieval quality on the Cranfield development split, through ragport.application.evaluation.
 
 The same code as ``ragport eval`` (docs/evaluation.md): queries, qrels and metrics from
-``ragport.bootstrap.evaluate``, each configuration an ``EvalConfig``. Configurations:
+``ragport.application.evaluation``, each configuration an ``EvalConfig``. Configurations:
 lexical only (the store's lexical leg: hybrid with vector weight 0), MiniLM only (vector
 leg), hybrid RRF (both legs, 50 candidates per leg), and hybrid followed by each local
 reranker (20 candidates per leg). Metrics: nDCG@10 (gain = grade 1-4, linear), recall@10
@@ -32,7 +32,7 @@ from ragport.adapters.embedders import MiniLmEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.rerankers import EmbeddingReranker, FakeReranker
 from ragport.application import index_chunks
-from ragport.bootstrap.evaluate import (
+from ragport.application.evaluation import (
     EvalConfig,
     EvalResult,
     evaluate,

@@ -4,10 +4,13 @@ The only package (with ``cli``) that imports both ``application`` and ``adapters
 here runs at import time; optional adapters are imported when a URL asks for them.
 
 Modules: ``stores`` (stores, checkpoints, embedders and a ``Rag`` from a URL), ``ingest``
-(files and folders into a corpus, and sync with ragport's parsers), ``corpus`` (listing and
-re-embedding a corpus), ``config`` (``ragport.toml``), ``plugins`` (stores, embedders and
-parsers installed as entry points). Every name is importable from ``ragport.bootstrap``
-itself.
+(the file walk and ``ingest_files``: the file loader and ragport's parsers wired to
+``ragport.application.ingest``), ``syncing`` (``sync_connector``: ``sync_knowledge`` with
+ragport's parsers), ``corpus`` (listing and re-embedding a corpus), ``roots`` and
+``corpus_settings`` (what ``ragport ingest`` records per corpus), ``evaluate`` (the bounded
+read of ``ragport eval``'s files), ``config`` (``ragport.toml``), ``plugins`` (stores,
+embedders and parsers installed as entry points). The demo lives in ``ragport.demo``.
+Every name is importable from ``ragport.bootstrap`` itself.
 """
 
 from __future__ import annotations

@@ -65,7 +65,15 @@ DOCUMENT_SUFFIXES = _SUFFIXES
 
 
 def demo_documents() -> Mapping[str, str]:
-    """The bundled demo corpus: file name -> Markdown text."""
+    """The bundled demo corpus: file name -> Markdown text.
+
+    Deprecated: ``ragport.demo.demo_markdown`` (the demo lives in ``ragport.demo``); kept
+    for one release with a ``DeprecationWarning``."""
+    warnings.warn(
+        "ragport.bootstrap.demo_documents is deprecated: use ragport.demo.demo_markdown",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     folder = resources.files("ragport") / "demo"
     return {
         entry.name: entry.read_text(encoding="utf-8")

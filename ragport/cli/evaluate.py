@@ -1,14 +1,13 @@
 """``ragport eval QUERIES QRELS``: retrieval quality of a corpus on judged queries (docs/evaluation.md).
 
-The metrics and the runner live in ``ragport.bootstrap.evaluate``; this module reads the
-options, builds one ``EvalConfig`` per ``--compare`` (or one from the base options), and
-prints one table or ``--json``.
+The evaluation's logic (parsing, metrics, the runner, ``--compare`` specs) lives in
+``ragport.application.evaluation``; this module reads the options, builds one ``EvalConfig``
+per ``--compare`` (or one from the base options), and prints one table or ``--json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,20 +15,25 @@ from typing import Any, TypeVar
 import attrs
 
 from ragport.application import index_chunks
-from ragport.bootstrap import Stores, collect_documents, default_root, ingest_files
-from ragport.bootstrap.evaluate import (
+from ragport.application.evaluation import (
+    COMPARE_KEYS,
     CUTOFF,
+    MAX_COMPARE,
     MODES,
     EvalConfig,
     EvalResult,
+    check_candidates,
+    check_weight,
     evaluate,
+    parse_compare,
     parse_documents,
     parse_qrels,
     parse_queries,
-    read_judged_file,
     retriever,
 )
-from ragport.bootstrap.evaluate import MAX_FILE_BYTES as MAX_FILE_BYTES  # its old home
+from ragport.application.evaluation import MAX_FILE_BYTES as MAX_FILE_BYTES  # its old home
+from ragport.bootstrap import Stores, collect_documents, default_root, ingest_files
+from ragport.bootstrap.evaluate import read_judged_file
 from ragport.cli.config import _config, _embedder, _scope, _stores
 from ragport.cli.options import Parents, command
 from ragport.cli.output import EXIT_OK, NothingFound, _note, _print_json, _table
@@ -38,17 +42,7 @@ from ragport.domain.errors import ValidationError
 from ragport.domain.limits import HARD_LIMITS
 from ragport.domain.model import Chunk
 
-MAX_COMPARE = 16
 _T = TypeVar("_T")
-COMPARE_KEYS = (
-    "name",
-    "mode",
-    "lexical",
-    "vector-weight",
-    "lexical-weight",
-    "rerank",
-    "candidates",
-)
 
 EXAMPLES = (
     "ragport eval queries.jsonl qrels.tsv --corpus handbook --mode hybrid",
@@ -80,34 +74,6 @@ def _parsed(path: str, field: str, parse: Callable[[str], _T]) -> _T:
         raise ValidationError(f"{path}: {exc}", field=exc.field, limit=exc.limit) from None
 
 
-def _weight(raw: object, name: str) -> float:
-    try:
-        value = float(str(raw))
-    except ValueError:
-        raise ValidationError(f"{name} must be a number >= 0", field=name) from None
-    if not math.isfinite(value) or value < 0:
-        raise ValidationError(f"{name} must be a number >= 0", field=name)
-    return value
-
-
-def parse_compare(spec: str) -> dict[str, str]:
-    """``KEY=VALUE[,KEY=VALUE...]`` -> a dict; keys from ``COMPARE_KEYS``, each at most once."""
-    out: dict[str, str] = {}
-    for item in spec.split(","):
-        key, sep, value = item.strip().partition("=")
-        key = key.strip().replace("_", "-")
-        if not sep or not key or not value.strip():
-            raise ValidationError("--compare takes KEY=VALUE[,KEY=VALUE...]", field="compare")
-        if key not in COMPARE_KEYS:
-            raise ValidationError(
-                f"--compare key {key!r} is not one of {', '.join(COMPARE_KEYS)}", field="compare"
-            )
-        if key in out:
-            raise ValidationError(f"--compare names {key} twice", field="compare")
-        out[key] = value.strip()
-    return out
-
-
 def _configs(args: argparse.Namespace, stores: Stores) -> list[EvalConfig]:
     specs = [parse_compare(s) for s in args.compare] if args.compare else [{}]
     if len(specs) > MAX_COMPARE:
@@ -121,8 +87,8 @@ def _configs(args: argparse.Namespace, stores: Stores) -> list[EvalConfig]:
             raise ValidationError(f"mode must be one of {', '.join(MODES)}", field="mode")
         explicit_lexical = spec.get("lexical", args.lexical)
         lexical = _lexical_for(argparse.Namespace(mode=mode, lexical=explicit_lexical), stores)
-        vector_w = _weight(spec.get("vector-weight", args.vector_weight), "vector_weight")
-        lexical_w = _weight(spec.get("lexical-weight", args.lexical_weight), "lexical_weight")
+        vector_w = check_weight(spec.get("vector-weight", args.vector_weight), "vector_weight")
+        lexical_w = check_weight(spec.get("lexical-weight", args.lexical_weight), "lexical_weight")
         rerank = spec.get("rerank", args.rerank) or "none"
         reranker = None
         if rerank != "none":
@@ -130,7 +96,7 @@ def _configs(args: argparse.Namespace, stores: Stores) -> list[EvalConfig]:
                 _rerank_config(argparse.Namespace(rerank=rerank, rerank_option=args.rerank_option))
             )
         candidates = spec.get("candidates")
-        count = args.candidates if candidates is None else _count(candidates)
+        count = args.candidates if candidates is None else check_candidates(candidates)
         name = spec.get("name") or raw or mode
         out.append(
             EvalConfig(
@@ -147,14 +113,6 @@ def _configs(args: argparse.Namespace, stores: Stores) -> list[EvalConfig]:
     if len(set(names)) != len(names):
         raise ValidationError("two --compare configurations share a name", field="compare")
     return out
-
-
-def _count(raw: str) -> int:
-    if not raw.isdigit() or not 1 <= int(raw) <= HARD_LIMITS.query_candidates:
-        raise ValidationError(
-            f"candidates must be between 1 and {HARD_LIMITS.query_candidates}", field="candidates"
-        )
-    return int(raw)
 
 
 def _ingest_first(args: argparse.Namespace, stores: Stores, embedder: Any) -> None:
@@ -190,7 +148,7 @@ def _eval(args: argparse.Namespace) -> int:
     if not 1 <= args.k <= HARD_LIMITS.top_k:
         raise ValidationError(f"--k must be between 1 and {HARD_LIMITS.top_k}", field="k")
     if args.candidates is not None:
-        _count(str(args.candidates))
+        check_candidates(str(args.candidates))
     if args.mode is None:
         args.mode = "hybrid" if args.lexical is not None else _config(args).query.mode
     queries = _parsed(args.queries, "queries", parse_queries)

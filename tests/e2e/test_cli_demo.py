@@ -1,5 +1,5 @@
 """The command line: `ragport demo` runs the bundled corpus through every step and checks
-each outcome from the store (ragport/bootstrap/demo.py, printed by ragport/cli/demo.py)."""
+each outcome from the store (ragport/demo/run.py, printed by ragport/cli/demo.py through ragport/demo/report.py)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _step(run: dict, name: str) -> dict:
 def test_demo_json_lists_the_nine_steps_with_explanations(memory_run):
     """`ragport demo --json` is one document: every step with name, explanation, outcome.
 
-    If this fails, check run_demo's plan and EXPLANATIONS in ragport/bootstrap/demo.py.
+    If this fails, check run_demo's plan and EXPLANATIONS in ragport/demo/run.py.
     """
     assert [s["name"] for s in memory_run["steps"]] == STEPS
     assert [s["number"] for s in memory_run["steps"]] == list(range(1, 10))
@@ -167,7 +167,7 @@ def test_step_8_folder_sync_picks_up_an_edit_a_rename_and_a_deletion(memory_run)
 def test_step_9_says_where_the_data_lives(memory_run):
     """In memory there is nothing to remove, and the step says so.
 
-    If this fails, check _data_outcome in ragport/bootstrap/demo.py.
+    If this fails, check _data_outcome in ragport/demo/run.py.
     """
     step = _step(memory_run, "data")
     assert step["kind"] == "memory" and step["remove"] is None and step["where"] == "in memory"
@@ -235,7 +235,7 @@ def test_demo_on_postgresql_starts_empty_every_run_and_clean_drops_its_schema(
     """On PostgreSQL the demo uses schema ragport_demo, emptied first: a second run ingests
     again and checks the same outcomes; `--clean` drops the schema.
 
-    If this fails, check open_demo_stores and clean_demo in ragport/bootstrap/demo.py.
+    If this fails, check open_demo_stores and clean_demo in ragport/demo/run.py.
     """
     from sqlalchemy import text
 

@@ -187,7 +187,8 @@ def test_hostile_queries_files_are_usage_errors_not_hangs_or_crashes(tmp_path):
     exits 2 with a ValidationError naming the file (and the line), no traceback, no hang, no
     MemoryError; run in a child with a 1 GiB address-space limit and a timeout.
 
-    If this fails, check read_judged_file and _json_line in ragport/bootstrap/evaluate.py and
+    If this fails, check read_judged_file in ragport/bootstrap/evaluate.py and _json_line in
+    ragport/application/evaluation.py and
     _parsed in ragport/cli/evaluate.py (stderr says which case the child reached).
     """
     cases = {name: tmp_path / f"{name}.jsonl" for name in ("deep", "dev-zero", "fifo")}

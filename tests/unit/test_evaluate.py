@@ -1,4 +1,4 @@
-"""Metrics, queries and qrels parsing of ragport.bootstrap.evaluate (docs/evaluation.md)."""
+"""Metrics, queries and qrels parsing of ragport.application.evaluation (docs/evaluation.md)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ragport.bootstrap.evaluate import (
+from ragport.application.evaluation import (
     EvalConfig,
     Query,
     evaluate,

@@ -170,3 +170,14 @@ def test_sync_connector_old_keywords_warn_and_work(tmp_path: Path) -> None:
         embedder=CountingEmbedder(), scope=SCOPE,
     )  # fmt: skip
     assert small > len(stores2.chunks.get_by_source(SCOPE, "a.md"))
+
+
+def test_demo_documents_moved_to_the_demo_package() -> None:
+    """ragport.bootstrap.demo_documents still answers, warning, with what
+    ragport.demo.demo_markdown gives. If this fails, check ragport/bootstrap/ingest.py."""
+    from ragport.bootstrap import demo_documents
+    from ragport.demo import demo_markdown
+
+    with pytest.warns(DeprecationWarning, match="ragport.demo.demo_markdown"):
+        old = demo_documents()
+    assert old == demo_markdown() and "leave-policy.md" in old

@@ -1,4 +1,4 @@
-"""``ragport demo``'s logic: the bundled corpus through every guarantee, step by step.
+"""The demo's steps: the bundled corpus through every guarantee, step by step.
 
 ``run_demo`` hands each of nine steps to ``on_step`` as a ``DemoStep`` whose ``outcome`` is
 JSON data (keys in docs/cli.md), measured from the store, not asserted:
@@ -54,13 +54,16 @@ __all__ = [
     "DEMO_QUESTIONS",
     "DEMO_SCHEMA",
     "DemoPlace",
+    "DemoSettings",
     "DemoStep",
+    "clean_demo",
     "demo_files",
+    "demo_markdown",
     "open_demo_stores",
     "run_demo",
 ]
 
-from ragport.bootstrap._demo_text import (  # noqa: I001
+from ragport.demo.text import (  # noqa: I001
     DELETED_FILE,
     EDITED,
     RENAMED,
@@ -105,6 +108,15 @@ class DemoPlace:
     description: str
     data_dir: str | None
     schema: str | None
+
+
+def demo_markdown() -> dict[str, str]:
+    """The bundled corpus's Markdown files: file name -> text."""
+    return {
+        name: data.decode("utf-8")
+        for name, data in demo_files().items()
+        if name.endswith((".md", ".markdown"))
+    }
 
 
 def demo_files() -> dict[str, bytes]:
@@ -557,30 +569,41 @@ EXPLANATIONS = {
 }
 
 
+@attrs.frozen(kw_only=True)
+class DemoSettings:
+    """What the demo runs with: the scope's ``tenant`` and ``resource`` (its corpus is
+    ``DEMO_CORPUS``), the ``questions`` of step 2 with ``top_k`` hits each, the chunk
+    ``size`` and ``overlap``."""
+
+    tenant: str = "local"
+    resource: str = "default"
+    questions: Sequence[str] = DEMO_QUESTIONS
+    top_k: int = 3
+    size: int = 400
+    overlap: int = 40
+
+
 def run_demo(
     *,
     stores: Stores,
     checkpoints: CheckpointStore,
     place: DemoPlace,
     embedder: Embedder,
-    tenant: str,
-    resource: str,
-    questions: Sequence[str] = DEMO_QUESTIONS,
-    top_k: int = 3,
-    size: int = 400,
-    overlap: int = 40,
+    settings: DemoSettings | None = None,
     on_step: Callable[[DemoStep], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[DemoStep]:
     """Run the nine steps (see the module) over empty ``stores``; each goes to ``on_step``."""
+    settings = DemoSettings() if settings is None else settings
+    questions = settings.questions
     demo = _Demo(
         stores=stores,
         checkpoints=checkpoints,
         embedder=embedder,
-        scope=Scope(tenant, resource, DEMO_CORPUS),
-        size=size,
-        overlap=overlap,
-        top_k=top_k,
+        scope=Scope(settings.tenant, settings.resource, DEMO_CORPUS),
+        size=settings.size,
+        overlap=settings.overlap,
+        top_k=settings.top_k,
     )
     plan: list[tuple[str, Callable[[], Mapping[str, Any]]]] = [
         ("ingest", demo.step_ingest),

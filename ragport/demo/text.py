@@ -1,4 +1,4 @@
-"""The demo's fixed texts, ids and questions (``ragport.bootstrap.demo``)."""
+"""The demo's fixed texts, ids and questions (``ragport.demo.run``)."""
 
 from __future__ import annotations
 
