@@ -237,8 +237,8 @@ def _budget(top_k: int, given: int | None) -> int:
     )
 
 
-# Allow-listed function shape (pyproject [tool.ruff.lint]): the query command's body; it moves with the CLI split of issue 42.
-def _query(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915
+def _check_query_args(args: argparse.Namespace) -> None:
+    """The checks of ``ragport query``'s own options, before any store opens."""
     if not args.text.strip():
         raise ValidationError("the query is empty", field="text")
     if args.group and args.principal is None:
@@ -246,6 +246,117 @@ def _query(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915
     for weight, name in ((args.vector_weight, "vector"), (args.lexical_weight, "lexical")):
         if not math.isfinite(weight) or weight < 0:
             raise ValidationError(f"--{name}-weight must be a number >= 0", field=f"{name}_weight")
+
+
+def _reranker(args: argparse.Namespace) -> tuple[Reranker | None, int | None]:
+    """The reranker of ``--rerank`` (``None`` for none) and its time budget in ms."""
+    if args.rerank_timeout is not None and args.rerank in (None, "none"):
+        raise ValidationError("--rerank-timeout needs --rerank KIND", field="rerank_timeout")
+    if args.rerank in (None, "none"):
+        return None, None
+    from ragport.adapters.rerankers import resolve_reranker
+
+    rerank_ms = _rerank_ms(args)
+    return resolve_reranker(_rerank_config(args)), rerank_ms
+
+
+def _live(stores: Stores, scopes: Sequence[Scope]) -> list[Scope]:
+    """The scopes that hold something; a note names each empty one, and ``NothingFound`` when
+    every one is empty."""
+    empty = [s.corpus_id for s in scopes if stores.chunks.current_generation(s) == 0]
+    if len(empty) == len(scopes):
+        raise NothingFound(
+            f"corpus {', '.join(empty)} is empty or unknown (ingest documents with "
+            "`ragport ingest PATH --corpus NAME`; `ragport sources` lists what a corpus holds)"
+        )
+    for name in empty:
+        _note(f"corpus {name} is empty or unknown")
+    return [s for s in scopes if s.corpus_id not in empty]
+
+
+def _request(
+    args: argparse.Namespace, lexical: str, metadata_filter: Any, rerank_ms: int | None
+) -> RetrievalRequest:
+    weights = None
+    if lexical != "off":
+        weights = {
+            "vector": 0.0 if args.mode == "lexical" else args.vector_weight,
+            "lexical": args.lexical_weight,
+        }
+    return RetrievalRequest(
+        top_k=args.top_k,
+        query_candidates=max(DEFAULT_LIMITS.query_candidates, min(4 * args.top_k, 128)),
+        lexical=lexical,
+        fusion_weights=weights,
+        metadata_filter=metadata_filter,
+        max_context_tokens=_budget(args.top_k, args.max_tokens),
+        collapse_duplicates=not args.keep_duplicates,
+        max_rerank_ms=rerank_ms,
+    )
+
+
+def _withheld(denials: Sequence[AccessDenial], principal: str | None) -> WithheldOut | None:
+    """What the grants withheld (``None``: nothing), also noted on stderr."""
+    if not denials:
+        return None
+    reasons: dict[str, int] = {}
+    for d in denials:
+        reasons[d.reason] = reasons.get(d.reason, 0) + 1
+    withheld = WithheldOut(len(denials), sum(d.hits for d in denials), reasons)
+    summary = ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
+    _note(
+        f"{withheld.sources} source(s) with {withheld.hits} matching chunk(s) withheld "
+        f"from {principal} ({summary})"
+    )
+    return withheld
+
+
+def _hits_out(
+    hits: Sequence[Hit], offsets: Mapping[tuple[str, str], tuple[Any, Any]], score_kind: str
+) -> list[HitOut]:
+    def offset(h: Hit) -> tuple[Any, Any]:
+        return offsets.get((h.provenance.corpus_id, h.id), (None, None))
+
+    return [
+        HitOut(
+            rank=n,
+            citation_id=h.provenance.citation_id,
+            id=h.id,
+            source_id=h.source_id,
+            corpus=h.provenance.corpus_id,
+            score=h.score,
+            score_kind=score_kind,
+            retrieval=h.provenance.retrieval,
+            heading=list(h.metadata.get("heading", [])),
+            page=h.metadata.get("page"),
+            start=offset(h)[0],
+            end=offset(h)[1],
+            text=h.text,
+            metadata=dict(h.metadata),
+            provenance=_json.unstructure(h.provenance),
+        )
+        for n, h in enumerate(hits, start=1)
+    ]
+
+
+def _print_query(out: QueryOut, as_json: bool) -> None:
+    if as_json:
+        _print_json(out)
+        return
+    _table(
+        ["#", "citation", f"score ({out.score_kind})", "page", "heading"],
+        [
+            (h.rank, h.citation_id, f"{h.score:.3f}", h.page or "", " > ".join(h.heading))
+            for h in out.hits
+        ],
+    )
+    print("context:")
+    for line in out.text.splitlines():
+        print(f"    {line}")
+
+
+def _query(args: argparse.Namespace) -> int:
+    _check_query_args(args)
     metadata_filter = _filters(args)
     corpora = list(dict.fromkeys(args.corpus))
     scopes = [_scope(args, c) for c in corpora]
@@ -254,33 +365,11 @@ def _query(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915
         if args.principal is not None
         else None
     )
-    reranker = None
-    rerank_ms = None
-    if args.rerank_timeout is not None and args.rerank in (None, "none"):
-        raise ValidationError("--rerank-timeout needs --rerank KIND", field="rerank_timeout")
-    if args.rerank not in (None, "none"):
-        from ragport.adapters.rerankers import resolve_reranker
-
-        rerank_ms = _rerank_ms(args)
-        reranker = resolve_reranker(_rerank_config(args))
+    reranker, rerank_ms = _reranker(args)
     denials: list[AccessDenial] = []
     with _stores(args) as stores:
         lexical = _lexical_for(args, stores)
-        weights = None
-        if lexical != "off":
-            weights = {
-                "vector": 0.0 if args.mode == "lexical" else args.vector_weight,
-                "lexical": args.lexical_weight,
-            }
-        empty = [s.corpus_id for s in scopes if stores.chunks.current_generation(s) == 0]
-        if len(empty) == len(scopes):
-            raise NothingFound(
-                f"corpus {', '.join(empty)} is empty or unknown (ingest documents with "
-                "`ragport ingest PATH --corpus NAME`; `ragport sources` lists what a corpus holds)"
-            )
-        for name in empty:
-            _note(f"corpus {name} is empty or unknown")
-        live = [s for s in scopes if s.corpus_id not in empty]
+        live = _live(stores, scopes)
         embedder = _embedder(args, stores, live)
         if reranker is not None:
             _warm(reranker)
@@ -294,16 +383,7 @@ def _query(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915
                 authorization=authorization,
                 on_access_denied=denials.append,
                 reranker=reranker,
-                request=RetrievalRequest(
-                    top_k=args.top_k,
-                    query_candidates=max(DEFAULT_LIMITS.query_candidates, min(4 * args.top_k, 128)),
-                    lexical=lexical,
-                    fusion_weights=weights,
-                    metadata_filter=metadata_filter,
-                    max_context_tokens=_budget(args.top_k, args.max_tokens),
-                    collapse_duplicates=not args.keep_duplicates,
-                    max_rerank_ms=rerank_ms,
-                ),
+                request=_request(args, lexical, metadata_filter, rerank_ms),
             )
         except RerankError as exc:
             if exc.reason == "timeout":
@@ -317,42 +397,13 @@ def _query(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915
     # 0.016 to 0.033), never comparable with the vector-only cosine; a reranker reorders the
     # hits and keeps their scores.
     score_kind = "cosine" if lexical == "off" else "rrf"
-    withheld = None
-    if denials:
-        reasons: dict[str, int] = {}
-        for d in denials:
-            reasons[d.reason] = reasons.get(d.reason, 0) + 1
-        withheld = WithheldOut(len(denials), sum(d.hits for d in denials), reasons)
-        summary = ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
-        _note(
-            f"{withheld.sources} source(s) with {withheld.hits} matching chunk(s) withheld "
-            f"from {args.principal} ({summary})"
-        )
+    withheld = _withheld(denials, args.principal)
     if result.dropped:
         _note(
             f"{result.dropped} hit(s) dropped by the context budget "
             f"({_budget(args.top_k, args.max_tokens)} tokens; raise it with --max-tokens)"
         )
-    hits = [
-        HitOut(
-            rank=n,
-            citation_id=h.provenance.citation_id,
-            id=h.id,
-            source_id=h.source_id,
-            corpus=h.provenance.corpus_id,
-            score=h.score,
-            score_kind=score_kind,
-            retrieval=h.provenance.retrieval,
-            heading=list(h.metadata.get("heading", [])),
-            page=h.metadata.get("page"),
-            start=offsets.get((h.provenance.corpus_id, h.id), (None, None))[0],
-            end=offsets.get((h.provenance.corpus_id, h.id), (None, None))[1],
-            text=h.text,
-            metadata=dict(h.metadata),
-            provenance=_json.unstructure(h.provenance),
-        )
-        for n, h in enumerate(result.hits, start=1)
-    ]
+    hits = _hits_out(result.hits, offsets, score_kind)
     out = QueryOut(
         query=args.text,
         corpora=corpora,
@@ -366,19 +417,7 @@ def _query(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915
         dropped=result.dropped,
         withheld=withheld,
     )
-    if args.json:
-        _print_json(out)
-    else:
-        _table(
-            ["#", "citation", f"score ({score_kind})", "page", "heading"],
-            [
-                (h.rank, h.citation_id, f"{h.score:.3f}", h.page or "", " > ".join(h.heading))
-                for h in hits
-            ],
-        )
-        print("context:")
-        for line in result.text.splitlines():
-            print(f"    {line}")
+    _print_query(out, args.json)
     if not hits:
         _note("nothing found")
         return EXIT_FAILED
