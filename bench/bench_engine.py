@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from ragport import Chunk, RetrievalRequest, Scope, replace_source, retrieve_context
+from ragport import Chunk, RetrievalRequest, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory.backend import MemoryBackend
+from ragport.application import replace_source, retrieve_context
 from ragport.engine import BackendStore
 
 WORDS = [

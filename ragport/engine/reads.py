@@ -23,7 +23,7 @@ from ragport.domain.model import (
     is_forgotten,
     is_visible,
 )
-from ragport.engine.bm25 import bm25_scores
+from ragport.engine.bm25 import bm25_scores, counted
 from ragport.engine.history import history_of
 from ragport.ports.backend import BackendReader
 from ragport.ports.embedder import Vector
@@ -149,7 +149,7 @@ def search_bm25(
         for r in visible(checked(reader.rows(), scope), pointer)
         if not is_forgotten(r, rule.forgotten)
     ]
-    scores = bm25_scores([tokenize_lexical(r.text) for r in docs], tokenize_lexical(text))
+    scores = bm25_scores([counted(r.text) for r in docs], tokenize_lexical(text))
     ranked = sorted(
         ((score, r) for score, r in zip(scores, docs, strict=True) if score is not None),
         key=lambda pair: (-pair[0], pair[1].id),

@@ -45,7 +45,7 @@ from ragport.engine.reads import (
     walk_vectors,
 )
 from ragport.engine.unit_of_work import BackendUnitOfWork, _ids, by_id
-from ragport.ports.backend import BackendReader, GenerationState, StorageBackend
+from ragport.ports.backend import BackendReader, BackendWriter, GenerationState, StorageBackend
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange, check_history_args
 from ragport.ports.pushdowns import Admission, LegAnswer
@@ -111,7 +111,7 @@ class BackendStore:
         with self._guard:
             block = self._backend.write(scope)
             writer = block.__enter__()
-        uow = BackendUnitOfWork(scope, writer, self._guard, self._push)
+        uow = self._new_unit(scope, writer)
         try:
             yield uow
         except BaseException:
@@ -122,6 +122,12 @@ class BackendStore:
         uow.done = True
         with self._guard:
             block.__exit__(None, None, None)
+
+    def _new_unit(self, scope: Scope, writer: BackendWriter) -> BackendUnitOfWork:
+        """The unit of work over one ``write`` block's writer. A subclass may return its own
+        ``BackendUnitOfWork`` subclass (built with ``self._guard`` and ``self._push``), e.g.
+        one that runs hooks after commit."""
+        return BackendUnitOfWork(scope, writer, self._guard, self._push)
 
     def set_source_access(self, scope: Scope, grants: Sequence[Grant]) -> None:
         with self.unit_of_work(scope) as uow:

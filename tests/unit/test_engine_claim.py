@@ -10,6 +10,7 @@ import pytest
 import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory.backend import MemoryBackend
+from ragport.application import replace_source, retrieve_context
 from ragport.application.generations import compact
 from ragport.contract_tests.storage_backend_engine import Wrapped
 from ragport.domain.errors import EmbedderMismatchError
@@ -25,13 +26,13 @@ def _write(store: BackendStore, embedder: HashEmbedder, sources: int = 30) -> No
         chunks = [
             ragport.Chunk.of(f"s{s}", i, f"text {s} part {i} of the policy") for i in range(10)
         ]
-        ragport.replace_source(
+        replace_source(
             source_id=f"s{s}", chunks=chunks, embedder=embedder, store=store, scope=SCOPE
         )
 
 
 def _retrieve(store: BackendStore, embedder: HashEmbedder) -> ragport.RetrievalResult:
-    return ragport.retrieve_context("policy", embedder=embedder, store=store, scope=SCOPE)
+    return retrieve_context("policy", embedder=embedder, store=store, scope=SCOPE)
 
 
 def test_a_retrieve_reads_no_rows_with_one_embedder() -> None:
