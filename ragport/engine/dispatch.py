@@ -36,6 +36,8 @@ class Pushdowns:
     source_id_page: _Method = None
     history: _Method = None
     forgotten_among: _Method = None
+    tombstones_among: _Method = None
+    dependents: _Method = None
     retire: _Method = None
     delete_where: _Method = None
     restore_above: _Method = None
@@ -86,7 +88,9 @@ def capabilities_of(pushdowns: Pushdowns) -> Capabilities:
         generation_history=True,
         guarded_query=True,
         private_reads=True,  # every record handed out is a fresh copy (hand_out)
-        forgotten_lookup=pushdowns.forgotten_among is not None,
+        forgotten_lookup=(
+            pushdowns.forgotten_among is not None or pushdowns.tombstones_among is not None
+        ),
         preparation=pushdowns.prepare is not None,
         borrowed_query=pushdowns.search_vectors is not None,
     )

@@ -203,6 +203,9 @@ class BackendStore:
         with self._reading(scope) as r:
             if self._push.forgotten_among is not None:
                 return frozenset(self._push.forgotten_among(r, wanted)) & set(wanted)
+            if self._push.tombstones_among is not None:
+                found = self._push.tombstones_among(r, wanted)
+                return frozenset(t.id for t in found if t.reason == "forgotten") & set(wanted)
             return forgotten_ids(r).intersection(wanted)
 
     def generation_history(

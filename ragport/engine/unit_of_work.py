@@ -155,14 +155,17 @@ class _Part:
         self._open()
         return self._run(write)
 
-    def _pushed(self, method: Callable[..., object], *args: object, **kwargs: object) -> int:
-        """A write pushdown called with the backend's own writer, its failure tracked."""
+    def _call(self, method: Callable[..., T], *args: object, **kwargs: object) -> T:
+        """A pushdown called with the backend's own writer, its failure tracked."""
         try:
-            found = method(self._uow.writer, *args, **kwargs)
+            return method(self._uow.writer, *args, **kwargs)
         except BaseException:
             self._uow.failed = True
             raise
-        return _count(found)
+
+    def _pushed(self, method: Callable[..., object], *args: object, **kwargs: object) -> int:
+        """A write pushdown's count."""
+        return _count(self._call(method, *args, **kwargs))
 
     def _rows(
         self, w: BackendWriter, *, source_id: str | None = None, ids: Sequence[str] | None = None
@@ -299,10 +302,15 @@ class _Records(_Part):
         wanted = set(_ids(ids, "ids"))
 
         def found(w: BackendWriter) -> list[Record]:
-            rows = (
-                r for r in self._rows(w) if r.kind == "derived" and not wanted.isdisjoint(r.lineage)
+            if self._push.dependents is not None:
+                found = self._call(self._push.dependents, sorted(wanted))
+                rows = list(checked(found, self._uow.scope))
+            else:
+                rows = self._rows(w)
+            dependents = (
+                r for r in rows if r.kind == "derived" and not wanted.isdisjoint(r.lineage)
             )
-            return [hand_out(r) for r in by_id(rows)]
+            return [hand_out(r) for r in by_id(dependents)]
 
         return self._read(found) if wanted else []
 
@@ -490,9 +498,16 @@ class _Tombstones(_Part):
         wanted = _ids(ids, "ids")
         if not wanted:
             return {}
-        # The narrow port lists a scope's tombstones whole (as the engine's reads do).
-        found = self._read(lambda w: {t.id: t for t in w.tombstones()})
+        found = self._read(lambda w: {t.id: t for t in self._among(w, wanted)})
         return {i: found[i] for i in wanted if i in found}
+
+    def _among(self, w: BackendWriter, ids: Sequence[str]) -> Iterable[Tombstone]:
+        """The stored tombstones of ``ids``: looked up where the backend can, else (the narrow
+        port lists a scope's tombstones whole) every one."""
+        if self._push.tombstones_among is not None:
+            found: Iterable[Tombstone] = self._call(self._push.tombstones_among, list(ids))
+            return found
+        return w.tombstones()
 
     def readmit(self, ids: Sequence[str]) -> int:
         self._open()
@@ -501,7 +516,7 @@ class _Tombstones(_Part):
         def readmit(w: BackendWriter) -> int:
             changed = [
                 Tombstone(t.id, "corrected")
-                for t in w.tombstones()
+                for t in self._among(w, sorted(wanted))
                 if t.id in wanted and t.reason == "forgotten"
             ]
             if changed:

@@ -21,7 +21,8 @@ Reads (view = a reader, or the writer inside a unit of work):
 
 - ``search_vectors`` / ``search_lexical`` (+ the class attribute ``lexical_modes``): one leg
   of a query, the whole ``Admission`` predicate applied before ``limit``, as a ``LegAnswer``;
-- ``embedders``, ``source_id_page``, ``history``, ``forgotten_among``: indexed look-ups.
+- ``embedders``, ``source_id_page``, ``history``, ``forgotten_among``, ``tombstones_among``,
+  ``dependents``: indexed look-ups.
 
 Set-based writes (view = the writer): ``retire``, ``delete_where``, ``restore_above``,
 ``move``, ``rename_lineage``, ``merge_tombstones``; and ``prepare`` (before a write, no view).
@@ -31,7 +32,7 @@ The rules themselves stay in the engine: a pushdown applies a predicate the engi
 check, the tombstone strength); the denial report is built by the engine from ``screened``.
 The store's capabilities follow from what the backend defines: ``lexical_modes`` (the
 backend's modes, plus the engine's generic ``"bm25"``), ``forgotten_lookup`` (with
-``forgotten_among``), ``preparation`` (with ``prepare``) and ``borrowed_query`` (with
+``forgotten_among`` or ``tombstones_among``), ``preparation`` (with ``prepare``) and ``borrowed_query`` (with
 ``search_vectors``); a backend never declares capabilities by hand.
 """
 
@@ -43,7 +44,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from ragport.domain.filters import Filter
-from ragport.domain.model import Authorization, Scope, Tombstone
+from ragport.domain.model import Authorization, Record, Scope, Tombstone
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange
 from ragport.ports.store import EmbedderKey, ScoredRecord
@@ -53,9 +54,11 @@ __all__ = [
     "Admission",
     "AnswersHistory",
     "DeletesWhere",
+    "FindsDependents",
     "LegAnswer",
     "ListsEmbedders",
     "LooksUpForgotten",
+    "LooksUpTombstones",
     "MergesTombstones",
     "MovesRows",
     "PagesSourceIds",
@@ -195,6 +198,26 @@ class LooksUpForgotten(Protocol):
         ...
 
 
+@runtime_checkable
+class LooksUpTombstones(Protocol):
+    """Tombstones by id (what every write reads first, to refuse a forgotten id)."""
+
+    def tombstones_among(self, view: Any, ids: Sequence[str]) -> Sequence[Tombstone]:
+        """The stored tombstones (either reason) of the ``ids`` (distinct, non-empty), in any
+        order, at most one per id."""
+        ...
+
+
+@runtime_checkable
+class FindsDependents(Protocol):
+    """Derived rows by lineage (what deletion propagation and re-pointing read)."""
+
+    def dependents(self, view: Any, ids: Sequence[str]) -> Sequence[Record]:
+        """Every ``derived`` row of the scope, of every generation (retired ones included),
+        whose ``lineage`` names one of ``ids`` (distinct, non-empty), in any order."""
+        ...
+
+
 # -- writes (view = the writer) -----------------------------------------------------------------
 
 
@@ -299,6 +322,8 @@ PUSHDOWNS: Mapping[str, type] = {
     "source_id_page": PagesSourceIds,
     "history": AnswersHistory,
     "forgotten_among": LooksUpForgotten,
+    "tombstones_among": LooksUpTombstones,
+    "dependents": FindsDependents,
     "retire": RetiresRows,
     "delete_where": DeletesWhere,
     "restore_above": RestoresAbove,

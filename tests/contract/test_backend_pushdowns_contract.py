@@ -15,7 +15,7 @@ import pytest
 from ragport.adapters.memory.backend import MemoryBackend
 from ragport.contract_tests import StorageBackendContract
 from ragport.contract_tests._support import make_batch, publish_sources
-from ragport.domain.model import Scope, Tombstone
+from ragport.domain.model import Record, Scope, Tombstone
 from ragport.engine import BackendStore
 from ragport.engine.reads import (
     forgotten_ids,
@@ -88,6 +88,14 @@ class Pushed(MemoryBackend):
     def forgotten_among(self, view: Any, ids: Sequence[str]) -> frozenset[str]:
         self._called("forgotten_among")
         return forgotten_ids(view).intersection(ids)
+
+    def tombstones_among(self, view: Any, ids: Sequence[str]) -> Sequence[Tombstone]:
+        self._called("tombstones_among")
+        return [t for t in view.tombstones() if t.id in ids]
+
+    def dependents(self, view: Any, ids: Sequence[str]) -> Sequence[Record]:
+        self._called("dependents")
+        return [r for r in view.rows() if r.kind == "derived" and set(r.lineage) & set(ids)]
 
     # -- writes ---------------------------------------------------------------------------
     def retire(
@@ -219,6 +227,8 @@ def test_the_suite_reaches_every_pushdown() -> None:
         uow.records.rekey({"a#0001": "c#0001"}, to_source_id="c")
         uow.records.rewrite_lineage("a", "c")
         uow.tombstones.add([Tombstone("x", "forgotten")])
+        uow.tombstones.get(["x"])
+        uow.records.find_dependents(["a"])
         uow.records.purge_source("c")
         uow.records.discard_above(g)
         uow.records.purge_retired(0)
