@@ -271,7 +271,7 @@ def test_a_cancelled_list_sources_stops_before_its_next_status_read(kind):
     """list_sources(limit=1) reads a page, then a cut page; cancelled during the first read, it
     stops at the abort check before the second, and the token comes back.
 
-    If this fails, check that list_sources passes run_abortable's abort to visible_page.
+    If this fails, check that list_sources passes run_abortable's abort to _Sources._visible_page.
     """
     parts = _parts(HashEmbedder())
     statuses = BlockingStatuses(parts["status_store"])

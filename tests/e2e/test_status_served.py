@@ -83,7 +83,7 @@ def test_a_failed_reingest_reports_the_version_still_served(stores, tmp_path, fa
 
     If this fails, check served_status in ragport/domain/status.py and its callers:
     list_ingestion_status (chunk_store=), Rag.status, count_ingestion_states, list_sources in
-    ragport/bootstrap/corpus.py and list_sources_now in ragport/integrations/mcp.py.
+    ragport/bootstrap/corpus.py and _Sources in ragport/integrations/mcp.py.
     """
     store, status = stores
     (tmp_path / SOURCE).write_text(_words("alpha", 20))

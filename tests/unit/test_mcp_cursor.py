@@ -204,7 +204,7 @@ def test_statuses_changing_between_reads_never_leak(parts: dict[str, Any]) -> No
 def test_statuses_that_never_settle_are_a_tool_error(parts: dict[str, Any]) -> None:
     """If every re-read differs, list_sources answers an error, never a page with a bad cursor.
 
-    If this fails, check the bounded retries of visible_page in list_sources.
+    If this fails, check the bounded retries of _Sources._visible_page (list_sources).
     """
     shifting = _ShiftingStatuses(parts["status_store"], times=100)
     server = build_server(**{**parts, "status_store": shifting}, authorization=ALICE)
