@@ -72,7 +72,6 @@ from ragport.domain.model import (
     Rename,
     Scope,
 )
-from ragport.ports.capabilities import OptionalCapability, supports
 from ragport.ports.store import ChunkStore, ScoredRecord
 
 __all__ = ["SCORE_TOLERANCE", "DifferentialContract", "check_same_answers", "operations"]
@@ -350,8 +349,9 @@ class _Side:
             "query",
             lambda cb: _ranked(self.store.query(self.scope, vector, **common, on_denied=cb)),
         )
-        if "guarded_query" in self.optional:
-            leg("guarded", lambda cb: self._guarded(vector, common, cb))
+        for name in ("guarded_query", "borrowed_query"):
+            if name in self.optional:
+                leg(name, self._bind(self._guarded, name, vector, common))
         for mode in self.modes:
             leg(f"lexical:{mode}", self._bind(self._lexical, text, mode, common))
             leg(f"hybrid:{mode}", self._bind(self._hybrid, vector, text, mode, common))
@@ -363,8 +363,8 @@ class _Side:
     def _bind(method: Callable[..., object], *args: Any) -> Callable[[Any], object]:
         return lambda cb: method(*args, cb)
 
-    def _guarded(self, vector: Any, common: dict[str, Any], cb: Any) -> object:
-        found = self.store.guarded_query(  # type: ignore[attr-defined]
+    def _guarded(self, name: str, vector: Any, common: dict[str, Any], cb: Any) -> object:
+        found = getattr(self.store, name)(
             self.scope,
             vector,
             embedder_id=EMBEDDER.id,
@@ -443,7 +443,7 @@ class _Side:
             out[f"all:{n}"] = _ranked(
                 store.query(scope, EMBEDDER.embed(["policy"])[0], limit=64, authorization=who)
             )
-        if "forgotten_lookup" in self.optional:
+        if "forgotten_among" in self.optional:
             out["forgotten_among"] = sorted(store.forgotten_among(scope, ids))
         if "generation_history" in self.optional:
             history = store.generation_history(scope, limit=20, max_ids=3)
@@ -550,11 +550,9 @@ def difference(a: object, b: object, path: str = "") -> str | None:
     return None if a == b else f"{path}: {a!r} != {b!r}"
 
 
-_OPTIONAL: tuple[OptionalCapability, ...] = (
-    "guarded_query",
-    "forgotten_lookup",
-    "generation_history",
-)
+_OPTIONAL = ("guarded_query", "borrowed_query", "forgotten_among", "generation_history")
+"""Optional methods compared when both stores define them (declared or not: a store without a
+pushdown may define a method it does not declare, e.g. ``BackendStore.forgotten_among``)."""
 
 
 def _lexical_modes(subject: ChunkStore, reference: ChunkStore) -> tuple[str, ...]:
@@ -565,7 +563,9 @@ def _lexical_modes(subject: ChunkStore, reference: ChunkStore) -> tuple[str, ...
 def _run_sequence(subject: ChunkStore, reference: ChunkStore, ops: Sequence[Op], n: int) -> None:
     modes = _lexical_modes(subject, reference)
     optional = frozenset(
-        name for name in _OPTIONAL if supports(subject, name) and supports(reference, name)
+        name
+        for name in _OPTIONAL
+        if callable(getattr(subject, name, None)) and callable(getattr(reference, name, None))
     )
     scope = Scope(TENANT, "differential", f"differential-{n}-subject")
     one = _Side(subject, scope, modes, optional)

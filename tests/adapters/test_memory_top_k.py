@@ -11,7 +11,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragport.adapters.memory.store import _BY_ARGMAX, _GROUP_LIMIT, _GROUPS, _floor, _top
+from ragport.adapters.memory.top_k import _BY_ARGMAX, _GROUP_LIMIT, _GROUPS, _floor
+from ragport.adapters.memory.top_k import top as _top
 
 
 def _reference(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[tuple[int, float]]:
@@ -34,7 +35,7 @@ def test_top_matches_a_full_sort_with_ties_by_position(
     """``_top`` equals sorting every allowed row by (-score, position), ties included.
 
     Few distinct values make ties at the cut common (more than 64 finalists takes the numpy
-    path, fewer the Python one). If this fails, check _top in adapters/memory/store.py.
+    path, fewer the Python one). If this fails, check top in adapters/memory/top_k.py.
     """
     scores = np.asarray(values, dtype=np.float32)
     mask = np.random.default_rng(seed).random(len(values)) < 0.5 if masked else None
@@ -85,7 +86,7 @@ def test_grouped_threshold_matches_a_full_sort(
     Few distinct levels make ties at the cut common; scores with infinities are passed as not
     finite (the exact path, which orders them too); limits past ``_GROUP_LIMIT`` and masks
     that leave too few rows take the exact path. If this fails, check ``_floor`` in
-    adapters/memory/store.py.
+    adapters/memory/top_k.py.
     """
     rng = np.random.default_rng(seed)
     levels = np.asarray(_LEVELS if infinite else _LEVELS[1:-1])
@@ -151,7 +152,7 @@ def test_argmax_passes_match_a_full_sort_and_leave_the_scores_alone(
     full sort, ties at the cut by position, and the scores are unchanged afterwards (the
     passes set each pick to -inf and write it back), read-only arrays included.
 
-    If this fails, check ``_by_argmax`` in adapters/memory/store.py: argmax must return the
+    If this fails, check ``_by_argmax`` in adapters/memory/top_k.py: argmax must return the
     first position of the maximum, and every pick must be written back.
     """
     rng = np.random.default_rng(seed)

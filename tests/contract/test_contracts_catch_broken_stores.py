@@ -49,6 +49,7 @@ from ragport.contract_tests.chunk_store import (
 from ragport.contract_tests.chunk_store._helpers import OTHER_CORPUS
 from ragport.domain.lexical import tokenize_lexical
 from ragport.domain.model import Record
+from ragport.engine import BackendStore
 from ragport.ports.history import GenerationChange
 from ragport.ports.store import HybridAnswer, ScoredRecord
 
@@ -163,6 +164,8 @@ def test_tombstone_contract_catches_a_forgotten_lookup_that_finds_nothing():
 
 class DeclaresPreparation(InMemoryStore):
     """Declares ``preparation`` without defining ``prepare``."""
+
+    prepare = None  # the engine's BackendStore defines it: this class does not
 
     @property
     def capabilities(self) -> Any:
@@ -329,24 +332,32 @@ class _BorrowedIgnoresGrants(InMemoryStore):
         return super().borrowed_query(scope, vector, **kw)
 
 
+class _RewritingBackend(memory_backend.SnapshotBackend):
+    """Changes the records it lent in place whenever it installs a commit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lent: list[Record] = []
+
+    def _install(self, scope: Any, snap: Any) -> None:
+        super()._install(scope, snap)
+        for record in self.lent:
+            heading = record.metadata.get("heading")
+            if isinstance(heading, list) and "rewritten" not in heading:
+                heading.append("rewritten")
+
+
 class _RewritesLentRecords(InMemoryStore):
     """Lends records, then changes the lent objects' metadata in place at the next commit."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self._lent: list[Record] = []
+        self._rewriting = _RewritingBackend()
+        BackendStore.__init__(self, self._rewriting)
 
     def borrowed_query(self, scope: Any, vector: Any, **kw: Any) -> Any:
         answer = super().borrowed_query(scope, vector, **kw)
-        self._lent.extend(s.record for s in answer.records)
+        self._rewriting.lent.extend(s.record for s in answer.records)
         return answer
-
-    def _install(self, scope: Any, snap: Any) -> None:
-        super()._install(scope, snap)
-        for record in self._lent:
-            heading = record.metadata.get("heading")
-            if isinstance(heading, list) and "rewritten" not in heading:
-                heading.append("rewritten")
 
 
 def test_borrowed_query_contract_catches_a_borrowed_read_without_the_grants():
@@ -397,23 +408,30 @@ def test_aliasing_contract_catches_retrieval_that_keeps_lent_metadata(monkeypatc
         contract.test_use_cases_neither_keep_nor_hand_out_the_stores_values(InMemoryStore())
 
 
-class TableWideStatistics(InMemoryStore):
-    """SQLite FTS5's default: one BM25 index over every scope's records (statistics over the
-    whole table), each scope's answer still restricted to its own records."""
+class _TableWideBackend(memory_backend.SnapshotBackend):
+    """One BM25 index shared by every scope's lexicon, each synced before any search."""
 
     def __init__(self) -> None:
         super().__init__()
         self._table = Bm25Index(analyzer=tokenize_lexical)
 
-    def _lexical_query(self, scope: Any, *args: Any) -> Any:
-        for other in list(self._snapshots):
-            if other not in self._lexical:
+    def search_lexical(self, view: Any, text: str, **kw: Any) -> Any:
+        for other in list(self._scopes):
+            if other not in self._lexicons:
                 lexicon = memory_lexical.ScopeLexicon(self._analyzer)
                 lexicon.index = self._table
-                self._lexical[other] = lexicon
-            with self._lexical[other].lock:
-                self._lexical[other].sync(self._snapshot(other))
-        return super()._lexical_query(scope, *args)
+                self._lexicons[other] = lexicon
+            with self._lexicons[other].lock:
+                self._lexicons[other].sync(self._snapshot(other))
+        return super().search_lexical(view, text, **kw)
+
+
+class TableWideStatistics(InMemoryStore):
+    """SQLite FTS5's default: one BM25 index over every scope's records (statistics over the
+    whole table), each scope's answer still restricted to its own records."""
+
+    def __init__(self) -> None:
+        BackendStore.__init__(self, _TableWideBackend())
 
 
 def test_lexical_contract_catches_bm25_statistics_shared_by_every_scope():
@@ -438,7 +456,7 @@ class FoldsAccents(InMemoryStore):
             plain = "".join(c for c in decomposed if not unicodedata.combining(c))
             return re.findall(r"\w+", plain)
 
-        self._analyzer = unicode61
+        self.backend._analyzer = unicode61  # type: ignore[attr-defined]
 
 
 def test_lexical_contract_catches_a_tokenizer_other_than_tokenize_lexical():
@@ -456,7 +474,7 @@ def test_unit_of_work_contract_catches_a_commit_that_runs_twice(monkeypatch):
     def commit_again(uow: Any) -> None:
         uow.writer.commit()  # commits, and never marks the unit finished
 
-    monkeypatch.setattr(memory_uow.InMemoryUnitOfWork, "commit", commit_again)
+    monkeypatch.setattr(engine_uow.BackendUnitOfWork, "commit", commit_again)
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         ChunkStoreUnitOfWorkContract().test_a_finished_unit_of_work_refuses_a_second_commit(
             InMemoryStore()

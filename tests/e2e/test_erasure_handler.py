@@ -92,7 +92,8 @@ def _strings(value: Any, depth: int = 0) -> Iterator[str]:
 
 
 def _memory_marks(store: InMemoryStore) -> int:
-    state = (store._snapshots, store._lexical)
+    backend: Any = store.backend
+    state = (backend._scopes, backend._lexicons)
     return sum(MARK in s for s in _strings(state))
 
 

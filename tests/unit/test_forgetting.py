@@ -275,7 +275,7 @@ def test_index_derived_replaces_an_older_version(store):
 
 
 def test_derived_record_is_visible_only_when_every_root_is_granted(store):
-    """With an authorization a derived record shows only to callers granted every root. If this fails, check InMemoryStore._access_mask and the access gate."""
+    """With an authorization a derived record shows only to callers granted every root. If this fails, check the grant rule of ragport.engine and the in-memory search's access_mask (adapters/memory/snapshot.py)."""
     _source(store, "a", ["alpha text"])
     _source(store, "b", ["beta text"])
     _derived(store, "sum-1", ["a", "b"], "summary of alpha and beta")

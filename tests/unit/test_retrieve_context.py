@@ -838,9 +838,9 @@ def test_hits_copy_the_metadata_of_a_store_without_private_reads(
     If this fails, check build_hits: it may take the record's metadata only when the store
     declares Capabilities.private_reads.
     """
-    import ragport.adapters.memory.snapshot as memory_snapshot
+    import ragport.engine.store as engine_store
 
-    monkeypatch.setattr(memory_snapshot, "hand_out", lambda record: record)
+    monkeypatch.setattr(engine_store, "hand_out", lambda record: record)
     store = _HandsOutItsRows()
     add_source(store, "handbook", HANDBOOK, metadata={"heading": ["Leave"]})
     result = retrieve(store=store)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 from ragport.adapters._checkpoints import check_cas_args, check_checkpoint_args
-from ragport.adapters.memory.unit_of_work import InMemoryUnitOfWork
+from ragport.adapters.memory.unit_of_work import SnapshotWriter
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
 from ragport.ports.sync import Checkpoint
@@ -27,7 +27,8 @@ class InMemoryCheckpointStore:
     def __init__(self, *, store: object = None) -> None:
         self._items: dict[tuple[str, Scope], Checkpoint] = {}
         self._lock = threading.Lock()
-        self._store = store  # the InMemoryStore whose units of work this store joins
+        # The in-memory backend (of an InMemoryStore) whose units of work this store joins.
+        self._backend = getattr(store, "backend", None) if store is not None else None
 
     def get(self, connector_id: str, scope: Scope) -> Checkpoint:
         check_checkpoint_args(connector_id, scope)
@@ -49,12 +50,13 @@ class InMemoryCheckpointStore:
     def joins(self, uow: object) -> bool:
         """Whether ``uow`` is an in-memory unit of work (scope-serialized, infallible commit) of
         the one store this checkpoint store joins (the first it is asked about)."""
-        if not isinstance(uow, InMemoryUnitOfWork) or uow.owner is None:
+        owner = _owner(uow)
+        if owner is None:
             return False
         with self._lock:
-            if self._store is None:
-                self._store = uow.owner
-            return uow.owner is self._store
+            if self._backend is None:
+                self._backend = owner
+            return owner is self._backend
 
     def compare_and_set_in(
         self, uow: object, connector_id: str, scope: Scope, expected_version: int, cursor: str
@@ -64,7 +66,8 @@ class InMemoryCheckpointStore:
         this unit of work's writer lock."""
         check_checkpoint_args(connector_id, scope)
         check_cas_args(expected_version, cursor)
-        if not self.joins(uow) or not isinstance(uow, InMemoryUnitOfWork) or uow.scope != scope:
+        writer = _writer(uow)
+        if writer is None or not self.joins(uow) or writer.scope != scope:
             raise ValidationError(
                 "compare_and_set_in needs an in-memory unit of work of the same scope",
                 field="uow",
@@ -81,10 +84,23 @@ class InMemoryCheckpointStore:
                 if self._items.get(key, Checkpoint(None, 0)).version == expected_version:
                     self._items[key] = Checkpoint(cursor, expected_version + 1)
 
-        uow.add_commit_hook(install)
+        if getattr(uow, "done", False):
+            raise ValidationError("unit of work already finished", field="unit_of_work")
+        writer.add_commit_hook(install)
         return True
 
     def delete(self, connector_id: str, scope: Scope) -> bool:
         check_checkpoint_args(connector_id, scope)
         with self._lock:
             return self._items.pop((connector_id, scope), None) is not None
+
+
+def _writer(uow: object) -> SnapshotWriter | None:
+    """The in-memory writer under ``uow`` (an engine unit of work of an in-memory backend)."""
+    writer = getattr(uow, "writer", None)
+    return writer if isinstance(writer, SnapshotWriter) else None
+
+
+def _owner(uow: object) -> object:
+    writer = _writer(uow)
+    return None if writer is None else writer.owner

@@ -1,21 +1,43 @@
-"""The in-memory store's lexical leg: one BM25 index per scope, synced to the snapshot it reads."""
+"""The in-memory lexical pushdown: one BM25 index per scope, synced to the snapshot it reads."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from ragport.adapters.lexical import Bm25Index
-from ragport.adapters.memory.snapshot import Snapshot, hand_out, report_denied
-from ragport.domain.filters import Filter
-from ragport.domain.model import AccessDecision, Authorization, decide_access
+from ragport.adapters.memory.search import screened_sources
+from ragport.adapters.memory.snapshot import Snapshot
+from ragport.domain.model import Authorization, Grant, decide_access
+from ragport.ports.pushdowns import Admission, LegAnswer
 from ragport.ports.store import ScoredRecord
 
 __all__ = ["ScopeLexicon"]
 
 
+class _Granted:
+    """The grant rule of one admission over one snapshot's grants, decided once per source."""
+
+    def __init__(self, grants: dict[str, Grant], caller: Authorization) -> None:
+        self._grants = grants
+        self._caller = caller
+        self._decided: dict[str, bool] = {}
+
+    def __call__(self, sources: tuple[str, ...]) -> bool:
+        decided = self._decided
+        for source in sources:
+            allowed = decided.get(source)
+            if allowed is None:
+                allowed = decided[source] = decide_access(
+                    source, self._grants.get(source), self._caller
+                ).allowed
+            if not allowed:
+                return False
+        return bool(sources)
+
+
 class ScopeLexicon:
-    """One scope's BM25 index, kept in step with the installed snapshot on demand."""
+    """One scope's BM25 index, kept in step with the snapshot it is asked about."""
 
     def __init__(self, analyzer: Callable[[str], list[str]]) -> None:
         self.index = Bm25Index(analyzer=analyzer)
@@ -25,8 +47,7 @@ class ScopeLexicon:
 
     def sync(self, snap: Snapshot) -> None:
         """Make the index hold exactly ``snap``'s searchable records (called under ``lock``):
-        visible and not forgotten, so forgotten records count in no statistic (as on
-        PostgreSQL, which subtracts them when their tombstone is written)."""
+        visible and not forgotten, so forgotten records count in no statistic."""
         if self.synced is snap:
             return
         visible = snap.searchable()
@@ -42,48 +63,26 @@ class ScopeLexicon:
                 self.generations[r.id] = r.generation
         self.synced = snap
 
-    def search(
-        self,
-        snapshot: Callable[[], Snapshot],
-        text: str,
-        limit: int,
-        authorization: Authorization | None,
-        flt: Filter | None,
-        on_denied: Callable[[Sequence[AccessDecision]], None] | None,
-    ) -> tuple[ScoredRecord, ...]:
-        """BM25 over the searchable records that pass the grants and the filter, in the
-        snapshot ``snapshot()`` returns once the index is locked."""
+    def search(self, snap: Snapshot, text: str, limit: int, admission: Admission) -> LegAnswer:
+        """``search_lexical`` in mode ``bm25`` over ``snap``'s searchable records: statistics
+        over all of them, then the admission's filter and grants before ``limit``."""
+        flt, who = admission.metadata_filter, admission.authorization
         with self.lock:
-            snap = snapshot()
             self.sync(snap)
             rows = snap.searchable()
-            if authorization is not None or flt is not None:
-                decisions: dict[str, bool] = {}
-
-                def allowed(source: str) -> bool:
-                    assert authorization is not None
-                    if source not in decisions:
-                        decisions[source] = decide_access(
-                            source, snap.grants.get(source), authorization
-                        ).allowed
-                    return decisions[source]
-
-                candidates = [
-                    r.id
-                    for r in rows.values()
-                    if (flt is None or flt.matches(r.metadata))
-                    and (
-                        authorization is None
-                        or (
-                            bool(r.access_sources) and all(allowed(src) for src in r.access_sources)
-                        )
-                    )
-                ]
+            matching = (
+                list(rows)
+                if flt is None
+                else [i for i, r in rows.items() if flt.matches(r.metadata)]
+            )
+            if who is None:
+                candidates = matching
             else:
-                candidates = list(rows)
+                granted = _Granted(snap.grants, who)
+                candidates = [i for i in matching if granted(rows[i].access_sources)]
             found = self.index.search(text, limit=limit, candidates=candidates)
-            if on_denied is not None and authorization is not None:
-                matching = [r.id for r in rows.values() if flt is None or flt.matches(r.metadata)]
+            screened: tuple[str, ...] = ()
+            if admission.report_denied and who is not None:
                 unfiltered = self.index.search(text, limit=limit, candidates=matching)
-                report_denied(snap, [rows[rid] for rid, _ in unfiltered], authorization, on_denied)
-        return tuple(ScoredRecord(hand_out(rows[rid]), score) for rid, score in found)
+                screened = screened_sources(rows[rid] for rid, _ in unfiltered)
+        return LegAnswer(tuple(ScoredRecord(rows[rid], score) for rid, score in found), screened)

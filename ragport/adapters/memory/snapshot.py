@@ -1,21 +1,21 @@
-"""One scope's committed state in the in-memory store: an immutable snapshot and its indexes.
+"""One scope's committed state in the in-memory backends: an immutable snapshot and its indexes.
 
-A unit of work copies the snapshot's dicts (not the vectors), mutates the copy, and swaps it
-in on commit. A snapshot builds its per-dimension search matrix lazily, once, on the first
-query after a commit; the lazy parts are guarded by the snapshot's own lock.
+A write copies the snapshot's dicts (not the vectors), mutates the copy, and swaps it in on
+commit. A committed snapshot builds its per-dimension search matrix lazily, once, on the
+first query after a commit; the lazy parts are guarded by the snapshot's own lock. Only a
+committed snapshot caches: a writer's copy is read without filling any cache (a cache filled
+before a later write of the same unit would be installed stale).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 
 from ragport.domain.model import (
-    AccessDecision,
     Authorization,
     Grant,
     Record,
@@ -25,6 +25,7 @@ from ragport.domain.model import (
     is_visible,
 )
 from ragport.engine import hand_out
+from ragport.ports.backend import GenerationState
 from ragport.ports.embedder import Vector, VectorMatrix
 from ragport.ports.store import EmbedderKey, ScoredRecord
 
@@ -36,8 +37,10 @@ __all__ = [
     "access_mask",
     "hand_out",
     "hand_out_scored",
-    "report_denied",
+    "lend_scored",
 ]
+
+_NEVER_WRITTEN = GenerationState()
 
 Key = tuple[str, int]  # (record id, generation)
 """A stored row's key: ``(record id, generation)``."""
@@ -65,10 +68,7 @@ class Snapshot:
     rows: dict[Key, Row]
     by_source: dict[str, frozenset[Key]]
     by_id: dict[str, frozenset[Key]]
-    counter: int = 0
-    pointer: int = 0
-    floor: int = 0
-    claim: frozenset[EmbedderKey] | None = None  # GenerationState.embedders, kept by the engine
+    state: GenerationState = _NEVER_WRITTEN
     grants: dict[str, Grant] = attrs.Factory(dict)
     tombstones: dict[str, Tombstone] = attrs.Factory(dict)
     _indexes: dict[int, Index] = attrs.Factory(dict)
@@ -83,13 +83,22 @@ class Snapshot:
             rows=dict(self.rows),
             by_source=dict(self.by_source),
             by_id=dict(self.by_id),
-            counter=self.counter,
-            pointer=self.pointer,
-            floor=self.floor,
-            claim=self.claim,
+            state=self.state,
             grants=dict(self.grants),
             tombstones=dict(self.tombstones),
         )
+
+    @property
+    def pointer(self) -> int:
+        return self.state.pointer
+
+    @property
+    def counter(self) -> int:
+        return self.state.counter
+
+    @property
+    def floor(self) -> int:
+        return self.state.floor
 
     def forgotten(self) -> frozenset[str]:
         """The ``forgotten`` ids, built once per committed snapshot (like its indexes), so
@@ -99,13 +108,6 @@ class Snapshot:
             found = frozenset(t.id for t in self.tombstones.values() if t.reason == "forgotten")
             self._forgotten = found
         return found
-
-    def source_records(self, source_id: str, pointer: int) -> list[Record]:
-        """Copies of ``source_id``'s records visible at ``pointer``, by id (see ``hand_out``)."""
-        keys = self.by_source.get(source_id, frozenset())
-        found = [self.rows[k].record for k in keys]
-        visible = [r for r in found if is_visible(r.generation, r.retired_generation, pointer)]
-        return [hand_out(r) for r in sorted(visible, key=lambda r: r.id)]
 
     def visible(self) -> list[Record]:
         with self._lock:
@@ -210,33 +212,21 @@ def lend_scored(record: Record, score: float) -> ScoredRecord:
 def access_mask(
     snap: Snapshot, index: Index, authorization: Authorization | None
 ) -> npt.NDArray[np.bool_] | None:
-    """Per row of ``index``, whether the grant rule lets ``authorization`` see it (``None``:
-    no authorization, every row)."""
+    """Per row of ``index``, whether the grant rule (``Admission``'s: ``decide_access`` for
+    every source of the row's ``access_sources``) lets ``authorization`` see it (``None``: no
+    authorization, every row). One decision per distinct source, gathered by position."""
     if authorization is None:
         return None
+    grants = snap.grants
     allowed = np.fromiter(
-        (decide_access(s, snap.grants.get(s), authorization).allowed for s in index.sources),
+        (decide_access(s, grants.get(s), authorization).allowed for s in index.sources),
         dtype=bool,
         count=len(index.sources),
     )
     mask: npt.NDArray[np.bool_] = allowed[index.source_pos]
-    for pos in index.derived:
-        roots = index.rows[pos].roots
-        mask[pos] = bool(roots) and all(
-            decide_access(s, snap.grants.get(s), authorization).allowed for s in roots
+    for pos in index.derived:  # a derived row needs every source of its access_sources
+        sources = index.rows[pos].access_sources
+        mask[pos] = bool(sources) and all(
+            decide_access(s, grants.get(s), authorization).allowed for s in sources
         )
     return mask
-
-
-def report_denied(
-    snap: Snapshot,
-    records: Sequence[Record],
-    authorization: Authorization,
-    on_denied: Callable[[Sequence[AccessDecision]], None],
-) -> None:
-    """Tell the caller which sources the grant predicate withheld among ``records``."""
-    sources = dict.fromkeys(src for r in records for src in (r.access_sources or (r.source_id,)))
-    decisions = [decide_access(src, snap.grants.get(src), authorization) for src in sources]
-    denied = [d for d in decisions if not d.allowed]
-    if denied:
-        on_denied(denied)

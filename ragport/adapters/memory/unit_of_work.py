@@ -1,30 +1,28 @@
-"""The in-memory unit of work: the generation engine's (``ragport.engine``) over a private copy
-of the scope's snapshot.
+"""The narrow storage port (``ragport.ports.backend``) on one scope's ``Snapshot``.
 
-``SnapshotWriter`` is the narrow storage port's writer (``ragport.ports.backend``) on a copy of
-a ``Snapshot`` and its indexes; every repository rule (staging, publish, retire, restore,
-rekey, lineage, the checks of ``add``) is ``ragport.engine.BackendUnitOfWork``'s, written once
-for every store built on the port. ``commit`` installs the copy; leaving without it drops the
-copy. Writers of one scope are serialized by the store's per-scope lock, so a unit of work
-never sees another's copy.
+``SnapshotReader`` reads a committed snapshot; ``SnapshotWriter`` writes a private copy of one
+and installs it on ``commit`` (leaving without it drops the copy). Every rule of the unit of
+work (staging, publish, retire, restore, rekey, lineage, the checks of ``add``) is
+``ragport.engine``'s, written once for every backend. Writers of one scope are serialized by
+the backend's per-scope lock, so a writer never sees another's copy. ``add_commit_hook`` runs
+a callable right after the copy is installed (what ``InMemoryCheckpointStore`` joins).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import TracebackType
 
 import numpy as np
 
 from ragport.adapters.memory.snapshot import Key, Row, Snapshot
-from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Record, Scope, Tombstone
-from ragport.engine import BackendUnitOfWork, rank_by_cosine
-from ragport.engine._guard import Guard
+from ragport.engine import rank_by_cosine
 from ragport.ports.backend import GenerationState
 from ragport.ports.embedder import Vector, VectorMatrix
 from ragport.ports.store import ScoredRecord
 
-__all__ = ["InMemoryUnitOfWork", "SnapshotWriter"]
+__all__ = ["SnapshotReader", "SnapshotWriter"]
 
 
 def _with(index: dict[str, frozenset[Key]], name: str, key: Key) -> None:
@@ -39,17 +37,31 @@ def _without(index: dict[str, frozenset[Key]], name: str, key: Key) -> None:
         index.pop(name, None)
 
 
-class SnapshotWriter:
-    """``BackendWriter`` over ``snap`` (a private copy): its rows and both indexes."""
+class SnapshotReader:
+    """``BackendReader`` over ``snap``; also its own (no-op) context manager, so a read costs
+    one object. ``committed``: ``snap`` is installed and never changes again (its caches may
+    be filled); a writer's copy is not."""
 
-    def __init__(self, snap: Snapshot, install: Callable[[Snapshot], None]) -> None:
+    committed = True
+
+    def __init__(self, snap: Snapshot, scope: Scope, owner: object = None) -> None:
         self.snap = snap
-        self._install = install
+        self.scope = scope
+        self.owner = owner  # the backend that made this view
 
-    # -- BackendReader ------------------------------------------------------------------------
+    def __enter__(self) -> SnapshotReader:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        return None
+
     def state(self) -> GenerationState:
-        s = self.snap
-        return GenerationState(s.counter, s.pointer, s.floor, embedders=s.claim)
+        return self.snap.state
 
     def rows(
         self, *, source_id: str | None = None, ids: Sequence[str] | None = None
@@ -77,7 +89,23 @@ class SnapshotWriter:
     def tombstones(self) -> Sequence[Tombstone]:
         return list(self.snap.tombstones.values())
 
-    # -- BackendWriter ------------------------------------------------------------------------
+
+class SnapshotWriter(SnapshotReader):
+    """``BackendWriter`` over ``snap`` (a private copy): its rows and both indexes."""
+
+    committed = False
+
+    def __init__(
+        self,
+        snap: Snapshot,
+        scope: Scope,
+        install: Callable[[Snapshot], None],
+        owner: object = None,
+    ) -> None:
+        super().__init__(snap, scope, owner)
+        self._install = install
+        self._hooks: list[Callable[[], None]] = []
+
     def insert(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
         s = self.snap
         for record, vector in zip(records, np.asarray(vectors), strict=True):
@@ -107,9 +135,7 @@ class SnapshotWriter:
                 _without(s.by_id, key[0], key)
 
     def set_state(self, state: GenerationState) -> None:
-        s = self.snap
-        s.counter, s.pointer, s.floor = state.counter, state.pointer, state.floor
-        s.claim = state.embedders
+        self.snap.state = state
 
     def put_grants(self, grants: Sequence[Grant]) -> None:
         self.snap.grants.update((g.source_id, g) for g in grants)
@@ -117,35 +143,12 @@ class SnapshotWriter:
     def put_tombstones(self, tombstones: Sequence[Tombstone]) -> None:
         self.snap.tombstones.update((t.id, t) for t in tombstones)
 
+    def add_commit_hook(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` right after ``commit`` installs the copy (never without a commit). The
+        hook must not raise."""
+        self._hooks.append(hook)
+
     def commit(self) -> None:
         self._install(self.snap)
-
-
-class InMemoryUnitOfWork(BackendUnitOfWork):
-    """Writes to a copy of ``snapshot``; ``commit`` hands the copy to ``install``."""
-
-    def __init__(
-        self,
-        scope: Scope,
-        snapshot: Snapshot,
-        install: Callable[[Scope, Snapshot], None],
-        owner: object = None,
-    ):
-        writer = SnapshotWriter(snapshot.copy(), lambda snap: install(scope, snap))
-        super().__init__(scope, writer, Guard("memory"))
-        # The store whose writer lock this unit of work holds (what a checkpoint store joins).
-        self.owner = owner
-        self._commit_hooks: list[Callable[[], None]] = []
-
-    def commit(self) -> None:
-        super().commit()
-        for hook in self._commit_hooks:
+        for hook in self._hooks:
             hook()
-
-    def add_commit_hook(self, hook: Callable[[], None]) -> None:
-        """Run ``hook`` right after this unit of work commits (never if it rolls back): what a
-        process-local store joins to the commit (``InMemoryCheckpointStore.compare_and_set_in``).
-        The hook must not raise."""
-        if self.done:
-            raise ValidationError("unit of work already finished", field="unit_of_work")
-        self._commit_hooks.append(hook)
