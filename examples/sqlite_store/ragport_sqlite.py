@@ -11,6 +11,12 @@ One SQLite file holds every scope; vectors are float32 blobs scored by brute-for
 its *own* connection. A write is one ``BEGIN IMMEDIATE`` transaction (SQLite allows one writer
 at a time, so writers never interleave); a read is one deferred transaction, so all its
 statements see one committed snapshot and never wait for a writer.
+
+One pushdown (``ragport.ports.pushdowns``): ``search_vectors``. Every commit bumps the scope's
+``stamp``; per (scope, stamp, dimensions) the backend keeps the searchable rows (visible at
+the pointer and not forgotten: a SQL ``WHERE``) as one normalised float32 matrix, so a query
+is a matrix-vector product with the filter and the grant rule as numpy masks. The lexical leg
+(``bm25``) and hybrid search are the engine's own, over ``rows``.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, closing, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -25,10 +32,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragport.domain.errors import ValidationError
-from ragport.domain.model import Grant, Record, Scope, Tombstone
+from ragport.domain.model import Authorization, Grant, Record, Scope, Tombstone, decide_access
 from ragport.engine import BackendStore, rank_by_cosine
 from ragport.ports.backend import GenerationState, RowKey, StorageBackend
 from ragport.ports.embedder import Vector, VectorMatrix
+from ragport.ports.pushdowns import Admission, LegAnswer
 from ragport.ports.store import ScoredRecord
 
 __all__ = ["SqliteBackend", "SqliteStore", "open_sqlite_store"]
@@ -46,6 +54,9 @@ CREATE TABLE IF NOT EXISTS generations (
     tenant TEXT NOT NULL, resource TEXT NOT NULL, corpus TEXT NOT NULL,
     counter INTEGER NOT NULL, pointer INTEGER NOT NULL, floor INTEGER NOT NULL,
     embedders TEXT, PRIMARY KEY (tenant, resource, corpus));
+CREATE TABLE IF NOT EXISTS stamps (
+    tenant TEXT NOT NULL, resource TEXT NOT NULL, corpus TEXT NOT NULL,
+    stamp INTEGER NOT NULL, PRIMARY KEY (tenant, resource, corpus));
 CREATE TABLE IF NOT EXISTS grants (
     tenant TEXT NOT NULL, resource TEXT NOT NULL, corpus TEXT NOT NULL, source_id TEXT NOT NULL,
     principal_ids TEXT NOT NULL, group_ids TEXT NOT NULL, access_version INTEGER NOT NULL,
@@ -61,6 +72,17 @@ FIELDS = (
     *("kind", "text", "metadata", "embedder_id", "dimensions", "retired_generation"),
     *("content_hash", "lineage", "roots", "chunk_index", "start", "end"),
 )
+# The searchable rows of one dimension at the pointer: visible, and no forgotten tombstone
+# names the id, the source or an id of the lineage or roots (the Admission's predicate).
+SEARCHABLE = f"""
+SELECT id, generation, source_id, record, vector FROM records r
+WHERE {IN_SCOPE} AND dimensions = :d AND generation <= :p
+  AND coalesce(json_extract(record, '$.retired_generation') > :p, 1)
+  AND NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.tenant = :t AND t.resource = :r
+    AND t.corpus = :c AND t.reason = 'forgotten' AND (t.id IN (r.id, r.source_id)
+    OR t.id IN (SELECT value FROM json_each(r.record, '$.lineage'))
+    OR t.id IN (SELECT value FROM json_each(r.record, '$.roots'))))
+ORDER BY id"""
 
 
 def _dump(record: Record) -> str:
@@ -84,9 +106,10 @@ def _load(scope: Scope, row: sqlite3.Row) -> Record:
 class _Db:
     """One connection's view of one scope: the reads and, inside a write, the writes."""
 
-    def __init__(self, conn: sqlite3.Connection, scope: Scope) -> None:
+    def __init__(self, conn: sqlite3.Connection, scope: Scope, writing: bool = False) -> None:
         self.conn = conn
         self.scope = scope
+        self.writing = writing
         self._key = {"t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id}
 
     def run(self, sql: str, **params: Any) -> sqlite3.Cursor:
@@ -100,7 +123,7 @@ class _Db:
         ).fetchone()
         if row is None:
             return GenerationState()
-        claim = None if row[3] is None else [tuple(key) for key in json.loads(row[3])]
+        claim = None if row[3] is None else [tuple(k) for k in json.loads(row[3])]
         return GenerationState(row[0], row[1], row[2], embedders=claim)
 
     def rows(
@@ -186,14 +209,14 @@ class _Db:
             )
 
     def set_state(self, state: GenerationState) -> None:
+        claim = None if state.embedders is None else json.dumps(sorted(state.embedders, key=repr))
         self.run(
             "INSERT OR REPLACE INTO generations"
-            " VALUES (:t, :r, :c, :counter, :pointer, :floor, :embedders)",
+            " VALUES (:t, :r, :c, :counter, :pointer, :floor, :claim)",
             counter=state.counter,
             pointer=state.pointer,
             floor=state.floor,
-            # the engine's embedder claim, as [embedder_id, dimensions] pairs
-            embedders=None if state.embedders is None else json.dumps(list(state.embedders)),
+            claim=claim,
         )
 
     def put_grants(self, grants: Sequence[Grant]) -> None:
@@ -215,19 +238,109 @@ class _Db:
             )
 
     def commit(self) -> None:
+        self.run(
+            "INSERT INTO stamps VALUES (:t, :r, :c, 1) ON CONFLICT DO UPDATE SET stamp = stamp + 1"
+        )
         self.run("COMMIT")
 
 
+class _Matrix:
+    """The searchable rows of one scope, stamp and dimension: records in id order, their unit
+    vectors, the stamp's grants, and per row the position of its first access source."""
+
+    def __init__(self, db: _Db, dimensions: int, pointer: int) -> None:
+        rows = db.run(SEARCHABLE, d=dimensions, p=pointer).fetchall()
+        self.records = [_load(db.scope, row) for row in rows]
+        blob = b"".join(row["vector"] for row in rows)
+        matrix = np.frombuffer(blob, "<f4").reshape(len(rows), dimensions).astype(np.float32)
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        self.matrix = np.ascontiguousarray(matrix / np.where(norms == 0, 1, norms))
+        self.grants = db.grants()
+        self.sources = sorted({s for r in self.records for s in r.access_sources})
+        at = {s: i for i, s in enumerate(self.sources)}
+        self.first = np.array(
+            [at[r.access_sources[0]] if r.access_sources else -1 for r in self.records],
+            dtype=np.int64,
+        )
+        self.derived = [i for i, r in enumerate(self.records) if len(r.access_sources) != 1]
+
+    def granted(self, caller: Authorization) -> np.ndarray:
+        allowed = [decide_access(s, self.grants.get(s), caller).allowed for s in self.sources]
+        mask: np.ndarray = np.array([*allowed, False])[self.first]  # -1: no source, denied
+        for i in self.derived:  # a derived row needs every source it rests on
+            sources = self.records[i].access_sources
+            mask[i] = bool(sources) and all(allowed[self.sources.index(s)] for s in sources)
+        return mask
+
+
+def _top(scores: np.ndarray, mask: np.ndarray | None, limit: int) -> list[int]:
+    """Positions of the best ``limit`` scores allowed by ``mask``, ties by position (id)."""
+    positions = np.arange(len(scores)) if mask is None else np.flatnonzero(mask)
+    kept = scores[positions]
+    if len(kept) > limit:
+        kth = np.partition(kept, len(kept) - limit)[len(kept) - limit]
+        positions, kept = positions[kept >= kth], kept[kept >= kth]
+    return [int(i) for i in positions[np.argsort(-kept, kind="stable")[:limit]]]
+
+
 class SqliteBackend:
-    """The narrow storage port on one SQLite file."""
+    """The narrow storage port on one SQLite file, with a vector search pushdown."""
 
     provider = "sqlite"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._matrices: dict[tuple[Scope, int], tuple[int, _Matrix]] = {}
         with closing(self._connect()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
             conn.executescript(SCHEMA)
+            columns = [row[1] for row in conn.execute("PRAGMA table_info(generations)")]
+            if "embedders" not in columns:  # a file written before the embedder claim
+                conn.execute("ALTER TABLE generations ADD COLUMN embedders TEXT")
+
+    def _matrix(self, db: _Db, dimensions: int, pointer: int) -> _Matrix:
+        """The cached matrix of the view's committed stamp (a write's own view: built afresh)."""
+        if db.writing:
+            return _Matrix(db, dimensions, pointer)
+        row = db.run(f"SELECT stamp FROM stamps WHERE {IN_SCOPE}").fetchone()
+        stamp, key = (0 if row is None else row[0]), (db.scope, dimensions)
+        with self._lock:
+            cached = self._matrices.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        built = _Matrix(db, dimensions, pointer)
+        with self._lock:
+            self._matrices[key] = (stamp, built)
+        return built
+
+    def search_vectors(
+        self, view: _Db, vector: Vector, *, admission: Admission, limit: int
+    ) -> LegAnswer:
+        """The admitted rows nearest ``vector``: visibility and tombstones in SQL (cached
+        per stamp), the filter and the grant rule as masks before the top ``limit``."""
+        found = self._matrix(view, int(vector.shape[0]), admission.pointer)
+        if not found.records:
+            return LegAnswer(())
+        q = np.asarray(vector, dtype=np.float32)
+        norm = float(np.linalg.norm(q))
+        scores = found.matrix @ (q / norm if norm > 0 else q)
+        flt, caller = admission.metadata_filter, admission.authorization
+        matching = None
+        if flt is not None:
+            matching = np.array([flt.matches(r.metadata) for r in found.records], dtype=bool)
+        mask = matching
+        if caller is not None:
+            granted = found.granted(caller)
+            mask = granted if matching is None else granted & matching
+        hits = [ScoredRecord(found.records[i], float(scores[i])) for i in _top(scores, mask, limit)]
+        screened: tuple[str, ...] = ()
+        if admission.report_denied and caller is not None:
+            top = [found.records[i] for i in _top(scores, matching, limit)]
+            screened = tuple(
+                dict.fromkeys(s for r in top for s in r.access_sources or (r.source_id,))
+            )
+        return LegAnswer(tuple(hits), screened)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self._path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -237,7 +350,7 @@ class SqliteBackend:
     @contextmanager
     def _transaction(self, scope: Scope, begin: str) -> Iterator[_Db]:
         with closing(self._connect()) as conn:
-            db = _Db(conn, scope)
+            db = _Db(conn, scope, writing=begin != "BEGIN")
             db.run(begin)
             try:
                 yield db
