@@ -106,10 +106,9 @@ def _load(scope: Scope, row: sqlite3.Row) -> Record:
 class _Db:
     """One connection's view of one scope: the reads and, inside a write, the writes."""
 
-    def __init__(self, conn: sqlite3.Connection, scope: Scope, writing: bool = False) -> None:
+    def __init__(self, conn: sqlite3.Connection, scope: Scope) -> None:
         self.conn = conn
         self.scope = scope
-        self.writing = writing
         self._key = {"t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id}
 
     def run(self, sql: str, **params: Any) -> sqlite3.Cursor:
@@ -300,8 +299,9 @@ class SqliteBackend:
                 conn.execute("ALTER TABLE generations ADD COLUMN embedders TEXT")
 
     def _matrix(self, db: _Db, dimensions: int, pointer: int) -> _Matrix:
-        """The cached matrix of the view's committed stamp (a write's own view: built afresh)."""
-        if db.writing:
+        """The cached matrix of the view's committed stamp (built afresh for a write that has
+        changed rows: each block has a connection of its own, so its changes are its block's)."""
+        if db.conn.total_changes:
             return _Matrix(db, dimensions, pointer)
         row = db.run(f"SELECT stamp FROM stamps WHERE {IN_SCOPE}").fetchone()
         stamp, key = (0 if row is None else row[0]), (db.scope, dimensions)
@@ -350,7 +350,7 @@ class SqliteBackend:
     @contextmanager
     def _transaction(self, scope: Scope, begin: str) -> Iterator[_Db]:
         with closing(self._connect()) as conn:
-            db = _Db(conn, scope, writing=begin != "BEGIN")
+            db = _Db(conn, scope)
             db.run(begin)
             try:
                 yield db
