@@ -22,18 +22,9 @@ from common import (
 )
 
 import ragport
-from ragport import (
-    Authorization,
-    Chunk,
-    Grant,
-    RetrievalRequest,
-    Scope,
-    delete_source,
-    index_chunks,
-    replace_source,
-    retrieve_context,
-)
+from ragport import Authorization, Chunk, Grant, RetrievalRequest, Scope
 from ragport.adapters.postgres import PostgresStore
+from ragport.application import delete_source, index_chunks, replace_source, retrieve_context
 
 SCOPE = Scope("bench", "peers", "corpus")
 CRANFIELD = Scope("bench", "peers", "cranfield")
