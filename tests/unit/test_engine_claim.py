@@ -48,6 +48,18 @@ def test_a_retrieve_reads_no_rows_with_one_embedder() -> None:
     assert wrapped.rows_read == 0
 
 
+def test_a_hybrid_read_reads_the_rows_once_for_its_lexical_leg_only() -> None:
+    """The engine's generic BM25 reads the scope's rows (once); the guard still reads none."""
+    wrapped = Wrapped(MemoryBackend())
+    store = BackendStore(wrapped)
+    _write(store, OLD, sources=5)
+    wrapped.rows_read = 0
+    request = ragport.RetrievalRequest(lexical="bm25")
+    result = retrieve_context("policy", embedder=OLD, store=store, scope=SCOPE, request=request)
+    assert result.hits and all(h.provenance.retrieval == "hybrid" for h in result.hits)
+    assert wrapped.rows_read == 1
+
+
 def test_a_second_embedder_is_checked_exactly_and_compaction_clears_it() -> None:
     """Re-indexing with another embedder: while old rows may be visible the guard reads the
     rows (and finds no drift once every source is replaced); compaction purges the old rows
