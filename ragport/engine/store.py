@@ -11,10 +11,12 @@ handed out are the engine's.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 import numpy as np
 
@@ -61,6 +63,35 @@ def _scope(scope: object) -> Scope:
     if not isinstance(scope, Scope):
         raise ScopeError("scope must be a Scope", field="scope")
     return scope
+
+
+class _Reading:
+    """``with store._reading(scope) as reader``: the backend's ``read`` block inside the
+    store's guard (what ``with guard, backend.read(scope) as reader`` does), as a class: every
+    read pays for it, and a generator-based context manager costs a few microseconds more."""
+
+    __slots__ = ("_block", "_guard")
+
+    def __init__(self, guard: Guard, backend: StorageBackend, scope: Scope) -> None:
+        self._guard = guard
+        with guard:
+            self._block = backend.read(scope)
+
+    def __enter__(self) -> BackendReader:
+        with self._guard:
+            return self._block.__enter__()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Literal[False]:
+        with self._guard:
+            self._block.__exit__(kind, error, traceback)  # a read block swallows nothing
+        if error is not None:
+            self._guard.__exit__(kind, error, traceback)  # translates, or lets it go on
+        return False
 
 
 class BackendStore:
@@ -144,11 +175,8 @@ class BackendStore:
                 self._push.prepare(scope, dimensions=dimensions)
 
     # -- reads ------------------------------------------------------------------------------
-    @contextmanager
-    def _reading(self, scope: Scope) -> Iterator[BackendReader]:
-        scope = _scope(scope)
-        with self._guard, self._backend.read(scope) as reader:
-            yield reader
+    def _reading(self, scope: Scope) -> _Reading:
+        return _Reading(self._guard, self._backend, _scope(scope))
 
     def current_generation(self, scope: Scope) -> int:
         with self._reading(scope) as r:
@@ -450,7 +478,10 @@ def _checked_answer(
         raise StoreError("a search pushdown returned more than the limit, or no LegAnswer")
     for scored in answer.hits:
         record = scored.record
-        if record.scope != scope or (dimensions is not None and record.dimensions != dimensions):
+        # (``is`` first: records written through the caller's own Scope object skip attrs' eq)
+        if (record.scope is not scope and record.scope != scope) or (
+            dimensions is not None and record.dimensions != dimensions
+        ):
             raise StoreError("a search pushdown returned a row outside the scope asked")
     return answer
 
@@ -468,7 +499,12 @@ def _query_args(
         raise ValidationError("limit must be an int", field="limit")
     if vector is None:
         return np.zeros(0, dtype=np.float32), flt
-    q = np.asarray(vector, dtype=np.float32).reshape(-1)
-    if not np.all(np.isfinite(q)):
+    q = np.asarray(vector, dtype=np.float32)
+    if q.ndim != 1:
+        q = q.reshape(-1)
+    # A finite |q|^2 means every component is finite: one dot product instead of a pass that
+    # builds a boolean array; only an infinite (or NaN) sum is checked component by component
+    # (huge finite components can overflow it).
+    if not math.isfinite(q.dot(q)) and not np.isfinite(q).all():
         raise ValidationError("the query vector must be finite", field="vector")
     return q, flt
