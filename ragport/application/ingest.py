@@ -16,6 +16,7 @@ ragport's parsers.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -34,6 +35,7 @@ from ragport.application.documents import (
     replace_document,
     replace_prepared,
 )
+from ragport.application.indexing import replace_source
 from ragport.application.pipeline import (
     MAX_WORKERS,
     PipelineItem,
@@ -49,7 +51,9 @@ from ragport.application.write_options import (
     WriteOptions,
     WriteSettings,
 )
+from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.errors import AbortedError, RagportError, ValidationError, reason_code
+from ragport.domain.limits import DEFAULT_LIMITS, Limits
 from ragport.domain.model import Scope
 from ragport.domain.values import validate_id
 from ragport.ports.documents import DocumentLoader, Parser
@@ -59,6 +63,7 @@ from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
 
 __all__ = [
+    "MARKDOWN_SUFFIXES",
     "MAX_WORKERS",
     "Candidate",
     "FileOutcome",
@@ -66,6 +71,8 @@ __all__ = [
     "IngestProgress",
     "check_workers",
     "ingest_documents",
+    "ingest_limits",
+    "ingest_text",
 ]
 
 
@@ -370,3 +377,58 @@ class _Ingest:
             except Exception as exc:
                 return failed_outcome(sid, sid, exc, timer() - started)
         return written_outcome(sid, result, timer() - started)
+
+
+MARKDOWN_SUFFIXES = (".md", ".markdown")
+
+
+def ingest_text(
+    *,
+    name: str,
+    text: str,
+    store: ChunkStore,
+    status_store: IngestionStatusStore | None,
+    embedder: Embedder,
+    scope: Scope,
+    source_id: str | None = None,
+    size: int = 1_000,
+    overlap: int = 100,
+) -> ReplaceResult:
+    """Chunk one document (Markdown by suffix) and replace its source atomically.
+
+    The content hash makes re-ingesting an unchanged document a no-op (no embedding).
+    """
+    markdown = name.lower().endswith(MARKDOWN_SUFFIXES)
+    sid = source_id or (Path(name).stem if markdown else name)
+    chunker = chunk_markdown if markdown else chunk_text
+    chunks = chunker(text, source_id=sid, size=size, overlap=overlap)
+    digest = hashlib.sha256(f"{size}:{overlap}:{text}".encode()).hexdigest()
+    return replace_source(
+        source_id=sid,
+        chunks=chunks,
+        embedder=embedder,
+        store=store,
+        scope=scope,
+        content_hash=digest,
+        write_options=WriteOptions(status_store=status_store),
+    )
+
+
+def ingest_limits(max_bytes: int, *, base: Limits | None = None) -> Limits:
+    """``base`` (default ``DEFAULT_LIMITS``) with ``parse_bytes=max_bytes`` (checked against
+    ``base.ceilings``); past the default 1 MiB, ``document_chars`` rises to ``max_bytes`` (up
+    to its ceiling) and ``chunks_per_source`` to its ceiling, so such a document gets through
+    the chunker, and ``binary_bytes`` (the file cap of PDF and DOCX) to at least
+    ``max_bytes``."""
+    base = DEFAULT_LIMITS if base is None else base
+    base.ceilings.check("parse_bytes", max_bytes)
+    if max_bytes <= DEFAULT_LIMITS.parse_bytes:
+        return attrs.evolve(base, parse_bytes=max_bytes)
+    chars = max(base.document_chars, min(max_bytes, base.ceilings.document_chars))
+    return attrs.evolve(
+        base,
+        parse_bytes=max_bytes,
+        binary_bytes=max(base.binary_bytes, max_bytes),
+        document_chars=chars,
+        chunks_per_source=base.ceilings.chunks_per_source,
+    )

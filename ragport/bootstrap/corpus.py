@@ -1,39 +1,21 @@
-"""A corpus's sources as ``ragport sources`` lists them, and re-embedding a corpus."""
+"""A corpus's sources over ``Stores`` (``ragport sources``); the listing and re-embedding
+themselves are ``ragport.application.corpus``, whose names this module still answers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 
-import attrs
-
-from ragport.application import (
-    publish_generation,
-    replace_source,
+from ragport.application.corpus import (
+    FORGOTTEN,
+    ReindexResult,
+    SourceRow,
+    list_corpus_sources,
+    reindex_corpus,
 )
-from ragport.application.admission import forgotten_among
-from ragport.application.write_options import WriteOptions
 from ragport.bootstrap.stores import Stores
-from ragport.domain.model import Chunk, Scope
-from ragport.domain.status import served_status
-from ragport.ports.embedder import Embedder
-from ragport.ports.status import IngestionStatusStore
-from ragport.ports.store import ChunkStore
+from ragport.domain.model import Scope
 
-FORGOTTEN = "forgotten"
-"""The state ``ragport sources`` and ``ragport status`` show for an id a deletion propagation
-forgot, whatever its ingestion status says: no one can read it, so it is never ``indexed``."""
-
-
-@attrs.frozen
-class SourceRow:
-    """One source of a corpus as ``ragport sources`` lists it."""
-
-    source_id: str
-    state: str
-    chunks: int
-    generation: int | None
-    content_hash: str | None
-    embedder: str | None
+__all__ = ["FORGOTTEN", "ReindexResult", "SourceRow", "list_sources", "reindex_corpus"]
 
 
 def list_sources(
@@ -44,96 +26,7 @@ def list_sources(
     limit: int | None = None,
     counts: bool = True,
 ) -> Iterator[SourceRow]:
-    """Every source visible in ``scope`` (``ChunkStore.list_source_ids``), by id, after ``start``.
-
-    Pages through the store (no cap on the total); with ``counts`` each source's visible
-    records are read for its chunk count, generation, content hash and embedder, and its
-    ingestion state as retrieval sees it (``served_status``: a source listed here has chunks
-    served, so it is ``indexed`` or ``partial`` even when its last attempt failed; ``unknown``
-    when the source was written without a status; ``forgotten`` for a source a deletion
-    propagation forgot whose rows no handler removed: no one can read it).
-    """
-    after = start
-    shown = 0
-    while True:
-        page_size = 500 if limit is None else min(500, limit - shown)
-        if page_size <= 0:
-            return
-        ids = stores.chunks.list_source_ids(scope, after=after, limit=page_size)
-        forgotten = forgotten_among(stores.chunks, scope, ids) if counts else frozenset()
-        for source_id in ids:
-            records = stores.chunks.get_by_source(scope, source_id) if counts else ()
-            first = records[0] if records else None
-            status = stores.status.get(scope, source_id) if counts else None
-            served = sum(1 for r in records if r.kind == "chunk")
-            state = served_status(status, served).state if status is not None else "unknown"
-            yield SourceRow(
-                source_id=source_id,
-                state=FORGOTTEN if source_id in forgotten else state,
-                chunks=len(records),
-                generation=max((r.generation for r in records), default=None),
-                content_hash=first.content_hash if first else None,
-                embedder=first.embedder_id if first else None,
-            )
-            shown += 1
-        if len(ids) < page_size:
-            return
-        after = ids[-1]
-
-
-@attrs.frozen
-class ReindexResult:
-    """``sources`` and ``chunks`` re-embedded, visible together at ``generation``."""
-
-    sources: int
-    chunks: int
-    generation: int
-    embedder: str
-
-
-def reindex_corpus(
-    *,
-    store: ChunkStore,
-    scope: Scope,
-    embedder: Embedder,
-    sources: Sequence[str],
-    status_store: IngestionStatusStore | None = None,
-    on_source: Callable[[int, str], None] | None = None,
-) -> ReindexResult:
-    """Re-embed every chunk of ``sources`` under ``embedder``, published in one generation.
-
-    Each source is staged with ``advance_generation=False`` (readers keep the old vectors),
-    then one ``publish_generation`` makes all of them visible at once. Derived records are
-    not re-embedded here (re-run whatever built them).
-    """
-    chunks_done = 0
-    for n, source_id in enumerate(sources, start=1):
-        records = [r for r in store.get_by_source(scope, source_id) if r.kind == "chunk"]
-        chunks = [
-            Chunk(
-                id=r.id,
-                source_id=r.source_id,
-                index=r.chunk_index if r.chunk_index is not None else i,
-                start=r.start if r.start is not None else 0,
-                end=r.end if r.end is not None else len(r.text),
-                text=r.text,
-                metadata=dict(r.metadata),
-            )
-            for i, r in enumerate(sorted(records, key=lambda r: (r.chunk_index or 0, r.id)))
-        ]
-        replace_source(
-            source_id=source_id,
-            chunks=chunks,
-            embedder=embedder,
-            store=store,
-            scope=scope,
-            content_hash=records[0].content_hash if records else None,
-            write_options=WriteOptions(
-                skip_if_unchanged=False, advance_generation=False, status_store=status_store
-            ),
-        )
-        chunks_done += len(chunks)
-        if on_source is not None:
-            on_source(n, source_id)
-    generation = publish_generation(store=store, scope=scope)
-    return ReindexResult(len(sources), chunks_done, generation, embedder.id)
+    """``list_corpus_sources`` over the chunk and status stores of ``stores``."""
+    return list_corpus_sources(
+        stores.chunks, stores.status, scope, start=start, limit=limit, counts=counts
+    )

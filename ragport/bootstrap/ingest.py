@@ -4,7 +4,6 @@ file, and ``sync_knowledge`` with ragport's parsers.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import warnings
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -14,25 +13,26 @@ from typing import Any, TypedDict, Unpack
 
 import attrs
 
-from ragport.application import ReplaceResult, SharedGeneration, replace_source
+from ragport.application import SharedGeneration
 from ragport.application.ingest import (
-    MAX_WORKERS as MAX_WORKERS,
-)
-from ragport.application.ingest import (
+    MARKDOWN_SUFFIXES,
     Candidate,
     FileOutcome,
     IngestOptions,
     IngestProgress,
     check_workers,
     ingest_documents,
+    ingest_limits,
+    ingest_text,
+)
+from ragport.application.ingest import (
+    MAX_WORKERS as MAX_WORKERS,
 )
 from ragport.application.runtime import Runtime, check_runtime
-from ragport.application.write_options import WriteOptions
 from ragport.bootstrap.roots import CorpusRoots as CorpusRoots
-from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
 from ragport.domain.errors import ValidationError
-from ragport.domain.limits import DEFAULT_LIMITS, Limits
+from ragport.domain.limits import Limits
 from ragport.domain.model import Scope
 from ragport.ports.documents import Parser
 from ragport.ports.embedder import Embedder
@@ -57,8 +57,6 @@ __all__ = [
     "ingest_text",
     "walk_documents",
 ]
-
-MARKDOWN_SUFFIXES = (".md", ".markdown")
 
 
 DOCUMENT_SUFFIXES = _SUFFIXES
@@ -100,38 +98,6 @@ def walk_documents(paths: list[str]) -> list[tuple[str, Path]]:
         else:
             raise ValidationError("no such file or folder", field="paths")
     return sorted(found.items())
-
-
-def ingest_text(
-    *,
-    name: str,
-    text: str,
-    store: ChunkStore,
-    status_store: IngestionStatusStore | None,
-    embedder: Embedder,
-    scope: Scope,
-    source_id: str | None = None,
-    size: int = 1_000,
-    overlap: int = 100,
-) -> ReplaceResult:
-    """Chunk one document (Markdown by suffix) and replace its source atomically.
-
-    The content hash makes re-ingesting an unchanged document a no-op (no embedding).
-    """
-    markdown = name.lower().endswith(MARKDOWN_SUFFIXES)
-    sid = source_id or (Path(name).stem if markdown else name)
-    chunker = chunk_markdown if markdown else chunk_text
-    chunks = chunker(text, source_id=sid, size=size, overlap=overlap)
-    digest = hashlib.sha256(f"{size}:{overlap}:{text}".encode()).hexdigest()
-    return replace_source(
-        source_id=sid,
-        chunks=chunks,
-        embedder=embedder,
-        store=store,
-        scope=scope,
-        content_hash=digest,
-        write_options=WriteOptions(status_store=status_store),
-    )
 
 
 def collect_documents(
@@ -203,26 +169,6 @@ def default_root(paths: Sequence[str | os.PathLike[str]]) -> Path:
         path = Path(raw).resolve()
         folders.append(path if path.is_dir() else path.parent)
     return Path(os.path.commonpath(folders)) if folders else Path.cwd().resolve()
-
-
-def ingest_limits(max_bytes: int, *, base: Limits | None = None) -> Limits:
-    """``base`` (default ``DEFAULT_LIMITS``) with ``parse_bytes=max_bytes`` (checked against
-    ``base.ceilings``); past the default 1 MiB, ``document_chars`` rises to ``max_bytes`` (up
-    to its ceiling) and ``chunks_per_source`` to its ceiling, so such a document gets through
-    the chunker, and ``binary_bytes`` (the file cap of PDF and DOCX) to at least
-    ``max_bytes``."""
-    base = DEFAULT_LIMITS if base is None else base
-    base.ceilings.check("parse_bytes", max_bytes)
-    if max_bytes <= DEFAULT_LIMITS.parse_bytes:
-        return attrs.evolve(base, parse_bytes=max_bytes)
-    chars = max(base.document_chars, min(max_bytes, base.ceilings.document_chars))
-    return attrs.evolve(
-        base,
-        parse_bytes=max_bytes,
-        binary_bytes=max(base.binary_bytes, max_bytes),
-        document_chars=chars,
-        chunks_per_source=base.ceilings.chunks_per_source,
-    )
 
 
 def default_workers() -> int:

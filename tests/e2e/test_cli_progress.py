@@ -15,7 +15,7 @@ from ragport.adapters.connectors import FolderConnector
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStore
 from ragport.adapters.parsers import parser_for
-from ragport.application.sync import SyncProgress, sync_knowledge
+from ragport.application.sync import SyncOptions, SyncProgress, sync_knowledge
 from ragport.cli import EXIT_OK, main
 from ragport.domain.model import Scope
 
@@ -128,7 +128,7 @@ def test_sync_knowledge_reports_progress_page_by_page(tmp_path):
         embedder=HashEmbedder(),
         scope=Scope("t", "r", "c"),
         parser=parser_for,
-        on_progress=seen.append,
+        options=SyncOptions(on_progress=seen.append),
     )
     assert result.upserted == 5 and result.pages == 3
     assert all(0 <= p.done <= p.listed for p in seen)

@@ -19,6 +19,7 @@ import ragport.cli.ingest as cli_ingest
 import ragport.cli.progress as progress
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
+from ragport.application.ingest import IngestOptions
 from ragport.bootstrap.ingest import collect_documents, ingest_files
 from ragport.cli import EXIT_OK, main
 from ragport.domain.model import Scope
@@ -76,7 +77,7 @@ def test_ingest_files_reports_the_file_in_flight_and_every_embed_call(tmp_path, 
     for outcome in ingest_files(
         collect_documents([docs], root=docs), root=docs, store=InMemoryStore(),
         status_store=InMemoryStatusStore(), embedder=HashEmbedder(), scope=scope,
-        workers=workers, progress=recorder,
+        options=IngestOptions(workers=workers, progress=recorder),
     ):  # fmt: skip
         with recorder.lock:
             recorder.events.append(("outcome", outcome.source_id or ""))
@@ -195,7 +196,7 @@ def test_every_stage_ingest_files_starts_is_finished_before_its_outcome(tmp_path
     for outcome in ingest_files(
         collect_documents([docs], root=docs), root=docs, store=InMemoryStore(),
         status_store=InMemoryStatusStore(), embedder=HashEmbedder(), scope=Scope("t", "r", "c"),
-        workers=workers, progress=recorder,
+        options=IngestOptions(workers=workers, progress=recorder),
     ):  # fmt: skip
         states.append(outcome.state)
         with recorder.lock:

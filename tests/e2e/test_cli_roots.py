@@ -13,6 +13,7 @@ from ragport import RetrievalRequest
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
 from ragport.application import retrieve_context
+from ragport.application.ingest import IngestOptions
 from ragport.bootstrap.ingest import collect_documents, ingest_files
 from ragport.bootstrap.roots import widen_corpus_root
 from ragport.cli import EXIT_OK, EXIT_USAGE, main
@@ -176,7 +177,8 @@ def test_memory_store_widening_moves_rows_grants_statuses_and_tombstones(tmp_pat
         return {
             o.source_id or o.path: o.state
             for o in ingest_files(found, root=root, store=store, status_store=status,
-                                  embedder=embedder, scope=scope, workers=1)
+                                  embedder=embedder, scope=scope,
+                                  options=IngestOptions(workers=1))
         }  # fmt: skip
 
     assert set(ingest(old).values()) == {"indexed"}

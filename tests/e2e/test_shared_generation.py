@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from doubles import CountingEmbedder
-from sync_support import DictConnector, Stores, sync_stores
+from sync_support import DictConnector, Stores, sync_options, sync_stores
 
 import ragport
 from ragport.adapters.parsers import parser_for
@@ -127,7 +127,8 @@ def test_a_sync_run_of_several_pages_is_one_generation(stores):
     def sync(**kw):
         return ragport.bootstrap.sync_knowledge(
             connector=connector, checkpoints=stores.checkpoints, store=stores.store,
-            embedder=EMB, scope=SCOPE, status_store=stores.status, parser=parser_for, **kw,
+            embedder=EMB, scope=SCOPE, status_store=stores.status, parser=parser_for,
+            **sync_options(**kw),
         )  # fmt: skip
 
     shared = SharedGeneration()

@@ -14,7 +14,14 @@ import pytest
 import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
-from ragport.application import delete_source, list_ingestion_status, retrieve_context
+from ragport.application import (
+    Runtime,
+    WriteOptions,
+    delete_source,
+    list_ingestion_status,
+    retrieve_context,
+)
+from ragport.application.ingest import IngestOptions, ingest_limits
 from ragport.application.status import count_ingestion_states
 from ragport.bootstrap.ingest import collect_documents, ingest_files
 from ragport.cli import EXIT_FAILED, EXIT_OK, main
@@ -41,12 +48,14 @@ def stores(request):
     )
 
 
-def _ingest(stores, root: Path, **options):
+def _ingest(stores, root: Path, max_bytes: int | None = None):
     store, status = stores
+    runtime = None if max_bytes is None else Runtime(limits=ingest_limits(max_bytes))
     return list(
         ingest_files(
             collect_documents([root], root=root), root=root, store=store, status_store=status,
-            embedder=EMBEDDER, scope=SCOPE, size=200, overlap=20, **options,
+            embedder=EMBEDDER, scope=SCOPE, runtime=runtime,
+            options=IngestOptions(write=WriteOptions(size=200, overlap=20)),
         )
     )  # fmt: skip
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from doubles import CountingEmbedder
-from sync_support import DictConnector, Stores, sync_stores
+from sync_support import DictConnector, Stores, sync_options, sync_stores
 
 import ragport
 from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStatusStore, InMemoryStore
@@ -40,7 +40,7 @@ def sync(stores: Stores, connector, embedder=None, **kwargs) -> ragport.SyncResu
         embedder=embedder or CountingEmbedder(),
         scope=SCOPE,
         status_store=stores.status,
-        **{"parser": parser_for, **kwargs},
+        **sync_options(**{"parser": parser_for, **kwargs}),
     )
 
 

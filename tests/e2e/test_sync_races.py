@@ -16,7 +16,7 @@ import attrs
 import pytest
 from doubles import CountingEmbedder
 from flat_options import flat
-from sync_support import DictConnector, Stores, sync_stores
+from sync_support import DictConnector, Stores, sync_options, sync_stores
 
 import ragport
 from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStatusStore, InMemoryStore
@@ -59,7 +59,7 @@ def sync(stores: Stores, connector, **kwargs) -> ragport.SyncResult:
         embedder=CountingEmbedder(),
         scope=SCOPE,
         status_store=stores.status,
-        **flat(**{"parser": parser_for, "workers": _WORKERS[0], **kwargs}),
+        **flat(**sync_options(**{"parser": parser_for, "workers": _WORKERS[0], **kwargs})),
     )
 
 

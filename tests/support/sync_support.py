@@ -21,7 +21,22 @@ from ragport.domain.errors import LoadError, SyncCursorError
 from ragport.ports.documents import LoadedDocument
 from ragport.ports.sync import Page, Upsert
 
-__all__ = ["DictConnector", "Stores", "sync_stores"]
+__all__ = ["DictConnector", "Stores", "sync_options", "sync_stores"]
+
+SYNC_FIELDS = ("workers", "adopt", "on_cursor_error", "on_progress", "restart")
+WRITE_FIELDS = ("size", "overlap", "batch_size", "shared_generation")
+
+
+def sync_options(**kwargs: Any) -> dict[str, Any]:
+    """``kwargs`` with the ``SyncOptions`` fields (and the write options it carries) folded
+    into ``options=``, as ``sync_knowledge`` takes them."""
+    from ragport.application import SyncOptions, WriteOptions
+
+    write = {k: kwargs.pop(k) for k in WRITE_FIELDS if k in kwargs}
+    run = {k: kwargs.pop(k) for k in SYNC_FIELDS if k in kwargs}
+    if write or run:
+        kwargs["options"] = SyncOptions(write=WriteOptions(**write), **run)
+    return kwargs
 
 
 def _rev(data: bytes) -> str:

@@ -1,0 +1,172 @@
+"""Re-filing a corpus's sources under a wider root (``ragport ingest`` when later paths fall
+outside the recorded root): each file keeps one id, its path relative to the new root, and
+its rows, grants, lineage, statuses and forgotten tombstones (``apply_source_renames``:
+nothing re-embedded, no new generation). Whether a source's file is still under the old root
+is asked of ``exists`` (the wiring passes the file system's; ``ragport.bootstrap.roots``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from ragport.application.forgetting import apply_source_renames
+from ragport.application.runtime import Runtime
+from ragport.domain.errors import ValidationError
+from ragport.domain.model import Grant, Rename, Scope, Tombstone
+from ragport.domain.status import IngestionStatus
+from ragport.ports.runtime import Abort
+from ragport.ports.status import IngestionStatusStore
+from ragport.ports.store import ChunkStore
+
+__all__ = ["RootWidening", "widen_corpus_root"]
+
+
+@attrs.frozen
+class RootWidening:
+    """What ``widen_corpus_root`` did: ``renamed`` sources moved to ids under the new root;
+    ``kept`` sources whose file is gone from the old root (or that are forgotten) keep their
+    ids; ``failures`` ``(old id, error)`` that could not move."""
+
+    old: Path
+    new: Path
+    renamed: int = 0
+    kept: int = 0
+    failures: tuple[tuple[str, str], ...] = ()
+
+
+def _listed(store: ChunkStore, scope: Scope) -> list[str]:
+    found: list[str] = []
+    after: str | None = None
+    while True:
+        page = list(store.list_source_ids(scope, after=after, limit=1_000))
+        found.extend(page)
+        if len(page) < 1_000:
+            return found
+        after = page[-1]
+
+
+def _batches(renames: list[Rename]) -> list[list[Rename]]:
+    """Longest ids first, split where a rename would chain onto another of its batch: a
+    new id ``p/x`` may be the old id of a deeper file, which must move out of the way first."""
+    batches: list[list[Rename]] = []
+    sources: set[str] = set()
+    targets: set[str] = set()
+    for rename in sorted(renames, key=lambda r: (-len(r.from_id), r.from_id)):
+        if not batches or rename.to_id in sources or rename.from_id in targets:
+            batches.append([])
+            sources, targets = set(), set()
+        batches[-1].append(rename)
+        sources.add(rename.from_id)
+        targets.add(rename.to_id)
+    return batches
+
+
+def widen_corpus_root(
+    *,
+    store: ChunkStore,
+    status_store: IngestionStatusStore | None,
+    scope: Scope,
+    old: Path,
+    new: Path,
+    exists: Callable[[Path], bool],
+    abort: Abort | None = None,
+) -> RootWidening:
+    """Re-file the sources named relative to ``old`` under ``new`` (an ancestor of it).
+
+    A source is renamed when its file is still under ``old`` (``exists(old / source_id)``; the
+    file system's answer counts a dangling symlink), so a run interrupted half way and run again renames only the
+    rest. Each rename is ``apply_source_renames`` (rows re-keyed with their vectors, offsets,
+    content hashes and generations: the next ingest finds them unchanged; lineage rewritten;
+    no new generation). Then, for the same ids, grants are copied to the new id and the old id
+    gets an empty grant (it may name another file under the new root: it must not inherit
+    the grant); ingestion statuses move; a ``forgotten`` tombstone is copied to the new id
+    (the file stays withheld under its new name). Forgotten sources themselves do not move.
+    Failures are collected, not raised: the caller must not ingest (or record ``new``) when
+    any occurred, or the files that did not move would get a second id.
+    """
+    if new == old or not old.is_relative_to(new):
+        raise ValidationError(f"{new} does not hold {old}", field="root")
+    prefix = old.relative_to(new).as_posix()
+
+    def moved(source_id: str) -> str:
+        return f"{prefix}/{source_id}"
+
+    def under_old(source_id: str) -> bool:
+        return exists(old / source_id)
+
+    with store.unit_of_work(scope) as uow:
+        tombstones = list(uow.tombstones.list())
+    forgotten = {t.id for t in tombstones if t.reason == "forgotten"}
+    carried = [
+        Tombstone(moved(t.id), "forgotten")
+        for t in tombstones
+        if t.id in forgotten and under_old(t.id.split("#", 1)[0])
+    ]
+    if carried:  # before any row moves: a file never shows under its new id meanwhile
+        with store.unit_of_work(scope) as uow:
+            uow.tombstones.add(carried)
+            uow.commit()
+    listed = _listed(store, scope)
+    ids = [s for s in listed if under_old(s) and s not in forgotten]
+    renames = [Rename(s, moved(s)) for s in ids]
+    failures: list[tuple[str, str]] = []
+    for batch in _batches(renames):
+        result = apply_source_renames(
+            scope=scope,
+            store=store,
+            renames=batch,
+            continue_on_error=True,
+            runtime=Runtime(abort=abort),
+        )
+        failures.extend((f.from_id, f.error) for f in result.failures)
+    failed = {old_id for old_id, _ in failures}
+    done = [s for s in ids if s not in failed]
+    grants = store.get_source_access(scope, done) if done else {}
+    if grants:
+        store.set_source_access(
+            scope,
+            [
+                *(attrs.evolve(g, source_id=moved(s)) for s, g in grants.items()),
+                *(Grant(s, access_version=g.access_version) for s, g in grants.items()),
+            ],
+        )
+    if status_store is not None:
+        _move_statuses(
+            status_store, scope, moved=moved, wanted=lambda s: under_old(s) and s not in failed
+        )
+    return RootWidening(
+        old=old,
+        new=new,
+        renamed=len(done),
+        kept=len(listed) - len(ids),
+        failures=tuple(failures),
+    )
+
+
+def _move_statuses(
+    status_store: IngestionStatusStore,
+    scope: Scope,
+    *,
+    moved: Callable[[str], str],
+    wanted: Callable[[str], bool],
+) -> None:
+    """Each wanted status to its new id (unless the new id holds one that is not moving)."""
+    items: list[IngestionStatus] = []
+    cursor: str | None = None
+    while True:
+        page = status_store.list_page(scope, limit=200, cursor=cursor)
+        items.extend(page.items)
+        if page.cursor is None:
+            break
+        cursor = page.cursor
+    names = {s.source_id for s in items}
+    # longest first, as for the rows: ``a`` -> ``p/a`` waits for ``p/a`` -> ``p/p/a``
+    for status in sorted(items, key=lambda s: -len(s.source_id)):
+        old, new = status.source_id, moved(status.source_id)
+        if wanted(old) and new not in names:
+            status_store.put(attrs.evolve(status, source_id=new))
+            status_store.delete(scope, old)
+            names = (names - {old}) | {new}
