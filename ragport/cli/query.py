@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -355,6 +356,20 @@ def _print_query(out: QueryOut, as_json: bool) -> None:
         print(f"    {line}")
 
 
+@contextlib.contextmanager
+def _rerank_hint(rerank_ms: int | None) -> Iterator[None]:
+    """A reranker out of time: a note says how to give it more, and the error goes on."""
+    try:
+        yield
+    except RerankError as exc:
+        if exc.reason == "timeout":
+            _note(
+                f"the reranker had {rerank_ms} ms; give it more with --rerank-timeout "
+                f"SECONDS (at most {HARD_LIMITS.rerank_ms // 1000}), or query without --rerank"
+            )
+        raise
+
+
 def _query(args: argparse.Namespace) -> int:
     _check_query_args(args)
     metadata_filter = _filters(args)
@@ -373,7 +388,7 @@ def _query(args: argparse.Namespace) -> int:
         embedder = _embedder(args, stores, live)
         if reranker is not None:
             _warm(reranker)
-        try:
+        with _rerank_hint(rerank_ms):
             result = retrieve_context(
                 args.text,
                 embedder=embedder,
@@ -385,14 +400,19 @@ def _query(args: argparse.Namespace) -> int:
                 reranker=reranker,
                 request=_request(args, lexical, metadata_filter, rerank_ms),
             )
-        except RerankError as exc:
-            if exc.reason == "timeout":
-                _note(
-                    f"the reranker had {rerank_ms} ms; give it more with --rerank-timeout "
-                    f"SECONDS (at most {HARD_LIMITS.rerank_ms // 1000}), or query without --rerank"
-                )
-            raise
         offsets = _offsets(stores, result.hits) if result.hits else {}
+    return _report(args, corpora, lexical, result, offsets, denials)
+
+
+def _report(
+    args: argparse.Namespace,
+    corpora: list[str],
+    lexical: str,
+    result: RetrievalResult,
+    offsets: Mapping[tuple[str, str], tuple[Any, Any]],
+    denials: Sequence[AccessDenial],
+) -> int:
+    """Print what ``ragport query`` found (notes on stderr); exit 1 when it found nothing."""
     # A lexical leg means fused ranks (reciprocal rank fusion, 1/(k + rank) summed: about
     # 0.016 to 0.033), never comparable with the vector-only cosine; a reranker reorders the
     # hits and keeps their scores.
@@ -517,6 +537,11 @@ def register(sub: Any, parents: Parents) -> None:
         help="show every copy of the same text (default: the best-ranked copy only)",
     )  # fmt: skip
     query.add_argument("--group", action="append", help="a group of the principal (repeatable)")
+    _rerank_options(query)
+    query.set_defaults(func=_query)
+
+
+def _rerank_options(query: argparse.ArgumentParser) -> None:
     query.add_argument(
         "--rerank",
         help="reranker kind: local, embedding, tei, openai-compatible, voyage, fake, none "
@@ -534,7 +559,6 @@ def register(sub: Any, parents: Parents) -> None:
         f"for local and embedding, {DEFAULT_LIMITS.rerank_ms / 1000:g} for the others); "
         "past it: RerankError, exit 4",
     )  # fmt: skip
-    query.set_defaults(func=_query)
 
 
 def register_mcp(sub: Any, parents: Parents) -> None:
