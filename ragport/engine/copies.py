@@ -6,8 +6,9 @@ from __future__ import annotations
 import attrs
 
 from ragport.domain.model import Record, copy_frozen
+from ragport.ports.store import ScoredRecord
 
-__all__ = ["hand_out", "take_in"]
+__all__ = ["hand_out", "hand_out_scored", "take_in"]
 
 
 # Record's slot descriptors: setting through them skips the frozen class's __setattr__.
@@ -49,4 +50,18 @@ def hand_out(record: Record) -> Record:
     _SET["chunk_index"](out, record.chunk_index)
     _SET["start"](out, record.start)
     _SET["end"](out, record.end)
+    return out
+
+
+_SET_RECORD = ScoredRecord.__dict__["record"].__set__
+_SET_SCORE = ScoredRecord.__dict__["score"].__set__
+
+
+def hand_out_scored(record: Record, score: float) -> ScoredRecord:
+    """``ScoredRecord(hand_out(record), score)``: one per hit of every query, so built through
+    its slots like ``hand_out`` (a record copy and a Python float need no check;
+    ``tests/adapters/test_memory_hand_out.py`` compares it with the constructor)."""
+    out = _new_record(ScoredRecord)
+    _SET_RECORD(out, hand_out(record))
+    _SET_SCORE(out, score)
     return out

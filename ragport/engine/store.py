@@ -33,7 +33,7 @@ from ragport.domain.model import (
     validate_text,
 )
 from ragport.engine._guard import Guard
-from ragport.engine.copies import hand_out
+from ragport.engine.copies import hand_out, hand_out_scored
 from ragport.engine.dispatch import GENERIC_LEXICAL_MODE, Pushdowns, capabilities_of, found
 from ragport.engine.reads import (
     checked,
@@ -42,6 +42,7 @@ from ragport.engine.reads import (
     generic_embedders,
     generic_history,
     generic_source_id_page,
+    same_scope,
     search_bm25,
     visible,
     walk_vectors,
@@ -56,6 +57,8 @@ from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredR
 __all__ = ["BackendStore"]
 
 OnDenied = Callable[[Sequence[AccessDecision]], None]
+_FLOAT32 = np.dtype(np.float32)
+_NO_VECTOR = np.zeros(0, dtype=np.float32)
 _NONE: frozenset[EmbedderKey] = frozenset()
 
 
@@ -312,7 +315,7 @@ class BackendStore:
     ) -> list[ScoredRecord]:
         """The leg's hits as the caller's copies; its denials appended to ``denied``."""
         denied.extend(denials(r, answer.screened, authorization))
-        return [ScoredRecord(hand_out(s.record), float(s.score)) for s in answer.hits]
+        return [hand_out_scored(s.record, float(s.score)) for s in answer.hits]
 
     def query(
         self,
@@ -478,8 +481,7 @@ def _checked_answer(
         raise StoreError("a search pushdown returned more than the limit, or no LegAnswer")
     for scored in answer.hits:
         record = scored.record
-        # (``is`` first: records written through the caller's own Scope object skip attrs' eq)
-        if (record.scope is not scope and record.scope != scope) or (
+        if (record.scope is not scope and not same_scope(record.scope, scope)) or (
             dimensions is not None and record.dimensions != dimensions
         ):
             raise StoreError("a search pushdown returned a row outside the scope asked")
@@ -494,17 +496,18 @@ def _query_args(
 ) -> tuple[Vector, Filter | None]:
     if authorization is not None and not isinstance(authorization, Authorization):
         raise ValidationError("authorization must be an Authorization", field="authorization")
-    flt = parse_filter(metadata_filter)
+    flt = None if metadata_filter is None else parse_filter(metadata_filter)
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise ValidationError("limit must be an int", field="limit")
     if vector is None:
-        return np.zeros(0, dtype=np.float32), flt
-    q = np.asarray(vector, dtype=np.float32)
+        return _NO_VECTOR, flt
+    q = vector if type(vector) is np.ndarray and vector.dtype is _FLOAT32 else None
+    if q is None:
+        q = np.asarray(vector, dtype=np.float32)
     if q.ndim != 1:
         q = q.reshape(-1)
-    # A finite |q|^2 means every component is finite: one dot product instead of a pass that
-    # builds a boolean array; only an infinite (or NaN) sum is checked component by component
-    # (huge finite components can overflow it).
+    # A finite square norm proves every value finite (one dot product); an infinite one may
+    # be an overflow of finite values, so only then is each value checked.
     if not math.isfinite(q.dot(q)) and not np.isfinite(q).all():
         raise ValidationError("the query vector must be finite", field="vector")
     return q, flt

@@ -24,7 +24,7 @@ from ragport.domain.model import (
     is_forgotten,
     is_visible,
 )
-from ragport.engine import hand_out
+from ragport.engine.copies import hand_out, hand_out_scored
 from ragport.ports.backend import GenerationState
 from ragport.ports.embedder import Vector, VectorMatrix
 from ragport.ports.store import EmbedderKey, ScoredRecord
@@ -188,16 +188,6 @@ _new_record = object.__new__
 
 _SET_RECORD = ScoredRecord.__dict__["record"].__set__
 _SET_SCORE = ScoredRecord.__dict__["score"].__set__
-
-
-def hand_out_scored(record: Record, score: float) -> ScoredRecord:
-    """``ScoredRecord(hand_out(record), score)``: one per hit of every query, so built through
-    its slots like ``hand_out`` (the top-k's Python float and a record copy need no check;
-    ``tests/adapters/test_memory_hand_out.py`` compares it with the constructor)."""
-    out = _new_record(ScoredRecord)
-    _SET_RECORD(out, hand_out(record))
-    _SET_SCORE(out, score)
-    return out
 
 
 def lend_scored(record: Record, score: float) -> ScoredRecord:
