@@ -15,15 +15,14 @@ docs/deprecations.md lists every keyword folded here and the release that remove
 
 from __future__ import annotations
 
-import functools
-import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import attrs
 
 from ragport.application.runtime import DEFAULT_RUNTIME, check_runtime
 from ragport.application.write_options import check_write_options
+from ragport.domain.deprecation import REMOVED_IN, Fold, keyword_folds
 
 __all__ = [
     "REMOVED_IN",
@@ -34,8 +33,6 @@ __all__ = [
     "folds_keywords",
 ]
 
-REMOVED_IN = "0.2"
-"""The release that drops the folded keywords (docs/deprecations.md)."""
 
 RUNTIME_KEYWORDS = ("telemetry", "redactor", "secrets", "limits", "clock", "abort")
 WRITE_KEYWORDS = (
@@ -63,16 +60,6 @@ def fold_write_options(options: object, keywords: Mapping[str, Any]) -> Any:
     return attrs.evolve(base, **keywords) if keywords else base
 
 
-def _warn(name: str, given: Iterable[str], target: str) -> None:
-    names = ", ".join(f"{k}=" for k in given)
-    warnings.warn(
-        f"{name}({names}) is deprecated and will be removed in ragport {REMOVED_IN}: pass "
-        f"{target} instead (docs/deprecations.md)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-
-
 def folds_keywords(
     *,
     runtime: Iterable[str] = (),
@@ -94,25 +81,20 @@ def folds_keywords(
     if unknown:
         raise TypeError(f"not a folded keyword: {sorted(unknown)}")
 
-    def decorate(function: F) -> F:
-        label = name or function.__qualname__
+    def runtime_of(given: object, old: Mapping[str, Any], args: tuple[Any, ...]) -> Any:
+        if given is None and bound:
+            given = args[0].runtime
+        return fold_runtime(given, old)
 
-        @functools.wraps(function)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            old_runtime = {k: kwargs.pop(k) for k in runtime_names if k in kwargs}
-            old_write = {k: kwargs.pop(k) for k in write_names if k in kwargs}
-            if old_runtime:
-                _warn(label, old_runtime, "runtime=Runtime(...)")
-                given = kwargs.get("runtime")
-                if given is None and bound:
-                    given = args[0].runtime
-                kwargs["runtime"] = fold_runtime(given, old_runtime)
-            if old_write:
-                _warn(label, old_write, "write_options=WriteOptions(...)")
-                kwargs["write_options"] = fold_write_options(kwargs.get("write_options"), old_write)
-            return function(*args, **kwargs)
-
-        call.__deprecated_keywords__ = runtime_names + write_names  # type: ignore[attr-defined]
-        return cast(F, call)
-
-    return decorate
+    return keyword_folds(
+        (
+            Fold("runtime", runtime_names, runtime_of, "runtime=Runtime(...)"),
+            Fold(
+                "write_options",
+                write_names,
+                lambda given, old, args: fold_write_options(given, old),
+                "write_options=WriteOptions(...)",
+            ),
+        ),
+        name=name,
+    )

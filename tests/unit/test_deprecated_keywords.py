@@ -482,3 +482,11 @@ def test_write_options_carry_the_grant_free_write_keywords() -> None:
         assert not {"size", "overlap", "batch_size", "shared_generation", "status_store"} & set(
             parameters
         )
+
+
+def test_the_warning_points_at_the_callers_line() -> None:
+    """The warning names the caller's file, so -W error finds the call to change. If this
+    fails, check the stacklevel in ragport/domain/deprecation.py."""
+    with pytest.warns(DeprecationWarning) as caught:
+        delete_source(source_id="a", store=_store("a"), scope=SCOPE, abort=None)  # type: ignore[call-arg]
+    assert caught[0].filename == __file__
