@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 from _results import figure, target, write_result
 
-from ragport.adapters.embedders import TeiEmbedder
+from ragport.adapters.embedders import HttpOptions, TeiEmbedder
 
 
 def _serve(delay_s: float, dims: int, batch: int, ready: Connection) -> None:
@@ -100,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     batches = -(-len(texts) // batch)
     embedders = {
         c: TeiEmbedder(
-            url, dimensions=args.dims, batch_size=batch, max_concurrency=c, allow_loopback=True
+            url,
+            dimensions=args.dims,
+            batch_size=batch,
+            http=HttpOptions(max_concurrency=c, allow_loopback=True),
         )
         for c in args.concurrency
     }

@@ -74,8 +74,10 @@ from ragport.domain.model import Scope
 
 folder, workers, store_url, corpus = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 if len(sys.argv) > 5:
-    from ragport.adapters.embedders import TeiEmbedder
-    embedder = TeiEmbedder(sys.argv[5], dimensions=384, batch_size=32, allow_loopback=True)
+    from ragport.adapters.embedders import HttpOptions, TeiEmbedder
+    embedder = TeiEmbedder(
+        sys.argv[5], dimensions=384, batch_size=32, http=HttpOptions(allow_loopback=True)
+    )
 else:
     embedder = MiniLmEmbedder()
     embedder.load()

@@ -33,7 +33,12 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))
 from _results import figure, note_postgres, target, write_result  # noqa: E402
 
 import ragport  # noqa: E402
-from ragport.adapters.connectors import FolderConnector, GoogleDriveConnector  # noqa: E402
+from ragport.adapters.connectors import (  # noqa: E402
+    DriveOptions,
+    FolderConnector,
+    GoogleDriveConnector,
+    HttpOptions,
+)
 from ragport.adapters.embedders import HashEmbedder  # noqa: E402
 from ragport.adapters.memory import (  # noqa: E402
     InMemoryCheckpointStore,
@@ -160,8 +165,8 @@ def bench_drive(n: int, repeat: int) -> dict[str, object]:
                 resolve_access=lambda f: ragport.domain.Access(principal_ids=("alice",)),
                 folder_id=team,
                 base_url=server.url,
-                allow_loopback=True,
-                page_size=100,
+                http=HttpOptions(allow_loopback=True),
+                options=DriveOptions(page_size=100),
             )
             stores = memory_stores()
             started = time.perf_counter()

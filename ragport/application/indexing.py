@@ -184,7 +184,6 @@ def set_grant(store: ChunkStore, scope: Scope, grant: Grant) -> None:
             uow.commit()
 
 
-# Allow-listed function shape (pyproject [tool.ruff.lint]): the atomic write's steps read in one pass (51 statements with the pinned retirement).
 @folds_keywords(runtime=(), write=WRITE_KEYWORDS)
 def replace_source(
     *,

@@ -224,7 +224,12 @@ def _sync_folder(args: argparse.Namespace) -> int:
 
 
 def _sync_drive(args: argparse.Namespace) -> int:
-    from ragport.adapters.connectors import GoogleDriveConnector, drive_permissions_access
+    from ragport.adapters.connectors import (
+        DriveOptions,
+        GoogleDriveConnector,
+        HttpOptions,
+        drive_permissions_access,
+    )
     from ragport.adapters.connectors.drive import MAX_LIST_REQUESTS
 
     name = args.token_env
@@ -244,12 +249,14 @@ def _sync_drive(args: argparse.Namespace) -> int:
             folder_id=args.folder,
             shared_drive_id=args.shared_drive,
             base_url=args.base_url,
-            allow_loopback=args.allow_loopback,
+            http=HttpOptions(allow_loopback=args.allow_loopback),
             # A download may be a PDF or DOCX (up to binary_bytes); the parsers hold every
             # other type to parse_bytes, so a large text file still fails too_large, by name.
-            max_bytes=max(limits.parse_bytes, limits.binary_bytes),
-            ceilings=limits.ceilings,
-            max_list_requests=budget,
+            options=DriveOptions(
+                max_bytes=max(limits.parse_bytes, limits.binary_bytes),
+                ceilings=limits.ceilings,
+                max_list_requests=budget,
+            ),
         )
 
     return _sync_run(args, connector_for)

@@ -45,9 +45,13 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+import attrs
+
 from ragport.adapters._http import OwnedClient, check_base_url, check_int
 from ragport.adapters.connectors._cursors import decode_cursor
 from ragport.adapters.connectors._drive_http import DriveHttp
+from ragport.adapters.http_options import HttpOptions, check_http, http_fold
+from ragport.domain.deprecation import Fold, evolve_or_default, keyword_folds
 from ragport.domain.documents import MEDIA_TYPES, base_media_type
 from ragport.domain.errors import (
     LoadError,
@@ -61,7 +65,7 @@ from ragport.domain.sync import Access
 from ragport.ports.documents import LoadedDocument
 from ragport.ports.sync import Page, Upsert
 
-__all__ = ["GoogleDriveConnector", "drive_permissions_access"]
+__all__ = ["DriveOptions", "GoogleDriveConnector", "drive_permissions_access"]
 
 FOLDER = "application/vnd.google-apps.folder"
 SHORTCUT = "application/vnd.google-apps.shortcut"
@@ -113,11 +117,67 @@ def drive_permissions_access(file: Mapping[str, Any]) -> Access | None:
     return Access(principal_ids=tuple(dict.fromkeys(users)), group_ids=tuple(dict.fromkeys(groups)))
 
 
-class GoogleDriveConnector(DriveHttp, OwnedClient):
-    """Google Drive v3 as a ``Connector``; see the module docstring."""
+@attrs.frozen(kw_only=True)
+class DriveOptions:
+    """The Drive connector's paging, size, budget and retry settings, as one value.
 
-    # Allow-listed function shape (pyproject [tool.ruff.lint]): every connector setting is its own keyword; a settings value replaces them (issue 42).
-    def __init__(  # noqa: PLR0913
+    - ``page_size`` (files per ``files.list`` page, 1..1000, default 100);
+    - ``max_bytes`` (a download's byte cap, default ``Limits.parse_bytes``, at most
+      ``ceilings.parse_bytes``) and ``ceilings`` (``DEFAULT_CEILINGS``);
+    - ``max_list_requests`` (JSON requests per run, default ``MAX_LIST_REQUESTS``);
+    - ``max_retries`` (0..10, default 5), ``backoff_s`` (0.5) and ``max_backoff_s`` (30): the
+      bounded exponential backoff of 429, 5xx and rate-limit answers; ``sleep`` waits it out
+      (``time.sleep``; tests pass their own).
+
+    The connector checks every number when it is built (``ValidationError`` naming the
+    field). The transport (``client``, ``transport``, ``allow_loopback``, ``timeout_s``)
+    is ``http=HttpOptions(...)``.
+    """
+
+    page_size: int = 100
+    max_bytes: int = DEFAULT_LIMITS.parse_bytes
+    ceilings: Ceilings = DEFAULT_CEILINGS
+    max_list_requests: int = MAX_LIST_REQUESTS
+    max_retries: int = 5
+    backoff_s: float = 0.5
+    max_backoff_s: float = 30.0
+    sleep: Callable[[float], None] = time.sleep
+
+
+DEFAULT_DRIVE_OPTIONS = DriveOptions()
+_OPTION_KEYWORDS = (
+    "page_size",
+    "max_bytes",
+    "ceilings",
+    "max_list_requests",
+    "max_retries",
+    "backoff_s",
+    "max_backoff_s",
+    "sleep",
+)
+
+
+def _fold_options(given: object, old: Mapping[str, Any], args: tuple[Any, ...]) -> Any:
+    return evolve_or_default(given, old, DEFAULT_DRIVE_OPTIONS, DriveOptions, "options")
+
+
+class GoogleDriveConnector(DriveHttp, OwnedClient):
+    """Google Drive v3 as a ``Connector``; see the module docstring.
+
+    ``http`` (``HttpOptions``): ``client`` or ``transport``, ``allow_loopback``, ``timeout_s``
+    (default 30, at most 600). ``options`` (``DriveOptions``): paging, size, budget and
+    retries. The keywords of those fields still work for one release, with a
+    ``DeprecationWarning`` (docs/deprecations.md).
+    """
+
+    @keyword_folds(
+        (
+            http_fold("client", "transport", "allow_loopback", "timeout_s"),
+            Fold("options", _OPTION_KEYWORDS, _fold_options, "options=DriveOptions(...)"),
+        ),
+        name="GoogleDriveConnector",
+    )
+    def __init__(
         self,
         *,
         token_provider: Callable[[], str],
@@ -125,19 +185,17 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
         folder_id: str | None = None,
         shared_drive_id: str | None = None,
         base_url: str = "https://www.googleapis.com",
-        client: Any = None,
-        transport: Any = None,
-        allow_loopback: bool = False,
-        page_size: int = 100,
-        max_bytes: int = DEFAULT_LIMITS.parse_bytes,
-        timeout_s: float = 30.0,
-        max_retries: int = 5,
-        backoff_s: float = 0.5,
-        max_backoff_s: float = 30.0,
-        sleep: Callable[[float], None] = time.sleep,
-        ceilings: Ceilings = DEFAULT_CEILINGS,
-        max_list_requests: int = MAX_LIST_REQUESTS,
+        http: HttpOptions | None = None,
+        options: DriveOptions | None = None,
     ):
+        web = check_http(http)
+        if web.max_response_bytes is not None or web.max_concurrency is not None:
+            raise ValidationError(
+                "the Drive connector takes no max_response_bytes or max_concurrency "
+                "(options.max_bytes caps a download; it sends one request at a time)",
+                field="http",
+            )
+        o = _fold_options(options, {}, ())
         if not callable(token_provider):
             raise ValidationError("token_provider must be callable", field="token_provider")
         if not callable(resolve_access):
@@ -145,20 +203,21 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
         for name, value in (("folder_id", folder_id), ("shared_drive_id", shared_drive_id)):
             if value is not None:
                 validate_id(value, field=name)
-        self._base, self._host = check_base_url(base_url, allow_loopback)
-        self._page_size = check_int(page_size, "page_size", 1, 1000)
-        self._max_retries = check_int(max_retries, "max_retries", 0, 10)
+        self._base, self._host = check_base_url(base_url, web.allow_loopback)
+        self._page_size = check_int(o.page_size, "page_size", 1, 1000)
+        self._max_retries = check_int(o.max_retries, "max_retries", 0, 10)
         self._max_list_requests = check_int(
-            max_list_requests, "max_list_requests", 1, MAX_LIST_REQUESTS_CEILING
+            o.max_list_requests, "max_list_requests", 1, MAX_LIST_REQUESTS_CEILING
         )
         self._list_requests = 0
-        self._max_bytes = check_ceilings(ceilings).check("parse_bytes", max_bytes)
+        self._max_bytes = check_ceilings(o.ceilings).check("parse_bytes", o.max_bytes)
+        timeout_s = 30.0 if web.timeout_s is None else web.timeout_s
         if not (0 < float(timeout_s) <= 600):
             raise ValidationError("timeout_s must be in (0, 600]", field="timeout_s")
         self._timeout = float(timeout_s)
-        self._backoff = float(backoff_s)
-        self._max_backoff = float(max_backoff_s)
-        self._sleep = sleep
+        self._backoff = float(o.backoff_s)
+        self._max_backoff = float(o.max_backoff_s)
+        self._sleep = o.sleep
         self._token_provider = token_provider
         self._resolve_access = resolve_access
         self._folder_id = folder_id
@@ -166,7 +225,9 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
         self._token: str | None = None
         key = json.dumps([self._host, folder_id, shared_drive_id])
         self._id = "drive:" + hashlib.sha256(key.encode()).hexdigest()[:16]
-        self._init_client(client, transport, what="the Google Drive connector", capability="drive")
+        self._init_client(
+            web.client, web.transport, what="the Google Drive connector", capability="drive"
+        )
 
     @property
     def id(self) -> str:

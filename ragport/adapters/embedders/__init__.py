@@ -8,5 +8,12 @@ only when an embedder is loaded or built, so importing this package never needs 
 from ragport.adapters.embedders.hash import HashEmbedder
 from ragport.adapters.embedders.http import OpenAICompatibleEmbedder, TeiEmbedder
 from ragport.adapters.embedders.minilm import MiniLmEmbedder
+from ragport.adapters.http_options import HttpOptions
 
-__all__ = ["HashEmbedder", "MiniLmEmbedder", "OpenAICompatibleEmbedder", "TeiEmbedder"]
+__all__ = [
+    "HashEmbedder",
+    "HttpOptions",
+    "MiniLmEmbedder",
+    "OpenAICompatibleEmbedder",
+    "TeiEmbedder",
+]

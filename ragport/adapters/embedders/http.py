@@ -40,8 +40,11 @@ Failures:
 - ``CapabilityError`` naming ``ragport[http]`` when httpx is not installed.
 
 The API key travels only in ``Authorization: Bearer``; it never appears in an error, a log
-line or ``repr()``. Pass ``client=`` (an ``httpx.Client``) to own retries, proxies or mTLS;
-ragport then never closes it. The client ragport builds itself ignores proxy and netrc
+line or ``repr()``. ``http=HttpOptions(...)`` (``ragport.adapters.http_options``) holds the
+transport: ``client`` (an ``httpx.Client`` of your own, for retries, proxies or mTLS; ragport
+then never closes it) or ``transport``, ``allow_loopback``, ``timeout_s`` (default 30),
+``max_response_bytes`` (default 16 MiB) and ``max_concurrency`` (default 4); the keywords of
+those names still work for one release, with a ``DeprecationWarning``. The client ragport builds itself ignores proxy and netrc
 settings from the environment (``trust_env=False``).
 """
 
@@ -69,12 +72,14 @@ from ragport.adapters._http import (
     post_json,
     run_in_order,
 )
+from ragport.adapters.http_options import HTTP_KEYWORDS, HttpOptions, check_http, http_fold
+from ragport.domain.deprecation import keyword_folds
 from ragport.domain.errors import EmbedderError, ValidationError, raise_unchained
 from ragport.domain.limits import check_limit
 from ragport.ports.embedder import VectorMatrix
 
 if TYPE_CHECKING:
-    import httpx
+    pass
 
 __all__ = ["OpenAICompatibleEmbedder", "TeiEmbedder"]
 
@@ -82,6 +87,8 @@ DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 _MAX_RESPONSE_BYTES_CEILING = 256 * 1024 * 1024
 _MAX_TIMEOUT_S = 600.0
 _MAX_DIMENSIONS = 65_536
+_DEFAULT_TIMEOUT_S = 30.0
+_DEFAULT_CONCURRENCY = 4
 
 
 def _check_batch_size(value: object) -> int:
@@ -170,23 +177,31 @@ class _HttpEmbedder(OwnedClient):
         dimensions: int,
         api_key: str | None,
         batch_size: int,
-        max_concurrency: int,
-        timeout_s: float,
-        max_response_bytes: int,
-        allow_loopback: bool,
-        client: httpx.Client | None,
+        http: HttpOptions | None,
     ):
-        self._base_url, self._host = check_base_url(base_url, allow_loopback is True)
+        options = check_http(http)
+        self._base_url, self._host = check_base_url(base_url, options.allow_loopback)
         self._model = check_model(model, model_required)
         self._dimensions = check_int(dimensions, "dimensions", 1, _MAX_DIMENSIONS)
         self._api_key = check_api_key(api_key)
         self._batch_size = _check_batch_size(batch_size)
-        self._max_concurrency = _check_concurrency(max_concurrency)
-        self._timeout_s = _check_timeout(timeout_s)
-        self._max_response_bytes = check_int(
-            max_response_bytes, "max_response_bytes", 1024, _MAX_RESPONSE_BYTES_CEILING
+        self._max_concurrency = _check_concurrency(
+            _DEFAULT_CONCURRENCY if options.max_concurrency is None else options.max_concurrency
         )
-        self._init_client(client, None, what="HTTP embedders", capability="embedding")
+        self._timeout_s = _check_timeout(
+            _DEFAULT_TIMEOUT_S if options.timeout_s is None else options.timeout_s
+        )
+        self._max_response_bytes = check_int(
+            DEFAULT_MAX_RESPONSE_BYTES
+            if options.max_response_bytes is None
+            else options.max_response_bytes,
+            "max_response_bytes",
+            1024,
+            _MAX_RESPONSE_BYTES_CEILING,
+        )
+        self._init_client(
+            options.client, options.transport, what="HTTP embedders", capability="embedding"
+        )
 
     @property
     def dimensions(self) -> int:
@@ -276,6 +291,8 @@ class OpenAICompatibleEmbedder(_HttpEmbedder):
 
     _path = "/embeddings"
 
+    # The transport keywords of old fold into http=HttpOptions(...) for one release.
+    @keyword_folds((http_fold(*HTTP_KEYWORDS),), name="OpenAICompatibleEmbedder")
     def __init__(
         self,
         base_url: str,
@@ -285,11 +302,7 @@ class OpenAICompatibleEmbedder(_HttpEmbedder):
         api_key: str | None = None,
         send_dimensions: bool = False,
         batch_size: int = 64,
-        max_concurrency: int = 4,
-        timeout_s: float = 30.0,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        allow_loopback: bool = False,
-        client: httpx.Client | None = None,
+        http: HttpOptions | None = None,
     ):
         super().__init__(
             base_url,
@@ -298,11 +311,7 @@ class OpenAICompatibleEmbedder(_HttpEmbedder):
             dimensions=dimensions,
             api_key=api_key,
             batch_size=batch_size,
-            max_concurrency=max_concurrency,
-            timeout_s=timeout_s,
-            max_response_bytes=max_response_bytes,
-            allow_loopback=allow_loopback,
-            client=client,
+            http=http,
         )
         self._send_dimensions = send_dimensions is True
 
@@ -343,6 +352,7 @@ class TeiEmbedder(_HttpEmbedder):
 
     _path = "/embed"
 
+    @keyword_folds((http_fold(*HTTP_KEYWORDS),), name="TeiEmbedder")
     def __init__(
         self,
         base_url: str,
@@ -350,12 +360,8 @@ class TeiEmbedder(_HttpEmbedder):
         dimensions: int,
         model: str | None = None,
         batch_size: int = 32,
-        max_concurrency: int = 4,
-        timeout_s: float = 30.0,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        allow_loopback: bool = False,
         api_key: str | None = None,
-        client: httpx.Client | None = None,
+        http: HttpOptions | None = None,
     ):
         super().__init__(
             base_url,
@@ -364,11 +370,7 @@ class TeiEmbedder(_HttpEmbedder):
             dimensions=dimensions,
             api_key=api_key,
             batch_size=batch_size,
-            max_concurrency=max_concurrency,
-            timeout_s=timeout_s,
-            max_response_bytes=max_response_bytes,
-            allow_loopback=allow_loopback,
-            client=client,
+            http=http,
         )
 
     @property
