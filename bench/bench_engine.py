@@ -24,24 +24,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from bench_foundation import WORDS
 
 from ragport import Chunk, RetrievalRequest, Scope
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory.backend import MemoryBackend
 from ragport.application import replace_source, retrieve_context
 from ragport.engine import BackendStore
-
-WORDS = [
-    "policy",
-    "leave",
-    "payment",
-    "approval",
-    "security",
-    "access",
-    "review",
-    "contract",
-    "warehouse",
-]
 
 
 class _Counted:
