@@ -27,7 +27,7 @@ def rag_methods(rag: ragport.Rag) -> None:
 async def async_rag_methods(rag: AsyncRag) -> None:
     await rag.retrieve("q", top_k=3)
     await rag.retrieve("q", top_kk=3)  # type: ignore[call-arg]
-    await rag.delete_source(source_id="s", abort=None)
+    await rag.delete_source(source_id="s", runtime=None)
 
 
 def retrieve_context_keywords() -> None:
