@@ -34,6 +34,13 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
     ("bm25", "bench_bm25.py", "Lexical index: Bm25Index vs rank_bm25", (), ("--quick",)),
     ("forgetting", "bench_forgetting.py", "Forgetting", (), ("--quick",)),
     (
+        "sqlite_example",
+        "bench_sqlite_example.py",
+        "SQLite example store: a vector query against InMemoryStore",
+        (),
+        ("--quick",),
+    ),
+    (
         "parsers",
         "bench_parsers.py",
         "Parsers: MB/s against the bare library call",

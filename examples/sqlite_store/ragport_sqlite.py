@@ -297,6 +297,7 @@ class SqliteBackend:
             columns = [row[1] for row in conn.execute("PRAGMA table_info(generations)")]
             if "embedders" not in columns:  # a file written before the embedder claim
                 conn.execute("ALTER TABLE generations ADD COLUMN embedders TEXT")
+        self._readers = threading.local()  # one read connection per thread, kept open
 
     def _matrix(self, db: _Db, dimensions: int, pointer: int) -> _Matrix:
         """The cached matrix of the view's committed stamp (built afresh for a write that has
@@ -348,8 +349,23 @@ class SqliteBackend:
         return conn
 
     @contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        """This thread's read connection, opened once (a read opening and closing its own
+        costs system calls, and the last close of a WAL file checkpoints it); a new one when
+        it is busy with another read of the thread."""
+        conn: sqlite3.Connection | None = getattr(self._readers, "conn", None)
+        if conn is None:
+            conn = self._readers.conn = self._connect()
+        if conn.in_transaction:
+            with closing(self._connect()) as other:
+                yield other
+        else:
+            yield conn
+
+    @contextmanager
     def _transaction(self, scope: Scope, begin: str) -> Iterator[_Db]:
-        with closing(self._connect()) as conn:
+        opened = self._reader() if begin == "BEGIN" else closing(self._connect())
+        with opened as conn:
             db = _Db(conn, scope)
             db.run(begin)
             try:
