@@ -204,7 +204,7 @@ class BackendStore:
         """The drift guard: the scope's claim answers it when it holds nothing or only
         ``key``; otherwise the visible rows' embedders, exactly."""
         claim = state.embedders
-        if claim is not None and (not claim or claim == {key}):
+        if claim is not None and (not claim or (len(claim) == 1 and key in claim)):
             return _NONE
         return frozenset(k for k in self._embedders(r, scope, state.pointer) if k != key)
 
