@@ -6,8 +6,9 @@ copies, changes through a ``SnapshotWriter`` and installs on commit, so a read k
 snapshot it started with and never waits. One lock per scope serializes writers.
 ``BackendStore(MemoryBackend())`` runs every rule through the engine's generic path (the
 reference backend of ``StorageBackendContract``); ``SnapshotBackend`` also answers the search
-legs, the embedders, a source page, history and the forgotten look-up from the committed
-snapshot's cached indexes (``ragport.ports.pushdowns``).
+legs, the embedders, a source page, history and the tombstone look-ups from the committed
+snapshot's cached indexes (``ragport.ports.pushdowns``); its writes are the engine's generic
+path (``rows(source_id=)`` and ``rows(ids=)`` are already index look-ups here).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ragport.adapters.memory.lexical import ScopeLexicon
 from ragport.adapters.memory.search import search_snapshot
 from ragport.adapters.memory.snapshot import Snapshot
 from ragport.adapters.memory.unit_of_work import SnapshotReader, SnapshotWriter
-from ragport.domain.model import Scope
+from ragport.domain.model import Scope, Tombstone
 from ragport.engine.history import history_of
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange
@@ -123,6 +124,10 @@ class SnapshotBackend(MemoryBackend):
             limit=limit,
             max_ids=max_ids,
         )
+
+    def tombstones_among(self, view: SnapshotReader, ids: Sequence[str]) -> Sequence[Tombstone]:
+        kept = view.snap.tombstones
+        return [kept[i] for i in ids if i in kept]
 
     def forgotten_among(self, view: SnapshotReader, ids: Sequence[str]) -> frozenset[str]:
         kept = view.snap.tombstones
