@@ -39,7 +39,12 @@ import pg_corpus as bp
 from _results import figure, note_postgres, ratio, target, write_result
 
 from ragport import RetrievalRequest
-from ragport.adapters.postgres import PostgresStore, embedded_server
+from ragport.adapters.postgres import (
+    PostgresStore,
+    VectorIndexSettings,
+    WriteSettings,
+    embedded_server,
+)
 from ragport.application import replace_source, retrieve_context
 
 N_QUERIES = 30
@@ -47,13 +52,13 @@ VARIANTS = (
     "default", "one connection", "inline", "no merge", "merge 1000", "m16", "m32", "deferred"
 )  # fmt: skip
 OPTIONS: dict[str, dict[str, Any]] = {
-    "one connection": {"parallel_vector_rows": None},
-    "inline": {"parallel_vector_rows": None, "maintenance_delay": None},
-    "no merge": {"merge_pending_lists": False},
-    "merge 1000": {"merge_pending_lists": 1000},
-    "m16": {"hnsw_m": 16, "hnsw_ef_construction": 64},
-    "m32": {"hnsw_m": 32, "hnsw_ef_construction": 200},
-    "deferred": {"defer_vector_indexes": True},
+    "one connection": {"writes": WriteSettings(parallel_vector_rows=None)},
+    "inline": {"writes": WriteSettings(parallel_vector_rows=None, maintenance_delay=None)},
+    "no merge": {"writes": WriteSettings(merge_pending_lists=False)},
+    "merge 1000": {"writes": WriteSettings(merge_pending_lists=1000)},
+    "m16": {"vector_index": VectorIndexSettings(m=16, ef_construction=64)},
+    "m32": {"vector_index": VectorIndexSettings(m=32, ef_construction=200)},
+    "deferred": {"vector_index": VectorIndexSettings(deferred=True)},
 }
 
 

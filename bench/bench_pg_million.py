@@ -35,7 +35,13 @@ import numpy as np
 from sqlalchemy import text
 
 from ragport import Authorization, Grant, RetrievalRequest
-from ragport.adapters.postgres import PostgresStore, embedded_server, queries, reads
+from ragport.adapters.postgres import (
+    PostgresStore,
+    VectorIndexSettings,
+    embedded_server,
+    queries,
+    reads,
+)
 from ragport.adapters.postgres import predicate as pr
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M, HnswBuild
 from ragport.application import retrieve_context
@@ -164,8 +170,9 @@ def main() -> None:
             url,
             schema="prof",
             create=True,
-            hnsw_m=args.hnsw_m,
-            hnsw_ef_construction=args.hnsw_ef_construction,
+            vector_index=VectorIndexSettings(
+                m=args.hnsw_m, ef_construction=args.hnsw_ef_construction
+            ),
         )
         loaded = args.data / "ragport-bench-load.json"  # how this data was loaded, kept
         t0 = time.perf_counter()

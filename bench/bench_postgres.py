@@ -98,7 +98,7 @@ from pg_writes import (
 from psycopg.types.json import Jsonb
 
 from ragport import RetrievalRequest
-from ragport.adapters.postgres import PostgresStore, embedded_server
+from ragport.adapters.postgres import PostgresStore, WriteSettings, embedded_server
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M
 from ragport.application import replace_source, retrieve_context
 
@@ -221,7 +221,9 @@ def bench_ingest(
     # The same load with the GIN pending lists merged once per 1,000 rows written, not after
     # every source: the bulk-load setting's share of the gap to COPY, in the same run.
     batched_schema = f"{rp_schema}_m1000"
-    batched = PostgresStore(url, schema=batched_schema, create=True, merge_pending_lists=1000)
+    batched = PostgresStore(
+        url, schema=batched_schema, create=True, writes=WriteSettings(merge_pending_lists=1000)
+    )
     with raw_connection(url) as conn:
         conn.execute(hnsw_ddl(batched_schema))
         conn.execute("CHECKPOINT")

@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             InMemoryStore(), "memory", args.rows, "bm25", not args.vector_only, args.rounds
         )
     if args.store in ("postgres", "both"):
-        from ragport.adapters.postgres import PostgresStore, embedded_server
+        from ragport.adapters.postgres import PostgresStore, WriteSettings, embedded_server
 
         with (
             tempfile.TemporaryDirectory(prefix="ragport-bench-tomb-") as tmp,
@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 url,
                 schema="bench_tombstones",
                 create=True,
-                merge_pending_lists=not args.no_merge,
+                writes=WriteSettings(merge_pending_lists=not args.no_merge),
             )
             try:
                 measured["postgres"] = run(

@@ -26,11 +26,11 @@ the schema goes::
         @pytest.fixture
         def store(self, ragport_postgres_url, ragport_postgres_schema):
             store = PostgresStore(ragport_postgres_url, schema=ragport_postgres_schema,
-                                  create=True, maintenance_delay=None)
+                                  create=True, writes=WriteSettings(maintenance_delay=None))
             yield store
             store.engine.dispose()
 
-``maintenance_delay=None`` runs the store's post-commit maintenance inline, so no background
+``WriteSettings(maintenance_delay=None)`` (``ragport.adapters.postgres``) runs the store's post-commit maintenance inline, so no background
 thread reaches for the schema after it is dropped.
 """
 

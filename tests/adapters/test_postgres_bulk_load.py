@@ -1,4 +1,4 @@
-"""The bulk-load mode: ``PostgresStore(defer_vector_indexes=True)`` writes without an HNSW
+"""The bulk-load mode: ``PostgresStore(vector_index=VectorIndexSettings(deferred=True))`` writes without an HNSW
 index, answers vector queries exactly meanwhile, and ``build_vector_indexes`` builds the
 index once after the load; the answers before and after are the same."""
 
@@ -9,12 +9,14 @@ import pytest
 from sqlalchemy import text
 
 import ragport
-from ragport.adapters.postgres import PostgresStore
+from ragport.adapters.postgres import PostgresStore, VectorIndexSettings
 from ragport.contract_tests._support import ContractEmbedder, publish_sources
 from ragport.domain.errors import ValidationError
 
 EMB = ContractEmbedder()
 SCOPE = ragport.Scope("bulk", "r", "c")
+
+DEFERRED = VectorIndexSettings(deferred=True)
 
 
 def _indexes(store: PostgresStore, schema: str) -> list[str]:
@@ -36,7 +38,7 @@ def _top(store: PostgresStore, query: str) -> list[tuple[str, float]]:
 
 
 def test_a_deferred_store_loads_without_hnsw_then_builds_it_once(pg_url, pg_schema):
-    store = PostgresStore(pg_url, schema=pg_schema, create=True, defer_vector_indexes=True)
+    store = PostgresStore(pg_url, schema=pg_schema, create=True, vector_index=DEFERRED)
     sources = {f"s{i:03d}": [f"walrus {i} part {j}" for j in range(5)] for i in range(60)}
     publish_sources(store, SCOPE, sources)
     store.prepare(SCOPE, dimensions=EMB.dimensions)  # what a use case calls first: no index
@@ -61,7 +63,7 @@ def test_a_store_that_does_not_defer_has_its_index_from_the_first_write(pg_url, 
 
 @pytest.mark.parametrize("bad", ["1 GB", "1TB", "0GB", "'; DROP", ""])
 def test_build_memory_is_a_size_or_refused(pg_url, pg_schema, bad):
-    store = PostgresStore(pg_url, schema=pg_schema, create=True, defer_vector_indexes=True)
+    store = PostgresStore(pg_url, schema=pg_schema, create=True, vector_index=DEFERRED)
     publish_sources(store, SCOPE, {"a": ["one walrus"]})
     with pytest.raises(ValidationError) as caught:
         store.build_vector_indexes(build_memory=bad)
@@ -77,7 +79,7 @@ def test_a_deferred_store_refuses_what_no_index_could_hold(pg_url, pg_schema):
 
     from ragport.domain.model import Record
 
-    store = PostgresStore(pg_url, schema=pg_schema, create=True, defer_vector_indexes=True)
+    store = PostgresStore(pg_url, schema=pg_schema, create=True, vector_index=DEFERRED)
     wide = Record(id="w#0001", scope=SCOPE, source_id="w", kind="chunk", text="wide",
                   embedder_id="wide", dimensions=2001)  # fmt: skip
     with store.unit_of_work(SCOPE) as uow, pytest.raises(ValidationError) as caught:
@@ -116,9 +118,7 @@ def test_the_hnsw_build_parameters_are_the_stores(pg_url, pg_schema, deferred):
     store = PostgresStore(
         pg_url,
         schema=pg_schema,
-        defer_vector_indexes=deferred,
-        hnsw_m=32,
-        hnsw_ef_construction=200,
+        vector_index=VectorIndexSettings(deferred=deferred, m=32, ef_construction=200),
     )
     publish_sources(store, SCOPE, {"b": ["two walruses"]})
     if deferred:
@@ -133,19 +133,17 @@ def test_the_hnsw_build_parameters_are_the_stores(pg_url, pg_schema, deferred):
 @pytest.mark.parametrize(
     ("options", "field"),
     [
-        ({"hnsw_m": 1}, "hnsw_m"),
-        ({"hnsw_m": 101}, "hnsw_m"),
-        ({"hnsw_m": True}, "hnsw_m"),
-        ({"hnsw_m": 16.0}, "hnsw_m"),
-        ({"hnsw_ef_construction": 3}, "hnsw_ef_construction"),
-        ({"hnsw_ef_construction": 1001}, "hnsw_ef_construction"),
-        ({"hnsw_ef_construction": "200"}, "hnsw_ef_construction"),
-        ({"hnsw_m": 64, "hnsw_ef_construction": 100}, "hnsw_ef_construction"),
+        ({"m": 1}, "hnsw_m"),
+        ({"m": 101}, "hnsw_m"),
+        ({"m": True}, "hnsw_m"),
+        ({"m": 16.0}, "hnsw_m"),
+        ({"ef_construction": 3}, "hnsw_ef_construction"),
+        ({"ef_construction": 1001}, "hnsw_ef_construction"),
+        ({"ef_construction": "200"}, "hnsw_ef_construction"),
+        ({"m": 64, "ef_construction": 100}, "hnsw_ef_construction"),
     ],
 )
-def test_hnsw_build_parameters_outside_pgvectors_ranges_are_refused(
-    pg_url, pg_schema, options, field
-):
+def test_hnsw_build_parameters_outside_pgvectors_ranges_are_refused(options, field):
     with pytest.raises(ValidationError) as caught:
-        PostgresStore(pg_url, schema=pg_schema, **options)
+        VectorIndexSettings(**options)
     assert caught.value.field == field

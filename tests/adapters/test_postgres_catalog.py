@@ -240,7 +240,7 @@ def test_a_schema_with_a_migration_this_ragport_does_not_know_is_refused(pg_engi
     """A schema a later ragport upgraded (a migration number this build does not know) is
     refused before any read or write: this build could not keep what that migration changed
     (as a build from before migration 9 would not keep ``live_ids``). If this fails, check
-    connections.py _check_schema."""
+    connections.py Connections.check_schema."""
     store = PostgresStore(pg_engine, schema=pg_schema, create=True)
     assert store.current_generation(SCOPE) == 0
     newer = max(ALL_VERSIONS) + 1

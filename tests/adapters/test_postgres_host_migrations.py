@@ -19,6 +19,7 @@ import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.postgres import (
     PostgresStore,
+    WriteSettings,
     alembic_include_name,
     migrate,
     pending_sql,
@@ -283,7 +284,7 @@ def test_a_joined_view_finds_the_extension_on_the_hosts_connection(bare_database
     the host's connection: the call (a write and a vector read, the extension off the
     search_path) takes no second connection from the pool.
 
-    If this fails, check ``StoreConnections._pgvector`` (a view uses ``_host``).
+    If this fails, check ``Connections.pgvector`` (a view uses ``host``).
     """
     engine = make_engine(bare_database)
     checkouts: list[int] = []
@@ -291,7 +292,9 @@ def test_a_joined_view_finds_the_extension_on_the_hosts_connection(bare_database
     try:
         with engine.begin() as conn:
             migrate(conn, schema="ragport", extension_schema="extensions")
-        store = PostgresStore(engine, schema="ragport", maintenance_delay=None)
+        store = PostgresStore(
+            engine, schema="ragport", writes=WriteSettings(maintenance_delay=None)
+        )
         checkouts.clear()
         with engine.connect() as conn, conn.begin():
             view = store.joined(conn)

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
-from ragport.adapters.postgres import PostgresStore
+from ragport.adapters.postgres import PostgresStore, WriteSettings
 from ragport.adapters.postgres import pool as pg_pool
 from ragport.domain.errors import StoreError, reason_code
 
@@ -36,7 +36,9 @@ def tight(pg_url: str, pg_schema: str) -> Iterator[tuple[Engine, PostgresStore]]
     """A host Engine of one connection (``pool_size=1, max_overflow=0``) and a store on it
     holding one source."""
     engine = _engine(pg_url, 1)
-    store = PostgresStore(engine, schema=pg_schema, create=True, maintenance_delay=None)
+    store = PostgresStore(
+        engine, schema=pg_schema, create=True, writes=WriteSettings(maintenance_delay=None)
+    )
     _write(store, "first")
     yield engine, store
     engine.dispose()
@@ -59,7 +61,7 @@ def _retrieve(store: PostgresStore) -> ragport.RetrievalResult:
 def test_a_write_while_the_host_holds_the_only_connection_fails_fast(tight) -> None:
     """The host holds its pool's only connection and writes through ragport: a typed
     ``StoreError(reason="pool_exhausted")`` at once. If this fails, check that
-    ``StoreConnections._checkout`` calls ``pool.wait_for_connection`` and that ``watch``
+    ``Connections.checkout`` calls ``pool.wait_for_connection`` and that ``watch``
     records the host's checkout."""
     engine, store = tight
     with engine.connect() as held:
@@ -74,7 +76,7 @@ def test_a_write_while_the_host_holds_the_only_connection_fails_fast(tight) -> N
 
 def test_a_read_while_the_host_holds_the_only_connection_fails_fast(tight) -> None:
     """A retrieve while the host holds every connection of the pool fails the same way.
-    If this fails, check ``StoreConnections._raw_read``."""
+    If this fails, check ``Connections.raw_read``."""
     engine, store = tight
     with engine.connect() as held:
         held.execute(sqlalchemy.text("SELECT 1"))
@@ -142,7 +144,10 @@ def test_a_host_holding_some_connections_still_writes_large_adds(pg_url, pg_sche
     engine = _engine(pg_url, 4)
     try:
         store = PostgresStore(
-            engine, schema=pg_schema, create=True, maintenance_delay=None, parallel_vector_rows=2
+            engine,
+            schema=pg_schema,
+            create=True,
+            writes=WriteSettings(maintenance_delay=None, parallel_vector_rows=2),
         )
         with engine.connect() as a, engine.connect() as b, engine.connect() as c:
             for held in (a, b, c):  # three of four: the unit of work takes the last one

@@ -140,7 +140,7 @@ def test_a_failed_ragport_write_leaves_the_hosts_transaction_usable(store, host_
 def test_a_failed_read_leaves_the_hosts_transaction_usable(store, host_engine, pg_schema):
     """A read that fails on the server (a statement timeout) is undone by its savepoint.
 
-    If this fails, check ``StoreConnections._joined_read`` (SAVEPOINT ... ROLLBACK TO).
+    If this fails, check ``Connections.joined_read`` (SAVEPOINT ... ROLLBACK TO).
     """
     scope = _scope()
     _replace(store, scope, "doc-4")
@@ -167,7 +167,7 @@ def test_a_failed_read_leaves_the_hosts_transaction_usable(store, host_engine, p
 def test_a_joined_call_without_the_hosts_transaction_is_refused(store, host_engine):
     """Outside a transaction the host began, a joined call raises ``CapabilityError``.
 
-    If this fails, check ``StoreConnections._host``: without the check, psycopg would begin a
+    If this fails, check ``Connections.host``: without the check, psycopg would begin a
     transaction SQLAlchemy does not know of, which nobody commits.
     """
     with host_engine.connect() as conn:
@@ -182,7 +182,7 @@ def test_maintenance_that_commits_refuses_a_joined_view(store, host_engine):
     """``upgrade``, ``build_vector_indexes`` and ``merge_pending_lists`` commit on their own:
     a joined view refuses them (they would commit the host's transaction).
 
-    If this fails, check ``StoreMaintenance._refuse_joined``.
+    If this fails, check ``Connections.refuse_joined``.
     """
     with host_engine.connect() as conn, conn.begin():
         joined = store.joined(conn)

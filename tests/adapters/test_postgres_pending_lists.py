@@ -25,7 +25,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 import ragport
-from ragport.adapters.postgres import PostgresStore
+from ragport.adapters.postgres import PostgresStore, WriteSettings
 from ragport.adapters.postgres.indexes import VectorIndexes
 from ragport.contract_tests._support import derived_batch, publish_sources
 from ragport.domain.errors import CapabilityError, ValidationError
@@ -102,7 +102,9 @@ def stores(request, pg_engine, pg_schema) -> Iterator[tuple[PostgresStore, Postg
         text_search_config="simple",
         partitions=request.param,
     )
-    idle = PostgresStore(pg_engine, schema=pg_schema, merge_pending_lists=False)
+    idle = PostgresStore(
+        pg_engine, schema=pg_schema, writes=WriteSettings(merge_pending_lists=False)
+    )
     yield merging, idle
 
 
@@ -134,7 +136,9 @@ def test_only_units_of_work_that_change_rows_merge(stores, monkeypatch):
     merge; a delete (retirement: usually HOT, not for rows on full pages) and an add call it
     once each. If this fails, a write pays for a merge it does not need, or skips one."""
     merging, _ = stores
-    merging = PostgresStore(merging.engine, schema=merging.schema, maintenance_delay=None)
+    merging = PostgresStore(
+        merging.engine, schema=merging.schema, writes=WriteSettings(maintenance_delay=None)
+    )
     scope = _scope()
     _seed(merging, scope)
     calls: list[str] = []
@@ -162,7 +166,7 @@ def test_a_row_count_merges_once_that_many_rows_were_written(stores, pg_engine, 
     since the last merge) merge them all; rows of another tenant count for that tenant only.
     If this fails, check ``VectorIndexes.merge_pending``'s per-tenant count."""
     merging, _ = stores
-    every = PostgresStore(pg_engine, schema=pg_schema, merge_pending_lists=20)
+    every = PostgresStore(pg_engine, schema=pg_schema, writes=WriteSettings(merge_pending_lists=20))
     one, two = _scope("tenant-1"), _scope("tenant-2")
     _seed(merging, one)
     _seed(merging, two)
@@ -179,9 +183,9 @@ def test_a_row_count_merges_once_that_many_rows_were_written(stores, pg_engine, 
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "10", None, 1_000_001])
-def test_merge_pending_lists_is_a_bool_or_a_row_count(pg_engine, pg_schema, bad):
+def test_merge_pending_lists_is_a_bool_or_a_row_count(bad):
     with pytest.raises(ValidationError) as caught:
-        PostgresStore(pg_engine, schema=pg_schema, merge_pending_lists=bad)
+        WriteSettings(merge_pending_lists=bad)
     assert caught.value.field == "merge_pending_lists"
 
 
@@ -355,7 +359,7 @@ def test_merge_pending_lists_by_hand_ends_a_bulk_load(stores, pg_engine, pg_sche
     merging, idle = stores
     scope = _scope()
     _seed(merging, scope)
-    every = PostgresStore(pg_engine, schema=pg_schema, merge_pending_lists=20)
+    every = PostgresStore(pg_engine, schema=pg_schema, writes=WriteSettings(merge_pending_lists=20))
     _publish(every, scope, "x1", 12)  # 12 of 20
     _add(idle, scope)
     assert every.merge_pending_lists(scope.tenant_id) > 0
@@ -389,7 +393,7 @@ def test_the_default_merges_on_the_maintenance_thread_after_the_delay(pg_engine,
     keeps them pending until ``finish_maintenance()`` runs the merge at once. If this fails,
     check ``background.MaintenanceWorker`` and ``PostgresUnitOfWork.commit``."""
     store = PostgresStore(pg_engine, schema=pg_schema, create=True, text_search_config="simple")
-    slow = PostgresStore(pg_engine, schema=pg_schema, maintenance_delay=60)
+    slow = PostgresStore(pg_engine, schema=pg_schema, writes=WriteSettings(maintenance_delay=60))
     scope = _scope()
     _seed(store, scope)
     _add(slow, scope)
@@ -399,7 +403,7 @@ def test_the_default_merges_on_the_maintenance_thread_after_the_delay(pg_engine,
     slow.finish_maintenance()
     assert not slow._maintenance.pending
     assert _gin_pending(store) == 0, "finish_maintenance merged what the write left"
-    quick = PostgresStore(pg_engine, schema=pg_schema, maintenance_delay=0.2)
+    quick = PostgresStore(pg_engine, schema=pg_schema, writes=WriteSettings(maintenance_delay=0.2))
     _add(quick, scope)
     deadline = time.monotonic() + 20
     while quick._maintenance is not None and quick._maintenance.pending:
@@ -451,9 +455,9 @@ def test_the_background_thread_schedules_only_units_of_work_that_change_rows(
 
 
 @pytest.mark.parametrize("bad", [-0.5, 61, float("nan"), "1", True])
-def test_maintenance_delay_is_none_or_seconds(pg_engine, pg_schema, bad):
+def test_maintenance_delay_is_none_or_seconds(bad):
     with pytest.raises(ValidationError) as caught:
-        PostgresStore(pg_engine, schema=pg_schema, maintenance_delay=bad)
+        WriteSettings(maintenance_delay=bad)
     assert caught.value.field == "maintenance_delay"
 
 
@@ -467,7 +471,7 @@ def test_the_maintenance_thread_ends_when_idle_and_the_next_write_starts_another
 
     store = PostgresStore(
         pg_engine, schema=pg_schema, create=True, text_search_config="simple",
-        maintenance_delay=0.1,
+        writes=WriteSettings(maintenance_delay=0.1),
     )  # fmt: skip
     worker = store._maintenance
     assert worker is not None

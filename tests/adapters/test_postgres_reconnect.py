@@ -15,7 +15,7 @@ import pytest
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
-from ragport.adapters.postgres import PostgresStore, _driver, reads
+from ragport.adapters.postgres import PostgresStore, VectorIndexSettings, _driver, reads
 from ragport.domain.errors import StoreError, ValidationError
 
 SCOPE = ragport.Scope("tenant-1", "kb", "docs")
@@ -41,7 +41,7 @@ def _store(pg_url: str, schema: str, **options: Any) -> PostgresStore:
 
 
 def _backend_pid(store: PostgresStore) -> int:
-    rows = store._read("pid", lambda conn: reads.fetch(conn, "SELECT pg_backend_pid()", {}))
+    rows = store._db.read("pid", lambda conn: reads.fetch(conn, "SELECT pg_backend_pid()", {}))
     return int(rows[0][0])
 
 
@@ -55,13 +55,13 @@ def test_a_read_on_a_killed_pooled_connection_is_retried_once(pg_url, pg_schema,
         pid = _backend_pid(store)
         assert _backend_pid(store) == pid, "the pool must hand back the same connection"
         _kill(admin, pid)
-        connect, attempts = store._connect, []
+        connect, attempts = store._db.connect, []
 
         def counting(operation, *, read=False):  # type: ignore[no-untyped-def]
             attempts.append(operation)
             return connect(operation, read=read)
 
-        store._connect = counting  # type: ignore[method-assign]
+        store._db.connect = counting  # type: ignore[method-assign]
         # No idle ping (the connection was just used): the first statement fails, the store
         # discards the connection and reads again on a fresh one.
         records = store.get_by_source(SCOPE, "doc")
@@ -76,7 +76,7 @@ def test_an_idle_connection_is_pinged_and_replaced(pg_url, pg_schema, admin, mon
     monkeypatch.setattr(_driver, "IDLE_PING_SECONDS", 0.0)
     store = _store(pg_url, pg_schema)
     reads: list[str] = []
-    original = store._read
+    original = store._db.read
 
     def counting(operation, run):  # type: ignore[no-untyped-def]
         reads.append(operation)
@@ -85,8 +85,8 @@ def test_an_idle_connection_is_pinged_and_replaced(pg_url, pg_schema, admin, mon
     try:
         pid = _backend_pid(store)
         _kill(admin, pid)
-        monkeypatch.setattr(store, "_connect", _no_retry(store._connect))
-        monkeypatch.setattr(store, "_read", counting)
+        monkeypatch.setattr(store._db, "connect", _no_retry(store._db.connect))
+        monkeypatch.setattr(store._db, "read", counting)
         # The checkout ping finds the dead connection first: the read itself never fails.
         assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["alpha beta gamma"]
         assert reads == ["read source"]
@@ -150,7 +150,7 @@ def test_hnsw_settings_follow_the_predicates(pg_url, pg_schema) -> None:
     store = _store(pg_url, pg_schema)
 
     def settings() -> tuple[str, str]:
-        rows = store._read(
+        rows = store._db.read(
             "settings",
             lambda conn: reads.fetch(
                 conn,
@@ -177,10 +177,10 @@ def test_hnsw_settings_follow_the_predicates(pg_url, pg_schema) -> None:
 def test_ef_search_sets_the_plain_width_and_scales_with_the_predicates(pg_url, pg_schema) -> None:
     """``ef_search=300``: 300 plain, 600 with a filter, 1,000 (the ceiling) with a filter and
     grants."""
-    store = _store(pg_url, pg_schema, ef_search=300)
+    store = _store(pg_url, pg_schema, vector_index=VectorIndexSettings(ef_search=300))
 
     def ef() -> str:
-        rows = store._read(
+        rows = store._db.read(
             "settings",
             lambda conn: reads.fetch(conn, "SELECT current_setting('hnsw.ef_search') AS ef", {}),
         )
@@ -200,9 +200,9 @@ def test_ef_search_sets_the_plain_width_and_scales_with_the_predicates(pg_url, p
 
 
 @pytest.mark.parametrize("bad", [0, 1001, -5, True, "200", 200.0, None])
-def test_an_ef_search_outside_1_to_1000_is_refused(pg_url, pg_schema, bad: object) -> None:
+def test_an_ef_search_outside_1_to_1000_is_refused(bad: object) -> None:
     with pytest.raises(ValidationError) as info:
-        PostgresStore(pg_url, schema=pg_schema, ef_search=bad)  # type: ignore[arg-type]
+        VectorIndexSettings(ef_search=bad)  # type: ignore[arg-type]
     assert info.value.field == "ef_search"
 
 

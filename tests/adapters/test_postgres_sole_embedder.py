@@ -65,9 +65,9 @@ def _foreign(store: PostgresStore, scope: ragport.Scope) -> frozenset[Any]:
 
 def _probes_run(store: PostgresStore, scope: ragport.Scope) -> int:
     """How many times the guarded statement ran a ``records_embedders`` probe (EXPLAIN)."""
-    sql, _ = queries.plain_vector_sql(f'"{store.schema}"', DIMS, 10, True, vec=store._pgvector())
+    sql, _ = queries.plain_vector_sql(f'"{store.schema}"', DIMS, 10, True, vec=store._db.pgvector())
     params = scope_params(scope, e=OURS[0], ed=OURS[1], q=hash_vector("alpha"))
-    with store._raw_read("explain") as raw:
+    with store._db.raw_read("explain") as raw:
         plan = reads.fetch(raw, "EXPLAIN (ANALYZE, COSTS OFF, FORMAT JSON) " + sql, params)
     runs = 0
 

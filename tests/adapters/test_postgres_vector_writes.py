@@ -24,7 +24,7 @@ import pytest
 from sqlalchemy import text
 
 import ragport
-from ragport.adapters.postgres import PostgresStore, statements
+from ragport.adapters.postgres import PostgresStore, WriteSettings, statements
 from ragport.adapters.postgres import vector_writes as vw
 from ragport.contract_tests._support import CONTRACT_DIMENSIONS, make_batch, publish_sources
 from ragport.domain.errors import StoreError, ValidationError
@@ -55,7 +55,7 @@ def _counts(engine: Any, schema: str) -> tuple[int, int, int, int]:
 def store(pg_engine, pg_schema) -> PostgresStore:
     made = PostgresStore(
         pg_engine, schema=pg_schema, create=True, text_search_config="simple",
-        parallel_vector_rows=4,
+        writes=WriteSettings(parallel_vector_rows=4),
     )  # fmt: skip
     made.prepare(_scope(), dimensions=CONTRACT_DIMENSIONS)  # the HNSW index exists first
     return made
@@ -92,8 +92,12 @@ def test_a_large_add_commits_its_vectors_with_its_records(store, jobs, pg_engine
 
 def test_a_small_add_stays_on_one_connection(pg_engine, pg_schema, jobs):
     """Below the threshold (and with ``None``) the vectors are copied by the unit of work."""
-    small = PostgresStore(pg_engine, schema=pg_schema, create=True, parallel_vector_rows=20)
-    never = PostgresStore(pg_engine, schema=pg_schema, parallel_vector_rows=None)
+    small = PostgresStore(
+        pg_engine, schema=pg_schema, create=True, writes=WriteSettings(parallel_vector_rows=20)
+    )
+    never = PostgresStore(
+        pg_engine, schema=pg_schema, writes=WriteSettings(parallel_vector_rows=None)
+    )
     publish_sources(small, _scope(), {"a": TEXTS})
     publish_sources(never, _scope(), {"a": TEXTS})
     assert jobs == []
@@ -199,9 +203,9 @@ def test_a_killed_writer_leaves_invisible_vectors_that_the_sweep_deletes(
         f"""
         import sys, time
         import ragport
-        from ragport.adapters.postgres import PostgresStore
+        from ragport.adapters.postgres import PostgresStore, WriteSettings
         from ragport.contract_tests._support import make_batch
-        store = PostgresStore({pg_url!r}, schema={pg_schema!r}, parallel_vector_rows=4)
+        store = PostgresStore({pg_url!r}, schema={pg_schema!r}, writes=WriteSettings(parallel_vector_rows=4))
         scope = ragport.Scope({scope.tenant_id!r}, {scope.resource_id!r}, {scope.corpus_id!r})
         texts = [f"doomed {{i}} lantern" for i in range(12)]
         with store.unit_of_work(scope) as uow:
@@ -256,9 +260,9 @@ def test_two_writers_at_once_keep_every_vector_with_its_record(store, jobs, pg_e
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "32", True, 1_000_001])
-def test_parallel_vector_rows_is_none_or_a_row_count(pg_engine, pg_schema, bad):
+def test_parallel_vector_rows_is_none_or_a_row_count(bad):
     with pytest.raises(ValidationError) as caught:
-        PostgresStore(pg_engine, schema=pg_schema, parallel_vector_rows=bad)
+        WriteSettings(parallel_vector_rows=bad)
     assert caught.value.field == "parallel_vector_rows"
 
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, reads
+from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, WriteSettings, reads
 from ragport.adapters.postgres import checkpoints as checkpoints_module
-from ragport.adapters.postgres import maintenance as store_module
 from ragport.adapters.postgres import status as status_module
+from ragport.adapters.postgres import store as store_module
 from ragport.contract_tests import ChunkStoreContract, IngestionStatusStoreContract
 from ragport.contract_tests.chunk_store.failures import BreakStore
 from ragport.ports.store import ChunkStore
@@ -93,8 +93,8 @@ class TestPostgresStoreVectorsBeside(TestPostgresStore):
     @pytest.fixture
     def store(self, pg_engine, pg_schema) -> Iterator[PostgresStore]:
         yield PostgresStore(
-            pg_engine, schema=pg_schema, create=True, parallel_vector_rows=2,
-            maintenance_delay=None,
+            pg_engine, schema=pg_schema, create=True,
+            writes=WriteSettings(parallel_vector_rows=2, maintenance_delay=None),
         )  # fmt: skip
 
 

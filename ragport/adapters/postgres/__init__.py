@@ -15,6 +15,7 @@ from ragport.adapters.postgres.host_migrations import (
     migrate,
     pending_sql,
 )
+from ragport.adapters.postgres.settings import VectorIndexSettings, WriteSettings
 from ragport.adapters.postgres.status import PostgresStatusStore
 from ragport.adapters.postgres.store import PostgresStore
 
@@ -24,6 +25,8 @@ __all__ = [
     "PostgresCheckpointStore",
     "PostgresStatusStore",
     "PostgresStore",
+    "VectorIndexSettings",
+    "WriteSettings",
     "alembic_include_name",
     "copy_schema",
     "default_data_dir",

@@ -8,7 +8,10 @@ recheck gate (``check_source_access``: grants where they are freshest) go to the
 Lag is explicit: ``with_min_position(position)`` gives a view whose replica reads first wait
 (up to ``replica_wait`` seconds) for the replica to replay ``position``, then fall back to the
 primary or raise ``ReplicaLagError`` (``replica_fallback``). The routing lives in
-``StoreConnections._read``; the SQL builders know nothing of it.
+``Connections.read``; the SQL builders know nothing of it.
+
+``Connections`` is a collaborator ``PostgresStore`` owns (one per store, one per view of it:
+``with_min_position`` and ``join`` give the view's own copy, sharing the engines).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from ragport.adapters.postgres.schema import (
 )
 from ragport.domain.errors import CapabilityError, ReplicaLagError, StoreError, ValidationError
 
-__all__ = ["REPLICA_RETRY_SECONDS", "Fallback", "StoreConnections"]
+__all__ = ["REPLICA_RETRY_SECONDS", "Connections", "Fallback"]
 
 _T = TypeVar("_T")
 Fallback = Literal["primary", "raise"]
@@ -52,8 +55,9 @@ _REPLAYED = (
 )
 
 
-class StoreConnections:
-    """The store's engines, schema check and read routing (``PostgresStore`` builds on it)."""
+class Connections:
+    """A store's engines, schema check, read routing and (on a joined view) the host's
+    connection."""
 
     def __init__(
         self,
@@ -64,17 +68,17 @@ class StoreConnections:
         replica_fallback: Fallback,
         replica_wait: float,
     ):
-        self._schema = validate_schema_name(schema)
-        self._s = quote_schema(schema)
+        self.schema = validate_schema_name(schema)
+        self.s = quote_schema(schema)
         if replica_fallback not in ("primary", "raise"):
             raise ValidationError(
                 "replica_fallback must be 'primary' or 'raise'", field="replica_fallback"
             )
         if not (isinstance(replica_wait, int | float) and 0 <= replica_wait <= 60):
             raise ValidationError("replica_wait must be 0..60 seconds", field="replica_wait")
-        self._engine = make_engine(url_or_engine)
-        self._replica = None if read_url is None else make_engine(read_url)
-        for engine in (self._engine, self._replica):
+        self.engine = make_engine(url_or_engine)
+        self.replica = None if read_url is None else make_engine(read_url)
+        for engine in (self.engine, self.replica):
             if engine is not None:
                 watch(engine)  # who holds what, so an exhausted pool fails fast (pool.py)
         self._fallback: Fallback = replica_fallback
@@ -84,22 +88,9 @@ class StoreConnections:
         self._replica_down_until = [0.0]  # shared by the views of this store
         self._writes = threading.local()
         self._checked = False
-        # A view made by ``joined``: every read and write on this host's connection.
-        self._joined: Connection | None = None
+        # A view made by ``join``: every read and write on this host's connection.
+        self.joined: Connection | None = None
         self._vector: PgVector | None = None
-
-    @property
-    def engine(self) -> Engine:
-        return self._engine
-
-    @property
-    def read_engine(self) -> Engine | None:
-        """The replica's Engine (``None`` without ``read_url``)."""
-        return self._replica
-
-    @property
-    def schema(self) -> str:
-        return self._schema
 
     # -- replica positions -------------------------------------------------------------------------
     @property
@@ -109,9 +100,17 @@ class StoreConnections:
         position: str | None = getattr(self._writes, "position", None)
         return position
 
+    def record_position(self, position: str) -> None:
+        """This thread's last commit reached WAL ``position`` (``last_write_position``)."""
+        self._writes.position = position
+
+    def checked(self) -> None:
+        """The schema is known current (a migration just brought it there)."""
+        self._checked = True
+
     def write_position(self) -> str:
         """The primary's current WAL position: at or after every write committed so far."""
-        with translate_errors("read WAL position"), self._checkout("read WAL position") as conn:
+        with translate_errors("read WAL position"), self.checkout("read WAL position") as conn:
             return str(conn.execute(text("SELECT pg_current_wal_lsn()::text")).scalar_one())
 
     def with_min_position(
@@ -144,8 +143,8 @@ class StoreConnections:
         return view
 
     # -- the host's transaction ------------------------------------------------------------------
-    def _join(self, connection: Connection) -> Self:
-        """A copy of this store bound to ``connection`` (``PostgresStore.joined`` checks it)."""
+    def join(self, connection: Connection) -> Self:
+        """A copy bound to ``connection``, the host's (``PostgresStore.joined``)."""
         if not isinstance(connection, Connection):
             raise ValidationError(
                 "joined() takes a SQLAlchemy Connection (engine.connect())", field="connection"
@@ -156,18 +155,21 @@ class StoreConnections:
                 field="connection",
             )
         view = copy.copy(self)
-        view._joined = connection
-        view._replica = None  # the host's transaction is on the primary, and so are its reads
+        view.joined = connection
+        view.replica = None  # the host's transaction is on the primary, and so are its reads
         return view
 
-    @property
-    def joined_connection(self) -> Connection | None:
-        """The host's connection this view runs on (``None``: the store's own pool)."""
-        return self._joined
+    def refuse_joined(self, operation: str) -> None:
+        """``CapabilityError`` on a joined view: ``operation`` must commit on its own."""
+        if self.joined is not None:
+            raise CapabilityError(
+                f"{operation} commits on its own: call it on the store, not on a joined view",
+                capability="joined transaction",
+            )
 
-    def _host(self, operation: str) -> Connection:
+    def host(self, operation: str) -> Connection:
         """The host's connection, which must be inside a transaction the host began."""
-        conn = self._joined
+        conn = self.joined
         assert conn is not None
         if conn.closed or not conn.in_transaction():
             raise CapabilityError(
@@ -177,42 +179,42 @@ class StoreConnections:
             )
         return conn
 
-    def _check_schema(self, conn: Connection) -> None:
+    def check_schema(self, conn: Connection) -> None:
         if self._checked:
             return
-        applied = applied_versions(conn, self._schema)
+        applied = applied_versions(conn, self.schema)
         newer = sorted(v for v in applied if v not in MIGRATIONS)
         if newer:
             # A later ragport changed the schema in ways this one does not know how to keep
             # (migration 9, for one, moved the live-id guarantee into a table the writers keep).
             raise StoreError(
-                f"schema {self._schema!r} has migrations {newer} that this ragport does not "
+                f"schema {self.schema!r} has migrations {newer} that this ragport does not "
                 "know; upgrade ragport before writing to or reading from it"
             )
         version = contiguous_version(applied)
         if version != LATEST_VERSION:
             raise StoreError(
-                f"schema {self._schema!r} is at version {version}, expected {LATEST_VERSION}; "
+                f"schema {self.schema!r} is at version {version}, expected {LATEST_VERSION}; "
                 "run `ragport db upgrade` or PostgresStore(..., create=True)"
             )
         self._checked = True
 
-    def _pgvector(self) -> PgVector:
+    def pgvector(self) -> PgVector:
         """How SQL names pgvector's objects here: in the schema its extension lives in, read
         from the catalog once."""
         if self._vector is None:
             operation = "find the vector extension"
             with translate_errors(operation):
-                if self._joined is not None:  # a view: the host's connection, no other
-                    self._vector = pgvector(self._host(operation))
+                if self.joined is not None:  # a view: the host's connection, no other
+                    self._vector = pgvector(self.host(operation))
                 else:
-                    with self._checkout(operation) as conn:
+                    with self.checkout(operation) as conn:
                         self._vector = pgvector(conn)
         return self._vector
 
     # -- connections -----------------------------------------------------------------------------
     @contextmanager
-    def _connect(self, operation: str, *, read: bool = False) -> Iterator[Any]:
+    def connect(self, operation: str, *, read: bool = False) -> Iterator[Any]:
         """A pooled connection: a SQLAlchemy ``Connection`` for writes, a ``RawRead`` for reads.
 
         Reads are single statements (one snapshot each), so they run in autocommit: no
@@ -220,38 +222,39 @@ class StoreConnections:
         (no SQLAlchemy ``Connection`` around it) and hand it back in its default mode.
         """
         if read:
-            with self._raw_read(operation) as raw:
+            with self.raw_read(operation) as raw:
                 yield raw
             return
-        if self._joined is not None:
+        if self.joined is not None:
             with translate_errors(operation):
-                conn = self._host(operation)
-                self._check_schema(conn)
+                conn = self.host(operation)
+                self.check_schema(conn)
                 yield conn
             return
-        with translate_errors(operation), self._checkout(operation) as conn:
-            self._check_schema(conn)
+        with translate_errors(operation), self.checkout(operation) as conn:
+            self.check_schema(conn)
             driver_connection(conn)
             yield conn
 
-    def _checkout(self, operation: str) -> Connection:
+    def checkout(self, operation: str) -> Connection:
         """``engine.connect()``, or ``StoreError(reason="pool_exhausted")`` rather than a wait
         on a connection the caller holds itself (``pool.wait_for_connection``)."""
-        wait_for_connection(self._engine, operation)
-        return self._engine.connect()
+        wait_for_connection(self.engine, operation)
+        return self.engine.connect()
 
     @contextmanager
-    def _raw_read(self, operation: str, engine: Engine | None = None) -> Iterator[RawRead]:
-        if self._joined is not None:
-            with self._joined_read(operation) as raw:
+    def raw_read(self, operation: str, engine: Engine | None = None) -> Iterator[RawRead]:
+        """An autocommit DBAPI connection of the pool (of ``engine``, default the primary)."""
+        if self.joined is not None:
+            with self.joined_read(operation) as raw:
                 yield raw
             return
         with translate_errors(operation):
             if not self._checked:
-                with self._checkout(operation) as conn:
-                    self._check_schema(conn)
-            wait_for_connection(engine or self._engine, operation)
-            fairy = (engine or self._engine).raw_connection()
+                with self.checkout(operation) as conn:
+                    self.check_schema(conn)
+            wait_for_connection(engine or self.engine, operation)
+            fairy = (engine or self.engine).raw_connection()
             dbapi = fairy.driver_connection
             assert isinstance(dbapi, psycopg.Connection)
             mode = dbapi.autocommit  # False unless the host's Engine is AUTOCOMMIT itself
@@ -275,14 +278,14 @@ class StoreConnections:
                 fairy.close()  # back to the pool (or discarded if invalidated)
 
     @contextmanager
-    def _joined_read(self, operation: str) -> Iterator[RawRead]:
+    def joined_read(self, operation: str) -> Iterator[RawRead]:
         """A read on the host's connection, inside its transaction: it sees the host's
         uncommitted writes (ragport's included). It runs in a savepoint that is always rolled
         back: a read changes no data, and so the session settings it made (``hnsw.ef_search``)
         are undone and a failed read leaves the host's transaction usable."""
         with translate_errors(operation):
-            conn = self._host(operation)
-            self._check_schema(conn)
+            conn = self.host(operation)
+            self.check_schema(conn)
             fairy = conn.connection
             dbapi = fairy.driver_connection
             assert isinstance(dbapi, psycopg.Connection)
@@ -297,7 +300,7 @@ class StoreConnections:
                     dbapi.execute("ROLLBACK TO SAVEPOINT ragport_read")
                     dbapi.execute("RELEASE SAVEPOINT ragport_read")
 
-    def _read(self, operation: str, run: Callable[[RawRead], _T], *, replica: bool = False) -> _T:
+    def read(self, operation: str, run: Callable[[RawRead], _T], *, replica: bool = False) -> _T:
         """One read on an autocommit connection, retried once if that connection was dead.
 
         A pooled connection that lost its server (a restart, an idle timeout) fails its
@@ -308,10 +311,10 @@ class StoreConnections:
         is unreachable or behind ``min_position``, the read runs on the primary instead, or
         raises, as configured.
         """
-        if self._joined is not None:  # the host's connection: no replica, no retry
-            with self._joined_read(operation) as conn:
+        if self.joined is not None:  # the host's connection: no replica, no retry
+            with self.joined_read(operation) as conn:
                 return run(conn)
-        if replica and self._replica is not None:
+        if replica and self.replica is not None:
             if time.monotonic() >= self._replica_down_until[0]:
                 try:
                     return self._read_on(operation, run, replica=True)
@@ -337,7 +340,7 @@ class StoreConnections:
             if replica:
                 with ExitStack() as stack:
                     try:
-                        conn = stack.enter_context(self._raw_read(operation, self._replica))
+                        conn = stack.enter_context(self.raw_read(operation, self.replica))
                     except CapabilityError:
                         # pgvector's type is not on the replica yet: it has not replayed the
                         # primary's CREATE EXTENSION (a replica made just before `db
@@ -351,7 +354,7 @@ class StoreConnections:
                         ) from None
                     self._await_position(conn)
                     return run(conn)
-            with self._connect(operation, read=True) as conn:
+            with self.connect(operation, read=True) as conn:
                 return run(conn)
 
         try:

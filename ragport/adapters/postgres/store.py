@@ -15,40 +15,36 @@ Quirks worth knowing:
   ``relaxed_order`` under grants or a filter, for recall) so selective predicates
   (grants, filters, tombstones, generations) still yield ``limit`` rows.
 
-Where things are: this module wires reads and units of work together; connections, the
-schema check and read-replica routing are ``connections.py``. The SQL is built by pure
+Where things are: this module is the store, one class: reads, units of work and maintenance.
+It owns its collaborators: ``Connections`` (``connections.py``: the pool, the schema check,
+read-replica routing, the host's connection of a joined view), ``VectorIndexes``
+(``indexes.py``: HNSW indexes and the first ANALYZE), ``VectorWriter`` (``vector_writes.py``)
+and ``MaintenanceWorker`` (``background.py``: GIN merges and re-analyses after commits); its
+tuning values are ``settings.py``. The SQL is built by pure
 functions in ``predicate.py`` (the shared WHERE), ``queries.py`` (the legs, the denial
 report, the small reads) and ``statements.py`` (the unit of work's writes); rows become
 records in ``rows.py``; reads run on psycopg through ``reads.py``; the unit of work and its
-repositories are ``unit_of_work.py``; HNSW indexes and the first ANALYZE are ``indexes.py``.
+repositories are ``unit_of_work.py``.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from sqlalchemy import Connection, Engine, text
 
 from ragport.adapters.postgres import queries, reads, statements
 from ragport.adapters.postgres._driver import translate_errors
-from ragport.adapters.postgres.background import DEFAULT_MAINTENANCE_DELAY
-from ragport.adapters.postgres.connections import Fallback
-from ragport.adapters.postgres.indexes import (
-    DEFAULT_EF_SEARCH,
-    HNSW_EF_CONSTRUCTION,
-    HNSW_M,
-    MAX_EF_SEARCH,
-    HnswBuild,
-    VectorIndexes,
-    validate_ef_search,
-    validate_merge_every,
-)
-from ragport.adapters.postgres.maintenance import StoreMaintenance
+from ragport.adapters.postgres.background import MaintenanceWorker, validate_maintenance_delay
+from ragport.adapters.postgres.connections import Connections, Fallback
+from ragport.adapters.postgres.indexes import MAX_EF_SEARCH, VectorIndexes, check_build_memory
+from ragport.adapters.postgres.pool import wait_for_connection
 from ragport.adapters.postgres.predicate import (
     RSCOPE,
     VISIBLE,
@@ -58,9 +54,14 @@ from ragport.adapters.postgres.predicate import (
 )
 from ragport.adapters.postgres.reads import RawRead, one_snapshot
 from ragport.adapters.postgres.rows import grant, record
-from ragport.adapters.postgres.schema import validate_partitions, validate_text_search_config
+from ragport.adapters.postgres.schema import (
+    upgrade,
+    validate_partitions,
+    validate_text_search_config,
+)
+from ragport.adapters.postgres.settings import VectorIndexSettings, WriteSettings, from_keywords
 from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork, read_grants
-from ragport.adapters.postgres.vector_writes import DEFAULT_PARALLEL_VECTOR_ROWS
+from ragport.adapters.postgres.vector_writes import VectorWriter, validate_parallel_vector_rows
 from ragport.domain.errors import CapabilityError, ScopeError, ValidationError
 from ragport.domain.filters import Filter
 from ragport.domain.model import (
@@ -73,6 +74,7 @@ from ragport.domain.model import (
     decide_access,
     validate_text,
 )
+from ragport.domain.values import SCOPE_ID_MAX, validate_id
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange
 from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredRecord
@@ -99,7 +101,7 @@ def _check_mode(mode: str) -> None:
         )
 
 
-class PostgresStore(StoreMaintenance):
+class PostgresStore:
     """A ChunkStore on PostgreSQL with pgvector.
 
     ``url_or_engine`` is a ``postgresql://`` URL or a SQLAlchemy Engine (psycopg 3 driver).
@@ -114,23 +116,18 @@ class PostgresStore(StoreMaintenance):
     ``partitions=N`` (``create=True``, a new schema): the tenant tables ``PARTITION BY HASH
     (tenant_id)``, N partitions; a query names one tenant, so it reads one partition.
 
-    Write settings (docs/operations.md, "Bulk loads" and "Sizing", measures each):
-    ``merge_pending_lists`` (default on; N: per N rows; ``False``: autovacuum) merges the GIN
-    pending lists of ``records`` after a write, on the store's maintenance thread
-    ``maintenance_delay`` seconds later (default 2.0; ``None``: inline after each commit;
-    ``finish_maintenance()``: now), with the growth re-analysis. ``parallel_vector_rows``
-    (default 32; ``None``: never): an add of that many rows writes its vectors on a second
-    connection beside its records (``vector_writes.py``). ``defer_vector_indexes``: no HNSW
-    index or insert until ``build_vector_indexes()``. ``ef_search`` (default 200, 1..1000):
-    ``hnsw.ef_search`` of a plain vector query, doubled per grant or filter (at most 1,000).
-    ``hnsw_m`` / ``hnsw_ef_construction`` (default 24 / 128, pgvector's ranges,
-    ``ef_construction >= 2 * m``): the build of the indexes this store creates.
+    ``vector_index`` (``VectorIndexSettings``: HNSW ``m`` / ``ef_construction``, ``ef_search``,
+    ``deferred``) and ``writes`` (``WriteSettings``: ``merge_pending_lists``,
+    ``maintenance_delay``, ``parallel_vector_rows``) tune the store (``settings.py``;
+    docs/operations.md, "Bulk loads" and "Sizing", measures each). Their fields were keywords
+    of this constructor (``hnsw_m=``, ``ef_search=``, ``defer_vector_indexes=``,
+    ``merge_pending_lists=``, ...), which keep working for one release with a
+    ``DeprecationWarning``.
     """
 
     provider = "postgres"
 
-    # Allow-listed function shape (pyproject [tool.ruff.lint]): the store's documented tuning keywords; a settings value replaces them (issue 41).
-    def __init__(  # noqa: PLR0913
+    def __init__(
         self,
         url_or_engine: str | Engine,
         *,
@@ -141,36 +138,40 @@ class PostgresStore(StoreMaintenance):
         replica_fallback: Fallback = "primary",
         replica_wait: float = 1.0,
         partitions: int | None = None,
-        merge_pending_lists: bool | int = True,
-        maintenance_delay: float | None = DEFAULT_MAINTENANCE_DELAY,
-        parallel_vector_rows: int | None = DEFAULT_PARALLEL_VECTOR_ROWS,
-        defer_vector_indexes: bool = False,
-        ef_search: int = DEFAULT_EF_SEARCH,
-        hnsw_m: int = HNSW_M,
-        hnsw_ef_construction: int = HNSW_EF_CONSTRUCTION,
+        vector_index: VectorIndexSettings | None = None,
+        writes: WriteSettings | None = None,
+        **deprecated: Any,
     ):
+        index, write = from_keywords(vector_index, writes, deprecated)
         self._ts_config = validate_text_search_config(text_search_config)
-        self._ef_search = validate_ef_search(ef_search)
         self._partitions = validate_partitions(partitions)
-        build = HnswBuild(hnsw_m, hnsw_ef_construction)
-        merge_every = validate_merge_every(merge_pending_lists)
-        super().__init__(
+        self._ef_search = index.ef_search
+        self._db = Connections(
             url_or_engine,
             schema=schema,
             read_url=read_url,
             replica_fallback=replica_fallback,
             replica_wait=replica_wait,
         )
-        self._set_up_writes(
-            VectorIndexes(
-                self._schema,
-                self._s,
-                merge_pending_lists=merge_every,
-                deferred=bool(defer_vector_indexes),
-                build=build,
-            ),
-            maintenance_delay=maintenance_delay,
-            parallel_vector_rows=parallel_vector_rows,
+        self._schema, self._s = self._db.schema, self._db.s
+        self._indexes = VectorIndexes(
+            self._schema,
+            self._s,
+            merge_pending_lists=write.merge_every,
+            deferred=index.deferred,
+            build=index.build,
+        )
+        self._vectors = VectorWriter(
+            self._db.engine,
+            self._schema,
+            self._s,
+            validate_parallel_vector_rows(write.parallel_vector_rows),
+        )
+        delay = validate_maintenance_delay(write.maintenance_delay)
+        self._maintenance = (
+            None
+            if delay is None
+            else MaintenanceWorker(self._db.engine, self._indexes, delay, sweep=self._vectors.sweep)
         )
         if create:
             self.upgrade()
@@ -190,7 +191,56 @@ class PostgresStore(StoreMaintenance):
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self._schema!r})"
 
-    # -- unit of work ----------------------------------------------------------------------------
+    # -- connections and views -------------------------------------------------------------------
+    @property
+    def engine(self) -> Engine:
+        return self._db.engine
+
+    @property
+    def read_engine(self) -> Engine | None:
+        """The replica's Engine (``None`` without ``read_url``)."""
+        return self._db.replica
+
+    @property
+    def schema(self) -> str:
+        return self._schema
+
+    @property
+    def last_write_position(self) -> str | None:
+        """The WAL position (LSN, ``'0/3000148'``) at or after this thread's last commit
+        through this store; ``None`` before the first. Hand it to ``with_min_position``."""
+        return self._db.last_write_position
+
+    def write_position(self) -> str:
+        """The primary's current WAL position: at or after every write committed so far."""
+        return self._db.write_position()
+
+    def with_min_position(
+        self,
+        position: str | None,
+        *,
+        fallback: Fallback | None = None,
+        wait: float | None = None,
+    ) -> Self:
+        """A view of this store whose reads see at least WAL ``position`` (read-your-writes).
+
+        Its replica reads first wait up to ``wait`` seconds (default ``replica_wait``) for the
+        replica to replay ``position``; past that they run on the primary (``fallback=
+        "primary"``) or raise ``ReplicaLagError`` (``"raise"``). Never a stale answer.
+        ``None`` means no requirement. The view shares this store's engines.
+        """
+        return self._view(self._db.with_min_position(position, fallback=fallback, wait=wait))
+
+    @property
+    def joined_connection(self) -> Connection | None:
+        """The host's connection this view runs on (``None``: the store's own pool)."""
+        return self._db.joined
+
+    def _view(self, db: Connections) -> Self:
+        view = copy.copy(self)
+        view._db = db
+        return view
+
     def joined(self, connection: Connection) -> PostgresStore:
         """A view of this store whose every read and write runs on ``connection``, inside the
         transaction its owner (the host) began: the host's commit publishes ragport's writes
@@ -206,7 +256,7 @@ class PostgresStore(StoreMaintenance):
         refuse with ``CapabilityError``. Calls without an open transaction on ``connection``
         raise ``CapabilityError``; a view is for one thread, as its connection is.
         """
-        return self._join(connection)
+        return self._view(self._db.join(connection))
 
     @contextmanager
     def unit_of_work(self, scope: Scope) -> Iterator[PostgresUnitOfWork]:
@@ -215,12 +265,13 @@ class PostgresStore(StoreMaintenance):
         # SQLAlchemy "commit as you go": the connection's transaction begins with the first
         # statement and ends with uow.commit() or the rollback below. On a joined view
         # (``joined``), a savepoint of the host's transaction instead.
-        with self._connect("unit of work") as conn:
+        joined = self._db.joined is not None
+        with self._db.connect("unit of work") as conn:
             uow: PostgresUnitOfWork | None = None
             savepoint = None
             try:
                 with translate_errors("lock scope"):
-                    if self._joined is not None:
+                    if joined:
                         savepoint = conn.begin_nested()
                     conn.execute(text(statements.touch_scope(self._s)), scope_params(scope))
                     state = conn.execute(
@@ -232,19 +283,19 @@ class PostgresStore(StoreMaintenance):
                     state,
                     s=self._s,
                     indexes=self._indexes,
-                    track_position=self._replica is not None,
+                    track_position=self._db.replica is not None,
                     maintenance=self._maintenance,
                     vector_writer=None if savepoint is not None else self._vectors,
                     savepoint=savepoint,
                 )
                 yield uow
                 if uow.done and uow.position is not None:
-                    self._writes.position = uow.position
+                    self._db.record_position(uow.position)
             finally:
                 if uow is None:
                     if savepoint is not None:
                         savepoint.rollback()
-                    elif self._joined is None:
+                    elif not joined:
                         conn.rollback()
                 elif not uow.done:
                     uow.rollback()  # and sweeps the vectors its adds committed ahead
@@ -252,7 +303,7 @@ class PostgresStore(StoreMaintenance):
     # -- reads -----------------------------------------------------------------------------------
     def current_generation(self, scope: Scope) -> int:
         sql = queries.current_generation_sql(self._s)
-        rows = self._read(
+        rows = self._db.read(
             "read generation", lambda conn: reads.fetch(conn, sql, scope_params(scope))
         )
         return int(rows[0].pointer) if rows else 0
@@ -261,12 +312,12 @@ class PostgresStore(StoreMaintenance):
         validate_text(source_id, field="source_id")
         sql = queries.source_sql(self._s)
         params = scope_params(scope, src=source_id)
-        rows = self._read("read source", lambda conn: reads.fetch(conn, sql, params))
+        rows = self._db.read("read source", lambda conn: reads.fetch(conn, sql, params))
         return [record(scope, row) for row in rows]
 
     def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
         sql = queries.embedders_sql(self._s)
-        rows = self._read(
+        rows = self._db.read(
             "list embedders", lambda conn: reads.fetch(conn, sql, scope_params(scope)), replica=True
         )
         return frozenset((row.embedder_id, row.dimensions) for row in rows)
@@ -275,13 +326,13 @@ class PostgresStore(StoreMaintenance):
         self, scope: Scope, embedder_id: str, dimensions: int
     ) -> frozenset[EmbedderKey]:
         guard = (embedder_id, dimensions)
-        return self._read(
+        return self._db.read(
             "check embedders", lambda conn: self._foreign_rows(conn, scope, guard), replica=True
         )
 
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
         sql = queries.forgotten_sql(self._s)
-        rows = self._read(
+        rows = self._db.read(
             "list tombstones",
             lambda conn: reads.fetch(conn, sql, scope_params(scope)),
             replica=True,
@@ -298,7 +349,7 @@ class PostgresStore(StoreMaintenance):
         if not wanted:
             return frozenset()
         sql = queries.forgotten_sql(self._s) + " AND id = ANY(:ids)"
-        rows = self._read(
+        rows = self._db.read(
             "look up tombstones",
             lambda conn: reads.fetch(conn, sql, scope_params(scope, ids=wanted)),
         )
@@ -317,7 +368,7 @@ class PostgresStore(StoreMaintenance):
         run = self._vector_run(
             scope, vector, None, limit, authorization, metadata_filter, on_denied
         )
-        _, scored = self._read("query", run, replica=True)
+        _, scored = self._db.read("query", run, replica=True)
         return scored
 
     def guarded_query(
@@ -337,7 +388,7 @@ class PostgresStore(StoreMaintenance):
         run = self._vector_run(
             scope, vector, guard, limit, authorization, metadata_filter, on_denied
         )
-        foreign, scored = self._read("query", run, replica=True)
+        foreign, scored = self._db.read("query", run, replica=True)
         return GuardedQuery(foreign_embedders=foreign, records=scored)
 
     def borrowed_query(
@@ -394,14 +445,14 @@ class PostgresStore(StoreMaintenance):
             params.update(e=guard[0], ed=int(guard[1]))
         if authorization is None and not metadata_filter:
             sql, order = queries.plain_vector_sql(
-                self._s, dims, limit, guard is not None, vec=self._pgvector()
+                self._s, dims, limit, guard is not None, vec=self._db.pgvector()
             )
         else:
             # The pointer and the tombstones enter as scalar subqueries (InitPlans), not joins.
             where = predicate(self._s, params, authorization, metadata_filter, scalar=True)
             joined = bool(metadata_filter)
             leg, order = queries.vector_leg(
-                self._s, dims, limit, where, vec=self._pgvector(), joined=joined
+                self._s, dims, limit, where, vec=self._db.pgvector(), joined=joined
             )
             sql = queries.vector_sql(self._s, leg, guarded=guard is not None)
         # ``ef_search`` (default 200) for a plain query; filters and grants thin the graph
@@ -430,7 +481,7 @@ class PostgresStore(StoreMaintenance):
                     metadata_filter,
                     authorization,
                     on_denied,
-                    top=queries.vector_top(self._s, dims, order, vec=self._pgvector()),
+                    top=queries.vector_top(self._s, dims, order, vec=self._db.pgvector()),
                 )
             foreign: frozenset[EmbedderKey] = frozenset()
             if guard is not None and rows and rows[0].ok is False:
@@ -497,7 +548,7 @@ class PostgresStore(StoreMaintenance):
         against the tombstones by one index probe. See docs/operations.md. The SQL is
         ``queries.bm25_ctes``.
         """
-        return self._read(
+        return self._db.read(
             "lexical query",
             self._lexical_run(
                 scope, text_query, limit, mode, authorization, metadata_filter, on_denied
@@ -572,7 +623,7 @@ class PostgresStore(StoreMaintenance):
                 lexical_records = lexical_run(conn)
             return HybridAnswer(foreign, vector_records, lexical_records)
 
-        return self._read("hybrid query", run, replica=True)
+        return self._db.read("hybrid query", run, replica=True)
 
     def _report_denied(
         self,
@@ -617,14 +668,16 @@ class PostgresStore(StoreMaintenance):
         wanted = [validate_text(s, field="source_ids") for s in dict.fromkeys(source_ids)]
         if not wanted:
             return {}
-        grants = self._read("check access", lambda conn: read_grants(conn, self._s, scope, wanted))
+        grants = self._db.read(
+            "check access", lambda conn: read_grants(conn, self._s, scope, wanted)
+        )
         return {s: decide_access(s, grants.get(s), authorization) for s in wanted}
 
     def get_source_access(self, scope: Scope, source_ids: Sequence[str]) -> Mapping[str, Grant]:
         wanted = list(dict.fromkeys(source_ids))
         if not wanted:
             return {}
-        return self._read("read grants", lambda conn: read_grants(conn, self._s, scope, wanted))
+        return self._db.read("read grants", lambda conn: read_grants(conn, self._s, scope, wanted))
 
     def list_source_ids(
         self, scope: Scope, *, after: str | None = None, limit: int = 1_000
@@ -636,7 +689,7 @@ class PostgresStore(StoreMaintenance):
             + "ORDER BY 1 LIMIT :limit"
         )
         params = scope_params(scope, after=after, limit=limit)
-        rows = self._read("list sources", lambda conn: reads.fetch(conn, sql, params))
+        rows = self._db.read("list sources", lambda conn: reads.fetch(conn, sql, params))
         return [str(row.source_id) for row in rows]
 
     def generation_history(
@@ -644,4 +697,113 @@ class PostgresStore(StoreMaintenance):
     ) -> Sequence[GenerationChange]:
         from ragport.adapters.postgres.history import generation_history
 
-        return generation_history(self._read, self._s, scope, limit=limit, max_ids=max_ids)
+        return generation_history(self._db.read, self._s, scope, limit=limit, max_ids=max_ids)
+
+    # -- schema and index maintenance ------------------------------------------------------------
+    def upgrade(self) -> list[int]:
+        """Apply missing migrations (idempotent); returns the versions applied."""
+        self._db.refuse_joined("upgrade")
+        wait_for_connection(self._db.engine, "upgrade")
+        with translate_errors("upgrade"), self._db.engine.begin() as conn:
+            applied = upgrade(
+                conn,
+                self._schema,
+                text_search_config=self._ts_config,
+                partitions=self._partitions,
+            )
+        self._db.checked()
+        return applied
+
+    def prepare(self, scope: Scope, *, dimensions: int) -> None:
+        """Create the HNSW index for ``dimensions`` if missing, outside any write transaction
+        (unless the store defers its vector indexes: see ``build_vector_indexes``).
+
+        Creating an index takes a lock that conflicts with open writers; doing it here, before
+        a unit of work touches ``records``, means two first writers never deadlock.
+        """
+        if self._db.joined is not None:  # in the host's transaction: no commit, no ANALYZE
+            with self._db.connect("prepare") as conn:
+                self._indexes.ensure(conn, dimensions)
+            self._indexes.forget(dimensions)  # the host may still roll it back: read it again
+            return
+        with self._db.connect("prepare") as conn:
+            self._indexes.ensure(conn, dimensions)
+            conn.commit()
+            self._indexes.analyze_once(conn, scope.tenant_id)
+
+    def build_vector_indexes(self, *, build_memory: str = "1GB") -> list[int]:
+        """Build the HNSW index of every vector dimension stored but not yet indexed, with
+        ``maintenance_work_mem = build_memory`` (about 2 GB per million 384-dimension rows:
+        docs/operations.md, "Sizing"); returns the dimensions built, in order.
+
+        The second half of the bulk-load mode (``PostgresStore(defer_vector_indexes=True)``):
+        writes then skip creating the index, and every HNSW insert into it, until this call
+        builds it once over all rows. Each dimension is built and committed on its own, so a
+        failure (memory, a cancel) keeps the ones already built and raises; call it again to
+        finish. It blocks writes to ``record_vectors`` while it runs (reads go on; a vector
+        query without its index scans exactly: correct, slower). On any store it builds what
+        is missing (nothing, unless indexes were deferred or dropped).
+        """
+        check_build_memory(build_memory)
+        self._db.refuse_joined("build_vector_indexes")
+        with self._db.connect("list vector dimensions") as conn:
+            stored = conn.execute(
+                text(f"SELECT DISTINCT dimensions FROM {self._s}.record_vectors ORDER BY 1")
+            ).scalars()
+            dimensions = [int(d) for d in stored]
+        built: list[int] = []
+        for d in dimensions:
+            try:
+                with self._db.connect("build vector index") as conn:
+                    if self._indexes.has(conn, d):
+                        continue
+                    self._indexes.create(conn, d, build_memory=build_memory)
+                    conn.commit()
+            except BaseException:
+                self._indexes.forget(d)  # rolled back: not built
+                raise
+            built.append(d)
+        if built:
+            with self._db.connect("analyze vectors") as conn:
+                conn.execute(text(f"ANALYZE {self._s}.record_vectors"))
+                conn.commit()
+        return built
+
+    def merge_pending_lists(self, tenant_id: str) -> int:
+        """Merge the GIN pending lists of ``records`` (of ``tenant_id``'s partition, on a
+        partitioned schema) into their indexes now; returns the pages merged.
+
+        The end of a bulk load through a store with ``merge_pending_lists=N`` or ``False``:
+        what its last writes left pending, which lexical queries would otherwise read entry
+        by entry until autovacuum merges it. Unlike the writer's own merge, which only logs,
+        a failure raises: ``CapabilityError`` (SQLSTATE 42501) for a role without EXECUTE on
+        the schema's ``merge_pending_lists`` function (docs/operations.md), ``StoreError``
+        with its SQLSTATE otherwise.
+        """
+        validate_id(tenant_id, field="tenant_id", max_length=SCOPE_ID_MAX)
+        self._db.refuse_joined("merge_pending_lists")
+        with self._db.connect("merge GIN pending lists") as conn:
+            merged = conn.execute(
+                text(f"SELECT {self._s}.merge_pending_lists(:t)"), {"t": tenant_id}
+            ).scalar_one()
+            conn.commit()
+        self._indexes.merged(tenant_id)
+        return int(merged)
+
+    def finish_maintenance(self, timeout: float = 60.0) -> None:
+        """Run the GIN merges and re-analyses that earlier writes scheduled on this store's
+        maintenance thread now (without waiting out ``maintenance_delay``), and wait for them:
+        afterwards no entry this store wrote is pending. A no-op with inline maintenance
+        (``maintenance_delay=None``). ``StoreError`` if they run past ``timeout`` seconds.
+        Their own failures are logged, as after any commit, not raised."""
+        if self._maintenance is not None:
+            self._maintenance.finish(timeout)
+
+    def sweep_vector_writes(self) -> int:
+        """Delete the vectors that adds wrote ahead of their records in units of work that
+        never committed (rolled back, failed, or their process was killed); returns how many.
+        A writer sweeps its own after a rollback and each store's maintenance thread sweeps
+        once when it first runs, so this is for a host that wants it now (after a crash).
+        Units of work still running are left alone. docs/operations.md, "The write path"."""
+        with self._db.connect("sweep vector writes") as conn:
+            return self._vectors.sweep(conn)
