@@ -1,5 +1,6 @@
 """PostgreSQL + pgvector adapters (``pip install 'ragport[postgres]'``)."""
 
+from ragport.adapters.postgres.backend import PostgresBackend
 from ragport.adapters.postgres.backup import copy_schema, dump_schema, restore_schema
 from ragport.adapters.postgres.checkpoints import PostgresCheckpointStore
 from ragport.adapters.postgres.embedded import (
@@ -22,6 +23,7 @@ from ragport.adapters.postgres.store import PostgresStore
 __all__ = [
     "EMBEDDED_SETTINGS",
     "EmbeddedStatus",
+    "PostgresBackend",
     "PostgresCheckpointStore",
     "PostgresStatusStore",
     "PostgresStore",

@@ -53,9 +53,8 @@ class _Records:
         matrix = check_records_for_add(uow.scope, records, vectors)
         if not records:
             return
-        conn = uow.conn
         with translate_errors("add records"):
-            owners = conn.execute(
+            owners = uow.conn.execute(
                 text(statements.owners_sql(uow.s)),
                 scope_params(
                     uow.scope,
@@ -63,7 +62,15 @@ class _Records:
                     gens=sorted({r.generation for r in records}),
                 ),
             ).all()
-            check_stored_ids(records, owners)
+        check_stored_ids(records, owners)
+        self.copy_in(records, matrix, statements.added_stats(uow.s))
+
+    def copy_in(self, records: Sequence[Record], matrix: VectorMatrix, stats: str) -> None:
+        """Write ``records`` (checked) and their vectors ``matrix``, then count them with
+        ``stats`` (``statements.added_stats`` or a statement of its binds and shape)."""
+        uow = self._uow
+        conn = uow.conn
+        with translate_errors("add records"):
             dims = int(matrix.shape[1])
             created = uow.indexes.ensure(conn, dims)
             if created:
@@ -106,7 +113,7 @@ class _Records:
                         if job is None:
                             copy_vectors(cur, uow.s, uow.scope, keys, dims, matrix)
                     conn.execute(
-                        text(statements.added_stats(uow.s)),
+                        text(stats),
                         scope_params(
                             uow.scope,
                             ids=[r.id for r in records],
@@ -248,7 +255,7 @@ class _Records:
             uow.gin_rows += len(found)
         return sum(list(row.lineage).count(from_id) for row in found)
 
-    def _deleted(self, count: int) -> int:
+    def deleted(self, count: int) -> int:
         """After ``count`` rows were deleted: a scope without a sole-embedder claim may have
         one now (the last rows of a former embedder went)."""
         uow = self._uow
@@ -266,7 +273,7 @@ class _Records:
             )
             lexemes = list(found.scalars())
         sql = statements.delete_records(uow.s, statements.PURGE_SOURCE)
-        purged = self._deleted(self._count(sql, "purge source", src=source_id))
+        purged = self.deleted(self._count(sql, "purge source", src=source_id))
         if lexemes:  # the words of the purged text leave the statistics too
             with translate_errors("purge source"):
                 uow.conn.execute(
@@ -278,7 +285,7 @@ class _Records:
     def discard_above(self, generation: int) -> int:
         self._uow.deleted_vectors = True
         sql = statements.delete_records(self._uow.s, statements.DISCARD_ABOVE)
-        return self._deleted(self._count(sql, g=generation))
+        return self.deleted(self._count(sql, g=generation))
 
     def restore_above(self, generation: int) -> int:
         restored = self._count(statements.restore_above_sql(self._uow.s), g=generation)
@@ -289,7 +296,7 @@ class _Records:
         uow = self._uow
         uow.deleted_vectors = True
         sql = statements.delete_records(uow.s, statements.PURGE_RETIRED)
-        purged = self._deleted(self._count(sql, g=through))
+        purged = self.deleted(self._count(sql, g=through))
         fold = min(through, uow.pointer)
         with translate_errors("rewrite generations"):
             for statement in statements.fold_stats(uow.s):

@@ -1,0 +1,402 @@
+"""``PostgresBackend``: the 15 members of the narrow storage port over ragport's schema.
+
+``BackendStore(PostgresBackend(...))`` is the generation engine over PostgreSQL with no
+PostgreSQL-specific rule: the engine decides visibility, grants, tombstones, retirement and
+rekeying in Python, row by row; this module only stores and hands back rows, vectors, grants,
+tombstones and the scope's three numbers, in the same tables ``PostgresStore`` uses. So a
+schema written through either is read correctly by the other, and
+``BackendStore(PostgresBackend(...), pushdown=False)`` is the generic path the differential
+contract compares PostgreSQL's own SQL against.
+
+What keeps the tables consistent, per member:
+
+- ``insert``: the unit of work's add (binary COPY of rows and vectors, the BM25 statistics of
+  the rows, ``live_ids``, the sole-embedder claim, the HNSW index of a new dimension);
+- ``update``: the rows leave (their statistics and ``live_ids`` entries with them) and come
+  back under their new keys with the same ``row_key``, so their vectors stay where they are
+  and a chain of renames never meets itself;
+- ``delete``: rows, vectors, statistics and ``live_ids`` in one statement
+  (``statements.delete_records``), then the words no stored row holds any more are erased from
+  the statistics, as a purge does;
+- ``put_tombstones``: ``forgotten`` through ``statements.tombstones_insert`` (which takes the
+  named rows out of the statistics), ``corrected`` over a ``forgotten`` one through
+  ``tombstones.tombstones_readmit`` (which puts them back);
+- ``state`` / ``set_state``: the scope's row, locked ``FOR UPDATE`` by ``write``.
+
+Isolation: a ``read`` is one REPEATABLE READ, READ ONLY transaction (one snapshot); a ``write``
+locks the scope's row, so writers of one scope are serialized and readers never wait. On a
+joined store (``PostgresStore.joined``) both run in savepoints of the host's transaction.
+``nearest`` streams through a server-side cursor, best first, so the engine reads only as far
+as it needs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import psycopg
+from psycopg.rows import namedtuple_row
+from sqlalchemy import Connection, text
+
+from ragport.adapters.postgres import embedders, reads, rows, statements
+from ragport.adapters.postgres._driver import driver_connection, translate_errors
+from ragport.adapters.postgres.connections import Connections
+from ragport.adapters.postgres.indexes import VectorIndexes
+from ragport.adapters.postgres.predicate import RSCOPE, SCOPE, scope_params
+from ragport.adapters.postgres.rows import R_COLUMNS, RECORD_COLUMNS
+from ragport.adapters.postgres.tombstones import tombstones_readmit
+from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork
+from ragport.domain.model import Grant, Record, Scope, Tombstone
+from ragport.ports.backend import GenerationState, RowKey, StorageBackend
+from ragport.ports.embedder import Vector, VectorMatrix
+from ragport.ports.store import EmbedderKey, ScoredRecord
+
+__all__ = ["PostgresBackend"]
+
+_ITERSIZE = 256  # rows per FETCH of ``nearest``'s server-side cursor
+_cursor_names = itertools.count()
+_KEYS = (
+    "(id, generation) IN (SELECT x.i, x.g FROM "
+    "unnest(CAST(:ids AS text[]), CAST(:gens AS bigint[])) AS x(i, g))"
+)
+"""The rows at the keys ``:ids`` / ``:gens`` (pairwise), on ``records`` unaliased."""
+
+
+def _state(counter: int, pointer: int, floor: int, sole: EmbedderKey | None) -> GenerationState:
+    """The scope's numbers, and its embedder claim: the sole-embedder claim of the scope's row
+    (``embedders.py``: every stored row carries that key), or ``None`` (no claim: unknown)."""
+    return GenerationState(counter, pointer, floor, embedders=None if sole is None else {sole})
+
+
+class _Reader:
+    """One transaction's view of one scope: the five reading members."""
+
+    def __init__(self, conn: Connection, scope: Scope, connections: Connections) -> None:
+        self.conn = conn
+        self.scope = scope
+        self._db = connections
+        self.s = connections.s
+
+    def _fetch(self, operation: str, sql: str, **params: Any) -> list[Any]:
+        with translate_errors(operation):
+            return reads.fetch(self.conn, sql, scope_params(self.scope, **params), prepare=False)
+
+    def state(self) -> GenerationState:
+        found = self._fetch(
+            "read generations",
+            "SELECT counter, pointer, floor, sole_embedder, sole_dimensions "
+            f"FROM {self.s}.scopes WHERE {SCOPE}",
+        )
+        if not found:
+            return GenerationState()
+        row = found[0]
+        return _state(int(row.counter), int(row.pointer), int(row.floor), embedders.key_of(row))
+
+    def rows(
+        self, *, source_id: str | None = None, ids: Sequence[str] | None = None
+    ) -> Iterable[Record]:
+        sql = f"SELECT {RECORD_COLUMNS} FROM {self.s}.records WHERE {SCOPE}"
+        if source_id is not None:
+            sql += " AND source_id = :src"
+        if ids is not None:
+            sql += " AND id = ANY(CAST(:ids AS text[]))"
+        found = self._fetch(
+            "read records", sql, src=source_id, ids=None if ids is None else list(ids)
+        )
+        return [rows.record(self.scope, row) for row in found]
+
+    def nearest(self, vector: Vector) -> Iterable[ScoredRecord]:
+        q = np.ascontiguousarray(np.asarray(vector, dtype=np.float32).reshape(-1))
+        dims = int(q.shape[0])
+        vec = self._db.pgvector()
+        distance = f"(v.embedding::{vec.type(dims)} {vec.cosine_distance} :q)"
+        # pgvector's cosine distance of a zero vector is NaN: its score is 0.
+        score = "CASE WHEN d.distance = 'NaN' THEN 0 ELSE 1 - d.distance END"
+        sql = (
+            f"SELECT {R_COLUMNS}, {score} AS score FROM {self.s}.records r "
+            f"CROSS JOIN LATERAL (SELECT {distance} AS distance FROM {self.s}.record_vectors v "
+            "WHERE v.tenant_id = r.tenant_id AND v.resource_id = r.resource_id "
+            "AND v.corpus_id = r.corpus_id AND v.row_key = r.row_key) d "
+            f"WHERE {RSCOPE} AND r.dimensions = {dims} "
+            'ORDER BY score DESC, r.id COLLATE "C", r.generation'
+        )
+        return self._stream(sql, scope_params(self.scope, q=q))
+
+    def _stream(self, sql: str, params: dict[str, Any]) -> Iterator[ScoredRecord]:
+        dbapi = driver_connection(self.conn)
+        name = f"ragport_nearest_{next(_cursor_names)}"
+        with translate_errors("nearest rows"):
+            cursor = dbapi.cursor(name=name, row_factory=namedtuple_row)
+            cursor.itersize = _ITERSIZE
+            cursor.execute(reads.pyformat(sql), params)
+        try:
+            while True:
+                with translate_errors("nearest rows"):
+                    batch: list[Any] = cursor.fetchmany(_ITERSIZE)
+                if not batch:
+                    return
+                for row in batch:
+                    yield ScoredRecord(rows.record(self.scope, row), float(row.score))
+        finally:
+            with suppress(psycopg.Error):
+                cursor.close()
+
+    def grants(self, source_ids: Sequence[str] | None = None) -> Mapping[str, Grant]:
+        sql = (
+            "SELECT source_id, principal_ids, group_ids, access_version "
+            f"FROM {self.s}.grants WHERE {SCOPE}"
+        )
+        if source_ids is not None:
+            sql += " AND source_id = ANY(CAST(:ids AS text[]))"
+        found = self._fetch(
+            "read grants", sql, ids=None if source_ids is None else list(source_ids)
+        )
+        return {row.source_id: rows.grant(row) for row in found}
+
+    def tombstones(self) -> Sequence[Tombstone]:
+        found = self._fetch("read tombstones", statements.tombstones_sql(self.s))
+        return [Tombstone(row.id, row.reason) for row in found]
+
+
+class _Writer(_Reader):
+    """One unit of work's transaction over one scope: the reading members and the writing ones."""
+
+    def __init__(self, uow: PostgresUnitOfWork, connections: Connections) -> None:
+        super().__init__(uow.conn, uow.scope, connections)
+        self.uow = uow
+
+    def _run(self, operation: str, sql: str, **params: Any) -> Any:
+        with translate_errors(operation):
+            return self.conn.execute(text(sql), scope_params(self.scope, **params))
+
+    def state(self) -> GenerationState:
+        uow = self.uow
+        return _state(uow.counter, uow.pointer, uow.floor, uow.sole)
+
+    def insert(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
+        if records:
+            self.uow.records.copy_in(records, vectors, _counted(self.s, batch=True))
+
+    def update(self, changes: Mapping[RowKey, Record]) -> None:
+        if not changes:
+            return
+        keys = list(changes)
+        # The rows leave with their statistics and live ids, keeping their row keys ...
+        left = self._run(
+            "update records",
+            _leave(self.s, "SELECT chg.id, chg.generation, chg.row_key FROM chg"),
+            ids=[k[0] for k in keys],
+            gens=[k[1] for k in keys],
+        ).all()
+        row_keys = {(row.id, int(row.generation)): int(row.row_key) for row in left}
+        # ... and come back under their new keys, their vectors untouched.
+        new = [changes[key] for key in keys]
+        with translate_errors("update records"):
+            dbapi = driver_connection(self.conn)
+            with dbapi.cursor() as cur, cur.copy(statements.copy_records(self.s)) as copy:
+                copy.set_types(rows.COPY_TYPES)
+                for key, record in zip(keys, new, strict=True):
+                    copy.write_row(rows.copy_row(self.scope, record, row_keys[key]))
+        self._run(
+            "update records",
+            _counted(self.s),
+            ids=[r.id for r in new],
+            gens=[r.generation for r in new],
+        )
+        self.uow.gin_rows += len(new)
+
+    def delete(self, keys: Sequence[RowKey]) -> None:
+        if not keys:
+            return
+        ids, gens = [k[0] for k in keys], [k[1] for k in keys]
+        lexemes = list(
+            self._run("delete records", _key_lexemes(self.s), ids=ids, gens=gens).scalars()
+        )
+        self.uow.deleted_vectors = True
+        self._run("delete records", statements.delete_records(self.s, _KEYS), ids=ids, gens=gens)
+        self.uow.records.deleted(len(keys))
+        if lexemes:  # no word of the deleted text stays in the statistics
+            self._run("delete records", statements.erase_unused_lexemes(self.s), lx=lexemes)
+
+    def set_state(self, state: GenerationState) -> None:
+        """The three numbers; the embedder claim is the scope row's own, kept by ``insert``
+        and ``delete`` (exact for the stored rows), so the engine's is not stored."""
+        uow = self.uow
+        uow.counter, uow.pointer, uow.floor = state.counter, state.pointer, state.floor
+        self._run(
+            "save generations",
+            statements.save_generations(self.s),
+            n=state.counter,
+            p=state.pointer,
+            f=state.floor,
+        )
+
+    def put_grants(self, grants: Sequence[Grant]) -> None:
+        self.uow.grants.set(list(grants))
+
+    def put_tombstones(self, tombstones: Sequence[Tombstone]) -> None:
+        latest = {t.id: t for t in tombstones}
+        if not latest:
+            return
+        corrected = [i for i, t in latest.items() if t.reason == "corrected"]
+        if corrected:  # a forgotten one becomes corrected: its rows count again
+            self._run("readmit tombstones", tombstones_readmit(self.s), ids=corrected)
+        added = self._run(
+            "add tombstones",
+            statements.tombstones_insert(self.s),
+            ids=list(latest),
+            reasons=[t.reason for t in latest.values()],
+        ).all()
+        self.uow.rows_written += sum(1 for row in added if row.inserted)
+
+    def commit(self) -> None:
+        self.uow.commit()
+
+
+def _live_insert(s: str) -> str:
+    """A CTE ``li``: the live rows of ``chg`` have their id in ``live_ids``. The narrow port
+    may store two live rows of one id (the engine never does), so an id already there stays
+    as it is."""
+    return (
+        f"li AS (INSERT INTO {s}.live_ids (tenant_id, resource_id, corpus_id, id) "
+        "SELECT DISTINCT :t, :r, :c, chg.id FROM chg WHERE chg.minus IS NULL "
+        f"AND NOT EXISTS (SELECT 1 FROM {s}.live_ids l WHERE l.tenant_id = :t "
+        "AND l.resource_id = :r AND l.corpus_id = :c AND l.id = chg.id)), "
+    )
+
+
+def _live_delete(s: str) -> str:
+    """A CTE ``ld``: the ids of the live rows ``chg`` removed leave ``live_ids``, unless
+    another live row of the id stays (the statement's snapshot still sees the removed rows:
+    they are left out by their keys)."""
+    return (
+        f"ld AS (DELETE FROM {s}.live_ids l WHERE l.tenant_id = :t AND l.resource_id = :r "
+        "AND l.corpus_id = :c AND l.id IN (SELECT chg.id FROM chg WHERE chg.plus IS NULL) "
+        f"AND NOT EXISTS (SELECT 1 FROM {s}.records r WHERE {RSCOPE} AND r.id = l.id "
+        "AND r.retired_generation IS NULL "
+        "AND (r.id, r.generation) NOT IN (SELECT chg.id, chg.generation FROM chg))), "
+    )
+
+
+def _leave(s: str, final: str) -> str:
+    """Delete the rows at (``:ids``, ``:gens``), with their statistics and live ids; ``final``
+    reads ``chg`` (``id``, ``generation``, ``row_key`` per row) and may add CTEs first."""
+    return statements.with_stats(
+        s,
+        f"DELETE FROM {s}.records WHERE {SCOPE} AND {_KEYS} "
+        "RETURNING retired_generation AS plus, generation AS minus, tsv, row_key, "
+        f"stats_batch AS batch, generation, {statements.NAMED_BY}",
+        final,
+        after=_live_delete(s),
+    )
+
+
+def _counted(s: str, *, batch: bool = False) -> str:
+    """The rows at (``:ids``, ``:gens``) counted into the statistics and ``live_ids``: as
+    ``statements.added_stats`` with ``batch`` (an insert; ``:b`` the batch), as row deltas
+    without (a rewritten row belongs to no batch)."""
+    return statements.with_stats(
+        s,
+        "SELECT r.generation AS plus, r.retired_generation AS minus, r.tsv, "
+        "r.stats_batch AS batch, r.id, r.source_id, r.lineage, r.roots "
+        f"FROM {s}.records r JOIN unnest(CAST(:ids AS text[]), CAST(:gens AS bigint[])) "
+        f"AS x(id, generation) ON r.id = x.id AND r.generation = x.generation WHERE {RSCOPE}",
+        "SELECT count(*) FROM chg",
+        after=_live_insert(s),
+        batch=batch,
+    )
+
+
+def _key_lexemes(s: str) -> str:
+    """The distinct lexemes of the rows at (``:ids``, ``:gens``)."""
+    return (
+        "SELECT DISTINCT l.lexeme FROM "
+        f"{s}.records r CROSS JOIN LATERAL unnest(tsvector_to_array(r.tsv)) AS l(lexeme) "
+        f"WHERE {RSCOPE} AND (r.id, r.generation) IN (SELECT x.i, x.g FROM "
+        "unnest(CAST(:ids AS text[]), CAST(:gens AS bigint[])) AS x(i, g))"
+    )
+
+
+class PostgresBackend:
+    """The narrow storage port on ragport's PostgreSQL schema (see the module docstring).
+
+    ``PostgresBackend(connections, indexes)`` shares a ``PostgresStore``'s collaborators (its
+    pool, schema check and joined connection; its HNSW index manager); ``PostgresBackend.
+    of(store)`` builds one over a store. Reads and writes run on the primary.
+    """
+
+    provider = "postgres"
+
+    def __init__(self, connections: Connections, indexes: VectorIndexes) -> None:
+        self._db = connections
+        self._indexes = indexes
+
+    @classmethod
+    def of(cls, store: Any) -> PostgresBackend:
+        """The backend over ``store``'s (a ``PostgresStore``) connections and indexes."""
+        return cls(store._db, store._indexes)
+
+    @property
+    def connections(self) -> Connections:
+        return self._db
+
+    @contextmanager
+    def read(self, scope: Scope) -> Iterator[_Reader]:
+        with self._db.connect("read") as conn:
+            if self._db.joined is not None:
+                savepoint = conn.begin_nested()
+                try:
+                    yield _Reader(conn, scope, self._db)
+                finally:
+                    with translate_errors("read"):
+                        savepoint.rollback()
+                return
+            try:
+                with translate_errors("read"):
+                    conn.exec_driver_sql(
+                        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+                    )
+                yield _Reader(conn, scope, self._db)
+            finally:
+                with translate_errors("read"):
+                    conn.rollback()
+
+    @contextmanager
+    def write(self, scope: Scope) -> Iterator[_Writer]:
+        joined = self._db.joined is not None
+        with self._db.connect("unit of work") as conn:
+            uow: PostgresUnitOfWork | None = None
+            savepoint = None
+            try:
+                with translate_errors("lock scope"):
+                    if joined:
+                        savepoint = conn.begin_nested()
+                    conn.execute(text(statements.touch_scope(self._db.s)), scope_params(scope))
+                    state = conn.execute(
+                        text(statements.lock_scope(self._db.s)), scope_params(scope)
+                    ).one()
+                uow = PostgresUnitOfWork(
+                    scope,
+                    conn,
+                    state,
+                    s=self._db.s,
+                    indexes=self._indexes,
+                    savepoint=savepoint,
+                )
+                yield _Writer(uow, self._db)
+            finally:
+                if uow is None:
+                    if savepoint is not None:
+                        savepoint.rollback()
+                    elif not joined:
+                        conn.rollback()
+                elif not uow.done:
+                    uow.rollback()
+
+
+if TYPE_CHECKING:  # mypy proves the structural match with the port; nothing runs here
+    _port: type[StorageBackend] = PostgresBackend
