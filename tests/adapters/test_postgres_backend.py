@@ -15,6 +15,13 @@ import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.postgres import PostgresStore, WriteSettings
 from ragport.adapters.postgres.backend import PostgresBackend
+from ragport.application import (
+    compact,
+    delete_source,
+    replace_source,
+    repoint_source,
+    rollback_generation,
+)
 from ragport.domain.model import Tombstone
 from ragport.engine import BackendStore
 from ragport.ports.store import ChunkStore
@@ -37,10 +44,10 @@ def _chunks(source: str, texts: list[str]) -> list[ragport.Chunk]:
 def _operate(store: ChunkStore) -> None:
     """Writes, replaces, a delete, a forget, a re-point, a rollback and a compaction."""
     for source, texts in DOCS.items():
-        ragport.replace_source(
+        replace_source(
             source_id=source, chunks=_chunks(source, texts), embedder=EMB, store=store, scope=SCOPE
         )
-    ragport.replace_source(
+    replace_source(
         source_id="harbour",
         chunks=_chunks("harbour", ["harbour dues rose", "harbour harbour harbour"]),
         embedder=EMB,
@@ -48,13 +55,13 @@ def _operate(store: ChunkStore) -> None:
         scope=SCOPE,
     )
     before_delete = store.current_generation(SCOPE)
-    ragport.delete_source(source_id="letter", store=store, scope=SCOPE)
-    ragport.rollback_generation(store=store, scope=SCOPE, to=before_delete)
-    ragport.repoint_source(scope=SCOPE, store=store, from_id="ledger", to_id="ledger-2")
+    delete_source(source_id="letter", store=store, scope=SCOPE)
+    rollback_generation(store=store, scope=SCOPE, to=before_delete)
+    repoint_source(scope=SCOPE, store=store, from_id="ledger", to_id="ledger-2")
     with store.unit_of_work(SCOPE) as uow:
         uow.tombstones.add([Tombstone("letter", "forgotten")])
         uow.commit()
-    ragport.compact(store=store, scope=SCOPE, keep=0)
+    compact(store=store, scope=SCOPE, keep=0)
 
 
 def _answers(store: PostgresStore) -> list[list[tuple[str, float]]]:

@@ -66,10 +66,19 @@ _KEYS = (
 """The rows at the keys ``:ids`` / ``:gens`` (pairwise), on ``records`` unaliased."""
 
 
-def _state(counter: int, pointer: int, floor: int, sole: EmbedderKey | None) -> GenerationState:
-    """The scope's numbers, and its embedder claim: the sole-embedder claim of the scope's row
-    (``embedders.py``: every stored row carries that key), or ``None`` (no claim: unknown)."""
-    return GenerationState(counter, pointer, floor, embedders=None if sole is None else {sole})
+def _state(
+    counter: int,
+    pointer: int,
+    floor: int,
+    sole: EmbedderKey | None,
+    claim: frozenset[EmbedderKey] | None,
+) -> GenerationState:
+    """The scope's numbers and embedder claim: the engine's stored claim (migration 13), else
+    the scope row's sole-embedder claim (``embedders.py``: every stored row carries that key),
+    else ``None`` (unknown)."""
+    if claim is None and sole is not None:
+        claim = frozenset({sole})
+    return GenerationState(counter, pointer, floor, embedders=claim)
 
 
 class _Reader:
@@ -88,13 +97,15 @@ class _Reader:
     def state(self) -> GenerationState:
         found = self._fetch(
             "read generations",
-            "SELECT counter, pointer, floor, sole_embedder, sole_dimensions "
+            "SELECT counter, pointer, floor, sole_embedder, sole_dimensions, embedder_claim "
             f"FROM {self.s}.scopes WHERE {SCOPE}",
         )
         if not found:
             return GenerationState()
         row = found[0]
-        return _state(int(row.counter), int(row.pointer), int(row.floor), embedders.key_of(row))
+        claim = embedders.claim_of(row.embedder_claim)
+        sole = embedders.key_of(row)
+        return _state(int(row.counter), int(row.pointer), int(row.floor), sole, claim)
 
     def rows(
         self, *, source_id: str | None = None, ids: Sequence[str] | None = None
@@ -175,7 +186,7 @@ class _Writer(_Reader):
 
     def state(self) -> GenerationState:
         uow = self.uow
-        return _state(uow.counter, uow.pointer, uow.floor, uow.sole)
+        return _state(uow.counter, uow.pointer, uow.floor, uow.sole, uow.claim)
 
     def insert(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
         if records:
@@ -223,10 +234,16 @@ class _Writer(_Reader):
             self._run("delete records", statements.erase_unused_lexemes(self.s), lx=lexemes)
 
     def set_state(self, state: GenerationState) -> None:
-        """The three numbers; the embedder claim is the scope row's own, kept by ``insert``
-        and ``delete`` (exact for the stored rows), so the engine's is not stored."""
+        """The three numbers and the engine's embedder claim (``scopes.embedder_claim``)."""
         uow = self.uow
         uow.counter, uow.pointer, uow.floor = state.counter, state.pointer, state.floor
+        if state.embedders != uow.claim:
+            uow.claim = state.embedders
+            self._run(
+                "save embedder claim",
+                f"UPDATE {self.s}.scopes SET embedder_claim = :claim WHERE {SCOPE}",
+                claim=embedders.claim_value(state.embedders),
+            )
         self._run(
             "save generations",
             statements.save_generations(self.s),
@@ -292,6 +309,14 @@ def _leave(s: str, final: str) -> str:
         f"stats_batch AS batch, generation, {statements.NAMED_BY}",
         final,
         after=_live_delete(s),
+    )
+
+
+def _lock_scope(s: str) -> str:
+    """``statements.lock_scope`` with the engine's embedder claim (migration 13)."""
+    return (
+        "SELECT counter, pointer, floor, sole_embedder, sole_dimensions, embedder_claim "
+        f"FROM {s}.scopes WHERE {SCOPE} FOR UPDATE"
     )
 
 
@@ -376,9 +401,7 @@ class PostgresBackend:
                     if joined:
                         savepoint = conn.begin_nested()
                     conn.execute(text(statements.touch_scope(self._db.s)), scope_params(scope))
-                    state = conn.execute(
-                        text(statements.lock_scope(self._db.s)), scope_params(scope)
-                    ).one()
+                    state = conn.execute(text(_lock_scope(self._db.s)), scope_params(scope)).one()
                 uow = PostgresUnitOfWork(
                     scope,
                     conn,
@@ -387,6 +410,7 @@ class PostgresBackend:
                     indexes=self._indexes,
                     savepoint=savepoint,
                 )
+                uow.claim = embedders.claim_of(state.embedder_claim)
                 yield _Writer(uow, self._db)
             finally:
                 if uow is None:

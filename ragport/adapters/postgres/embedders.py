@@ -24,12 +24,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, text
 
 from ragport.adapters.postgres.predicate import RSCOPE, SCOPE, scope_params
 from ragport.domain.model import Scope
 
-__all__ = ["EmbedderKey", "key_of", "migration_sql", "probe_sql", "refresh", "sole_after_add"]
+__all__ = [
+    "EmbedderKey",
+    "claim_of",
+    "claim_value",
+    "extend_claim_sql",
+    "key_of",
+    "migration_sql",
+    "probe_sql",
+    "refresh",
+    "sole_after_add",
+]
 
 EmbedderKey = tuple[str, int]
 
@@ -103,3 +114,33 @@ def sole_after_add(
         _store(conn, s, scope, None)
         return None
     return refresh(conn, s, scope)
+
+
+# -- the engine's claim (migration 13) ---------------------------------------------------------
+# ``scopes.embedder_claim``: ``GenerationState.embedders`` as the engine stored it through
+# ``PostgresBackend.set_state``, a JSON array of ``[embedder_id, dimensions]`` pairs (NULL:
+# unknown). It must hold at least the key of every stored row, so a write that adds rows
+# without the engine (``PostgresStore``'s own unit of work) adds their keys to it
+# (``extend_claim_sql``); removing rows never makes it false.
+
+
+def claim_value(claim: frozenset[tuple[str | None, int | None]] | None) -> Any:
+    """The JSON bind of a claim (``None``: NULL)."""
+    if claim is None:
+        return None
+    return Jsonb(sorted(([k, d] for k, d in claim), key=lambda p: (str(p[0]), p[1] or 0)))
+
+
+def claim_of(value: Any) -> frozenset[tuple[str | None, int | None]] | None:
+    """A claim read back (``None`` for NULL)."""
+    if value is None:
+        return None
+    return frozenset((k, d) for k, d in value)
+
+
+def extend_claim_sql(s: str) -> str:
+    """Add the keys ``:keys`` (a JSON array of pairs) to the scope's claim, when it has one."""
+    return (
+        f"UPDATE {s}.scopes SET embedder_claim = embedder_claim || CAST(:keys AS jsonb) "
+        f"WHERE {SCOPE} AND embedder_claim IS NOT NULL"
+    )

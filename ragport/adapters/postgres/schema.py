@@ -506,6 +506,7 @@ MIGRATIONS: dict[int, str] = {
     10: "merge_pending_lists(tenant): writers merge GIN pending lists (SECURITY DEFINER)",
     11: "vector_writes: vectors committed ahead of their records until the records commit",
     12: "scopes.sole_embedder/sole_dimensions: the drift guard read from the scope's row",
+    13: "scopes.embedder_claim: the engine's embedder claim (GenerationState.embedders)",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -606,6 +607,7 @@ def plan(
         10: lambda: merge_function_sql(s),
         11: lambda: vector_writes_sql(s),
         12: lambda: sole_embedder_sql(s),
+        13: lambda: (f"ALTER TABLE {s}.scopes ADD COLUMN IF NOT EXISTS embedder_claim jsonb",),
     }
     pending = []
     # Every migration not recorded yet, in order: one that was released after a later one had

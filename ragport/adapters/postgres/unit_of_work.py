@@ -64,6 +64,12 @@ class _Records:
             ).all()
         check_stored_ids(records, owners)
         self.copy_in(records, matrix, statements.added_stats(uow.s))
+        keys = frozenset((r.embedder_id, r.dimensions) for r in records)
+        with translate_errors("add records"):  # the engine's claim, if it keeps one
+            uow.conn.execute(
+                text(embedders.extend_claim_sql(uow.s)),
+                scope_params(uow.scope, keys=embedders.claim_value(keys)),
+            )
 
     def copy_in(self, records: Sequence[Record], matrix: VectorMatrix, stats: str) -> None:
         """Write ``records`` (checked) and their vectors ``matrix``, then count them with
@@ -482,6 +488,8 @@ class PostgresUnitOfWork:
         # Every row of the scope carries this (embedder id, dimensions), or None: no claim
         # (embedders.py; the scope's row holds it for the vector queries' drift guard).
         self.sole = embedders.key_of(state)
+        # The engine's embedder claim (migration 13), read with the lock by PostgresBackend.
+        self.claim: frozenset[tuple[str | None, int | None]] | None = None
         self.done = False
         # The rows whose statements may have written GIN entries (added, retired, restored,
         # re-keyed or re-linked): commit hands them to ``VectorIndexes.merge_pending``, which
