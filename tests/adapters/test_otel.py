@@ -7,7 +7,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ragport import Authorization, Chunk, Grant, RetrievalRequest, Runtime, Scope
+from ragport import Authorization, Chunk, Grant, RetrievalRequest, Runtime, Scope, WriteOptions
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.adapters.rerankers import FakeReranker
@@ -150,8 +150,8 @@ def test_an_exception_in_a_span_is_recorded_by_type_only(any_store):
             embedder=embedder,
             store=store,
             scope=scope,
-            skip_if_unchanged=False,
             runtime=Runtime(telemetry=telemetry),
+            write_options=WriteOptions(skip_if_unchanged=False),
         )
     with pytest.raises(RuntimeError, match="walrus"):
         retrieve_context(

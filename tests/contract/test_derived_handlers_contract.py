@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterator, Sequence
 
 import pytest
 
-from ragport import Chunk, Scope
+from ragport import Chunk, Scope, WriteOptions
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
 from ragport.application import RagDeletionHandler, replace_source
@@ -31,7 +31,7 @@ def _seed(store: ChunkStore, status: IngestionStatusStore, scope: Scope) -> None
         embedder=EMB,
         store=store,
         scope=scope,
-        status_store=status,
+        write_options=WriteOptions(status_store=status),
     )
 
 

@@ -15,6 +15,7 @@ import pytest
 from sync_support import DictConnector, Stores, sync_stores
 
 import ragport
+from ragport import WriteOptions
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.loaders import ResourceDocumentLoader
 from ragport.adapters.memory import InMemoryCheckpointStore
@@ -36,7 +37,8 @@ def stores(request) -> Iterator[Stores]:
 def _put(stores: Stores, source_id: str, text: str, **kw: Any) -> ragport.ReplaceResult:
     return ragport.application.replace_source(
         source_id=source_id, chunks=[ragport.Chunk.of(source_id, 0, text)], embedder=EMB,
-        store=stores.store, scope=SCOPE, status_store=stores.status, **kw,
+        store=stores.store, scope=SCOPE,
+        write_options=WriteOptions(status_store=stores.status), **kw,
     )  # fmt: skip
 
 
@@ -112,14 +114,15 @@ def test_replace_document_and_index_chunks_are_refused(stores):
     with pytest.raises(ragport.ForgottenError):
         ragport.bootstrap.replace_document(
             uri="doc.md", loader=loader, parser=parser_for, embedder=EMB, store=stores.store,
-            scope=SCOPE, status_store=stores.status,
+            scope=SCOPE, write_options=WriteOptions(status_store=stores.status),
         )  # fmt: skip
     assert stores.status.get(SCOPE, "doc.md").state == "failed"
     with pytest.raises(ragport.ForgottenError) as caught:
         ragport.application.index_chunks(
             chunks=[ragport.Chunk.of("other", 0, "other words"),
                     ragport.Chunk.of("doc.md", 0, "doc words")],
-            embedder=EMB, store=stores.store, scope=SCOPE, status_store=stores.status,
+            embedder=EMB, store=stores.store, scope=SCOPE,
+            write_options=WriteOptions(status_store=stores.status),
         )  # fmt: skip
     assert caught.value.source_id == "doc.md"
     assert not stores.store.get_by_source(SCOPE, "other")
@@ -181,7 +184,7 @@ def test_readmit_is_audited_and_lets_the_facade_write_again(stores, caplog):
     telemetry = _Spans()
     rag = ragport.Rag(
         store=stores.store, embedder=EMB, scope=SCOPE, status_store=stores.status,
-        telemetry=telemetry,
+        runtime=ragport.Runtime(telemetry=telemetry),
     )  # fmt: skip
     rag.replace_source(source_id="x", chunks=[ragport.Chunk.of("x", 0, "secret old words")])
     _forget(stores, "x", rag_handler=False)

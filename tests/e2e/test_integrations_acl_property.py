@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 
-from ragport import Authorization, Chunk, Grant, Scope
+from ragport import Authorization, Chunk, Grant, Scope, WriteOptions
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
 from ragport.application import RagContextProvider, replace_source
@@ -81,7 +81,7 @@ def test_every_face_shows_exactly_the_allowed_sources(corpus, caller, query_word
             embedder=EMBEDDER,
             store=store,
             scope=SCOPE,
-            status_store=status,
+            write_options=WriteOptions(status_store=status),
         )
         if grant is not None:
             grants.append(

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from flat_options import flat
+from flat_options import flat, flat_write
 from sqlalchemy import text
 
 import ragport
@@ -99,8 +99,7 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
             embedder=EMB,
             store=store,
             scope=scope,
-            status_store=status_store,
-            **flat(clock=CLOCK, **kw),
+            **flat_write(status_store=status_store, clock=CLOCK, **kw),
         )
 
     def retrieve(query=QUERY, **kw):
@@ -216,7 +215,10 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
     note(
         "delete",
         ragport.application.delete_source(
-            source_id="security", store=store, scope=DOCS, status_store=status_store
+            source_id="security",
+            store=store,
+            scope=DOCS,
+            write_options=ragport.WriteOptions(status_store=status_store),
         ),
     )
     assert note("after delete", store.get_by_source(DOCS, "security")) == []
@@ -258,9 +260,8 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
             embedder=EMB,
             store=store,
             scope=DOCS,
-            status_store=status_store,
-            batch_size=2,
             runtime=ragport.Runtime(clock=CLOCK),
+            write_options=ragport.WriteOptions(status_store=status_store, batch_size=2),
         ),
     )
     assert indexed.indexed == 4 and store.current_generation(DOCS) == gen_before + 2
@@ -283,8 +284,8 @@ def scenario(store, status_store) -> list[tuple[str, Any]]:
             embedder=Broken(),
             store=store,
             scope=DOCS,
-            status_store=status_store,
             runtime=ragport.Runtime(clock=CLOCK),
+            write_options=ragport.WriteOptions(status_store=status_store),
         )
     assert len(store.get_by_source(DOCS, "glossary")) == 2
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from doubles import CountingEmbedder
+from flat_options import flat_write
 from pdf_bytes import pdf
 
 import ragport
@@ -47,8 +48,8 @@ def _replace(stores, loader, uri, embedder, **kwargs):
     store, status = stores
     kwargs.setdefault("parser", parser_for)
     return ragport.bootstrap.replace_document(
-        uri=uri, loader=loader, embedder=embedder, store=store, scope=SCOPE, status_store=status,
-        **kwargs,
+        uri=uri, loader=loader, embedder=embedder, store=store, scope=SCOPE,
+        **flat_write(status_store=status, **kwargs),
     )  # fmt: skip
 
 

@@ -7,9 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 from doubles import CountingEmbedder
+from flat_options import flat_write
 from sync_support import DictConnector, Stores, sync_options, sync_stores
 
 import ragport
+from ragport import WriteOptions
 from ragport.adapters.parsers import parser_for
 from ragport.application import SharedGeneration
 from ragport.domain.errors import EmbedderError, ValidationError
@@ -29,7 +31,7 @@ def put(stores: Stores, source_id: str, text: str, **kw) -> ragport.ReplaceResul
     )
     return ragport.application.replace_source(
         source_id=source_id, chunks=[chunk], embedder=kw.pop("embedder", EMB),
-        store=stores.store, scope=SCOPE, **kw,
+        store=stores.store, scope=SCOPE, **flat_write(**kw),
     )  # fmt: skip
 
 
@@ -49,7 +51,10 @@ def test_one_rollback_undoes_every_write_of_the_command(stores):
         put(stores, "a", "alpha two", shared_generation=shared),
         put(stores, "c", "charlie one", shared_generation=shared),
         ragport.application.delete_source(
-            source_id="b", store=stores.store, scope=SCOPE, shared_generation=shared
+            source_id="b",
+            store=stores.store,
+            scope=SCOPE,
+            write_options=WriteOptions(shared_generation=shared),
         ),
     ]
     assert {r.generation for r in results} == {before + 1}
@@ -168,5 +173,6 @@ def test_it_refuses_a_staged_write_and_a_second_scope(stores):
     with pytest.raises(ragport.domain.errors.ScopeError):
         ragport.application.replace_source(
             source_id="z", chunks=[chunk], embedder=EMB, store=stores.store,
-            scope=ragport.Scope("tenant-2", "kb", "shared"), shared_generation=shared,
+            scope=ragport.Scope("tenant-2", "kb", "shared"),
+            write_options=WriteOptions(shared_generation=shared),
         )  # fmt: skip

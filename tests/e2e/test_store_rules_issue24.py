@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import ragport
-from ragport import Authorization, Chunk, Grant, Scope, ValidationError
+from ragport import Authorization, Chunk, Grant, Scope, ValidationError, WriteOptions
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStatusStore, InMemoryStore
 from ragport.domain import Record, Tombstone
@@ -43,7 +43,7 @@ def _put(store: Any, source_id: str, *texts: str, status: Any = None) -> ragport
         embedder=EMB,
         store=store,
         scope=SCOPE,
-        status_store=status,
+        write_options=WriteOptions(status_store=status),
     )
 
 
@@ -187,7 +187,7 @@ def test_lineage_to_a_staged_source_is_accepted(stores):
         embedder=EMB,
         store=store,
         scope=SCOPE,
-        advance_generation=False,
+        write_options=WriteOptions(advance_generation=False),
     )
     _derive(store, "D1", ["memo"])
     assert {"memo", "D1"} <= _sources(store, "summary D1 memo")
@@ -288,7 +288,9 @@ def test_rollback_of_a_deletion_brings_the_status_back(stores):
     """
     store, status = stores
     _put(store, "a", "a one", "a two", status=status)  # generation 1
-    ragport.application.delete_source(source_id="a", store=store, scope=SCOPE, status_store=status)
+    ragport.application.delete_source(
+        source_id="a", store=store, scope=SCOPE, write_options=WriteOptions(status_store=status)
+    )
     assert _status(status, "a") is None
     ragport.application.rollback_generation(store=store, scope=SCOPE, to=1, status_store=status)
     assert _status(status, "a") == ("indexed", "stale", 2, 2)

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from ragport import RetrievalRequest, Runtime
+from ragport import RetrievalRequest, Runtime, WriteOptions
 
 REQUEST_FIELDS = frozenset(a.name for a in attrs.fields(RetrievalRequest) if a.init)
 RUNTIME_FIELDS = frozenset(a.name for a in attrs.fields(Runtime) if a.init)
@@ -22,3 +22,14 @@ def flat(**kwargs: Any) -> dict[str, Any]:
     if runtime:
         kwargs["runtime"] = Runtime(**runtime)
     return kwargs
+
+
+WRITE_FIELDS = frozenset(a.name for a in attrs.fields(WriteOptions) if a.init)
+
+
+def flat_write(**kwargs: Any) -> dict[str, Any]:
+    """``flat`` for a write use case: write-option names go into ``write_options=``."""
+    write = {k: kwargs.pop(k) for k in list(kwargs) if k in WRITE_FIELDS}
+    if write:
+        kwargs["write_options"] = WriteOptions(**write)
+    return flat(**kwargs)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from doubles import CallLog
-from flat_options import flat
+from flat_options import flat, flat_write
 
 import ragport
 from ragport import (
@@ -20,6 +20,7 @@ from ragport import (
     Grant,
     Limits,
     Rename,
+    Runtime,
     Scope,
     ValidationError,
 )
@@ -61,7 +62,7 @@ def _source(
         embedder=EMB,
         store=store,
         scope=scope,
-        **kwargs,
+        **flat_write(**kwargs),
     )
 
 
@@ -234,7 +235,9 @@ def _propagator(
     store: Any, *handlers: Any, **kwargs: Any
 ) -> ragport.application.DeletionPropagator:
     kwargs.setdefault("authorization", ADMIN)
-    return create_deletion_propagator(scope=SCOPE, store=store, handlers=handlers, **kwargs)
+    return create_deletion_propagator(
+        scope=SCOPE, store=store, handlers=handlers, **flat_write(**kwargs)
+    )
 
 
 @pytest.fixture
@@ -1130,7 +1133,7 @@ def test_on_renamed_gets_ids_counts_and_a_redacted_capped_error(store):
         handlers=[noisy, foreign],
         continue_on_error=True,
         on_renamed=events.append,
-        redactor=UpperRedactor(),
+        runtime=Runtime(redactor=UpperRedactor()),
     )
     assert [(e.from_id, e.outcome) for e in events] == [("b", "failed"), ("c", "failed")]
     for event in events:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from doubles import NoTransactionsStore
+from flat_options import flat_write
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
@@ -28,7 +29,11 @@ def put(store: Any, source_id: str, version: str, n: int = 2, **kwargs: Any) -> 
         start += len(text)
     kwargs.setdefault("scope", SCOPE)
     return ragport.application.replace_source(
-        source_id=source_id, chunks=chunks, embedder=HashEmbedder(), store=store, **kwargs
+        source_id=source_id,
+        chunks=chunks,
+        embedder=HashEmbedder(),
+        store=store,
+        **flat_write(**kwargs),
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from doubles import CountingEmbedder, NoTransactionsStore
-from flat_options import flat
+from flat_options import flat_write
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
@@ -84,7 +84,10 @@ def replace(
     kwargs.setdefault("embedder", HashEmbedder())
     kwargs.setdefault("scope", SCOPE)
     return ragport.application.replace_source(
-        source_id=source_id, chunks=make_chunks(source_id, texts), store=store, **flat(**kwargs)
+        source_id=source_id,
+        chunks=make_chunks(source_id, texts),
+        store=store,
+        **flat_write(**kwargs),
     )
 
 
@@ -396,7 +399,7 @@ def test_batch_size_past_ceiling_is_refused(store: InMemoryStore, bad: int) -> N
             embedder=HashEmbedder(),
             store=store,
             scope=SCOPE,
-            batch_size=bad,
+            write_options=ragport.WriteOptions(batch_size=bad),
         )
     assert info.value.limit == "embed_batch"
 
@@ -493,7 +496,10 @@ def test_delete_source_clears_its_status(store: InMemoryStore) -> None:
     replace(store, V1, status_store=statuses)
     assert statuses.get(SCOPE, "policy") is not None
     ragport.application.delete_source(
-        source_id="policy", store=store, scope=SCOPE, status_store=statuses
+        source_id="policy",
+        store=store,
+        scope=SCOPE,
+        write_options=ragport.WriteOptions(status_store=statuses),
     )
     assert statuses.get(SCOPE, "policy") is None
 
@@ -523,7 +529,11 @@ def test_index_chunks_returns_result_and_is_idempotent(store: InMemoryStore) -> 
     assert len(first) == 5
 
     again = ragport.application.index_chunks(
-        chunks=chunks, embedder=HashEmbedder(), store=store, scope=SCOPE, batch_size=2
+        chunks=chunks,
+        embedder=HashEmbedder(),
+        store=store,
+        scope=SCOPE,
+        write_options=ragport.WriteOptions(batch_size=2),
     )
     assert again == ragport.application.IndexResult(indexed=5, source_ids=("a", "b"))
     result_hits = ragport.application.retrieve_context(
@@ -552,8 +562,7 @@ def test_index_chunks_failure_midway_marks_partial(store: InMemoryStore) -> None
             embedder=embedder,
             store=store,
             scope=SCOPE,
-            batch_size=2,
-            status_store=statuses,
+            write_options=ragport.WriteOptions(batch_size=2, status_store=statuses),
         )
 
     status = statuses.get(SCOPE, "policy")
@@ -574,8 +583,7 @@ def test_index_chunks_failure_on_first_batch_marks_failed(store: InMemoryStore) 
             embedder=CountingEmbedder(fail_on_call=1),
             store=store,
             scope=SCOPE,
-            batch_size=2,
-            status_store=statuses,
+            write_options=ragport.WriteOptions(batch_size=2, status_store=statuses),
         )
     status = statuses.get(SCOPE, "policy")
     assert status is not None

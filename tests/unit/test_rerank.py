@@ -190,7 +190,7 @@ def test_an_abort_during_rerank_is_a_rerank_error():
         return list(hits)
 
     with pytest.raises(RerankError):
-        rerank_hits("q", _hits(), reranker=Answer(slow), abort=abort, max_ms=5000)
+        rerank_hits("q", _hits(), reranker=Answer(slow), runtime=Runtime(abort=abort), max_ms=5000)
 
 
 def test_concurrency_is_capped_per_reranker_object():
@@ -420,7 +420,7 @@ def test_every_rerank_error_of_the_seam_names_its_reason():
         ({"reranker": FakeReranker(), "max_bytes": 10}, "too_large"),
         ({"reranker": Answer(lambda h: list(h)[:-1])}, "malformed"),
         ({"reranker": Answer(boom)}, "failed"),
-        ({"reranker": FakeReranker(), "abort": abort}, "aborted"),
+        ({"reranker": FakeReranker(), "runtime": Runtime(abort=abort)}, "aborted"),
         ({"reranker": Answer(lambda h: time.sleep(0.5) or list(h)), "max_ms": 20}, "timeout"),
     ]
     for kwargs, reason in cases:

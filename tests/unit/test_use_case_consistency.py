@@ -108,10 +108,14 @@ def test_repoint_source_checks_abort_and_reports_a_span(store: InMemoryStore) ->
     aborted = threading.Event()
     aborted.set()
     with pytest.raises(AbortedError):
-        repoint_source(scope=SCOPE, store=store, from_id="a", to_id="x", abort=aborted)
+        repoint_source(
+            scope=SCOPE, store=store, from_id="a", to_id="x", runtime=Runtime(abort=aborted)
+        )
     assert len(store.get_by_source(SCOPE, "a")) == 4
     telemetry = Spans()
-    result = repoint_source(scope=SCOPE, store=store, from_id="a", to_id="x", telemetry=telemetry)
+    result = repoint_source(
+        scope=SCOPE, store=store, from_id="a", to_id="x", runtime=Runtime(telemetry=telemetry)
+    )
     assert result.moved_chunks == 4
     assert ("rag.repoint", {"rag.repoint.moved": 4, "rag.repoint.edges": 0}) in telemetry.spans
 
@@ -131,7 +135,7 @@ def test_an_abort_stops_a_rename_batch_even_when_it_continues_on_errors(
             renames=[Rename("a", "x"), Rename("b", "y")],
             continue_on_error=True,
             on_renamed=events.append,
-            abort=aborted,
+            runtime=Runtime(abort=aborted),
         )
     assert [(e.from_id, e.outcome) for e in events] == [("a", "failed")]
     assert len(store.get_by_source(SCOPE, "b")) == 4
@@ -160,7 +164,7 @@ def test_the_propagator_redacts_what_a_failed_handler_leaves(store: InMemoryStor
         store=store,
         authorization=ADMIN,
         handlers=[FailingHandler()],
-        redactor=Hunter2Redactor(),
+        runtime=Runtime(redactor=Hunter2Redactor()),
     )
     with pytest.raises(PropagationError) as caught:
         propagator.propagate("a")
@@ -179,11 +183,13 @@ class Recorder:
 
 
 def test_rerank_hits_redacts_what_the_reranker_sees(store: InMemoryStore) -> None:
-    """rerank_hits(redactor=, secrets=) redacts the query and texts sent to the reranker and
+    """rerank_hits(runtime=Runtime(secrets=)) redacts the query and texts sent to the reranker and
     hands back the caller's own hits. If this fails, check _copy_for_reranker."""
     hits = retrieve_context("a text", embedder=EMB, store=store, scope=SCOPE).hits
     recorder = Recorder()
-    ordered = rerank_hits("a text secret-token", hits, reranker=recorder, secrets=["secret-token"])
+    ordered = rerank_hits(
+        "a text secret-token", hits, reranker=recorder, runtime=Runtime(secrets=["secret-token"])
+    )
     assert [id(h) for h in ordered] == [id(h) for h in reversed(hits)]
     assert recorder.seen and not any("secret-token" in text for text in recorder.seen)
     assert all("secret-token" in h.text for h in ordered)
