@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from fake_drive import DOC, FORM, SHEET, SHORTCUT, FakeDrive
 from fake_http import Reply
+from flat_options import drive_parts
 
 import ragport
 from ragport.adapters.connectors import GoogleDriveConnector, drive_permissions_access
@@ -59,7 +60,7 @@ def make(server):
             "sleep": sleeps.append,
             **kwargs,
         }
-        connector = GoogleDriveConnector(**options)
+        connector = GoogleDriveConnector(**drive_parts(**options))
         made.append(connector)
         return connector
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fake_drive import FOLDER, FakeDrive
 from fake_http import Reply
+from flat_options import drive_parts
 from hostile import run_limited
 
 from ragport.adapters.connectors import GoogleDriveConnector, drive_permissions_access
@@ -31,7 +32,7 @@ def _connector(url: str, **kwargs: Any) -> GoogleDriveConnector:
         "sleep": lambda s: None,
         **kwargs,
     }
-    return GoogleDriveConnector(**options)
+    return GoogleDriveConnector(**drive_parts(**options))
 
 
 def _json(body: dict[str, Any]) -> Reply:
@@ -82,13 +83,15 @@ def test_deeply_nested_answers_are_typed_errors(serve) -> None:
         urls[case] = serve(drive).url
     code = """
 import os, json
-from ragport.adapters.connectors import GoogleDriveConnector, drive_permissions_access
+from ragport.adapters.connectors import (
+    DriveOptions, GoogleDriveConnector, HttpOptions, drive_permissions_access)
 urls = json.loads(os.environ["DRIVE_URLS"])
 out = {}
 for case, url in urls.items():
     connector = GoogleDriveConnector(token_provider=lambda: "token-1",
-        resolve_access=drive_permissions_access, base_url=url, allow_loopback=True,
-        max_retries=0, sleep=lambda s: None)
+        resolve_access=drive_permissions_access, base_url=url,
+        http=HttpOptions(allow_loopback=True),
+        options=DriveOptions(max_retries=0, sleep=lambda s: None))
     try:
         page = connector.bootstrap()
         while not page.exhausted:

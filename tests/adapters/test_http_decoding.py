@@ -62,9 +62,9 @@ def post(key):
 emit({key: outcome(lambda: post(key)) for key in KEYS})
 """,
     "embedder": """
-from ragport.adapters.embedders import TeiEmbedder
+from ragport.adapters.embedders import HttpOptions, TeiEmbedder
 def embed(key):
-    TeiEmbedder(f"{URL}/{key}", dimensions=4, allow_loopback=True).embed(["a"])
+    TeiEmbedder(f"{URL}/{key}", dimensions=4, http=HttpOptions(allow_loopback=True)).embed(["a"])
 emit({key: outcome(lambda: embed(key)) for key in KEYS})
 """,
     "reranker": """
@@ -75,10 +75,12 @@ def rerank(key):
 emit({key: outcome(lambda: rerank(key)) for key in KEYS})
 """,
     "drive": """
-from ragport.adapters.connectors import GoogleDriveConnector, drive_permissions_access
+from ragport.adapters.connectors import (
+    DriveOptions, GoogleDriveConnector, HttpOptions, drive_permissions_access)
 def listing(key):
     GoogleDriveConnector(token_provider=lambda: "t", resolve_access=drive_permissions_access,
-                         base_url=f"{URL}/{key}", allow_loopback=True, max_retries=0).bootstrap()
+                         base_url=f"{URL}/{key}", http=HttpOptions(allow_loopback=True),
+                         options=DriveOptions(max_retries=0)).bootstrap()
 emit({key: outcome(lambda: listing(key)) for key in KEYS})
 """,
 }

@@ -12,7 +12,9 @@ import httpx
 import numpy as np
 import pytest
 from fake_http import FakeServer, Reply
+from flat_options import http_parts
 
+from ragport import WriteOptions
 from ragport.adapters.embedders import HashEmbedder, OpenAICompatibleEmbedder, TeiEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.application.indexing import replace_source
@@ -53,8 +55,8 @@ def make(kind: str, server: FakeServer, **kwargs: Any) -> TeiEmbedder | OpenAICo
     kwargs.setdefault("allow_loopback", True)
     kwargs.setdefault("batch_size", BATCH)
     if kind == "tei":
-        return TeiEmbedder(server.url, **kwargs)
-    return OpenAICompatibleEmbedder(server.url + "/v1", "test-model", **kwargs)
+        return TeiEmbedder(server.url, **http_parts(**kwargs))
+    return OpenAICompatibleEmbedder(server.url + "/v1", "test-model", **http_parts(**kwargs))
 
 
 @pytest.fixture(params=["tei", "openai"])
@@ -291,7 +293,7 @@ def test_replace_source_with_a_batch_failing_for_good_writes_nothing(
                 embedder=embedder,
                 store=store,
                 scope=scope,
-                batch_size=128,
+                write_options=WriteOptions(batch_size=128),
             )
     assert list(store.get_by_source(scope, "doc")) == before
     assert store.current_generation(scope) == generation

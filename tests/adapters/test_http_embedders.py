@@ -13,8 +13,14 @@ import httpx
 import numpy as np
 import pytest
 from fake_http import FakeServer, Reply
+from flat_options import http_parts
 
-from ragport.adapters.embedders import HashEmbedder, OpenAICompatibleEmbedder, TeiEmbedder
+from ragport.adapters.embedders import (
+    HashEmbedder,
+    HttpOptions,
+    OpenAICompatibleEmbedder,
+    TeiEmbedder,
+)
 from ragport.contract_tests._support import error_mentions
 from ragport.domain.errors import EmbedderError, RagportError, ValidationError
 
@@ -44,13 +50,13 @@ def tei_answer(request: dict[str, Any]) -> Reply:
 def openai(server: FakeServer, **kwargs: Any) -> OpenAICompatibleEmbedder:
     kwargs.setdefault("dimensions", DIMS)
     kwargs.setdefault("allow_loopback", True)
-    return OpenAICompatibleEmbedder(server.url + "/v1", "test-model", **kwargs)
+    return OpenAICompatibleEmbedder(server.url + "/v1", "test-model", **http_parts(**kwargs))
 
 
 def tei(server: FakeServer, **kwargs: Any) -> TeiEmbedder:
     kwargs.setdefault("dimensions", DIMS)
     kwargs.setdefault("allow_loopback", True)
-    return TeiEmbedder(server.url, **kwargs)
+    return TeiEmbedder(server.url, **http_parts(**kwargs))
 
 
 DIALECTS = {"openai": (openai, openai_answer), "tei": (tei, tei_answer)}
@@ -369,7 +375,9 @@ def test_connection_refused_raises_embedder_error():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    embedder = TeiEmbedder(f"http://127.0.0.1:{port}", dimensions=DIMS, allow_loopback=True)
+    embedder = TeiEmbedder(
+        f"http://127.0.0.1:{port}", dimensions=DIMS, http=HttpOptions(allow_loopback=True)
+    )
     with pytest.raises(EmbedderError) as caught:
         embedder.embed(["a"])
     assert caught.value.retryable is True
@@ -446,8 +454,10 @@ def test_unsafe_base_urls_are_refused(url):
     If this fails, check check_base_url in ragport/adapters/_http.py.
     """
     for build in (
-        lambda: OpenAICompatibleEmbedder(url, "m", dimensions=DIMS, allow_loopback=True),
-        lambda: TeiEmbedder(url, dimensions=DIMS, allow_loopback=True),
+        lambda: OpenAICompatibleEmbedder(
+            url, "m", dimensions=DIMS, http=HttpOptions(allow_loopback=True)
+        ),
+        lambda: TeiEmbedder(url, dimensions=DIMS, http=HttpOptions(allow_loopback=True)),
     ):
         with pytest.raises(ValidationError) as caught:
             build()
@@ -463,7 +473,7 @@ def test_loopback_http_needs_allow_loopback(url):
     with pytest.raises(ValidationError) as caught:
         TeiEmbedder(url, dimensions=DIMS)
     assert caught.value.field == "base_url"
-    TeiEmbedder(url, dimensions=DIMS, allow_loopback=True).close()
+    TeiEmbedder(url, dimensions=DIMS, http=HttpOptions(allow_loopback=True)).close()
 
 
 def test_https_builds_without_any_request():
@@ -505,7 +515,7 @@ def test_bad_arguments_are_refused(kwargs, field):
     kwargs = {"dimensions": DIMS, **kwargs}
     model = kwargs.pop("model", "m")
     with pytest.raises(ValidationError) as caught:
-        OpenAICompatibleEmbedder("https://example.com", model, **kwargs)
+        OpenAICompatibleEmbedder("https://example.com", model, **http_parts(**kwargs))
     assert caught.value.field == field
 
 

@@ -15,6 +15,7 @@ from fake_http import Reply, start, stop
 
 from ragport.adapters.embedders import (
     HashEmbedder,
+    HttpOptions,
     MiniLmEmbedder,
     OpenAICompatibleEmbedder,
     TeiEmbedder,
@@ -60,7 +61,11 @@ class TestOpenAICompatibleEmbedder(EmbedderContract):
     def embedder(self, loopback_url: str) -> Iterator[OpenAICompatibleEmbedder]:
         # batch_size=4 so the contract's six texts span two requests.
         embedder = OpenAICompatibleEmbedder(
-            loopback_url + "/v1", "hash-v1", dimensions=DIMS, batch_size=4, allow_loopback=True
+            loopback_url + "/v1",
+            "hash-v1",
+            dimensions=DIMS,
+            batch_size=4,
+            http=HttpOptions(allow_loopback=True),
         )
         yield embedder
         embedder.close()
@@ -70,7 +75,11 @@ class TestTeiEmbedder(EmbedderContract):
     @pytest.fixture
     def embedder(self, loopback_url: str) -> Iterator[TeiEmbedder]:
         embedder = TeiEmbedder(
-            loopback_url, model="hash-v1", dimensions=DIMS, batch_size=4, allow_loopback=True
+            loopback_url,
+            model="hash-v1",
+            dimensions=DIMS,
+            batch_size=4,
+            http=HttpOptions(allow_loopback=True),
         )
         yield embedder
         embedder.close()

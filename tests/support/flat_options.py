@@ -33,3 +33,26 @@ def flat_write(**kwargs: Any) -> dict[str, Any]:
     if write:
         kwargs["write_options"] = WriteOptions(**write)
     return flat(**kwargs)
+
+
+def http_parts(**kwargs: Any) -> dict[str, Any]:
+    """An HTTP adapter's flat transport names (client, allow_loopback, timeout_s, ...) moved
+    into ``http=HttpOptions(...)``; for a Drive connector, its settings into
+    ``options=DriveOptions(...)`` too (see ``drive_parts``)."""
+    from ragport.adapters.http_options import HTTP_KEYWORDS, HttpOptions
+
+    http = {k: kwargs.pop(k) for k in list(kwargs) if k in HTTP_KEYWORDS}
+    if http:
+        kwargs["http"] = HttpOptions(**http)
+    return kwargs
+
+
+def drive_parts(**kwargs: Any) -> dict[str, Any]:
+    """``http_parts`` plus the Drive settings moved into ``options=DriveOptions(...)``."""
+    from ragport.adapters.connectors import DriveOptions
+
+    names = {a.name for a in attrs.fields(DriveOptions)}
+    options = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+    if options:
+        kwargs["options"] = DriveOptions(**options)
+    return http_parts(**kwargs)
