@@ -58,18 +58,24 @@ def checked(
     *,
     source_id: str | None = None,
     ids: Sequence[str] | None = None,
-) -> Iterator[Record]:
-    """``rows`` as asked of ``rows(source_id=, ids=)`` (or ``nearest``): a row of another
-    scope, source or id is ``StoreError``, never handed on."""
-    wanted = None if ids is None else frozenset(ids)
-    for row in rows:
-        if (
-            (row.scope is not scope and not same_scope(row.scope, scope))
-            or (source_id is not None and row.source_id != source_id)
-            or (wanted is not None and row.id not in wanted)
-        ):
-            raise StoreError("the backend returned a row outside the scope or source asked")
-        yield row
+) -> list[Record]:
+    """``rows`` as asked of ``rows(source_id=, ids=)``, as a list: a row of another scope,
+    source or id is ``StoreError``, never handed on. (Every write of the narrow port reads
+    whole scopes through here: one plain loop, identity first.)"""
+    found = rows if type(rows) is list else list(rows)
+    for row in found:
+        if row.scope is not scope and not same_scope(row.scope, scope):
+            raise StoreError("the backend returned a row outside the scope asked")
+    if source_id is not None:
+        for row in found:
+            if row.source_id != source_id:
+                raise StoreError("the backend returned a row outside the source asked")
+    if ids is not None:
+        wanted = frozenset(ids)
+        for row in found:
+            if row.id not in wanted:
+                raise StoreError("the backend returned a row outside the ids asked")
+    return found
 
 
 def visible(rows: Iterable[Record], pointer: int) -> Iterator[Record]:

@@ -116,7 +116,9 @@ class _Tracked:
             except BaseException:
                 self._uow.failed = True
                 raise
-            return list(self._iterate(result)) if iterated else result
+            if not iterated or type(result) in (list, tuple):  # nothing left to fail
+                return result
+            return list(self._iterate(result))
 
         return call
 
@@ -171,7 +173,7 @@ class _Part:
         self, w: BackendWriter, *, source_id: str | None = None, ids: Sequence[str] | None = None
     ) -> list[Record]:
         rows = w.rows(source_id=source_id, ids=ids)
-        return list(checked(rows, self._uow.scope, source_id=source_id, ids=ids))
+        return checked(rows, self._uow.scope, source_id=source_id, ids=ids)
 
 
 class _Records(_Part):
@@ -304,7 +306,7 @@ class _Records(_Part):
         def found(w: BackendWriter) -> list[Record]:
             if self._push.dependents is not None:
                 found = self._call(self._push.dependents, sorted(wanted))
-                rows = list(checked(found, self._uow.scope))
+                rows = checked(found, self._uow.scope)
             else:
                 rows = self._rows(w)
             dependents = (
