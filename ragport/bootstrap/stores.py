@@ -23,6 +23,7 @@ from ragport import application
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryCheckpointStore, InMemoryStatusStore, InMemoryStore
 from ragport.adapters.parsers import parser_for
+from ragport.application.runtime import Runtime
 from ragport.bootstrap import plugins
 from ragport.domain.errors import RagportError, ValidationError, raise_unchained
 from ragport.domain.model import Scope
@@ -289,14 +290,17 @@ def open_rag(
     embedder: str | Embedder = "minilm",
     schema: str = "ragport",
     upgrade: bool | None = None,
+    runtime: Runtime | None = None,
 ) -> Iterator[Rag]:
     """A ``Rag`` bound to ``scope`` over the stores of ``url`` (see ``open_stores``), with
-    the embedder named ``embedder`` (or the one given) and the backend's status store."""
+    the embedder named ``embedder`` (or the one given), the backend's status store and
+    ``runtime`` (telemetry, redaction, limits, clock, abort: ``Rag.runtime``)."""
     with open_stores(url, schema=schema, upgrade=upgrade) as stores:
         yield Rag(
             store=stores.chunks,
             embedder=build_embedder(embedder) if isinstance(embedder, str) else embedder,
             scope=scope,
+            runtime=runtime,
             status_store=stores.status,
         )
 

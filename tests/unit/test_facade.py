@@ -95,3 +95,18 @@ def test_bootstrap_hands_back_a_bound_rag() -> None:
         rag.replace_source(source_id="doc", chunks=_chunks("doc", "walrus colonies"))
         assert [h.id for h in rag.retrieve("walrus").hits] == ["doc#0001"]
         assert [item.source_id for item in rag.status().items] == ["doc"]
+
+
+def test_open_rag_binds_the_runtime_it_is_given() -> None:
+    """``open_rag(runtime=)`` is the Rag's bound runtime: its limits apply to every call. If
+    this fails, check that open_rag passes runtime to Rag."""
+    from ragport import Limits, Runtime
+    from ragport.bootstrap import open_rag
+
+    with open_rag(
+        "memory://", scope=A, embedder="hash", runtime=Runtime(limits=Limits(top_k=1))
+    ) as rag:
+        for n in range(3):
+            rag.replace_source(source_id=f"d{n}", chunks=_chunks(f"d{n}", "walrus colonies"))
+        assert rag.runtime.limits.top_k == 1
+        assert len(rag.retrieve("walrus").hits) == 1
