@@ -268,12 +268,15 @@ class _Records(_Part):
 
     def _purge(self, doomed: Callable[[Record], bool], **where: int) -> int:
         """Delete the rows ``doomed`` picks (``where``: the same condition for
-        ``delete_where``), then set the claim to what is left."""
+        ``delete_where``), then set the claim to what is left (not read again after a
+        pushdown when the backend answers ``embedders`` itself: its guard is exact and cheap
+        whatever the claim holds, and its scopes may be large)."""
 
         def purge(w: BackendWriter) -> int:
             if self._push.delete_where is not None:
                 gone = self._pushed(self._push.delete_where, **where)
-                self._reclaim(w, None)
+                if self._push.embedders is None:
+                    self._reclaim(w, None)
                 return gone
             rows = self._rows(w)
             gone = _delete(w, [r for r in rows if doomed(r)])
