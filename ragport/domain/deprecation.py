@@ -13,6 +13,7 @@ the use cases' folds on this; adapters fold their own options values with it.
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar, cast
@@ -38,14 +39,25 @@ class Fold(NamedTuple):
     hint: str
 
 
+def _outside_ragport(stacklevel: int) -> int:
+    """``stacklevel`` moved past ragport's own frames (a wired wrapper such as
+    ``ragport.bootstrap.replace_document``), so the warning names the caller's line."""
+    frame = sys._getframe(stacklevel + 1)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("ragport."):
+        frame = frame.f_back
+        stacklevel += 1
+    return stacklevel
+
+
 def warn_deprecated(name: str, given: Iterable[str], hint: str, *, stacklevel: int = 2) -> None:
-    """Warn that ``name(given...)`` is deprecated in favour of ``hint``."""
+    """Warn that ``name(given...)`` is deprecated in favour of ``hint``; the warning points
+    at the first caller outside ragport, ``stacklevel`` frames up or further."""
     names = ", ".join(f"{k}=" for k in given)
     warnings.warn(
         f"{name}({names}) is deprecated and will be removed in ragport {REMOVED_IN}: pass "
         f"{hint} instead (docs/deprecations.md)",
         DeprecationWarning,
-        stacklevel=stacklevel + 1,
+        stacklevel=_outside_ragport(stacklevel) + 1,
     )
 
 

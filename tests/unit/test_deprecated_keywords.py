@@ -490,3 +490,14 @@ def test_the_warning_points_at_the_callers_line() -> None:
     with pytest.warns(DeprecationWarning) as caught:
         delete_source(source_id="a", store=_store("a"), scope=SCOPE, abort=None)  # type: ignore[call-arg]
     assert caught[0].filename == __file__
+
+
+def test_a_wired_wrapper_does_not_hide_the_callers_line() -> None:
+    """ragport.bootstrap.replace_document wraps the use case: the warning still names the
+    caller's file. If this fails, check _outside_ragport in ragport/domain/deprecation.py."""
+    from ragport.bootstrap import replace_document as wired
+
+    with pytest.warns(DeprecationWarning) as caught:
+        wired(uri="doc", loader=_Loader(), embedder=EMB, store=InMemoryStore(), scope=SCOPE,
+              size=80, overlap=0)  # type: ignore[call-arg]  # fmt: skip
+    assert caught[0].filename == __file__
