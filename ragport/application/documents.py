@@ -218,11 +218,15 @@ def prepare_document(
         raise ValidationError(
             "source_id already names a derived record in this scope", field="source_id"
         )
-    if stored and all(
-        r.content_hash == key
-        and r.embedder_id == embedder.id
-        and r.dimensions == embedder.dimensions
-        for r in stored
+    if (
+        opts.skip_if_unchanged is not False
+        and stored
+        and all(
+            r.content_hash == key
+            and r.embedder_id == embedder.id
+            and r.dimensions == embedder.dimensions
+            for r in stored
+        )
     ):
         return PreparedDocument(source_id, key, (), True, len(stored))
     check_abort(abort)

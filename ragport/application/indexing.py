@@ -40,7 +40,7 @@ from ragport.application.pinned import retire_pinned_dependents
 from ragport.application.results import IndexResult, ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import staged_write
-from ragport.application.write_options import WriteOptions, check_write_options
+from ragport.application.write_options import WriteOptions, check_write_options, refuse_unused
 from ragport.domain.errors import ForgottenError, ValidationError
 from ragport.domain.limits import Limits
 from ragport.domain.model import (
@@ -352,6 +352,7 @@ def delete_source(
     """
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
     opts = check_write_options(write_options)
+    refuse_unused(opts, "delete_source", staged=False, shared=True, skip=False)
     status_store = opts.status_store
     scope = require_scope(scope)
     validate_id(source_id, field="source_id")
@@ -393,7 +394,9 @@ def index_chunks(
     rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
     abort, lim, redact = rt.abort, rt.limits, rt.redaction
     tel, clk = rt.effective_telemetry, rt.effective_clock
-    opts = check_write_options(write_options).settings(lim)
+    options = check_write_options(write_options)
+    refuse_unused(options, "index_chunks", staged=False, shared=False, skip=False)
+    opts = options.settings(lim)
     status_store, batch_size = opts.status_store, opts.batch_size
     scope = require_scope(scope)
     checked = _check_chunks(chunks, lim, source_id=None)

@@ -18,7 +18,13 @@ from ragport.domain.errors import ValidationError
 from ragport.domain.limits import Limits, check_limit
 from ragport.ports.status import IngestionStatusStore
 
-__all__ = ["DEFAULT_WRITE_OPTIONS", "WriteOptions", "WriteSettings", "check_write_options"]
+__all__ = [
+    "DEFAULT_WRITE_OPTIONS",
+    "WriteOptions",
+    "WriteSettings",
+    "check_write_options",
+    "refuse_unused",
+]
 
 
 def _number(value: int | None, *, limit: str, field: str) -> int | None:
@@ -111,6 +117,11 @@ class WriteOptions:
     - ``skip_if_unchanged`` (default ``None``: skip when a ``content_hash`` is given): a
       write whose content hash matches the stored rows under the same embedder writes nothing.
     - ``status_store``: where the write records its ingestion status (none by default).
+
+    A use case refuses (``ValidationError(field="write_options")``) a flag it cannot honour
+    rather than ignore it: ``index_chunks`` and ``delete_source`` always publish,
+    ``index_chunks`` shares no generation, neither skips; ``replace_document`` skips by its
+    skip key unless ``skip_if_unchanged=False`` (then it parses and embeds again).
     """
 
     size: int | None = attrs.field(default=None, converter=_size)
@@ -156,6 +167,29 @@ class WriteOptions:
 
 
 DEFAULT_WRITE_OPTIONS = WriteOptions()
+
+
+def refuse_unused(options: WriteOptions, use_case: str, *, staged: bool, shared: bool,
+                  skip: bool) -> None:  # fmt: skip
+    """Fail closed on a field ``use_case`` cannot honour (rather than ignore it):
+    ``advance_generation=False`` unless it can stage (``staged``), a ``shared_generation``
+    unless it can share one (``shared``), a ``skip_if_unchanged`` unless it can skip
+    (``skip``). Sizes it does not use (``size`` and ``overlap`` for a write that does not
+    chunk) are ignored, so one value serves every write of a command."""
+    refused = [
+        name
+        for name, used, given in (
+            ("advance_generation", staged, not options.advance_generation),
+            ("shared_generation", shared, options.shared_generation is not None),
+            ("skip_if_unchanged", skip, options.skip_if_unchanged is not None),
+        )
+        if given and not used
+    ]
+    if refused:
+        raise ValidationError(
+            f"{use_case} cannot honour write_options.{refused[0]}: leave it at its default",
+            field="write_options",
+        )
 
 
 def check_write_options(options: object) -> WriteOptions:

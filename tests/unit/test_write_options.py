@@ -133,3 +133,57 @@ def test_check_write_options() -> None:
     with pytest.raises(ValidationError) as caught:
         check_write_options({"size": 10})
     assert caught.value.field == "write_options"
+
+
+def test_a_flag_a_use_case_cannot_honour_is_refused_not_ignored() -> None:
+    """index_chunks and delete_source fail closed on the flags they cannot honour; sizes
+    they do not use are ignored. If this fails, check refuse_unused in write_options.py."""
+    from ragport.adapters.embedders import HashEmbedder
+    from ragport.adapters.memory import InMemoryStore
+    from ragport.application import delete_source, index_chunks
+    from ragport.domain.model import Chunk, Scope
+
+    scope, store, emb = Scope("t", "r", "c"), InMemoryStore(), HashEmbedder(16)
+    chunks = [Chunk.of("a", 0, "alpha text")]
+    for options in (
+        WriteOptions(advance_generation=False),
+        WriteOptions(shared_generation=SharedGeneration()),
+        WriteOptions(skip_if_unchanged=True),
+    ):
+        with pytest.raises(ValidationError) as caught:
+            index_chunks(chunks=chunks, embedder=emb, store=store, scope=scope,
+                         write_options=options)  # fmt: skip
+        assert caught.value.field == "write_options"
+    assert not store.get_by_source(scope, "a")
+    index_chunks(chunks=chunks, embedder=emb, store=store, scope=scope,
+                 write_options=WriteOptions(size=10, overlap=0))  # fmt: skip
+    with pytest.raises(ValidationError) as caught:
+        delete_source(source_id="a", store=store, scope=scope,
+                      write_options=WriteOptions(advance_generation=False))  # fmt: skip
+    assert caught.value.field == "write_options" and store.get_by_source(scope, "a")
+    delete_source(source_id="a", store=store, scope=scope,
+                  write_options=WriteOptions(shared_generation=SharedGeneration()))  # fmt: skip
+    assert not store.get_by_source(scope, "a")
+
+
+def test_replace_document_re_embeds_with_skip_if_unchanged_false() -> None:
+    """The skip key skips unchanged bytes unless skip_if_unchanged=False. If this fails,
+    check prepare_document's unchanged check."""
+    from ragport.adapters.embedders import HashEmbedder
+    from ragport.adapters.memory import InMemoryStore
+    from ragport.adapters.parsers import TextParser
+    from ragport.application import replace_document
+    from ragport.domain.model import Scope
+    from ragport.ports.documents import LoadedDocument
+
+    class Loader:
+        def load(self, uri: str) -> LoadedDocument:
+            return LoadedDocument(b"Parental leave lasts sixteen weeks.", "text/plain")
+
+    parts: dict[str, object] = {"uri": "doc", "loader": Loader(), "parser": TextParser(),
+                                "embedder": HashEmbedder(16), "store": InMemoryStore(),
+                                "scope": Scope("t", "r", "c")}  # fmt: skip
+    assert not replace_document(**parts).skipped  # type: ignore[arg-type]
+    assert replace_document(**parts).skipped  # type: ignore[arg-type]
+    again = replace_document(**parts, write_options=WriteOptions(skip_if_unchanged=False))  # type: ignore[arg-type]
+    assert not again.skipped and again.indexed == 1
