@@ -123,7 +123,6 @@ class Rag:
         self._store = store
         self._embedder = embedder
         self._runtime = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
-        self._limits = self._runtime.limits
         self._status = status_store
 
     @property
@@ -340,13 +339,14 @@ class Rag:
                 "this Rag has no status_store: pass one to read ingestion status",
                 capability="status",
             )
+        rt = self._runtime_for(runtime)
         return list_ingestion_status(
             store=self._status,
             scope=self._write_scope(),
-            limit=self._limits.status_page if limit is None else limit,
+            limit=rt.limits.status_page if limit is None else limit,
             cursor=cursor,
             chunk_store=self._store,
-            runtime=self._runtime_for(runtime),
+            runtime=rt,
         )
 
     # -- text, forgetting, re-pointing ------------------------------------------------------
