@@ -165,6 +165,7 @@ class AsyncRag:
     retrieve = _mirror(Rag.retrieve)
     replace_source = _mirror(Rag.replace_source)
     replace_text = _mirror(Rag.replace_text)
+    replace_sources = _mirror(Rag.replace_sources)
     replace_document = _mirror(Rag.replace_document)
     delete_source = _mirror(Rag.delete_source)
     index_derived = _mirror(Rag.index_derived)

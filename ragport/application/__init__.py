@@ -1,6 +1,12 @@
 """Use cases: orchestrate the domain and the ports. No SQL, no HTTP, no file I/O."""
 
 from ragport.application.admission import ReadmitResult, readmit_source
+from ragport.application.batch import (
+    ReplaceBatchResult,
+    SourceFailure,
+    SourceWrite,
+    replace_sources,
+)
 from ragport.application.context import (
     ContextBlock,
     Evidence,
@@ -58,6 +64,7 @@ __all__ = [
     "RenameBatchResult",
     "RenameEvent",
     "RenameFailure",
+    "ReplaceBatchResult",
     "ReplaceResult",
     "RepointResult",
     "RetrievalRequest",
@@ -65,6 +72,8 @@ __all__ = [
     "RollbackResult",
     "Runtime",
     "SharedGeneration",
+    "SourceFailure",
+    "SourceWrite",
     "SyncFailure",
     "SyncOptions",
     "SyncResult",
@@ -83,6 +92,7 @@ __all__ = [
     "readmit_source",
     "replace_document",
     "replace_source",
+    "replace_sources",
     "repoint_source",
     "rerank_hits",
     "retrieve_context",

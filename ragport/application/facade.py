@@ -24,6 +24,7 @@ import attrs
 from ragport.application._support import check_abort, require_scope
 from ragport.application._sync_state import SyncProgress, SyncResult
 from ragport.application.admission import ReadmitResult, readmit_source
+from ragport.application.batch import ReplaceBatchResult, SourceWrite, replace_sources
 from ragport.application.deprecation import WRITE_KEYWORDS, folds_keywords
 from ragport.application.derived import index_derived
 from ragport.application.documents import ParserSelector, replace_document
@@ -196,6 +197,23 @@ class Rag:
             runtime=self._runtime_for(runtime),
             write_options=self._options_for(write_options),
             grant=grant,
+            **self._bound_write(),
+        )
+
+    def replace_sources(
+        self,
+        batch: Sequence[SourceWrite],
+        *,
+        runtime: Runtime | None = None,
+        write_options: WriteOptions | None = None,
+    ) -> ReplaceBatchResult:
+        """``replace_sources`` in the bound scope: many sources, each atomically, in batches of
+        ``limits.write_batch`` at one unit of work and one generation each; a source that
+        fails is in ``failures`` and keeps its previous version."""
+        return replace_sources(
+            batch,
+            runtime=self._runtime_for(runtime),
+            write_options=self._options_for(write_options),
             **self._bound_write(),
         )
 

@@ -4,8 +4,13 @@
 2. ``workers`` 1: each candidate through ``replace_document`` (load, parse, chunk, embed,
    write) one after another. More: the ingestion pipeline (``ragport.application.pipeline``):
    ``workers`` threads load and parse, one thread embeds the chunks of consecutive documents
-   per call, and each document is written here by its own ``replace_prepared`` (its own
-   transaction) in input order.
+   per call, and the changed documents are written here in input order, in batches
+   (``ragport.application.batch``): up to ``limits.write_batch`` documents and
+   ``limits.write_batch_chunks`` chunks in ONE unit of work at ONE generation, their rows in
+   one ``records.add``, so each document is still all-or-nothing for readers. A document that
+   failed before the write is left out of its batch; if a batch's write fails, each of its
+   documents is written alone (its own ``replace_prepared``), so only the bad one fails and
+   keeps its previous version. With a redactor, each document is written alone.
 3. Yield one ``FileOutcome`` per candidate, in input order: a refused candidate (no
    ``source_id``) or a document that failed anywhere is that document's failure only
    (``failed`` with a text-free reason and error); ``AbortedError`` stops the run.
@@ -22,11 +27,12 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import attrs
 
-from ragport.application._support import check_abort, embed_batches, require_scope
+from ragport.application._support import check_abort, embed_batches, put_status, require_scope
+from ragport.application.batch import BatchItem, batch_bounds, write_batch, write_batched
 from ragport.application.documents import (
     ParserSelector,
     PreparedDocument,
@@ -35,7 +41,7 @@ from ragport.application.documents import (
     replace_document,
     replace_prepared,
 )
-from ragport.application.indexing import replace_source
+from ragport.application.indexing import _check_chunks, replace_source
 from ragport.application.pipeline import (
     MAX_WORKERS,
     PipelineItem,
@@ -213,8 +219,9 @@ def ingest_documents(
 ) -> Generator[FileOutcome, None, None]:
     """``replace_document`` for every candidate, one outcome each (see the module).
 
-    Outcomes come in input order; each document is written by its own ``replace_source``
-    (atomic) in input order, so generations follow the input order. ``runtime.abort`` stops
+    Outcomes come in input order; each document is written atomically (serially by its own
+    ``replace_source``; pipelined in batches, one unit of work and one generation each) in
+    input order, so generations follow the input order. ``runtime.abort`` stops
     the run at the next check (``AbortedError``); closing the generator (or Ctrl-C) stops
     every thread before it returns, and the document in flight writes nothing.
     """
@@ -303,9 +310,11 @@ class _Ingest:
         )
         workers = o.workers or 1
         items = run_pipeline(candidates, steps, workers=workers, abort=self.runtime.abort)
+        batch = _Batch(self)
         try:
             for item in items:
-                yield self.settle(item, started.popleft())
+                yield from batch.take(item, started.popleft())
+            yield from batch.flush()
         finally:
             items.close()
 
@@ -340,7 +349,7 @@ class _Ingest:
             )  # fmt: skip
 
     def settle(self, item: PipelineItem[Candidate], started: float) -> FileOutcome:
-        """The outcome of one document out of the pipeline: written, or its failure."""
+        """The outcome of one document out of the pipeline: written alone, or its failure."""
         timer = self.options.timer
         candidate = item.item
         shown = candidate.source_id or str(candidate.path)
@@ -362,21 +371,145 @@ class _Ingest:
             return failed_outcome(shown, sid, item.error, timer() - started)
         prepared = item.prepared
         assert prepared is not None
-        vectors: dict[str, tuple[str, Any]] | None = None
-        if item.vectors is not None:
-            vectors = {c.id: (c.text, item.vectors[i]) for i, c in enumerate(prepared.chunks)}
         with progress_stage(self.options.progress, prepared.source_id, "writing"):
             try:
-                result = replace_prepared(
-                    prepared, size_bytes=item.size_bytes, embedder=self.embedder,
-                    store=self.store, scope=self.scope, vectors=vectors, runtime=self.runtime,
-                    write_options=self.write_options(status_store=self.status_store),
-                )  # fmt: skip
+                result = self.write_alone(item)
             except AbortedError:
                 raise
             except Exception as exc:
                 return failed_outcome(sid, sid, exc, timer() - started)
         return written_outcome(sid, result, timer() - started)
+
+    def write_alone(self, item: PipelineItem[Candidate]) -> ReplaceResult:
+        """One document by its own ``replace_prepared`` (its own transaction)."""
+        prepared = item.prepared
+        assert prepared is not None
+        vectors: dict[str, tuple[str, Any]] | None = None
+        if item.vectors is not None:
+            vectors = {c.id: (c.text, item.vectors[i]) for i, c in enumerate(prepared.chunks)}
+        return replace_prepared(
+            prepared, size_bytes=item.size_bytes, embedder=self.embedder,
+            store=self.store, scope=self.scope, vectors=vectors, runtime=self.runtime,
+            write_options=self.write_options(status_store=self.status_store),
+        )  # fmt: skip
+
+    def batchable(self, item: PipelineItem[Candidate]) -> bool:
+        """Whether ``item`` goes into a batch: a changed document with its vectors, no
+        redactor (its vectors are of the stored text) and chunks ``replace_source`` accepts."""
+        prepared = item.prepared
+        if item.error is not None or prepared is None or prepared.unchanged:
+            return False
+        if item.vectors is None or self.runtime.redaction.active:
+            return False
+        try:
+            _check_chunks(prepared.chunks, self.runtime.limits, source_id=prepared.source_id)
+        except ValidationError:
+            return False  # written alone, which reports it
+        return True
+
+    def write_batch(self, items: Sequence[PipelineItem[Candidate]]) -> list[ReplaceResult]:
+        """Documents in one unit of work at one generation (``batch.write_batch``)."""
+        rt = self.runtime
+        batch = [
+            BatchItem(p.source_id, p.chunks, [c.text for c in p.chunks], i.vectors, p.skip_key)
+            for i in items
+            if (p := i.prepared) is not None and i.vectors is not None
+        ]
+        generation, deleted = write_batch(
+            batch, store=self.store, scope=self.scope, embedder=self.embedder,
+            shared=self.write.shared_generation, limits=rt.limits,
+            telemetry=rt.effective_telemetry, abort=rt.abort,
+        )  # fmt: skip
+        return [
+            ReplaceResult(b.source_id, d, len(b.chunks), False, generation)
+            for b, d in zip(batch, deleted, strict=True)
+        ]
+
+    def put_status(self, item: PipelineItem[Candidate], written: int | None) -> None:
+        """``pending`` (``written`` ``None``) or ``indexed``, as ``replace_prepared`` records."""
+        prepared = item.prepared
+        assert prepared is not None
+        total = len(prepared.chunks) if written is None else written
+        put_status(
+            self.status_store, scope=self.scope, source_id=prepared.source_id,
+            state="pending" if written is None else "indexed",
+            clock=self.runtime.effective_clock, size=item.size_bytes, total=total,
+            indexed=0 if written is None else written,
+        )  # fmt: skip
+
+
+class _Batch:
+    """The pipelined path's documents held for one batched write (``batch.write_batch``).
+
+    Documents come in input order; a changed one joins the batch (``pending`` recorded), any
+    other is settled at once. Outcomes leave in input order: those after a held document wait
+    for its batch. The batch is written when it holds ``limits.write_batch`` documents, when
+    the next would pass ``limits.write_batch_chunks`` chunks or repeat a source id, and at the
+    end; if that write fails, each of its documents is written alone (``write_batched``).
+    """
+
+    def __init__(self, run: _Ingest) -> None:
+        self.run = run
+        self.most, self.most_chunks = batch_bounds(run.runtime.limits)
+        self.held: list[tuple[PipelineItem[Candidate], float]] = []  # to write
+        self.queue: list[tuple[PipelineItem[Candidate], float] | FileOutcome] = []
+        self.chunks = 0
+
+    def take(
+        self, item: PipelineItem[Candidate], started: float
+    ) -> Generator[FileOutcome, None, None]:
+        """Hold ``item`` for the batch, or settle it; yield what may leave now."""
+        if not self.run.batchable(item):
+            prepared = item.prepared
+            if item.error is None and prepared is not None and not prepared.unchanged:
+                yield from self.flush()  # written alone: after the documents before it
+            outcome = self.run.settle(item, started)
+            if not self.held:
+                yield outcome
+            else:
+                self.queue.append(outcome)
+            return
+        prepared = item.prepared
+        assert prepared is not None
+        n = len(prepared.chunks)
+        held_ids = {cast(PreparedDocument, h.prepared).source_id for h, _ in self.held}
+        if self.held and (
+            len(self.held) >= self.most
+            or self.chunks + n > self.most_chunks
+            or prepared.source_id in held_ids
+        ):
+            yield from self.flush()
+        self.run.put_status(item, None)
+        self.held.append((item, started))
+        self.queue.append((item, started))
+        self.chunks += n
+
+    def flush(self) -> Generator[FileOutcome, None, None]:
+        """Write the held documents, then yield every queued outcome in input order."""
+        run, held = self.run, [h for h, _ in self.held]
+        written: dict[int, ReplaceResult | Exception] = {}
+        if held:
+            first = cast(PreparedDocument, held[0].prepared).source_id
+            label = first + (f" (+{len(held) - 1} more)" if len(held) > 1 else "")
+            with progress_stage(run.options.progress, label, "writing"):
+                results, batched = write_batched(held, batch=run.write_batch, alone=run.write_alone)
+            for item, result in zip(held, results, strict=True):
+                written[id(item)] = result
+                if batched and isinstance(result, ReplaceResult):
+                    run.put_status(item, result.indexed)
+        timer = run.options.timer
+        for entry in self.queue:
+            if isinstance(entry, FileOutcome):
+                yield entry
+                continue
+            item, started = entry
+            sid = cast(PreparedDocument, item.prepared).source_id
+            result = written[id(item)]
+            if isinstance(result, ReplaceResult):
+                yield written_outcome(sid, result, timer() - started)
+            else:
+                yield failed_outcome(sid, sid, result, timer() - started)
+        self.held, self.queue, self.chunks = [], [], 0
 
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")

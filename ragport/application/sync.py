@@ -89,7 +89,7 @@ from ragport.domain.errors import (
     reason_code,
 )
 from ragport.domain.limits import Limits
-from ragport.domain.model import Grant, Scope, validate_text
+from ragport.domain.model import Grant, Record, Scope, validate_text
 from ragport.domain.status import ERROR_MAX, Freshness, IngestionState, IngestionStatus
 from ragport.ports.documents import LoadedDocument, Parser
 from ragport.ports.embedder import Embedder, VectorMatrix
@@ -267,22 +267,22 @@ class _Run:
                     if retired and source_id not in withheld:
                         deleted.append(source_id)
                         swept += source_id in sweep
-                offset = 0
+                records: list[Record] = []  # the page's rows: one add (PostgreSQL COPYs them)
                 for prepared, _ in changed:
                     n = len(prepared.chunks)
                     uow.records.retire_source(prepared.source_id, generation=generation)
-                    uow.records.add(
+                    records.extend(
                         _records(
                             prepared.chunks,
-                            texts[offset : offset + n],
+                            texts[len(records) : len(records) + n],
                             scope=self.scope,
                             embedder=self.embedder,
                             generation=generation,
                             content_hash=prepared.skip_key,
-                        ),
-                        vectors[offset : offset + n],
+                        )
                     )
-                    offset += n
+                if records:
+                    uow.records.add(records, vectors[: len(records)])
                 retire_pinned_dependents(
                     uow,
                     [*visible, *(p.source_id for p, _ in changed)],

@@ -80,6 +80,10 @@ _TABLE: dict[str, tuple[int, int, int]] = {
     "propagation_edges": (4_096, 4_096, 1),
     "repoint_page": (4_096, 4_096, 1),
     "compact_keep": (1, 1_000_000, 0),
+    # A batched write (ingest of a folder, Rag.replace_sources): sources and chunks per
+    # transaction; the chunks bound the vectors held in memory (a larger source goes alone).
+    "write_batch": (100, 1_000, 1),
+    "write_batch_chunks": (4_096, 65_536, 1),
 }
 
 # field -> absolute cap: the most a raised ceiling (``Ceilings``) may allow
@@ -270,6 +274,8 @@ class Limits:
     parse_wall_ms: int = _field("parse_wall_ms")
     binary_bytes: int = _field("binary_bytes")
     local_rerank_ms: int = _field("local_rerank_ms")  # after the others: positions unchanged
+    write_batch: int = _field("write_batch")
+    write_batch_chunks: int = _field("write_batch_chunks")
     ceilings: Ceilings = attrs.field(default=DEFAULT_CEILINGS, kw_only=True, converter=_to_ceilings)
 
     def __attrs_post_init__(self) -> None:

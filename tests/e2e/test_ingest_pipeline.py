@@ -79,28 +79,36 @@ def shape(outcomes: list[Any]) -> list[tuple[Any, ...]]:
             for o in outcomes]  # fmt: skip
 
 
+def _no_generation(rows: list[tuple[Any, ...]], at: int) -> list[tuple[Any, ...]]:
+    return [r[:at] + r[at + 1 :] for r in rows]
+
+
 def test_pipeline_matches_the_serial_path(tmp_path: Path, stores: Stores) -> None:
     """Over a mixed folder (md, html, pdf, docx, a bad PDF in the middle) workers=1 and
-    workers=3 give the same outcomes, the same stored rows and generations in input order;
-    the bad file fails alone and the files after it are indexed.
-    If this fails, check run_pipeline in ragport/application/pipeline.py and _Ingest.settle in
+    workers=3 give the same outcomes in the same order and the same stored rows; the serial
+    path writes a generation per file, the pipelined one a batch (every file here) at ONE
+    generation; the bad file fails alone and the files after it are indexed.
+    If this fails, check run_pipeline in ragport/application/pipeline.py and _Batch in
     ragport/application/ingest.py."""
     root = mixed_folder(tmp_path / "docs")
     serial_scope = ragport.Scope("t", "r", "serial")
     piped_scope = ragport.Scope("t", "r", "piped")
     serial = run(root, stores, serial_scope, workers=1)
     piped = run(root, stores, piped_scope, workers=3)
-    assert shape(piped) == shape(serial)
+    assert _no_generation(shape(piped), 5) == _no_generation(shape(serial), 5)
+    serial_generations = [o.generation for o in serial if o.state == "indexed"]
+    assert serial_generations == sorted(set(serial_generations))  # one each, in input order
+    assert len({o.generation for o in piped if o.state == "indexed"}) == 1  # one batch
     failed = [o for o in piped if o.state == "failed"]
     assert [o.source_id for o in failed] == ["m-note-05-bad.pdf"]
     position = [o.source_id for o in piped].index("m-note-05-bad.pdf")
     assert piped[position + 1].state == "indexed" and piped[position - 1].state == "indexed"
     indexed = [o for o in piped if o.state == "indexed"]
     assert len(indexed) == len(piped) - 1
-    generations = [o.generation for o in indexed]
-    assert generations == sorted(generations) and len(set(generations)) == len(generations)
     ids = [o.source_id for o in indexed]
-    assert rows(stores, piped_scope, ids) == rows(stores, serial_scope, ids)
+    assert _no_generation(rows(stores, piped_scope, ids), 4) == _no_generation(
+        rows(stores, serial_scope, ids), 4
+    )
     assert rows(stores, piped_scope, ids)  # something was compared
     again = run(root, stores, piped_scope, workers=3)
     assert [o.state for o in again if o.source_id in ids] == ["unchanged"] * len(ids)
@@ -155,7 +163,7 @@ def test_a_file_name_with_a_control_character_fails_alone(tmp_path: Path) -> Non
     for workers in (1, 3):
         stores = sync_stores_memory()
         got = run(root, stores, ragport.Scope("t", "r", f"w{workers}"), workers=workers)
-        outcomes[workers] = shape(got)
+        outcomes[workers] = _no_generation(shape(got), 5)  # pipelined: one batch, one generation
         failed = [o for o in got if o.state == "failed"]
         assert len(failed) == 1 and "zebra" in failed[0].path, shape(got)
         assert [o.state for o in got if o is not failed[0]] == ["indexed"] * (len(got) - 1)
@@ -213,13 +221,14 @@ def test_files_and_chunks_in_flight_are_bounded(tmp_path: Path, monkeypatch) -> 
         embedder=embedder,
         scope=ragport.Scope("t", "r", "c"),
         options=IngestOptions(workers=2),
+        runtime=Runtime(limits=ragport.Limits(write_batch=4)),
     ):
         assert outcome.state == "indexed"
         with lock:
             state["yielded"] += 1
     assert state["yielded"] == 60
     assert 1 <= state["most"] <= 2
-    assert state["ahead"] <= 2 * 2 + 3 * 8
+    assert state["ahead"] <= 2 * 2 + 3 * 8 + 4  # + the documents held for one write batch
     assert max(len(c) for c in embedder.calls) <= 8
 
 
