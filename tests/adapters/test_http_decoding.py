@@ -68,10 +68,11 @@ def embed(key):
 emit({key: outcome(lambda: embed(key)) for key in KEYS})
 """,
     "reranker": """
-from ragport.adapters.rerankers import TeiReranker
+from ragport.adapters.rerankers import HttpOptions, TeiReranker
 from ragport.contract_tests.reranker import contract_hits
 def rerank(key):
-    TeiReranker(f"{URL}/{key}", allow_loopback=True).rerank("q", list(contract_hits()))
+    TeiReranker(f"{URL}/{key}", http=HttpOptions(allow_loopback=True)).rerank(
+        "q", list(contract_hits()))
 emit({key: outcome(lambda: rerank(key)) for key in KEYS})
 """,
     "drive": """

@@ -15,7 +15,12 @@ from fake_http import FakeServer, Reply
 from flat_options import http_parts
 
 from ragport import WriteOptions
-from ragport.adapters.embedders import HashEmbedder, OpenAICompatibleEmbedder, TeiEmbedder
+from ragport.adapters.embedders import (
+    HashEmbedder,
+    HttpOptions,
+    OpenAICompatibleEmbedder,
+    TeiEmbedder,
+)
 from ragport.adapters.memory import InMemoryStore
 from ragport.application.indexing import replace_source
 from ragport.domain.errors import EmbedderError, ValidationError
@@ -361,7 +366,10 @@ def test_tei_reranker_batches_run_concurrently_and_merge_in_input_order(
     server = serve(held)
     given = contract_hits([f"candidate {i}" for i in range(12)])
     with TeiReranker(
-        server.url, allow_loopback=True, max_batch=2, max_concurrency=3, timeout_ms=5_000
+        server.url,
+        http=HttpOptions(allow_loopback=True, max_concurrency=3),
+        max_batch=2,
+        timeout_ms=5_000,
     ) as reranker:
         out = reranker.rerank("query", given)
     assert [hit.id for hit, _ in out] == [hit.id for hit in reversed(given)]
@@ -389,7 +397,10 @@ def test_tei_reranker_failed_batch_cancels_the_rest_and_raises_rerank_error(
     given = contract_hits([f"candidate {i}" for i in range(160)])
     with (
         TeiReranker(
-            server.url, allow_loopback=True, max_batch=2, max_concurrency=2, timeout_ms=9_000
+            server.url,
+            http=HttpOptions(allow_loopback=True, max_concurrency=2),
+            max_batch=2,
+            timeout_ms=9_000,
         ) as reranker,
         pytest.raises(RerankError) as caught,
     ):
@@ -405,7 +416,9 @@ def test_tei_reranker_max_concurrency_is_validated(value: object) -> None:
     from ragport.adapters.rerankers import TeiReranker
 
     with pytest.raises(ValidationError) as caught:
-        TeiReranker("https://rerank.example", max_batch=8, max_concurrency=value).close()
+        TeiReranker(
+            "https://rerank.example", max_batch=8, **http_parts(max_concurrency=value)
+        ).close()
     assert caught.value.field == "max_concurrency"
 
 

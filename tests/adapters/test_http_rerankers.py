@@ -14,8 +14,14 @@ import attrs
 import httpx
 import pytest
 from fake_http import FakeServer, Reply, relevance
+from flat_options import http_parts
 
-from ragport.adapters.rerankers import OpenAICompatibleReranker, TeiReranker, VoyageReranker
+from ragport.adapters.rerankers import (
+    HttpOptions,
+    OpenAICompatibleReranker,
+    TeiReranker,
+    VoyageReranker,
+)
 from ragport.application.rerank import rerank_hits
 from ragport.contract_tests._support import error_mentions
 from ragport.contract_tests.reranker import contract_hits
@@ -60,18 +66,18 @@ class Api:
 
 def _tei(server: FakeServer, **kwargs: Any) -> TeiReranker:
     kwargs.setdefault("allow_loopback", True)
-    return TeiReranker(server.url, **kwargs)
+    return TeiReranker(server.url, **http_parts(**kwargs))
 
 
 def _openai(server: FakeServer, **kwargs: Any) -> OpenAICompatibleReranker:
     kwargs.setdefault("allow_loopback", True)
-    return OpenAICompatibleReranker(server.url + "/v1", "test-reranker", **kwargs)
+    return OpenAICompatibleReranker(server.url + "/v1", "test-reranker", **http_parts(**kwargs))
 
 
 def _voyage(server: FakeServer, **kwargs: Any) -> VoyageReranker:
     kwargs.setdefault("allow_loopback", True)
     kwargs.setdefault("api_key", API_KEY)
-    return VoyageReranker(base_url=server.url + "/v1", **kwargs)
+    return VoyageReranker(base_url=server.url + "/v1", **http_parts(**kwargs))
 
 
 APIS = {
@@ -518,11 +524,11 @@ def test_base_url_must_be_https_or_allowed_loopback(api, url, allow_loopback):
     """
     with pytest.raises(ValidationError) as info:
         if api.name == "voyage":
-            VoyageReranker(API_KEY, base_url=url, allow_loopback=allow_loopback)
+            VoyageReranker(API_KEY, base_url=url, http=HttpOptions(allow_loopback=allow_loopback))
         elif api.name == "openai":
-            OpenAICompatibleReranker(url, "m", allow_loopback=allow_loopback)
+            OpenAICompatibleReranker(url, "m", http=HttpOptions(allow_loopback=allow_loopback))
         else:
-            TeiReranker(url, allow_loopback=allow_loopback)
+            TeiReranker(url, http=HttpOptions(allow_loopback=allow_loopback))
     assert info.value.field == "base_url"
 
 
@@ -535,7 +541,7 @@ def test_loopback_hosts_are_accepted_with_allow_loopback(url):
 
     If this fails, check is_loopback in ragport/adapters/_http.py.
     """
-    TeiReranker(url, allow_loopback=True).close()
+    TeiReranker(url, http=HttpOptions(allow_loopback=True)).close()
     TeiReranker("https://rerank.example.com/v1").close()
 
 
@@ -587,7 +593,7 @@ def test_bad_arguments_are_validation_errors(kwargs, field):
     If this fails, check the constructor checks in ragport/adapters/rerankers/http.py.
     """
     with pytest.raises(ValidationError) as info:
-        TeiReranker("https://rerank.example.com", **kwargs)
+        TeiReranker("https://rerank.example.com", **http_parts(**kwargs))
     assert info.value.field == field
 
 
@@ -597,7 +603,10 @@ def test_both_client_and_transport_is_refused():
     If this fails, check the client/transport check in _HttpReranker.__init__.
     """
     with httpx.Client() as client, pytest.raises(ValidationError) as info:
-        TeiReranker("https://r.example.com", client=client, transport=httpx.HTTPTransport())
+        TeiReranker(
+            "https://r.example.com",
+            http=HttpOptions(client=client, transport=httpx.HTTPTransport()),
+        )
     assert info.value.field == "transport"
 
 
@@ -641,7 +650,9 @@ def test_live_tei_reranker():
     If this fails, check that RAGPORT_TEST_TEI_RERANKER_URL serves a reranker model.
     """
     url = os.environ["RAGPORT_TEST_TEI_RERANKER_URL"]
-    with TeiReranker(url, allow_loopback=True, timeout_ms=10_000, max_batch=32) as reranker:
+    with TeiReranker(
+        url, http=HttpOptions(allow_loopback=True), timeout_ms=10_000, max_batch=32
+    ) as reranker:
         _live_check(reranker)
 
 
@@ -661,7 +672,7 @@ def test_live_openai_compatible_reranker():
         os.environ["RAGPORT_TEST_HOSTED_RERANK_URL"],
         os.environ.get("RAGPORT_TEST_HOSTED_RERANK_MODEL", "BAAI/bge-reranker-v2-m3"),
         api_key=os.environ.get("RAGPORT_TEST_HOSTED_RERANK_KEY") or None,
-        allow_loopback=True,
+        http=HttpOptions(allow_loopback=True),
         timeout_ms=10_000,
     ) as reranker:
         _live_check(reranker)

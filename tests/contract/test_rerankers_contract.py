@@ -17,6 +17,7 @@ from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.rerankers import (
     EmbeddingReranker,
     FakeReranker,
+    HttpOptions,
     LocalReranker,
     OpenAICompatibleReranker,
     TeiReranker,
@@ -25,6 +26,7 @@ from ragport.adapters.rerankers import (
 from ragport.contract_tests import RerankerContract
 
 API_KEY = "sk-contract-key"
+LOOPBACK = HttpOptions(allow_loopback=True)
 
 
 def _answer(request: dict[str, Any]) -> Reply:
@@ -85,14 +87,14 @@ class TestLocalReranker(RerankerContract):
 class TestTeiReranker(RerankerContract):
     @pytest.fixture
     def reranker(self, rerank_server: str) -> Iterator[TeiReranker]:
-        with TeiReranker(rerank_server + "/tei", allow_loopback=True) as reranker:
+        with TeiReranker(rerank_server + "/tei", http=LOOPBACK) as reranker:
             yield reranker
 
 
 class TestTeiRerankerInBatches(RerankerContract):
     @pytest.fixture
     def reranker(self, rerank_server: str) -> Iterator[TeiReranker]:
-        with TeiReranker(rerank_server + "/tei", allow_loopback=True, max_batch=3) as reranker:
+        with TeiReranker(rerank_server + "/tei", http=LOOPBACK, max_batch=3) as reranker:
             yield reranker
 
 
@@ -100,7 +102,7 @@ class TestOpenAICompatibleReranker(RerankerContract):
     @pytest.fixture
     def reranker(self, rerank_server: str) -> Iterator[OpenAICompatibleReranker]:
         with OpenAICompatibleReranker(
-            rerank_server + "/openai", "test-reranker", api_key=API_KEY, allow_loopback=True
+            rerank_server + "/openai", "test-reranker", api_key=API_KEY, http=LOOPBACK
         ) as reranker:
             yield reranker
 
@@ -108,7 +110,5 @@ class TestOpenAICompatibleReranker(RerankerContract):
 class TestVoyageReranker(RerankerContract):
     @pytest.fixture
     def reranker(self, rerank_server: str) -> Iterator[VoyageReranker]:
-        with VoyageReranker(
-            API_KEY, base_url=rerank_server + "/voyage", allow_loopback=True
-        ) as reranker:
+        with VoyageReranker(API_KEY, base_url=rerank_server + "/voyage", http=LOOPBACK) as reranker:
             yield reranker

@@ -120,3 +120,22 @@ def test_the_langchain_constructor_k_warns_and_still_sets_top_k() -> None:
     with pytest.warns(DeprecationWarning), pytest.raises(ValidationError):
         RagportRetriever(**parts, scope=Scope("t", "r", "c"), k=3, top_k=2)  # type: ignore[call-arg]
     assert len(inspect.signature(RagportRetriever.__init__).parameters) <= 12  # self, **options
+
+
+def test_the_http_rerankers_take_http_options_and_fold_the_flat_keywords() -> None:
+    """Rerankers take http=HttpOptions (their budget stays timeout_ms); the flat keywords
+    warn and still work. If this fails, check the rerankers' keyword_folds and
+    _HttpReranker.__init__."""
+    from ragport.adapters.rerankers import OpenAICompatibleReranker, TeiReranker
+
+    tei = TeiReranker(LOOPBACK, http=HttpOptions(allow_loopback=True, max_concurrency=2))
+    assert "max_concurrency=2" in repr(tei)
+    tei.close()
+    with pytest.warns(DeprecationWarning, match="HttpOptions"):
+        old = OpenAICompatibleReranker(LOOPBACK, "m", allow_loopback=True, max_response_bytes=4096)  # type: ignore[call-arg]
+    assert "max_response_bytes=4096" in repr(old)
+    old.close()
+    for http in (HttpOptions(allow_loopback=True, timeout_s=2), HttpOptions(max_concurrency=2)):
+        with pytest.raises(ValidationError) as caught:
+            OpenAICompatibleReranker("https://r.example.com", "m", http=http)
+        assert caught.value.field == "http"

@@ -6,6 +6,7 @@ the ``local`` extra (onnxruntime, tokenizers) and the HTTP rerankers the ``http`
 this package never needs them.
 """
 
+from ragport.adapters.http_options import HttpOptions
 from ragport.adapters.rerankers.config import RERANKER_KINDS, resolve_reranker
 from ragport.adapters.rerankers.http import (
     OpenAICompatibleReranker,
@@ -19,6 +20,7 @@ __all__ = [
     "RERANKER_KINDS",
     "EmbeddingReranker",
     "FakeReranker",
+    "HttpOptions",
     "LocalReranker",
     "OnnxCrossEncoderRuntime",
     "OpenAICompatibleReranker",

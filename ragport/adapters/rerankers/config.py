@@ -102,22 +102,34 @@ def _build_embedding(spec: _Embedding) -> Reranker:
     raise ValidationError('embedder must be "hash" or "minilm"', field="embedder")
 
 
+def _with_http(spec: _Tei | _OpenAICompatible | _Voyage) -> dict[str, Any]:
+    """A config table's fields as constructor keywords, its transport in ``http=``."""
+    from ragport.adapters.http_options import HttpOptions
+
+    fields = attrs.asdict(spec)
+    fields["http"] = HttpOptions(
+        allow_loopback=fields.pop("allow_loopback"),
+        max_response_bytes=fields.pop("max_response_bytes"),
+    )
+    return fields
+
+
 def _build_tei(spec: _Tei) -> Reranker:
     from ragport.adapters.rerankers.http import TeiReranker
 
-    return TeiReranker(**attrs.asdict(spec))
+    return TeiReranker(**_with_http(spec))
 
 
 def _build_openai(spec: _OpenAICompatible) -> Reranker:
     from ragport.adapters.rerankers.http import OpenAICompatibleReranker
 
-    return OpenAICompatibleReranker(**attrs.asdict(spec))
+    return OpenAICompatibleReranker(**_with_http(spec))
 
 
 def _build_voyage(spec: _Voyage) -> Reranker:
     from ragport.adapters.rerankers.http import VoyageReranker
 
-    return VoyageReranker(**attrs.asdict(spec))
+    return VoyageReranker(**_with_http(spec))
 
 
 def _build_fake(spec: _Nothing) -> Reranker:

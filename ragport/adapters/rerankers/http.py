@@ -28,8 +28,11 @@ the request, whose body is the query and the documents. Bad constructor argument
 ``ValidationError(field=...)``; a missing httpx is ``CapabilityError`` naming ``ragport[http]``.
 
 The API key travels only in ``Authorization: Bearer``; it never appears in an error, a log
-line or ``repr()``. Pass ``client=`` (an ``httpx.Client``, never closed by ragport) or
-``transport=`` (an ``httpx.BaseTransport``) to own retries, proxies or mTLS. A client built
+line or ``repr()``. ``http=HttpOptions(...)`` holds the transport: ``client`` (an
+``httpx.Client``, never closed by ragport) or ``transport`` (an ``httpx.BaseTransport``) to own
+retries, proxies or mTLS, ``allow_loopback``, ``max_response_bytes`` (default 64 KiB) and, for
+``TeiReranker``, ``max_concurrency`` (default 4); the time budget stays ``timeout_ms``. The
+flat keywords of those names still work for one release, with a ``DeprecationWarning``. A client built
 here ignores proxy and netrc settings from the environment (``trust_env=False``).
 """
 
@@ -54,12 +57,14 @@ from ragport.adapters._http import (
     post_json,
     run_in_order,
 )
+from ragport.adapters.http_options import HttpOptions, check_http, http_fold
+from ragport.domain.deprecation import keyword_folds
 from ragport.domain.errors import RerankError, ValidationError, raise_unchained
 from ragport.domain.limits import HARD_LIMITS, check_limit
 from ragport.domain.model import Hit
 
 if TYPE_CHECKING:
-    import httpx
+    pass
 
 __all__ = ["OpenAICompatibleReranker", "TeiReranker", "VoyageReranker"]
 
@@ -101,22 +106,29 @@ class _HttpReranker(OwnedClient):
         api_key: str | None,
         api_key_required: bool,
         timeout_ms: int,
-        max_response_bytes: int,
-        allow_loopback: bool,
-        client: httpx.Client | None,
-        transport: httpx.BaseTransport | None,
+        http: HttpOptions,
     ):
-        self._base_url, self._host = check_base_url(base_url, allow_loopback is True)
+        if http.timeout_s is not None:
+            raise ValidationError(
+                "a reranker's time budget is timeout_ms (the whole rerank call), not "
+                "http.timeout_s",
+                field="http",
+            )
+        self._base_url, self._host = check_base_url(base_url, http.allow_loopback)
         self._model = check_model(model, model_required)
         self._api_key = check_api_key(api_key, api_key_required)
         self._timeout_ms = _check_timeout_ms(timeout_ms)
         self._max_response_bytes = check_int(
-            max_response_bytes,
+            DEFAULT_MAX_RESPONSE_BYTES
+            if http.max_response_bytes is None
+            else http.max_response_bytes,
             "max_response_bytes",
             _MIN_RESPONSE_BYTES,
             _MAX_RESPONSE_BYTES_CEILING,
         )
-        self._init_client(client, transport, what="HTTP rerankers", capability="reranking")
+        self._init_client(
+            http.client, http.transport, what="HTTP rerankers", capability="reranking"
+        )
 
     def __repr__(self) -> str:
         key = "<set>" if self._api_key is not None else None
@@ -193,6 +205,19 @@ class _HttpReranker(OwnedClient):
         )
 
 
+_TRANSPORT = ("client", "transport", "allow_loopback", "max_response_bytes")
+
+
+def _single_request(http: HttpOptions) -> HttpOptions:
+    """``http`` for a reranker that sends one request per call (no ``max_concurrency``)."""
+    if http.max_concurrency is not None:
+        raise ValidationError(
+            "this reranker sends one request per call: http.max_concurrency is TeiReranker's",
+            field="http",
+        )
+    return http
+
+
 class TeiReranker(_HttpReranker):
     """``POST {base_url}/rerank`` with ``{"query", "texts", "raw_scores": false}``, as Hugging
     Face text-embeddings-inference speaks it; answer ``[{"index", "score"}, ...]``.
@@ -210,20 +235,19 @@ class TeiReranker(_HttpReranker):
 
     _score_key = "score"
 
+    # The transport keywords of old fold into http=HttpOptions(...) for one release.
+    @keyword_folds((http_fold(*_TRANSPORT, "max_concurrency"),), name="TeiReranker")
     def __init__(
         self,
         base_url: str,
         *,
         model: str | None = None,
         timeout_ms: int = 2_000,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         api_key: str | None = None,
-        allow_loopback: bool = False,
         max_batch: int | None = None,
-        max_concurrency: int = 4,
-        client: httpx.Client | None = None,
-        transport: httpx.BaseTransport | None = None,
+        http: HttpOptions | None = None,
     ):
+        options = check_http(http)
         super().__init__(
             base_url,
             model=model,
@@ -231,16 +255,16 @@ class TeiReranker(_HttpReranker):
             api_key=api_key,
             api_key_required=False,
             timeout_ms=timeout_ms,
-            max_response_bytes=max_response_bytes,
-            allow_loopback=allow_loopback,
-            client=client,
-            transport=transport,
+            http=options,
         )
         self._max_batch = (
             None if max_batch is None else check_int(max_batch, "max_batch", 1, _MAX_BATCH_CEILING)
         )
         self._max_concurrency = check_int(
-            max_concurrency, "max_concurrency", 1, HARD_LIMITS.embed_concurrency
+            4 if options.max_concurrency is None else options.max_concurrency,
+            "max_concurrency",
+            1,
+            HARD_LIMITS.embed_concurrency,
         )
 
     def __repr__(self) -> str:
@@ -301,6 +325,7 @@ class OpenAICompatibleReranker(_DocumentsReranker):
 
     _results_key = "results"
 
+    @keyword_folds((http_fold(*_TRANSPORT),), name="OpenAICompatibleReranker")
     def __init__(
         self,
         base_url: str,
@@ -308,10 +333,7 @@ class OpenAICompatibleReranker(_DocumentsReranker):
         *,
         api_key: str | None = None,
         timeout_ms: int = 2_000,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        allow_loopback: bool = False,
-        client: httpx.Client | None = None,
-        transport: httpx.BaseTransport | None = None,
+        http: HttpOptions | None = None,
     ):
         super().__init__(
             base_url,
@@ -320,10 +342,7 @@ class OpenAICompatibleReranker(_DocumentsReranker):
             api_key=api_key,
             api_key_required=False,
             timeout_ms=timeout_ms,
-            max_response_bytes=max_response_bytes,
-            allow_loopback=allow_loopback,
-            client=client,
-            transport=transport,
+            http=_single_request(check_http(http)),
         )
 
 
@@ -334,6 +353,7 @@ class VoyageReranker(_DocumentsReranker):
 
     _results_key = "data"
 
+    @keyword_folds((http_fold(*_TRANSPORT),), name="VoyageReranker")
     def __init__(
         self,
         api_key: str,
@@ -341,10 +361,7 @@ class VoyageReranker(_DocumentsReranker):
         model: str = "rerank-2",
         base_url: str = VOYAGE_BASE_URL,
         timeout_ms: int = 2_000,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        allow_loopback: bool = False,
-        client: httpx.Client | None = None,
-        transport: httpx.BaseTransport | None = None,
+        http: HttpOptions | None = None,
     ):
         super().__init__(
             base_url,
@@ -353,8 +370,5 @@ class VoyageReranker(_DocumentsReranker):
             api_key=api_key,
             api_key_required=True,
             timeout_ms=timeout_ms,
-            max_response_bytes=max_response_bytes,
-            allow_loopback=allow_loopback,
-            client=client,
-            transport=transport,
+            http=_single_request(check_http(http)),
         )
