@@ -45,11 +45,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
 
 from ragport.application.admission import readmit_source
 from ragport.application.derived import index_derived
@@ -73,6 +71,9 @@ from ragport.domain.model import (
     Scope,
 )
 from ragport.ports.store import ChunkStore, ScoredRecord
+
+if TYPE_CHECKING:
+    from hypothesis import strategies as st
 
 __all__ = ["SCORE_TOLERANCE", "DifferentialContract", "check_same_answers", "operations"]
 
@@ -110,10 +111,14 @@ SETUP: tuple[Op, ...] = (
 
 # -- the operations ------------------------------------------------------------------------------
 def _text() -> st.SearchStrategy[str]:
+    from hypothesis import strategies as st  # imported when used: see _hypothesis
+
     return st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)
 
 
 def _grant(source: str) -> st.SearchStrategy[Grant]:
+    from hypothesis import strategies as st  # imported when used: see _hypothesis
+
     return st.builds(
         Grant,
         st.just(source),
@@ -124,6 +129,8 @@ def _grant(source: str) -> st.SearchStrategy[Grant]:
 
 
 def _write() -> st.SearchStrategy[Op]:
+    from hypothesis import strategies as st  # imported when used: see _hypothesis
+
     def build(source: str) -> st.SearchStrategy[Op]:
         return st.tuples(
             st.just("write"),
@@ -138,6 +145,8 @@ def _write() -> st.SearchStrategy[Op]:
 
 def operations() -> st.SearchStrategy[Op]:
     """One operation, a tuple whose first item names it (``_apply`` runs it)."""
+    from hypothesis import strategies as st  # imported when used: see _hypothesis
+
     source = st.sampled_from(SOURCES)
     anyone = st.sampled_from(SOURCES + NEW_IDS)
     lineage = st.lists(st.sampled_from(SOURCES + DERIVED), min_size=1, max_size=2, unique=True)
@@ -167,6 +176,8 @@ def operations() -> st.SearchStrategy[Op]:
 
 
 def _read() -> st.SearchStrategy[Op]:
+    from hypothesis import strategies as st  # imported when used: see _hypothesis
+
     return st.tuples(
         st.just("read"),
         _text(),
@@ -588,6 +599,16 @@ def _run_sequence(
     assert found is None, f"after {len(ops)} operations the state differs: {found}"
 
 
+def _hypothesis() -> None:
+    """Fail the test, naming the missing package, when hypothesis is not installed (it comes
+    with the ``contract-tests`` extra; imported only here, so ``import
+    ragport.contract_tests`` never needs it)."""
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError:
+        pytest.fail("DifferentialContract needs hypothesis: pip install 'ragport[contract-tests]'")
+
+
 def check_same_answers(
     subject: ChunkStore,
     reference: ChunkStore,
@@ -600,6 +621,10 @@ def check_same_answers(
     """Run ``examples`` derandomized sequences of up to ``steps`` operations on both stores;
     ``AssertionError`` (from hypothesis, with the failing sequence) at the first difference.
     ``lexical_modes``: the lexical modes compared (``None``: every mode both declare)."""
+    _hypothesis()
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+
     runs = itertools.count()
     phases = (Phase.explicit, Phase.generate, *((Phase.shrink,) if shrink else ()))
 
