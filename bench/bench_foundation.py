@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 from _results import figure, ratio, target, write_result
 
-from ragport import Chunk, RetrievalRequest, Scope
+from ragport import Chunk, RetrievalRequest, Scope, WriteOptions
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.memory import InMemoryStore
 from ragport.application import replace_source, retrieve_context
@@ -126,7 +126,7 @@ def bench_replace(runs: int) -> dict[str, float]:
             store=store,
             scope=scope,
             content_hash=hashlib.sha256(doc.encode()).hexdigest(),
-            batch_size=128,
+            write_options=WriteOptions(batch_size=128),
         )
         t2 = time.perf_counter()
         chunk_times.append(t1 - t0)
@@ -162,7 +162,7 @@ def bench_retrieve(n_chunks: int, n_queries: int, repeats: int) -> dict[str, flo
             embedder=embedder,
             store=store,
             scope=scope,
-            batch_size=128,
+            write_options=WriteOptions(batch_size=128),
         )
     queries = [" ".join(rng.choice(WORDS, size=4)) for _ in range(n_queries)]
     embedder.embed(queries)  # precompute

@@ -38,7 +38,7 @@ import numpy as np
 import pg_corpus as bp
 from _results import figure, note_postgres, ratio, target, write_result
 
-from ragport import RetrievalRequest
+from ragport import RetrievalRequest, WriteOptions
 from ragport.adapters.postgres import (
     PostgresStore,
     VectorIndexSettings,
@@ -77,7 +77,7 @@ def load(
             embedder=emb,
             store=store,
             scope=bp.SCOPE,
-            batch_size=128,
+            write_options=WriteOptions(batch_size=128),
         )
     store.finish_maintenance()  # the load's last merge counts in its time
     loaded = time.perf_counter() - start

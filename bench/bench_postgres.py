@@ -97,7 +97,7 @@ from pg_writes import (
 )
 from psycopg.types.json import Jsonb
 
-from ragport import RetrievalRequest
+from ragport import RetrievalRequest, WriteOptions
 from ragport.adapters.postgres import PostgresStore, WriteSettings, embedded_server
 from ragport.adapters.postgres.indexes import HNSW_EF_CONSTRUCTION, HNSW_M
 from ragport.application import replace_source, retrieve_context
@@ -279,7 +279,7 @@ def bench_ingest(
                 embedder=embedder,
                 store=target,
                 scope=SCOPE,
-                batch_size=128,
+                write_options=WriteOptions(batch_size=128),
             )
         return time.perf_counter() - began
 
@@ -354,7 +354,7 @@ def statements_per_replace(
             embedder=embedder,
             store=store,
             scope=SCOPE,
-            batch_size=128,
+            write_options=WriteOptions(batch_size=128),
         )
     return len(counter.statements), counter.copies
 
