@@ -136,8 +136,9 @@ class AsyncRag:
     at most 64; keep it at or under the store's connection pool size). Cancelling a call sets
     its abort: a retrieve or a replace stops at its next abort check, writes nothing partial
     (a replace is one unit of work) and has given its connection back before the cancellation
-    propagates. ``rollback`` and ``status`` are short single statements without abort checks:
-    cancelled, they finish first. A caller's own ``abort=`` option still works.
+    propagates. ``rollback`` and ``status`` are short single statements: cancelled, they
+    finish first. The abort of a call's own ``runtime=`` still works beside it (the per-call
+    ``abort=`` of before too, deprecated until 0.2).
     """
 
     def __init__(self, rag: Rag, *, max_threads: int = 8) -> None:
