@@ -353,7 +353,8 @@ def replace_sources(
     )  # fmt: skip
     if not settings.advance_generation:
         raise ValidationError(
-            "replace_sources always publishes: leave advance_generation at True", field="write"
+            "replace_sources always publishes: leave advance_generation at True",
+            field="write_options",
         )
     require_transactions(store, "replace_sources")
     check_abort(rt.abort)
