@@ -1,5 +1,6 @@
 """ragport in ``bench_peers.py``: ``PostgresStore`` with its defaults (m 24, ef_construction
-128, ef_search 200), ``replace_source`` per source, ``delete_source``, ``retrieve_context``;
+128, ef_search 200), ``Rag.replace_sources`` per ingest round (one batch of 100 sources: one
+transaction, one generation), ``replace_source`` per update, ``delete_source``, ``retrieve_context``;
 grants per source (``set_source_access``) and an ``Authorization`` for workload 7."""
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from common import (
 import ragport
 from ragport import Authorization, Chunk, Grant, RetrievalRequest, Scope
 from ragport.adapters.postgres import PostgresStore
-from ragport.application import delete_source, index_chunks, replace_source, retrieve_context
+from ragport.application import (
+    Rag,
+    SourceWrite,
+    delete_source,
+    index_chunks,
+    replace_source,
+    retrieve_context,
+)
 
 SCOPE = Scope("bench", "peers", "corpus")
 CRANFIELD = Scope("bench", "peers", "cranfield")
@@ -64,6 +72,7 @@ class System:
         self.store = PostgresStore(url, schema="ragport", create=True, **kwargs)  # type: ignore[arg-type]
         # workload 3's reader: a second store object on the same schema
         self.reader = PostgresStore(url, schema="ragport", **kwargs)  # type: ignore[arg-type]
+        self.rag = Rag(store=self.store, embedder=self.embedder, scope=SCOPE)
         self.requests = {
             "vector": RetrievalRequest(top_k=TOP_K),
             "hybrid": RetrievalRequest(
@@ -78,8 +87,16 @@ class System:
         by_source: dict[str, list[dict[str, Any]]] = {}
         for c in chunks:
             by_source.setdefault(c["source"], []).append(c)
-        for s in sources:
-            self._replace(s, by_source[s])
+        # the batch path (issue 45): one unit of work, one generation, one COPY per batch
+        result = self.rag.replace_sources(
+            [
+                SourceWrite(
+                    source_id=s, chunks=_chunks(s, by_source[s]), content_hash=_hash(by_source[s])
+                )
+                for s in sources
+            ]
+        )
+        assert not result.failures, result.failures
         # inside the timed span: its GIN merges never land in a peer's turn
         self.store.finish_maintenance()
 
