@@ -59,6 +59,7 @@ from ragport.domain import (
     StoreError,
     ValidationError,
 )
+from ragport.domain.deprecation import REMOVED_IN as _REMOVED_IN
 
 __version__ = "0.1.0.dev0"
 
@@ -241,7 +242,8 @@ if not TYPE_CHECKING:  # to a type checker a name ragport never had stays an err
             raise AttributeError(f"module 'ragport' has no attribute {name!r}")
         warnings.warn(
             f"ragport.{name} has moved out of the top level: import it from {home} "
-            f"({home}.{name}); the top-level alias is deprecated and goes in the next release",
+            f"({home}.{name}); the top-level alias will be removed in ragport {_REMOVED_IN} "
+            "(docs/deprecations.md)",
             DeprecationWarning,
             stacklevel=2,
         )

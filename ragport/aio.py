@@ -14,7 +14,6 @@ until then.
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
@@ -23,11 +22,12 @@ import anyio.to_thread
 import attrs
 
 from ragport.application._support import EitherAbort
-from ragport.application.deprecation import REMOVED_IN
+from ragport.application.deprecation import RUNTIME_KEYWORDS, fold_runtime, fold_write_options
 from ragport.application.facade import Rag
 from ragport.application.results import RollbackResult
 from ragport.application.runtime import Runtime, check_runtime
 from ragport.application.sync import SyncResult, sync_knowledge
+from ragport.domain.deprecation import warn_deprecated, warn_removal
 from ragport.domain.errors import ValidationError
 from ragport.domain.status import StatusPage
 from ragport.ports.runtime import Abort
@@ -86,6 +86,25 @@ async def run_abortable(
     return value  # type: ignore[return-value]
 
 
+def _deprecated(method: Callable[..., Any]) -> tuple[str, ...]:
+    """The keywords of old ``method`` (a ``Rag`` method) still folds, deprecated."""
+    return cast("tuple[str, ...]", getattr(method, "__deprecated_keywords__", ()))
+
+
+def _fold_old(name: str, old: dict[str, Any], runtime: object, kwargs: dict[str, Any]) -> Any:
+    """Warn that ``AsyncRag.name(old...)`` is deprecated (docs/deprecations.md) and fold them
+    as ``Rag``'s methods do: the runtime ones into ``runtime`` (returned), the write ones into
+    ``kwargs["write_options"]``; a keyword of old wins over the field it replaces."""
+    on_runtime = {k: v for k, v in old.items() if k in RUNTIME_KEYWORDS}
+    on_write = {k: v for k, v in old.items() if k not in on_runtime}
+    hints = ["runtime=Runtime(...)"] if on_runtime else []
+    hints += ["write_options=WriteOptions(...)"] if on_write else []
+    warn_deprecated(f"AsyncRag.{name}", old, " and ".join(hints), stacklevel=3)
+    if on_write:
+        kwargs["write_options"] = fold_write_options(kwargs.get("write_options"), on_write)
+    return fold_runtime(runtime, on_runtime)
+
+
 def _mirror(
     method: Callable[Concatenate[Rag, P], T],
 ) -> Callable[Concatenate[AsyncRag, P], Coroutine[Any, Any, T]]:
@@ -96,18 +115,9 @@ def _mirror(
     async def call(self: AsyncRag, /, *args: P.args, **kwargs: P.kwargs) -> T:
         rag = self.rag
         given = cast("Runtime | None", kwargs.pop("runtime", None))
-        if "abort" in kwargs:  # deprecated: one release of grace, as Rag's methods give
-            warnings.warn(
-                f"AsyncRag.{method.__name__}(abort=) is deprecated and will be removed in "
-                f"ragport {REMOVED_IN}: pass runtime=Runtime(abort=...) instead "
-                "(docs/deprecations.md)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            theirs = cast("Abort | None", kwargs.pop("abort"))
-            given = attrs.evolve(
-                rag.runtime if given is None else check_runtime(given), abort=theirs
-            )
+        old = {k: kwargs.pop(k) for k in _deprecated(method) if k in kwargs}
+        if old:  # folded here, so the warning names the awaiting line, not a worker thread
+            given = _fold_old(method.__name__, old, rag.runtime if given is None else given, kwargs)
         base = rag.runtime if given is None else check_runtime(given)
         bound = getattr(rag, method.__name__)  # the Rag's own (a subclass may override)
 
@@ -204,11 +214,7 @@ class AsyncRag:
 
         Deprecated (it takes untyped ``**options``): use ``sync``, which mirrors ``Rag.sync``
         with typed keywords. Kept for one release; warns ``DeprecationWarning``."""
-        warnings.warn(
-            "AsyncRag.sync_knowledge is deprecated: use AsyncRag.sync (typed keywords)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        warn_removal("AsyncRag.sync_knowledge", "use AsyncRag.sync (typed keywords)")
         rag = self._rag
         if rag.scope is None:
             raise ValidationError("bind one scope= to sync", field="scope")

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import attrs
 
 from ragport.application._support import Redaction, require_scope
+from ragport.domain.deprecation import warn_removal
 from ragport.domain.errors import CapabilityError, ValidationError
 from ragport.domain.filters import Filter, parse_filter
 from ragport.domain.fusion import check_weights
@@ -130,10 +130,9 @@ def lexical_mode_for(lexical: str, capabilities: Capabilities, *, stacklevel: in
     modes = tuple(capabilities.lexical_modes)
     renamed = DEPRECATED_LEXICAL_MODES.get(lexical)
     if lexical not in modes and renamed in modes:
-        warnings.warn(
-            f"lexical mode {lexical!r} is deprecated and will be removed in the next release; "
+        warn_removal(
+            f"lexical mode {lexical!r}",
             f"it is named {renamed!r} now (the same BM25 leg)",
-            DeprecationWarning,
             stacklevel=stacklevel + 1,
         )
         return str(renamed)

@@ -48,7 +48,6 @@ keeps its previous version); only abort, store and embedder failures sink the pa
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypedDict, Unpack, cast
 
@@ -83,6 +82,7 @@ from ragport.application.pipeline import PipelineSteps, check_pipeline_write, ch
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration, StagedWrite, staged_write
 from ragport.application.write_options import DEFAULT_WRITE_OPTIONS, WriteOptions
+from ragport.domain.deprecation import warn_deprecated
 from ragport.domain.errors import (
     SyncCursorError,
     ValidationError,
@@ -428,12 +428,11 @@ def _old_sync_keywords(options: SyncOptions, old: _OldSyncKeywords) -> SyncOptio
     ``DeprecationWarning`` naming them)."""
     if not old:
         return options
-    warnings.warn(
-        f"sync_knowledge({', '.join(f'{k}=' for k in sorted(old))}) is deprecated: pass "
+    warn_deprecated(
+        "sync_knowledge",
+        sorted(old),
         "options=SyncOptions(write=WriteOptions(size=, overlap=, batch_size=, "
-        "shared_generation=), workers=, adopt=, on_cursor_error=, on_progress=); removed in "
-        "the next release",
-        DeprecationWarning,
+        "shared_generation=), workers=, adopt=, on_cursor_error=, on_progress=)",
         stacklevel=3,
     )
     given: dict[str, Any] = dict(old)

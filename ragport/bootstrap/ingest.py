@@ -5,7 +5,6 @@ file, and ``sync_knowledge`` with ragport's parsers.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Generator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -30,6 +29,7 @@ from ragport.application.ingest import (
 )
 from ragport.application.runtime import Runtime, check_runtime
 from ragport.bootstrap.roots import CorpusRoots as CorpusRoots
+from ragport.domain.deprecation import warn_deprecated, warn_removal
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import Limits
@@ -67,11 +67,7 @@ def demo_documents() -> Mapping[str, str]:
 
     Deprecated: ``ragport.demo.demo_markdown`` (the demo lives in ``ragport.demo``); kept
     for one release with a ``DeprecationWarning``."""
-    warnings.warn(
-        "ragport.bootstrap.demo_documents is deprecated: use ragport.demo.demo_markdown",
-        DeprecationWarning,
-        stacklevel=2,
-    )
+    warn_removal("ragport.bootstrap.demo_documents", "use ragport.demo.demo_markdown")
     folder = resources.files("ragport") / "demo"
     return {
         entry.name: entry.read_text(encoding="utf-8")
@@ -264,12 +260,11 @@ def _old_ingest_keywords(
     runtime = Runtime() if runtime is None else check_runtime(runtime)
     if not old:
         return options, runtime
-    warnings.warn(
-        f"ingest_files({', '.join(f'{k}=' for k in sorted(old))}) is deprecated: pass "
+    warn_deprecated(
+        "ingest_files",
+        sorted(old),
         "options=IngestOptions(write=WriteOptions(size=, overlap=, shared_generation=), "
-        "workers=, progress=, timer=) and runtime=Runtime(limits=, abort=); removed in the "
-        "next release",
-        DeprecationWarning,
+        "workers=, progress=, timer=) and runtime=Runtime(limits=, abort=)",
         stacklevel=3,
     )
     write: dict[str, Any] = {

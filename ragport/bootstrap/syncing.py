@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any, TypedDict, Unpack
 
@@ -13,6 +12,7 @@ from ragport.application.runtime import Runtime, check_runtime
 from ragport.application.sync import SyncOptions, SyncProgress
 from ragport.bootstrap.ingest import ingest_limits
 from ragport.bootstrap.stores import Stores, sync_knowledge
+from ragport.domain.deprecation import warn_deprecated
 from ragport.domain.limits import Limits
 from ragport.domain.model import Scope
 from ragport.ports.documents import Parser
@@ -115,12 +115,11 @@ def _old_keywords(
     runtime = Runtime() if runtime is None else check_runtime(runtime)
     if not old:
         return options, runtime
-    warnings.warn(
-        f"sync_connector({', '.join(f'{k}=' for k in sorted(old))}) is deprecated: pass "
+    warn_deprecated(
+        "sync_connector",
+        sorted(old),
         "options=SyncOptions(write=WriteOptions(size=, overlap=, shared_generation=), "
-        "workers=, adopt=, on_progress=, restart=) and runtime=Runtime(limits=); removed in "
-        "the next release",
-        DeprecationWarning,
+        "workers=, adopt=, on_progress=, restart=) and runtime=Runtime(limits=)",
         stacklevel=3,
     )
     given: dict[str, Any] = dict(old)

@@ -20,7 +20,14 @@ from typing import Any, NamedTuple, TypeVar, cast
 
 import attrs
 
-__all__ = ["REMOVED_IN", "Fold", "evolve_or_default", "keyword_folds", "warn_deprecated"]
+__all__ = [
+    "REMOVED_IN",
+    "Fold",
+    "evolve_or_default",
+    "keyword_folds",
+    "warn_deprecated",
+    "warn_removal",
+]
 
 REMOVED_IN = "0.2"
 """The release that drops the folded keywords (docs/deprecations.md)."""
@@ -49,16 +56,23 @@ def _outside_ragport(stacklevel: int) -> int:
     return stacklevel
 
 
-def warn_deprecated(name: str, given: Iterable[str], hint: str, *, stacklevel: int = 2) -> None:
-    """Warn that ``name(given...)`` is deprecated in favour of ``hint``; the warning points
-    at the first caller outside ragport, ``stacklevel`` frames up or further."""
-    names = ", ".join(f"{k}=" for k in given)
+def warn_removal(what: str, instead: str, *, stacklevel: int = 2) -> None:
+    """Warn ``DeprecationWarning`` in the one wording of every deprecation: ``what`` is
+    deprecated and goes in ``REMOVED_IN``, ``instead`` says what replaces it, and
+    docs/deprecations.md lists it. The warning points at the first caller outside ragport,
+    ``stacklevel`` frames up (as for ``warnings.warn``) or further."""
     warnings.warn(
-        f"{name}({names}) is deprecated and will be removed in ragport {REMOVED_IN}: pass "
-        f"{hint} instead (docs/deprecations.md)",
+        f"{what} is deprecated and will be removed in ragport {REMOVED_IN}: {instead} "
+        "(docs/deprecations.md)",
         DeprecationWarning,
         stacklevel=_outside_ragport(stacklevel) + 1,
     )
+
+
+def warn_deprecated(name: str, given: Iterable[str], hint: str, *, stacklevel: int = 2) -> None:
+    """Warn that ``name(given...)`` is deprecated in favour of ``hint`` (``warn_removal``)."""
+    names = ", ".join(f"{k}=" for k in given)
+    warn_removal(f"{name}({names})", f"pass {hint} instead", stacklevel=stacklevel + 1)
 
 
 def evolve_or_default(

@@ -345,6 +345,20 @@ def _async_rag_abort() -> None:
     anyio.run(main)
 
 
+def _async_rag_write_and_runtime_keywords() -> None:
+    status = InMemoryStatusStore()
+    rag = Rag(store=InMemoryStore(), embedder=EMB, scope=SCOPE, status_store=status)
+
+    async def main() -> None:
+        await AsyncRag(rag).replace_text(source_id="t", text=TEXT, size=50, overlap=0,
+                                         clock=_Clock())  # type: ignore[call-arg]  # fmt: skip
+
+    anyio.run(main)
+    assert max(len(r.text) for r in rag.store.get_by_source(SCOPE, "t")) <= 50
+    row = status.get(SCOPE, "t")  # the bound status store still served the deprecated call
+    assert row is not None and row.updated_at == NOON
+
+
 CASES: dict[str, Callable[[], None]] = {
     f.__name__.lstrip("_"): f
     for f in (
@@ -373,6 +387,7 @@ CASES: dict[str, Callable[[], None]] = {
         _rag_method_abort_keeps_the_bound_runtime,
         _rag_write_keywords,
         _async_rag_abort,
+        _async_rag_write_and_runtime_keywords,
     )
 }
 
@@ -490,6 +505,20 @@ def test_the_warning_points_at_the_callers_line() -> None:
     with pytest.warns(DeprecationWarning) as caught:
         delete_source(source_id="a", store=_store("a"), scope=SCOPE, abort=None)  # type: ignore[call-arg]
     assert caught[0].filename == __file__
+
+
+def test_async_rag_warns_at_the_awaiting_line() -> None:
+    """AsyncRag folds the keywords of old before its worker thread runs, so the warning names
+    the caller's file (from the thread, it named anyio's). If this fails, check _fold_old in
+    ragport/aio.py."""
+    rag = Rag(store=_store("a"), embedder=EMB, scope=SCOPE)
+
+    async def main() -> None:
+        await AsyncRag(rag).retrieve("hello", secrets=["sk-1"])  # type: ignore[call-arg]
+
+    with pytest.warns(DeprecationWarning, match="ragport 0.2") as caught:
+        anyio.run(main)
+    assert [w.filename for w in caught] == [__file__]
 
 
 def test_a_wired_wrapper_does_not_hide_the_callers_line() -> None:

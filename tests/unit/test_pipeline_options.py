@@ -172,6 +172,35 @@ def test_sync_connector_old_keywords_warn_and_work(tmp_path: Path) -> None:
     assert small > len(stores2.chunks.get_by_source(SCOPE, "a.md"))
 
 
+def test_the_pipeline_warnings_name_the_callers_line_and_the_release(tmp_path: Path) -> None:
+    """sync_knowledge (also through ragport.bootstrap's wired one), sync_connector and
+    ingest_files warn as every deprecation does: naming the caller's file, the release that
+    removes the keywords and docs/deprecations.md. If this fails, check warn_deprecated in
+    ragport/domain/deprecation.py and its callers."""
+    from ragport.adapters.connectors import FolderConnector
+    from ragport.bootstrap import sync_knowledge as wired
+
+    root = _folder(tmp_path)
+    stores = Stores(InMemoryStore(), InMemoryStatusStore(), "memory", InMemoryCheckpointStore())
+    assert stores.checkpoints is not None
+    kwargs: dict[str, Any] = {"embedder": CountingEmbedder(), "scope": SCOPE, "size": 200}
+    calls = [
+        lambda: _sync(size=200),
+        lambda: wired(connector=FolderConnector(root), checkpoints=InMemoryCheckpointStore(),
+                      store=InMemoryStore(), **kwargs),
+        lambda: sync_connector(FolderConnector(root), stores=stores,
+                               checkpoints=stores.checkpoints, **kwargs),
+        lambda: list(ingest_files(collect_documents([root], root=root.resolve()),
+                                  root=root.resolve(), store=InMemoryStore(),
+                                  status_store=None, **kwargs)),
+    ]  # fmt: skip
+    for call in calls:
+        with pytest.warns(DeprecationWarning, match=r"size=.*ragport 0\.2") as caught:
+            call()
+        assert [w.filename for w in caught] == [__file__]
+        assert "docs/deprecations.md" in str(caught[0].message)
+
+
 def test_demo_documents_moved_to_the_demo_package() -> None:
     """ragport.bootstrap.demo_documents still answers, warning, with what
     ragport.demo.demo_markdown gives. If this fails, check ragport/bootstrap/ingest.py."""
