@@ -25,6 +25,7 @@ from ragport.bootstrap import Stores
 from ragport.cli.config import _embedder, _scope, _stores
 from ragport.cli.options import MODES, Parents, command
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, NothingFound, _json, _note, _print_json, _table
+from ragport.domain.deprecation import REMOVED_IN
 from ragport.domain.errors import (
     RerankError,
     ValidationError,
@@ -220,7 +221,8 @@ def _lexical_for(args: argparse.Namespace, stores: Stores) -> str:
     if args.lexical not in offered and renamed in offered:
         _note(
             f"--lexical {args.lexical} is deprecated: it is named {renamed} now (the same BM25 "
-            f"leg), and {args.lexical} will be refused in the next release"
+            f"leg), and {args.lexical} will be refused from ragport {REMOVED_IN} "
+            "(docs/deprecations.md)"
         )
         return str(renamed)
     if args.lexical not in offered:
