@@ -32,12 +32,8 @@ from ragport.cli.config import (
 )
 from ragport.cli.options import (
     ENCODING_HELP,
-    MAX_BYTES_HELP,
-    OVERLAP_HELP,
-    SIZE_HELP,
-    TIMEOUT_HELP,
-    WALL_TIMEOUT_HELP,
     Parents,
+    add_document_options,
     command,
 )
 from ragport.cli.output import EXIT_FAILED, EXIT_OK, _json, _note
@@ -338,11 +334,7 @@ def register(sub: Any, parents: Parents) -> None:
         "--root",
         help="corpus root: ids are paths relative to it (default: recorded, or common folder)",
     )
-    ingest.add_argument("--size", type=int, default=None, help=SIZE_HELP)
-    ingest.add_argument("--overlap", type=int, default=None, help=OVERLAP_HELP)
-    ingest.add_argument("--max-bytes", type=int, default=None, help=MAX_BYTES_HELP)
-    ingest.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
-    ingest.add_argument("--wall-timeout", type=float, default=None, help=WALL_TIMEOUT_HELP)
+    add_document_options(ingest)
     ingest.add_argument(
         "--workers",
         type=int,

@@ -61,6 +61,18 @@ WALL_TIMEOUT_HELP = (
     f"(default: recorded with the corpus, else [limits] parse_wall_ms / 1000 in ragport.toml, else "
     f"{DEFAULT_LIMITS.parse_wall_ms // 1000}); at most {HARD_LIMITS.parse_wall_ms // 1000}"
 )
+
+
+def add_document_options(parser: argparse.ArgumentParser) -> None:
+    """The chunking and parse caps ``ingest`` and ``sync`` share (recorded with the corpus):
+    ``--size``, ``--overlap``, ``--max-bytes``, ``--timeout``, ``--wall-timeout``."""
+    parser.add_argument("--size", type=int, default=None, help=SIZE_HELP)
+    parser.add_argument("--overlap", type=int, default=None, help=OVERLAP_HELP)
+    parser.add_argument("--max-bytes", type=int, default=None, help=MAX_BYTES_HELP)
+    parser.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
+    parser.add_argument("--wall-timeout", type=float, default=None, help=WALL_TIMEOUT_HELP)
+
+
 NO_CONFIG_HELP = (
     "read no ragport.toml at all, neither one found upward nor your own (also: RAGPORT_NO_CONFIG=1)"
 )

@@ -30,12 +30,8 @@ from ragport.cli.config import _embedder, _limits, _scope, _stores
 from ragport.cli.ingest import DECODE_HINT, _generation_line, _text_encoding
 from ragport.cli.options import (
     ENCODING_HELP,
-    MAX_BYTES_HELP,
-    OVERLAP_HELP,
-    SIZE_HELP,
-    TIMEOUT_HELP,
-    WALL_TIMEOUT_HELP,
     Parents,
+    add_document_options,
     command,
     group,
 )
@@ -271,11 +267,7 @@ def register(sub: Any, parents: Parents) -> None:
     sync_common = argparse.ArgumentParser(
         add_help=False, parents=[parents.common, parents.json_out]
     )
-    sync_common.add_argument("--size", type=int, default=None, help=SIZE_HELP)
-    sync_common.add_argument("--overlap", type=int, default=None, help=OVERLAP_HELP)
-    sync_common.add_argument("--max-bytes", type=int, default=None, help=MAX_BYTES_HELP)
-    sync_common.add_argument("--timeout", type=float, default=None, help=TIMEOUT_HELP)
-    sync_common.add_argument("--wall-timeout", type=float, default=None, help=WALL_TIMEOUT_HELP)
+    add_document_options(sync_common)
     sync_common.add_argument(
         "--max-pages", type=int,
         help="stop after N committed pages; the next run continues (default: until done)",
