@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import attrs
 
@@ -29,7 +29,9 @@ from ragport.application.retrieval import retrieve_context
 from ragport.application.retrieval_request import RetrievalRequest
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime
 from ragport.domain.errors import ValidationError
+from ragport.domain.limits import Limits
 from ragport.domain.model import (
+    AccessDenial,
     Authorization,
     Citation,
     Provenance,
@@ -39,15 +41,18 @@ from ragport.domain.model import (
     validate_id,
 )
 from ragport.ports.embedder import Embedder
-from ragport.ports.runtime import Abort
+from ragport.ports.rerank import Reranker
+from ragport.ports.runtime import Abort, Clock, Redactor, Telemetry
 from ragport.ports.store import ChunkStore
 
 __all__ = [
     "EVIDENCE_EXCERPT_CHARS",
     "RETRIEVE_OPTIONS",
+    "BoundRetrieveOptions",
     "ContextBlock",
     "Evidence",
     "RagContextProvider",
+    "RetrieveOptions",
     "check_binding",
     "check_retrieve_options",
     "evidence_from_citation",
@@ -69,6 +74,44 @@ RETRIEVE_OPTIONS: frozenset[str] = (
     | _REQUEST_FIELDS
     | _RUNTIME_FIELDS
 )
+
+
+class BoundRetrieveOptions(TypedDict, total=False):
+    """The retrieve options a bound face (the LangChain and LlamaIndex retrievers, the MCP
+    server) fixes, typed: ``retrieve_context``'s ``request``, ``runtime``, ``reranker`` and
+    ``on_access_denied``, or the fields of its request and runtime by name (one form each;
+    ``top_k`` is the face's own argument). Checked at run time by ``check_retrieve_options``."""
+
+    request: RetrievalRequest | None
+    runtime: Runtime | None
+    reranker: Reranker | None
+    on_access_denied: Callable[[AccessDenial], None] | None
+    query_candidates: int | None
+    lexical: str
+    fusion: str
+    rrf_k: int | None
+    fusion_weights: Mapping[str, float] | None
+    metadata_filter: Mapping[str, Any] | None
+    max_result_bytes: int | None
+    max_context_tokens: int | None
+    max_rerank_bytes: int | None
+    max_rerank_ms: int | None
+    rerank_concurrency: int | None
+    collapse_duplicates: bool
+    telemetry: Telemetry | None
+    redactor: Redactor | None
+    secrets: Sequence[str] | None
+    limits: Limits
+    clock: Clock | None
+    abort: Abort | None
+
+
+class RetrieveOptions(BoundRetrieveOptions, total=False):
+    """``BoundRetrieveOptions`` and ``top_k``: what ``RagContextProvider`` takes
+    (``RETRIEVE_OPTIONS`` names the same keys)."""
+
+    top_k: int | None
+
 
 QuerySource = str | Callable[[Sequence[Mapping[str, Any]]], str] | None
 
@@ -275,7 +318,7 @@ class RagContextProvider:
         scopes: Sequence[Scope] | None = None,
         query: QuerySource = None,
         authorization: Authorization | None = None,
-        **options: Any,
+        **options: Unpack[RetrieveOptions],
     ) -> None:
         self._scope, self._scopes = check_binding(scope, scopes, authorization)
         if query is not None and not isinstance(query, str) and not callable(query):

@@ -18,7 +18,7 @@ so it leaves no thread, token or connection behind.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 try:
     import anyio
@@ -35,6 +35,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from ragport.aio import run_abortable
+from ragport.application.context import BoundRetrieveOptions
 from ragport.domain.deprecation import Fold, keyword_folds
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS
@@ -78,7 +79,7 @@ class RagportRetriever(BaseRetriever):
         limiter: anyio.CapacityLimiter | None = None,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
-        **options: Any,
+        **options: Unpack[BoundRetrieveOptions],
     ) -> None:
         bound = BoundRetrieval.bind(
             store=store,

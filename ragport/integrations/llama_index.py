@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Unpack
 
 try:
     import anyio
@@ -33,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from ragport.aio import run_abortable
+from ragport.application.context import BoundRetrieveOptions
 from ragport.domain.limits import DEFAULT_LIMITS
 from ragport.domain.model import Authorization, Hit, Scope
 from ragport.integrations._async import thread_limiter
@@ -67,7 +68,7 @@ class RagportRetriever(BaseRetriever):
         limiter: anyio.CapacityLimiter | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
-        **options: Any,
+        **options: Unpack[BoundRetrieveOptions],
     ) -> None:
         self._bound = BoundRetrieval.bind(
             store=store,

@@ -44,7 +44,7 @@ import os
 import secrets
 import sys
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Unpack
 
 try:
     import anyio
@@ -61,7 +61,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ragport.aio import run_abortable
 from ragport.application._support import check_abort
-from ragport.application.context import render_untrusted
+from ragport.application.context import BoundRetrieveOptions, render_untrusted
 from ragport.application.retrieval import QUERY_MAX_CHARS
 from ragport.application.status import list_ingestion_status, served_chunks
 from ragport.domain.errors import RagportError, StoreError, ValidationError
@@ -401,7 +401,7 @@ def build_server(
     name: str = "ragport",
     max_threads: int | None = None,
     limiter: anyio.CapacityLimiter | None = None,
-    **options: Any,
+    **options: Unpack[BoundRetrieveOptions],
 ) -> MCPServer:
     """An MCP server with ``search`` and ``list_sources`` over ``scope``, bound to
     ``authorization`` (``None``: a trusted caller, no grant filtering) and retrieve options;

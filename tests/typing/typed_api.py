@@ -43,3 +43,16 @@ def retrieve_context_keywords() -> None:
     )
     ragport.RetrievalRequest(top_kk=3)  # type: ignore[call-arg]
     ragport.Runtime(telemetri=None)  # type: ignore[call-arg]
+
+
+def faces_take_typed_retrieve_options() -> None:
+    from ragport.application import RagContextProvider
+    from ragport.integrations.mcp import build_server
+
+    store, embedder = InMemoryStore(), HashEmbedder()
+    scope = ragport.Scope("acme", "kb", "docs")
+    RagContextProvider(embedder=embedder, store=store, scope=scope, top_k=3, lexical="bm25")
+    RagContextProvider(embedder=embedder, store=store, scope=scope, top_kk=3)  # type: ignore[call-arg]
+    RagContextProvider(embedder=embedder, store=store, scope=scope, top_k="3")  # type: ignore[arg-type]
+    build_server(store=store, embedder=embedder, scope=scope, lexical="bm25")
+    build_server(store=store, embedder=embedder, scope=scope, lexicals="bm25")  # type: ignore[call-arg]

@@ -311,3 +311,21 @@ def test_evidence_needs_a_citation():
     with pytest.raises(ragport.ValidationError) as info:
         ragport.application.evidence_from_citation({"id": "x"}, content_hash=HASH, revision=1)  # type: ignore[arg-type]
     assert info.value.field == "citation"
+
+
+def test_the_typed_retrieve_options_name_every_option_the_faces_accept():
+    """RetrieveOptions (RagContextProvider's **options) and BoundRetrieveOptions (the
+    retrievers' and the MCP server's) type exactly what check_retrieve_options accepts, so
+    mypy catches a misspelt option. If this fails, a RetrievalRequest or Runtime field was
+    added or renamed: add it to the TypedDicts in ragport/application/context.py."""
+    from ragport.application.context import (
+        RETRIEVE_OPTIONS,
+        BoundRetrieveOptions,
+        RetrieveOptions,
+    )
+
+    assert set(RetrieveOptions.__annotations__) | set(BoundRetrieveOptions.__annotations__) == set(
+        RETRIEVE_OPTIONS
+    )
+    assert set(RetrieveOptions.__optional_keys__) == set(RETRIEVE_OPTIONS)
+    assert set(RETRIEVE_OPTIONS) - set(BoundRetrieveOptions.__optional_keys__) == {"top_k"}
