@@ -264,9 +264,15 @@ def _propagator_redactor() -> None:
 
 
 def _propagator_class() -> None:
-    propagator = DeletionPropagator(scope=SCOPE, store=_store("a"), authorization=None,
-                                    as_owner=True, limits=Limits())  # type: ignore[call-arg]  # fmt: skip
-    assert propagator.propagate("a").ids == ("a",)
+    store = _store("a")
+    for record_id, rests_on in (("d1", "a"), ("d2", "d1")):
+        index_derived(record_id=record_id, text=f"{record_id} sums up", lineage=[rests_on],
+                      embedder=EMB, store=store, scope=SCOPE)  # fmt: skip
+    propagator = DeletionPropagator(scope=SCOPE, store=store, authorization=None,
+                                    as_owner=True, limits=Limits(lineage_depth=1))  # type: ignore[call-arg]  # fmt: skip
+    with pytest.raises(ValidationError) as caught:  # the folded limits hold
+        propagator.propagate("a")
+    assert caught.value.limit == "lineage_depth"
 
 
 def _rollback_clock() -> None:
@@ -285,6 +291,9 @@ def _prepare_document_limits() -> None:
                                 embedder=EMB, store=InMemoryStore(), scope=SCOPE, size=80,
                                 overlap=0, limits=Limits(), abort=None)  # type: ignore[call-arg]  # fmt: skip
     assert max(len(c.text) for c in prepared.chunks) <= 80
+    with pytest.raises(AbortedError):  # the folded abort is checked
+        prepare_document(loaded, source_id="doc", uri="doc", parser=_Parser(), embedder=EMB,
+                         store=InMemoryStore(), scope=SCOPE, abort=_aborted())  # type: ignore[call-arg]  # fmt: skip
 
 
 def _replace_prepared_status() -> None:

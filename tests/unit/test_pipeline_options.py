@@ -135,6 +135,47 @@ def test_ingest_options_set_what_the_old_keywords_set(tmp_path: Path) -> None:
     assert not old_store.get_by_source(SCOPE, "a.md")
 
 
+def test_ingest_files_old_runtime_and_timer_keywords_still_apply(tmp_path: Path) -> None:
+    """ingest_files' deprecated abort=, limits=, clock= and progress= still do what they did
+    (folded into runtime= and options=), with a DeprecationWarning.
+    If this fails, check _old_ingest_keywords in ragport/bootstrap/ingest.py."""
+    import threading
+
+    from ragport.domain.errors import AbortedError
+    from ragport.domain.limits import Limits
+
+    root = _folder(tmp_path)
+    stop = threading.Event()
+    stop.set()
+    seen: list[str] = []
+
+    class Progress:
+        def working(self, name: str, stage: str) -> None:
+            seen.append(stage)
+
+        def embedded(self, chunks: int) -> None:
+            return None
+
+    def run(**kwargs: Any) -> list[Any]:
+        return list(
+            ingest_files(
+                collect_documents([root], root=root.resolve()), root=root.resolve(),
+                store=InMemoryStore(), status_store=None, embedder=CountingEmbedder(),
+                scope=SCOPE, options=IngestOptions(workers=1), **kwargs,
+            )
+        )  # fmt: skip
+
+    with pytest.warns(DeprecationWarning, match="abort="), pytest.raises(AbortedError):
+        run(abort=stop)
+    with pytest.warns(DeprecationWarning, match="limits="):
+        capped = run(limits=Limits(parse_bytes=1_024))
+    assert [o.reason for o in capped] == ["too_large"]  # the folded limits cap the file
+    ticks = iter(range(100))
+    with pytest.warns(DeprecationWarning, match="clock=, progress="):
+        timed = run(clock=lambda: float(next(ticks)), progress=Progress())
+    assert [o.seconds for o in timed] == [1.0] and "reading" in seen
+
+
 def test_ingest_options_are_checked_when_built() -> None:
     """workers outside 1..32 and write options the pipeline cannot honour are refused.
     If this fails, check IngestOptions in ragport/application/ingest.py."""
