@@ -11,6 +11,7 @@ import itertools
 import threading
 from pathlib import Path
 
+import pytest
 from ragport_sqlite import SqliteStore
 
 import ragport
@@ -31,6 +32,7 @@ def _big_text(size: int) -> str:
     return text[:size]
 
 
+@pytest.mark.slow  # about 40-50 s: a thousand files through two workers (make test-slow runs it)
 def test_two_workers_sync_a_thousand_files_and_one_at_the_cap(tmp_path: Path) -> None:
     """Every small file lands once, the file at the cap is indexed whole (its chunks tile all
     of its text), the one a byte over is refused by name without stopping the folder, and
