@@ -16,18 +16,19 @@ docs/deprecations.md lists every keyword folded here and the release that remove
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 
 from ragport.application.runtime import DEFAULT_RUNTIME, check_runtime
 from ragport.application.write_options import check_write_options
-from ragport.domain.deprecation import REMOVED_IN, Fold, keyword_folds
+from ragport.domain.deprecation import REMOVED_IN, Fold, keyword_folds, warn_deprecated
 
 __all__ = [
     "REMOVED_IN",
     "RUNTIME_KEYWORDS",
     "WRITE_KEYWORDS",
+    "fold_run_options",
     "fold_runtime",
     "fold_write_options",
     "folds_keywords",
@@ -46,6 +47,7 @@ WRITE_KEYWORDS = (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+OptionsT = TypeVar("OptionsT")
 
 
 def fold_runtime(runtime: object, keywords: Mapping[str, Any]) -> Any:
@@ -98,3 +100,28 @@ def folds_keywords(
         ),
         name=name,
     )
+
+
+def fold_run_options(
+    name: str,
+    options: OptionsT,
+    old: Mapping[str, Any],
+    hint: str,
+    *,
+    write: Iterable[str],
+    aside: Iterable[str] = (),
+) -> tuple[OptionsT, dict[str, Any]]:
+    """The deprecated keywords ``old`` of a pipeline run (``sync_knowledge``,
+    ``sync_connector``, ``ingest_files``) folded into its ``options`` value (a ``SyncOptions``
+    or ``IngestOptions``), after one ``DeprecationWarning`` naming them and ``hint``: the
+    ``write`` ones into ``options.write``, the ``aside`` ones handed back for the caller to
+    fold (into its ``runtime``), every other one into the field of ``options`` of its name."""
+    if not old:
+        return options, {}
+    warn_deprecated(name, sorted(old), hint, stacklevel=3)
+    given = dict(old)
+    changes = {k: given.pop(k) for k in write if k in given}
+    kept = {k: given.pop(k) for k in aside if k in given}
+    if changes:
+        given["write"] = attrs.evolve(cast(Any, options).write, **changes)
+    return (attrs.evolve(cast(Any, options), **given) if given else options), kept

@@ -49,7 +49,7 @@ keeps its previous version); only abort, store and embedder failures sink the pa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypedDict, Unpack, cast
+from typing import Literal, TypedDict, Unpack, cast
 
 import attrs
 
@@ -75,6 +75,7 @@ from ragport.application._sync_state import (
     _Tally,
 )
 from ragport.application.admission import refuse_forgotten
+from ragport.application.deprecation import fold_run_options
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
 from ragport.application.pinned import retire_pinned_dependents
@@ -82,7 +83,6 @@ from ragport.application.pipeline import PipelineSteps, check_pipeline_write, ch
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration, StagedWrite, staged_write
 from ragport.application.write_options import DEFAULT_WRITE_OPTIONS, WriteOptions
-from ragport.domain.deprecation import warn_deprecated
 from ragport.domain.errors import (
     SyncCursorError,
     ValidationError,
@@ -426,20 +426,15 @@ _OLD_WRITE_KEYWORDS = ("size", "overlap", "batch_size", "shared_generation")
 def _old_sync_keywords(options: SyncOptions, old: _OldSyncKeywords) -> SyncOptions:
     """``options`` with the deprecated keywords of ``sync_knowledge`` folded in (a
     ``DeprecationWarning`` naming them)."""
-    if not old:
-        return options
-    warn_deprecated(
+    folded, _ = fold_run_options(
         "sync_knowledge",
-        sorted(old),
+        options,
+        old,
         "options=SyncOptions(write=WriteOptions(size=, overlap=, batch_size=, "
         "shared_generation=), workers=, adopt=, on_cursor_error=, on_progress=)",
-        stacklevel=3,
+        write=_OLD_WRITE_KEYWORDS,
     )
-    given: dict[str, Any] = dict(old)
-    write = {k: given.pop(k) for k in _OLD_WRITE_KEYWORDS if k in given}
-    if write:
-        options = attrs.evolve(options, write=attrs.evolve(options.write, **write))
-    return attrs.evolve(options, **given) if given else options
+    return folded
 
 
 def sync_knowledge(

@@ -8,11 +8,12 @@ import os
 from collections.abc import Callable, Generator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
 import attrs
 
 from ragport.application import SharedGeneration
+from ragport.application.deprecation import fold_run_options
 from ragport.application.ingest import (
     MARKDOWN_SUFFIXES,
     Candidate,
@@ -29,7 +30,7 @@ from ragport.application.ingest import (
 )
 from ragport.application.runtime import Runtime, check_runtime
 from ragport.bootstrap.roots import CorpusRoots as CorpusRoots
-from ragport.domain.deprecation import warn_deprecated, warn_removal
+from ragport.domain.deprecation import warn_removal
 from ragport.domain.documents import DOCUMENT_SUFFIXES as _SUFFIXES
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import Limits
@@ -256,30 +257,19 @@ def _old_ingest_keywords(
 ) -> tuple[IngestOptions, Runtime]:
     """``options`` and ``runtime`` with the deprecated keywords of ``ingest_files`` folded in
     (a ``DeprecationWarning`` naming them)."""
-    options = IngestOptions() if options is None else options
     runtime = Runtime() if runtime is None else check_runtime(runtime)
-    if not old:
-        return options, runtime
-    warn_deprecated(
+    folded, aside = fold_run_options(
         "ingest_files",
-        sorted(old),
+        IngestOptions() if options is None else options,
+        old,
         "options=IngestOptions(write=WriteOptions(size=, overlap=, shared_generation=), "
         "workers=, progress=, timer=) and runtime=Runtime(limits=, abort=)",
-        stacklevel=3,
+        write=("size", "overlap", "shared_generation"),
+        aside=("clock", "limits", "max_bytes", "abort"),
     )
-    write: dict[str, Any] = {
-        k: v for k, v in old.items() if k in ("size", "overlap", "shared_generation")
-    }
-    if write:
-        options = attrs.evolve(options, write=attrs.evolve(options.write, **write))
-    if "workers" in old:
-        options = attrs.evolve(options, workers=old["workers"])
-    if "progress" in old:
-        options = attrs.evolve(options, progress=old["progress"])
-    clock = old.get("clock")
-    if clock is not None:
-        options = attrs.evolve(options, timer=clock)
-    limits = old.get("limits") or runtime.limits
-    if "max_bytes" in old:
-        limits = ingest_limits(old["max_bytes"], base=limits)
-    return options, attrs.evolve(runtime, limits=limits, abort=old.get("abort", runtime.abort))
+    if aside.get("clock") is not None:  # the old clock was the per-file timer
+        folded = attrs.evolve(folded, timer=aside["clock"])
+    limits = aside.get("limits") or runtime.limits
+    if "max_bytes" in aside:
+        limits = ingest_limits(aside["max_bytes"], base=limits)
+    return folded, attrs.evolve(runtime, limits=limits, abort=aside.get("abort", runtime.abort))

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
 import attrs
 
 from ragport.application import SharedGeneration, SyncResult
+from ragport.application.deprecation import fold_run_options
 from ragport.application.runtime import Runtime, check_runtime
 from ragport.application.sync import SyncOptions, SyncProgress
 from ragport.bootstrap.ingest import ingest_limits
 from ragport.bootstrap.stores import Stores, sync_knowledge
-from ragport.domain.deprecation import warn_deprecated
 from ragport.domain.limits import Limits
 from ragport.domain.model import Scope
 from ragport.ports.documents import Parser
@@ -111,24 +111,17 @@ def _old_keywords(
 ) -> tuple[SyncOptions, Runtime]:
     """``options`` and ``runtime`` with the deprecated keywords of ``sync_connector`` folded
     in (a ``DeprecationWarning`` naming them)."""
-    options = SyncOptions() if options is None else options
     runtime = Runtime() if runtime is None else check_runtime(runtime)
-    if not old:
-        return options, runtime
-    warn_deprecated(
+    folded, aside = fold_run_options(
         "sync_connector",
-        sorted(old),
+        SyncOptions() if options is None else options,
+        old,
         "options=SyncOptions(write=WriteOptions(size=, overlap=, shared_generation=), "
         "workers=, adopt=, on_progress=, restart=) and runtime=Runtime(limits=)",
-        stacklevel=3,
+        write=("size", "overlap", "shared_generation"),
+        aside=("limits", "max_bytes"),
     )
-    given: dict[str, Any] = dict(old)
-    write = {k: given.pop(k) for k in ("size", "overlap", "shared_generation") if k in given}
-    if write:
-        options = attrs.evolve(options, write=attrs.evolve(options.write, **write))
-    limits = given.pop("limits", None) or runtime.limits
-    if "max_bytes" in given:
-        limits = ingest_limits(given.pop("max_bytes"), base=limits)
-    if given:
-        options = attrs.evolve(options, **given)
-    return options, attrs.evolve(runtime, limits=limits)
+    limits = aside.get("limits") or runtime.limits
+    if "max_bytes" in aside:
+        limits = ingest_limits(aside["max_bytes"], base=limits)
+    return folded, attrs.evolve(runtime, limits=limits)
