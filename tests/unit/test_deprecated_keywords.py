@@ -344,6 +344,22 @@ def _rag_write_keywords() -> None:
     assert not rag.store.get_by_source(SCOPE, "doc")
 
 
+def _rag_sync_write_keywords() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from ragport.adapters.connectors import FolderConnector
+    from ragport.adapters.memory import InMemoryCheckpointStore
+
+    rag = Rag(store=InMemoryStore(), embedder=EMB, scope=SCOPE)
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "doc.txt").write_text(TEXT, encoding="utf-8")
+        result = rag.sync(connector=FolderConnector(Path(folder)), parser=_Parser(),
+                          checkpoints=InMemoryCheckpointStore(), size=60, overlap=0)  # type: ignore[call-arg]  # fmt: skip
+    assert result.upserted == 1
+    assert max(len(r.text) for r in rag.store.get_by_source(SCOPE, "doc.txt")) <= 60
+
+
 def _async_rag_abort() -> None:
     rag = Rag(store=_store("a"), embedder=EMB, scope=SCOPE)
 
@@ -395,6 +411,7 @@ CASES: dict[str, Callable[[], None]] = {
         _rag_constructor,
         _rag_method_abort_keeps_the_bound_runtime,
         _rag_write_keywords,
+        _rag_sync_write_keywords,
         _async_rag_abort,
         _async_rag_write_and_runtime_keywords,
     )
