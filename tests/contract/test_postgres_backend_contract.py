@@ -1,6 +1,7 @@
 """PostgreSQL as a backend of the narrow storage port: ``StorageBackendContract`` (the whole
-``ChunkStoreContract`` through the generation engine) on ``PostgresBackend``, its driver-failure
-section included (the schema dropped under it)."""
+``ChunkStoreContract`` through the generation engine) on ``PostgresBackend``, with its
+pushdowns (PostgreSQL's SQL answers the legs and look-ups) and without (the engine's generic
+path over the 15 members), the driver-failure section included (the schema dropped under it)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,18 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from ragport.adapters.postgres import PostgresStore, WriteSettings
-from ragport.adapters.postgres.backend import PostgresBackend
+from ragport.adapters.postgres import PostgresBackend, PostgresStore, WriteSettings
 from ragport.contract_tests import StorageBackendContract
 from ragport.contract_tests.chunk_store.failures import BreakStore
+from ragport.engine import BackendStore
 from ragport.ports.store import ChunkStore
 
 
 class TestPostgresBackend(StorageBackendContract):
+    """``BackendStore(PostgresBackend)``: every pushdown PostgreSQL defines in use."""
+
+    bm25_tokens = "engine"  # the bm25 pushdown tokenizes with PostgreSQL's text search
+
     @pytest.fixture
     def backend(self, pg_engine: Any, pg_schema: str) -> Iterator[PostgresBackend]:
         store = PostgresStore(
@@ -34,3 +39,21 @@ class TestPostgresBackend(StorageBackendContract):
                 conn.execute(text(f'DROP SCHEMA "{pg_schema}" CASCADE'))
 
         return drop_schema
+
+    def test_every_read_pushdown_is_found(self, backend: PostgresBackend) -> None:
+        """The engine calls PostgreSQL's SQL for the legs and look-ups. If this fails, check
+        the pushdown methods' names on ``PostgresBackend`` (``ragport.ports.pushdowns``)."""
+        assert {
+            "search_vectors", "search_lexical", "embedders", "source_id_page", "history",
+            "forgotten_among", "prepare",
+        } <= set(BackendStore(backend).pushdowns)  # fmt: skip
+
+
+class TestPostgresBackendGeneric(TestPostgresBackend):
+    """``BackendStore(PostgresBackend, pushdown=False)``: the 15 members alone."""
+
+    bm25_tokens = "tokenize_lexical"  # the engine's own BM25
+
+    @pytest.fixture
+    def store(self, backend: PostgresBackend) -> Iterator[BackendStore]:
+        yield BackendStore(backend, pushdown=False)

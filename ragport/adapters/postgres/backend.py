@@ -33,26 +33,30 @@ as it needs.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 
-from ragport.adapters.postgres import embedders, reads, rows, statements
+from ragport.adapters.postgres import embedders, queries, reads, rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
 from ragport.adapters.postgres.connections import Connections
-from ragport.adapters.postgres.indexes import VectorIndexes
-from ragport.adapters.postgres.predicate import RSCOPE, SCOPE, scope_params
+from ragport.adapters.postgres.history import generation_history
+from ragport.adapters.postgres.indexes import DEFAULT_EF_SEARCH, VectorIndexes
+from ragport.adapters.postgres.legs import VectorLeg, lexical_leg
+from ragport.adapters.postgres.predicate import RSCOPE, SCOPE, VISIBLE, pointer_cte, scope_params
 from ragport.adapters.postgres.rows import R_COLUMNS, RECORD_COLUMNS
 from ragport.adapters.postgres.tombstones import tombstones_readmit
 from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork
 from ragport.domain.model import Grant, Record, Scope, Tombstone
-from ragport.ports.backend import GenerationState, RowKey, StorageBackend
+from ragport.ports.backend import BackendReader, GenerationState, RowKey, StorageBackend
 from ragport.ports.embedder import Vector, VectorMatrix
+from ragport.ports.history import GenerationChange
+from ragport.ports.pushdowns import Admission, LegAnswer
 from ragport.ports.store import EmbedderKey, ScoredRecord
 
 __all__ = ["PostgresBackend"]
@@ -84,7 +88,7 @@ def _state(
 class _Reader:
     """One transaction's view of one scope: the five reading members."""
 
-    def __init__(self, conn: Connection, scope: Scope, connections: Connections) -> None:
+    def __init__(self, conn: Any, scope: Scope, connections: Connections) -> None:
         self.conn = conn
         self.scope = scope
         self._db = connections
@@ -355,40 +359,139 @@ class PostgresBackend:
     """
 
     provider = "postgres"
+    lexical_modes = ("bm25",)
+    """The BM25 leg of ``PostgresStore`` (PostgreSQL's text search, its own statistics)."""
 
-    def __init__(self, connections: Connections, indexes: VectorIndexes) -> None:
+    def __init__(
+        self,
+        connections: Connections,
+        indexes: VectorIndexes,
+        *,
+        ts_config: str = "english",
+        ef_search: int = DEFAULT_EF_SEARCH,
+    ) -> None:
         self._db = connections
         self._indexes = indexes
+        self._ts_config = ts_config
+        self._ef_search = ef_search
 
     @classmethod
     def of(cls, store: Any) -> PostgresBackend:
         """The backend over ``store``'s (a ``PostgresStore``) connections and indexes."""
-        return cls(store._db, store._indexes)
+        return cls(
+            store._db, store._indexes, ts_config=store._ts_config, ef_search=store._ef_search
+        )
+
+    @staticmethod
+    def reader(conn: Any, scope: Scope, connections: Connections) -> BackendReader:
+        """A reader over ``conn``, a connection inside a read or a write of ``scope``."""
+        return _Reader(conn, scope, connections)
 
     @property
     def connections(self) -> Connections:
         return self._db
 
+    # -- pushdowns (ragport.ports.pushdowns): today's SQL ----------------------------------
+    def search_vectors(
+        self, view: _Reader, vector: Vector, *, admission: Admission, limit: int
+    ) -> LegAnswer:
+        """``legs.VectorLeg``: the HNSW walk with the whole admission predicate in SQL."""
+        leg = VectorLeg(
+            self._db.s, view.scope, vector, vec=self._db.pgvector, ef_search=self._ef_search,
+            limit=limit, authorization=admission.authorization, flt=admission.metadata_filter,
+            report=admission.report_denied,
+        )  # fmt: skip
+        _, hits, screened = leg(view.conn)
+        return LegAnswer(hits, screened)
+
+    def search_lexical(
+        self, view: _Reader, text: str, *, mode: str, admission: Admission, limit: int
+    ) -> LegAnswer:
+        """``legs.lexical_leg``: BM25 over PostgreSQL's text search (``PostgresStore.
+        lexical_query`` says how it scores), the admission predicate in SQL."""
+        leg = lexical_leg(
+            self._db.s, view.scope, text, ts_config=self._ts_config, limit=limit,
+            authorization=admission.authorization, flt=admission.metadata_filter,
+            report=admission.report_denied,
+        )  # fmt: skip
+        hits, screened = leg(view.conn)
+        return LegAnswer(hits, screened)
+
+    def embedders(self, view: _Reader) -> frozenset[EmbedderKey]:
+        """The visible rows' keys, from the (scope, embedder_id, dimensions) index."""
+        rows = view._fetch("list embedders", queries.embedders_sql(self._db.s))
+        return frozenset((row.embedder_id, row.dimensions) for row in rows)
+
+    def source_id_page(self, view: _Reader, *, after: str | None, limit: int) -> Sequence[str]:
+        s = self._db.s
+        sql = (
+            pointer_cte(s) + f'SELECT DISTINCT r.source_id COLLATE "C" AS source_id '
+            f"FROM {s}.records r, sc WHERE {RSCOPE} AND {VISIBLE} AND r.kind = 'chunk' "
+            + ('AND r.source_id COLLATE "C" > :after ' if after is not None else "")
+            + "ORDER BY 1 LIMIT :limit"
+        )
+        rows = view._fetch("list sources", sql, after=after, limit=limit)
+        return [str(row.source_id) for row in rows]
+
+    def history(self, view: _Reader, *, limit: int, max_ids: int) -> Sequence[GenerationChange]:
+        """``history.generation_history``: one statement over the generations' rows."""
+
+        def read(operation: str, run: Callable[[Any], Any]) -> Any:
+            with translate_errors(operation):
+                return run(view.conn)
+
+        return generation_history(read, self._db.s, view.scope, limit=limit, max_ids=max_ids)
+
+    def forgotten_among(self, view: _Reader, ids: Sequence[str]) -> frozenset[str]:
+        """One probe of the tombstones' primary key per id."""
+        sql = queries.forgotten_sql(self._db.s) + " AND id = ANY(:ids)"
+        return frozenset(row.id for row in view._fetch("look up tombstones", sql, ids=list(ids)))
+
+    def prepare(self, scope: Scope, *, dimensions: int) -> None:
+        """Create the HNSW index for ``dimensions`` if missing, before any write transaction
+        (``PostgresStore.prepare`` says why); on a joined store, inside the host's."""
+        if self._db.joined is not None:  # in the host's transaction: no commit, no ANALYZE
+            with self._db.connect("prepare") as conn:
+                self._indexes.ensure(conn, dimensions)
+            self._indexes.forget(dimensions)  # the host may still roll it back: read it again
+            return
+        with self._db.connect("prepare") as conn:
+            self._indexes.ensure(conn, dimensions)
+            conn.commit()
+            self._indexes.analyze_once(conn, scope.tenant_id)
+
     @contextmanager
     def read(self, scope: Scope) -> Iterator[_Reader]:
+        """One REPEATABLE READ, READ ONLY transaction, committed at the end (it wrote
+        nothing; committing keeps the session's HNSW settings its search made); a savepoint
+        rolled back on a joined store."""
         with self._db.connect("read") as conn:
+            info = conn.connection.info
             if self._db.joined is not None:
                 savepoint = conn.begin_nested()
+                info.pop("ragport_hnsw", None)
                 try:
                     yield _Reader(conn, scope, self._db)
                 finally:
+                    info.pop("ragport_hnsw", None)
                     with translate_errors("read"):
                         savepoint.rollback()
                 return
             try:
                 with translate_errors("read"):
+                    if conn.in_transaction():  # the schema check just read the catalog
+                        conn.rollback()
                     conn.exec_driver_sql(
                         "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
                     )
                 yield _Reader(conn, scope, self._db)
-            finally:
-                with translate_errors("read"):
+            except BaseException:
+                info.pop("ragport_hnsw", None)
+                with suppress(Exception):
                     conn.rollback()
+                raise
+            with translate_errors("read"):
+                conn.commit()
 
     @contextmanager
     def write(self, scope: Scope) -> Iterator[_Writer]:

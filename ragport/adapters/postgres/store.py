@@ -15,22 +15,31 @@ Quirks worth knowing:
   ``relaxed_order`` under grants or a filter, for recall) so selective predicates
   (grants, filters, tombstones, generations) still yield ``limit`` rows.
 
-Where things are: this module is the store, one class: reads, units of work and maintenance.
+Where things are: this module is the store, one class, a ``ragport.engine.BackendStore``
+over ``PostgresBackend`` (``backend.py``: the narrow port on these tables, and the pushdowns,
+PostgreSQL's SQL for the legs, the look-ups and ``prepare``). The engine answers grants
+(``check_source_access``, ``get_source_access``), ``forgotten_among``, ``list_source_ids``,
+``generation_history`` and ``prepare`` through those pushdowns; this class keeps the reads
+that must stay one statement on an autocommit connection (the legs with their drift guard,
+replica routing and a retry on a dead connection: a transaction around them costs about
+0.2 ms, 10% of a vector query) and PostgreSQL's own unit of work (set-based SQL writes),
+with the maintenance of its indexes. The legs' SQL runs through ``legs.py`` for both; the
+denial report is the engine's (``ragport.engine.reads.denials``).
+
 It owns its collaborators: ``Connections`` (``connections.py``: the pool, the schema check,
 read-replica routing, the host's connection of a joined view), ``VectorIndexes``
 (``indexes.py``: HNSW indexes and the first ANALYZE), ``VectorWriter`` (``vector_writes.py``)
 and ``MaintenanceWorker`` (``background.py``: GIN merges and re-analyses after commits); its
-tuning values are ``settings.py``. The SQL is built by pure
-functions in ``predicate.py`` (the shared WHERE), ``queries.py`` (the legs, the denial
-report, the small reads) and ``statements.py`` (the unit of work's writes); rows become
-records in ``rows.py``; reads run on psycopg through ``reads.py``; the unit of work and its
-repositories are ``unit_of_work.py``.
+tuning values are ``settings.py``. The SQL is built by pure functions in ``predicate.py``
+(the shared WHERE), ``queries.py`` (the legs, the denial report, the small reads) and
+``statements.py`` (the unit of work's writes); rows become records in ``rows.py``; reads run
+on psycopg through ``reads.py``; the unit of work and its repositories are
+``unit_of_work.py``.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -41,42 +50,38 @@ from sqlalchemy import Connection, Engine, text
 
 from ragport.adapters.postgres import queries, reads, statements
 from ragport.adapters.postgres._driver import translate_errors
+from ragport.adapters.postgres.backend import PostgresBackend
 from ragport.adapters.postgres.background import MaintenanceWorker, validate_maintenance_delay
 from ragport.adapters.postgres.connections import Connections, Fallback
-from ragport.adapters.postgres.indexes import MAX_EF_SEARCH, VectorIndexes, check_build_memory
+from ragport.adapters.postgres.indexes import VectorIndexes, check_build_memory
+from ragport.adapters.postgres.legs import VectorLeg, foreign_rows, lexical_leg, query_vector
 from ragport.adapters.postgres.pool import wait_for_connection
 from ragport.adapters.postgres.predicate import (
-    RSCOPE,
-    VISIBLE,
-    pointer_cte,
-    predicate,
     scope_params,
 )
 from ragport.adapters.postgres.reads import RawRead, one_snapshot
-from ragport.adapters.postgres.rows import grant, record
+from ragport.adapters.postgres.rows import record
 from ragport.adapters.postgres.schema import (
     upgrade,
     validate_partitions,
     validate_text_search_config,
 )
 from ragport.adapters.postgres.settings import VectorIndexSettings, WriteSettings, from_keywords
-from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork, read_grants
+from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork
 from ragport.adapters.postgres.vector_writes import VectorWriter, validate_parallel_vector_rows
 from ragport.domain.errors import CapabilityError, ScopeError, ValidationError
-from ragport.domain.filters import Filter
+from ragport.domain.filters import Filter, parse_filter
 from ragport.domain.model import (
     AccessDecision,
     Authorization,
-    Capabilities,
-    Grant,
     Record,
     Scope,
-    decide_access,
     validate_text,
 )
 from ragport.domain.values import SCOPE_ID_MAX, validate_id
+from ragport.engine import BackendStore
+from ragport.engine.reads import denials
 from ragport.ports.embedder import Vector
-from ragport.ports.history import GenerationChange
 from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredRecord
 
 __all__ = ["PostgresStore"]
@@ -101,8 +106,9 @@ def _check_mode(mode: str) -> None:
         )
 
 
-class PostgresStore:
-    """A ChunkStore on PostgreSQL with pgvector.
+class PostgresStore(BackendStore):
+    """A ChunkStore on PostgreSQL with pgvector: the generation engine (``BackendStore``) over
+    ``PostgresBackend``, whose pushdowns are PostgreSQL's SQL.
 
     ``url_or_engine`` is a ``postgresql://`` URL or a SQLAlchemy Engine (psycopg 3 driver).
     ``create=True`` applies missing migrations now; otherwise the schema must already be at
@@ -124,8 +130,6 @@ class PostgresStore:
     ``merge_pending_lists=``, ...), which keep working for one release with a
     ``DeprecationWarning``.
     """
-
-    provider = "postgres"
 
     def __init__(
         self,
@@ -173,20 +177,14 @@ class PostgresStore:
             if delay is None
             else MaintenanceWorker(self._db.engine, self._indexes, delay, sweep=self._vectors.sweep)
         )
+        super().__init__(self._backend_on(self._db))
         if create:
             self.upgrade()
 
-    capabilities: Capabilities = Capabilities(  # frozen: one value serves every call
-        lexical_modes=("bm25",),  # "fts" until 2026-12: still accepted, with a warning
-        authorization="acl",
-        generations=True,
-        transactions=True,
-        guarded_query=True,
-        preparation=True,
-        generation_history=True,
-        forgotten_lookup=True,
-        borrowed_query=True,  # every read builds fresh records: lending one lends a copy
-    )
+    def _backend_on(self, db: Connections) -> PostgresBackend:
+        return PostgresBackend(
+            db, self._indexes, ts_config=self._ts_config, ef_search=self._ef_search
+        )
 
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self._schema!r})"
@@ -239,6 +237,7 @@ class PostgresStore:
     def _view(self, db: Connections) -> Self:
         view = copy.copy(self)
         view._db = db
+        BackendStore.__init__(view, view._backend_on(db))  # the view's backend, its pushdowns
         return view
 
     def joined(self, connection: Connection) -> PostgresStore:
@@ -258,8 +257,10 @@ class PostgresStore:
         """
         return self._view(self._db.join(connection))
 
+    # PostgreSQL's own unit of work (set-based SQL writes) until the engine's unit of work
+    # dispatches to the write pushdowns; it keeps the same tables as PostgresBackend's writer.
     @contextmanager
-    def unit_of_work(self, scope: Scope) -> Iterator[PostgresUnitOfWork]:
+    def unit_of_work(self, scope: Scope) -> Iterator[PostgresUnitOfWork]:  # type: ignore[override]
         if not isinstance(scope, Scope):
             raise ScopeError("scope must be a Scope", field="scope")
         # SQLAlchemy "commit as you go": the connection's transaction begins with the first
@@ -339,22 +340,6 @@ class PostgresStore:
         )
         return frozenset(row.id for row in rows)
 
-    def forgotten_among(self, scope: Scope, ids: Sequence[str]) -> frozenset[str]:
-        """One probe of the tombstones' primary key per distinct id (``SupportsForgottenLookup``).
-
-        On the primary, never the replica: write paths decide on it (a write to a forgotten id
-        is refused before anything is embedded), and the primary's answer is the freshest, so
-        the retrieval guard that also reads it withholds at least what the replica would."""
-        wanted = list(dict.fromkeys(validate_text(i, field="ids") for i in ids))
-        if not wanted:
-            return frozenset()
-        sql = queries.forgotten_sql(self._s) + " AND id = ANY(:ids)"
-        rows = self._db.read(
-            "look up tombstones",
-            lambda conn: reads.fetch(conn, sql, scope_params(scope, ids=wanted)),
-        )
-        return frozenset(row.id for row in rows)
-
     def query(
         self,
         scope: Scope,
@@ -427,83 +412,28 @@ class PostgresStore:
         metadata_filter: Mapping[str, Any] | Filter | None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None,
     ) -> Callable[[RawRead], _VectorAnswer]:
-        """The vector leg (and its drift guard) as a function of one connection."""
-        q = np.ascontiguousarray(np.asarray(vector, dtype=np.float32).reshape(-1))
+        """The vector leg (and its drift guard) as a function of one connection
+        (``legs.VectorLeg``, the SQL ``PostgresBackend.search_vectors`` runs too)."""
+        q = query_vector(vector)
         if not np.all(np.isfinite(q)):
             raise ValidationError("query vector must be finite", field="vector")
-        if limit <= 0 or q.size == 0:
-
-            def guard_only(conn: RawRead) -> _VectorAnswer:
-                if guard is None:
-                    return frozenset(), ()
-                return self._foreign_rows(conn, scope, guard), ()
-
-            return guard_only
-        dims = int(q.shape[0])
-        params = scope_params(scope, q=q)
-        if guard is not None:
-            params.update(e=guard[0], ed=int(guard[1]))
-        if authorization is None and not metadata_filter:
-            sql, order = queries.plain_vector_sql(
-                self._s, dims, limit, guard is not None, vec=self._db.pgvector()
-            )
-        else:
-            # The pointer and the tombstones enter as scalar subqueries (InitPlans), not joins.
-            where = predicate(self._s, params, authorization, metadata_filter, scalar=True)
-            joined = bool(metadata_filter)
-            leg, order = queries.vector_leg(
-                self._s, dims, limit, where, vec=self._db.pgvector(), joined=joined
-            )
-            sql = queries.vector_sql(self._s, leg, guarded=guard is not None)
-        # ``ef_search`` (default 200) for a plain query; filters and grants thin the graph
-        # walk out: search wider then, twice per predicate (measured at 100k rows: recall@10
-        # with grants alone 0.954 at ef_search 400; with grants and a 0.5% filter 0.90 at 40,
-        # 0.941 at 400, so both together get 800), and let the iterative scan return rows
-        # slightly out of distance order (relaxed_order: 0.944 -> 0.960 with grants and the
-        # 0.5% filter at 800, same latency; the rows are sorted here anyway). Session-level
-        # settings, sent only when they change.
-        predicates = (authorization is not None) + bool(metadata_filter)
-        ef = str(max(min(MAX_EF_SEARCH, self._ef_search << predicates), min(1000, int(limit))))
-        scan = "relaxed_order" if predicates else "strict_order"
+        leg = VectorLeg(
+            self._s, scope, q, vec=self._db.pgvector, ef_search=self._ef_search, limit=limit,
+            authorization=authorization, flt=parse_filter(metadata_filter), guard=guard,
+            report=on_denied is not None,
+        )  # fmt: skip
 
         def run(conn: RawRead) -> _VectorAnswer:
-            info = conn.connection.info
-            if info.get("ragport_hnsw") != (ef, scan):
-                reads.fetch(conn, queries.HNSW_SETTINGS, {"ef": ef, "scan": scan})
-                info["ragport_hnsw"] = (ef, scan)
-            # A statement with grants or a filter is planned for its own values (how selective
-            # they are decides the plan); the plain one may settle on a cached generic plan.
-            rows = reads.fetch(conn, sql, params, prepare=False if predicates else None)
-            if on_denied is not None and authorization is not None:
-                self._report_denied(
-                    conn,
-                    dict(params),
-                    metadata_filter,
-                    authorization,
-                    on_denied,
-                    top=queries.vector_top(self._s, dims, order, vec=self._db.pgvector()),
-                )
-            foreign: frozenset[EmbedderKey] = frozenset()
-            if guard is not None and rows and rows[0].ok is False:
-                foreign = self._foreign_rows(conn, scope, guard)
-            scored = []
-            for row in rows:
-                if row.id is None:  # the guard's row when the leg found nothing
-                    continue
-                distance = float(row.distance)
-                score = 1.0 - distance if math.isfinite(distance) else 0.0
-                scored.append(ScoredRecord(record(scope, row), score))
-            scored.sort(key=lambda s: (-s.score, s.record.id))
-            return foreign, tuple(scored)
+            foreign, hits, screened = leg(conn)
+            self._tell_denied(conn, scope, screened, authorization, on_denied)
+            return foreign, hits
 
         return run
 
     def _foreign_rows(
         self, conn: RawRead, scope: Scope, guard: tuple[str, int]
     ) -> frozenset[EmbedderKey]:
-        sql = queries.foreign_rows_sql(self._s)
-        rows = reads.fetch(conn, sql, scope_params(scope, e=guard[0], ed=int(guard[1])))
-        return frozenset((row.embedder_id, row.dimensions) for row in rows)
+        return foreign_rows(conn, self._s, scope, guard)
 
     def lexical_query(
         self,
@@ -566,30 +496,20 @@ class PostgresStore:
         metadata_filter: Mapping[str, Any] | Filter | None,
         on_denied: Callable[[Sequence[AccessDecision]], None] | None,
     ) -> Callable[[RawRead], tuple[ScoredRecord, ...]]:
-        """The lexical leg of ``lexical_query`` as a function of one connection."""
+        """The lexical leg of ``lexical_query`` as a function of one connection
+        (``legs.lexical_leg``, the SQL ``PostgresBackend.search_lexical`` runs too)."""
         validate_text(text_query, field="query")
         _check_mode(mode)
-        if limit <= 0 or not text_query.strip():
-            return lambda conn: ()
-        params = scope_params(scope, k=int(limit), query=text_query)
-        where = predicate(self._s, params, authorization, metadata_filter)
-        sql = queries.lexical_sql(self._s, self._ts_config, where)
+        leg = lexical_leg(
+            self._s, scope, text_query, ts_config=self._ts_config, limit=limit,
+            authorization=authorization, flt=parse_filter(metadata_filter),
+            report=on_denied is not None,
+        )  # fmt: skip
 
         def run(conn: RawRead) -> tuple[ScoredRecord, ...]:
-            # Prepared, generic plan: the statement reads the query's terms and statistics in
-            # CTEs, which no plan can see into, so a cached plan is as good as a fresh one
-            # and saves the planning (measured: 5-25 ms of a 20-70 ms statement at 100k).
-            rows = reads.fetch_generic(conn, sql, params)
-            if on_denied is not None and authorization is not None:
-                self._report_denied(
-                    conn,
-                    dict(params),
-                    metadata_filter,
-                    authorization,
-                    on_denied,
-                    top=queries.bm25_top(self._s, self._ts_config),
-                )
-            return tuple(ScoredRecord(record(scope, row), float(row.rank)) for row in rows)
+            hits, screened = leg(conn)
+            self._tell_denied(conn, scope, screened, authorization, on_denied)
+            return hits
 
         return run
 
@@ -625,79 +545,21 @@ class PostgresStore:
 
         return self._db.read("hybrid query", run, replica=True)
 
-    def _report_denied(
+    def _tell_denied(
         self,
         conn: RawRead,
-        params: dict[str, Any],
-        metadata_filter: Mapping[str, Any] | Filter | None,
-        authorization: Authorization,
-        on_denied: Callable[[Sequence[AccessDecision]], None],
-        *,
-        top: Callable[[str], str],
+        scope: Scope,
+        screened: Sequence[str],
+        authorization: Authorization | None,
+        on_denied: Callable[[Sequence[AccessDecision]], None] | None,
     ) -> None:
-        """One extra statement: the sources the grant predicate withheld from this leg's top.
-
-        The same leg runs without the grant predicate (``top`` of that WHERE, see
-        ``queries.denied_sql``); the access sources of those rows are joined with their grants
-        and judged by the domain's access rule.
-        """
-        where = predicate(self._s, params, None, metadata_filter)
-        rows = reads.fetch(conn, queries.denied_sql(self._s, top(where)), params, prepare=False)
-        decisions = [
-            decide_access(
-                row.source_id, None if row.principal_ids is None else grant(row), authorization
-            )
-            for row in rows
-        ]
-        denied = sorted((d for d in decisions if not d.allowed), key=lambda d: d.source_id)
+        """The engine's denial report (``ragport.engine.reads.denials``: the grant rule over
+        the screened sources' grants, read on the leg's own connection)."""
+        if on_denied is None or not screened:
+            return
+        denied = denials(PostgresBackend.reader(conn, scope, self._db), screened, authorization)
         if denied:
             on_denied(denied)
-
-    # -- grants ----------------------------------------------------------------------------------
-    def set_source_access(self, scope: Scope, grants: Sequence[Grant]) -> None:
-        with self.unit_of_work(scope) as uow:
-            uow.grants.set(list(grants))
-            uow.commit()
-
-    def check_source_access(
-        self, scope: Scope, source_ids: Sequence[str], authorization: Authorization
-    ) -> Mapping[str, AccessDecision]:
-        """The recheck gate: grants read on the primary, where they are freshest, so a
-        revocation committed there denies at once even while a lagging replica served the
-        query (whose own grant predicate saw the replica's snapshot)."""
-        wanted = [validate_text(s, field="source_ids") for s in dict.fromkeys(source_ids)]
-        if not wanted:
-            return {}
-        grants = self._db.read(
-            "check access", lambda conn: read_grants(conn, self._s, scope, wanted)
-        )
-        return {s: decide_access(s, grants.get(s), authorization) for s in wanted}
-
-    def get_source_access(self, scope: Scope, source_ids: Sequence[str]) -> Mapping[str, Grant]:
-        wanted = list(dict.fromkeys(source_ids))
-        if not wanted:
-            return {}
-        return self._db.read("read grants", lambda conn: read_grants(conn, self._s, scope, wanted))
-
-    def list_source_ids(
-        self, scope: Scope, *, after: str | None = None, limit: int = 1_000
-    ) -> Sequence[str]:
-        sql = (
-            pointer_cte(self._s) + f'SELECT DISTINCT r.source_id COLLATE "C" AS source_id '
-            f"FROM {self._s}.records r, sc WHERE {RSCOPE} AND {VISIBLE} AND r.kind = 'chunk' "
-            + ('AND r.source_id COLLATE "C" > :after ' if after is not None else "")
-            + "ORDER BY 1 LIMIT :limit"
-        )
-        params = scope_params(scope, after=after, limit=limit)
-        rows = self._db.read("list sources", lambda conn: reads.fetch(conn, sql, params))
-        return [str(row.source_id) for row in rows]
-
-    def generation_history(
-        self, scope: Scope, *, limit: int = 10, max_ids: int = 100
-    ) -> Sequence[GenerationChange]:
-        from ragport.adapters.postgres.history import generation_history
-
-        return generation_history(self._db.read, self._s, scope, limit=limit, max_ids=max_ids)
 
     # -- schema and index maintenance ------------------------------------------------------------
     def upgrade(self) -> list[int]:
@@ -713,23 +575,6 @@ class PostgresStore:
             )
         self._db.checked()
         return applied
-
-    def prepare(self, scope: Scope, *, dimensions: int) -> None:
-        """Create the HNSW index for ``dimensions`` if missing, outside any write transaction
-        (unless the store defers its vector indexes: see ``build_vector_indexes``).
-
-        Creating an index takes a lock that conflicts with open writers; doing it here, before
-        a unit of work touches ``records``, means two first writers never deadlock.
-        """
-        if self._db.joined is not None:  # in the host's transaction: no commit, no ANALYZE
-            with self._db.connect("prepare") as conn:
-                self._indexes.ensure(conn, dimensions)
-            self._indexes.forget(dimensions)  # the host may still roll it back: read it again
-            return
-        with self._db.connect("prepare") as conn:
-            self._indexes.ensure(conn, dimensions)
-            conn.commit()
-            self._indexes.analyze_once(conn, scope.tenant_id)
 
     def build_vector_indexes(self, *, build_memory: str = "1GB") -> list[int]:
         """Build the HNSW index of every vector dimension stored but not yet indexed, with
