@@ -51,7 +51,7 @@ def build_handbook(
             embedder=embedder,
             store=store,
             scope=scope,
-            status_store=status_store,
+            write_options=ragport.WriteOptions(status_store=status_store),
         )
     store.set_source_access(
         scope,
