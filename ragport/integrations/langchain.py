@@ -17,7 +17,7 @@ so it leaves no thread, token or connection behind.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Unpack
 
 try:
@@ -36,7 +36,6 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ragport.aio import run_abortable
 from ragport.application.context import BoundRetrieveOptions
-from ragport.domain.deprecation import Fold, keyword_folds
 from ragport.domain.errors import ValidationError
 from ragport.domain.limits import DEFAULT_LIMITS
 from ragport.domain.model import Authorization, Scope
@@ -52,10 +51,6 @@ __all__ = ["RagportRetriever"]
 _IGNORED_CALL_KWARGS = frozenset({"verbose"})
 
 
-def _fold_k(given: object, old: Mapping[str, Any], args: tuple[Any, ...]) -> int:
-    return pick_top_k(old["k"], given, DEFAULT_LIMITS.top_k)
-
-
 class RagportRetriever(BaseRetriever):
     """Cited, access-checked retrieval as a LangChain retriever (see the module docstring)."""
 
@@ -64,8 +59,6 @@ class RagportRetriever(BaseRetriever):
     bound: BoundRetrieval
     limiter: anyio.CapacityLimiter
 
-    # ``k=`` (an alias of top_k) in the constructor: one release of grace (it stays per call).
-    @keyword_folds((Fold("top_k", ("k",), _fold_k, "top_k="),), name="RagportRetriever")
     def __init__(
         self,
         *,
@@ -75,6 +68,7 @@ class RagportRetriever(BaseRetriever):
         scopes: Sequence[Scope] | None = None,
         authorization: Authorization | None = None,
         top_k: int | None = None,
+        k: int | None = None,
         max_threads: int | None = None,
         limiter: anyio.CapacityLimiter | None = None,
         tags: list[str] | None = None,
@@ -87,7 +81,7 @@ class RagportRetriever(BaseRetriever):
             scope=scope,
             scopes=scopes,
             authorization=authorization,
-            top_k=pick_top_k(None, top_k, DEFAULT_LIMITS.top_k),
+            top_k=pick_top_k(k, top_k, DEFAULT_LIMITS.top_k),
             options=options,
         )
         threads = thread_limiter(max_threads, limiter)

@@ -104,24 +104,6 @@ def test_drive_flat_keywords_still_work_and_warn() -> None:
     assert len(inspect.signature(GoogleDriveConnector).parameters) <= 10
 
 
-def test_the_langchain_constructor_k_warns_and_still_sets_top_k() -> None:
-    """RagportRetriever(k=) of before: DeprecationWarning, the same count. If this fails,
-    check the keyword_folds on integrations/langchain.py's __init__."""
-    pytest.importorskip("langchain_core")
-    from ragport.adapters.embedders import HashEmbedder
-    from ragport.adapters.memory import InMemoryStore
-    from ragport.domain.model import Scope
-    from ragport.integrations.langchain import RagportRetriever
-
-    parts: dict[str, Any] = {"store": InMemoryStore(), "embedder": HashEmbedder(8)}
-    with pytest.warns(DeprecationWarning, match="top_k="):
-        retriever = RagportRetriever(**parts, scope=Scope("t", "r", "c"), k=3)  # type: ignore[call-arg]
-    assert retriever.top_k == 3
-    with pytest.warns(DeprecationWarning), pytest.raises(ValidationError):
-        RagportRetriever(**parts, scope=Scope("t", "r", "c"), k=3, top_k=2)  # type: ignore[call-arg]
-    assert len(inspect.signature(RagportRetriever.__init__).parameters) <= 12  # self, **options
-
-
 def test_the_http_rerankers_take_http_options_and_fold_the_flat_keywords() -> None:
     """Rerankers take http=HttpOptions (their budget stays timeout_ms); the flat keywords
     warn and still work. If this fails, check the rerankers' keyword_folds and

@@ -93,6 +93,7 @@ def test_binding_is_frozen(corpus):
     [
         ({"top_k": 0}, "top_k"),
         ({"top_k": 33}, "top_k"),
+        ({"k": 2, "top_k": 2}, "top_k"),
         ({"scopes": [SCOPE]}, "scope"),
         ({"authorization": "alice"}, "authorization"),
         ({"tenant_id": "other"}, "tenant_id"),
