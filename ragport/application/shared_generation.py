@@ -1,8 +1,9 @@
 """``SharedGeneration``: one generation for several atomic writes, so one rollback undoes them.
 
 A command that writes many sources (``ragport ingest`` of a folder, a ``sync`` run of many
-pages) still writes each source (or page) in its own transaction: a failure or an interrupt
-loses only the write in flight, and every committed write is visible at once. With a
+pages) writes each source, page or batch (``ragport.application.batch``) in its own
+transaction: a failure or an interrupt loses only the write in flight, and every committed
+write is visible at once. With a
 ``SharedGeneration`` passed to those writes they also share one generation:
 
 - the first write stages a generation and publishes it, as a write always does;
