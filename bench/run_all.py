@@ -175,6 +175,13 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
         ("--files", "40", "--rounds", "1", "--embedder", "tei"),
     ),
     (
+        "batch_ingest",
+        "bench_batch_ingest.py",
+        "Batched ingest on PostgreSQL: replace_source per source vs Rag.replace_sources",
+        (),
+        ("--quick",),
+    ),
+    (
         "minilm",
         "bench_minilm.py",
         "MiniLM on every core: MiniLmEmbedder.embed vs a bare onnxruntime session",
