@@ -72,7 +72,7 @@ from common import (  # noqa: E402
 SYSTEMS = ("ragport", "langchain", "llamaindex", "haystack")
 PEERS = SYSTEMS[1:]
 PEERS_PYTHON = HERE.parent / ".venv-peers" / "bin" / "python"
-CRANFIELD = HERE.parents[1] / "shared" / "data" / "cranfield"
+CRANFIELD = HERE.parents[1] / "shared" / "data" / "cranfield"  # beside the checkout
 SOURCES_PER_ROUND = 100
 WARMUP = 10
 BATCH = 10
@@ -118,20 +118,22 @@ def rotated(items: Sequence[str], i: int) -> list[str]:
 
 
 # -- data for the workers -----------------------------------------------------------------------
-def cranfield_data(limit_queries: int | None) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+def cranfield_data(
+    folder: Path, limit_queries: int | None
+) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
     """Cranfield's documents (whitespace collapsed, so every system embeds the same text) and
     its judged queries with their gains."""
     docs = []
-    for line in (CRANFIELD / "corpus.jsonl").read_text().splitlines():
+    for line in (folder / "corpus.jsonl").read_text().splitlines():
         d = json.loads(line)
         docs.append({"id": str(d["id"]), "text": " ".join(str(d["text"]).split())})
     gains: dict[str, dict[str, float]] = {}
-    for line in (CRANFIELD / "qrels.tsv").read_text().splitlines():
+    for line in (folder / "qrels.tsv").read_text().splitlines():
         parts = line.split("\t")
         if len(parts) == 3 and parts[2].strip().isdigit():
             gains.setdefault(parts[0], {})[parts[1]] = float(parts[2])
     queries = []
-    for line in (CRANFIELD / "queries.jsonl").read_text().splitlines():
+    for line in (folder / "queries.jsonl").read_text().splitlines():
         q = json.loads(line)
         if str(q["id"]) in gains:
             text = " ".join(str(q["text"]).split())
@@ -327,9 +329,14 @@ def quality(
 
 
 def cranfield(
-    workers: Mapping[str, Worker], folder: Path, limit: int | None, embedder: str, out: Any
+    workers: Mapping[str, Worker],
+    folder: Path,
+    data: Path,
+    limit: int | None,
+    embedder: str,
+    out: Any,
 ) -> None:
-    docs, qs = cranfield_data(limit)
+    docs, qs = cranfield_data(data, limit)
     texts = sorted({d["text"] for d in docs} | {q["text"] for q in qs})
     VectorTable.save(folder, "cranfield", texts, cranfield_vectors(texts, embedder))
     for name, w in workers.items():
@@ -499,6 +506,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--cranfield-queries", type=int, default=None)
     parser.add_argument("--no-cranfield", action="store_true")
+    parser.add_argument(
+        "--cranfield", type=Path, default=CRANFIELD, help="the Cranfield folder (shared/data)"
+    )
     parser.add_argument("--name", default=None, help="result name (default peers / peers_200k)")
     parser.add_argument("--logs", type=Path, default=HERE / "out" / "peers")
     args = parser.parse_args(argv)
@@ -509,6 +519,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         log(f"no peers venv at {args.peers_python} (make bench-peers creates it): ragport only")
         systems = [s for s in systems if s not in PEERS]
+    if not args.no_cranfield and not (args.cranfield / "corpus.jsonl").exists():
+        parser.error(
+            f"no Cranfield collection in {args.cranfield} (--cranfield DIR, --no-cranfield)"
+        )
     name = args.name or ("peers" if chunks <= 20000 or args.quick else f"peers_{chunks // 1000}k")
     data = Dataset(
         chunks // 10, updated=100 if not args.quick else 10, deleted=10 if not args.quick else 4
@@ -552,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if not args.no_cranfield:
                     limit = args.cranfield_queries or (20 if args.quick else None)
                     embedder = args.cranfield_embedder or ("hash" if args.quick else "minilm")
-                    cranfield(workers, folder, limit, embedder, out)
+                    cranfield(workers, folder, args.cranfield, limit, embedder, out)
                 scans = index_scans(url)
             finally:
                 for w in workers.values():
