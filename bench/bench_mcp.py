@@ -23,7 +23,7 @@ from _results import figure, note_postgres, write_result
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from ragport import Grant, Scope
+from ragport import Grant, Scope, WriteOptions
 from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, embedded_server
 from ragport.bootstrap import build_embedder, ingest_text
 from ragport.demo import demo_markdown
@@ -67,8 +67,7 @@ def main() -> None:
                     status_store=status,
                     embedder=embedder,
                     scope=SCOPE,
-                    size=400,
-                    overlap=40,
+                    write_options=WriteOptions(size=400, overlap=40),
                 )
                 names.append(result.source_id)
             store.set_source_access(SCOPE, [Grant(n, group_ids=("staff",)) for n in names])

@@ -15,6 +15,7 @@ import attrs
 from ragport.application.admission import forgotten_among
 from ragport.application.generations import publish_generation
 from ragport.application.indexing import replace_source
+from ragport.application.runtime import Runtime
 from ragport.application.write_options import WriteOptions
 from ragport.domain.model import Chunk, Scope
 from ragport.domain.status import served_status
@@ -103,12 +104,15 @@ def reindex_corpus(
     sources: Sequence[str],
     status_store: IngestionStatusStore | None = None,
     on_source: Callable[[int, str], None] | None = None,
+    runtime: Runtime | None = None,
 ) -> ReindexResult:
     """Re-embed every chunk of ``sources`` under ``embedder``, published in one generation.
 
     Each source is staged with ``advance_generation=False`` (readers keep the old vectors),
     then one ``publish_generation`` makes all of them visible at once. Derived records are
-    not re-embedded here (re-run whatever built them).
+    not re-embedded here (re-run whatever built them). ``runtime``: its abort stops the run
+    between sources (nothing staged is published), its telemetry, redaction and limits
+    serve each write.
     """
     chunks_done = 0
     for n, source_id in enumerate(sources, start=1):
@@ -135,9 +139,10 @@ def reindex_corpus(
             write_options=WriteOptions(
                 skip_if_unchanged=False, advance_generation=False, status_store=status_store
             ),
+            runtime=runtime,
         )
         chunks_done += len(chunks)
         if on_source is not None:
             on_source(n, source_id)
-    generation = publish_generation(store=store, scope=scope)
+    generation = publish_generation(store=store, scope=scope, runtime=runtime)
     return ReindexResult(len(sources), chunks_done, generation, embedder.id)

@@ -33,6 +33,7 @@ import attrs
 
 from ragport.application._support import check_abort, embed_batches, put_status, require_scope
 from ragport.application.batch import BatchItem, batch_bounds, write_batch, write_batched
+from ragport.application.deprecation import folds_keywords
 from ragport.application.documents import (
     ParserSelector,
     PreparedDocument,
@@ -56,6 +57,7 @@ from ragport.application.write_options import (
     DEFAULT_WRITE_OPTIONS,
     WriteOptions,
     WriteSettings,
+    check_write_options,
 )
 from ragport.domain.chunking import chunk_markdown, chunk_text
 from ragport.domain.errors import AbortedError, RagportError, ValidationError, reason_code
@@ -515,6 +517,7 @@ class _Batch:
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 
 
+@folds_keywords(write=("size", "overlap"))
 def ingest_text(
     *,
     name: str,
@@ -524,18 +527,28 @@ def ingest_text(
     embedder: Embedder,
     scope: Scope,
     source_id: str | None = None,
-    size: int = 1_000,
-    overlap: int = 100,
+    runtime: Runtime | None = None,
+    write_options: WriteOptions | None = None,
 ) -> ReplaceResult:
     """Chunk one document (Markdown by suffix) and replace its source atomically.
 
     The content hash makes re-ingesting an unchanged document a no-op (no embedding).
+    ``write_options``: the chunk size and overlap (and the rest of a write's options; its
+    ``status_store`` defaults to ``status_store``); ``size=`` and ``overlap=`` of before still
+    work for one release, with a ``DeprecationWarning``.
     """
+    rt = DEFAULT_RUNTIME if runtime is None else check_runtime(runtime)
+    options = check_write_options(write_options)
+    if options.status_store is None:
+        options = attrs.evolve(options, status_store=status_store)
+    settings = options.settings(rt.limits)
     markdown = name.lower().endswith(MARKDOWN_SUFFIXES)
     sid = source_id or (Path(name).stem if markdown else name)
     chunker = chunk_markdown if markdown else chunk_text
-    chunks = chunker(text, source_id=sid, size=size, overlap=overlap)
-    digest = hashlib.sha256(f"{size}:{overlap}:{text}".encode()).hexdigest()
+    chunks = chunker(
+        text, source_id=sid, size=settings.size, overlap=settings.overlap, limits=rt.limits
+    )
+    digest = hashlib.sha256(f"{settings.size}:{settings.overlap}:{text}".encode()).hexdigest()
     return replace_source(
         source_id=sid,
         chunks=chunks,
@@ -543,7 +556,8 @@ def ingest_text(
         store=store,
         scope=scope,
         content_hash=digest,
-        write_options=WriteOptions(status_store=status_store),
+        runtime=rt,
+        write_options=options,
     )
 
 

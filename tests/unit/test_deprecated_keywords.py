@@ -360,6 +360,17 @@ def _rag_sync_write_keywords() -> None:
     assert max(len(r.text) for r in rag.store.get_by_source(SCOPE, "doc.txt")) <= 60
 
 
+def _ingest_text_size() -> None:
+    from ragport.bootstrap import ingest_text
+
+    store, status = InMemoryStore(), InMemoryStatusStore()
+    result = ingest_text(name="leave.txt", text=TEXT, store=store, status_store=status,
+                         embedder=EMB, scope=SCOPE, size=60, overlap=0)  # type: ignore[call-arg]  # fmt: skip
+    assert result.indexed >= len(TEXT) // 60
+    assert max(len(r.text) for r in store.get_by_source(SCOPE, "leave.txt")) <= 60
+    assert status.get(SCOPE, "leave.txt") is not None
+
+
 def _async_rag_abort() -> None:
     rag = Rag(store=_store("a"), embedder=EMB, scope=SCOPE)
 
@@ -412,6 +423,7 @@ CASES: dict[str, Callable[[], None]] = {
         _rag_method_abort_keeps_the_bound_runtime,
         _rag_write_keywords,
         _rag_sync_write_keywords,
+        _ingest_text_size,
         _async_rag_abort,
         _async_rag_write_and_runtime_keywords,
     )
@@ -449,6 +461,31 @@ def test_the_new_forms_do_not_warn() -> None:
         rag.forget("u", as_owner=True)
         rag.delete_source(source_id="a")
         rag.rollback(to=1)
+
+
+def test_the_corpus_use_cases_take_runtime_and_write_options() -> None:
+    """ingest_text and reindex_corpus (moved into ragport.application in issue 42) take
+    runtime= like every use case: reindex stops between sources on its abort, publishing
+    nothing; ingest_text chunks by write_options. If this fails, check
+    ragport/application/corpus.py and ingest.py."""
+    from ragport.application.corpus import reindex_corpus
+    from ragport.application.ingest import ingest_text
+
+    store = _store("a", "b")
+    before = store.current_generation(SCOPE)
+    with pytest.raises(AbortedError):
+        reindex_corpus(store=store, scope=SCOPE, embedder=HashEmbedder(16), sources=["a", "b"],
+                       runtime=Runtime(abort=_aborted()))  # fmt: skip
+    assert store.current_generation(SCOPE) == before
+    assert {r.dimensions for r in store.get_by_source(SCOPE, "a")} == {32}
+    done = reindex_corpus(store=store, scope=SCOPE, embedder=HashEmbedder(16), sources=["a"],
+                          runtime=Runtime(telemetry=_Spans()))  # fmt: skip
+    assert done.generation > before
+    result = ingest_text(name="t.txt", text=TEXT, store=store, status_store=None, embedder=EMB,
+                         scope=SCOPE, write_options=WriteOptions(size=60, overlap=0))  # fmt: skip
+    assert result.indexed >= len(TEXT) // 60
+    for use_case in (reindex_corpus, ingest_text):
+        assert not set(inspect.signature(use_case).parameters) & {*RUNTIME_KEYWORDS, "size"}
 
 
 def test_a_keyword_wins_over_the_same_field_of_a_runtime_given_beside_it() -> None:
