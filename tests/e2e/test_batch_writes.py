@@ -319,3 +319,32 @@ def test_a_batched_ingest_keeps_each_document_whole(stores: Stores, tmp_path: Pa
     assert len(stores.store.get_by_source(SCOPE, "f03.md")) == counts["v1"]  # v1 whole
     assert stores.status.get(SCOPE, "f03.md").state == "failed"
     assert all(stores.status.get(SCOPE, s).state == "indexed" for s in ids if s != "f03.md")
+
+
+def test_a_sync_page_adds_its_rows_in_one_call(stores: Stores) -> None:
+    """A sync page of four changed items: one ``records.add`` with the rows of all four, one
+    generation; the next run, with two changed, one add of those two.
+    If this fails, check commit_page in ragport/application/sync.py."""
+    from sync_support import DictConnector
+
+    from ragport.adapters.parsers import parser_for
+
+    store = PoisonedAdds(stores.store, set())
+    items = {f"n{i}.md": f"# Note {i}\n\nversion one of note {i}.".encode() for i in range(4)}
+    connector = DictConnector(items, page_size=10)
+
+    def sync() -> Any:
+        return ragport.bootstrap.sync_knowledge(
+            connector=connector, checkpoints=stores.checkpoints, store=store, embedder=EMB,
+            scope=SCOPE, status_store=stores.status, parser=parser_for,
+        )  # fmt: skip
+
+    first = sync()
+    assert first.upserted == 4
+    assert store.adds == [sorted(items)]
+    store.adds.clear()
+    connector.items["n1.md"] = b"# Note 1\n\nversion two."
+    connector.items["n3.md"] = b"# Note 3\n\nversion two."
+    second = sync()
+    assert second.upserted == 2
+    assert store.adds == [["n1.md", "n3.md"]]
