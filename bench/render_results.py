@@ -256,26 +256,13 @@ def render_peers(
     )
     for report in reports or [quick]:
         lines += ["", *_peer_table(report)]
-    lines += [
-        "",
-        "| Target | "
-        + " | ".join(
-            f"{r['details'].get('chunks', 0) // 1000}k{' (quick)' if r.get('quick') else ''}"
-            for r in reports or [quick]
-        )
-        + " |",
-        "|---|" + "---|" * len(reports or [quick]),
-    ]
-    first = (reports or [quick])[0]
-    for i, t in enumerate(first.get("targets", [])):
-        cells = []
-        for r in reports or [quick]:
-            rt = r.get("targets", [])
-            t2 = rt[i] if i < len(rt) else None
-            cells.append("–" if t2 is None else f"{fmt(t2.get('value'))} ({_met(t2)})")
-        lines.append(
-            f"| {t['figure']} {OP_TEXT[t['op']]} {fmt(t['bound'])} | " + " | ".join(cells) + " |"
-        )
+    for r in reports or [quick]:
+        size = f"{r['details'].get('chunks', 0) // 1000}k{' (quick)' if r.get('quick') else ''}"
+        cells = [
+            f"{t['figure']} {OP_TEXT[t['op']]} {fmt(t['bound'])}: {fmt(t.get('value'))} {_met(t)}"
+            for t in r.get("targets", [])
+        ]
+        lines += ["", f"Targets at {size}: " + "; ".join(cells) + "."]
     if reports and quick is not None:
         lines += ["", _run_line("Quick", quick, "") + " (tables of the quick run: in its JSON)."]
     lines.append("")

@@ -113,5 +113,5 @@ def test_targets_take_the_fastest_peer_and_ragports_own_filter(peers, tmp_path):
     assert "| 5 filtered by tag (1%), ms (recall@10) | 4.00 (0.950) | 11.00 (2.75x, 0.900) |" in (
         section
     )
-    assert "| t1 ingest / fastest peer ≥ 1.20 | 1.20 (met) |" in section
-    assert "| t4 delete / fastest peer ≤ 1.00 | 1.50 (**not met**) |" in section
+    assert "t1 ingest / fastest peer ≥ 1.20: 1.20 met;" in section
+    assert "t4 delete / fastest peer ≤ 1.00: 1.50 **not met**;" in section
