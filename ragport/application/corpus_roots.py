@@ -17,7 +17,6 @@ from ragport.application.runtime import Runtime
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Rename, Scope, Tombstone
 from ragport.domain.status import IngestionStatus
-from ragport.ports.runtime import Abort
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
 
@@ -72,7 +71,7 @@ def widen_corpus_root(
     old: Path,
     new: Path,
     exists: Callable[[Path], bool],
-    abort: Abort | None = None,
+    runtime: Runtime | None = None,
 ) -> RootWidening:
     """Re-file the sources named relative to ``old`` under ``new`` (an ancestor of it).
 
@@ -85,7 +84,8 @@ def widen_corpus_root(
     the grant); ingestion statuses move; a ``forgotten`` tombstone is copied to the new id
     (the file stays withheld under its new name). Forgotten sources themselves do not move.
     Failures are collected, not raised: the caller must not ingest (or record ``new``) when
-    any occurred, or the files that did not move would get a second id.
+    any occurred, or the files that did not move would get a second id. ``runtime`` serves
+    each rename (its abort stops the run between renames).
     """
     if new == old or not old.is_relative_to(new):
         raise ValidationError(f"{new} does not hold {old}", field="root")
@@ -119,7 +119,7 @@ def widen_corpus_root(
             store=store,
             renames=batch,
             continue_on_error=True,
-            runtime=Runtime(abort=abort),
+            runtime=runtime,
         )
         failures.extend((f.from_id, f.error) for f in result.failures)
     failed = {old_id for old_id, _ in failures}

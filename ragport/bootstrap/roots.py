@@ -24,9 +24,10 @@ from pathlib import Path
 
 from ragport.application.corpus_roots import RootWidening
 from ragport.application.corpus_roots import widen_corpus_root as widen_root
+from ragport.application.deprecation import folds_keywords
+from ragport.application.runtime import Runtime
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
-from ragport.ports.runtime import Abort
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
 
@@ -130,6 +131,7 @@ def check_root(root: Path, *, old: Path | None = None, home: Path | None = None)
     return root
 
 
+@folds_keywords(runtime=("abort",))
 def widen_corpus_root(
     *,
     store: ChunkStore,
@@ -137,11 +139,11 @@ def widen_corpus_root(
     scope: Scope,
     old: Path,
     new: Path,
-    abort: Abort | None = None,
+    runtime: Runtime | None = None,
 ) -> RootWidening:
     """``ragport.application.corpus_roots.widen_corpus_root`` over this file system: a source
     moves when ``old / source_id`` still exists (a dangling symlink included)."""
     return widen_root(
         store=store, status_store=status_store, scope=scope, old=old, new=new,
-        exists=os.path.lexists, abort=abort,
+        exists=os.path.lexists, runtime=runtime,
     )  # fmt: skip

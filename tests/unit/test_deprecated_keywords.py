@@ -371,6 +371,23 @@ def _ingest_text_size() -> None:
     assert status.get(SCOPE, "leave.txt") is not None
 
 
+def _widen_corpus_root_abort() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from ragport.bootstrap.roots import widen_corpus_root
+
+    store = _store("a.md")
+    with tempfile.TemporaryDirectory() as folder:
+        new = Path(folder)
+        (new / "docs").mkdir()
+        (new / "docs" / "a.md").write_text("a", encoding="utf-8")
+        with pytest.raises(AbortedError):
+            widen_corpus_root(store=store, status_store=None, scope=SCOPE, old=new / "docs",
+                              new=new, abort=_aborted())  # type: ignore[call-arg]  # fmt: skip
+    assert store.get_by_source(SCOPE, "a.md")  # nothing moved
+
+
 def _async_rag_abort() -> None:
     rag = Rag(store=_store("a"), embedder=EMB, scope=SCOPE)
 
@@ -424,6 +441,7 @@ CASES: dict[str, Callable[[], None]] = {
         _rag_write_keywords,
         _rag_sync_write_keywords,
         _ingest_text_size,
+        _widen_corpus_root_abort,
         _async_rag_abort,
         _async_rag_write_and_runtime_keywords,
     )
