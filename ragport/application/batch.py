@@ -196,26 +196,38 @@ def write_batched(
     *,
     batch: Callable[[Sequence[T]], list[ReplaceResult]],
     alone: Callable[[T], ReplaceResult],
+    abandoned: Callable[[Sequence[T], BaseException], None],
 ) -> tuple[list[ReplaceResult | Exception], bool]:
     """Steps 5 and 6: ``batch(items)`` (one unit of work), else each item through ``alone``
     (its own transaction) so only a bad one fails. One result or exception per item, in
     order, and whether the batch wrote them (``False``: ``alone`` did, recording its own
-    status). ``AbortedError`` raises out; a batch of one goes ``alone`` at once."""
+    status). A batch of one goes ``alone`` at once. ``AbortedError`` (or a ``BaseException``
+    such as ``KeyboardInterrupt``) raises out after ``abandoned(items, exc)`` is told the items
+    left unwritten (their ``pending`` status is the caller's to settle); ``alone`` records the
+    failure of the item in flight itself."""
     if len(items) > 1:
         try:
             return list(batch(items)), True
-        except AbortedError:
+        except AbortedError as exc:
+            abandoned(items, exc)
             raise
         except Exception:  # the fall-back below finds the source that fails
             pass
+        except BaseException as exc:
+            abandoned(items, exc)
+            raise
     out: list[ReplaceResult | Exception] = []
-    for item in items:
+    for n, item in enumerate(items):
         try:
             out.append(alone(item))
-        except AbortedError:
+        except AbortedError as exc:
+            abandoned(items[n + 1 :], exc)
             raise
         except Exception as exc:
             out.append(exc)
+        except BaseException as exc:
+            abandoned(items[n + 1 :], exc)
+            raise
     return out, False
 
 
@@ -246,6 +258,11 @@ class _Call:
             total=n, indexed=n if state == "indexed" else 0,
             error=None if error is None else self.runtime.redaction.error(error),
         )  # fmt: skip
+
+    def abandoned(self, items: Sequence[BatchItem], exc: BaseException) -> None:
+        """``failed`` for items left unwritten by an abort (``replace_source`` records it)."""
+        for item in items:
+            self.status(item.source_id, item.texts, "failed", exc)
 
     def check(self, write: SourceWrite) -> tuple[Sequence[Chunk], str | None, Grant | None]:
         """Step 2's checks of one source (``ValidationError``)."""
@@ -439,7 +456,9 @@ def _write_group(
         for (write, chunks), own, vectors in zip(group, texts, parts, strict=True)
         if vectors is not None
     ]
-    results, batched = write_batched(items, batch=call.write, alone=call.alone)
+    results, batched = write_batched(
+        items, batch=call.write, alone=call.alone, abandoned=call.abandoned
+    )
     for item, result in zip(items, results, strict=True):
         if isinstance(result, ReplaceResult):
             outcomes[item.source_id] = result

@@ -427,6 +427,18 @@ class _Ingest:
             for b, d in zip(batch, deleted, strict=True)
         ]
 
+    def abandoned(self, items: Sequence[PipelineItem[Candidate]], exc: BaseException) -> None:
+        """``failed`` for documents left unwritten by an abort (``replace_prepared`` records
+        it), so none stays ``pending``."""
+        for item in items:
+            prepared = item.prepared
+            assert prepared is not None
+            record_failed(
+                self.status_store, scope=self.scope, source_id=prepared.source_id,
+                size_bytes=item.size_bytes, error=exc, redaction=self.runtime.redaction,
+                clock=self.runtime.effective_clock,
+            )  # fmt: skip
+
     def put_status(self, item: PipelineItem[Candidate], written: int | None) -> None:
         """``pending`` (``written`` ``None``) or ``indexed``, as ``replace_prepared`` records."""
         prepared = item.prepared
@@ -443,8 +455,8 @@ class _Ingest:
 class _Batch:
     """The pipelined path's documents held for one batched write (``batch.write_batch``).
 
-    Documents come in input order; a changed one joins the batch (``pending`` recorded), any
-    other is settled at once. Outcomes leave in input order: those after a held document wait
+    Documents come in input order; a changed one joins the batch (``pending`` is recorded when
+    the batch is written), any other is settled at once. Outcomes leave in input order: those after a held document wait
     for its batch. The batch is written when it holds ``limits.write_batch`` documents, when
     the next would pass ``limits.write_batch_chunks`` chunks or repeat a source id, and at the
     end; if that write fails, each of its documents is written alone (``write_batched``).
@@ -481,7 +493,6 @@ class _Batch:
             or prepared.source_id in held_ids
         ):
             yield from self.flush()
-        self.run.put_status(item, None)
         self.held.append((item, started))
         self.queue.append((item, started))
         self.chunks += n
@@ -493,8 +504,12 @@ class _Batch:
         if held:
             first = cast(PreparedDocument, held[0].prepared).source_id
             label = first + (f" (+{len(held) - 1} more)" if len(held) > 1 else "")
+            for item in held:  # recorded now: a run stopped before its batch changes nothing
+                run.put_status(item, None)
             with progress_stage(run.options.progress, label, "writing"):
-                results, batched = write_batched(held, batch=run.write_batch, alone=run.write_alone)
+                results, batched = write_batched(
+                    held, batch=run.write_batch, alone=run.write_alone, abandoned=run.abandoned
+                )
             for item, result in zip(held, results, strict=True):
                 written[id(item)] = result
                 if batched and isinstance(result, ReplaceResult):

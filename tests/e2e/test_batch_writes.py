@@ -40,6 +40,7 @@ class PoisonedAdds(Delegating):
         super().__init__(inner)
         self.poison = poison
         self.adds: list[list[str]] = []
+        self.on_add: Any = None  # called before each add
 
     @contextmanager
     def unit_of_work(self, scope: ragport.Scope) -> Iterator[Any]:
@@ -65,6 +66,8 @@ class _Records(Delegating):
     def add(self, records: Any, vectors: Any) -> None:
         sources = list(dict.fromkeys(r.source_id for r in records))
         self._store.adds.append(sources)
+        if self._store.on_add is not None:
+            self._store.on_add()
         if self._store.poison & set(sources):
             raise StoreError("the add failed")
         self._inner.add(records, vectors)
@@ -348,3 +351,28 @@ def test_a_sync_page_adds_its_rows_in_one_call(stores: Stores) -> None:
     second = sync()
     assert second.upserted == 2
     assert store.adds == [["n1.md", "n3.md"]]
+
+
+def test_an_abort_during_a_batch_write_writes_nothing_and_leaves_nothing_pending(
+    stores: Stores,
+) -> None:
+    """The caller's abort set while a batch is being written: the batch rolls back whole
+    (every source keeps v1), ``AbortedError`` raises out without the one-by-one fall-back, and
+    each source of the batch is ``failed``, none left ``pending``.
+    If this fails, check write_batched's ``abandoned``."""
+    store = PoisonedAdds(stores.store, set())
+    stop = threading.Event()
+    rag = Rag(
+        store=store, embedder=EMB, scope=SCOPE, status_store=stores.status,
+        runtime=Runtime(abort=stop),
+    )  # fmt: skip
+    ids = ["a", "b", "c"]
+    rag.replace_sources(_batch(ids, "v1", 2))
+    store.adds.clear()
+    store.on_add = stop.set
+    with pytest.raises(ragport.AbortedError):
+        rag.replace_sources(_batch(ids, "v2", 3))
+    assert store.adds == [ids]  # no fall-back after an abort
+    for sid in ids:
+        assert _versions(store, sid) == ({"v1"}, 2)
+        assert stores.status.get(SCOPE, sid).state == "failed"
