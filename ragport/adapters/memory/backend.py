@@ -92,7 +92,9 @@ class SnapshotBackend(MemoryBackend):
     def search_vectors(
         self, view: SnapshotReader, vector: Vector, *, admission: Admission, limit: int
     ) -> LegAnswer:
-        return search_snapshot(_committed(view), vector, admission, limit)
+        return search_snapshot(
+            view.snap if view.committed else view.snap.copy(), vector, admission, limit
+        )  # ``_committed``, inline on the hot read
 
     def search_lexical(
         self, view: SnapshotReader, text: str, *, mode: str, admission: Admission, limit: int
