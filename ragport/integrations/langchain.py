@@ -51,6 +51,14 @@ __all__ = ["RagportRetriever"]
 _IGNORED_CALL_KWARGS = frozenset({"verbose"})
 
 
+class RetrieverOptions(BoundRetrieveOptions, total=False):
+    """``BoundRetrieveOptions`` and LangChain's own retriever fields: ``tags`` and
+    ``metadata`` (``BaseRetriever``'s, handed to LangChain's callbacks, never to ragport)."""
+
+    tags: list[str] | None
+    metadata: dict[str, Any] | None
+
+
 class RagportRetriever(BaseRetriever):
     """Cited, access-checked retrieval as a LangChain retriever (see the module docstring)."""
 
@@ -71,10 +79,10 @@ class RagportRetriever(BaseRetriever):
         k: int | None = None,
         max_threads: int | None = None,
         limiter: anyio.CapacityLimiter | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        **options: Unpack[BoundRetrieveOptions],
+        **options: Unpack[RetrieverOptions],
     ) -> None:
+        tags = options.pop("tags", None)
+        metadata = options.pop("metadata", None)
         bound = BoundRetrieval.bind(
             store=store,
             embedder=embedder,
