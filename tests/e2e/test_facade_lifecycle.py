@@ -9,6 +9,7 @@ two method sets and signatures equal, so a method added to one without the other
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -211,3 +212,42 @@ def test_async_sync_knowledge_is_deprecated(tmp_path):
 
     with pytest.warns(DeprecationWarning):
         assert anyio.run(run).upserted == 2
+
+
+async def _await(coroutine: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+    return await coroutine(*args, **kwargs)
+
+
+def test_each_coroutine_forwards_its_arguments_to_the_rag_method_of_its_name():
+    """Each ``AsyncRag`` coroutine calls the ``Rag`` method of its own name with the arguments
+    it was given (the signature check above reads a mirror's signature from the method it
+    wraps, so only a call shows a mirror wired to the wrong method or dropping a keyword).
+
+    If this fails, check ``_mirror`` in ragport/aio.py and the hand-written coroutines.
+    """
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def recorder(name: str) -> Callable[..., str]:
+        def record(self: Rag, *args: Any, **kwargs: Any) -> str:
+            calls.append((name, args, kwargs))
+            return name
+
+        return record
+
+    names = sorted(_public(Rag))
+    spy_class = type("SpyRag", (Rag,), {name: recorder(name) for name in names})
+    arag = AsyncRag(spy_class(store=InMemoryStore(), embedder=EMB, scope=SCOPE))
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    for name in names:
+        params = [p for p in inspect.signature(getattr(Rag, name)).parameters.values()]
+        args = tuple(f"{name}:{p.name}" for p in params if p.kind in kinds and p.name != "self")
+        kwargs = {
+            p.name: f"{name}:{p.name}"
+            for p in params
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "runtime"
+        }
+        coroutine: Callable[..., Awaitable[Any]] = getattr(arag, name)
+        assert anyio.run(functools.partial(_await, coroutine, *args, **kwargs)) == name
+        called, got_args, got_kwargs = calls[-1]
+        got_kwargs.pop("runtime", None)  # the coroutine adds its own abort to the runtime
+        assert (called, got_args, got_kwargs) == (name, args, kwargs), name
