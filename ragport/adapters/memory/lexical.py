@@ -70,16 +70,17 @@ class ScopeLexicon:
         with self.lock:
             self.sync(snap)
             rows = snap.searchable()
+            # ``None``: every row. ``sync`` made the index hold exactly ``rows``, so without a
+            # filter no candidate list (and no check and mask of every id per query) is needed.
             matching = (
-                list(rows)
-                if flt is None
-                else [i for i, r in rows.items() if flt.matches(r.metadata)]
+                None if flt is None else [i for i, r in rows.items() if flt.matches(r.metadata)]
             )
             if who is None:
                 candidates = matching
             else:
                 granted = _Granted(snap.grants, who)
-                candidates = [i for i in matching if granted(rows[i].access_sources)]
+                everyone = rows if matching is None else matching
+                candidates = [i for i in everyone if granted(rows[i].access_sources)]
             found = self.index.search(text, limit=limit, candidates=candidates)
             screened: tuple[str, ...] = ()
             if admission.report_denied and who is not None:
