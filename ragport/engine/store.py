@@ -408,22 +408,46 @@ class BackendStore:
         lend: bool,
     ) -> GuardedQuery:
         q, flt = _query_args(vector, limit, metadata_filter, authorization)
+        # The hot read (retrieval's): ``with self._reading(scope) as r`` written out, with no
+        # call on the way through that a failure does not need.
+        if not isinstance(scope, Scope):
+            scope = _scope(scope)
+        guard = self._guard
+        try:
+            block = self._backend.read(scope)
+            r = block.__enter__()
+        except BaseException as error:
+            guard.__exit__(type(error), error, error.__traceback__)  # translates, or lets go on
+            raise
         denied: list[AccessDecision] = []
-        with self._reading(scope) as r:
+        try:
             state = r.state()
-            claim = state.embedders  # the drift guard (``_foreign``), inline on the hot read
+            claim = state.embedders  # the drift guard (``_foreign``), inline
             if claim is not None and (not claim or (len(claim) == 1 and key in claim)):
                 foreign = _NONE
             else:
                 foreign = self._exact_foreign(r, scope, state.pointer, key)
             admission = Admission(state.pointer, authorization, flt, on_denied is not None)
-            answer = self._vector_leg(r, scope, q, limit, admission)
+            search = self._search_vectors
+            if search is not None and limit > 0:  # ``_vector_leg``, inline
+                answer = search(r, q, admission=admission, limit=limit)
+                answer = _checked_answer(answer, scope, limit, q.shape[0])
+            else:
+                answer = self._vector_leg(r, scope, q, limit, admission)
             if not lend:
                 hits: Sequence[ScoredRecord] = self._report(r, answer, authorization, denied)
             else:
                 hits = answer.hits
                 if answer.screened:
                     denied.extend(denials(r, answer.screened, authorization))
+        except BaseException as error:
+            _leave(guard, block, error)
+            raise
+        try:
+            block.__exit__(None, None, None)
+        except BaseException as error:
+            guard.__exit__(type(error), error, error.__traceback__)
+            raise
         if denied:
             _tell(on_denied, denied)
         return GuardedQuery(foreign, hits)
@@ -492,6 +516,18 @@ class BackendStore:
         _tell(on_denied, denied)  # once per leg, as each leg's own query would
         _tell(on_denied, denied_lexically)
         return HybridAnswer(foreign, hits, lexical)
+
+
+def _leave(guard: Guard, block: Any, error: BaseException) -> None:
+    """What ``_Reading.__exit__`` does when the read's body raised ``error``: the block is
+    left with it (a failure there is translated and raised instead), then ``error`` is
+    translated (raised as ``StoreError``) or, when this returns, re-raised by the caller."""
+    try:
+        block.__exit__(type(error), error, error.__traceback__)
+    except BaseException as failure:
+        guard.__exit__(type(failure), failure, failure.__traceback__)
+        raise
+    guard.__exit__(type(error), error, error.__traceback__)
 
 
 def _tell(on_denied: OnDenied | None, denied: list[AccessDecision]) -> None:
