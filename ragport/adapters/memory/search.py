@@ -14,16 +14,42 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ragport.adapters.memory.snapshot import Snapshot, access_mask, lend_scored
+from ragport.adapters.memory.snapshot import Snapshot, access_mask
 from ragport.adapters.memory.top_k import top
 from ragport.domain.model import Record
 from ragport.ports.embedder import Vector
 from ragport.ports.pushdowns import Admission, LegAnswer
+from ragport.ports.store import ScoredRecord
 
 __all__ = ["EMPTY", "screened_sources", "search_snapshot"]
 
 EMPTY = LegAnswer(())
 _FLOAT32 = np.dtype(np.float32)
+_new = object.__new__
+# ``ScoredRecord`` and ``LegAnswer`` built through their slots (``snapshot.lend_scored``'s way,
+# written out in the loop): the hot read makes one answer and ``limit`` hits per query.
+_SET_RECORD = ScoredRecord.__dict__["record"].__set__
+_SET_SCORE = ScoredRecord.__dict__["score"].__set__
+_SET_HITS = LegAnswer.__dict__["hits"].__set__
+_SET_SCREENED = LegAnswer.__dict__["screened"].__set__
+
+
+def _answer(
+    rows: list[Record], found: list[tuple[int, float]], norm: float, screened: tuple[str, ...]
+) -> LegAnswer:
+    """``LegAnswer`` of the stored ``rows`` at ``found`` (position, score), each score divided
+    by ``norm`` unless it is 0 or 1 (which would change nothing)."""
+    hits = []
+    scaled = norm not in (0.0, 1.0)
+    for i, score in found:
+        hit = _new(ScoredRecord)
+        _SET_RECORD(hit, rows[i])
+        _SET_SCORE(hit, score / norm if scaled else score)
+        hits.append(hit)
+    answer = _new(LegAnswer)
+    _SET_HITS(answer, tuple(hits))
+    _SET_SCREENED(answer, screened)
+    return answer
 
 
 def screened_sources(records: Iterable[Record]) -> tuple[str, ...]:
@@ -61,7 +87,4 @@ def search_snapshot(snap: Snapshot, vector: Vector, admission: Admission, limit:
     screened: tuple[str, ...] = ()
     if admission.report_denied and who is not None:
         screened = screened_sources(rows[i] for i, _ in top(scores, fmask, limit, finite=finite))
-    found = top(scores, mask, limit, finite=finite)
-    if norm in (0.0, 1.0):
-        return LegAnswer(tuple([lend_scored(rows[i], score) for i, score in found]), screened)
-    return LegAnswer(tuple([lend_scored(rows[i], score / norm) for i, score in found]), screened)
+    return _answer(rows, top(scores, mask, limit, finite=finite), norm, screened)
