@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from ragport.adapters.postgres import PostgresBackend, PostgresStore, WriteSettings
-from ragport.contract_tests import StorageBackendContract
+from ragport.contract_tests import DifferentialContract, StorageBackendContract
 from ragport.contract_tests.chunk_store.failures import BreakStore
 from ragport.engine import BackendStore
 from ragport.ports.store import ChunkStore
@@ -40,12 +40,14 @@ class TestPostgresBackend(StorageBackendContract):
 
         return drop_schema
 
-    def test_every_read_pushdown_is_found(self, backend: PostgresBackend) -> None:
-        """The engine calls PostgreSQL's SQL for the legs and look-ups. If this fails, check
+    def test_every_pushdown_is_found(self, backend: PostgresBackend) -> None:
+        """The engine calls PostgreSQL's SQL for the legs, look-ups and set-based writes. If
+        this fails, check
         the pushdown methods' names on ``PostgresBackend`` (``ragport.ports.pushdowns``)."""
         assert {
             "search_vectors", "search_lexical", "embedders", "source_id_page", "history",
-            "forgotten_among", "prepare",
+            "forgotten_among", "tombstones_among", "dependents", "prepare", "retire",
+            "delete_where", "restore_above", "move", "rename_lineage", "merge_tombstones",
         } <= set(BackendStore(backend).pushdowns)  # fmt: skip
 
 
@@ -57,3 +59,22 @@ class TestPostgresBackendGeneric(TestPostgresBackend):
     @pytest.fixture
     def store(self, backend: PostgresBackend) -> Iterator[BackendStore]:
         yield BackendStore(backend, pushdown=False)
+
+
+class TestPostgresPushdownsAgainstTheGenericPath(DifferentialContract):
+    """``BackendStore(PostgresBackend)`` (every pushdown: PostgreSQL's SQL for the legs,
+    look-ups and set-based writes) against ``pushdown=False`` on the same schema. The lexical
+    leg is not compared: PostgreSQL's ``bm25`` tokenizes with its text-search configuration,
+    the engine's generic one with ``tokenize_lexical`` (test_differential_postgres.py)."""
+
+    differential_examples = 12
+    differential_steps = 10
+    differential_lexical_modes = ()
+
+    @pytest.fixture
+    def store_pair(self, pg_engine: Any, pg_schema: str) -> Iterator[tuple[ChunkStore, ChunkStore]]:
+        store = PostgresStore(
+            pg_engine, schema=pg_schema, create=True, writes=WriteSettings(maintenance_delay=None)
+        )
+        backend = PostgresBackend.of(store)
+        yield BackendStore(backend), BackendStore(backend, pushdown=False)

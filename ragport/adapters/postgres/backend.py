@@ -50,7 +50,7 @@ from ragport.adapters.postgres.indexes import DEFAULT_EF_SEARCH, VectorIndexes
 from ragport.adapters.postgres.legs import VectorLeg, lexical_leg
 from ragport.adapters.postgres.predicate import RSCOPE, SCOPE, VISIBLE, pointer_cte, scope_params
 from ragport.adapters.postgres.rows import R_COLUMNS, RECORD_COLUMNS
-from ragport.adapters.postgres.tombstones import tombstones_readmit
+from ragport.adapters.postgres.tombstones import tombstones_get_sql, tombstones_readmit
 from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork
 from ragport.domain.model import Grant, Record, Scope, Tombstone
 from ragport.ports.backend import BackendReader, GenerationState, RowKey, StorageBackend
@@ -446,6 +446,91 @@ class PostgresBackend:
         """One probe of the tombstones' primary key per id."""
         sql = queries.forgotten_sql(self._db.s) + " AND id = ANY(:ids)"
         return frozenset(row.id for row in view._fetch("look up tombstones", sql, ids=list(ids)))
+
+    def tombstones_among(self, view: _Reader, ids: Sequence[str]) -> Sequence[Tombstone]:
+        """One probe of the tombstones' primary key per id."""
+        rows = view._fetch("look up tombstones", tombstones_get_sql(self._db.s), ids=list(ids))
+        return [Tombstone(row.id, row.reason) for row in rows]
+
+    def dependents(self, view: _Reader, ids: Sequence[str]) -> Sequence[Record]:
+        """The derived rows naming ``ids`` in their lineage (the GIN index on lineage)."""
+        found = view._fetch("find dependents", statements.dependents_sql(self._db.s), ids=list(ids))
+        return [rows.record(view.scope, row) for row in found]
+
+    # -- set-based writes: the unit of work's statements (the engine decided the rule) -------
+    def retire(
+        self,
+        view: _Writer,
+        *,
+        source_id: str | None = None,
+        ids: Sequence[str] | None = None,
+        generation: int,
+    ) -> int:
+        """``statements.retire``: one statement, statistics and live ids with it."""
+        records = view.uow.records
+        if source_id is not None:
+            return records.retire_source(source_id, generation=generation)
+        return records.retire_ids(list(ids or ()), generation=generation)
+
+    def delete_where(
+        self,
+        view: _Writer,
+        *,
+        source_id: str | None = None,
+        above: int | None = None,
+        retired_through: int | None = None,
+    ) -> int:
+        """``statements.delete_records`` by source, above a generation, or retired through
+        one (compaction folds the statistics too)."""
+        records = view.uow.records
+        if source_id is not None:
+            return records.purge_source(source_id)
+        if above is not None:
+            return records.discard_above(above)
+        assert retired_through is not None
+        return records.purge_retired(retired_through)
+
+    def restore_above(self, view: _Writer, generation: int) -> int:
+        return view.uow.records.restore_above(generation)
+
+    def move(self, view: _Writer, moves: Mapping[str, str], *, to_source_id: str) -> int:
+        """``statements.rekey_update`` with its statistics (the engine checked the collision
+        rule: nothing is checked again here)."""
+        if not moves:
+            return 0
+        old, new = list(moves), [moves[k] for k in moves]
+        view._run(
+            "re-key records", statements.rekey_stats(self._db.s), old=old, new=new, to=to_source_id
+        )
+        moved = int(
+            view._run(
+                "re-key records",
+                statements.rekey_update(self._db.s),
+                old=old,
+                new=new,
+                to=to_source_id,
+            ).rowcount
+        )
+        view.uow.gin_rows += moved  # a re-keyed row is a new tuple in every index
+        return moved
+
+    def rename_lineage(self, view: _Writer, from_id: str, to_id: str) -> int:
+        return view.uow.records.rewrite_lineage(from_id, to_id)
+
+    def merge_tombstones(self, view: _Writer, tombstones: Sequence[Tombstone]) -> int:
+        """``statements.tombstones_insert``: a ``forgotten`` one is never downgraded, and the
+        rows it names leave the statistics in the same statement."""
+        if not tombstones:
+            return 0
+        added = view._run(
+            "add tombstones",
+            statements.tombstones_insert(self._db.s),
+            ids=[t.id for t in tombstones],
+            reasons=[t.reason for t in tombstones],
+        ).all()
+        count = sum(1 for row in added if row.inserted)
+        view.uow.rows_written += count
+        return count
 
     def prepare(self, scope: Scope, *, dimensions: int) -> None:
         """Create the HNSW index for ``dimensions`` if missing, before any write transaction
