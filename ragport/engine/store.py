@@ -61,6 +61,16 @@ _FLOAT32 = np.dtype(np.float32)
 _NO_VECTOR = np.zeros(0, dtype=np.float32)
 _NONE: frozenset[EmbedderKey] = frozenset()
 _NO_HITS = LegAnswer(())
+# The hot read builds its ``Admission`` and ``GuardedQuery`` through their slots (attrs'
+# frozen ``__init__`` is a Python call that sets each field through ``object.__setattr__``);
+# neither class has a validator or converter to skip.
+_new = object.__new__
+_SET_POINTER = Admission.__dict__["pointer"].__set__
+_SET_AUTHORIZATION = Admission.__dict__["authorization"].__set__
+_SET_FILTER = Admission.__dict__["metadata_filter"].__set__
+_SET_REPORT = Admission.__dict__["report_denied"].__set__
+_SET_FOREIGN = GuardedQuery.__dict__["foreign_embedders"].__set__
+_SET_RECORDS = GuardedQuery.__dict__["records"].__set__
 
 
 def _scope(scope: object) -> Scope:
@@ -427,7 +437,11 @@ class BackendStore:
                 foreign = _NONE
             else:
                 foreign = self._exact_foreign(r, scope, state.pointer, key)
-            admission = Admission(state.pointer, authorization, flt, on_denied is not None)
+            admission = _new(Admission)  # ``Admission(...)`` through its slots
+            _SET_POINTER(admission, state.pointer)
+            _SET_AUTHORIZATION(admission, authorization)
+            _SET_FILTER(admission, flt)
+            _SET_REPORT(admission, on_denied is not None)
             search = self._search_vectors
             if search is not None and limit > 0:  # ``_vector_leg``, inline
                 answer = search(r, q, admission=admission, limit=limit)
@@ -450,7 +464,10 @@ class BackendStore:
             raise
         if denied:
             _tell(on_denied, denied)
-        return GuardedQuery(foreign, hits)
+        guarded = _new(GuardedQuery)  # ``GuardedQuery(foreign, hits)`` through its slots
+        _SET_FOREIGN(guarded, foreign)
+        _SET_RECORDS(guarded, hits)
+        return guarded
 
     def _mode(self, mode: object) -> str:
         if not isinstance(mode, str) or mode not in self._capabilities.lexical_modes:
