@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -408,6 +408,25 @@ def test_aliasing_contract_catches_retrieval_that_keeps_lent_metadata(monkeypatc
         contract.test_use_cases_neither_keep_nor_hand_out_the_stores_values(InMemoryStore())
 
 
+class _ScopedTable:
+    """A scope's view of the shared index: statistics over every scope's records, a search
+    restricted to this scope's own ids (the memory lexicon asks with ``candidates=None`` for
+    "every row", which must still mean this scope's rows only)."""
+
+    def __init__(self, table: Bm25Index, own: Callable[[], Any]) -> None:
+        self._table, self._own = table, own
+
+    def add(self, ids: Any, texts: Any) -> None:
+        self._table.add(ids, texts)
+
+    def remove(self, ids: Any) -> None:
+        self._table.remove(ids)
+
+    def search(self, text: str, *, limit: int, candidates: Any = None) -> Any:
+        wanted = list(self._own()) if candidates is None else candidates
+        return self._table.search(text, limit=limit, candidates=wanted)
+
+
 class _TableWideBackend(memory_backend.SnapshotBackend):
     """One BM25 index shared by every scope's lexicon, each synced before any search."""
 
@@ -419,7 +438,9 @@ class _TableWideBackend(memory_backend.SnapshotBackend):
         for other in list(self._scopes):
             if other not in self._lexicons:
                 lexicon = memory_lexical.ScopeLexicon(self._analyzer)
-                lexicon.index = self._table
+                lexicon.index = _ScopedTable(  # type: ignore[assignment]
+                    self._table, lambda scope=other: self._snapshot(scope).searchable()
+                )
                 self._lexicons[other] = lexicon
             with self._lexicons[other].lock:
                 self._lexicons[other].sync(self._snapshot(other))
