@@ -26,7 +26,7 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -78,21 +78,26 @@ def _check_id(kind: str, line: int, value: object, what: str) -> str:
     return value
 
 
+def _id_text_lines(kind: str, text: str) -> Iterator[tuple[int, str, object]]:
+    """Each non-blank JSONL line of ``text`` as ``(line number, checked id, its "text")``: an
+    object ``{"id", "text"}`` whose id is a string or an int (made a string)."""
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        item = _json_line(kind, n, raw)
+        if not isinstance(item, dict):
+            raise _bad(kind, n, 'not a JSON object {"id", "text"}')
+        ident = item.get("id")
+        if isinstance(ident, int) and not isinstance(ident, bool):
+            ident = str(ident)
+        yield n, _check_id(kind, n, ident, "id"), item.get("text")
+
+
 def parse_queries(text: str, *, max_queries: int = MAX_QUERIES) -> list[Query]:
     """Queries from JSONL, one ``{"id": str, "text": str}`` a line (blank lines skipped)."""
     out: list[Query] = []
     seen: set[str] = set()
-    for n, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        item = _json_line("queries", n, raw)
-        if not isinstance(item, dict):
-            raise _bad("queries", n, 'not a JSON object {"id", "text"}')
-        qid = item.get("id")
-        if isinstance(qid, int) and not isinstance(qid, bool):
-            qid = str(qid)
-        qid = _check_id("queries", n, qid, "id")
-        query = item.get("text")
+    for n, qid, query in _id_text_lines("queries", text):
         if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
             raise _bad(
                 "queries", n, f"text must be a non-empty string of at most {MAX_QUERY_CHARS}"
@@ -367,17 +372,7 @@ class JudgedDocument:
 def parse_documents(text: str, *, max_documents: int = 1_000_000) -> list[JudgedDocument]:
     """Documents from JSONL, one ``{"id", "text"}`` a line (the Cranfield corpus's form)."""
     out: list[JudgedDocument] = []
-    for n, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        item = _json_line("documents", n, raw)
-        if not isinstance(item, dict):
-            raise _bad("documents", n, 'not a JSON object {"id", "text"}')
-        did = item.get("id")
-        if isinstance(did, int) and not isinstance(did, bool):
-            did = str(did)
-        did = _check_id("documents", n, did, "id")
-        body = item.get("text")
+    for n, did, body in _id_text_lines("documents", text):
         if not isinstance(body, str):  # empty is allowed: Cranfield has empty abstracts
             raise _bad("documents", n, "text must be a string")
         if len(out) >= max_documents:
