@@ -560,7 +560,8 @@ class Loading:
             while time.monotonic() < end and not stop():
                 ort.InferenceSession(MODEL, providers=["CPUExecutionProvider"])
         finally:
-            print("worker ended", flush=True)
+            sys.stdout.write("worker ended\\n")  # one write: print() writes its parts apart
+            sys.stdout.flush()
 
     def rerank(self, query, hits):
         self._load(lambda: False)
@@ -575,7 +576,8 @@ reranker = {"plain": Loading, "interruptible": Interruptible}[sys.argv[2]]()
 try:
     rerank_hits("q", contract_hits(), reranker=reranker, max_ms=1)
 except RerankError as exc:
-    print("RerankError", getattr(exc, "reason", None), flush=True)
+    sys.stdout.write(f"RerankError {getattr(exc, 'reason', None)}\\n")  # one write, as above
+    sys.stdout.flush()
 """
 
 
