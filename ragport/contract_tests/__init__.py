@@ -115,7 +115,7 @@ from ragport.contract_tests.storage_backend_engine import (  # noqa: E402
     StorageBackendEngineContract,
 )
 
-CONTRACT_VERSION = "2.5"
+CONTRACT_VERSION = "2.6"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -219,6 +219,9 @@ CONTRACT_VERSION = "2.5"
 #      nearest() iterator is open, refuses rows outside the scope or source asked
 #      (StoreError), and leaves a unit rollback-only after any backend error in a write.
 #      BackendStore has a lexical leg (the engine's BM25) on every backend.
+# 2.6  DifferentialContract: fixed sequences first (forgotten rows visible again), a lexical
+#      read per caller in the final state, differential_lexical_sets (modes compared by the
+#      hits they admit, not by rank: PostgreSQL's bm25 against the engine's).
 
 __all__ = [
     "CONTRACT_VERSION",

@@ -21,9 +21,10 @@ store in a scope of its own (same tenant, corpus ``differential-<n>-subject`` an
 compared this way (a fast store against the engine over a plain backend, one release against
 the next).
 
-What runs: hypothesis draws sequences of operations (derandomized: the same sequences on
-every run and machine; ``differential_examples`` sequences of at most ``differential_steps``
-operations, class attributes a slow backend may lower) and applies each to both stores
+What runs: the ``EXPLICIT`` sequences (paths a few random draws seldom reach), then
+sequences hypothesis draws (derandomized: the same sequences on every run and machine;
+``differential_examples`` sequences of at most ``differential_steps`` operations, class
+attributes a slow backend may lower); each is applied to both stores
 through the use cases users call (``replace_source`` with and without a grant,
 ``index_chunks``, ``delete_source``, ``index_derived`` plain and pinned, a write by a second
 embedder, ``set_source_access``, a deletion propagation, ``readmit_source``,
@@ -33,9 +34,24 @@ stores declare, and ``retrieve_context``; each with or without a metadata filter
 caller or under one of three authorizations, with denial reports). After every operation the
 two outcomes must be equal: the result's fields or the error's type and field, the hits' ids,
 order and scores (within ``SCORE_TOLERANCE``; ranks of scores that tie within it may differ),
-the denial reports (as sets: the port promises no order), and the scope's generation. At the end of every sequence the whole
-readable state is compared: every source's records, the source list, the forgotten ids,
-grants and decisions, embedders, history, the live rows and tombstones in a unit of work.
+the denial reports (as sets: the port promises no order), and the scope's generation. At the
+end of every sequence the whole readable state is compared: every source's records, the
+source list, the forgotten ids, grants and decisions, embedders, history, every row each
+caller may find by vector and by each lexical mode, the live rows and tombstones in a unit
+of work.
+
+A lexical mode whose two answers rank by different formulas (PostgreSQL's ``bm25`` stems with
+its text-search configuration and scores with k1 = 1.2 and Lucene's idf; the engine's generic
+``bm25`` tokenizes with ``tokenize_lexical`` and scores with k1 = 1.5 and rank_bm25's idf) is
+named in ``differential_lexical_sets``: its legs are then compared by what they admit, not by
+rank. Its lexical leg, hybrid read and ``retrieve_context`` run twice: with ``WIDE`` (more
+hits than any sequence writes), compared as the set of admitted hits (id, source, text, and in
+``retrieve_context`` which leg found each) with the denial reports; and at the drawn limit,
+compared by the number of hits (every admitted match up to the limit, so a predicate applied
+after the limit shows) and, for the hybrid read, the vector leg's exact ranking. The set
+holds for any ranking formula when every word of the corpus is one term to both analyzers:
+``WORDS`` are chosen so (no stop word, no two stem alike, each its own lexeme in
+``english``), and a backend's test should check that on its analyzer.
 
 A failure prints hypothesis's smallest failing sequence and the first answer that differed.
 """
@@ -75,7 +91,14 @@ from ragport.ports.store import ChunkStore, ScoredRecord
 if TYPE_CHECKING:
     from hypothesis import strategies as st
 
-__all__ = ["SCORE_TOLERANCE", "DifferentialContract", "check_same_answers", "operations"]
+__all__ = [
+    "SCORE_TOLERANCE",
+    "WIDE",
+    "WORDS",
+    "DifferentialContract",
+    "check_same_answers",
+    "operations",
+]
 
 SCORE_TOLERANCE = 1e-5
 """How far two scores of one hit may differ (float32 and float64 arithmetic differ)."""
@@ -85,6 +108,14 @@ SOURCES = ("s0", "s1", "s2", "s3")
 NEW_IDS = ("n0", "n1")
 DERIVED = ("d0", "d1")
 WORDS = ("policy", "leave", "badge", "payment", "review", "audit", "ledger", "freight")
+"""The corpus's words (with ``summary``, ``d0``, ``d1`` of the derived texts): none a stop
+word, no two alike after stemming, so a stemming analyzer admits what ``tokenize_lexical``
+does."""
+EVERY_WORD = " ".join((*WORDS, "summary"))
+"""A lexical query matching every row that holds a word."""
+WIDE = 64
+"""A limit above the rows any sequence writes: a leg asked for ``WIDE`` hits returns every
+admitted match."""
 TAGS = ("red", "blue")
 PRINCIPALS = ("alice", "bob", "carol")
 GROUPS = ("staff", "ops")
@@ -107,6 +138,33 @@ SETUP: tuple[Op, ...] = (
     ("derive", "d0", ("s0", "s1"), "summary policy", False),
 )
 """What every sequence starts with (and compares): four sources, three grants, one derived."""
+
+EXPLICIT: tuple[tuple[Op, ...], ...] = (
+    (  # a derived row retired with one root, its other root forgotten, then restored
+        ("delete", "s0"),
+        ("forget", "s1"),
+        ("rollback", 1),
+        ("read", "summary policy", None, 0, 8),
+        ("read", "policy ledger", "blue", 2, 3),
+    ),
+    (  # a pinned derived row of a forgotten source, then the source readmitted
+        ("derive", "d1", ("s2",), "leave audit", True),
+        ("forget", "s2"),
+        ("read", "leave audit", None, 3, 8),
+        ("readmit", "s2"),
+        ("read", "leave", "red", 3, 1),
+    ),
+    (  # a changed grant, a repoint onto a new id, compaction, a rollback past it
+        ("grant", Grant("s3", ("bob",), (), 1)),
+        ("repoint", "s0", "n0", 1),
+        ("read", "policy review", None, 2, 3),
+        ("compact", 0),
+        ("rollback", 2),
+        ("read", "review ledger badge", "red", 2, 8),
+    ),
+)
+"""Sequences run before the drawn ones, on every backend: the paths where a wrong predicate
+shows, which random draws of a few examples seldom reach (a forgotten row visible again)."""
 
 
 # -- the operations ------------------------------------------------------------------------------
@@ -198,6 +256,11 @@ def _ranked(found: Sequence[ScoredRecord]) -> Ranking:
     return Ranking((s.record.id, float(s.score), s.record.source_id, s.record.text) for s in found)
 
 
+def _admitted(found: Sequence[ScoredRecord]) -> frozenset[tuple[str, str, str]]:
+    """The hits as a set, scores and order left out (see ``differential_lexical_sets``)."""
+    return frozenset((s.record.id, s.record.source_id, s.record.text) for s in found)
+
+
 def _record(r: Record) -> tuple[Any, ...]:
     return (
         r.id,
@@ -237,12 +300,18 @@ class _Side:
     """One store and its scope for one sequence: applies an operation, says what it saw."""
 
     def __init__(
-        self, store: ChunkStore, scope: Scope, modes: tuple[str, ...], optional: frozenset[str]
+        self,
+        store: ChunkStore,
+        scope: Scope,
+        modes: tuple[str, ...],
+        optional: frozenset[str],
+        sets: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
         self.scope = scope
         self.modes = modes
         self.optional = optional  # the optional capabilities both stores offer
+        self.sets = sets  # the lexical modes compared by admitted set, not by rank
 
     def apply(self, op: Op) -> object:
         outcome = _outcome(lambda: _APPLY[op[0]](self, *op[1:]))
@@ -364,11 +433,20 @@ class _Side:
         for name in ("guarded_query", "borrowed_query"):
             if name in self.optional:
                 leg(name, self._bind(self._guarded, name, vector, common))
+        wide = {**common, "limit": WIDE}
         for mode in self.modes:
-            leg(f"lexical:{mode}", self._bind(self._lexical, text, mode, common))
-            leg(f"hybrid:{mode}", self._bind(self._hybrid, vector, text, mode, common))
+            if mode in self.sets:
+                leg(f"lexical:{mode}", self._bind(self._lexical_set, text, mode, common, wide))
+                leg(f"hybrid:{mode}", self._bind(self._hybrid_set, vector, text, mode, common))
+                leg(f"hybrid:{mode}:wide", self._bind(self._hybrid, vector, text, mode, wide))
+            else:
+                leg(f"lexical:{mode}", self._bind(self._lexical, text, mode, common))
+                leg(f"hybrid:{mode}", self._bind(self._hybrid, vector, text, mode, common))
         for mode in ("off", *self.modes):
-            answers[f"retrieve:{mode}"] = self._retrieve(text, mode, who, tag, limit)
+            if mode in self.sets:
+                answers[f"retrieve:{mode}"] = self._retrieve_set(text, mode, who, tag, limit)
+            else:
+                answers[f"retrieve:{mode}"] = self._retrieve(text, mode, who, tag, limit)
         return answers
 
     @staticmethod
@@ -390,9 +468,21 @@ class _Side:
         store: Any = self.store
         return _ranked(store.lexical_query(self.scope, text, mode=mode, **common, on_denied=cb))
 
-    def _hybrid(self, vector: Any, text: str, mode: str, common: dict[str, Any], cb: Any) -> object:
+    def _lexical_set(
+        self, text: str, mode: str, common: dict[str, Any], wide: dict[str, Any], cb: Any
+    ) -> object:
+        """Every admitted hit (and the denials among them), and how many the drawn limit
+        gave (the denials at that limit follow the ranking: not reported)."""
         store: Any = self.store
-        found = store.hybrid_query(
+        found = store.lexical_query(self.scope, text, mode=mode, **wide, on_denied=cb)
+        cut = store.lexical_query(self.scope, text, mode=mode, **common)
+        return (_admitted(found), len(cut))
+
+    def _hybrid_found(
+        self, vector: Any, text: str, mode: str, common: dict[str, Any], cb: Any
+    ) -> Any:
+        store: Any = self.store
+        return store.hybrid_query(
             self.scope,
             vector,
             text,
@@ -402,11 +492,32 @@ class _Side:
             **common,
             on_denied=cb,
         )
-        return (sorted(found.foreign_embedders), _ranked(found.vector), _ranked(found.lexical))
+
+    def _hybrid(self, vector: Any, text: str, mode: str, common: dict[str, Any], cb: Any) -> object:
+        found = self._hybrid_found(vector, text, mode, common, cb)
+        if mode in self.sets:  # at WIDE: every admitted lexical hit
+            lexical: object = _admitted(found.lexical)
+        else:
+            lexical = _ranked(found.lexical)
+        return (sorted(found.foreign_embedders), _ranked(found.vector), lexical)
+
+    def _hybrid_set(
+        self, vector: Any, text: str, mode: str, common: dict[str, Any], cb: Any
+    ) -> object:
+        """At the drawn limit: the vector leg exactly, the lexical leg's size (the denials
+        follow the lexical ranking: not reported; the WIDE read reports them)."""
+        found = self._hybrid_found(vector, text, mode, common, None)
+        return (sorted(found.foreign_embedders), _ranked(found.vector), len(found.lexical))
 
     def _retrieve(
-        self, text: str, mode: str, who: Authorization | None, tag: str | None, limit: int
-    ) -> object:
+        self,
+        text: str,
+        mode: str,
+        who: Authorization | None,
+        tag: str | None,
+        limit: int,
+        candidates: int | None = None,
+    ) -> tuple[object, list[tuple[str, str, int, str | None]]]:
         denials: list[tuple[str, str, int, str | None]] = []
 
         def report(d: AccessDenial) -> None:
@@ -420,7 +531,7 @@ class _Side:
                 scope=self.scope,
                 request=RetrievalRequest(
                     top_k=limit,
-                    query_candidates=max(limit, 8),
+                    query_candidates=candidates or max(limit, 8),
                     lexical=mode,
                     metadata_filter=None if tag is None else {"tag": tag},
                 ),
@@ -432,6 +543,19 @@ class _Side:
             )
 
         return (_outcome(run), sorted(denials))
+
+    def _retrieve_set(
+        self, text: str, mode: str, who: Authorization | None, tag: str | None, limit: int
+    ) -> object:
+        """At ``WIDE``: the hits as a set (id, source, the leg that found each), the denials;
+        at the drawn limit: how many hits (fused top ``limit`` of every admitted match)."""
+        everything, denials = self._retrieve(text, mode, who, tag, WIDE, WIDE)
+        cut, _ = self._retrieve(text, mode, who, tag, limit)
+        if isinstance(everything, Ranking):
+            everything = frozenset((h[0], h[2], h[3]) for h in everything)
+        if isinstance(cut, Ranking):
+            cut = len(cut)
+        return (everything, denials, cut)
 
     # -- the whole readable state -------------------------------------------------------------
     def state(self) -> dict[str, object]:
@@ -453,8 +577,15 @@ class _Side:
                 decisions = store.check_source_access(scope, ids, who)
                 out[f"access:{n}"] = {s: _decisions([d])[0] for s, d in decisions.items()}
             out[f"all:{n}"] = _ranked(
-                store.query(scope, EMBEDDER.embed(["policy"])[0], limit=64, authorization=who)
+                store.query(scope, EMBEDDER.embed(["policy"])[0], limit=WIDE, authorization=who)
             )
+            for mode in self.modes:  # every row holding a word, as each caller may read it
+                found = store.lexical_query(
+                    scope, EVERY_WORD, mode=mode, limit=WIDE, authorization=who
+                )
+                out[f"lexical:{mode}:{n}"] = (
+                    _admitted(found) if mode in self.sets else _ranked(found)
+                )
         if "forgotten_among" in self.optional:
             out["forgotten_among"] = sorted(store.forgotten_among(scope, ids))
         if "generation_history" in self.optional:
@@ -568,10 +699,22 @@ pushdown may define a method it does not declare, e.g. ``BackendStore.forgotten_
 
 
 def _lexical_modes(
-    subject: ChunkStore, reference: ChunkStore, only: tuple[str, ...] | None
+    subject: ChunkStore,
+    reference: ChunkStore,
+    only: tuple[str, ...] | None,
+    sets: tuple[str, ...] = (),
 ) -> tuple[str, ...]:
+    """The modes compared; a mode named in ``only`` or ``sets`` that one store lacks fails
+    the test (a comparison that silently never runs cannot fail)."""
     theirs = set(reference.capabilities.lexical_modes)
     common = tuple(m for m in subject.capabilities.lexical_modes if m in theirs)
+    named = (*(only or ()), *sets)
+    missing = [m for m in named if m not in common]
+    if missing:
+        pytest.fail(f"lexical modes {missing} are not served by both stores (they serve {common})")
+    unranked = [m for m in sets if only is not None and m not in only]
+    if unranked:
+        pytest.fail(f"lexical modes {unranked} are in lexical_sets but not in lexical_modes")
     return common if only is None else tuple(m for m in common if m in only)
 
 
@@ -581,17 +724,18 @@ def _run_sequence(
     ops: Sequence[Op],
     n: int,
     modes: tuple[str, ...] | None = None,
+    sets: tuple[str, ...] = (),
 ) -> None:
-    modes = _lexical_modes(subject, reference, modes)
+    modes = _lexical_modes(subject, reference, modes, sets)
     optional = frozenset(
         name
         for name in _OPTIONAL
         if callable(getattr(subject, name, None)) and callable(getattr(reference, name, None))
     )
     scope = Scope(TENANT, "differential", f"differential-{n}-subject")
-    one = _Side(subject, scope, modes, optional)
+    one = _Side(subject, scope, modes, optional, frozenset(sets))
     scope = Scope(TENANT, "differential", f"differential-{n}-reference")
-    two = _Side(reference, scope, modes, optional)
+    two = _Side(reference, scope, modes, optional, frozenset(sets))
     for step, op in enumerate((*SETUP, *ops)):
         found = difference(one.apply(op), two.apply(op))
         assert found is None, f"operation {step} {op!r} answered differently: {found}"
@@ -617,12 +761,15 @@ def check_same_answers(
     steps: int = 16,
     shrink: bool = True,
     lexical_modes: tuple[str, ...] | None = None,
+    lexical_sets: tuple[str, ...] = (),
 ) -> None:
     """Run ``examples`` derandomized sequences of up to ``steps`` operations on both stores;
     ``AssertionError`` (from hypothesis, with the failing sequence) at the first difference.
-    ``lexical_modes``: the lexical modes compared (``None``: every mode both declare)."""
+    ``lexical_modes``: the lexical modes compared (``None``: every mode both declare);
+    ``lexical_sets``: those of them compared by admitted set, not by rank (module
+    docstring)."""
     _hypothesis()
-    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import HealthCheck, Phase, example, given, settings
     from hypothesis import strategies as st
 
     runs = itertools.count()
@@ -639,8 +786,10 @@ def check_same_answers(
     )
     @given(ops=st.lists(operations(), min_size=min(4, steps), max_size=steps))
     def run(ops: list[Op]) -> None:
-        _run_sequence(subject, reference, ops, next(runs), lexical_modes)
+        _run_sequence(subject, reference, ops, next(runs), lexical_modes, lexical_sets)
 
+    for ops in EXPLICIT:
+        run = example(ops=list(ops))(run)
     run()
 
 
@@ -653,7 +802,10 @@ class DifferentialContract(ContractSuite):
     """The lexical modes compared; ``None``: every mode both stores declare. Narrow it only
     for a mode whose two answers differ by design (say so in a comment): a backend's
     ``bm25`` on another analyzer than ``tokenize_lexical`` scores differently from the
-    engine's generic ``bm25``."""
+    engine's generic ``bm25``; better, name it in ``differential_lexical_sets``."""
+    differential_lexical_sets: ClassVar[tuple[str, ...]] = ()
+    """Lexical modes compared by what their legs admit, not by rank (the module docstring
+    says how): for a mode both stores serve under different scoring formulas or analyzers."""
 
     store_pair = required_fixture(
         "DifferentialContract",
@@ -681,6 +833,7 @@ class DifferentialContract(ContractSuite):
             examples=self.differential_examples,
             steps=self.differential_steps,
             lexical_modes=self.differential_lexical_modes,
+            lexical_sets=self.differential_lexical_sets,
         )
 
 

@@ -64,12 +64,13 @@ class TestPostgresBackendGeneric(TestPostgresBackend):
 class TestPostgresPushdownsAgainstTheGenericPath(DifferentialContract):
     """``BackendStore(PostgresBackend)`` (every pushdown: PostgreSQL's SQL for the legs,
     look-ups and set-based writes) against ``pushdown=False`` on the same schema. The lexical
-    leg is not compared: PostgreSQL's ``bm25`` tokenizes with its text-search configuration,
-    the engine's generic one with ``tokenize_lexical`` (test_differential_postgres.py)."""
+    leg is compared by what it admits, not by rank: PostgreSQL's ``bm25`` tokenizes with its
+    text-search configuration and k1 = 1.2, the engine's generic one with
+    ``tokenize_lexical`` and k1 = 1.5 (test_differential_postgres.py)."""
 
     differential_examples = 12
     differential_steps = 10
-    differential_lexical_modes = ()
+    differential_lexical_sets = ("bm25",)
 
     @pytest.fixture
     def store_pair(self, pg_engine: Any, pg_schema: str) -> Iterator[tuple[ChunkStore, ChunkStore]]:
