@@ -259,6 +259,33 @@ def _search(
     return out
 
 
+def _narrowed(req: Request, *, guarded: bool, collapse: bool, report: bool) -> Request | None:
+    """``req`` asking each scope for ``top_k`` candidates, not ``candidates``, where that
+    cannot change the answer; else ``None``.
+
+    With an authorization, the vector leg of a guarded store already applies the grants
+    (and the forgotten tombstones) before its ``LIMIT``, so in the usual case the access
+    gate after it withholds nothing and only the first ``top_k`` are rendered: asking for
+    ``candidates`` made the store walk, build and recheck twice the rows (issue 45). The gate
+    still rechecks every hit; when it withholds one, ``retrieve_context`` reads the full
+    ``candidates`` again. Not narrowed: a lexical leg (fusion ranks over the candidates),
+    a reranker or ``collapse_duplicates`` (they look past ``top_k``), an ``on_access_denied``
+    callback (the store reports what it screened among its ``candidates``), or a store that
+    is not guarded (the tombstone guard may drop a candidate before the gate).
+    """
+    if (
+        req.authorization is None
+        or req.lexical != "off"
+        or not guarded
+        or req.reranker is not None
+        or collapse
+        or report
+        or req.candidates <= req.top_k
+    ):
+        return None
+    return req._replace(candidates=req.top_k)
+
+
 def _collector(
     store_denied: dict[tuple[Scope, str], AccessReason], scope: Scope
 ) -> Callable[[Sequence[AccessDecision]], None]:
@@ -421,23 +448,26 @@ def retrieve_context(  # noqa: C901, PLR0915
                 reported.add(key)
                 on_access_denied(denial)
 
-        store_denied: dict[tuple[Scope, str], AccessReason] | None = (
-            {} if on_access_denied is not None and authorization is not None else None
-        )
+        report_all = on_access_denied is not None and authorization is not None
+        store_denied: dict[tuple[Scope, str], AccessReason] | None = {} if report_all else None
 
         # 5-6. legs per scope, rechecked, then fused over the union
-        ordered = _search(
-            store,
-            req,
-            vector,
-            embedder=embedder,
-            expected=expected,
-            guarded=guarded,
-            runtime=rt,
-            store_denied=store_denied,
-            borrowed=borrowed,
-            collapse=collapse_duplicates,
-        )
+        def search(r: Request) -> list[Candidate]:
+            return _search(
+                store,
+                r,
+                vector,
+                embedder=embedder,
+                expected=expected,
+                guarded=guarded,
+                runtime=rt,
+                store_denied=store_denied,
+                borrowed=borrowed,
+                collapse=collapse_duplicates,
+            )
+
+        narrowed = _narrowed(req, guarded=guarded, collapse=collapse_duplicates, report=report_all)
+        ordered = search(req if narrowed is None else narrowed)
 
         # 7. tombstone guard. Skipped only where it can add nothing: every candidate came from
         # one guarded statement per scope (no lexical leg), which applied the forgotten
@@ -451,7 +481,14 @@ def retrieve_context(  # noqa: C901, PLR0915
         # 8. first access gate (after fusion, before rerank)
         if authorization is not None:
             with tel.span("rag.acl_recheck"):
-                ordered = access_gate(store, ordered, authorization, report, redact)
+                gated = access_gate(store, ordered, authorization, report, redact)
+                if narrowed is not None and len(gated) < len(ordered):
+                    # The gate withheld a hit the store's predicate let through (a grant
+                    # changed in between, or a store that screens only at the gate): read
+                    # the request's full candidates, as without the narrowing, and gate them.
+                    check_abort(abort)
+                    gated = access_gate(store, search(req), authorization, report, redact)
+            ordered = gated
         check_abort(abort)
         retrieved_at = clk.now()
         if collapse_duplicates:

@@ -651,6 +651,60 @@ def test_gate_denial_reports_once_per_source(store: InMemoryStore) -> None:
     assert sorted(gate.checks[0]) == ["handbook", "security"]
 
 
+class GuardedGateStore(GateStore):
+    """A guarded ``GateStore`` (its class defines ``guarded_query``) that records the
+    ``limit`` each vector leg asked for."""
+
+    limits: list[int]
+
+    def guarded_query(self, scope: ragport.Scope, vector: Any, **kwargs: Any) -> Any:
+        self.__dict__.setdefault("limits", []).append(kwargs["limit"])
+        return self._inner.guarded_query(scope, vector, **kwargs)
+
+
+def _granted(store: InMemoryStore) -> None:
+    store.set_source_access(
+        SCOPE,
+        [
+            ragport.Grant("handbook", principal_ids=["alice"]),
+            ragport.Grant("security", principal_ids=["alice"]),
+        ],
+    )
+
+
+def test_access_checked_leg_asks_for_top_k(store: InMemoryStore) -> None:
+    """With an authorization a guarded store's vector leg screens grants itself, so retrieval
+    asks it for top_k, not query_candidates (issue 45), and still gates what came back.
+
+    If this fails, check retrieval._narrowed.
+    """
+    _granted(store)
+    gate = GuardedGateStore(store)
+    result = retrieve(store=gate, top_k=2, query_candidates=20, authorization=ALICE)
+    assert len(result.hits) == 2
+    assert gate.limits == [2]
+    assert len(gate.checks) == 1
+    # with a denial callback the store reports what it screened among all its candidates
+    retrieve(store=gate, top_k=2, query_candidates=20, authorization=ALICE, on_access_denied=print)
+    assert gate.limits == [2, 20]
+
+
+def test_gate_withholding_a_narrowed_hit_reads_the_full_candidates(store: InMemoryStore) -> None:
+    """A hit the store's predicate let through but the gate withholds (a revoke in between)
+    makes retrieval read query_candidates again: the answer is the one the full candidates
+    give, never short of allowed hits. If this fails, check the re-read in retrieve_context.
+    """
+    _granted(store)
+    gate = GuardedGateStore(store, revoked=["handbook"])
+    result = retrieve(
+        "vacation days", store=gate, top_k=2, query_candidates=20, authorization=ALICE
+    )
+    assert gate.limits == [2, 20]
+    assert sources(result) == {"security"}
+    assert len(result.hits) == 2
+    assert len(gate.checks) == 2
+
+
 def test_gate_without_authorization_is_not_run(store: InMemoryStore) -> None:
     """A trusted caller has no recheck gate. If this fails, check authorization=None handling."""
     gate = GateStore(store, revoked=["handbook"])
