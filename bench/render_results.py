@@ -35,12 +35,13 @@ again; after running one benchmark by hand, run `.venv/bin/python bench/render_r
 Do not edit it: no figure here is typed by hand, and `tests/unit/test_bench_results.py`
 fails when it differs from the rendering. Quick runs use smaller sizes than the targets
 state, so a quick "met" is indicative only. The machines are shared and noisy: compare
-ratios measured within one run, not absolute times across runs.
-
-History: the hand-written results up to 2026-12-03, with the analysis behind each figure,
-are in [{HISTORY}]({HISTORY}); earlier renderings and their JSON
-are in git (`git log -p bench/results bench/RESULTS.md`).
+ratios measured within one run, not absolute times across runs. History: the hand-written
+results up to 2026-12-03, with the analysis behind each figure, are in [{HISTORY}]({HISTORY});
+earlier renderings and their JSON are in git (`git log -p bench/results bench/RESULTS.md`).
 """
+
+COMPACT = frozenset({"pg_access"})
+"""Benchmarks rendered as one paragraph, not a table (RESULTS.md has a line cap)."""
 
 
 def load(results: Path) -> dict[str, dict[str, dict[str, Any]]]:
@@ -164,6 +165,32 @@ def render_section(
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     return lines
+
+
+def render_compact(
+    script: str,
+    title: str,
+    full_args: Sequence[str],
+    quick_args: Sequence[str],
+    runs: Mapping[str, Mapping[str, Any]],
+) -> list[str]:
+    """One paragraph: the full run (else the quick one), its command, then each figure and
+    each target on it inline."""
+    report = runs.get("full") or runs.get("quick")
+    kind = "Full" if runs.get("full") else "Quick"
+    base = f".venv/bin/python bench/{script}"
+    head = f"## {title} (`bench/{script}`)"
+    if report is None:
+        return [head, f"Not run (`{' '.join([base, *full_args])}`).", ""]
+    targets = _targets(report)
+    cells = []
+    for name, fig in report.get("figures", {}).items():
+        cell = f"{_label(fig)} {fmt_figure(fig)}"
+        for t in targets.get(name, []):
+            bound = f"{fmt(t['bound'])}{_suffix(fig.get('unit', ''))}"
+            cell += f" (target {OP_TEXT[t['op']]} {bound}: {_met(t)})"
+        cells.append(cell)
+    return [head, _run_line(kind, report, "") + " " + "; ".join(cells) + ".", ""]
 
 
 PEER_NAMES = (("ragport", "ragport"), ("langchain", "LangChain"), ("llamaindex", "LlamaIndex"),
@@ -302,7 +329,8 @@ def render(results: Path) -> str:
             large = found.get("peers_200k", {}).get("full")
             lines += render_peers(script, title, found.get(name, {}), large)
             continue
-        lines += render_section(script, title, full_args, quick_args, found.get(name, {}))
+        section = render_compact if name in COMPACT else render_section
+        lines += section(script, title, full_args, quick_args, found.get(name, {}))
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -106,6 +106,13 @@ BENCHMARKS: tuple[tuple[str, str, str, tuple[str, ...], tuple[str, ...]], ...] =
         ("--rows", "5000", "--queries", "40"),
     ),
     (
+        "pg_access",
+        "bench_pg_access.py",
+        "PostgreSQL access-checked query against the same rows by an equality filter",
+        ("bench/out/pg_access", "--stop"),
+        ("bench/out/pg_access-2k", "--chunks", "2000", "--queries", "40", "--stop"),
+    ),
+    (
         "pg_lexical",
         "bench_pg_lexical.py",
         "PostgreSQL lexical leg and hybrid retrieve",
