@@ -1,13 +1,16 @@
-"""The differential contract fails against a PostgreSQL lexical pushdown that disagrees with
-the rule, though it compares that leg by what it admits, not by rank (PostgreSQL's bm25 and
-the engine's score differently: test_differential_postgres.py).
+"""The differential contract fails against a PostgreSQL pushdown that disagrees with the rule,
+the lexical leg included though it is compared by what it admits, not by rank (PostgreSQL's
+bm25 and the engine's score differently: test_differential_postgres.py).
 
-Each broken backend is ``PostgresBackend`` with its ``search_lexical`` wrong in a way SQL
-could be: the forgotten predicate left out of the WHERE, the grant predicate left out, and
-the metadata filter applied after the limit (the right rows at a wide limit, too few at a
-small one). ``check_same_answers`` of ``BackendStore(broken)`` against ``BackendStore(broken,
-pushdown=False)`` on one schema must raise; the correct backend passes
-(``TestPostgresPushdownsAgainstTheGenericPath``), so the failure comes from the defect.
+Each broken backend is ``PostgresBackend`` with one pushdown wrong in a way SQL could be: the
+BM25 statement without the forgotten predicate, without the grant predicate, or with the
+metadata filter applied after the limit (the right rows at a wide limit, too few at a small
+one); the HNSW statement without the filter; ``restore_above`` off by one generation (a
+rollback leaves the rows retired at the generation above its target retired).
+``check_same_answers`` of ``BackendStore(broken)`` against ``BackendStore(broken,
+pushdown=False)`` on one schema, at the PostgreSQL contract's own budget, must raise; the
+correct backend passes (``TestPostgresPushdownsAgainstTheGenericPath``), so the failure comes
+from the defect.
 """
 
 from __future__ import annotations
@@ -62,16 +65,47 @@ class LexicalFiltersAfterTheLimit(PostgresBackend):
         return LegAnswer(tuple(h for h in answer.hits if flt.matches(h.record.metadata)))
 
 
+class VectorIgnoresTheFilter(PostgresBackend):
+    """The HNSW statement without the metadata filter."""
+
+    def search_vectors(
+        self, view: Any, vector: Any, *, admission: Admission, limit: int
+    ) -> LegAnswer:
+        admission = attrs.evolve(admission, metadata_filter=None)
+        return super().search_vectors(view, vector, admission=admission, limit=limit)
+
+
+class RestoresOneGenerationShort(PostgresBackend):
+    """``restore_above`` restores the rows retired above ``generation + 1``: a rollback by
+    one generation restores nothing."""
+
+    def restore_above(self, view: Any, generation: int) -> int:
+        return super().restore_above(view, generation + 1)
+
+
 @pytest.mark.parametrize(
     "broken",
-    [LexicalIgnoresTombstones, LexicalIgnoresGrants, LexicalFiltersAfterTheLimit],
-    ids=["tombstones", "grants", "filter-after-limit"],
+    [
+        LexicalIgnoresTombstones,
+        LexicalIgnoresGrants,
+        LexicalFiltersAfterTheLimit,
+        VectorIgnoresTheFilter,
+        RestoresOneGenerationShort,
+    ],
+    ids=[
+        "lexical-tombstones",
+        "lexical-grants",
+        "lexical-filter-after-limit",
+        "vector-filter",
+        "restore-above",
+    ],
 )
-def test_a_wrong_lexical_pushdown_fails_the_differential(
+def test_a_wrong_pushdown_fails_the_differential(
     broken: type[PostgresBackend], pg_engine: Any, pg_schema: str
 ) -> None:
-    """``BackendStore(broken)`` admits other rows than its own generic path somewhere in the
-    derandomized sequences (or returns fewer at a limit), and the differential says so."""
+    """``BackendStore(broken)`` answers otherwise than its own generic path somewhere in the
+    derandomized sequences (other rows admitted, fewer at a limit, another rollback), and
+    the differential says so."""
     store = PostgresStore(
         pg_engine, schema=pg_schema, create=True, writes=WriteSettings(maintenance_delay=None)
     )
