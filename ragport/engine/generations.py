@@ -1,6 +1,6 @@
 """The generation rules, written once: each a pure step from one ``GenerationState`` to the
-next. ``BackendUnitOfWork`` (so every backend and ``InMemoryStore``) and ``PostgresStore``'s
-unit of work all move their counter, pointer and floor through these."""
+next. ``BackendUnitOfWork`` (so every backend, ``InMemoryStore`` and ``PostgresStore``)
+moves its counter, pointer and floor through these."""
 
 from __future__ import annotations
 

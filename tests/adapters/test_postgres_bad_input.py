@@ -451,8 +451,10 @@ def test_data_rejected_by_postgres_is_typed_and_chains_nothing(
 ):
     """A value the domain refuses, slipped past it, is a ValidationError with no chain.
 
-    The domain refuses NUL and lone surrogates (see test_domain_boundary); here a record is
-    altered after validation so the driver sees the value. The translated error keeps the
+    The domain refuses NUL and lone surrogates (see test_domain_boundary), and the engine's
+    unit of work builds every record it takes in again; here a record is altered after
+    validation and handed to the backend's writer, so the driver sees the value. The
+    translated error keeps the
     SQLSTATE as a field and chains nothing: psycopg's error quotes the JSON in its CONTEXT,
     SQLAlchemy's holds the parameters. If this fails, check translate_errors in _driver.py.
     """
@@ -464,7 +466,7 @@ def test_data_rejected_by_postgres_is_typed_and_chains_nothing(
         uow.records.retire_source("doc", generation=generation)
         record = attrs.evolve(record, generation=generation)
         object.__setattr__(record, attribute, value)
-        uow.records.add([record], EMB.embed(["x"]))
+        uow.writer.insert([record], EMB.embed(["x"]))  # type: ignore[attr-defined]
         uow.commit()
     assert isinstance(info.value, ValidationError)
     assert info.value.field == "data"

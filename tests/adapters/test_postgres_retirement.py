@@ -59,15 +59,15 @@ def _retire_and_restore(store: PostgresStore, source: str) -> tuple[int, int, in
     s = f'"{store.schema}"'
     with store.unit_of_work(SCOPE) as uow:
         g = uow.generations.stage()
-        upd0, hot0 = _updates(uow.conn, s)  # type: ignore[attr-defined]
+        upd0, hot0 = _updates(uow.writer.conn, s)  # type: ignore[attr-defined]
         retired = uow.records.retire_source(source, generation=g)
-        upd1, hot1 = _updates(uow.conn, s)  # type: ignore[attr-defined]
+        upd1, hot1 = _updates(uow.writer.conn, s)  # type: ignore[attr-defined]
         uow.generations.publish(g)
         uow.commit()
     with store.unit_of_work(SCOPE) as uow:
-        upd2, hot2 = _updates(uow.conn, s)  # type: ignore[attr-defined]
+        upd2, hot2 = _updates(uow.writer.conn, s)  # type: ignore[attr-defined]
         assert uow.records.restore_above(g - 1) == retired
-        upd3, hot3 = _updates(uow.conn, s)  # type: ignore[attr-defined]
+        upd3, hot3 = _updates(uow.writer.conn, s)  # type: ignore[attr-defined]
         uow.generations.reset(g - 1)
         uow.commit()
     return retired, upd1 - upd0, hot1 - hot0, upd3 - upd2, hot3 - hot2

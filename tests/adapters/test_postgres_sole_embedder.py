@@ -22,6 +22,7 @@ from sqlalchemy import text
 import ragport
 from ragport.adapters.postgres import PostgresStore, embedders, queries, reads
 from ragport.adapters.postgres import schema as migrations
+from ragport.adapters.postgres.backend import transaction_of
 from ragport.adapters.postgres.predicate import SCOPE, scope_params
 from ragport.contract_tests._support import (
     CONTRACT_DIMENSIONS,
@@ -169,8 +170,8 @@ def test_a_failed_add_leaves_the_claim_as_it_was(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The claim is written inside the add's savepoint: an add that fails after clearing it
-    leaves both the scope's row and the unit of work's copy claiming, and a later add of the
-    same embedder in that unit of work keeps the claim."""
+    leaves both the scope's row and the transaction's copy claiming (the engine's unit of
+    work is rollback-only after the failure, so nothing of it lands)."""
     scope = _scope()
     publish_sources(store, scope, {"a": ["alpha"]})
     real = embedders.sole_after_add
@@ -186,11 +187,10 @@ def test_a_failed_add_leaves_the_claim_as_it_was(
         with pytest.raises(ragport.StoreError):
             uow.records.add(foreign.records, foreign.vectors)
         monkeypatch.setattr(embedders, "sole_after_add", real)
-        assert uow.sole == OURS
-        batch = make_batch(scope, "b", ["beta"], generation=generation)
-        uow.records.add(batch.records, batch.vectors)
-        uow.generations.publish(generation)
-        uow.commit()
+        tx = transaction_of(uow)
+        assert tx is not None and tx.sole == OURS
+        with pytest.raises(ragport.ValidationError):
+            uow.commit()
     assert _claim(store, scope) == OURS
     assert sorted(r.id for r in store.get_by_source(scope, "f")) == []
     assert _foreign(store, scope) == frozenset()

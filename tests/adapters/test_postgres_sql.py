@@ -9,7 +9,6 @@ run against PostgreSQL to check that the SQL selects what the domain's Python ru
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,7 +34,6 @@ from ragport.domain.model import (
     is_forgotten,
     is_visible,
 )
-from ragport.ports.store import rekey_collides
 
 S = quote_schema("sql_builders")
 VEC = PgVector('"public"')  # where the test server's vector extension lives
@@ -112,13 +110,9 @@ STATEMENTS: list[tuple[Callable[[str], str], set[str]]] = [
     (statements.touch_scope, set()),
     (statements.lock_scope, set()),
     (statements.save_generations, {"n", "p", "f"}),
-    (statements.owners_sql, {"ids", "gens"}),
-    (statements.staged_source_sql, {"src", "p"}),
     (lambda s: statements.retire(s, "source_id = :src"), {"src", "g", "p"}),
     (lambda s: statements.retire(s, "id = ANY(:ids)"), {"ids", "g", "p"}),
-    (statements.live_sql, {"src", "after", "n"}),
     (statements.dependents_sql, {"ids"}),
-    (statements.rekey_clash_sql, {"old", "new", "floor"}),
     (statements.rekey_update, {"old", "new", "to"}),
     (statements.lineage_rows_sql, {"f"}),
     (statements.lineage_update, {"lineage", "roots", "id", "g"}),
@@ -337,33 +331,3 @@ def test_the_tsquery_ors_plain_terms_and_keeps_exclusions(pg_engine: Engine) -> 
         excluded = conn.execute(text(sql), {"query": "alpha -beta"}).scalar_one()
     assert plain == "'alpha' | 'beta'"
     assert excluded == "'alpha' & !'beta'"
-
-
-GENERATIONS = [(g, r) for g in (1, 2, 3) for r in (None, 2, 3, 4, 5) if r is None or r > g]
-
-
-@pytest.mark.parametrize("floor", [0, 3])
-def test_the_rekey_clash_sql_is_rekey_collides(
-    store: PostgresStore, pg_engine: Engine, floor: int
-) -> None:
-    """For every (generation, retired) of a destination row, SQL and Python agree on a collision. If this fails, check rekey_clash_sql() against ports.store.rekey_collides."""
-    s = quote_schema(store.schema)
-    moved_generation = 2
-    with pg_engine.connect() as conn:
-        for generation, retired in GENERATIONS:
-            scope = Scope("t1", "kb", "k" + uuid.uuid4().hex[:12])
-            dest = _record("dest", "d", generation, scope=scope, retired_generation=retired)
-            with store.unit_of_work(scope) as uow:
-                uow.records.add([dest], np.ones((1, 3)))
-                uow.records.add(
-                    [_record("mine", "m", moved_generation, scope=scope)], np.ones((1, 3))
-                )
-                uow.commit()
-            count = conn.execute(
-                text(statements.rekey_clash_sql(s)),
-                pred.scope_params(scope, old=["mine"], new=["dest"], floor=floor),
-            ).scalar_one()
-            assert bool(count) is rekey_collides(moved_generation, dest, floor), (
-                generation,
-                retired,
-            )

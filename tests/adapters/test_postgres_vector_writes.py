@@ -24,7 +24,7 @@ import pytest
 from sqlalchemy import text
 
 import ragport
-from ragport.adapters.postgres import PostgresStore, WriteSettings, statements
+from ragport.adapters.postgres import PostgresStore, WriteSettings, backend, statements
 from ragport.adapters.postgres import vector_writes as vw
 from ragport.contract_tests._support import CONTRACT_DIMENSIONS, make_batch, publish_sources
 from ragport.domain.errors import StoreError, ValidationError
@@ -144,8 +144,8 @@ def test_a_records_failure_after_the_vectors_committed_undoes_both(
 ):
     """The statistics statement fails on the unit of work's connection while the vectors
     commit on the other: a typed error, no record, and no vector once the unit of work is
-    rolled back. If this fails, check the ``finally`` of ``_Records.add``."""
-    monkeypatch.setattr(statements, "added_stats", lambda s: "SELECT 1 FROM no_such_table")
+    rolled back. If this fails, check the ``finally`` of ``ScopeTransaction.copy_in``."""
+    monkeypatch.setattr(backend, "_counted", lambda s, **_: "SELECT 1 FROM no_such_table")
     scope = _scope()
     with pytest.raises(StoreError) as caught:
         publish_sources(store, scope, {"a": TEXTS})
@@ -154,27 +154,26 @@ def test_a_records_failure_after_the_vectors_committed_undoes_both(
     assert _counts(pg_engine, pg_schema) == (0, 0, 0, 0)
 
 
-def test_a_host_that_commits_after_a_failed_add_leaves_no_vector(
+def test_a_failed_add_leaves_no_vector_of_its_unit_of_work(
     store, jobs, pg_engine, pg_schema, monkeypatch
 ):
-    """The add fails after its vectors committed (the statistics statement), the host
-    catches the error and commits the rest of the unit of work: the failed add's vectors
-    are swept by that commit, the other source's rows stay whole."""
-    real = statements.added_stats
+    """The add fails after its vectors committed (the statistics statement): the engine's
+    unit of work is rollback-only from then on (a commit is refused), and leaving it sweeps
+    the vectors of both its adds. If this fails, check ``ScopeTransaction.rollback`` and
+    ``sweep_vectors``."""
     scope = _scope()
     with store.unit_of_work(scope) as uow:
         staged = uow.generations.stage()
         good = make_batch(scope, "good", TEXTS, generation=staged)
         uow.records.add(good.records, good.vectors)
-        monkeypatch.setattr(statements, "added_stats", lambda s: "SELECT 1 FROM no_such_table")
+        monkeypatch.setattr(backend, "_counted", lambda s, **_: "SELECT 1 FROM no_such_table")
         bad = make_batch(scope, "bad", TEXTS, generation=staged)
         with pytest.raises(StoreError):
             uow.records.add(bad.records, bad.vectors)
-        monkeypatch.setattr(statements, "added_stats", real)
-        uow.generations.publish(staged)
-        uow.commit()
+        with pytest.raises(ValidationError):
+            uow.commit()
     assert len(jobs) == 2
-    assert _counts(pg_engine, pg_schema) == (12, 12, 0, 0)
+    assert _counts(pg_engine, pg_schema) == (0, 0, 0, 0)
 
 
 def test_a_vectors_failure_undoes_the_records(store, jobs, pg_engine, pg_schema, monkeypatch):

@@ -44,6 +44,7 @@ from sqlalchemy import text
 
 from ragport.adapters.postgres import embedders, queries, reads, rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
+from ragport.adapters.postgres.background import MaintenanceWorker
 from ragport.adapters.postgres.connections import Connections
 from ragport.adapters.postgres.history import generation_history
 from ragport.adapters.postgres.indexes import DEFAULT_EF_SEARCH, VectorIndexes
@@ -51,7 +52,8 @@ from ragport.adapters.postgres.legs import VectorLeg, lexical_leg
 from ragport.adapters.postgres.predicate import RSCOPE, SCOPE, VISIBLE, pointer_cte, scope_params
 from ragport.adapters.postgres.rows import R_COLUMNS, RECORD_COLUMNS
 from ragport.adapters.postgres.tombstones import tombstones_get_sql, tombstones_readmit
-from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork
+from ragport.adapters.postgres.unit_of_work import ScopeTransaction
+from ragport.adapters.postgres.vector_writes import VectorWriter
 from ragport.domain.model import Grant, Record, Scope, Tombstone
 from ragport.ports.backend import BackendReader, GenerationState, RowKey, StorageBackend
 from ragport.ports.embedder import Vector, VectorMatrix
@@ -59,7 +61,7 @@ from ragport.ports.history import GenerationChange
 from ragport.ports.pushdowns import Admission, LegAnswer
 from ragport.ports.store import EmbedderKey, ScoredRecord
 
-__all__ = ["PostgresBackend"]
+__all__ = ["PostgresBackend", "transaction_of"]
 
 _ITERSIZE = 256  # rows per FETCH of ``nearest``'s server-side cursor
 _cursor_names = itertools.count()
@@ -178,23 +180,28 @@ class _Reader:
 
 
 class _Writer(_Reader):
-    """One unit of work's transaction over one scope: the reading members and the writing ones."""
+    """One unit of work's transaction over one scope: the reading members and the writing ones.
+    ``tx`` is the transaction (``unit_of_work.ScopeTransaction``: its connection, the scope's
+    numbers read under the lock, the COPY of records and vectors, commit)."""
 
-    def __init__(self, uow: PostgresUnitOfWork, connections: Connections) -> None:
-        super().__init__(uow.conn, uow.scope, connections)
-        self.uow = uow
+    def __init__(self, tx: ScopeTransaction, connections: Connections) -> None:
+        super().__init__(tx.conn, tx.scope, connections)
+        self.tx = tx
 
     def _run(self, operation: str, sql: str, **params: Any) -> Any:
         with translate_errors(operation):
             return self.conn.execute(text(sql), scope_params(self.scope, **params))
 
+    def _count(self, operation: str, sql: str, **params: Any) -> int:
+        return int(self._run(operation, sql, **params).scalar_one())
+
     def state(self) -> GenerationState:
-        uow = self.uow
-        return _state(uow.counter, uow.pointer, uow.floor, uow.sole, uow.claim)
+        tx = self.tx
+        return _state(tx.counter, tx.pointer, tx.floor, tx.sole, tx.claim)
 
     def insert(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
         if records:
-            self.uow.records.copy_in(records, vectors, _counted(self.s, batch=True))
+            self.tx.copy_in(records, vectors, _counted(self.s, batch=True))
 
     def update(self, changes: Mapping[RowKey, Record]) -> None:
         if not changes:
@@ -222,7 +229,7 @@ class _Writer(_Reader):
             ids=[r.id for r in new],
             gens=[r.generation for r in new],
         )
-        self.uow.gin_rows += len(new)
+        self.tx.gin_rows += len(new)
 
     def delete(self, keys: Sequence[RowKey]) -> None:
         if not keys:
@@ -231,18 +238,18 @@ class _Writer(_Reader):
         lexemes = list(
             self._run("delete records", _key_lexemes(self.s), ids=ids, gens=gens).scalars()
         )
-        self.uow.deleted_vectors = True
+        self.tx.deleted_vectors = True
         self._run("delete records", statements.delete_records(self.s, _KEYS), ids=ids, gens=gens)
-        self.uow.records.deleted(len(keys))
+        self.tx.deleted(len(keys))
         if lexemes:  # no word of the deleted text stays in the statistics
             self._run("delete records", statements.erase_unused_lexemes(self.s), lx=lexemes)
 
     def set_state(self, state: GenerationState) -> None:
         """The three numbers and the engine's embedder claim (``scopes.embedder_claim``)."""
-        uow = self.uow
-        uow.counter, uow.pointer, uow.floor = state.counter, state.pointer, state.floor
-        if state.embedders != uow.claim:
-            uow.claim = state.embedders
+        tx = self.tx
+        tx.counter, tx.pointer, tx.floor = state.counter, state.pointer, state.floor
+        if state.embedders != tx.claim:
+            tx.claim = state.embedders
             self._run(
                 "save embedder claim",
                 f"UPDATE {self.s}.scopes SET embedder_claim = :claim WHERE {SCOPE}",
@@ -257,7 +264,23 @@ class _Writer(_Reader):
         )
 
     def put_grants(self, grants: Sequence[Grant]) -> None:
-        self.uow.grants.set(list(grants))
+        latest = {g.source_id: g for g in grants}
+        if not latest:
+            return
+        with translate_errors("set grants"):
+            self.conn.execute(
+                text(statements.grants_upsert(self.s)),
+                [
+                    scope_params(
+                        self.scope,
+                        src=g.source_id,
+                        p=list(g.principal_ids),
+                        g=list(g.group_ids),
+                        v=g.access_version,
+                    )
+                    for g in latest.values()
+                ],
+            )
 
     def put_tombstones(self, tombstones: Sequence[Tombstone]) -> None:
         latest = {t.id: t for t in tombstones}
@@ -272,10 +295,10 @@ class _Writer(_Reader):
             ids=list(latest),
             reasons=[t.reason for t in latest.values()],
         ).all()
-        self.uow.rows_written += sum(1 for row in added if row.inserted)
+        self.tx.rows_written += sum(1 for row in added if row.inserted)
 
     def commit(self) -> None:
-        self.uow.commit()
+        self.tx.commit()
 
 
 def _live_insert(s: str) -> str:
@@ -313,14 +336,6 @@ def _leave(s: str, final: str) -> str:
         f"stats_batch AS batch, generation, {statements.NAMED_BY}",
         final,
         after=_live_delete(s),
-    )
-
-
-def _lock_scope(s: str) -> str:
-    """``statements.lock_scope`` with the engine's embedder claim (migration 13)."""
-    return (
-        "SELECT counter, pointer, floor, sole_embedder, sole_dimensions, embedder_claim "
-        f"FROM {s}.scopes WHERE {SCOPE} FOR UPDATE"
     )
 
 
@@ -369,11 +384,15 @@ class PostgresBackend:
         *,
         ts_config: str = "english",
         ef_search: int = DEFAULT_EF_SEARCH,
+        maintenance: MaintenanceWorker | None = None,
+        vector_writer: VectorWriter | None = None,
     ) -> None:
         self._db = connections
         self._indexes = indexes
         self._ts_config = ts_config
         self._ef_search = ef_search
+        self._maintenance = maintenance  # after-commit merges and re-analyses (None: inline)
+        self._vectors = vector_writer  # large adds' vectors on a second connection (or None)
 
     @classmethod
     def of(cls, store: Any) -> PostgresBackend:
@@ -457,7 +476,7 @@ class PostgresBackend:
         found = view._fetch("find dependents", statements.dependents_sql(self._db.s), ids=list(ids))
         return [rows.record(view.scope, row) for row in found]
 
-    # -- set-based writes: the unit of work's statements (the engine decided the rule) -------
+    # -- set-based writes: the statements of the engine's decisions (it checked the rule) -----
     def retire(
         self,
         view: _Writer,
@@ -467,10 +486,18 @@ class PostgresBackend:
         generation: int,
     ) -> int:
         """``statements.retire``: one statement, statistics and live ids with it."""
-        records = view.uow.records
+        params: dict[str, Any]
         if source_id is not None:
-            return records.retire_source(source_id, generation=generation)
-        return records.retire_ids(list(ids or ()), generation=generation)
+            where, params = "source_id = :src", {"src": source_id}
+        else:
+            where, params = "id = ANY(:ids)", {"ids": list(ids or ())}
+        tx = view.tx
+        sql = statements.retire(self._db.s, where)
+        retired = view._count("retire records", sql, g=generation, p=tx.pointer, **params)
+        # Usually a HOT update (no index entry), but not for a row whose page lacks room,
+        # such as every row written before migration 9: merge after those too.
+        tx.gin_rows += retired
+        return retired
 
     def delete_where(
         self,
@@ -482,16 +509,36 @@ class PostgresBackend:
     ) -> int:
         """``statements.delete_records`` by source, above a generation, or retired through
         one (compaction folds the statistics too)."""
-        records = view.uow.records
+        tx, s = view.tx, self._db.s
+        tx.deleted_vectors = True
         if source_id is not None:
-            return records.purge_source(source_id)
+            return self._purge_source(view, source_id)
         if above is not None:
-            return records.discard_above(above)
+            sql = statements.delete_records(s, statements.DISCARD_ABOVE)
+            return tx.deleted(view._count("rewrite generations", sql, g=above))
         assert retired_through is not None
-        return records.purge_retired(retired_through)
+        sql = statements.delete_records(s, statements.PURGE_RETIRED)
+        purged = tx.deleted(view._count("rewrite generations", sql, g=retired_through))
+        fold = min(retired_through, tx.pointer)
+        for statement in statements.fold_stats(s):
+            view._run("rewrite generations", statement, g=fold)
+        return purged
+
+    def _purge_source(self, view: _Writer, source_id: str) -> int:
+        s = self._db.s
+        found = view._run("purge source", statements.source_lexemes(s), src=source_id)
+        lexemes = list(found.scalars())
+        sql = statements.delete_records(s, statements.PURGE_SOURCE)
+        purged = view.tx.deleted(view._count("purge source", sql, src=source_id))
+        if lexemes:  # the words of the purged text leave the statistics too
+            view._run("purge source", statements.erase_unused_lexemes(s), lx=lexemes)
+        return purged
 
     def restore_above(self, view: _Writer, generation: int) -> int:
-        return view.uow.records.restore_above(generation)
+        sql = statements.restore_above_sql(self._db.s)
+        restored = view._count("rewrite generations", sql, g=generation)
+        view.tx.gin_rows += restored  # as retire
+        return restored
 
     def move(self, view: _Writer, moves: Mapping[str, str], *, to_source_id: str) -> int:
         """``statements.rekey_update`` with its statistics (the engine checked the collision
@@ -511,11 +558,37 @@ class PostgresBackend:
                 to=to_source_id,
             ).rowcount
         )
-        view.uow.gin_rows += moved  # a re-keyed row is a new tuple in every index
+        view.tx.gin_rows += moved  # a re-keyed row is a new tuple in every index
         return moved
 
     def rename_lineage(self, view: _Writer, from_id: str, to_id: str) -> int:
-        return view.uow.records.rewrite_lineage(from_id, to_id)
+        """``statements.lineage_stats`` then ``lineage_update`` of each derived row naming
+        ``from_id``; answers the lineage edges renamed."""
+        s = self._db.s
+        found = view._run("rewrite lineage", statements.lineage_rows_sql(s), f=from_id).all()
+        if not found:
+            return 0
+
+        def swap(ids: Sequence[str]) -> list[str]:
+            return list(dict.fromkeys(to_id if i == from_id else i for i in ids))
+
+        view._run("rewrite lineage", statements.lineage_stats(s), f=from_id, to=to_id)
+        with translate_errors("rewrite lineage"):
+            view.conn.execute(
+                text(statements.lineage_update(s)),
+                [
+                    scope_params(
+                        view.scope,
+                        id=row.id,
+                        g=row.generation,
+                        lineage=swap(row.lineage),
+                        roots=swap(row.roots),
+                    )
+                    for row in found
+                ],
+            )
+        view.tx.gin_rows += len(found)
+        return sum(list(row.lineage).count(from_id) for row in found)
 
     def merge_tombstones(self, view: _Writer, tombstones: Sequence[Tombstone]) -> int:
         """``statements.tombstones_insert``: a ``forgotten`` one is never downgraded, and the
@@ -529,7 +602,7 @@ class PostgresBackend:
             reasons=[t.reason for t in tombstones],
         ).all()
         count = sum(1 for row in added if row.inserted)
-        view.uow.rows_written += count
+        view.tx.rows_written += count
         return count
 
     def prepare(self, scope: Scope, *, dimensions: int) -> None:
@@ -580,34 +653,53 @@ class PostgresBackend:
 
     @contextmanager
     def write(self, scope: Scope) -> Iterator[_Writer]:
-        joined = self._db.joined is not None
+        """Lock the scope's row (``FOR UPDATE``) in one transaction (a savepoint of the host's
+        on a joined store); the engine's commit commits it, leaving the block without one rolls
+        it back (and sweeps the vectors its adds wrote ahead)."""
         with self._db.connect("unit of work") as conn:
-            uow: PostgresUnitOfWork | None = None
+            tx: ScopeTransaction | None = None
             savepoint = None
             try:
                 with translate_errors("lock scope"):
-                    if joined:
+                    if self._db.joined is not None:
                         savepoint = conn.begin_nested()
                     conn.execute(text(statements.touch_scope(self._db.s)), scope_params(scope))
-                    state = conn.execute(text(_lock_scope(self._db.s)), scope_params(scope)).one()
-                uow = PostgresUnitOfWork(
-                    scope,
-                    conn,
-                    state,
-                    s=self._db.s,
-                    indexes=self._indexes,
-                    savepoint=savepoint,
-                )
-                uow.claim = embedders.claim_of(state.embedder_claim)
-                yield _Writer(uow, self._db)
+                    state = conn.execute(
+                        text(statements.lock_scope(self._db.s)), scope_params(scope)
+                    ).one()
+                tx = self._transaction(scope, conn, state, savepoint)
+                yield _Writer(tx, self._db)
+                if tx.done and tx.position is not None:
+                    self._db.record_position(tx.position)
             finally:
-                if uow is None:
+                if tx is None:
                     if savepoint is not None:
                         savepoint.rollback()
-                    elif not joined:
+                    elif self._db.joined is None:
                         conn.rollback()
-                elif not uow.done:
-                    uow.rollback()
+                elif not tx.done:
+                    tx.rollback()
+
+    def _transaction(self, scope: Scope, conn: Any, state: Any, savepoint: Any) -> ScopeTransaction:
+        return ScopeTransaction(
+            scope,
+            conn,
+            state,
+            s=self._db.s,
+            indexes=self._indexes,
+            track_position=self._db.replica is not None,
+            maintenance=self._maintenance,
+            # A joined view writes on the host's one connection: large adds stay serial.
+            vector_writer=None if savepoint is not None else self._vectors,
+            savepoint=savepoint,
+        )
+
+
+def transaction_of(uow: object) -> ScopeTransaction | None:
+    """The PostgreSQL transaction under ``uow``, a unit of work of a store over a
+    ``PostgresBackend`` (``PostgresStore``'s): ``None`` for any other object."""
+    writer = getattr(uow, "writer", None)
+    return writer.tx if isinstance(writer, _Writer) else None
 
 
 if TYPE_CHECKING:  # mypy proves the structural match with the port; nothing runs here

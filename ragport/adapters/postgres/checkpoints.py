@@ -17,8 +17,8 @@ from sqlalchemy import Connection, Engine, text
 
 from ragport.adapters._checkpoints import check_cas_args, check_checkpoint_args
 from ragport.adapters.postgres._driver import make_engine, translate_errors
+from ragport.adapters.postgres.backend import transaction_of
 from ragport.adapters.postgres.schema import quote_schema, upgrade
-from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Scope
 from ragport.ports.sync import Checkpoint
@@ -83,7 +83,8 @@ class PostgresCheckpointStore:
     def joins(self, uow: object) -> bool:
         """Whether ``uow`` is a ``PostgresStore`` unit of work on this server, database and
         schema (one query on its connection; this store's own identity is read once)."""
-        if not isinstance(uow, PostgresUnitOfWork) or uow.s != self._s or uow.done:
+        tx = transaction_of(uow)
+        if tx is None or tx.s != self._s or tx.done or getattr(uow, "done", False):
             return False
         with self._identity_lock:
             if self._identity is None:
@@ -92,7 +93,7 @@ class PostgresCheckpointStore:
                     conn.rollback()
             mine = self._identity
         with translate_errors("read server identity"):
-            theirs = self._server_identity(uow.conn)
+            theirs = self._server_identity(tx.conn)
         return mine[3] is not None and theirs == mine
 
     def compare_and_set_in(
@@ -102,14 +103,15 @@ class PostgresCheckpointStore:
         INSERT) waits on this row until ``uow`` ends, then finds the version moved."""
         check_checkpoint_args(connector_id, scope)
         check_cas_args(expected_version, cursor)
-        if not isinstance(uow, PostgresUnitOfWork) or uow.s != self._s or uow.scope != scope:
+        tx = transaction_of(uow)
+        if tx is None or tx.s != self._s or tx.scope != scope:
             raise ValidationError(
                 "compare_and_set_in needs a PostgresStore unit of work of the same schema "
                 "and scope",
                 field="uow",
             )
         with translate_errors("compare-and-set checkpoint"):
-            return self._cas(uow.conn, connector_id, scope, expected_version, cursor)
+            return self._cas(tx.conn, connector_id, scope, expected_version, cursor)
 
     def _cas(
         self, conn: Connection, connector_id: str, scope: Scope, expected_version: int, cursor: str

@@ -34,7 +34,6 @@ __all__ = [
     "EmbedderKey",
     "claim_of",
     "claim_value",
-    "extend_claim_sql",
     "key_of",
     "migration_sql",
     "probe_sql",
@@ -119,9 +118,8 @@ def sole_after_add(
 # -- the engine's claim (migration 13) ---------------------------------------------------------
 # ``scopes.embedder_claim``: ``GenerationState.embedders`` as the engine stored it through
 # ``PostgresBackend.set_state``, a JSON array of ``[embedder_id, dimensions]`` pairs (NULL:
-# unknown). It must hold at least the key of every stored row, so a write that adds rows
-# without the engine (``PostgresStore``'s own unit of work) adds their keys to it
-# (``extend_claim_sql``); removing rows never makes it false.
+# unknown). It must hold at least the key of every stored row (the engine's add extends it);
+# removing rows never makes it false.
 
 
 def claim_value(claim: frozenset[tuple[str | None, int | None]] | None) -> Any:
@@ -136,11 +134,3 @@ def claim_of(value: Any) -> frozenset[tuple[str | None, int | None]] | None:
     if value is None:
         return None
     return frozenset((k, d) for k, d in value)
-
-
-def extend_claim_sql(s: str) -> str:
-    """Add the keys ``:keys`` (a JSON array of pairs) to the scope's claim, when it has one."""
-    return (
-        f"UPDATE {s}.scopes SET embedder_claim = embedder_claim || CAST(:keys AS jsonb) "
-        f"WHERE {SCOPE} AND embedder_claim IS NOT NULL"
-    )

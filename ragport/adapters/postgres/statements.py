@@ -34,17 +34,13 @@ __all__ = [
     "lineage_update",
     "live_delete",
     "live_insert",
-    "live_sql",
     "lock_scope",
     "named_by_nf",
-    "owners_sql",
-    "rekey_clash_sql",
     "rekey_stats",
     "rekey_update",
     "restore_above_sql",
     "retire",
     "save_generations",
-    "staged_source_sql",
     "tombstones_insert",
     "tombstones_sql",
     "touch_scope",
@@ -65,9 +61,10 @@ def touch_scope(s: str) -> str:
 
 
 def lock_scope(s: str) -> str:
-    """Read and lock the scope's row: writers of one scope are serialized."""
+    """Read and lock the scope's row: writers of one scope are serialized. With the
+    sole-embedder claim (``embedders.py``) and the engine's claim (migration 13)."""
     return (
-        "SELECT counter, pointer, floor, sole_embedder, sole_dimensions "
+        "SELECT counter, pointer, floor, sole_embedder, sole_dimensions, embedder_claim "
         f"FROM {s}.scopes WHERE {SCOPE} FOR UPDATE"
     )
 
@@ -78,16 +75,6 @@ def save_generations(s: str) -> str:
 
 
 # -- records -----------------------------------------------------------------------------------
-
-
-def owners_sql(s: str) -> str:
-    """The stored versions of ids ``:ids`` that are live or written at one of ``:gens``: what
-    ``ports.store.check_stored_ids`` needs before an add."""
-    return (
-        f"SELECT id, source_id, generation, retired_generation FROM {s}.records "
-        f"WHERE {SCOPE} AND id = ANY(:ids) "
-        "AND (retired_generation IS NULL OR generation = ANY(:gens))"
-    )
 
 
 def allocate_keys(s: str) -> str:
@@ -105,15 +92,6 @@ def copy_vectors(s: str) -> str:
     return (
         f"COPY {s}.record_vectors ({', '.join(VECTOR_COPY_COLUMNS)}) "
         "FROM STDIN WITH (FORMAT BINARY)"
-    )
-
-
-def staged_source_sql(s: str) -> str:
-    """``:src``'s rows visible at pointer ``:p``, by id in code-point order."""
-    return (
-        f"SELECT {RECORD_COLUMNS} FROM {s}.records r WHERE {SCOPE} "
-        "AND source_id = :src AND generation <= :p "
-        'AND (retired_generation IS NULL OR retired_generation > :p) ORDER BY id COLLATE "C"'
     )
 
 
@@ -214,16 +192,6 @@ def retire(s: str, where: str) -> str:
     )
 
 
-def live_sql(s: str) -> str:
-    """Live rows of ``:src`` after id ``:after`` (NULL: from the first), at most ``:n``."""
-    return (
-        f"SELECT {RECORD_COLUMNS} FROM {s}.records WHERE {SCOPE} "
-        "AND source_id = :src AND retired_generation IS NULL "
-        'AND (CAST(:after AS text) IS NULL OR id COLLATE "C" > :after) '
-        'ORDER BY id COLLATE "C" LIMIT :n'
-    )
-
-
 def _derived(s: str, columns: str, rest: str) -> str:
     return f"SELECT {columns} FROM {s}.records WHERE {SCOPE} AND kind = 'derived' AND {rest}"
 
@@ -232,29 +200,6 @@ def dependents_sql(s: str) -> str:
     """Derived rows of every generation whose lineage names any of ``:ids``."""
     return _derived(
         s, RECORD_COLUMNS, 'lineage && CAST(:ids AS text[]) ORDER BY id COLLATE "C", generation'
-    )
-
-
-def rekey_clash_sql(s: str) -> str:
-    """``ports.store.rekey_collides`` in SQL: how many moves (``:old`` -> ``:new``) collide.
-
-    A collision is a stored row of a destination id, other than a live row being moved, that
-    shares a moved row's generation or could be visible at a pointer where the moved row is
-    (live, staged, or retired above both the moved row's generation and the floor ``:floor``).
-    """
-    # The moved rows and the destination rows are each read once, by one scan for all ids
-    # (materialized), then joined: no per-pair probe the planner could turn into a scan of
-    # the scope per pair (seen without records_live_id on a table not analyzed yet).
-    return (
-        f"WITH m AS MATERIALIZED (SELECT id, generation FROM {s}.records WHERE {SCOPE} "
-        "AND id = ANY(:old) AND retired_generation IS NULL), "
-        f"d AS MATERIALIZED (SELECT id, generation, retired_generation FROM {s}.records "
-        f"WHERE {SCOPE} AND id = ANY(:new)) "
-        "SELECT count(*) FROM unnest(CAST(:old AS text[]), CAST(:new AS text[])) "
-        "AS x(old_id, new_id) JOIN m ON m.id = x.old_id JOIN d ON d.id = x.new_id "
-        "WHERE NOT (d.id = ANY(:old) AND d.retired_generation IS NULL) "
-        "AND (d.generation = m.generation OR d.retired_generation IS NULL "
-        "OR d.retired_generation > greatest(m.generation, :floor))"
     )
 
 

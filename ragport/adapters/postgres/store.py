@@ -22,8 +22,9 @@ PostgreSQL's SQL for the legs, the look-ups and ``prepare``). The engine answers
 ``generation_history`` and ``prepare`` through those pushdowns; this class keeps the reads
 that must stay one statement on an autocommit connection (the legs with their drift guard,
 replica routing and a retry on a dead connection: a transaction around them costs about
-0.2 ms, 10% of a vector query) and PostgreSQL's own unit of work (set-based SQL writes),
-with the maintenance of its indexes. The legs' SQL runs through ``legs.py`` for both; the
+0.2 ms, 10% of a vector query) and the maintenance of its indexes. Its unit of work is the
+engine's (``BackendStore.unit_of_work``) over ``PostgresBackend.write``: the engine decides
+every write rule and calls the backend's set-based write pushdowns (PostgreSQL's SQL). The legs' SQL runs through ``legs.py`` for both; the
 denial report is the engine's (``ragport.engine.reads.denials``).
 
 It owns its collaborators: ``Connections`` (``connections.py``: the pool, the schema check,
@@ -32,8 +33,8 @@ read-replica routing, the host's connection of a joined view), ``VectorIndexes``
 and ``MaintenanceWorker`` (``background.py``: GIN merges and re-analyses after commits); its
 tuning values are ``settings.py``. The SQL is built by pure functions in ``predicate.py``
 (the shared WHERE), ``queries.py`` (the legs, the denial report, the small reads) and
-``statements.py`` (the unit of work's writes); rows become records in ``rows.py``; reads run
-on psycopg through ``reads.py``; the unit of work and its repositories are
+``statements.py`` (the writes); rows become records in ``rows.py``; reads run on psycopg
+through ``reads.py``; one write transaction's I/O (COPY, commit, the vectors' sweep) is
 ``unit_of_work.py``.
 """
 
@@ -41,14 +42,13 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
 from sqlalchemy import Connection, Engine, text
 
-from ragport.adapters.postgres import queries, reads, statements
+from ragport.adapters.postgres import queries, reads
 from ragport.adapters.postgres._driver import translate_errors
 from ragport.adapters.postgres.backend import PostgresBackend
 from ragport.adapters.postgres.background import MaintenanceWorker, validate_maintenance_delay
@@ -67,9 +67,8 @@ from ragport.adapters.postgres.schema import (
     validate_text_search_config,
 )
 from ragport.adapters.postgres.settings import VectorIndexSettings, WriteSettings, from_keywords
-from ragport.adapters.postgres.unit_of_work import PostgresUnitOfWork
 from ragport.adapters.postgres.vector_writes import VectorWriter, validate_parallel_vector_rows
-from ragport.domain.errors import CapabilityError, ScopeError, ValidationError
+from ragport.domain.errors import CapabilityError, ValidationError
 from ragport.domain.filters import Filter, parse_filter
 from ragport.domain.model import (
     AccessDecision,
@@ -183,7 +182,12 @@ class PostgresStore(BackendStore):
 
     def _backend_on(self, db: Connections) -> PostgresBackend:
         return PostgresBackend(
-            db, self._indexes, ts_config=self._ts_config, ef_search=self._ef_search
+            db,
+            self._indexes,
+            ts_config=self._ts_config,
+            ef_search=self._ef_search,
+            maintenance=self._maintenance,
+            vector_writer=self._vectors,
         )
 
     def __repr__(self) -> str:
@@ -256,50 +260,6 @@ class PostgresStore(BackendStore):
         raise ``CapabilityError``; a view is for one thread, as its connection is.
         """
         return self._view(self._db.join(connection))
-
-    # PostgreSQL's own unit of work (set-based SQL writes) until the engine's unit of work
-    # dispatches to the write pushdowns; it keeps the same tables as PostgresBackend's writer.
-    @contextmanager
-    def unit_of_work(self, scope: Scope) -> Iterator[PostgresUnitOfWork]:  # type: ignore[override]
-        if not isinstance(scope, Scope):
-            raise ScopeError("scope must be a Scope", field="scope")
-        # SQLAlchemy "commit as you go": the connection's transaction begins with the first
-        # statement and ends with uow.commit() or the rollback below. On a joined view
-        # (``joined``), a savepoint of the host's transaction instead.
-        joined = self._db.joined is not None
-        with self._db.connect("unit of work") as conn:
-            uow: PostgresUnitOfWork | None = None
-            savepoint = None
-            try:
-                with translate_errors("lock scope"):
-                    if joined:
-                        savepoint = conn.begin_nested()
-                    conn.execute(text(statements.touch_scope(self._s)), scope_params(scope))
-                    state = conn.execute(
-                        text(statements.lock_scope(self._s)), scope_params(scope)
-                    ).one()
-                uow = PostgresUnitOfWork(
-                    scope,
-                    conn,
-                    state,
-                    s=self._s,
-                    indexes=self._indexes,
-                    track_position=self._db.replica is not None,
-                    maintenance=self._maintenance,
-                    vector_writer=None if savepoint is not None else self._vectors,
-                    savepoint=savepoint,
-                )
-                yield uow
-                if uow.done and uow.position is not None:
-                    self._db.record_position(uow.position)
-            finally:
-                if uow is None:
-                    if savepoint is not None:
-                        savepoint.rollback()
-                    elif not joined:
-                        conn.rollback()
-                elif not uow.done:
-                    uow.rollback()  # and sweeps the vectors its adds committed ahead
 
     # -- reads -----------------------------------------------------------------------------------
     def current_generation(self, scope: Scope) -> int:
