@@ -118,7 +118,7 @@ def explain(engine: Any, calls: Sequence[tuple[str, Any, bool, float]]) -> list[
                     plan = [r[0] for r in cur.fetchall()]
                 kind = "generic plan" if generic else "custom plan"
                 out += [f"-- {label(statement)} ({kind})", statement, "", *plan, ""]
-            else:
+            elif not head.startswith("SET TRANSA"):  # the replay is one transaction already
                 cur.execute(statement, params)
         raw.driver_connection.rollback()
     finally:
