@@ -47,6 +47,7 @@ from ragport.application.pipeline import (
     MAX_WORKERS,
     PipelineItem,
     PipelineSteps,
+    RunRuntime,
     check_pipeline_write,
     check_workers,
     run_pipeline,
@@ -263,6 +264,14 @@ class _Ingest:
     options: IngestOptions
     write: WriteSettings
     runtime: Runtime
+    # What ``prepare`` hands each file, built once per run (see ``RunRuntime``).
+    _runtimes: RunRuntime = attrs.field(
+        init=False, default=attrs.Factory(lambda self: RunRuntime(self.runtime), takes_self=True)
+    )
+    _prepare_options: WriteOptions = attrs.field(
+        init=False,
+        default=attrs.Factory(lambda self: self.write_options(), takes_self=True),
+    )
 
     def serial(self, candidates: Sequence[Candidate]) -> Generator[FileOutcome, None, None]:
         """One document after another through ``replace_document``."""
@@ -336,8 +345,7 @@ class _Ingest:
             prepared = prepare_document(
                 loaded, source_id=sid, uri=sid, parser=self.parser, embedder=self.embedder,
                 store=self.store, scope=self.scope,
-                runtime=attrs.evolve(self.runtime, abort=abort),
-                write_options=self.write_options(),
+                runtime=self._runtimes(abort), write_options=self._prepare_options,
             )  # fmt: skip
         return prepared, len(loaded.data)
 

@@ -79,7 +79,12 @@ from ragport.application.deprecation import fold_run_options
 from ragport.application.documents import ParserSelector, PreparedDocument, prepare_document
 from ragport.application.indexing import _records
 from ragport.application.pinned import retire_pinned_dependents
-from ragport.application.pipeline import PipelineSteps, check_pipeline_write, check_workers
+from ragport.application.pipeline import (
+    PipelineSteps,
+    RunRuntime,
+    check_pipeline_write,
+    check_workers,
+)
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
 from ragport.application.shared_generation import SharedGeneration, StagedWrite, staged_write
 from ragport.application.write_options import DEFAULT_WRITE_OPTIONS, WriteOptions
@@ -127,6 +132,19 @@ class _Run:
     workers: int = 1
     on_item: Callable[[str], None] | None = None
     shared: SharedGeneration | None = None
+    # What ``prepare`` hands each upsert, built once per run (see ``RunRuntime``).
+    _runtimes: RunRuntime = attrs.field(
+        init=False,
+        default=attrs.Factory(
+            lambda self: RunRuntime(Runtime(limits=self.limits)), takes_self=True
+        ),
+    )
+    _prepare_options: WriteOptions = attrs.field(
+        init=False,
+        default=attrs.Factory(
+            lambda self: WriteOptions(size=self.size, overlap=self.overlap), takes_self=True
+        ),
+    )
 
     def prepare(self, upsert: Upsert, abort: Abort | None) -> tuple[PreparedDocument, int]:
         check_abort(abort)
@@ -153,8 +171,8 @@ class _Run:
             embedder=self.embedder,
             store=self.store,
             scope=self.scope,
-            runtime=Runtime(limits=self.limits, abort=abort),
-            write_options=WriteOptions(size=self.size, overlap=self.overlap),
+            runtime=self._runtimes(abort),
+            write_options=self._prepare_options,
             pinned_metadata=upsert.metadata,
         )
         return prepared, len(loaded.data)
