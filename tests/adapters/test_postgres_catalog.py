@@ -29,6 +29,8 @@ EXPECTED_TABLES = {
     "sync_checkpoints",
     "lexical_stats",
     "lexical_terms",
+    "lexical_term_totals",
+    "lexical_stat_totals",
     "record_vectors",
     "lexical_batches",
     "live_ids",

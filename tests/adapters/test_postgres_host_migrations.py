@@ -38,6 +38,8 @@ TABLES = {
     "lexical_batches",
     "lexical_stats",
     "lexical_terms",
+    "lexical_term_totals",
+    "lexical_stat_totals",
     "live_ids",
     "record_vectors",
     "records",

@@ -21,6 +21,7 @@ from sqlalchemy import text
 import ragport
 from ragport.adapters.postgres import PostgresStore
 from ragport.adapters.postgres.extension import pgvector
+from ragport.adapters.postgres.queries import stats_at
 from ragport.domain.errors import RagportError
 from ragport.domain.model import Tombstone
 from tests.adapters.test_postgres_bm25 import EMB, TOLERANCE, VOCABULARY, _reference
@@ -67,6 +68,11 @@ _op = st.one_of(
     ),
     st.tuples(st.just("repoint"), st.sampled_from(SOURCES), st.sampled_from(SOURCES)),
     st.tuples(st.just("rollback"), st.integers(1, 3)),
+    st.tuples(
+        st.just("stage"),
+        st.sampled_from(SOURCES),
+        st.lists(_words, min_size=0, max_size=3),
+    ),
     st.tuples(st.just("compact"), st.integers(0, 2)),
 )
 
@@ -103,6 +109,8 @@ def _apply(store: PostgresStore, scope: ragport.Scope, op: tuple) -> None:
     elif kind == "repoint":
         with contextlib.suppress(RagportError):  # e.g. the same id, or a forgotten one
             ragport.application.repoint_source(scope=scope, store=store, from_id=op[1], to_id=op[2])
+    elif kind == "stage":  # replace_source's steps, committed without publishing
+        _stage(store, scope, op[1], op[2])
     elif kind == "rollback":
         to = max(store.current_generation(scope) - op[1], 0)
         with store.unit_of_work(scope) as uow:
@@ -110,6 +118,33 @@ def _apply(store: PostgresStore, scope: ragport.Scope, op: tuple) -> None:
         ragport.application.rollback_generation(store=store, scope=scope, to=max(to, floor))
     else:
         ragport.application.compact(store=store, scope=scope, keep=op[1])
+
+
+def _stage(store: PostgresStore, scope: ragport.Scope, source: str, texts: list[str]) -> None:
+    """Write ``source`` anew at the staged generation, retiring its rows there, and commit
+    without publishing: readers at the pointer must not count it (the totals do)."""
+    chunks = [ragport.Chunk.of(source, i, words) for i, words in enumerate(texts)]
+    with contextlib.suppress(RagportError), store.unit_of_work(scope) as uow:
+        g = uow.generations.stage()
+        uow.records.retire_source(source, generation=g)
+        if chunks:
+            uow.records.add(
+                [
+                    ragport.domain.Record(
+                        id=c.id,
+                        scope=scope,
+                        source_id=source,
+                        kind="chunk",
+                        text=c.text,
+                        embedder_id=EMB.id,
+                        dimensions=EMB.dimensions,
+                        generation=g,
+                    )
+                    for c in chunks
+                ],
+                EMB.embed([c.text for c in chunks]),
+            )
+        uow.commit()
 
 
 def _check_statistics(store: PostgresStore, scope: ragport.Scope, s: str) -> None:
@@ -172,6 +207,32 @@ def _check_statistics(store: PostgresStore, scope: ragport.Scope, s: str) -> Non
                 if docs
             }
             assert kept_df == expected_df, p
+            _check_totals(conn, s, bind, tuple(expected), expected_df)
+
+
+def _check_totals(conn, s: str, bind: dict, expected: tuple, expected_df: dict) -> None:
+    """What the lexical leg reads at pointer ``:p`` (``queries.stats_at``: the running totals
+    with the deltas past ``:p`` corrected) equals the recomputation too."""
+    sized = stats_at(s, "lexical_stats", ("docs", "length"), ":p")
+    read = conn.execute(
+        text(f"SELECT coalesce(sum(docs), 0), coalesce(sum(length), 0) FROM ({sized}) x"), bind
+    ).one()
+    assert tuple(read) == expected, ("totals", bind["p"])
+    df_sql = stats_at(s, "lexical_terms", ("docs",), ":p", " AND x.lexeme = CAST(:l AS text)")
+    lexemes = conn.execute(
+        text(f"SELECT lexeme FROM {s}.lexical_term_totals WHERE tenant_id = :t "
+             "AND resource_id = :r AND corpus_id = :c UNION SELECT lexeme FROM "
+             f"{s}.lexical_terms WHERE tenant_id = :t AND resource_id = :r AND corpus_id = :c"),
+        bind,
+    ).scalars()  # fmt: skip
+    read_df = {}
+    for lexeme in lexemes:
+        docs = conn.execute(
+            text(f"SELECT coalesce(sum(docs), 0) FROM ({df_sql}) x"), {**bind, "l": lexeme}
+        ).scalar_one()
+        if docs:
+            read_df[lexeme] = docs
+    assert read_df == expected_df, ("totals", bind["p"])
 
 
 def _check_scores(

@@ -146,6 +146,17 @@ def test_the_statistics_check_catches_a_retirement_that_ignores_broken_batches(
         _check_statistics(store, scope, s)
 
 
+def _every_delta(
+    s: str, table: str, columns: tuple[str, ...], pointer: str, where: str = ""
+) -> str:
+    """A broken ``queries.stats_at``: the deltas at or below the pointer, batches retired whole
+    counted too."""
+    return (
+        f"SELECT {', '.join(columns)} FROM {s}.{table} x WHERE x.tenant_id = :t "
+        f"AND x.resource_id = :r AND x.corpus_id = :c{where} AND x.generation <= {pointer}"
+    )
+
+
 def test_the_score_check_catches_a_reader_that_counts_retired_batches(
     store: PostgresStore, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -156,7 +167,7 @@ def test_the_score_check_catches_a_reader_that_counts_retired_batches(
     _write(store, scope, "s1", "apple echo", "cedar fox", "golf hotel")
     ragport.application.delete_source(source_id="s0", store=store, scope=scope)
     _check(store, scope, s)
-    monkeypatch.setattr(queries, "counted", lambda s, pointer: f"x.generation <= {pointer}")
+    monkeypatch.setattr(queries, "stats_at", _every_delta)
     with pytest.raises(AssertionError):
         _check_scores(store, scope, s, QUERY, 3)
 

@@ -149,7 +149,15 @@ def test_checkpoints_and_lexical_statistics_live_in_the_tenant_partition(
             embedder=emb, store=store, scope=scope,
         )  # fmt: skip
         assert checkpoints.compare_and_set("folder", scope, 0, "{}")
-    tables = ("records", "sync_checkpoints", "lexical_stats", "lexical_terms", "lexical_batches")
+    tables = (
+        "records",
+        "sync_checkpoints",
+        "lexical_stats",
+        "lexical_terms",
+        "lexical_batches",
+        "lexical_term_totals",
+        "lexical_stat_totals",
+    )
     with pg_engine.connect() as conn:
         for table in tables:
             parts = conn.execute(

@@ -106,7 +106,8 @@ class TestPostgresStatusStore(IngestionStatusStoreContract):
 
 _TABLES = (
     r"(?:scopes|records|record_vectors|grants|tombstones|ingestion_status"
-    r"|lexical_stats|lexical_terms|lexical_batches|live_ids)"
+    r"|lexical_stats|lexical_terms|lexical_batches|lexical_term_totals|lexical_stat_totals"
+    r"|live_ids)"
 )
 _REFERENCE = re.compile(r'"?t_[0-9a-f]{16}"?\.' + _TABLES + r"\b")
 _DDL = re.compile(r"^\s*(CREATE|ALTER|DROP|ANALYZE|COMMENT|SET|SHOW|SELECT set_config)\b", re.I)

@@ -39,6 +39,7 @@ __all__ = [
     "lexical_sql",
     "plain_vector_sql",
     "source_sql",
+    "stats_at",
     "tsquery",
     "vector_leg",
     "vector_sql",
@@ -325,6 +326,33 @@ def counted(s: str, pointer: str) -> str:
     )
 
 
+def stats_at(s: str, table: str, columns: tuple[str, ...], pointer: str, where: str = "") -> str:
+    """Signed rows (``columns``) whose sum is the statistics of ``table`` (``lexical_terms``
+    or ``lexical_stats``, ``x``) at ``pointer`` (SQL), for the rows that also pass ``where``
+    (``" AND x.lexeme = ..."``; it must name no ``x`` column that the totals lack).
+
+    The running totals (migration 14: ``lexical_term_totals``, ``lexical_stat_totals``) hold
+    every delta not of a batch retired whole; the deltas written above ``pointer`` (staged
+    writes, a rollback's) are subtracted, and the deltas at or below it of the batches
+    retired whole above it added back: each part an index range past the pointer, so with
+    nothing above it a lexeme's statistics are one row, however many writes made them."""
+    totals = "lexical_term_totals" if table == "lexical_terms" else "lexical_stat_totals"
+    scope = "x.tenant_id = :t AND x.resource_id = :r AND x.corpus_id = :c"
+    bscope = "b.tenant_id = :t AND b.resource_id = :r AND b.corpus_id = :c"
+    cols = ", ".join(f"x.{c}" for c in columns)
+    negated = ", ".join(f"-x.{c}" for c in columns)
+    return (
+        f"SELECT {cols} FROM {s}.{totals} x WHERE {scope}{where} "
+        f"UNION ALL SELECT {negated} FROM {s}.{table} x WHERE {scope}{where} "
+        f"AND x.generation > {pointer} AND NOT EXISTS (SELECT 1 FROM {s}.lexical_batches b "
+        f"WHERE {bscope} AND b.batch = x.batch AND b.retired_generation IS NOT NULL) "
+        f"UNION ALL SELECT {cols} FROM {s}.lexical_batches b CROSS JOIN LATERAL "
+        f"(SELECT {cols} FROM {s}.{table} x WHERE {scope}{where} AND x.batch = b.batch "
+        f"AND x.generation >= b.generation AND x.generation <= {pointer} OFFSET 0) x "
+        f"WHERE {bscope} AND b.retired_generation > {pointer}"
+    )
+
+
 def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     """CTEs after ``predicate_ctes()``, the last, ``ranked``, the top ``:k`` candidates.
 
@@ -333,8 +361,8 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     minus the excluded ones, read from its text form (a negated phrase with nested
     parentheses, which websearch syntax cannot produce, would count as included).
 
-    Statistics come from the write-time deltas (``lexical_stats``, ``lexical_terms``) summed
-    at the pointer; forgotten rows were taken out of them when their tombstone was written
+    Statistics come from the write-time running totals and the deltas past the pointer
+    (``stats_at``); forgotten rows were taken out of them when their tombstone was written
     (``statements.tombstones_insert``), so no tombstone is read for them: ``st`` is N and
     avgdl, ``w`` df, idf and ``ub``, an upper bound of one lexeme's share of a score
     (``idf * (k1 + 1)``, as tf / (tf + K) < 1).
@@ -371,8 +399,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     # turns any OR with a negated branch, 'a' | !'b', into T.)
     quoted = r"'(?:[^'\\]|''|\\.)*'"
     operands = rf"(!\s*(?:{quoted}|\((?:{quoted}|[^()'])*\)))|'((?:[^'\\]|''|\\.)*)'"
-    at_pointer = counted(s, "(SELECT pointer FROM sc)")
-    stat_scope = "x.tenant_id = :t AND x.resource_id = :r AND x.corpus_id = :c"
+    pointer = "(SELECT pointer FROM sc)"
     rare = f"greatest({int(RARE_ROWS)}, {int(RARE_PER_K)} * :k)"
     probe = (
         f"greatest({int(PROBE_ROWS)}, {int(PROBE_PER_K)} * :k, "
@@ -482,15 +509,15 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         + operands.replace("'", "''")
         + "', 'g') m WHERE m[1] IS NULL), "
         "sa AS (SELECT coalesce(sum(x.docs), 0) AS n, coalesce(sum(x.length), 0) AS len "
-        f"FROM {s}.lexical_stats x WHERE {stat_scope} AND {at_pointer}), "
+        f"FROM ({stats_at(s, 'lexical_stats', ('docs', 'length'), pointer)}) x), "
         "st AS (SELECT CAST(sa.n AS float8) AS n, "
         "CAST(sa.len AS float8) / nullif(sa.n, 0) AS avgdl FROM sa), "
         f"w AS (SELECT y.lexeme, y.df, y.idf, y.idf * {k1 + 1} AS ub FROM (SELECT l.lexeme, "
         "d.df, ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5)) AS idf "
         "FROM ql CROSS JOIN LATERAL unnest(ql.lexemes) AS l(lexeme) CROSS JOIN st "
-        "CROSS JOIN LATERAL (SELECT CAST(coalesce((SELECT sum(x.docs) "
-        f"FROM {s}.lexical_terms x WHERE {stat_scope} AND x.lexeme = l.lexeme "
-        f"AND {at_pointer}), 0) AS float8) AS df OFFSET 0) d) y), "
+        "CROSS JOIN LATERAL (SELECT CAST(coalesce((SELECT sum(x.docs) FROM ("
+        + stats_at(s, "lexical_terms", ("docs",), pointer, " AND x.lexeme = l.lexeme")
+        + ") x), 0) AS float8) AS df OFFSET 0) d) y), "
         "p AS (SELECT ARRAY(SELECT w.lexeme FROM w ORDER BY w.lexeme) AS lex, "
         "ARRAY(SELECT w.idf FROM w ORDER BY w.lexeme) AS idf, st.avgdl FROM st), "
         "cw AS (SELECT w.lexeme, w.df, w.ub, octet_length(w.lexeme) <= "

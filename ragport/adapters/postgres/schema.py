@@ -158,6 +158,8 @@ _PARTITIONED = (
     "lexical_stats",
     "lexical_terms",
     "lexical_batches",
+    "lexical_term_totals",
+    "lexical_stat_totals",
 )
 MAX_PARTITIONS = 1024
 
@@ -473,6 +475,72 @@ def _v9(s: str) -> Sequence[str]:
     )
 
 
+TOTALS_FILLFACTOR = 70
+"""Percent of each ``lexical_term_totals`` page filled by inserts: every write updates its
+lexemes' rows, and the room left lets those updates stay heap-only (HOT)."""
+
+
+def _fillfactor(s: str, table: str, percent: int) -> str:
+    """Set ``table``'s fillfactor, on each partition when it is partitioned (a partitioned
+    table takes no storage parameters)."""
+    return (
+        "DO $$ DECLARE rel regclass; BEGIN "
+        "FOR rel IN SELECT c.oid::regclass FROM pg_class c "
+        f"WHERE c.oid = to_regclass('{s}.{table}') AND c.relkind = 'r' "
+        "UNION ALL SELECT i.inhrelid::regclass FROM pg_inherits i "
+        f"WHERE i.inhparent = to_regclass('{s}.{table}') LOOP "
+        f"EXECUTE format('ALTER TABLE %s SET (fillfactor = {int(percent)})', rel); "
+        "END LOOP; END $$"
+    )
+
+
+def _v14(s: str) -> Sequence[str]:
+    """BM25 statistics as running totals, so a read costs the same however many writes came
+    before it.
+
+    ``lexical_term_totals`` holds, per (scope, lexeme), and ``lexical_stat_totals``, per
+    scope, the sum of every statistics delta (``lexical_terms``, ``lexical_stats``) that is
+    not of a batch retired whole (at any generation): the statistics at the scope's highest
+    generation. Every statement that writes deltas adds them to the totals, and one that
+    retires a batch whole subtracts the batch's rows (``statements.with_stats``). A reader at
+    pointer P subtracts the deltas above P (staged writes, and a rollback's until the pointer
+    passes them) and adds back the batches retired above P (``queries.stats_at``): with
+    nothing above the pointer, one row per query lexeme. The deltas stay, for those
+    corrections and for rollback. Backfilled from the deltas."""
+    scope = "tenant_id text NOT NULL, resource_id text NOT NULL, corpus_id text NOT NULL"
+    key = "tenant_id, resource_id, corpus_id"
+    live = (
+        f"(x.batch IS NULL OR NOT EXISTS (SELECT 1 FROM {s}.lexical_batches b "
+        "WHERE b.tenant_id = x.tenant_id AND b.resource_id = x.resource_id "
+        "AND b.corpus_id = x.corpus_id AND b.batch = x.batch "
+        "AND b.retired_generation IS NOT NULL))"
+    )
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {s}.lexical_term_totals (
+            {scope},
+            lexeme text NOT NULL,
+            docs bigint NOT NULL,
+            CONSTRAINT lexical_term_totals_pkey PRIMARY KEY ({key}, lexeme)
+        )""",
+        _fillfactor(s, "lexical_term_totals", TOTALS_FILLFACTOR),
+        f"""CREATE TABLE IF NOT EXISTS {s}.lexical_stat_totals (
+            {scope},
+            docs bigint NOT NULL,
+            length bigint NOT NULL,
+            CONSTRAINT lexical_stat_totals_pkey PRIMARY KEY ({key})
+        )""",
+        f"""INSERT INTO {s}.lexical_term_totals ({key}, lexeme, docs)
+            SELECT x.tenant_id, x.resource_id, x.corpus_id, x.lexeme, sum(x.docs)
+            FROM {s}.lexical_terms x WHERE {live}
+            GROUP BY x.tenant_id, x.resource_id, x.corpus_id, x.lexeme
+            HAVING sum(x.docs) <> 0 ON CONFLICT DO NOTHING""",
+        f"""INSERT INTO {s}.lexical_stat_totals ({key}, docs, length)
+            SELECT x.tenant_id, x.resource_id, x.corpus_id, sum(x.docs), sum(x.length)
+            FROM {s}.lexical_stats x WHERE {live}
+            GROUP BY x.tenant_id, x.resource_id, x.corpus_id ON CONFLICT DO NOTHING""",
+    )
+
+
 def _tsv_expression(conn: Connection, s: str) -> str:
     """The generation expression of ``records.tsv`` (``to_tsvector('<config>'::regconfig,
     text)``), as the catalog holds it."""
@@ -507,6 +575,7 @@ MIGRATIONS: dict[int, str] = {
     11: "vector_writes: vectors committed ahead of their records until the records commit",
     12: "scopes.sole_embedder/sole_dimensions: the drift guard read from the scope's row",
     13: "scopes.embedder_claim: the engine's embedder claim (GenerationState.embedders)",
+    14: "BM25 statistics as running totals (lexical_term_totals, lexical_stat_totals)",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -608,6 +677,7 @@ def plan(
         11: lambda: vector_writes_sql(s),
         12: lambda: sole_embedder_sql(s),
         13: lambda: (f"ALTER TABLE {s}.scopes ADD COLUMN IF NOT EXISTS embedder_claim jsonb",),
+        14: lambda: _partitioned(s, _v14(s), layout),
     }
     pending = []
     # Every migration not recorded yet, in order: one that was released after a later one had

@@ -131,12 +131,15 @@ def erase_unused_lexemes(s: str) -> str:
     """After a purge: drop the statistics rows of the lexemes ``:lx`` that no stored row of
     the scope holds any more. Their deltas net to zero at every pointer (every deleted row
     subtracted its share, or was withheld and subtracted when its tombstone came), so the
-    statistics do not change; no word of the purged text stays on disk. The ``records`` GIN
-    index answers each lexeme."""
-    return (
-        f"DELETE FROM {s}.lexical_terms x WHERE {XSCOPE} "
-        "AND x.lexeme = ANY(CAST(:lx AS text[])) "
+    statistics do not change (their running totals, zero, go too); no word of the purged text
+    stays on disk. The ``records`` GIN index answers each lexeme."""
+    unused = (
+        "x.lexeme = ANY(CAST(:lx AS text[])) "
         f"AND NOT EXISTS (SELECT 1 FROM {s}.records r WHERE {RSCOPE} AND r.tsv @@ {_LEXEME_QUERY})"
+    )
+    return (
+        f"WITH tz AS (DELETE FROM {s}.lexical_term_totals x WHERE {XSCOPE} AND {unused}) "
+        f"DELETE FROM {s}.lexical_terms x WHERE {XSCOPE} AND {unused}"
     )
 
 
@@ -189,6 +192,7 @@ def retire(s: str, where: str) -> str:
         "WHERE up.batch IS NULL OR up.batch NOT IN (SELECT whole.batch FROM whole)",
         "SELECT count(*) FILTER (WHERE generation <= :p) FROM up",
         ctes=gone + retired + whole + live,
+        whole="SELECT up.tsv FROM up WHERE up.batch IN (SELECT whole.batch FROM whole)",
     )
 
 
@@ -397,6 +401,7 @@ def with_stats(
     after: str = "",
     guard: bool = True,
     batch: bool = False,
+    whole: str = "",
 ) -> str:
     """``changed`` (a data-modifying statement or a query) as the CTE ``chg``, its effect on the
     lexical statistics written in the same statement, then ``final`` (a SELECT over ``chg``).
@@ -412,9 +417,11 @@ def with_stats(
     ``NAMED_BY`` and such rows are skipped. ``ctes`` come before ``chg`` and ``after`` right
     after it (each ``"name AS (...), "``; ``after`` may read ``chg``).
 
-    The deltas are plain inserts, one row per (lexeme, generation) and statement, summed by
-    the readers and folded by compaction (``fold_stats``): no upsert on the write path. With
-    ``batch`` (``added_stats``) the deltas are those of batch ``:b`` (NULL: none) and the
+    The deltas are plain inserts, one row per (lexeme, generation) and statement, folded by
+    compaction (``fold_stats``); readers read only those above their pointer
+    (``queries.stats_at``). Their sums go into the running totals the readers start from
+    (``_totals``: one upsert per lexeme), less the rows ``whole`` (a SELECT of ``tsv``) of
+    the batches the statement retires whole, which write no deltas. With ``batch`` (``added_stats``) the deltas are those of batch ``:b`` (NULL: none) and the
     batch row is written, intact unless a row was skipped. Otherwise they are row deltas and
     every batch with a row in ``chg`` is marked ``broken``: its rows' statistics are no
     longer exactly the batch's, so it is never retired whole (``retire``).
@@ -443,12 +450,40 @@ def with_stats(
         f"ss AS (INSERT INTO {s}.lexical_stats ({scope}, generation, docs, length, batch) "
         f"SELECT :t, :r, :c, ev.g, sum(ev.d), sum(ev.d * length(ev.tsv)), {tag} FROM ev "
         "GROUP BY ev.g), "
-        f"ts AS (INSERT INTO {s}.lexical_terms ({scope}, lexeme, generation, docs, batch) "
-        f"SELECT :t, :r, :c, l.lexeme, ev.g, sum(ev.d), {tag} FROM ev "
+        "td AS (SELECT l.lexeme, ev.g, sum(ev.d) AS d FROM ev "
         "CROSS JOIN LATERAL unnest(tsvector_to_array(ev.tsv)) AS l(lexeme) "
+        "GROUP BY l.lexeme, ev.g), "
+        f"ts AS (INSERT INTO {s}.lexical_terms ({scope}, lexeme, generation, docs, batch) "
+        f"SELECT :t, :r, :c, td.lexeme, td.g, td.d, {tag} FROM td "
         # In key order: the inserts walk the primary key's leaf pages once, left to right.
-        "GROUP BY l.lexeme, ev.g ORDER BY l.lexeme, ev.g), "
-        f"{batches}{final}"
+        "ORDER BY td.lexeme, td.g), "
+        f"{_totals(s, whole)}{batches}{final}"
+    )
+
+
+def _totals(s: str, whole: str = "") -> str:
+    """The CTEs of ``with_stats`` that add its deltas (``ev``, ``td``) to the running totals
+    (migration 14), less the rows ``whole`` (a SELECT of ``tsv``: the rows of batches retired
+    whole). Upserts: writers of one scope hold its lock, and no other scope's row is touched."""
+    scope = "tenant_id, resource_id, corpus_id"
+    gone = f" UNION ALL SELECT -1, w.tsv FROM ({whole}) w" if whole else ""
+    gone_terms = (
+        " UNION ALL SELECT l.lexeme, -1 FROM (" + whole + ") w "
+        "CROSS JOIN LATERAL unnest(tsvector_to_array(w.tsv)) AS l(lexeme)"
+        if whole
+        else ""
+    )
+    return (
+        f"sx AS (INSERT INTO {s}.lexical_stat_totals AS o ({scope}, docs, length) "
+        "SELECT :t, :r, :c, sum(y.d), sum(y.d * length(y.tsv)) "
+        f"FROM (SELECT ev.d, ev.tsv FROM ev{gone}) y HAVING count(*) > 0 "
+        f"ON CONFLICT ({scope}) DO UPDATE SET docs = o.docs + EXCLUDED.docs, "
+        "length = o.length + EXCLUDED.length), "
+        f"tx AS (INSERT INTO {s}.lexical_term_totals AS o ({scope}, lexeme, docs) "
+        "SELECT :t, :r, :c, y.lexeme, sum(y.d) "
+        f"FROM (SELECT td.lexeme, td.d FROM td{gone_terms}) y "
+        "GROUP BY y.lexeme HAVING sum(y.d) <> 0 ORDER BY y.lexeme "
+        f"ON CONFLICT ({scope}, lexeme) DO UPDATE SET docs = o.docs + EXCLUDED.docs), "
     )
 
 
