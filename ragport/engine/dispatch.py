@@ -31,6 +31,8 @@ class Pushdowns:
 
     search_vectors: _Method = None
     search_lexical: _Method = None
+    guarded_search: _Method = None
+    retrieval_read: _Method = None
     lexical_modes: tuple[str, ...] = ()
     embedders: _Method = None
     source_id_page: _Method = None
@@ -92,5 +94,7 @@ def capabilities_of(pushdowns: Pushdowns) -> Capabilities:
             pushdowns.forgotten_among is not None or pushdowns.tombstones_among is not None
         ),
         preparation=pushdowns.prepare is not None,
-        borrowed_query=pushdowns.search_vectors is not None,
+        borrowed_query=(
+            pushdowns.search_vectors is not None or pushdowns.guarded_search is not None
+        ),
     )

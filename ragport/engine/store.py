@@ -1,7 +1,10 @@
 """``BackendStore``: the whole ``ChunkStore`` port over a ``StorageBackend``, written once.
 
-Reads open one ``backend.read(scope)`` each, so every answer comes from one committed state;
-``unit_of_work`` wraps one ``backend.write(scope)``. Each public method asks its
+Reads open one read block each, so every answer comes from one committed state: retrieval's
+reads (the legs, the drift guard, the embedder and forgotten-id lists) the backend's
+``retrieval_read(scope)`` when it defines one (a replica's; one statement without a
+transaction), every other read ``backend.read(scope)``; ``unit_of_work`` wraps one
+``backend.write(scope)``. Each public method asks its
 sub-questions of the backend's pushdown when the backend's class defines one
 (``ragport.ports.pushdowns``), else of the generic path over the narrow reader
 (``ragport.engine.reads``): the visibility rule, tombstones, the grant rule and the filter
@@ -14,7 +17,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any, Literal
 
@@ -51,7 +54,7 @@ from ragport.engine.unit_of_work import BackendUnitOfWork, _ids, by_id
 from ragport.ports.backend import BackendReader, BackendWriter, GenerationState, StorageBackend
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange, check_history_args
-from ragport.ports.pushdowns import Admission, LegAnswer
+from ragport.ports.pushdowns import Admission, GuardedAnswer, LegAnswer
 from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredRecord
 
 __all__ = ["BackendStore"]
@@ -80,18 +83,24 @@ def _scope(scope: object) -> Scope:
 
 
 class _Reading:
-    """``with store._reading(scope) as reader``: the backend's ``read`` block inside the
-    store's guard (what ``with guard, backend.read(scope) as reader`` does), as a class: every
+    """``with store._reading(scope) as reader``: the backend's ``read`` block (or its
+    ``retrieval_read`` block) inside the store's guard (what ``with guard,
+    backend.read(scope) as reader`` does), as a class: every
     read pays for it, and a generator-based context manager costs a few microseconds more.
     The guard is entered only when a backend call fails (``try``/``except`` costs nothing on
     the way through; ``with guard`` costs two calls each time)."""
 
     __slots__ = ("_block", "_guard")
 
-    def __init__(self, guard: Guard, backend: StorageBackend, scope: Scope) -> None:
+    def __init__(
+        self,
+        guard: Guard,
+        read: Callable[[Scope], AbstractContextManager[BackendReader]],
+        scope: Scope,
+    ) -> None:
         self._guard = guard
         try:
-            self._block = backend.read(scope)
+            self._block = read(scope)
         except BaseException as error:
             guard.__exit__(type(error), error, error.__traceback__)  # translates, or lets go on
             raise
@@ -141,7 +150,9 @@ class BackendStore:
         self._guard = Guard(provider)
         self._push = found(backend) if pushdown else Pushdowns()
         self._capabilities = capabilities_of(self._push)
-        self._search_vectors = self._push.search_vectors  # the hot read's pushdown, found once
+        self._search_vectors = self._push.search_vectors  # the hot read's pushdowns, found once
+        self._guarded_search = self._push.guarded_search
+        self._retrieval_read = self._push.retrieval_read or backend.read
         self._lend = self._capabilities.borrowed_query
 
     @property
@@ -203,7 +214,11 @@ class BackendStore:
 
     # -- reads ------------------------------------------------------------------------------
     def _reading(self, scope: Scope) -> _Reading:
-        return _Reading(self._guard, self._backend, _scope(scope))
+        return _Reading(self._guard, self._backend.read, _scope(scope))
+
+    def _retrieving(self, scope: Scope) -> _Reading:
+        """The read block of retrieval's reads (``retrieval_read``, else ``read``)."""
+        return _Reading(self._guard, self._retrieval_read, _scope(scope))
 
     def current_generation(self, scope: Scope) -> int:
         with self._reading(scope) as r:
@@ -238,7 +253,7 @@ class BackendStore:
         return frozenset(k for k in self._embedders(r, scope, pointer) if k != key)
 
     def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
-        with self._reading(scope) as r:
+        with self._retrieving(scope) as r:
             state = r.state()
             if state.embedders is not None and not state.embedders:
                 return _NONE
@@ -247,11 +262,11 @@ class BackendStore:
     def foreign_embedders(
         self, scope: Scope, embedder_id: str, dimensions: int
     ) -> frozenset[EmbedderKey]:
-        with self._reading(scope) as r:
+        with self._retrieving(scope) as r:
             return self._foreign(r, scope, r.state(), (embedder_id, dimensions))
 
     def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
-        with self._reading(scope) as r:
+        with self._retrieving(scope) as r:
             return forgotten_ids(r)
 
     def forgotten_among(self, scope: Scope, ids: Sequence[str]) -> frozenset[str]:
@@ -358,14 +373,10 @@ class BackendStore:
         metadata_filter: Mapping[str, Any] | Filter | None = None,
         on_denied: OnDenied | None = None,
     ) -> Sequence[ScoredRecord]:
-        q, flt = _query_args(vector, limit, metadata_filter, authorization)
-        denied: list[AccessDecision] = []
-        with self._reading(scope) as r:
-            admission = Admission(r.state().pointer, authorization, flt, on_denied is not None)
-            answer = self._vector_leg(r, scope, q, limit, admission)
-            hits = self._report(r, answer, authorization, denied)
-        _tell(on_denied, denied)
-        return hits
+        """The vector leg alone: ``guarded_query`` without the drift guard."""
+        return self._guarded(
+            scope, vector, None, limit, authorization, metadata_filter, on_denied, lend=False
+        ).records
 
     def guarded_query(
         self,
@@ -409,7 +420,7 @@ class BackendStore:
         self,
         scope: Scope,
         vector: Vector,
-        key: EmbedderKey,
+        key: EmbedderKey | None,
         limit: int,
         authorization: Authorization | None,
         metadata_filter: Mapping[str, Any] | Filter | None,
@@ -418,36 +429,22 @@ class BackendStore:
         lend: bool,
     ) -> GuardedQuery:
         q, flt = _query_args(vector, limit, metadata_filter, authorization)
-        # The hot read (retrieval's): ``with self._reading(scope) as r`` written out, with no
-        # call on the way through that a failure does not need.
+        # The hot read (retrieval's): ``with self._retrieving(scope) as r`` written out, with
+        # no call on the way through that a failure does not need.
         if not isinstance(scope, Scope):
             scope = _scope(scope)
         guard = self._guard
         try:
-            block = self._backend.read(scope)
+            block = self._retrieval_read(scope)
             r = block.__enter__()
         except BaseException as error:
             guard.__exit__(type(error), error, error.__traceback__)  # translates, or lets go on
             raise
         denied: list[AccessDecision] = []
         try:
-            state = r.state()
-            claim = state.embedders  # the drift guard (``_foreign``), inline
-            if claim is not None and (not claim or (len(claim) == 1 and key in claim)):
-                foreign = _NONE
-            else:
-                foreign = self._exact_foreign(r, scope, state.pointer, key)
-            admission = _new(Admission)  # ``Admission(...)`` through its slots
-            _SET_POINTER(admission, state.pointer)
-            _SET_AUTHORIZATION(admission, authorization)
-            _SET_FILTER(admission, flt)
-            _SET_REPORT(admission, on_denied is not None)
-            search = self._search_vectors
-            if search is not None and limit > 0:  # ``_vector_leg``, inline
-                answer = search(r, q, admission=admission, limit=limit)
-                answer = _checked_answer(answer, scope, limit, q.shape[0])
-            else:
-                answer = self._vector_leg(r, scope, q, limit, admission)
+            foreign, answer = self._searched(
+                r, scope, q, key, limit, authorization, flt, on_denied is not None
+            )
             if not lend:
                 hits: Sequence[ScoredRecord] = self._report(r, answer, authorization, denied)
             else:
@@ -468,6 +465,49 @@ class BackendStore:
         _SET_FOREIGN(guarded, foreign)
         _SET_RECORDS(guarded, hits)
         return guarded
+
+    def _searched(
+        self,
+        r: BackendReader,
+        scope: Scope,
+        q: Vector,
+        key: EmbedderKey | None,
+        limit: int,
+        authorization: Authorization | None,
+        flt: Filter | None,
+        report: bool,
+    ) -> tuple[frozenset[EmbedderKey], LegAnswer]:
+        """The drift guard (none without ``key``) and the vector leg, read through ``r``: the
+        backend's ``guarded_search`` (one read, at its own pointer) when it has one, else the
+        scope's state, its embedder claim and the vector leg at its pointer."""
+        search = self._guarded_search
+        if search is not None and limit > 0:
+            found = search(
+                r, q, embedder=key, authorization=authorization, metadata_filter=flt,
+                report_denied=report, limit=limit,
+            )  # fmt: skip
+            if type(found) is not GuardedAnswer:
+                raise StoreError("a guarded_search pushdown returned no GuardedAnswer")
+            foreign = found.foreign_embedders
+            if type(foreign) is not frozenset:
+                foreign = frozenset(foreign)
+            return foreign, _checked_answer(found.answer, scope, limit, q.shape[0])
+        state = r.state()
+        claim = state.embedders  # the drift guard (``_foreign``), inline
+        if key is None or (claim is not None and (not claim or (len(claim) == 1 and key in claim))):
+            foreign = _NONE
+        else:
+            foreign = self._exact_foreign(r, scope, state.pointer, key)
+        admission = _new(Admission)  # ``Admission(...)`` through its slots
+        _SET_POINTER(admission, state.pointer)
+        _SET_AUTHORIZATION(admission, authorization)
+        _SET_FILTER(admission, flt)
+        _SET_REPORT(admission, report)
+        vectors = self._search_vectors
+        if vectors is not None and limit > 0:  # ``_vector_leg``, inline
+            answer = vectors(r, q, admission=admission, limit=limit)
+            return foreign, _checked_answer(answer, scope, limit, q.shape[0])
+        return foreign, self._vector_leg(r, scope, q, limit, admission)
 
     def _mode(self, mode: object) -> str:
         if not isinstance(mode, str) or mode not in self._capabilities.lexical_modes:
@@ -494,7 +534,7 @@ class BackendStore:
         validate_text(text, field="query")
         _, flt = _query_args(None, limit, metadata_filter, authorization)
         denied: list[AccessDecision] = []
-        with self._reading(scope) as r:
+        with self._retrieving(scope) as r:
             admission = Admission(r.state().pointer, authorization, flt, on_denied is not None)
             answer = self._lexical_leg(r, scope, text, mode, limit, admission)
             hits = self._report(r, answer, authorization, denied)
@@ -522,7 +562,7 @@ class BackendStore:
         q, flt = _query_args(vector, limit, metadata_filter, authorization)
         denied: list[AccessDecision] = []
         denied_lexically: list[AccessDecision] = []
-        with self._reading(scope) as r:
+        with self._retrieving(scope) as r:
             state = r.state()
             foreign = self._foreign(r, scope, state, (embedder_id, dimensions))
             admission = Admission(state.pointer, authorization, flt, on_denied is not None)

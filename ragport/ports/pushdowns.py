@@ -21,8 +21,15 @@ Reads (view = a reader, or the writer inside a unit of work):
 
 - ``search_vectors`` / ``search_lexical`` (+ the class attribute ``lexical_modes``): one leg
   of a query, the whole ``Admission`` predicate applied before ``limit``, as a ``LegAnswer``;
+- ``guarded_search``: the drift guard and the vector leg at the view's own pointer, as one
+  read (a backend whose SQL reads the pointer, the guard and the hits in one statement needs
+  no transaction around it: ``retrieval_read``);
 - ``embedders``, ``source_id_page``, ``history``, ``forgotten_among``, ``tombstones_among``,
   ``dependents``: indexed look-ups.
+
+How a read runs: ``retrieval_read(scope)`` (no view) opens the block the engine reads
+retrieval's answers in (the legs, the drift guard, the embedder and forgotten-id lists): a
+replica's, or one whose single statement needs no transaction; without it, ``read(scope)``.
 
 Set-based writes (view = the writer): ``retire``, ``delete_where``, ``restore_above``,
 ``move``, ``rename_lineage``, ``merge_tombstones``; and ``prepare`` (before a write, no view).
@@ -32,13 +39,15 @@ The rules themselves stay in the engine: a pushdown applies a predicate the engi
 check, the tombstone strength); the denial report is built by the engine from ``screened``.
 The store's capabilities follow from what the backend defines: ``lexical_modes`` (the
 backend's modes, plus the engine's generic ``"bm25"``), ``forgotten_lookup`` (with
-``forgotten_among`` or ``tombstones_among``), ``preparation`` (with ``prepare``) and ``borrowed_query`` (with
-``search_vectors``); a backend never declares capabilities by hand.
+``forgotten_among`` or ``tombstones_among``), ``preparation`` (with ``prepare``) and
+``borrowed_query`` (with ``search_vectors`` or ``guarded_search``); a backend never declares
+capabilities by hand.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -55,6 +64,7 @@ __all__ = [
     "AnswersHistory",
     "DeletesWhere",
     "FindsDependents",
+    "GuardedAnswer",
     "LegAnswer",
     "ListsEmbedders",
     "LooksUpForgotten",
@@ -63,9 +73,11 @@ __all__ = [
     "MovesRows",
     "PagesSourceIds",
     "Prepares",
+    "ReadsForRetrieval",
     "RenamesLineage",
     "RestoresAbove",
     "RetiresRows",
+    "SearchesGuarded",
     "SearchesLexically",
     "SearchesVectors",
 ]
@@ -116,6 +128,15 @@ class LegAnswer:
     screened: tuple[str, ...] = ()
 
 
+@attrs.frozen
+class GuardedAnswer:
+    """``guarded_search``'s answer: the drift guard's ``foreign_embedders`` and the vector
+    leg's ``answer`` (a ``LegAnswer``), both at the view's pointer."""
+
+    foreign_embedders: frozenset[EmbedderKey]
+    answer: LegAnswer
+
+
 # -- reads -------------------------------------------------------------------------------------
 
 
@@ -129,6 +150,31 @@ class SearchesVectors(Protocol):
         """The top ``limit`` (``limit >= 1``) admitted rows whose ``dimensions`` equal
         ``len(vector)``, scored by the cosine similarity of the stored vector and ``vector``
         (within 1e-5; a zero vector scores 0), best first, ties by ascending id."""
+        ...
+
+
+@runtime_checkable
+class SearchesGuarded(Protocol):
+    """The drift guard and the vector leg as one read, at the view's own pointer."""
+
+    def guarded_search(
+        self,
+        view: Any,
+        vector: Vector,
+        *,
+        embedder: EmbedderKey | None,
+        authorization: Authorization | None,
+        metadata_filter: Filter | None,
+        report_denied: bool,
+        limit: int,
+    ) -> GuardedAnswer:
+        """With ``pointer = view.state().pointer``, read in the same snapshot as the rest:
+        ``foreign_embedders``, the distinct ``(embedder_id, dimensions)`` other than
+        ``embedder`` of the rows visible at ``pointer`` (forgotten ones included; empty when
+        ``embedder`` is ``None``); ``answer``, what ``search_vectors`` answers with
+        ``Admission(pointer, authorization, metadata_filter, report_denied)`` and ``limit``
+        (``limit >= 1``). The engine may read more through the view afterwards (the grants of
+        ``answer.screened``), in the same snapshot."""
         ...
 
 
@@ -215,6 +261,20 @@ class FindsDependents(Protocol):
     def dependents(self, view: Any, ids: Sequence[str]) -> Sequence[Record]:
         """Every ``derived`` row of the scope, of every generation (retired ones included),
         whose ``lineage`` names one of ``ids`` (distinct, non-empty), in any order."""
+        ...
+
+
+@runtime_checkable
+class ReadsForRetrieval(Protocol):
+    """The read block of retrieval's reads (no view: it makes one)."""
+
+    def retrieval_read(self, scope: Scope) -> AbstractContextManager[Any]:
+        """What ``read(scope)`` promises (one committed state from start to end, never a
+        wait for a write), except that the state may be older than the one ``read`` would
+        see (a streaming replica's). The engine opens it for the vector, lexical and hybrid
+        queries, the drift guard and the embedder and forgotten-id lists; the reads a writer
+        decides on (``get_by_source``, ``current_generation``, grants, ``forgotten_among``)
+        use ``read``."""
         ...
 
 
@@ -318,6 +378,8 @@ class Prepares(Protocol):
 PUSHDOWNS: Mapping[str, type] = {
     "search_vectors": SearchesVectors,
     "search_lexical": SearchesLexically,
+    "guarded_search": SearchesGuarded,
+    "retrieval_read": ReadsForRetrieval,
     "embedders": ListsEmbedders,
     "source_id_page": PagesSourceIds,
     "history": AnswersHistory,

@@ -146,7 +146,7 @@ def test_two_dimensions_coexist_but_retrieve_refuses_the_mix(store, pg_engine, p
     narrow = store.query(SCOPE, small.embed(["alpha"])[0], limit=10)
     assert [s.record.source_id for s in wide] == ["wide"]
     assert [s.record.source_id for s in narrow] == ["narrow"]
-    assert store.query(SCOPE, np.ones(8, dtype=np.float32), limit=10) == ()
+    assert list(store.query(SCOPE, np.ones(8, dtype=np.float32), limit=10)) == []
     with pytest.raises(EmbedderMismatchError) as info:
         ragport.application.retrieve_context("alpha", embedder=EMB, store=store, scope=SCOPE)
     assert (info.value.found_id, info.value.found_dimensions) == (small.id, 16)

@@ -2,8 +2,8 @@
 
 The store runs with ``text_search_config="simple"`` and the documents are lower-case ASCII
 words, so PostgreSQL's tokenisation is a whitespace split and the reference below sees the
-same terms. The reference follows ``PostgresStore.lexical_query``'s docstring: Lucene's idf,
-k1 1.2, b 0.75, ``dl`` = distinct terms of the document, statistics over the live documents.
+same terms. The reference follows the docstring of ``lexical_leg`` (postgres/legs.py):
+Lucene's idf, k1 1.2, b 0.75, ``dl`` = distinct terms of the document, statistics over the live documents.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def test_a_read_on_a_killed_pooled_connection_is_retried_once(pg_url, pg_schema,
         # discards the connection and reads again on a fresh one.
         records = store.get_by_source(SCOPE, "doc")
         assert [r.text for r in records] == ["alpha beta gamma"]
-        assert attempts == ["read source", "read source"]
+        assert attempts == ["read generations", "read generations"]  # its first statement
         assert _backend_pid(store) != pid
     finally:
         store.engine.dispose()
@@ -76,20 +76,20 @@ def test_an_idle_connection_is_pinged_and_replaced(pg_url, pg_schema, admin, mon
     monkeypatch.setattr(_driver, "IDLE_PING_SECONDS", 0.0)
     store = _store(pg_url, pg_schema)
     reads: list[str] = []
-    original = store._db.read
+    original = store._db.lend  # how a read block takes its connection
 
-    def counting(operation, run):  # type: ignore[no-untyped-def]
+    def counting(operation, run, keep, *, replica):  # type: ignore[no-untyped-def]
         reads.append(operation)
-        return original(operation, run)
+        return original(operation, run, keep, replica=replica)
 
     try:
         pid = _backend_pid(store)
         _kill(admin, pid)
         monkeypatch.setattr(store._db, "connect", _no_retry(store._db.connect))
-        monkeypatch.setattr(store._db, "read", counting)
+        monkeypatch.setattr(store._db, "lend", counting)
         # The checkout ping finds the dead connection first: the read itself never fails.
         assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["alpha beta gamma"]
-        assert reads == ["read source"]
+        assert reads == ["read generations"]
     finally:
         store.engine.dispose()
 

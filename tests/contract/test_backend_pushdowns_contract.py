@@ -6,7 +6,7 @@ functions, writes set-based over the writer), so each dispatch of ``BackendStore
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import attrs
@@ -15,7 +15,8 @@ import pytest
 from ragport.adapters.memory.backend import MemoryBackend
 from ragport.contract_tests import StorageBackendContract
 from ragport.contract_tests._support import make_batch, publish_sources
-from ragport.domain.model import Record, Scope, Tombstone
+from ragport.domain.filters import Filter
+from ragport.domain.model import Authorization, Record, Scope, Tombstone
 from ragport.engine import BackendStore
 from ragport.engine.reads import (
     forgotten_ids,
@@ -28,7 +29,7 @@ from ragport.engine.reads import (
 from ragport.ports.backend import BackendReader, BackendWriter
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange
-from ragport.ports.pushdowns import PUSHDOWNS, Admission, LegAnswer
+from ragport.ports.pushdowns import PUSHDOWNS, Admission, GuardedAnswer, LegAnswer
 from ragport.ports.store import EmbedderKey
 
 EVERY = tuple(PUSHDOWNS)
@@ -66,6 +67,28 @@ class Pushed(MemoryBackend):
     ) -> LegAnswer:
         self._called("search_vectors")
         return walk_vectors(view, view.scope, vector, admission, limit)
+
+    def guarded_search(
+        self,
+        view: Any,
+        vector: Vector,
+        *,
+        embedder: EmbedderKey | None,
+        authorization: Authorization | None,
+        metadata_filter: Filter | None,
+        report_denied: bool,
+        limit: int,
+    ) -> GuardedAnswer:
+        self._called("guarded_search")
+        pointer = view.state().pointer
+        found = generic_embedders(view, view.scope, pointer) if embedder is not None else set()
+        admission = Admission(pointer, authorization, metadata_filter, report_denied)
+        answer = walk_vectors(view, view.scope, vector, admission, limit)
+        return GuardedAnswer(frozenset(found - {embedder}), answer)
+
+    def retrieval_read(self, scope: Scope) -> AbstractContextManager[BackendReader]:
+        self._called("retrieval_read")
+        return self.read(scope)
 
     def search_lexical(
         self, view: Any, text: str, *, mode: str, admission: Admission, limit: int
@@ -205,7 +228,8 @@ def test_every_pushdown_is_found_and_declared() -> None:
 
 def test_the_suite_reaches_every_pushdown() -> None:
     """Each pushdown is called by the store method or repository method that owns it, so no
-    dispatch is dead. If this fails, a dispatch in BackendStore or BackendUnitOfWork no longer
+    dispatch is dead (``search_vectors``: the hybrid query's vector leg; ``guarded_search``
+    answers ``query``). If this fails, a dispatch in BackendStore or BackendUnitOfWork no longer
     reaches its pushdown."""
     backend = Pushed()
     store = BackendStore(backend)
@@ -215,7 +239,9 @@ def test_the_suite_reaches_every_pushdown() -> None:
     store.prepare(scope, dimensions=8)
     store.query(scope, probe, limit=2)
     store.lexical_query(scope, "alpha", limit=2, mode="plain")
-    store.list_embedders(scope)
+    ((embedder_id, dimensions),) = store.list_embedders(scope)
+    store.hybrid_query(scope, probe, "alpha", embedder_id=embedder_id, dimensions=dimensions,
+                       limit=2, mode="plain")  # fmt: skip
     store.list_source_ids(scope)
     store.generation_history(scope)
     store.forgotten_among(scope, ["a"])

@@ -72,7 +72,7 @@ def test_auto_is_hybrid_on_postgres(pg_engine, pg_schema):
     any other.
 
     If this fails, check ``auto_lexical_mode``, where ``retrieve_context`` resolves it, and
-    ``_check_mode`` in ragport/adapters/postgres/store.py.
+    ``PostgresStore._mode`` in ragport/adapters/postgres/store.py.
     """
     from ragport.adapters.postgres import PostgresStore
 

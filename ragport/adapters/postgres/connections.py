@@ -1,14 +1,16 @@
 """Connections of the PostgreSQL store: the pool, autocommit reads, read-replica routing.
 
-Read replicas (``read_url``): reads that serve retrieval (the legs, the drift guard, the
-tombstone list) and status reads go to the replica; writes, every read inside a unit of work,
+Read replicas (``read_url``): reads that serve retrieval (the engine's ``retrieval_read``
+blocks: the legs, the drift guard, the embedder and tombstone lists) and status reads go to
+the replica; writes, every read inside a unit of work,
 the reads write paths decide on (``get_by_source``, ``current_generation``,
 ``forgotten_among``) and the access
 recheck gate (``check_source_access``: grants where they are freshest) go to the primary.
 Lag is explicit: ``with_min_position(position)`` gives a view whose replica reads first wait
 (up to ``replica_wait`` seconds) for the replica to replay ``position``, then fall back to the
 primary or raise ``ReplicaLagError`` (``replica_fallback``). The routing lives in
-``Connections.read``; the SQL builders know nothing of it.
+``Connections.read`` (one read) and ``Connections.lend`` (a read block's first statement);
+the SQL builders know nothing of it.
 
 ``Connections`` is a collaborator ``PostgresStore`` owns (one per store, one per view of it:
 ``with_min_position`` and ``join`` give the view's own copy, sharing the engines).
@@ -275,6 +277,8 @@ class Connections:
                         dbapi.autocommit = mode  # as the pool lent it, for the next user
                     except psycopg.Error:
                         fairy.invalidate()
+                elif fairy.is_valid:  # lost after its first statement (a read block's later one)
+                    fairy.invalidate()
                 fairy.close()  # back to the pool (or discarded if invalidated)
 
     @contextmanager
@@ -300,6 +304,14 @@ class Connections:
                     dbapi.execute("ROLLBACK TO SAVEPOINT ragport_read")
                     dbapi.execute("RELEASE SAVEPOINT ragport_read")
 
+    def lend(
+        self, operation: str, run: Callable[[RawRead], _T], keep: ExitStack, *, replica: bool
+    ) -> _T:
+        """``read``, for the first statement of a read block: the connection ``run`` answered
+        on stays lent until ``keep`` closes, for the block's later statements (which are not
+        retried: the block may have read something already)."""
+        return self._route(operation, run, replica, keep)
+
     def read(self, operation: str, run: Callable[[RawRead], _T], *, replica: bool = False) -> _T:
         """One read on an autocommit connection, retried once if that connection was dead.
 
@@ -311,13 +323,25 @@ class Connections:
         is unreachable or behind ``min_position``, the read runs on the primary instead, or
         raises, as configured.
         """
+        return self._route(operation, run, replica, None)
+
+    def _route(
+        self,
+        operation: str,
+        run: Callable[[RawRead], _T],
+        replica: bool,
+        keep: ExitStack | None,
+    ) -> _T:
+        """``read`` (``keep``: ``lend``)."""
         if self.joined is not None:  # the host's connection: no replica, no retry
+            if keep is not None:
+                return run(keep.enter_context(self.joined_read(operation)))
             with self.joined_read(operation) as conn:
                 return run(conn)
         if replica and self.replica is not None:
             if time.monotonic() >= self._replica_down_until[0]:
                 try:
-                    return self._read_on(operation, run, replica=True)
+                    return self._read_on(operation, run, keep, replica=True)
                 except ReplicaLagError:
                     if self._fallback == "raise":
                         raise
@@ -331,14 +355,19 @@ class Connections:
                 raise StoreError(
                     f"{operation}: the read replica did not answer recently", lost_connection=True
                 )
-        return self._read_on(operation, run)
+        return self._read_on(operation, run, keep)
 
     def _read_on(
-        self, operation: str, run: Callable[[RawRead], _T], *, replica: bool = False
+        self,
+        operation: str,
+        run: Callable[[RawRead], _T],
+        keep: ExitStack | None,
+        *,
+        replica: bool = False,
     ) -> _T:
         def attempt() -> _T:
-            if replica:
-                with ExitStack() as stack:
+            with ExitStack() as stack:
+                if replica:
                     try:
                         conn = stack.enter_context(self.raw_read(operation, self.replica))
                     except CapabilityError:
@@ -353,9 +382,12 @@ class Connections:
                             waited=0.0,
                         ) from None
                     self._await_position(conn)
-                    return run(conn)
-            with self.connect(operation, read=True) as conn:
-                return run(conn)
+                else:
+                    conn = stack.enter_context(self.connect(operation, read=True))
+                answer = run(conn)
+                if keep is not None:  # lent on: ``keep`` gives it back
+                    keep.enter_context(stack.pop_all())
+                return answer
 
         try:
             return attempt()

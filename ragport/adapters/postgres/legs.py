@@ -1,8 +1,8 @@
 """The two search legs on one connection: the SQL of ``queries`` / ``predicate`` run and read.
 
-One implementation serves both faces of PostgreSQL: ``PostgresBackend``'s ``search_vectors`` /
-``search_lexical`` pushdowns (``ragport.ports.pushdowns``) and ``PostgresStore``'s one-statement
-reads. Each leg answers its admitted hits, best first, and, when asked (``report``), the
+They serve ``PostgresBackend``'s search pushdowns (``ragport.ports.pushdowns``):
+``guarded_search`` (``VectorLeg`` with its drift guard, one statement), ``search_vectors`` and
+``search_lexical``. Each leg answers its admitted hits, best first, and, when asked (``report``), the
 access sources of the top rows its grant predicate screened out (``screened``): the engine
 decides those with the grant rule (``ragport.engine.reads.denials``), so no access rule is
 written here.
@@ -110,6 +110,19 @@ class VectorLeg:
 
     def __call__(self, conn: Any) -> tuple[frozenset[EmbedderKey], Hits, tuple[str, ...]]:
         """``(foreign embedders, hits, screened)`` read on ``conn``."""
+        found = self._read(conn, exact=True)
+        assert found is not None
+        return found
+
+    def alone(self, conn: Any) -> tuple[frozenset[EmbedderKey], Hits, tuple[str, ...]] | None:
+        """``self(conn)`` when its one statement answers it all (no report, and the guard
+        needs no exact read: its own snapshot is the whole read); else ``None`` (read it
+        again, in one snapshot with the statements it needs)."""
+        return None if self.report else self._read(conn, exact=False)
+
+    def _read(
+        self, conn: Any, *, exact: bool
+    ) -> tuple[frozenset[EmbedderKey], Hits, tuple[str, ...]] | None:
         if self.empty:
             if self.guard is None:
                 return frozenset(), (), ()
@@ -127,6 +140,8 @@ class VectorLeg:
         )
         foreign: frozenset[EmbedderKey] = frozenset()
         if self.guard is not None and rows and rows[0].ok is False:
+            if not exact:
+                return None
             foreign = foreign_rows(conn, self.s, self.scope, self.guard)
         scored = []
         for row in rows:
@@ -150,8 +165,40 @@ def lexical_leg(
     flt: Filter | None,
     report: bool = False,
 ) -> Callable[[Any], tuple[Hits, tuple[str, ...]]]:
-    """The BM25 leg of one query (``PostgresStore.lexical_query`` says how it scores) as a
-    function of one connection answering ``(hits, screened)``."""
+    """The BM25 leg of one query (``PostgresStore.lexical_query``, ``search_lexical``) as a
+    function of one connection answering ``(hits, screened)``: full-text search over the
+    generated tsvector, ranked by BM25 computed in SQL.
+
+    The query is parsed by ``websearch_to_tsquery`` (quoted phrases, ``or``, ``-word``);
+    its plain terms are then OR-ed instead of AND-ed, so a question matches documents that
+    share some of its words. A query with an exclusion (``-word``) keeps websearch's AND
+    semantics, where the exclusion is meaningful. Candidates are the rows matching that
+    tsquery that pass the shared WHERE (scope, visibility, tombstones, grants, filter).
+
+    Each candidate ``d`` scores, over the distinct non-excluded lexemes ``t`` of the tsquery
+    that occur in ``d``::
+
+        idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+        idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))    k1 = 1.2, b = 0.75
+
+    (Lucene's always-positive idf; the in-memory store's ``Bm25Index`` follows rank_bm25's
+    BM25Okapi with k1 = 1.5, so scores differ between the stores, rankings mostly not.)
+    ``tf`` is the number of positions of ``t`` in the row's tsvector (PostgreSQL keeps at
+    most 256 per lexeme); ``dl`` is the row's number of distinct lexemes (``length(tsv)``),
+    not its token count: summing positions means unnesting every visible row's tsvector,
+    4x the cost of the whole statistics pass (measured at 10k rows). ``N``, ``avgdl`` and
+    ``df`` are exact, over the rows visible in the scope at its pointer generation minus
+    forgotten (tombstoned) ones, read in the same statement: one snapshot. Grants and the
+    metadata filter only thin the candidates and never change the statistics, so a score
+    reveals nothing about which sources a caller may not read.
+
+    Cost: the statistics are sums of write-time deltas (forgotten rows were taken out
+    when their tombstone was written); candidates are the rows holding the query's
+    rarer lexemes, plus, for common ones, the rows in impact buckets (``tsv_impact``,
+    tf and row length) whose score bound can still reach the top-k, each checked
+    against the tombstones by one index probe. See docs/operations.md. The SQL is
+    ``queries.bm25_ctes``.
+    """
     if limit <= 0 or not text.strip():
         return lambda conn: ((), ())
     params = scope_params(scope, k=int(limit), query=text)

@@ -3,8 +3,9 @@
 Quirks worth knowing:
 
 - Every statement names the full scope, and so the tenant; nothing joins across tenants.
-- A read is one statement, so it sees one snapshot: the scope's pointer and the rows it
-  selects come from the same MVCC snapshot, never a mix of two generations.
+- A read sees one snapshot: a vector query is one statement (the scope's pointer, the drift
+  guard and the rows it selects from the same MVCC snapshot), every other read one
+  REPEATABLE READ, READ ONLY transaction; never a mix of two generations.
 - A unit of work locks its scope's row (``SELECT ... FOR UPDATE``): writers of one scope are
   serialized, readers never wait.
 - Records are written with binary COPY (one round trip per batch, ~4x text parameters); their
@@ -17,15 +18,20 @@ Quirks worth knowing:
 
 Where things are: this module is the store, one class, a ``ragport.engine.BackendStore``
 over ``PostgresBackend`` (``backend.py``: the narrow port on these tables, and the pushdowns,
-PostgreSQL's SQL for the legs, the look-ups and ``prepare``). The engine answers grants
-(``check_source_access``, ``get_source_access``), ``forgotten_among``, ``list_source_ids``,
-``generation_history`` and ``prepare`` through those pushdowns; this class keeps the reads
-that must stay one statement on an autocommit connection (the legs with their drift guard,
-replica routing and a retry on a dead connection: a transaction around them costs about
-0.2 ms, 10% of a vector query) and the maintenance of its indexes. Its unit of work is the
-engine's (``BackendStore.unit_of_work``) over ``PostgresBackend.write``: the engine decides
-every write rule and calls the backend's set-based write pushdowns (PostgreSQL's SQL). The legs' SQL runs through ``legs.py`` for both; the
-denial report is the engine's (``ragport.engine.reads.denials``).
+PostgreSQL's SQL for the legs, the look-ups, the set-based writes and ``prepare``). Every
+read is the engine's method, answered through those pushdowns: a vector query through
+``guarded_search`` (the pointer, the drift guard and the hits in one statement,
+``legs.VectorLeg``) in a ``retrieval_read`` block, which runs on the read replica when there
+is one and begins no transaction for a read of one statement (BEGIN, the state and COMMIT
+around a vector query cost about 0.2 ms, 10% of it); the lexical and hybrid legs
+(``search_lexical``, ``search_vectors``) in one REPEATABLE READ, READ ONLY transaction. A
+read block takes its connection at its first statement and retries that statement once on a
+fresh connection if the pooled one was dead (``Connections.lend``). The denial report is the
+engine's (``ragport.engine.reads.denials``), and so is the lexical mode check (``_mode``
+only maps the deprecated ``fts`` to ``bm25``). Its unit of work is the engine's
+(``BackendStore.unit_of_work``) over ``PostgresBackend.write``: the engine decides every
+write rule and calls the backend's set-based write pushdowns (PostgreSQL's SQL). This class
+keeps the maintenance of its indexes.
 
 It owns its collaborators: ``Connections`` (``connections.py``: the pool, the schema check,
 read-replica routing, the host's connection of a joined view), ``VectorIndexes``
@@ -33,8 +39,8 @@ read-replica routing, the host's connection of a joined view), ``VectorIndexes``
 and ``MaintenanceWorker`` (``background.py``: GIN merges and re-analyses after commits); its
 tuning values are ``settings.py``. The SQL is built by pure functions in ``predicate.py``
 (the shared WHERE), ``queries.py`` (the legs, the denial report, the small reads) and
-``statements.py`` (the writes); rows become records in ``rows.py``; reads run on psycopg
-through ``reads.py``; one write transaction's I/O (COPY, commit, the vectors' sweep) is
+``statements.py`` (the writes); rows become records in ``rows.py``; the legs run through
+``legs.py`` and every read on psycopg through ``reads.py``; one write transaction's I/O (COPY, commit, the vectors' sweep) is
 ``unit_of_work.py``.
 """
 
@@ -42,25 +48,16 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
-import numpy as np
 from sqlalchemy import Connection, Engine, text
 
-from ragport.adapters.postgres import queries, reads
 from ragport.adapters.postgres._driver import translate_errors
 from ragport.adapters.postgres.backend import PostgresBackend
 from ragport.adapters.postgres.background import MaintenanceWorker, validate_maintenance_delay
 from ragport.adapters.postgres.connections import Connections, Fallback
 from ragport.adapters.postgres.indexes import VectorIndexes, check_build_memory
-from ragport.adapters.postgres.legs import VectorLeg, foreign_rows, lexical_leg, query_vector
 from ragport.adapters.postgres.pool import wait_for_connection
-from ragport.adapters.postgres.predicate import (
-    scope_params,
-)
-from ragport.adapters.postgres.reads import RawRead, one_snapshot
-from ragport.adapters.postgres.rows import record
 from ragport.adapters.postgres.schema import (
     upgrade,
     validate_partitions,
@@ -68,41 +65,10 @@ from ragport.adapters.postgres.schema import (
 )
 from ragport.adapters.postgres.settings import VectorIndexSettings, WriteSettings, from_keywords
 from ragport.adapters.postgres.vector_writes import VectorWriter, validate_parallel_vector_rows
-from ragport.domain.errors import CapabilityError, ValidationError
-from ragport.domain.filters import Filter, parse_filter
-from ragport.domain.model import (
-    AccessDecision,
-    Authorization,
-    Record,
-    Scope,
-    validate_text,
-)
 from ragport.domain.values import SCOPE_ID_MAX, validate_id
 from ragport.engine import BackendStore
-from ragport.engine.reads import denials
-from ragport.ports.embedder import Vector
-from ragport.ports.store import EmbedderKey, GuardedQuery, HybridAnswer, ScoredRecord
 
 __all__ = ["PostgresStore"]
-
-_VectorAnswer = tuple[frozenset[EmbedderKey], tuple[ScoredRecord, ...]]
-
-
-def _check_mode(mode: str) -> None:
-    """``bm25``, the one lexical mode (the name the in-memory store serves too); ``fts``, its
-    name until 2026-12, is accepted for one release with a ``DeprecationWarning``."""
-    if mode == "fts":
-        warnings.warn(
-            "the PostgreSQL lexical mode 'fts' is named 'bm25' now (the same BM25 leg); "
-            "'fts' will be removed in the next release",
-            DeprecationWarning,
-            stacklevel=4,  # _lexical_run <- lexical_query / hybrid_query <- the caller
-        )
-    elif mode != "bm25":
-        raise CapabilityError(
-            f"the PostgreSQL store offers lexical mode 'bm25', not {mode!r}",
-            capability="lexical",
-        )
 
 
 class PostgresStore(BackendStore):
@@ -261,265 +227,19 @@ class PostgresStore(BackendStore):
         """
         return self._view(self._db.join(connection))
 
-    # -- reads -----------------------------------------------------------------------------------
-    def current_generation(self, scope: Scope) -> int:
-        sql = queries.current_generation_sql(self._s)
-        rows = self._db.read(
-            "read generation", lambda conn: reads.fetch(conn, sql, scope_params(scope))
-        )
-        return int(rows[0].pointer) if rows else 0
-
-    def get_by_source(self, scope: Scope, source_id: str) -> Sequence[Record]:
-        validate_text(source_id, field="source_id")
-        sql = queries.source_sql(self._s)
-        params = scope_params(scope, src=source_id)
-        rows = self._db.read("read source", lambda conn: reads.fetch(conn, sql, params))
-        return [record(scope, row) for row in rows]
-
-    def list_embedders(self, scope: Scope) -> frozenset[EmbedderKey]:
-        sql = queries.embedders_sql(self._s)
-        rows = self._db.read(
-            "list embedders", lambda conn: reads.fetch(conn, sql, scope_params(scope)), replica=True
-        )
-        return frozenset((row.embedder_id, row.dimensions) for row in rows)
-
-    def foreign_embedders(
-        self, scope: Scope, embedder_id: str, dimensions: int
-    ) -> frozenset[EmbedderKey]:
-        guard = (embedder_id, dimensions)
-        return self._db.read(
-            "check embedders", lambda conn: self._foreign_rows(conn, scope, guard), replica=True
-        )
-
-    def list_invalidated_ids(self, scope: Scope) -> frozenset[str]:
-        sql = queries.forgotten_sql(self._s)
-        rows = self._db.read(
-            "list tombstones",
-            lambda conn: reads.fetch(conn, sql, scope_params(scope)),
-            replica=True,
-        )
-        return frozenset(row.id for row in rows)
-
-    def query(
-        self,
-        scope: Scope,
-        vector: Vector,
-        *,
-        limit: int,
-        authorization: Authorization | None = None,
-        metadata_filter: Mapping[str, Any] | Filter | None = None,
-        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
-    ) -> Sequence[ScoredRecord]:
-        run = self._vector_run(
-            scope, vector, None, limit, authorization, metadata_filter, on_denied
-        )
-        _, scored = self._db.read("query", run, replica=True)
-        return scored
-
-    def guarded_query(
-        self,
-        scope: Scope,
-        vector: Vector,
-        *,
-        embedder_id: str,
-        dimensions: int,
-        limit: int,
-        authorization: Authorization | None = None,
-        metadata_filter: Mapping[str, Any] | Filter | None = None,
-        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
-    ) -> GuardedQuery:
-        """``foreign_embedders`` and ``query`` in one statement (one snapshot, one round trip)."""
-        guard = (embedder_id, dimensions)
-        run = self._vector_run(
-            scope, vector, guard, limit, authorization, metadata_filter, on_denied
-        )
-        foreign, scored = self._db.read("query", run, replica=True)
-        return GuardedQuery(foreign_embedders=foreign, records=scored)
-
-    def borrowed_query(
-        self,
-        scope: Scope,
-        vector: Vector,
-        *,
-        embedder_id: str,
-        dimensions: int,
-        limit: int,
-        authorization: Authorization | None = None,
-        metadata_filter: Mapping[str, Any] | Filter | None = None,
-        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
-    ) -> GuardedQuery:
-        """``SupportsBorrowedQuery``: a guarded query's records are built for the call from
-        the rows read and kept nowhere, so the borrowed read is ``self.guarded_query``
-        (a subclass's override included)."""
-        return self.guarded_query(
-            scope,
-            vector,
-            embedder_id=embedder_id,
-            dimensions=dimensions,
-            limit=limit,
-            authorization=authorization,
-            metadata_filter=metadata_filter,
-            on_denied=on_denied,
-        )
-
-    def _vector_run(
-        self,
-        scope: Scope,
-        vector: Vector,
-        guard: tuple[str, int] | None,
-        limit: int,
-        authorization: Authorization | None,
-        metadata_filter: Mapping[str, Any] | Filter | None,
-        on_denied: Callable[[Sequence[AccessDecision]], None] | None,
-    ) -> Callable[[RawRead], _VectorAnswer]:
-        """The vector leg (and its drift guard) as a function of one connection
-        (``legs.VectorLeg``, the SQL ``PostgresBackend.search_vectors`` runs too)."""
-        q = query_vector(vector)
-        if not np.all(np.isfinite(q)):
-            raise ValidationError("query vector must be finite", field="vector")
-        leg = VectorLeg(
-            self._s, scope, q, vec=self._db.pgvector, ef_search=self._ef_search, limit=limit,
-            authorization=authorization, flt=parse_filter(metadata_filter), guard=guard,
-            report=on_denied is not None,
-        )  # fmt: skip
-
-        def run(conn: RawRead) -> _VectorAnswer:
-            foreign, hits, screened = leg(conn)
-            self._tell_denied(conn, scope, screened, authorization, on_denied)
-            return foreign, hits
-
-        return run
-
-    def _foreign_rows(
-        self, conn: RawRead, scope: Scope, guard: tuple[str, int]
-    ) -> frozenset[EmbedderKey]:
-        return foreign_rows(conn, self._s, scope, guard)
-
-    def lexical_query(
-        self,
-        scope: Scope,
-        text_query: str,
-        *,
-        limit: int,
-        mode: str = "bm25",
-        authorization: Authorization | None = None,
-        metadata_filter: Mapping[str, Any] | Filter | None = None,
-        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
-    ) -> Sequence[ScoredRecord]:
-        """Full-text search over the generated tsvector, ranked by BM25 computed in SQL.
-
-        The query is parsed by ``websearch_to_tsquery`` (quoted phrases, ``or``, ``-word``);
-        its plain terms are then OR-ed instead of AND-ed, so a question matches documents that
-        share some of its words. A query with an exclusion (``-word``) keeps websearch's AND
-        semantics, where the exclusion is meaningful. Candidates are the rows matching that
-        tsquery that pass the shared WHERE (scope, visibility, tombstones, grants, filter).
-
-        Each candidate ``d`` scores, over the distinct non-excluded lexemes ``t`` of the tsquery
-        that occur in ``d``::
-
-            idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
-            idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))    k1 = 1.2, b = 0.75
-
-        (Lucene's always-positive idf; the in-memory store's ``Bm25Index`` follows rank_bm25's
-        BM25Okapi with k1 = 1.5, so scores differ between the stores, rankings mostly not.)
-        ``tf`` is the number of positions of ``t`` in the row's tsvector (PostgreSQL keeps at
-        most 256 per lexeme); ``dl`` is the row's number of distinct lexemes (``length(tsv)``),
-        not its token count: summing positions means unnesting every visible row's tsvector,
-        4x the cost of the whole statistics pass (measured at 10k rows). ``N``, ``avgdl`` and
-        ``df`` are exact, over the rows visible in the scope at its pointer generation minus
-        forgotten (tombstoned) ones, read in the same statement: one snapshot. Grants and the
-        metadata filter only thin the candidates and never change the statistics, so a score
-        reveals nothing about which sources a caller may not read.
-
-        Cost: the statistics are sums of write-time deltas (forgotten rows were taken out
-        when their tombstone was written); candidates are the rows holding the query's
-        rarer lexemes, plus, for common ones, the rows in impact buckets (``tsv_impact``,
-        tf and row length) whose score bound can still reach the top-k, each checked
-        against the tombstones by one index probe. See docs/operations.md. The SQL is
-        ``queries.bm25_ctes``.
-        """
-        return self._db.read(
-            "lexical query",
-            self._lexical_run(
-                scope, text_query, limit, mode, authorization, metadata_filter, on_denied
-            ),
-            replica=True,
-        )
-
-    def _lexical_run(
-        self,
-        scope: Scope,
-        text_query: str,
-        limit: int,
-        mode: str,
-        authorization: Authorization | None,
-        metadata_filter: Mapping[str, Any] | Filter | None,
-        on_denied: Callable[[Sequence[AccessDecision]], None] | None,
-    ) -> Callable[[RawRead], tuple[ScoredRecord, ...]]:
-        """The lexical leg of ``lexical_query`` as a function of one connection
-        (``legs.lexical_leg``, the SQL ``PostgresBackend.search_lexical`` runs too)."""
-        validate_text(text_query, field="query")
-        _check_mode(mode)
-        leg = lexical_leg(
-            self._s, scope, text_query, ts_config=self._ts_config, limit=limit,
-            authorization=authorization, flt=parse_filter(metadata_filter),
-            report=on_denied is not None,
-        )  # fmt: skip
-
-        def run(conn: RawRead) -> tuple[ScoredRecord, ...]:
-            hits, screened = leg(conn)
-            self._tell_denied(conn, scope, screened, authorization, on_denied)
-            return hits
-
-        return run
-
-    def hybrid_query(
-        self,
-        scope: Scope,
-        vector: Vector,
-        text_query: str,
-        *,
-        embedder_id: str,
-        dimensions: int,
-        limit: int,
-        mode: str,
-        authorization: Authorization | None = None,
-        metadata_filter: Mapping[str, Any] | Filter | None = None,
-        on_denied: Callable[[Sequence[AccessDecision]], None] | None = None,
-    ) -> HybridAnswer:
-        """Both legs and the drift guard in one REPEATABLE READ, READ ONLY transaction: every
-        statement reads the same snapshot (one pointer, one set of tombstones and grants)."""
-        guard = (embedder_id, dimensions)
-        vector_run = self._vector_run(
-            scope, vector, guard, limit, authorization, metadata_filter, on_denied
-        )
-        lexical_run = self._lexical_run(
-            scope, text_query, limit, mode, authorization, metadata_filter, on_denied
-        )
-
-        def run(conn: RawRead) -> HybridAnswer:
-            with one_snapshot(conn):
-                foreign, vector_records = vector_run(conn)
-                lexical_records = lexical_run(conn)
-            return HybridAnswer(foreign, vector_records, lexical_records)
-
-        return self._db.read("hybrid query", run, replica=True)
-
-    def _tell_denied(
-        self,
-        conn: RawRead,
-        scope: Scope,
-        screened: Sequence[str],
-        authorization: Authorization | None,
-        on_denied: Callable[[Sequence[AccessDecision]], None] | None,
-    ) -> None:
-        """The engine's denial report (``ragport.engine.reads.denials``: the grant rule over
-        the screened sources' grants, read on the leg's own connection)."""
-        if on_denied is None or not screened:
-            return
-        denied = denials(PostgresBackend.reader(conn, scope, self._db), screened, authorization)
-        if denied:
-            on_denied(denied)
+    # -- reads: the engine's (BackendStore), through PostgresBackend's pushdowns ----------------
+    def _mode(self, mode: object) -> str:
+        """``bm25``, the one lexical mode (the name the in-memory store serves too); ``fts``,
+        its name until 2026-12, is accepted for one release with a ``DeprecationWarning``."""
+        if mode == "fts":
+            warnings.warn(
+                "the PostgreSQL lexical mode 'fts' is named 'bm25' now (the same BM25 leg); "
+                "'fts' will be removed in the next release",
+                DeprecationWarning,
+                stacklevel=3,  # _mode <- lexical_query / hybrid_query <- the caller
+            )
+            return "bm25"
+        return super()._mode(mode)
 
     # -- schema and index maintenance ------------------------------------------------------------
     def upgrade(self) -> list[int]:
