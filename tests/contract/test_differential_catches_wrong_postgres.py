@@ -5,8 +5,10 @@ bm25 and the engine's score differently: test_differential_postgres.py).
 Each broken backend is ``PostgresBackend`` with one pushdown wrong in a way SQL could be: the
 BM25 statement without the forgotten predicate, without the grant predicate, or with the
 metadata filter applied after the limit (the right rows at a wide limit, too few at a small
-one); the HNSW statement without the filter; ``restore_above`` off by one generation (a
-rollback leaves the rows retired at the generation above its target retired).
+one); the HNSW statement without the filter; and the set-based writes: ``restore_above``
+off by one generation (a rollback leaves the rows retired at the generation above its target
+retired), compaction purging one generation too many, a lineage rename that rewrites
+nothing, a tombstone merge that never upgrades ``corrected`` to ``forgotten``.
 ``check_same_answers`` of ``BackendStore(broken)`` against ``BackendStore(broken,
 pushdown=False)`` on one schema, at the PostgreSQL contract's own budget, must raise; the
 correct backend passes (``TestPostgresPushdownsAgainstTheGenericPath``), so the failure comes
@@ -15,6 +17,7 @@ from the defect.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from unittest import mock
 
@@ -25,6 +28,7 @@ from ragport.adapters.postgres import PostgresStore, WriteSettings
 from ragport.adapters.postgres import predicate as sql_predicate
 from ragport.adapters.postgres.backend import PostgresBackend
 from ragport.contract_tests.differential import check_same_answers
+from ragport.domain.model import Tombstone
 from ragport.engine import BackendStore
 from ragport.ports.pushdowns import Admission, LegAnswer
 
@@ -83,6 +87,41 @@ class RestoresOneGenerationShort(PostgresBackend):
         return super().restore_above(view, generation + 1)
 
 
+class CompactsOneGenerationTooFar(PostgresBackend):
+    """``delete_where(retired_through=g)`` purges the rows retired at ``g + 1`` too."""
+
+    def delete_where(
+        self,
+        view: Any,
+        *,
+        source_id: str | None = None,
+        above: int | None = None,
+        retired_through: int | None = None,
+    ) -> int:
+        if retired_through is not None:
+            retired_through += 1
+        return super().delete_where(
+            view, source_id=source_id, above=above, retired_through=retired_through
+        )
+
+
+class RenamesNoLineage(PostgresBackend):
+    """``rename_lineage`` rewrites nothing: derived rows keep naming the old source id."""
+
+    def rename_lineage(self, view: Any, from_id: str, to_id: str) -> int:
+        return 0
+
+
+class NeverUpgradesATombstone(PostgresBackend):
+    """``merge_tombstones`` as ``ON CONFLICT DO NOTHING``: a ``corrected`` tombstone stays
+    when the id is forgotten again."""
+
+    def merge_tombstones(self, view: Any, tombstones: Sequence[Tombstone]) -> int:
+        ids = [t.id for t in tombstones]
+        kept = {t.id for t in self.tombstones_among(view, ids)}
+        return super().merge_tombstones(view, [t for t in tombstones if t.id not in kept])
+
+
 @pytest.mark.parametrize(
     "broken",
     [
@@ -91,6 +130,9 @@ class RestoresOneGenerationShort(PostgresBackend):
         LexicalFiltersAfterTheLimit,
         VectorIgnoresTheFilter,
         RestoresOneGenerationShort,
+        CompactsOneGenerationTooFar,
+        RenamesNoLineage,
+        NeverUpgradesATombstone,
     ],
     ids=[
         "lexical-tombstones",
@@ -98,6 +140,9 @@ class RestoresOneGenerationShort(PostgresBackend):
         "lexical-filter-after-limit",
         "vector-filter",
         "restore-above",
+        "compact",
+        "rename-lineage",
+        "tombstone-strength",
     ],
 )
 def test_a_wrong_pushdown_fails_the_differential(
