@@ -37,6 +37,7 @@ import argparse
 import importlib.util
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -309,19 +310,23 @@ def bench_hybrid(
     qvecs = vectors[picks] + rng.standard_normal(vectors[picks].shape).astype(np.float32) * 0.02
     emb = bp.PrecomputedEmbedder()
     emb.add(qs, qvecs)
-    legs: dict[str, ModuleType] = {"this tree": queries}
-    if baseline is not None:
-        legs["baseline"] = baseline
     original = queries.lexical_sql
+    # The functions, taken once: reading queries.lexical_sql after the first swap would give
+    # the baseline's to both legs (as this bench did until 2026-12-07).
+    legs: dict[str, Callable[..., str]] = {"this tree": original}
+    if baseline is not None:
+        legs["baseline"] = baseline.lexical_sql
     times: dict[str, list[float]] = {name: [] for name in legs}
     hybrid = RetrievalRequest(top_k=bp.TOP_K, query_candidates=20, lexical="bm25")
     try:
-        for q in qs[:5]:  # warm pools and caches
-            retrieve_context(q, embedder=emb, store=store, scope=SCOPE, request=hybrid)
+        for lexical_sql in legs.values():  # warm pools, caches and each leg's generic plans
+            queries.lexical_sql = lexical_sql  # type: ignore[assignment]
+            for q in qs[:5]:
+                retrieve_context(q, embedder=emb, store=store, scope=SCOPE, request=hybrid)
         for i, q in enumerate(qs):
             # ABBA: the legs' order flips every query, so drift falls on both
-            for name, module in list(legs.items())[:: 1 if i % 2 == 0 else -1]:
-                queries.lexical_sql = module.lexical_sql  # type: ignore[assignment]
+            for name, lexical_sql in list(legs.items())[:: 1 if i % 2 == 0 else -1]:
+                queries.lexical_sql = lexical_sql  # type: ignore[assignment]
                 t0 = time.perf_counter()
                 retrieve_context(q, embedder=emb, store=store, scope=SCOPE, request=hybrid)
                 times[name].append(time.perf_counter() - t0)
