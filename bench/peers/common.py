@@ -39,9 +39,10 @@ EF_SEARCH = 200
 SEED = 20261207
 QUERY_WORDS = 6
 KINDS = ("vector", "filter", "hybrid", "access")
-RAGPORT_KINDS = ("group_filter",)
+RAGPORT_KINDS = ("team_filter", "group_filter")
 """ragport only: workload 7's rows (the user's two groups) by a metadata filter instead of
-grants, the same query with and without the access check."""
+grants: ``team_filter`` the equality filter ``{"team": ...}`` (workload 7's target: the same
+query with and without the access check), ``group_filter`` ``owner_group`` ``$in`` the two."""
 WORD = re.compile(r"\w+")
 
 
@@ -78,6 +79,17 @@ def marker(i: int) -> str:
         letters = "abcdefghijklmnopqrstuvwxyz"[n % 26] + letters
         n //= 26
     return "qx" + letters
+
+
+def team(group: str) -> str:
+    """Groups ``g2k`` and ``g2k+1`` form team ``kNN``: a user in both (workload 7) reads
+    exactly the rows the equality filter ``{"team": "kNN"}`` selects."""
+    return f"k{int(group[1:]) // 2:02d}"
+
+
+def team_groups(name: str) -> list[str]:
+    k = int(name[1:])
+    return [f"g{2 * k:02d}", f"g{2 * k + 1:02d}"]
 
 
 def source_id(i: int) -> str:
@@ -137,6 +149,7 @@ class Dataset:
                 "chunk": i,
                 "tag": self.tag[s],
                 "owner_group": self.group[s],
+                "team": team(self.group[s]),
             }
             for i in range(n)
         ]
@@ -153,7 +166,8 @@ class Dataset:
         return out
 
     def queries(self, n: int) -> list[dict[str, Any]]:
-        """``n`` queries: six consecutive words of a live chunk, its tag, and two groups."""
+        """``n`` queries: six consecutive words of a live chunk, its tag, and its team (the
+        user of workload 7 is in the team's two groups)."""
         live = self.final_live()
         rng = np.random.default_rng(SEED + 1)
         out = []
@@ -161,14 +175,12 @@ class Dataset:
             c = live[int(i)]
             words = c["text"].split()[1:]
             start = int(rng.integers(0, len(words) - QUERY_WORDS))
-            other = c["owner_group"]
-            while other == c["owner_group"]:
-                other = f"g{int(rng.integers(N_GROUPS)):02d}"
             out.append(
                 {
                     "text": " ".join(words[start : start + QUERY_WORDS]),
                     "tag": c["tag"],
-                    "groups": sorted([c["owner_group"], other]),
+                    "team": c["team"],
+                    "groups": team_groups(c["team"]),
                 }
             )
         return out

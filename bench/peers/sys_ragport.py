@@ -51,7 +51,7 @@ class LookupEmbedder:
 
 
 def _chunks(source: str, chunks: list[dict[str, Any]]) -> list[Chunk]:
-    meta = ("source", "version", "chunk", "tag", "owner_group")
+    meta = ("source", "version", "chunk", "tag", "owner_group", "team")
     return [
         Chunk.of(
             source, int(c["key"].split("#")[1]) - 1, c["text"], metadata={k: c[k] for k in meta}
@@ -124,7 +124,9 @@ class System:
         authorization = None
         if kind == "filter":
             request = RetrievalRequest(top_k=TOP_K, metadata_filter={"tag": q["tag"]})
-        elif kind == "group_filter":  # workload 7's rows by a metadata filter, not grants
+        elif kind == "team_filter":  # workload 7's rows by an equality filter, not grants
+            request = RetrievalRequest(top_k=TOP_K, metadata_filter={"team": q["team"]})
+        elif kind == "group_filter":  # the same rows by an $in filter
             groups = {"owner_group": {"$in": list(q["groups"])}}
             request = RetrievalRequest(top_k=TOP_K, metadata_filter=groups)
         elif kind == "access":

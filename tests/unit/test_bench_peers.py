@@ -63,6 +63,11 @@ def test_dataset_is_seeded_and_its_workloads_are_disjoint(peers):
     assert len(a.final_live()) == (80 - 20 - 4) * 10 + 20 * 8
     text = a.chunks(a.ids[0], 1)[0]["text"].split()
     assert text[0] == a.marker[a.ids[0]] and len(text) == 1 + common.WORDS_PER_CHUNK
+    # workload 7: the user's two groups hold exactly the rows of the query's team
+    for q in a.queries(12):
+        by_groups = {c["key"] for c in a.final_live() if c["owner_group"] in q["groups"]}
+        by_team = {c["key"] for c in a.final_live() if c["team"] == q["team"]}
+        assert by_groups == by_team and len(q["groups"]) == 2
     v = common.feature_hash(["alpha beta", "alpha beta", ""])
     assert np.allclose(v[0], v[1]) and np.isclose(np.linalg.norm(v[0]), 1.0) and not v[2].any()
 
@@ -79,7 +84,8 @@ def test_targets_take_the_fastest_peer_and_ragports_own_filter(peers, tmp_path):
     _common, _, driver, render = peers
     rows = {
         "ragport": {"ingest_chunks_per_s": 240.0, "update_ms": 50.0, "delete_ms": 3.0,
-                    "filter_ms": 4.0, "access_ms": 5.0, "hybrid_ms": 9.0, "hybrid_p95_ms": 15.0,
+                    "filter_ms": 4.0, "access_ms": 5.0, "team_filter_ms": 4.5, "hybrid_ms": 9.0,
+                    "hybrid_p95_ms": 15.0,
                     "w3_wrong_answers": 0, "filter_recall": 0.95, "vector_recall": 0.94,
                     "access_recall": 0.93, "cranfield_ndcg": 0.40, "vector_ms": 4.0},
         "langchain": {"ingest_chunks_per_s": 100.0, "update_ms": 60.0, "delete_ms": 2.0,
@@ -95,7 +101,8 @@ def test_targets_take_the_fastest_peer_and_ragports_own_filter(peers, tmp_path):
     value = {t["figure"]: figures[t["figure"]]["value"] for t in targets}
     assert value["t1 ingest / fastest peer"] == pytest.approx(1.2)  # 240 / Haystack's 200
     assert value["t4 delete / fastest peer"] == pytest.approx(1.5)  # 3 / LangChain's 2
-    assert value["t7 access / own filter"] == pytest.approx(1.25)
+    # workload 7: over the equality filter selecting the same rows, not the 1% tag filter
+    assert value["t7 access / own filter"] == pytest.approx(5.0 / 4.5)
     assert value["t5 filter recall - best peer"] == pytest.approx(-0.05)
     assert value["t6 Cranfield nDCG@10 - best peer"] == pytest.approx(0.05)
     results = importlib.import_module("_results")
