@@ -5,10 +5,11 @@ bm25 and the engine's score differently: test_differential_postgres.py).
 Each broken backend is ``PostgresBackend`` with one pushdown wrong in a way SQL could be: the
 BM25 statement without the forgotten predicate, without the grant predicate, or with the
 metadata filter applied after the limit (the right rows at a wide limit, too few at a small
-one); the HNSW statement without the filter; and the set-based writes: ``restore_above``
-off by one generation (a rollback leaves the rows retired at the generation above its target
-retired), compaction purging one generation too many, a lineage rename that rewrites
-nothing, a tombstone merge that never upgrades ``corrected`` to ``forgotten``.
+one); the HNSW statement without the filter, in the vector leg and in the guarded read; and
+the set-based writes: ``restore_above`` off by one generation (a rollback leaves the rows
+retired at the generation above its target retired), compaction purging one generation too
+many, a lineage rename that rewrites nothing, a tombstone merge that never upgrades
+``corrected`` to ``forgotten``.
 ``check_same_answers`` of ``BackendStore(broken)`` against ``BackendStore(broken,
 pushdown=False)`` on one schema, at the PostgreSQL contract's own budget, must raise; the
 correct backend passes (``TestPostgresPushdownsAgainstTheGenericPath``), so the failure comes
@@ -79,6 +80,13 @@ class VectorIgnoresTheFilter(PostgresBackend):
         return super().search_vectors(view, vector, admission=admission, limit=limit)
 
 
+class GuardedSearchIgnoresTheFilter(PostgresBackend):
+    """The one-statement vector read (drift guard and hits) without the metadata filter."""
+
+    def guarded_search(self, view: Any, vector: Any, **kwargs: Any) -> Any:
+        return super().guarded_search(view, vector, **{**kwargs, "metadata_filter": None})
+
+
 class RestoresOneGenerationShort(PostgresBackend):
     """``restore_above`` restores the rows retired above ``generation + 1``: a rollback by
     one generation restores nothing."""
@@ -129,6 +137,7 @@ class NeverUpgradesATombstone(PostgresBackend):
         LexicalIgnoresGrants,
         LexicalFiltersAfterTheLimit,
         VectorIgnoresTheFilter,
+        GuardedSearchIgnoresTheFilter,
         RestoresOneGenerationShort,
         CompactsOneGenerationTooFar,
         RenamesNoLineage,
@@ -139,6 +148,7 @@ class NeverUpgradesATombstone(PostgresBackend):
         "lexical-grants",
         "lexical-filter-after-limit",
         "vector-filter",
+        "guarded-search-filter",
         "restore-above",
         "compact",
         "rename-lineage",
