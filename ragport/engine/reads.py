@@ -25,6 +25,7 @@ from ragport.domain.model import (
 )
 from ragport.engine.bm25 import bm25_scores, counted
 from ragport.engine.history import history_of
+from ragport.engine.rules import screened_sources
 from ragport.ports.backend import BackendReader
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange
@@ -91,10 +92,6 @@ def _allowed(record: Record, grants: Mapping[str, Grant], caller: Authorization)
     return bool(sources) and all(decide_access(s, grants.get(s), caller).allowed for s in sources)
 
 
-def _screened(records: Iterable[Record]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(s for x in records for s in x.access_sources or (x.source_id,)))
-
-
 class _Predicate:
     """An ``Admission`` with what the narrow reader holds for it, read before any stream."""
 
@@ -148,7 +145,7 @@ def walk_vectors(
         close = getattr(stream, "close", None)
         if close is not None:
             close()  # a lazy cursor is finished before the next reader call
-    return LegAnswer(tuple(hits), _screened(unfiltered) if rule.reporting else ())
+    return LegAnswer(tuple(hits), screened_sources(unfiltered) if rule.reporting else ())
 
 
 def search_bm25(
@@ -171,7 +168,7 @@ def search_bm25(
     flt = admission.metadata_filter
     matching = [(score, r) for score, r in ranked if flt is None or flt.matches(r.metadata)]
     hits = tuple(ScoredRecord(r, score) for score, r in matching if rule.granted(r))[:limit]
-    screened = _screened(r for _, r in matching[:limit]) if rule.reporting else ()
+    screened = screened_sources(r for _, r in matching[:limit]) if rule.reporting else ()
     return LegAnswer(hits, screened)
 
 

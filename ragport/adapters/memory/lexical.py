@@ -6,9 +6,9 @@ import threading
 from collections.abc import Callable
 
 from ragport.adapters.lexical import Bm25Index
-from ragport.adapters.memory.search import screened_sources
 from ragport.adapters.memory.snapshot import Snapshot
 from ragport.domain.model import Authorization, Grant, decide_access
+from ragport.engine.rules import screened_sources
 from ragport.ports.pushdowns import Admission, LegAnswer
 from ragport.ports.store import ScoredRecord
 

@@ -10,18 +10,18 @@ hand back the snapshot's own records (the engine copies or lends them).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 import numpy as np
 
 from ragport.adapters.memory.snapshot import Snapshot, access_mask
 from ragport.adapters.memory.top_k import top
 from ragport.domain.model import Record
+from ragport.engine.rules import screened_sources
 from ragport.ports.embedder import Vector
 from ragport.ports.pushdowns import Admission, LegAnswer
 from ragport.ports.store import ScoredRecord
 
-__all__ = ["EMPTY", "screened_sources", "search_snapshot"]
+__all__ = ["EMPTY", "search_snapshot"]
 
 EMPTY = LegAnswer(())
 _FLOAT32 = np.dtype(np.float32)
@@ -50,12 +50,6 @@ def _answer(
     _SET_HITS(answer, tuple(hits))
     _SET_SCREENED(answer, screened)
     return answer
-
-
-def screened_sources(records: Iterable[Record]) -> tuple[str, ...]:
-    """``LegAnswer.screened`` of ``records``: their access sources, each once, first seen
-    first (a row with none lists its source id)."""
-    return tuple(dict.fromkeys(s for r in records for s in r.access_sources or (r.source_id,)))
 
 
 def search_snapshot(snap: Snapshot, vector: Vector, admission: Admission, limit: int) -> LegAnswer:
