@@ -20,6 +20,7 @@ from ragport.domain.errors import (
 from ragport.domain.limits import DEFAULT_LIMITS, Limits, check_limit
 from ragport.domain.model import RecordKind, Scope
 from ragport.domain.status import ERROR_MAX, IngestionState, IngestionStatus
+from ragport.engine.rules import forgotten_set
 from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort, Clock, NoopTelemetry, Redactor, Telemetry
 from ragport.ports.status import IngestionStatusStore
@@ -231,4 +232,4 @@ def require_kind(uow: UnitOfWork, source_id: str, kind: RecordKind, *, field: st
 
 def forgotten_ids(uow: UnitOfWork) -> frozenset[str]:
     """The ids a ``forgotten`` tombstone withholds in the unit of work's scope."""
-    return frozenset(t.id for t in uow.tombstones.list() if t.reason == "forgotten")
+    return forgotten_set(uow.tombstones.list())

@@ -17,6 +17,7 @@ from ragport.application.runtime import Runtime
 from ragport.domain.errors import ValidationError
 from ragport.domain.model import Grant, Rename, Scope, Tombstone
 from ragport.domain.status import IngestionStatus
+from ragport.engine.rules import forgotten_set
 from ragport.ports.status import IngestionStatusStore
 from ragport.ports.store import ChunkStore
 
@@ -99,7 +100,7 @@ def widen_corpus_root(
 
     with store.unit_of_work(scope) as uow:
         tombstones = list(uow.tombstones.list())
-    forgotten = {t.id for t in tombstones if t.reason == "forgotten"}
+    forgotten = forgotten_set(tombstones)
     carried = [
         Tombstone(moved(t.id), "forgotten")
         for t in tombstones

@@ -25,7 +25,7 @@ from ragport.domain.model import (
 )
 from ragport.engine.bm25 import bm25_scores, counted
 from ragport.engine.history import history_of
-from ragport.engine.rules import screened_sources
+from ragport.engine.rules import forgotten_set, screened_sources
 from ragport.ports.backend import BackendReader
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange
@@ -84,7 +84,8 @@ def visible(rows: Iterable[Record], pointer: int) -> Iterator[Record]:
 
 
 def forgotten_ids(reader: BackendReader) -> frozenset[str]:
-    return frozenset(t.id for t in reader.tombstones() if t.reason == "forgotten")
+    """``forgotten_set`` of the reader's tombstones (the narrow port lists them whole)."""
+    return forgotten_set(reader.tombstones())
 
 
 def _allowed(record: Record, grants: Mapping[str, Grant], caller: Authorization) -> bool:

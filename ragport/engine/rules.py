@@ -12,9 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ragport.domain.model import Record
+from ragport.domain.model import Record, Tombstone
 
-__all__ = ["screened_sources"]
+__all__ = ["forgotten_set", "screened_sources"]
+
+
+def forgotten_set(tombstones: Iterable[Tombstone]) -> frozenset[str]:
+    """The ids ``tombstones`` withhold from reads: those of the ``forgotten`` ones (a
+    ``corrected`` tombstone withholds nothing). ``is_forgotten`` tests a row against it."""
+    return frozenset(t.id for t in tombstones if t.reason == "forgotten")
 
 
 def screened_sources(records: Iterable[Record]) -> tuple[str, ...]:

@@ -50,6 +50,7 @@ from ragport.engine.reads import (
     visible,
     walk_vectors,
 )
+from ragport.engine.rules import forgotten_set
 from ragport.engine.unit_of_work import BackendUnitOfWork, _ids, by_id
 from ragport.ports.backend import BackendReader, BackendWriter, GenerationState, StorageBackend
 from ragport.ports.embedder import Vector
@@ -280,7 +281,7 @@ class BackendStore:
                 return frozenset(self._push.forgotten_among(r, wanted)) & set(wanted)
             if self._push.tombstones_among is not None:
                 found = self._push.tombstones_among(r, wanted)
-                return frozenset(t.id for t in found if t.reason == "forgotten") & set(wanted)
+                return forgotten_set(found) & set(wanted)
             return forgotten_ids(r).intersection(wanted)
 
     def generation_history(

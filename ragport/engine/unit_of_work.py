@@ -37,6 +37,7 @@ from ragport.engine.copies import hand_out, take_in
 from ragport.engine.dispatch import Pushdowns
 from ragport.engine.generations import GenerationSteps, check_generation
 from ragport.engine.reads import checked
+from ragport.engine.rules import forgotten_set
 from ragport.ports.backend import BackendWriter, GenerationState, RowKey
 from ragport.ports.embedder import VectorMatrix
 from ragport.ports.store import (
@@ -519,11 +520,8 @@ class _Tombstones(_Part):
         wanted = set(_ids(ids, "ids"))
 
         def readmit(w: BackendWriter) -> int:
-            changed = [
-                Tombstone(t.id, "corrected")
-                for t in self._among(w, sorted(wanted))
-                if t.id in wanted and t.reason == "forgotten"
-            ]
+            forgotten = forgotten_set(self._among(w, sorted(wanted))) & wanted
+            changed = [Tombstone(i, "corrected") for i in sorted(forgotten)]
             if changed:
                 w.put_tombstones(changed)
             return len(changed)

@@ -24,6 +24,7 @@ from ragport.adapters.memory.snapshot import Snapshot
 from ragport.adapters.memory.unit_of_work import SnapshotReader, SnapshotWriter
 from ragport.domain.model import Scope, Tombstone
 from ragport.engine.history import history_of
+from ragport.engine.rules import forgotten_set
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange
 from ragport.ports.pushdowns import Admission, LegAnswer
@@ -133,6 +134,4 @@ class SnapshotBackend(MemoryBackend):
 
     def forgotten_among(self, view: SnapshotReader, ids: Sequence[str]) -> frozenset[str]:
         kept = view.snap.tombstones
-        return frozenset(
-            i for i in ids if (t := kept.get(i)) is not None and t.reason == "forgotten"
-        )
+        return forgotten_set(kept[i] for i in ids if i in kept)

@@ -25,6 +25,7 @@ from ragport.domain.model import (
     is_visible,
 )
 from ragport.engine.copies import hand_out, hand_out_scored
+from ragport.engine.rules import forgotten_set
 from ragport.ports.backend import GenerationState
 from ragport.ports.embedder import Vector, VectorMatrix
 from ragport.ports.store import EmbedderKey, ScoredRecord
@@ -105,7 +106,7 @@ class Snapshot:
         a read costs nothing however many tombstones the scope holds."""
         found = self._forgotten
         if found is None:
-            found = frozenset(t.id for t in self.tombstones.values() if t.reason == "forgotten")
+            found = forgotten_set(self.tombstones.values())
             self._forgotten = found
         return found
 
