@@ -70,7 +70,7 @@ NESTED_CASES = {
 def test_deeply_nested_answers_are_typed_errors(serve) -> None:
     """A nested-past-the-stack answer (200 JSON or a 403 body read for rate limits) is a
     LoadError, never a RecursionError, in bounded memory. If this fails, check that
-    ``DriveHttp._json`` and ``_rate_limited`` catch RecursionError."""
+    ``GoogleDriveConnector._json`` and ``_rate_limited`` catch RecursionError."""
     urls = {}
     for case, (path, status, _) in NESTED_CASES.items():
         drive = FakeDrive()
@@ -355,7 +355,7 @@ def _endless_folders(query: dict[str, str], reply: Reply) -> Reply:
 def test_endless_folder_only_pages_stop_at_the_request_budget(serve) -> None:
     """A Drive answering folder-only pages with a new token each time (no repeat to catch)
     is LoadError(reason="request_budget") after max_list_requests requests in the run, not
-    thousands of requests. If this fails, check ``DriveHttp._count_request`` and
+    thousands of requests. If this fails, check ``GoogleDriveConnector._count_request`` and
     ``max_list_requests`` in ``GoogleDriveConnector``."""
     drive = FakeDrive()
     drive.tamper = tamper = Counting("/drive/v3/files", _endless_folders)

@@ -38,6 +38,7 @@ mapping with ``id``, ``name``, ``mimeType``, ``parents``, ``permissions`` when l
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
 import time
@@ -47,9 +48,8 @@ from typing import Any
 
 import attrs
 
-from ragport.adapters._http import OwnedClient, check_base_url, check_int
+from ragport.adapters._http import HttpFailure, OwnedClient, check_base_url, check_int, read_body
 from ragport.adapters.connectors._cursors import decode_cursor
-from ragport.adapters.connectors._drive_http import DriveHttp
 from ragport.adapters.http_options import HttpOptions, check_http, http_fold
 from ragport.domain.deprecation import Fold, evolve_or_default, keyword_folds
 from ragport.domain.documents import MEDIA_TYPES, base_media_type
@@ -58,6 +58,7 @@ from ragport.domain.errors import (
     ParseError,
     SyncCursorError,
     ValidationError,
+    raise_unchained,
 )
 from ragport.domain.limits import DEFAULT_CEILINGS, DEFAULT_LIMITS, Ceilings, check_ceilings
 from ragport.domain.model import validate_id
@@ -85,6 +86,16 @@ _VERSION = 1
 _MAX_PATH = 1024
 MAX_LIST_REQUESTS = 10_000  # per run: about a million items at the default page size
 MAX_LIST_REQUESTS_CEILING = 1_000_000
+
+
+_FAILURES = {  # read_body's failure kinds -> the LoadError message (the kind is the reason)
+    "too_large": "the answer is over max_bytes={max_bytes}",
+    "encoding": "Drive answered with a Content-Encoding other than the identity asked for",
+}
+
+
+class _Unauthorized(Exception):
+    pass
 
 
 def drive_permissions_access(file: Mapping[str, Any]) -> Access | None:
@@ -161,7 +172,7 @@ def _fold_options(given: object, old: Mapping[str, Any], args: tuple[Any, ...]) 
     return evolve_or_default(given, old, DEFAULT_DRIVE_OPTIONS, DriveOptions, "options")
 
 
-class GoogleDriveConnector(DriveHttp, OwnedClient):
+class GoogleDriveConnector(OwnedClient):
     """Google Drive v3 as a ``Connector``; see the module docstring.
 
     ``http`` (``HttpOptions``): ``client`` or ``transport``, ``allow_loopback``, ``timeout_s``
@@ -232,6 +243,129 @@ class GoogleDriveConnector(DriveHttp, OwnedClient):
     @property
     def id(self) -> str:
         return self._id
+
+    # -- HTTP: one GET with bounded retries and backoff --------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        if self._token is None:
+            token = self._token_provider()
+            if not isinstance(token, str) or not token or not all(" " < c < "\x7f" for c in token):
+                raise LoadError("token_provider returned no usable token", reason="unauthorized")
+            self._token = token
+        return {"Authorization": f"Bearer {self._token}", "Accept-Encoding": "identity"}
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        delay = min(self._max_backoff, self._backoff * (2**attempt))
+        if retry_after:
+            value = retry_after.strip()
+            if value.isdigit():
+                delay = float(value)
+            else:
+                try:
+                    when = email.utils.parsedate_to_datetime(value)
+                    delay = max(0.0, when.timestamp() - time.time())
+                except (TypeError, ValueError):
+                    pass
+        return float(min(self._max_backoff, max(0.0, delay)))
+
+    def _get(
+        self, path: str, params: Mapping[str, Any], *, what: str, cursor: bool = False
+    ) -> tuple[bytes, str]:
+        """GET ``path`` with retries; the body (under ``max_bytes`` for media) and its type."""
+        httpx = __import__("httpx")
+        refreshed = False
+        attempt = 0
+        while True:
+            try:
+                status, headers, body = self._request(httpx, path, params)
+            except _Unauthorized:
+                if refreshed:
+                    raise LoadError(
+                        f"Drive refused the token for {what} (401)", reason="unauthorized"
+                    ) from None
+                refreshed = True
+                self._token = None
+                continue
+            if 200 <= status < 300:
+                return body, headers.get("content-type", "")
+            if status == 410 or (cursor and status in (400, 404)):
+                raise SyncCursorError(
+                    f"Drive no longer accepts the page token ({status})",
+                    reason="expired" if status == 410 else "invalid",
+                )
+            retryable = status == 429 or status >= 500 or (status == 403 and _rate_limited(body))
+            if retryable and attempt < self._max_retries:
+                self._sleep(self._delay(attempt, headers.get("retry-after")))
+                attempt += 1
+                continue
+            raise LoadError(f"Drive answered {status} for {what}", reason="status")
+
+    def _request(
+        self, httpx: Any, path: str, params: Mapping[str, Any]
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        headers = self._headers()
+        error: LoadError | None = None
+        try:
+            with self._client.stream(
+                "GET", f"{self._base}{path}", params=params, headers=headers, timeout=self._timeout
+            ) as response:
+                if response.status_code == 401:
+                    raise _Unauthorized
+                return (
+                    response.status_code,
+                    response.headers,
+                    read_body(response, max_bytes=self._max_bytes),
+                )
+        except HttpFailure as failure:
+            error = LoadError(
+                _FAILURES[failure.kind].format(max_bytes=self._max_bytes), reason=failure.kind
+            )
+        except _Unauthorized:
+            raise
+        except httpx.TimeoutException as exc:
+            error = LoadError(
+                f"Drive at {self._host} timed out ({type(exc).__name__})", reason="timeout"
+            )
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            error = LoadError(
+                f"Drive at {self._host} failed ({type(exc).__name__})", reason="transport"
+            )
+        raise_unchained(error)
+
+    def _count_request(self, what: str) -> None:
+        """Count one JSON request of this run; past ``max_list_requests`` it is not sent."""
+        if self._list_requests >= self._max_list_requests:
+            raise LoadError(
+                f"Drive needed more than max_list_requests={self._max_list_requests} listing "
+                f"requests in one run ({what}); the pages committed so far stay and the next "
+                "run continues from them; raise max_list_requests (ragport sync drive "
+                "--max-list-requests N) for a Drive this large",
+                reason="request_budget",
+            )
+        self._list_requests += 1
+
+    def _end_run(self) -> None:
+        """The run is over (an exhausted page, or an error): the count restarts."""
+        self._list_requests = 0
+
+    def _json(
+        self, path: str, params: Mapping[str, Any], *, what: str, cursor: bool = False
+    ) -> dict[str, Any]:
+        self._count_request(what)
+        body, _ = self._get(path, params, what=what, cursor=cursor)
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's stack
+            data = None
+        if not isinstance(data, dict):
+            raise LoadError(f"Drive answered malformed JSON for {what}", reason="malformed")
+        return data
+
+    def _drive_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"supportsAllDrives": "true"}
+        if self._drive_id is not None:
+            params["driveId"] = self._drive_id
+        return params
 
     # -- listing ------------------------------------------------------------------------------
 
@@ -641,3 +775,12 @@ def _time(value: object) -> datetime | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def _rate_limited(body: bytes) -> bool:
+    try:
+        data = json.loads(body)
+        reasons = {e.get("reason") for e in data["error"]["errors"]}
+    except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
+        return False
+    return bool(reasons & {"rateLimitExceeded", "userRateLimitExceeded"})
