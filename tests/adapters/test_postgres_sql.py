@@ -107,9 +107,9 @@ def test_the_lexical_statement_binds_exactly_what_the_store_passes() -> None:
 
 
 STATEMENTS: list[tuple[Callable[[str], str], set[str]]] = [
-    (statements.touch_scope, set()),
     (statements.lock_scope, set()),
     (statements.save_generations, {"n", "p", "f"}),
+    (lambda s: statements.save_generations(s, claim=True), {"n", "p", "f", "claim"}),
     (lambda s: statements.retire(s, "source_id = :src"), {"src", "g", "p"}),
     (lambda s: statements.retire(s, "id = ANY(:ids)"), {"ids", "g", "p"}),
     (statements.dependents_sql, {"ids"}),

@@ -21,7 +21,8 @@ What keeps the tables consistent, per member:
 - ``put_tombstones``: ``forgotten`` through ``statements.tombstones_insert`` (which takes the
   named rows out of the statistics), ``corrected`` over a ``forgotten`` one through
   ``tombstones.tombstones_readmit`` (which puts them back);
-- ``state`` / ``set_state``: the scope's row, locked ``FOR UPDATE`` by ``write``.
+- ``state`` / ``set_state``: the scope's row, locked by ``write`` (``statements.lock_scope``)
+  and written back once, by the commit (``ScopeTransaction.save_state``).
 
 Isolation: a ``read`` (and a ``retrieval_read``, on the replica when there is one) is one
 REPEATABLE READ, READ ONLY transaction (one snapshot), begun at its first statement; a read
@@ -350,23 +351,14 @@ class _Writer(_Reader):
             self._run("delete records", statements.erase_unused_lexemes(self.s), lx=lexemes)
 
     def set_state(self, state: GenerationState) -> None:
-        """The three numbers and the engine's embedder claim (``scopes.embedder_claim``)."""
+        """The three numbers and the engine's embedder claim (``scopes.embedder_claim``),
+        kept in the transaction and written once, by its commit (``save_state``)."""
         tx = self.tx
         tx.counter, tx.pointer, tx.floor = state.counter, state.pointer, state.floor
         if state.embedders != tx.claim:
             tx.claim = state.embedders
-            self._run(
-                "save embedder claim",
-                f"UPDATE {self.s}.scopes SET embedder_claim = :claim WHERE {SCOPE}",
-                claim=embedders.claim_value(state.embedders),
-            )
-        self._run(
-            "save generations",
-            statements.save_generations(self.s),
-            n=state.counter,
-            p=state.pointer,
-            f=state.floor,
-        )
+            tx.claim_unsaved = True
+        tx.unsaved = True
 
     def put_grants(self, grants: Sequence[Grant]) -> None:
         latest = {g.source_id: g for g in grants}
@@ -762,7 +754,7 @@ class PostgresBackend:
 
     @contextmanager
     def write(self, scope: Scope) -> Iterator[_Writer]:
-        """Lock the scope's row (``FOR UPDATE``) in one transaction (a savepoint of the host's
+        """Lock the scope's row (``statements.lock_scope``) in one transaction (a savepoint of the host's
         on a joined store); the engine's commit commits it, leaving the block without one rolls
         it back (and sweeps the vectors its adds wrote ahead)."""
         with self._db.connect("unit of work") as conn:
@@ -772,7 +764,6 @@ class PostgresBackend:
                 with translate_errors("lock scope"):
                     if self._db.joined is not None:
                         savepoint = conn.begin_nested()
-                    conn.execute(text(statements.touch_scope(self._db.s)), scope_params(scope))
                     state = conn.execute(
                         text(statements.lock_scope(self._db.s)), scope_params(scope)
                     ).one()

@@ -43,7 +43,6 @@ __all__ = [
     "save_generations",
     "tombstones_insert",
     "tombstones_sql",
-    "touch_scope",
     "with_stats",
     "withheld",
 ]
@@ -52,26 +51,25 @@ __all__ = [
 # -- scopes and generations ----------------------------------------------------------------------
 
 
-def touch_scope(s: str) -> str:
-    """Create the scope's row (counter, pointer and floor at 0) if it is missing."""
-    return (
-        f"INSERT INTO {s}.scopes (tenant_id, resource_id, corpus_id) "
-        "VALUES (:t, :r, :c) ON CONFLICT DO NOTHING"
-    )
-
-
 def lock_scope(s: str) -> str:
-    """Read and lock the scope's row: writers of one scope are serialized. With the
-    sole-embedder claim (``embedders.py``) and the engine's claim (migration 13)."""
+    """Create the scope's row if it is missing (counter, pointer and floor at 0), lock it and
+    read it, in one statement: writers of one scope are serialized. The upsert's row lock is
+    held to the end of the transaction (a first writer racing another waits on its insert,
+    then locks the row it committed); readers never wait. It reads the sole-embedder claim
+    (``embedders.py``) and the engine's claim (migration 13)."""
     return (
-        "SELECT counter, pointer, floor, sole_embedder, sole_dimensions, embedder_claim "
-        f"FROM {s}.scopes WHERE {SCOPE} FOR UPDATE"
+        f"INSERT INTO {s}.scopes AS x (tenant_id, resource_id, corpus_id) VALUES (:t, :r, :c) "
+        "ON CONFLICT (tenant_id, resource_id, corpus_id) DO UPDATE SET counter = x.counter "
+        "RETURNING x.counter, x.pointer, x.floor, x.sole_embedder, x.sole_dimensions, "
+        "x.embedder_claim"
     )
 
 
-def save_generations(s: str) -> str:
-    """Store ``:n`` (counter), ``:p`` (pointer) and ``:f`` (floor)."""
-    return f"UPDATE {s}.scopes SET counter = :n, pointer = :p, floor = :f WHERE {SCOPE}"
+def save_generations(s: str, *, claim: bool = False) -> str:
+    """Store ``:n`` (counter), ``:p`` (pointer) and ``:f`` (floor); with ``claim``, the
+    engine's embedder claim ``:claim`` too."""
+    extra = ", embedder_claim = :claim" if claim else ""
+    return f"UPDATE {s}.scopes SET counter = :n, pointer = :p, floor = :f{extra} WHERE {SCOPE}"
 
 
 # -- records -----------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ Quirks worth knowing:
 - A read sees one snapshot: a vector query is one statement (the scope's pointer, the drift
   guard and the rows it selects from the same MVCC snapshot), every other read one
   REPEATABLE READ, READ ONLY transaction; never a mix of two generations.
-- A unit of work locks its scope's row (``SELECT ... FOR UPDATE``): writers of one scope are
+- A unit of work locks its scope's row (``statements.lock_scope``): writers of one scope are
   serialized, readers never wait.
 - Records are written with binary COPY (one round trip per batch, ~4x text parameters); their
   vectors go to ``record_vectors`` (keyed by ``records.row_key``), written once: retiring,

@@ -3,12 +3,12 @@ work (``ragport.engine.unit_of_work``), which ``PostgresBackend.write`` opens.
 
 No store rule lives here: the engine checks, merges and decides; ``PostgresBackend``'s writer
 and write pushdowns turn its decisions into statements on ``conn``. This class keeps what is
-PostgreSQL's own: the scope's numbers as read under ``FOR UPDATE`` (written back by the
-writer's ``set_state``), binary COPY of records and their vectors (``copy_in``: one round trip
-per batch, ~4x text parameters; the vectors on a second connection through
-``vector_writes.VectorWriter`` for large adds, swept if the transaction does not commit), the
-sole-embedder claim (``embedders.py``), commit with the WAL position for replicas, the
-savepoint of a joined view, and the index maintenance a commit schedules.
+PostgreSQL's own: the scope's numbers as read under the row lock (``set_state`` keeps them,
+``save_state`` writes them back once, before the commit), binary COPY of records and their
+vectors (``copy_in``: one round trip per batch, ~4x text parameters; the vectors on a second
+connection through ``vector_writes.VectorWriter`` for large adds, swept if the transaction
+does not commit), the sole-embedder claim (``embedders.py``), commit with the WAL position
+for replicas, the savepoint of a joined view, and the index maintenance a commit schedules.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _LOG = logging.getLogger(__name__)
 
 
 class ScopeTransaction:
-    """One transaction on ``conn`` over ``scope``, whose row ``state`` was read FOR UPDATE."""
+    """One transaction on ``conn`` over ``scope``, whose row ``state`` was read locked."""
 
     def __init__(
         self,
@@ -84,6 +84,10 @@ class ScopeTransaction:
         # The engine's embedder claim (migration 13), read with the lock (``GenerationState.
         # embedders``; ``PostgresBackend``'s ``set_state`` writes it back).
         self.claim = embedders.claim_of(state.embedder_claim)
+        # ``set_state`` changed the numbers (and the claim) since they were read: the commit
+        # writes them, once (``save_state``), however many generation steps the unit took.
+        self.unsaved = False
+        self.claim_unsaved = False
         self.done = False
         # The rows whose statements may have written GIN entries (added, retired, restored,
         # re-keyed or re-linked): commit hands them to ``VectorIndexes.merge_pending``, which
@@ -181,9 +185,25 @@ class ScopeTransaction:
                 self.sole = embedders.refresh(self.conn, self.s, self.scope)
         return count
 
+    def save_state(self) -> None:
+        """Write the scope's numbers, and the claim when it changed, if a step changed them:
+        one UPDATE of the locked row before the commit. Nothing in the transaction reads them
+        from the table before (its statements take the pointer as a bind)."""
+        if not self.unsaved:
+            return
+        claim = {"claim": embedders.claim_value(self.claim)} if self.claim_unsaved else {}
+        sql = statements.save_generations(self.s, claim=self.claim_unsaved)
+        with translate_errors("save generations"):
+            self.conn.execute(
+                text(sql),
+                scope_params(self.scope, n=self.counter, p=self.pointer, f=self.floor, **claim),
+            )
+        self.unsaved = self.claim_unsaved = False
+
     def commit(self) -> None:
         if self.done:
             raise ValidationError("unit of work already finished", field="unit_of_work")
+        self.save_state()
         if self.savepoint is not None:
             self._release()
             return
