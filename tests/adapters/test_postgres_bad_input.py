@@ -98,7 +98,7 @@ def _replace(store, source: str, texts: list[str], *, embedder=EMB, scope=SCOPE,
 def test_wrong_dimension_vectors_are_refused_and_nothing_is_written(
     store, pg_engine, pg_schema, dims, vectors, field
 ):
-    """Bad vectors in records.add: ValidationError, no rows. If this fails, check ports.store.check_records_for_add and unit_of_work.py _Records.add."""
+    """Bad vectors in records.add: ValidationError, no rows. If this fails, check ports.store.check_records_for_add and the engine's _Records.add (engine/unit_of_work.py)."""
     with pytest.raises(ValidationError) as info, store.unit_of_work(SCOPE) as uow:
         generation = uow.generations.stage()
         uow.records.add(_records(SCOPE, 2, dims, generation=generation), vectors)
@@ -325,7 +325,7 @@ def test_missing_vector_extension_is_a_typed_error_and_creates_nothing(
 
 
 def test_unknown_scope_reads_empty_and_rollback_writes_nothing(store, pg_engine, pg_schema):
-    """Never-written scope: empty reads; rollback(to=1) ValidationError, no row. If this fails, check store.py unit_of_work."""
+    """Never-written scope: empty reads; rollback(to=1) ValidationError, no row. If this fails, check PostgresBackend.write and ScopeTransaction.rollback."""
     _replace(store, "doc", ["a different scope has data"])
     ghost = ragport.Scope("tenant-1", "kb", "ghost")
     before = (_record_rows(pg_engine, pg_schema), _scope_rows(pg_engine, pg_schema))

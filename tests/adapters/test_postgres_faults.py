@@ -261,7 +261,7 @@ def _assert_one_complete_version(store: PostgresStore) -> str:
 def test_sigkilled_writer_leaves_previous_version_and_no_orphans(
     store, pg_engine, pg_schema, spawn, kill_point
 ):
-    """SIGKILL inside the replace transaction keeps v1 intact. If this fails, check store.py unit_of_work."""
+    """SIGKILL inside the replace transaction keeps v1 intact. If this fails, check PostgresBackend.write and ScopeTransaction."""
     v1 = _replace(store, "v1", 3)
     assert v1.generation == 1
     v1_rows = store.get_by_source(SCOPE, SOURCE)
@@ -298,7 +298,7 @@ def test_sigkilled_writer_leaves_previous_version_and_no_orphans(
 def test_two_processes_replacing_one_source_end_with_one_complete_version(
     store, pg_engine, pg_schema, spawn
 ):
-    """Two writers x 20 replaces: one complete version, pointer = 41. If this fails, check store.py unit_of_work lock."""
+    """Two writers x 20 replaces: one complete version, pointer = 41. If this fails, check statements.lock_scope (PostgresBackend.write)."""
     _replace(store, "init v0", 3)
     # 40 versions with 40 distinct chunk counts (7 is a generator mod 41).
     plans = {

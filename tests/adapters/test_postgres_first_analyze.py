@@ -61,7 +61,7 @@ def test_the_first_load_past_the_threshold_is_analysed_and_a_small_one_is_not(
 ):
     """Below ``ANALYZE_AFTER_ROWS`` nothing is analysed (a small corpus pays one catalog read
     per commit, no ANALYZE); the commit that crosses it analyses records, record_vectors and
-    tombstones, partitioned or not. If this fails, check PostgresUnitOfWork.commit and
+    tombstones, partitioned or not. If this fails, check ScopeTransaction.commit and
     VectorIndexes.analyze_once."""
     store = PostgresStore(pg_engine, schema=pg_schema, create=True, partitions=partitions)
     scope = ragport.Scope("acme", "kb", "fresh-" + uuid.uuid4().hex[:6])

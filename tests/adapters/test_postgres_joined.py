@@ -119,8 +119,8 @@ def test_the_hosts_rollback_discards_ragports_writes(store, host_engine, pg_sche
 def test_a_failed_ragport_write_leaves_the_hosts_transaction_usable(store, host_engine, pg_schema):
     """A unit of work that fails mid-write rolls back its savepoint only; the host commits.
 
-    If this fails, check ``PostgresStore.unit_of_work``'s joined path (begin_nested) and
-    ``PostgresUnitOfWork.rollback`` with a savepoint.
+    If this fails, check ``PostgresBackend.write``'s joined path (begin_nested) and
+    ``ScopeTransaction.rollback`` with a savepoint.
     """
     scope = _scope()
     with host_engine.connect() as conn, conn.begin():

@@ -280,7 +280,7 @@ def test_statistics_equal_a_recomputation_at_every_pointer(
 ) -> None:
     """Deltas summed at each readable pointer equal the visible rows' N, length and df, and
     scores (pruned top-k) equal the reference. If this fails, check statements.with_stats and
-    its callers in unit_of_work.py, and queries.bm25_ctes."""
+    its callers in backend.py (the writer and the write pushdowns), and queries.bm25_ctes."""
     scope = ragport.Scope("tenant-1", "kb", "c" + uuid.uuid4().hex[:12])
     s = f'"{pg_schema}"'
     for op in ops:
@@ -365,7 +365,7 @@ def test_renaming_rows_past_a_tombstone_moves_their_statistics(
     """Re-keying rows off or onto a forgotten id, and rewriting a lineage off or onto one
     (the unit of work's own ``rekey``/``rewrite_lineage``, which ``repoint_source`` never
     calls that way), keeps the statistics equal to a recomputation. If this fails, check
-    statements.rekey_stats and lineage_stats and their calls in unit_of_work.py."""
+    statements.rekey_stats and lineage_stats and their calls in backend.py (move, rename_lineage)."""
     scope = ragport.Scope("tenant-1", "kb", "c" + uuid.uuid4().hex[:12])
     s = f'"{pg_schema}"'
     for src, words in (("s0", "apple brook"), ("s1", "cedar delta delta"), ("s2", "ember")):

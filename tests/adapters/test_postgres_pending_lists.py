@@ -391,7 +391,7 @@ def test_the_default_merges_on_the_maintenance_thread_after_the_delay(pg_engine,
     (the merge is not on the writer's path), and the store's maintenance thread merges them
     by itself once the delay is over, with no call from the host. A store with a long delay
     keeps them pending until ``finish_maintenance()`` runs the merge at once. If this fails,
-    check ``background.MaintenanceWorker`` and ``PostgresUnitOfWork.commit``."""
+    check ``background.MaintenanceWorker`` and ``ScopeTransaction.commit`` (unit_of_work.py)."""
     store = PostgresStore(pg_engine, schema=pg_schema, create=True, text_search_config="simple")
     slow = PostgresStore(pg_engine, schema=pg_schema, writes=WriteSettings(maintenance_delay=60))
     scope = _scope()
@@ -433,7 +433,7 @@ def test_the_background_thread_schedules_only_units_of_work_that_change_rows(
     pg_engine, pg_schema, monkeypatch
 ):
     """With the default delay, a grants-only unit of work schedules nothing; an add
-    schedules one merge of its tenant. If this fails, check ``PostgresUnitOfWork.commit``."""
+    schedules one merge of its tenant. If this fails, check ``ScopeTransaction.commit`` (unit_of_work.py)."""
     from ragport.adapters.postgres.background import MaintenanceWorker
 
     store = PostgresStore(pg_engine, schema=pg_schema, create=True, text_search_config="simple")

@@ -165,7 +165,7 @@ def test_every_statement_filters_on_tenant_with_an_equality() -> None:
     every other table reference needs ``tenant_id = <bind>`` or a join on ``tenant_id``.
     Run the whole module: the statements come from the two contract suites above.
     If this fails, check the SQL builders in ragport/adapters/postgres/ (predicate.py,
-    queries.py, statements.py, unit_of_work.py, status.py) for the statement printed."""
+    queries.py, statements.py, backend.py, unit_of_work.py, status.py) for the statement printed."""
     statements = {s for s in CAPTURED if _REFERENCE.search(s) and not _DDL.match(s)}
     assert len(statements) > 20, "run the whole module: the contract suites supply the statements"
     bad = [sql for sql in statements if not _routable(sql)]
