@@ -1,15 +1,18 @@
 """``generation_history`` derived from stored rows, written once (``SupportsGenerationHistory``).
 
 A row written at ``g`` counts as written there, a row retired at ``g`` as retired there;
-rows a ``forgotten`` tombstone names (by id or source) are left out. ``BackendStore`` and
-``InMemoryStore`` both answer with it.
+rows the forgotten predicate withholds (``is_forgotten``: a ``forgotten`` tombstone on the
+row's id, source, a lineage id or a root, the test every read makes) are left out, so a
+derived record resting on forgotten content is listed no more than it is read.
+``BackendStore`` and ``InMemoryStore`` both answer with it; PostgreSQL's pushdown is
+``adapters/postgres/history.py`` (``predicate.not_forgotten``, the same test in SQL).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ragport.domain.model import Record
+from ragport.domain.model import Record, is_forgotten
 from ragport.ports.history import GenerationChange
 
 __all__ = ["history_of"]
@@ -30,7 +33,7 @@ def history_of(
     written: dict[int, list[str]] = {}
     retired: dict[int, list[str]] = {}
     for r in rows:
-        if r.id in forgotten or r.source_id in forgotten:
+        if is_forgotten(r, forgotten):
             continue
         if low < r.generation <= pointer:
             written.setdefault(r.generation, []).append(r.source_id)

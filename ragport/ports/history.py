@@ -11,8 +11,9 @@ it follows rollback and compaction:
 - after ``rollback_generation(to=p)`` the generations above ``p`` are gone (their rows were
   discarded, what they retired is visible again), and a later write reuses their numbers;
 - a source replaced at ``g`` is both written and retired at ``g``; a deleted one only retired;
-- ids a ``forgotten`` tombstone withholds (as a record id or a source id) are never listed
-  and never counted: ``sources_*`` and ``records_*`` leave them out too;
+- rows the forgotten predicate withholds (``is_forgotten``: a ``forgotten`` tombstone on the
+  row's id, source, a lineage id or a root, as in every read) are never listed and never
+  counted: ``sources_*`` and ``records_*`` leave them out too;
 - the history is per exact scope: another corpus or tenant sees none of it.
 """
 

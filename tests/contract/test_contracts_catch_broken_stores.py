@@ -288,8 +288,16 @@ def test_history_contract_catches_an_in_memory_history_missing_a_part(defect, te
         ),
         # forgotten ids listed
         (
-            (" AND NOT (r.id = ANY(tb.ids) OR r.source_id = ANY(tb.ids))", ""),
+            ("ANY(ARRAY[r.id, r.source_id] || r.lineage || r.roots)", "ANY(ARRAY[''])"),
             "test_history_never_lists_a_forgotten_id",
+        ),
+        # derived rows resting on forgotten content listed (the old id-and-source-only test)
+        (
+            (
+                "ANY(ARRAY[r.id, r.source_id] || r.lineage || r.roots)",
+                "ANY(ARRAY[r.id, r.source_id])",
+            ),
+            "test_history_leaves_out_what_rests_on_a_forgotten_id",
         ),
         # another corpus's rows counted
         (
@@ -297,7 +305,7 @@ def test_history_contract_catches_an_in_memory_history_missing_a_part(defect, te
             "test_history_is_scoped_exactly_and_empty_for_an_unwritten_scope",
         ),
     ],
-    ids=["ignores-floor", "reads-staged", "lists-forgotten", "ignores-corpus"],
+    ids=["ignores-floor", "reads-staged", "lists-forgotten", "ignores-roots", "ignores-corpus"],
 )
 def test_history_contract_catches_broken_postgres_history_sql(
     monkeypatch, pg_engine, pg_schema, broken, test

@@ -3,7 +3,8 @@
 One statement (one snapshot): the scope's pointer and floor, then every row written or
 retired at a generation in ``(max(floor, pointer - limit), pointer]``, grouped by generation
 and kind, with the distinct source ids in code-point order (capped at ``max_ids``, counted in
-full). Ids a ``forgotten`` tombstone withholds are left out. Every table reference names the
+full). Rows the forgotten predicate withholds (``predicate.not_forgotten``: id, source,
+lineage or roots, as every read) are left out. Every table reference names the
 scope by equality. Where a row records its retirement is read only here
 (``r.retired_generation``), so a change to that layout changes this one statement.
 """
@@ -14,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ragport.adapters.postgres import reads
-from ragport.adapters.postgres.predicate import RSCOPE, SCOPE, scope_params
+from ragport.adapters.postgres.predicate import RSCOPE, SCOPE, not_forgotten, scope_params
 from ragport.domain.errors import ScopeError
 from ragport.domain.model import Scope
 from ragport.ports.history import GenerationChange, check_history_args
@@ -25,16 +26,14 @@ __all__ = ["generation_history", "generation_history_sql"]
 def generation_history_sql(s: str) -> str:
     """Rows ``(pointer, low, g, kind, records, sources, ids)``: one per generation and kind
     (``w`` written, ``r`` retired) with rows, or a single row with ``g`` null when none."""
-    alive = "NOT (r.id = ANY(tb.ids) OR r.source_id = ANY(tb.ids))"
+    alive = not_forgotten(s)
     return (
         f"WITH sc AS (SELECT coalesce(max(pointer), 0) AS pointer, coalesce(max(floor), 0) AS floor "
         f"FROM {s}.scopes WHERE {SCOPE}), "
         "lo AS (SELECT pointer, greatest(floor, pointer - CAST(:limit AS bigint)) AS low FROM sc), "
-        f"tb AS (SELECT coalesce(array_agg(id), '{{}}') AS ids FROM {s}.tombstones "
-        f"WHERE {SCOPE} AND reason = 'forgotten'), "
-        f"ev AS (SELECT r.generation AS g, 'w' AS kind, r.source_id FROM {s}.records r, lo, tb "
+        f"ev AS (SELECT r.generation AS g, 'w' AS kind, r.source_id FROM {s}.records r, lo "
         f"WHERE {RSCOPE} AND r.generation > lo.low AND r.generation <= lo.pointer AND {alive} "
-        f"UNION ALL SELECT r.retired_generation, 'r', r.source_id FROM {s}.records r, lo, tb "
+        f"UNION ALL SELECT r.retired_generation, 'r', r.source_id FROM {s}.records r, lo "
         f"WHERE {RSCOPE} AND r.retired_generation > lo.low "
         f"AND r.retired_generation <= lo.pointer AND {alive}), "
         "agg AS (SELECT g, kind, count(*) AS records, count(DISTINCT source_id) AS sources, "

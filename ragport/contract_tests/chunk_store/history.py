@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from ragport.application.generations import compact, rollback_generation
-from ragport.contract_tests._support import make_batch, publish_sources, record_written
+from ragport.contract_tests._support import (
+    derived_batch,
+    make_batch,
+    publish_sources,
+    record_written,
+)
 from ragport.contract_tests.chunk_store._base import _ChunkStoreContractBase
 from ragport.contract_tests.chunk_store._helpers import (
     OTHER_CORPUS,
@@ -171,7 +176,7 @@ class ChunkStoreGenerationHistoryContract(_ChunkStoreContractBase):
         tombstone withholds appears in no list and no count.
 
         If this fails, check that the history filters on the scope's forgotten tombstones
-        (record id and source id), as every read does.
+        (``is_forgotten``: record id, source id, lineage, roots), as every read does.
         """
         _require_history(store)
         first, _ = publish_sources(store, SCOPE, {"a": ["a one"], "secret": ["s one", "s two"]})
@@ -180,6 +185,42 @@ class ChunkStoreGenerationHistoryContract(_ChunkStoreContractBase):
             uow.commit()
         [change] = _history(store)
         assert (change.generation, change.written, change.sources_written) == (first, ("a",), 1)
+        assert change.records_written == 1
+
+    def test_history_leaves_out_what_rests_on_a_forgotten_id(self, store: ChunkStore) -> None:
+        """Checks ``SupportsGenerationHistory.generation_history``: a derived record withheld
+        by a ``forgotten`` tombstone on one of its roots or lineage ids (not on its own id)
+        appears in no list and no count, as it appears in no read.
+
+        If this fails, check that the history leaves rows out by the forgotten predicate
+        every read uses (``ragport.domain.model.is_forgotten``: id, source, lineage and
+        roots), not by record id and source id alone.
+        """
+        _require_history(store)
+        record_written(SCOPE, "a", "secret", "d-root", "d-edge", "gone-edge")
+        with store.unit_of_work(SCOPE) as uow:
+            staged = uow.generations.stage()
+            for batch in (
+                make_batch(SCOPE, "a", ["a one"], generation=staged),
+                make_batch(SCOPE, "secret", ["s one"], generation=staged),
+                derived_batch(
+                    SCOPE, "d-root", "on the secret", roots=("secret",), generation=staged
+                ),
+                derived_batch(
+                    SCOPE,
+                    "d-edge",
+                    "on a forgotten edge",
+                    roots=("a",),
+                    lineage=("a", "gone-edge"),
+                    generation=staged,
+                ),
+            ):
+                uow.records.add(batch.records, batch.vectors)
+            uow.generations.publish(staged)
+            uow.tombstones.add([Tombstone("secret"), Tombstone("gone-edge")])
+            uow.commit()
+        [change] = _history(store)
+        assert (change.generation, change.written, change.sources_written) == (staged, ("a",), 1)
         assert change.records_written == 1
 
     @pytest.mark.parametrize(
