@@ -9,14 +9,13 @@ another source, another id) are refused with ``StoreError``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from ragport.domain.errors import StoreError
 from ragport.domain.lexical import tokenize_lexical
 from ragport.domain.model import (
     AccessDecision,
     Authorization,
-    Grant,
     Record,
     Scope,
     decide_access,
@@ -25,7 +24,7 @@ from ragport.domain.model import (
 )
 from ragport.engine.bm25 import bm25_scores, counted
 from ragport.engine.history import history_of
-from ragport.engine.rules import forgotten_set, screened_sources
+from ragport.engine.rules import GrantRule, forgotten_set, screened_sources
 from ragport.ports.backend import BackendReader
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange
@@ -88,11 +87,6 @@ def forgotten_ids(reader: BackendReader) -> frozenset[str]:
     return forgotten_set(reader.tombstones())
 
 
-def _allowed(record: Record, grants: Mapping[str, Grant], caller: Authorization) -> bool:
-    sources = record.access_sources
-    return bool(sources) and all(decide_access(s, grants.get(s), caller).allowed for s in sources)
-
-
 class _Predicate:
     """An ``Admission`` with what the narrow reader holds for it, read before any stream."""
 
@@ -100,7 +94,7 @@ class _Predicate:
         self.admission = admission
         self.forgotten = forgotten_ids(reader)
         caller = admission.authorization
-        self.grants: Mapping[str, Grant] = {} if caller is None else dict(reader.grants())
+        self.grants = None if caller is None else GrantRule(dict(reader.grants()), caller)
 
     def passes_all_but_grants(self, record: Record) -> bool:
         a = self.admission
@@ -111,8 +105,7 @@ class _Predicate:
         )
 
     def granted(self, record: Record) -> bool:
-        caller = self.admission.authorization
-        return caller is None or _allowed(record, self.grants, caller)
+        return self.grants is None or self.grants.admits(record.access_sources)
 
     @property
     def reporting(self) -> bool:

@@ -7,33 +7,11 @@ from collections.abc import Callable
 
 from ragport.adapters.lexical import Bm25Index
 from ragport.adapters.memory.snapshot import Snapshot
-from ragport.domain.model import Authorization, Grant, decide_access
-from ragport.engine.rules import screened_sources
+from ragport.engine.rules import GrantRule, screened_sources
 from ragport.ports.pushdowns import Admission, LegAnswer
 from ragport.ports.store import ScoredRecord
 
 __all__ = ["ScopeLexicon"]
-
-
-class _Granted:
-    """The grant rule of one admission over one snapshot's grants, decided once per source."""
-
-    def __init__(self, grants: dict[str, Grant], caller: Authorization) -> None:
-        self._grants = grants
-        self._caller = caller
-        self._decided: dict[str, bool] = {}
-
-    def __call__(self, sources: tuple[str, ...]) -> bool:
-        decided = self._decided
-        for source in sources:
-            allowed = decided.get(source)
-            if allowed is None:
-                allowed = decided[source] = decide_access(
-                    source, self._grants.get(source), self._caller
-                ).allowed
-            if not allowed:
-                return False
-        return bool(sources)
 
 
 class ScopeLexicon:
@@ -78,9 +56,9 @@ class ScopeLexicon:
             if who is None:
                 candidates = matching
             else:
-                granted = _Granted(snap.grants, who)
+                admits = GrantRule(snap.grants, who).admits
                 everyone = rows if matching is None else matching
-                candidates = [i for i in everyone if granted(rows[i].access_sources)]
+                candidates = [i for i in everyone if admits(rows[i].access_sources)]
             found = self.index.search(text, limit=limit, candidates=candidates)
             screened: tuple[str, ...] = ()
             if admission.report_denied and who is not None:

@@ -20,12 +20,11 @@ from ragport.domain.model import (
     Grant,
     Record,
     Tombstone,
-    decide_access,
     is_forgotten,
     is_visible,
 )
 from ragport.engine.copies import hand_out, hand_out_scored
-from ragport.engine.rules import forgotten_set
+from ragport.engine.rules import GrantRule, forgotten_set
 from ragport.ports.backend import GenerationState
 from ragport.ports.embedder import Vector, VectorMatrix
 from ragport.ports.store import EmbedderKey, ScoredRecord
@@ -203,21 +202,15 @@ def lend_scored(record: Record, score: float) -> ScoredRecord:
 def access_mask(
     snap: Snapshot, index: Index, authorization: Authorization | None
 ) -> npt.NDArray[np.bool_] | None:
-    """Per row of ``index``, whether the grant rule (``Admission``'s: ``decide_access`` for
-    every source of the row's ``access_sources``) lets ``authorization`` see it (``None``: no
-    authorization, every row). One decision per distinct source, gathered by position."""
+    """Per row of ``index``, whether the engine's ``GrantRule`` lets ``authorization`` see it
+    (``None``: no authorization, every row): a chunk row gathers its source's decision by
+    position (its access sources are its source alone), a derived row asks ``admits``."""
     if authorization is None:
         return None
-    grants = snap.grants
-    allowed = np.fromiter(
-        (decide_access(s, grants.get(s), authorization).allowed for s in index.sources),
-        dtype=bool,
-        count=len(index.sources),
-    )
+    rule = GrantRule(snap.grants, authorization)
+    allowed = np.array(rule.allows_each(index.sources), dtype=bool)
     mask: npt.NDArray[np.bool_] = allowed[index.source_pos]
-    for pos in index.derived:  # a derived row needs every source of its access_sources
-        sources = index.rows[pos].access_sources
-        mask[pos] = bool(sources) and all(
-            decide_access(s, grants.get(s), authorization).allowed for s in sources
-        )
+    rows = index.rows
+    for pos in index.derived:
+        mask[pos] = rule.admits(rows[pos].access_sources)
     return mask
