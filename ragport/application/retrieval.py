@@ -399,7 +399,7 @@ def retrieve_context(  # noqa: C901, PLR0915
 
     # 2. capabilities and tenancy
     caps = store.capabilities
-    if lexical != (served := lexical_mode_for(lexical, caps, stacklevel=2)):
+    if lexical != "off" and lexical != (served := lexical_mode_for(lexical, caps, stacklevel=2)):
         lexical = served
         req = req._replace(lexical=lexical)
     if lexical != "off" and not supports(store, "lexical", caps):
@@ -466,7 +466,11 @@ def retrieve_context(  # noqa: C901, PLR0915
                 collapse=collapse_duplicates,
             )
 
-        narrowed = _narrowed(req, guarded=guarded, collapse=collapse_duplicates, report=report_all)
+        narrowed = (
+            None
+            if authorization is None
+            else _narrowed(req, guarded=guarded, collapse=collapse_duplicates, report=report_all)
+        )
         ordered = search(req if narrowed is None else narrowed)
 
         # 7. tombstone guard. Skipped only where it can add nothing: every candidate came from
