@@ -259,8 +259,13 @@ PROBE_SHARE = 0.0008
 SHARE_SLACK = 1e-9
 """Round two also reads buckets whose bound falls short of a lexeme's share by this much, so
 float rounding of the bounds can only make it read more."""
-LEVELS = 8
-"""Round two's levels of the strongest common lexeme's bound (see ``bm25_ctes``)."""
+LEVELS = 4
+"""Round two's levels of the strongest common lexeme's bound (see ``bm25_ctes``): each is one
+more GIN scan pairing e1's keys with e2's, run on every query that reaches round two, which
+at 20,000 rows usually reads nothing. 8 -> 4, same ranks (``bench_pg_lexical.py --baseline``,
+ABBA, 400 queries, k 20): lexical statement p50 16.6 / 18.8 ms at 20,000 rows, 39.3 / 44.0 ms
+at 100,000 (p95 94.0 / 91.8); 2 levels was faster still at p50 but lost at p95 at 100,000
+(93 / 60 ms): coarser levels read more rows where round two has work."""
 BANDS = (0.97, 0.94, 0.9, 0.85, 0.8, 0.75, 0.7, 0.6, 0.5, 0.4, 0.3, 0.0)
 """The first round's bands, as shares of the best bucket bound: higher bands are read first.
 Fine near the top: with the commonest words (df 87-95% of a million rows) three bands (0.7,
