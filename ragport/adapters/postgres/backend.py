@@ -230,8 +230,9 @@ class _Snapshot(_Reader):
             return super().once(operation, run)
 
         def first(conn: Any) -> _T:
-            self._conn = conn
-            return run(conn)
+            answer = run(conn)  # kept only once it answered: a failed first statement's
+            self._conn = conn  # connection goes back to the pool, and ``close`` must not
+            return answer  # send its ROLLBACK on a connection another thread now holds
 
         return self._db.lend(operation, first, self._keep, replica=self._replica)
 
@@ -467,7 +468,8 @@ class PostgresBackend:
 
     ``PostgresBackend(connections, indexes)`` shares a ``PostgresStore``'s collaborators (its
     pool, schema check and joined connection; its HNSW index manager); ``PostgresBackend.
-    of(store)`` builds one over a store. Reads and writes run on the primary.
+    of(store)`` builds one over a store. Writes and ``read`` run on the primary; ``retrieval_read``
+    may run on the read replica (``Connections.lend``: its routing, lag rules and fallback).
     """
 
     provider = "postgres"
@@ -546,8 +548,8 @@ class PostgresBackend:
     def search_lexical(
         self, view: _Reader, text: str, *, mode: str, admission: Admission, limit: int
     ) -> LegAnswer:
-        """``legs.lexical_leg``: BM25 over PostgreSQL's text search (``PostgresStore.
-        lexical_query`` says how it scores), the admission predicate in SQL."""
+        """``legs.lexical_leg``: BM25 over PostgreSQL's text search (its docstring says how
+        it scores), the admission predicate in SQL."""
         leg = lexical_leg(
             self._db.s, view.scope, text, ts_config=self._ts_config, limit=limit,
             authorization=admission.authorization, flt=admission.metadata_filter,

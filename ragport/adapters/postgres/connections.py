@@ -219,8 +219,9 @@ class Connections:
     def connect(self, operation: str, *, read: bool = False) -> Iterator[Any]:
         """A pooled connection: a SQLAlchemy ``Connection`` for writes, a ``RawRead`` for reads.
 
-        Reads are single statements (one snapshot each), so they run in autocommit: no
-        BEGIN/ROLLBACK round trips around them. They take the pooled DBAPI connection itself
+        A read connection is in autocommit: a one-statement read (one snapshot) pays no
+        BEGIN/ROLLBACK round trip; a read block that needs more than one statement begins its
+        own REPEATABLE READ transaction on it (``backend._Snapshot``). They take the pooled DBAPI connection itself
         (no SQLAlchemy ``Connection`` around it) and hand it back in its default mode.
         """
         if read:

@@ -165,7 +165,7 @@ def lexical_leg(
     flt: Filter | None,
     report: bool = False,
 ) -> Callable[[Any], tuple[Hits, tuple[str, ...]]]:
-    """The BM25 leg of one query (``PostgresStore.lexical_query``, ``search_lexical``) as a
+    """The BM25 leg of one query (``search_lexical``, the scoring described here) as a
     function of one connection answering ``(hits, screened)``: full-text search over the
     generated tsvector, ranked by BM25 computed in SQL.
 

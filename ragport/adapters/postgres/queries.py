@@ -362,7 +362,7 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     """CTEs after ``predicate_ctes()``, the last, ``ranked``, the top ``:k`` candidates.
 
     ``ranked`` has (id, generation, rank): rows matching the tsquery that pass ``where``,
-    by the BM25 of ``PostgresStore.lexical_query``'s docstring. ``ql``: the tsquery's lexemes
+    by the BM25 of ``legs.lexical_leg``'s docstring. ``ql``: the tsquery's lexemes
     minus the excluded ones, read from its text form (a negated phrase with nested
     parentheses, which websearch syntax cannot produce, would count as included).
 

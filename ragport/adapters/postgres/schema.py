@@ -406,7 +406,7 @@ def _v8(s: str) -> Sequence[str]:
     batch retires the batch (one row) instead of writing a delta per lexeme. Any other change
     to a batch's rows writes row deltas as before and marks the batch ``broken`` (it is never
     retired whole). Existing rows and deltas have no batch and count as before; adding the
-    nullable columns rewrites nothing (``statements.with_stats``, ``queries.counted``).
+    nullable columns rewrites nothing (``statements.with_stats``, ``queries.stats_at``).
     """
     scope = "tenant_id text NOT NULL, resource_id text NOT NULL, corpus_id text NOT NULL"
     return (
