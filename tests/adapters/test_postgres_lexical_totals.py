@@ -10,33 +10,18 @@ statistics, and a write path that leaves a batch retired whole in the totals is 
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from sqlalchemy import text
 
 import ragport
 from ragport.adapters.postgres import PostgresStore, statements
-from tests.adapters.test_postgres_bm25 import EMB
 from tests.adapters.test_postgres_lexical_stats import _check_scores, _check_statistics, _stage
-
-QUERY = ["apple", "cedar"]
+from tests.adapters.test_postgres_stat_batches import QUERY, _scope, _write
 
 
 @pytest.fixture
 def store(pg_engine, pg_schema) -> PostgresStore:
     return PostgresStore(pg_engine, schema=pg_schema, create=True, text_search_config="simple")
-
-
-def _scope() -> ragport.Scope:
-    return ragport.Scope("tenant-1", "kb", "c" + uuid.uuid4().hex[:12])
-
-
-def _write(store: PostgresStore, scope: ragport.Scope, source: str, *texts: str) -> None:
-    chunks = [ragport.Chunk.of(source, i, words) for i, words in enumerate(texts)]
-    ragport.application.replace_source(
-        source_id=source, chunks=chunks, embedder=EMB, store=store, scope=scope
-    )
 
 
 def _check(store: PostgresStore, scope: ragport.Scope, s: str) -> None:
