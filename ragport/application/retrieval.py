@@ -61,6 +61,7 @@ from ragport.domain.model import (
     AccessReason,
     Authorization,
     Capabilities,
+    Hit,
     Record,
     RetrievalLeg,
     Scope,
@@ -70,6 +71,7 @@ from ragport.domain.model import (
 from ragport.ports.borrowed import SupportsBorrowedQuery
 from ragport.ports.embedder import Embedder, Vector
 from ragport.ports.rerank import Reranker
+from ragport.ports.runtime import Abort, Telemetry
 from ragport.ports.store import (
     ChunkStore,
     ScoredRecord,
@@ -345,6 +347,74 @@ def _distinct_texts(ordered: list[Candidate]) -> list[Candidate]:
     return kept
 
 
+Gate = Callable[[list[Candidate]], list[Candidate]]
+"""The access gate of one query: the candidates its authorization may read."""
+
+
+def _served(
+    store: ChunkStore, caps: Capabilities, req: Request, authorization: Authorization | None
+) -> Request:
+    """``req`` with the lexical mode the store serves for it; ``CapabilityError`` when the
+    store cannot serve that mode or enforce the authorization, ``ScopeError`` when the
+    authorization is of another tenant than a requested scope."""
+    lexical = req.lexical
+    if lexical != "off" and lexical != (served := lexical_mode_for(lexical, caps, stacklevel=3)):
+        req = req._replace(lexical=served)
+        lexical = served
+    if lexical != "off" and not supports(store, "lexical", caps):
+        raise CapabilityError(
+            f"this store declares lexical mode {lexical!r} but its class does not define "
+            "lexical_query and hybrid_query",
+            capability="lexical",
+        )
+    if authorization is not None:
+        if caps.authorization != "acl":
+            raise CapabilityError(
+                "an authorization was given but this store cannot enforce grants",
+                capability="authorization",
+            )
+        for s in req.scopes:
+            if s.tenant_id != authorization.tenant_id:
+                raise ScopeError(
+                    "authorization tenant differs from a requested scope", field="scopes"
+                )
+    return req
+
+
+def _reranked(
+    req: Request,
+    reranker: Reranker,
+    hits: list[Hit],
+    ordered: list[Candidate],
+    gate: Gate | None,
+    tel: Telemetry,
+    abort: Abort | None,
+) -> list[Hit]:
+    """``hits`` (built from ``ordered``, in order) reranked under the request's caps, then
+    gated again: a revoke that landed meanwhile still withholds."""
+    candidate_of = {id(hit): c for hit, c in zip(hits, ordered, strict=True)}
+    with tel.span("rag.rerank") as span:
+        span.set_attribute("rag.rerank.candidates", len(hits))
+        hits = list(
+            rerank_hits(
+                req.text,
+                hits,
+                reranker=reranker,
+                max_bytes=req.rerank_bytes,
+                max_ms=req.rerank_ms,
+                concurrency=req.rerank_concurrency,
+                runtime=Runtime(abort=abort),  # the texts are redacted already
+            )
+        )
+    check_abort(abort)
+    if gate is None:
+        return hits
+    with tel.span("rag.acl_recheck"):
+        kept = gate([candidate_of[id(h)] for h in hits])
+    allowed = {id(c) for c in kept}
+    return [h for h in hits if id(candidate_of[id(h)]) in allowed]
+
+
 # Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
 def retrieve_context(  # noqa: C901, PLR0915
     query: str,
@@ -399,26 +469,8 @@ def retrieve_context(  # noqa: C901, PLR0915
 
     # 2. capabilities and tenancy
     caps = store.capabilities
-    if lexical != "off" and lexical != (served := lexical_mode_for(lexical, caps, stacklevel=2)):
-        lexical = served
-        req = req._replace(lexical=lexical)
-    if lexical != "off" and not supports(store, "lexical", caps):
-        raise CapabilityError(
-            f"this store declares lexical mode {lexical!r} but its class does not define "
-            "lexical_query and hybrid_query",
-            capability="lexical",
-        )
-    if authorization is not None:
-        if caps.authorization != "acl":
-            raise CapabilityError(
-                "an authorization was given but this store cannot enforce grants",
-                capability="authorization",
-            )
-        for s in req.scopes:
-            if s.tenant_id != authorization.tenant_id:
-                raise ScopeError(
-                    "authorization tenant differs from a requested scope", field="scopes"
-                )
+    req = _served(store, caps, req, authorization)
+    lexical = req.lexical
 
     with tel.span("rag.retrieve") as root:
         root.set_attribute("rag.scopes", len(req.scopes))
@@ -483,15 +535,21 @@ def retrieve_context(  # noqa: C901, PLR0915
             ordered = [c for c in ordered if not is_forgotten(c.record, forgotten[c.scope])]
 
         # 8. first access gate (after fusion, before rerank)
+        gate: Gate | None = None
         if authorization is not None:
+            who = authorization
+
+            def gate(candidates: list[Candidate]) -> list[Candidate]:
+                return access_gate(store, candidates, who, report, redact)
+
             with tel.span("rag.acl_recheck"):
-                gated = access_gate(store, ordered, authorization, report, redact)
+                gated = gate(ordered)
                 if narrowed is not None and len(gated) < len(ordered):
                     # The gate withheld a hit the store's predicate let through (a grant
                     # changed in between, or a store that screens only at the gate): read
                     # the request's full candidates, as without the narrowing, and gate them.
                     check_abort(abort)
-                    gated = access_gate(store, search(req), authorization, report, redact)
+                    gated = gate(search(req))
             ordered = gated
         check_abort(abort)
         retrieved_at = clk.now()
@@ -510,32 +568,7 @@ def retrieve_context(  # noqa: C901, PLR0915
 
         # 9-10. rerank, then a fresh gate: a revoke that landed meanwhile still withholds
         if req.reranker is not None and hits:
-            candidate_of = {id(hit): c for hit, c in zip(hits, ordered, strict=True)}
-            with tel.span("rag.rerank") as span:
-                span.set_attribute("rag.rerank.candidates", len(hits))
-                hits = list(
-                    rerank_hits(
-                        req.text,
-                        hits,
-                        reranker=req.reranker,
-                        max_bytes=req.rerank_bytes,
-                        max_ms=req.rerank_ms,
-                        concurrency=req.rerank_concurrency,
-                        runtime=Runtime(abort=abort),  # the texts are redacted already
-                    )
-                )
-            check_abort(abort)
-            if authorization is not None:
-                with tel.span("rag.acl_recheck"):
-                    kept = access_gate(
-                        store,
-                        [candidate_of[id(h)] for h in hits],
-                        authorization,
-                        report,
-                        redact,
-                    )
-                allowed = {id(c) for c in kept}
-                hits = [h for h in hits if id(candidate_of[id(h)]) in allowed]
+            hits = _reranked(req, req.reranker, hits, ordered, gate, tel, abort)
 
         for (denied_scope, source), reason in (store_denied or {}).items():
             report(AccessDenial(source_id=source, scope=denied_scope, reason=reason, hits=0))
