@@ -5,9 +5,11 @@ answers identically."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import text
 
@@ -20,9 +22,11 @@ from ragport.application import (
     delete_source,
     replace_source,
     repoint_source,
+    retrieve_context,
     rollback_generation,
 )
-from ragport.domain.model import Tombstone
+from ragport.domain.errors import StoreError
+from ragport.domain.model import Authorization, Grant, Tombstone
 from ragport.engine import BackendStore
 from ragport.ports.store import ChunkStore
 
@@ -109,3 +113,124 @@ def test_a_read_sees_one_snapshot_and_nearest_streams_best_first(stores) -> None
     assert len(scored) == len(stored) > 0
     order = [(-round(s.score, 5), s.record.id, s.record.generation) for s in scored]
     assert order == sorted(order)
+
+
+@contextmanager
+def _round_trips() -> Iterator[list[str]]:
+    """What each round trip to the server sent: a statement outside a pipeline, or
+    ``"pipeline"`` for a whole (outermost) pipeline, which psycopg syncs once at its end.
+    The pool's idle ping (``SELECT 1``, only after 5 s idle) is left out."""
+    sent: list[str] = []
+    real_execute = psycopg.Cursor.execute
+    real_pipeline = psycopg.Connection.pipeline
+
+    def execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        if self.connection._pipeline is None and str(query) != "SELECT 1":
+            sent.append(" ".join(str(query).split())[:60])
+        return real_execute(self, query, params, **kw)
+
+    @contextmanager
+    def pipeline(self: Any) -> Iterator[Any]:
+        outer = self._pipeline is None
+        with real_pipeline(self) as piped:
+            yield piped
+        if outer:
+            sent.append("pipeline")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(psycopg.Cursor, "execute", execute)
+        patch.setattr(psycopg.Connection, "pipeline", pipeline)
+        yield sent
+
+
+def test_each_read_makes_the_round_trips_it_needs(pg_engine: Any, pg_schema: str) -> None:
+    """The round trips of the hot reads, pinned (issue 41's speed budget): a vector query is
+    one statement; a read block's BEGIN goes out in one pipeline with its first statement
+    (``RawRead.opening``), the lexical leg's ``plan_cache_mode`` settings in one with it; a
+    one-statement pushdown (``forgotten_among``) runs with no transaction. Before, a hybrid
+    retrieve made 10 (BEGIN, the state, the vector leg, SET LOCAL, the BM25 leg, SET LOCAL,
+    COMMIT, then BEGIN, the tombstone probe, COMMIT). If this fails, check ``_Snapshot`` in
+    ``backend.py`` and ``reads.fetch``."""
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True, writes=INLINE)
+    for source, texts in DOCS.items():
+        replace_source(
+            source_id=source, chunks=_chunks(source, texts), embedder=EMB, store=store, scope=SCOPE
+        )
+    store.set_source_access(SCOPE, [Grant("ledger", ("alice",), (), 1)])
+    who = Authorization(SCOPE.tenant_id, "bob", ())
+    q = EMB.embed(["harbour dues"])[0]
+
+    def retrieve(lexical: str) -> Any:
+        request = ragport.RetrievalRequest(top_k=3, query_candidates=6, lexical=lexical)
+        return retrieve_context(
+            "harbour dues", embedder=EMB, store=store, scope=SCOPE, request=request
+        )
+
+    reads: dict[str, tuple[Callable[[], object], int]] = {
+        "vector retrieve_context": (lambda: retrieve("off"), 1),
+        # [BEGIN, state], vector leg, [SET LOCAL, BM25 leg, SET LOCAL], COMMIT; the probe
+        "hybrid retrieve_context": (lambda: retrieve("bm25"), 5),
+        "query with an authorization": (
+            lambda: store.query(SCOPE, q, limit=6, authorization=who),
+            1,
+        ),
+        # [BEGIN, vector leg], the screened sources, their grants, COMMIT
+        "query reporting denials": (
+            lambda: store.query(SCOPE, q, limit=6, authorization=who, on_denied=lambda d: None),
+            4,
+        ),
+        "current_generation": (
+            lambda: store.current_generation(SCOPE),
+            2,
+        ),  # [BEGIN, state], COMMIT
+        "forgotten_among": (lambda: store.forgotten_among(SCOPE, ["harbour"]), 1),
+    }
+    for name, (read, expected) in reads.items():
+        for _ in range(6):  # past psycopg's prepare threshold and the session settings
+            read()
+        with _round_trips() as sent:
+            read()
+        assert len(sent) == expected, (name, sent)
+
+
+def test_a_read_block_reads_one_read_only_snapshot(pg_engine: Any, pg_schema: str) -> None:
+    """The BEGIN that waits for the block's first statement goes out with it: that statement
+    already runs in the REPEATABLE READ, READ ONLY transaction, and the block's end commits
+    it. If this fails, check ``_Snapshot.within`` and ``reads.fetch``."""
+    PostgresStore(pg_engine, schema=pg_schema, create=True)
+    backend = PostgresBackend.of(PostgresStore(pg_engine, schema=pg_schema))
+    sql = (
+        "SELECT current_setting('transaction_isolation') AS iso, "
+        "current_setting('transaction_read_only') AS ro, pg_current_xact_id_if_assigned() AS x, "
+        "now() AS began"
+    )
+    with backend.read(SCOPE) as reader:
+        first = reader._fetch("probe", sql)[0]
+        second = reader._fetch("probe", sql)[0]
+        dbapi = reader.conn.connection.driver_connection
+    assert (first.iso, first.ro) == ("repeatable read", "on")
+    assert first.began == second.began  # one transaction
+    assert dbapi.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # committed
+
+
+def test_a_failed_first_statement_leaves_no_transaction_behind(
+    pg_engine: Any, pg_schema: str
+) -> None:
+    """A block whose first statement fails (after its pipelined BEGIN) rolls its transaction
+    back, and its connection goes back to the pool usable (not discarded); the next read
+    works. If this fails, check ``_Snapshot._first``."""
+    PostgresStore(pg_engine, schema=pg_schema, create=True)
+    backend = PostgresBackend.of(PostgresStore(pg_engine, schema=pg_schema))
+    with backend.read(SCOPE) as reader:
+        pid = reader._fetch("probe", "SELECT pg_backend_pid() AS pid")[0].pid
+    with pytest.raises(StoreError), backend.read(SCOPE) as reader:
+        reader._fetch("probe", "SELECT no_such_column")
+    fairy = pg_engine.raw_connection()  # the pool is LIFO: the connection the blocks used
+    try:
+        dbapi = fairy.driver_connection
+        assert dbapi.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert dbapi.info.backend_pid == pid
+    finally:
+        fairy.close()
+    with backend.read(SCOPE) as reader:
+        assert reader.state().pointer == 0

@@ -25,8 +25,9 @@ What keeps the tables consistent, per member:
   and written back once, by the commit (``ScopeTransaction.save_state``).
 
 Isolation: a ``read`` (and a ``retrieval_read``, on the replica when there is one) is one
-REPEATABLE READ, READ ONLY transaction (one snapshot), begun at its first statement; a read
-of one statement (``guarded_search``) runs with no transaction around it. A ``write`` locks
+REPEATABLE READ, READ ONLY transaction (one snapshot), begun at its first statement (the
+``BEGIN`` in one pipeline with it: no round trip of its own); a read of one statement
+(``guarded_search``, ``forgotten_among``, ...) runs with no transaction around it. A ``write`` locks
 the scope's row, so writers of one scope are serialized and readers never wait. On a joined
 store (``PostgresStore.joined``) both run in savepoints of the host's transaction.
 ``nearest`` streams through a server-side cursor, best first, so the engine reads only as far
@@ -70,6 +71,7 @@ __all__ = ["PostgresBackend", "transaction_of"]
 _T = TypeVar("_T")
 _ITERSIZE = 256  # rows per FETCH of ``nearest``'s server-side cursor
 _cursor_names = itertools.count()
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 _KEYS = (
     "(id, generation) IN (SELECT x.i, x.g FROM "
     "unnest(CAST(:ids AS text[]), CAST(:gens AS bigint[])) AS x(i, g))"
@@ -110,17 +112,17 @@ class _Reader:
     def once(self, operation: str, run: Callable[[Any], _T]) -> _T:
         """``run(conn)``, a read that needs no transaction of its own (one statement): on
         this view's connection, in its transaction."""
-        with translate_errors(operation):
-            return run(self.conn)
+        return self.within(operation, run)
 
-    def _connection(self, operation: str) -> Any:
-        """``conn``, for ``operation`` (the name a failure to take it carries)."""
-        return self._conn
+    def within(self, operation: str, run: Callable[[Any], _T]) -> _T:
+        """``run(conn)`` in the view's transaction, its statements sent through
+        ``reads.fetch`` / ``fetch_generic`` (or sending ``reads.opened(conn)`` first)."""
+        with translate_errors(operation):
+            return run(self._conn)
 
     def _fetch(self, operation: str, sql: str, **params: Any) -> list[Any]:
-        conn = self._connection(operation)
-        with translate_errors(operation):
-            return reads.fetch(conn, sql, scope_params(self.scope, **params), prepare=False)
+        params = scope_params(self.scope, **params)
+        return self.within(operation, lambda conn: reads.fetch(conn, sql, params, prepare=False))
 
     def state(self) -> GenerationState:
         found = self._fetch(
@@ -205,10 +207,12 @@ class _Snapshot(_Reader):
     """A ``read`` block's view: lazy. It takes its connection at its first statement (from
     ``Connections.lend``: a replica for ``retrieval_read``, a retry on a dead connection),
     and begins its REPEATABLE READ, READ ONLY transaction only when a read needs one
-    (``conn``). A first ``once`` runs in autocommit, without a transaction: one statement
-    is one snapshot (the engine reads nothing more after it, or it begins the snapshot
-    first). On a joined view the block is a savepoint of the host's transaction, whose
-    isolation level decides."""
+    (``within``, ``conn``): the ``BEGIN`` waits on the connection (``RawRead.opening``) and
+    goes out in one pipeline with the next statement, so it costs no round trip of its own.
+    A first ``once`` runs in autocommit, without a transaction: one statement is one
+    snapshot (the engine reads nothing more after it, or it begins the snapshot first). On
+    a joined view the block is a savepoint of the host's transaction, whose isolation level
+    decides."""
 
     def __init__(self, scope: Scope, connections: Connections, *, replica: bool) -> None:
         super().__init__(None, scope, connections)
@@ -218,31 +222,48 @@ class _Snapshot(_Reader):
 
     @property
     def conn(self) -> Any:
-        return self._connection("read")
-
-    def _connection(self, operation: str) -> Any:
-        if not self._began:
-            self._begin(operation)
-        return self._conn
+        """The connection, its transaction begun (for statements not sent through
+        ``reads.fetch``: a pending ``BEGIN`` goes out alone)."""
+        return self.within("read", reads.opened)
 
     def once(self, operation: str, run: Callable[[Any], _T]) -> _T:
         if self._conn is not None:
-            return super().once(operation, run)
+            return self.within(operation, run)
+        return self._first(operation, run, opening=False)
+
+    def within(self, operation: str, run: Callable[[Any], _T]) -> _T:
+        conn = self._conn
+        if conn is None:
+            return self._first(operation, run, opening=True)
+        if not self._began:
+            self._began = True
+            if self._db.joined is None:
+                conn.opening = _BEGIN
+        with translate_errors(operation):
+            return run(conn)
+
+    def _first(self, operation: str, run: Callable[[Any], _T], *, opening: bool) -> _T:
+        """``run`` on a connection lent for the block (retried once on a dead one), the
+        block's ``BEGIN`` waiting on it (``opening``, not on a joined view). The connection
+        is kept only once ``run`` answered: after a failure it goes back to the pool (its
+        transaction, if the ``BEGIN`` went out, rolled back), and ``close`` must not send
+        anything on a connection another thread may hold by then."""
+        pipelined = opening and self._db.joined is None
 
         def first(conn: Any) -> _T:
-            answer = run(conn)  # kept only once it answered: a failed first statement's
-            self._conn = conn  # connection goes back to the pool, and ``close`` must not
-            return answer  # send its ROLLBACK on a connection another thread now holds
+            if pipelined:
+                conn.opening = _BEGIN
+            try:
+                answer = run(conn)
+            except BaseException:
+                if pipelined:
+                    _end(conn, failed=True)
+                raise
+            self._conn = conn
+            self._began = self._began or opening
+            return answer
 
         return self._db.lend(operation, first, self._keep, replica=self._replica)
-
-    def _begin(self, operation: str) -> None:
-        self._began = True
-        if self._conn is None:
-            self.once(operation, _begin_snapshot if self._db.joined is None else _nothing)
-        elif self._db.joined is None:
-            with translate_errors(operation):
-                _begin_snapshot(self._conn)
 
     def close(self, failed: bool) -> None:
         """End the transaction (committed: it wrote nothing, and its search's HNSW settings
@@ -250,25 +271,28 @@ class _Snapshot(_Reader):
         try:
             conn = self._conn
             if self._began and conn is not None and self._db.joined is None:
-                dbapi = driver_connection(conn)
-                if failed:
-                    conn.connection.info.pop("ragport_hnsw", None)
-                    if not (dbapi.closed or dbapi.broken):
-                        with suppress(psycopg.Error):
-                            dbapi.execute("ROLLBACK")
-                else:
-                    with translate_errors("read"):
-                        dbapi.execute("COMMIT")
+                _end(conn, failed=failed)
         finally:
             self._keep.close()
 
 
-def _begin_snapshot(conn: Any) -> None:
-    driver_connection(conn).execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
-def _nothing(conn: Any) -> None:
-    """A joined view's first statement: none (its savepoint is the block)."""
+def _end(conn: Any, *, failed: bool) -> None:
+    """End the read transaction on ``conn`` if one began (a ``BEGIN`` still pending is
+    dropped: nothing to end): ``COMMIT``, or after a failure ``ROLLBACK`` (the session's
+    HNSW settings roll back with it, so their cache goes too)."""
+    conn.opening = None
+    dbapi = driver_connection(conn)
+    if failed:
+        conn.connection.info.pop("ragport_hnsw", None)
+        if not (dbapi.closed or dbapi.broken) and dbapi.info.transaction_status != _IDLE:
+            with suppress(psycopg.Error):
+                dbapi.execute("ROLLBACK")
+    elif dbapi.info.transaction_status != _IDLE:
+        with translate_errors("read"):
+            dbapi.execute("COMMIT")
 
 
 class _Block:
@@ -399,6 +423,13 @@ class _Writer(_Reader):
         self.tx.commit()
 
 
+def _alone(view: _Reader, operation: str, sql: str, **params: Any) -> list[Any]:
+    """``view._fetch`` for the only statement of the engine's read block (``once``: on a
+    fresh ``read`` block it runs with no transaction around it, one round trip)."""
+    bound = scope_params(view.scope, **params)
+    return view.once(operation, lambda conn: reads.fetch(conn, sql, bound, prepare=False))
+
+
 def _live_insert(s: str) -> str:
     """A CTE ``li``: the live rows of ``chg`` have their id in ``live_ids``. The narrow port
     may store two live rows of one id (the engine never does), so an id already there stays
@@ -526,10 +557,10 @@ class PostgresBackend:
             limit=limit, authorization=authorization, flt=metadata_filter,
             guard=cast("tuple[str, int] | None", embedder), report=report_denied,
         )  # fmt: skip
-        found = view.once("query", leg.alone)
+        # A report needs two statements (one snapshot): no lone statement first.
+        found = None if leg.report else view.once("query", leg.alone)
         if found is None:
-            with translate_errors("query"):
-                found = leg(view.conn)
+            found = view.within("query", leg)
         foreign, hits, screened = found
         return GuardedAnswer(foreign, LegAnswer(hits, screened))
 
@@ -542,7 +573,7 @@ class PostgresBackend:
             limit=limit, authorization=admission.authorization, flt=admission.metadata_filter,
             report=admission.report_denied,
         )  # fmt: skip
-        _, hits, screened = leg(view.conn)
+        _, hits, screened = view.within("query", leg)
         return LegAnswer(hits, screened)
 
     def search_lexical(
@@ -555,7 +586,7 @@ class PostgresBackend:
             authorization=admission.authorization, flt=admission.metadata_filter,
             report=admission.report_denied,
         )  # fmt: skip
-        hits, screened = leg(view.conn)
+        hits, screened = view.within("lexical query", leg)
         return LegAnswer(hits, screened)
 
     def embedders(self, view: _Reader) -> frozenset[EmbedderKey]:
@@ -571,26 +602,22 @@ class PostgresBackend:
             + ('AND r.source_id COLLATE "C" > :after ' if after is not None else "")
             + "ORDER BY 1 LIMIT :limit"
         )
-        rows = view._fetch("list sources", sql, after=after, limit=limit)
+        rows = _alone(view, "list sources", sql, after=after, limit=limit)
         return [str(row.source_id) for row in rows]
 
     def history(self, view: _Reader, *, limit: int, max_ids: int) -> Sequence[GenerationChange]:
         """``history.generation_history``: one statement over the generations' rows."""
 
-        def read(operation: str, run: Callable[[Any], Any]) -> Any:
-            with translate_errors(operation):
-                return run(view.conn)
-
-        return generation_history(read, self._db.s, view.scope, limit=limit, max_ids=max_ids)
+        return generation_history(view.once, self._db.s, view.scope, limit=limit, max_ids=max_ids)
 
     def forgotten_among(self, view: _Reader, ids: Sequence[str]) -> frozenset[str]:
         """One probe of the tombstones' primary key per id."""
         sql = queries.forgotten_sql(self._db.s) + " AND id = ANY(:ids)"
-        return frozenset(row.id for row in view._fetch("look up tombstones", sql, ids=list(ids)))
+        return frozenset(row.id for row in _alone(view, "look up tombstones", sql, ids=list(ids)))
 
     def tombstones_among(self, view: _Reader, ids: Sequence[str]) -> Sequence[Tombstone]:
         """One probe of the tombstones' primary key per id."""
-        rows = view._fetch("look up tombstones", tombstones_get_sql(self._db.s), ids=list(ids))
+        rows = _alone(view, "look up tombstones", tombstones_get_sql(self._db.s), ids=list(ids))
         return [Tombstone(row.id, row.reason) for row in rows]
 
     def dependents(self, view: _Reader, ids: Sequence[str]) -> Sequence[Record]:

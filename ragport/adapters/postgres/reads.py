@@ -4,6 +4,10 @@ Reads skip SQLAlchemy's statement compilation and result wrapping (measured: a t
 vector query's client time); writes go through SQLAlchemy ``Connection`` objects. The store
 calls ``reads.fetch`` through this module, so one patch here sees every read (the benchmarks
 count statements that way).
+
+Round trips: a read block's ``BEGIN`` waits on its ``RawRead`` (``opening``) and goes out in
+one pipeline with the block's first statement (``fetch``, ``fetch_generic``); the
+``plan_cache_mode`` settings of ``fetch_generic`` go in one pipeline with their statement.
 """
 
 from __future__ import annotations
@@ -19,10 +23,15 @@ from sqlalchemy import Connection
 
 from ragport.adapters.postgres._driver import driver_connection
 
-__all__ = ["RawRead", "fetch", "fetch_generic", "one_snapshot", "pyformat"]
+__all__ = ["RawRead", "fetch", "fetch_generic", "one_snapshot", "opened", "pyformat"]
 
 _BIND = re.compile(r"(?<![:\w]):(\w+)")
 _PYFORMAT: dict[str, str] = {}
+_GENERIC_LOCAL = (
+    "SET LOCAL plan_cache_mode = force_generic_plan",
+    "SET LOCAL plan_cache_mode = auto",
+)
+_GENERIC = ("SET plan_cache_mode = force_generic_plan", "RESET plan_cache_mode")
 
 
 def pyformat(sql: str) -> str:
@@ -36,12 +45,27 @@ def pyformat(sql: str) -> str:
 
 
 class RawRead:
-    """A pooled DBAPI connection lent to one read: ``.connection`` mirrors SQLAlchemy's."""
+    """A pooled DBAPI connection lent to one read: ``.connection`` mirrors SQLAlchemy's.
 
-    __slots__ = ("connection",)
+    ``opening`` is a statement that opens the read's transaction (``BEGIN ...``), not sent
+    yet: the next ``fetch`` / ``fetch_generic`` sends it in one pipeline (one round trip)
+    with its own statement; whoever runs a statement on the connection otherwise must send
+    it first (``opened``)."""
+
+    __slots__ = ("connection", "opening")
 
     def __init__(self, fairy: Any) -> None:
         self.connection = fairy
+        self.opening: str | None = None
+
+
+def opened(conn: RawRead) -> RawRead:
+    """``conn`` with its pending ``opening`` sent (alone: one round trip), if it had one."""
+    opening = conn.opening
+    if opening is not None:
+        conn.opening = None
+        driver_connection(conn).execute(opening)
+    return conn
 
 
 def fetch(
@@ -50,14 +74,31 @@ def fetch(
     params: Mapping[str, Any],
     *,
     prepare: bool | None = None,
+    around: tuple[str, str] | None = None,
 ) -> list[Any]:
     """Run one read straight on the psycopg connection: rows as named tuples.
 
     ``prepare=False`` plans the statement for its own parameters every time; ``None`` lets
     psycopg prepare it after a few runs, and PostgreSQL then reuse a generic plan.
+    ``around``: two statements sent just before and just after it, in one pipeline with it
+    (with a pending ``RawRead.opening`` first), so in one round trip.
     """
-    with driver_connection(conn).cursor(row_factory=namedtuple_row) as cur:
-        cur.execute(pyformat(sql), params, prepare=prepare)
+    dbapi = driver_connection(conn)
+    opening = None
+    if type(conn) is RawRead and conn.opening is not None:
+        opening, conn.opening = conn.opening, None
+    with dbapi.cursor(row_factory=namedtuple_row) as cur:
+        if opening is None and around is None:
+            cur.execute(pyformat(sql), params, prepare=prepare)
+            return cur.fetchall()
+        with dbapi.pipeline():  # the results are read at its end: one round trip
+            if opening is not None:
+                dbapi.execute(opening)
+            if around is not None:
+                dbapi.execute(around[0])
+            cur.execute(pyformat(sql), params, prepare=prepare)
+            if around is not None:
+                dbapi.execute(around[1])
         return cur.fetchall()
 
 
@@ -67,22 +108,15 @@ def fetch_generic(conn: RawRead, sql: str, params: Mapping[str, Any]) -> list[An
     For statements whose plan cannot depend on the values (they read them in CTEs): left to
     itself PostgreSQL keeps re-planning a prepared statement whose generic plan it estimates
     dearer than its custom ones, and a large statement's planning is then paid on every
-    run. ``plan_cache_mode`` is set for this statement only: with ``SET LOCAL`` (undone at
-    the end of the transaction, or right after the statement) inside one, around it outside.
+    run. ``plan_cache_mode`` is set for this statement only, in one pipeline with it (one
+    round trip): with ``SET LOCAL`` inside a transaction (a pending ``RawRead.opening``
+    included), undone at its end; outside one with ``SET`` and ``RESET``, the three in one
+    implicit transaction, so a failed statement rolls the ``SET`` back too.
     """
-    dbapi = driver_connection(conn)
-    if dbapi.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        dbapi.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        rows = fetch(conn, sql, params, prepare=True)
-        dbapi.execute("SET LOCAL plan_cache_mode = auto")
-        return rows
-    dbapi.execute("SET plan_cache_mode = force_generic_plan")
-    try:
-        return fetch(conn, sql, params, prepare=True)
-    finally:
-        if not (dbapi.closed or dbapi.broken):
-            with suppress(psycopg.Error):
-                dbapi.execute("RESET plan_cache_mode")
+    opening = conn.opening if type(conn) is RawRead else None
+    status = driver_connection(conn).info.transaction_status
+    local = opening is not None or status != psycopg.pq.TransactionStatus.IDLE
+    return fetch(conn, sql, params, prepare=True, around=_GENERIC_LOCAL if local else _GENERIC)
 
 
 @contextmanager
