@@ -5,9 +5,9 @@ No store rule lives here: the engine checks, merges and decides; ``PostgresBacke
 and write pushdowns turn its decisions into statements on ``conn``. This class keeps what is
 PostgreSQL's own: the scope's numbers as read under the row lock (``set_state`` keeps them,
 ``save_state`` writes them back once, before the commit), binary COPY of records and their
-vectors (``copy_in``: one round trip per batch, ~4x text parameters; the vectors on a second
-connection through ``vector_writes.VectorWriter`` for large adds, swept if the transaction
-does not commit), the sole-embedder claim (``embedders.py``), commit with the WAL position
+vectors (``copy_in``: one round trip per batch, ~4x text parameters; most of the vectors of
+a large add on a second connection through ``vector_writes.VectorWriter``, the rest here, so
+their HNSW inserts run on two server processes; swept if the transaction does not commit), the sole-embedder claim (``embedders.py``), commit with the WAL position
 for replicas, the savepoint of a joined view, and the index maintenance a commit schedules.
 """
 
@@ -26,7 +26,7 @@ from ragport.adapters.postgres._driver import driver_connection, translate_error
 from ragport.adapters.postgres.background import MaintenanceWorker
 from ragport.adapters.postgres.indexes import VectorIndexes
 from ragport.adapters.postgres.predicate import scope_params
-from ragport.adapters.postgres.vector_writes import VectorWriter, copy_vectors
+from ragport.adapters.postgres.vector_writes import VectorWriter, ahead_share, copy_vectors
 from ragport.domain.errors import RagportError, ValidationError
 from ragport.domain.model import Record, Scope
 from ragport.ports.embedder import VectorMatrix
@@ -119,11 +119,13 @@ class ScopeTransaction:
                 and all(r.retired_generation is None for r in records)
                 else None
             )
-            # The vectors on a second connection, beside the records (vector_writes.py),
-            # unless this add is small, created the index, or follows a vector delete.
+            # Most of the vectors on a second connection, beside the records and the rest of
+            # the vectors (vector_writes.py): the HNSW inserts on two server processes at
+            # once, unless this add is small, created the index, or follows a vector delete.
             writer = self.vector_writer
+            ahead = ahead_share(len(records))
             job = (
-                writer.start(conn, self.scope, keys, dims, matrix)
+                writer.start(conn, self.scope, keys[:ahead], dims, matrix[:ahead])
                 if writer is not None
                 and writer.wants(len(records))
                 and not created
@@ -131,6 +133,7 @@ class ScopeTransaction:
                 and not self.deleted_vectors
                 else None
             )
+            own = slice(ahead if job is not None else 0, None)  # this connection's vectors
             # One savepoint for the add: a failure of either connection undoes its records.
             with conn.begin_nested():
                 try:
@@ -140,8 +143,8 @@ class ScopeTransaction:
                             copy.set_types(rows.COPY_TYPES)
                             for record, key in zip(records, keys, strict=True):
                                 copy.write_row(rows.copy_row(self.scope, record, key, batch))
-                        if job is None:
-                            copy_vectors(cur, self.s, self.scope, keys, dims, matrix)
+                        if keys[own]:
+                            copy_vectors(cur, self.s, self.scope, keys[own], dims, matrix[own])
                     conn.execute(
                         text(stats),
                         scope_params(
@@ -169,7 +172,9 @@ class ScopeTransaction:
                     job.result()
                     if job.timed_out:  # the second connection gave up a lock wait: serially
                         with driver_connection(conn).cursor() as cur:
-                            copy_vectors(cur, self.s, self.scope, keys, dims, matrix)
+                            copy_vectors(
+                                cur, self.s, self.scope, keys[:ahead], dims, matrix[:ahead]
+                            )
                     else:
                         writer.committed(conn, self.scope, job)
                     self.unswept = False
