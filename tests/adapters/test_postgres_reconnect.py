@@ -55,13 +55,13 @@ def test_a_read_on_a_killed_pooled_connection_is_retried_once(pg_url, pg_schema,
         pid = _backend_pid(store)
         assert _backend_pid(store) == pid, "the pool must hand back the same connection"
         _kill(admin, pid)
-        connect, attempts = store._db.connect, []
+        raw_read, attempts = store._db.raw_read, []
 
-        def counting(operation, *, read=False):  # type: ignore[no-untyped-def]
+        def counting(operation, engine=None):  # type: ignore[no-untyped-def]
             attempts.append(operation)
-            return connect(operation, read=read)
+            return raw_read(operation, engine)
 
-        store._db.connect = counting  # type: ignore[method-assign]
+        store._db.raw_read = counting  # type: ignore[method-assign]
         # No idle ping (the connection was just used): the first statement fails, the store
         # discards the connection and reads again on a fresh one.
         records = store.get_by_source(SCOPE, "doc")

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
@@ -49,7 +49,7 @@ from sqlalchemy import text
 from ragport.adapters.postgres import embedders, queries, reads, rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
 from ragport.adapters.postgres.background import MaintenanceWorker
-from ragport.adapters.postgres.connections import Connections
+from ragport.adapters.postgres.connections import Connections, Lent
 from ragport.adapters.postgres.history import generation_history
 from ragport.adapters.postgres.indexes import DEFAULT_EF_SEARCH, VectorIndexes
 from ragport.adapters.postgres.legs import VectorLeg, lexical_leg
@@ -217,8 +217,14 @@ class _Snapshot(_Reader):
     def __init__(self, scope: Scope, connections: Connections, *, replica: bool) -> None:
         super().__init__(None, scope, connections)
         self._replica = replica
-        self._keep = ExitStack()  # gives back the lent connection
+        self._keep = Lent()  # gives back the lent connection
         self._began = False
+
+    def __enter__(self) -> _Snapshot:
+        return self
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        self.close(error is not None)
 
     @property
     def conn(self) -> Any:
@@ -293,21 +299,6 @@ def _end(conn: Any, *, failed: bool) -> None:
     elif dbapi.info.transaction_status != _IDLE:
         with translate_errors("read"):
             dbapi.execute("COMMIT")
-
-
-class _Block:
-    """``read(scope)`` / ``retrieval_read(scope)``: a ``_Snapshot`` closed at the end."""
-
-    __slots__ = ("_view",)
-
-    def __init__(self, view: _Snapshot) -> None:
-        self._view = view
-
-    def __enter__(self) -> _Snapshot:
-        return self._view
-
-    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
-        self._view.close(error is not None)
 
 
 class _Writer(_Reader):
@@ -767,19 +758,19 @@ class PostgresBackend:
             conn.commit()
             self._indexes.analyze_once(conn, scope.tenant_id)
 
-    def read(self, scope: Scope) -> _Block:
+    def read(self, scope: Scope) -> _Snapshot:
         """One REPEATABLE READ, READ ONLY transaction on the primary (``_Snapshot``: begun
         at the first read that needs it), committed at the end (it wrote nothing; committing
         keeps the session's HNSW settings its search made); a savepoint rolled back on a
         joined store."""
-        return _Block(_Snapshot(scope, self._db, replica=False))
+        return _Snapshot(scope, self._db, replica=False)
 
-    def retrieval_read(self, scope: Scope) -> _Block:
+    def retrieval_read(self, scope: Scope) -> _Snapshot:
         """``read`` on the read replica when the store has one (``Connections``: its lag
         rules and fallback); a read of one statement (``guarded_search``) runs with no
         transaction around it (measured: BEGIN, the state and COMMIT around a vector query
         cost about 0.2 ms, 10% of it)."""
-        return _Block(_Snapshot(scope, self._db, replica=True))
+        return _Snapshot(scope, self._db, replica=True)
 
     @contextmanager
     def write(self, scope: Scope) -> Iterator[_Writer]:

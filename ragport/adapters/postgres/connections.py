@@ -22,7 +22,7 @@ import copy
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import Any, Literal, Self, TypeVar
 
 import psycopg
@@ -43,7 +43,7 @@ from ragport.adapters.postgres.schema import (
 )
 from ragport.domain.errors import CapabilityError, ReplicaLagError, StoreError, ValidationError
 
-__all__ = ["REPLICA_RETRY_SECONDS", "Connections", "Fallback"]
+__all__ = ["REPLICA_RETRY_SECONDS", "Connections", "Fallback", "Lent"]
 
 _T = TypeVar("_T")
 Fallback = Literal["primary", "raise"]
@@ -55,6 +55,25 @@ _REPLAYED = (
     "CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
     "ELSE pg_current_wal_lsn() END >= CAST(:pos AS pg_lsn) AS ok"
 )
+
+
+class Lent:
+    """A read block's hold on the connection ``Connections.lend`` lent it past its first
+    statement: ``close`` gives it back (once)."""
+
+    __slots__ = ("_exit",)
+
+    def __init__(self) -> None:
+        self._exit: Callable[[Any, Any, Any], Any] | None = None
+
+    def hold(self, give_back: Callable[[Any, Any, Any], Any]) -> None:
+        """Keep the connection until ``close``, which calls ``give_back(None, None, None)``."""
+        self._exit = give_back
+
+    def close(self) -> None:
+        give_back, self._exit = self._exit, None
+        if give_back is not None:
+            give_back(None, None, None)
 
 
 class Connections:
@@ -306,7 +325,7 @@ class Connections:
                     dbapi.execute("RELEASE SAVEPOINT ragport_read")
 
     def lend(
-        self, operation: str, run: Callable[[RawRead], _T], keep: ExitStack, *, replica: bool
+        self, operation: str, run: Callable[[RawRead], _T], keep: Lent, *, replica: bool
     ) -> _T:
         """``read``, for the first statement of a read block: the connection ``run`` answered
         on stays lent until ``keep`` closes, for the block's later statements (which are not
@@ -331,12 +350,15 @@ class Connections:
         operation: str,
         run: Callable[[RawRead], _T],
         replica: bool,
-        keep: ExitStack | None,
+        keep: Lent | None,
     ) -> _T:
         """``read`` (``keep``: ``lend``)."""
         if self.joined is not None:  # the host's connection: no replica, no retry
             if keep is not None:
-                return run(keep.enter_context(self.joined_read(operation)))
+                lent = self.joined_read(operation)
+                conn = lent.__enter__()
+                keep.hold(lent.__exit__)
+                return run(conn)
             with self.joined_read(operation) as conn:
                 return run(conn)
         if replica and self.replica is not None:
@@ -362,40 +384,50 @@ class Connections:
         self,
         operation: str,
         run: Callable[[RawRead], _T],
-        keep: ExitStack | None,
+        keep: Lent | None,
         *,
         replica: bool = False,
     ) -> _T:
-        def attempt() -> _T:
-            with ExitStack() as stack:
-                if replica:
-                    try:
-                        conn = stack.enter_context(self.raw_read(operation, self.replica))
-                    except CapabilityError:
-                        # pgvector's type is not on the replica yet: it has not replayed the
-                        # primary's CREATE EXTENSION (a replica made just before `db
-                        # upgrade`). Behind, not broken: the primary answers (or
-                        # ReplicaLagError, as configured).
-                        raise ReplicaLagError(
-                            "the read replica has not replayed the pgvector extension yet",
-                            position=self._min_position or "unknown",
-                            replayed=None,
-                            waited=0.0,
-                        ) from None
-                    self._await_position(conn)
-                else:
-                    conn = stack.enter_context(self.connect(operation, read=True))
-                answer = run(conn)
-                if keep is not None:  # lent on: ``keep`` gives it back
-                    keep.enter_context(stack.pop_all())
-                return answer
-
         try:
-            return attempt()
+            return self._attempt(operation, run, keep, replica)
         except StoreError as exc:
             if not exc.lost_connection:
                 raise
-        return attempt()
+        return self._attempt(operation, run, keep, replica)
+
+    def _attempt(
+        self, operation: str, run: Callable[[RawRead], _T], keep: Lent | None, replica: bool
+    ) -> _T:
+        """``run`` on a pooled connection (the replica's with ``replica``), given back after
+        it or held by ``keep``: ``with self.raw_read(...)`` written out, as every read takes
+        this path (an ``ExitStack`` cost a vector query about 5 us)."""
+        lent = self.raw_read(operation, self.replica if replica else None)
+        try:
+            conn = lent.__enter__()
+        except CapabilityError:
+            if not replica:
+                raise
+            # pgvector's type is not on the replica yet: it has not replayed the primary's
+            # CREATE EXTENSION (a replica made just before `db upgrade`). Behind, not broken:
+            # the primary answers (or ReplicaLagError, as configured).
+            raise ReplicaLagError(
+                "the read replica has not replayed the pgvector extension yet",
+                position=self._min_position or "unknown",
+                replayed=None,
+                waited=0.0,
+            ) from None
+        try:
+            if replica:
+                self._await_position(conn)
+            answer = run(conn)
+        except BaseException as exc:
+            lent.__exit__(type(exc), exc, exc.__traceback__)  # raises it, translated
+            raise
+        if keep is None:
+            lent.__exit__(None, None, None)
+        else:  # lent on: ``keep`` gives it back
+            keep.hold(lent.__exit__)
+        return answer
 
     def _await_position(self, conn: RawRead) -> None:
         """Wait (up to ``replica_wait``) until the replica has replayed ``min_position``."""
