@@ -113,6 +113,46 @@ def test_a_source_deleted_whole_retires_its_batch_without_lexeme_deltas(
     _check(store, scope, s)
 
 
+def test_each_source_of_a_batched_write_is_a_batch_deleted_whole(
+    store: PostgresStore, pg_schema: str
+) -> None:
+    """``Rag.replace_sources`` writes its sources in one add, one statistics batch per source:
+    deleting or replacing one of them retires its batch whole (no lexeme delta), the others'
+    stay intact, and statistics and scores stay right at every pointer. If this fails, check
+    ``unit_of_work._batches`` and ``with_stats`` (``batch``: the deltas by ``chg.batch``)."""
+    scope, s = _scope(), f'"{pg_schema}"'
+    rag = ragport.application.Rag(store=store, embedder=EMB, scope=scope)
+    texts = {
+        "s0": ("apple brook", "brook cedar", "cedar delta apple"),
+        "s1": ("apple echo", "cedar cedar fox"),
+        "s2": ("fox golf", "apple"),
+    }
+    result = rag.replace_sources(
+        [
+            ragport.application.SourceWrite(
+                source_id=src, chunks=[ragport.Chunk.of(src, i, t) for i, t in enumerate(ts)]
+            )
+            for src, ts in texts.items()
+        ]
+    )
+    assert not result.failures
+    assert [_batches(store, s, scope, src) for src in texts] == [
+        [(3, None, False)],
+        [(2, None, False)],
+        [(2, None, False)],
+    ]
+    _check(store, scope, s)
+    terms = _count(store, s, "lexical_terms", scope)
+    ragport.application.delete_source(source_id="s1", store=store, scope=scope)
+    assert _count(store, s, "lexical_terms", scope) == terms, "no lexeme delta was written"
+    assert _batches(store, s, scope, "s1") == [(2, store.current_generation(scope), False)]
+    assert _batches(store, s, scope, "s0") == [(3, None, False)]
+    _check(store, scope, s)
+    _write(store, scope, "s2", "golf golf hotel")
+    assert _count(store, s, "lexical_terms", scope) == terms + 2, "only the new row's deltas"
+    _check(store, scope, s)
+
+
 def test_a_batch_changed_row_by_row_is_never_retired_whole(
     store: PostgresStore, pg_schema: str
 ) -> None:

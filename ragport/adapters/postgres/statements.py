@@ -419,8 +419,10 @@ def with_stats(
     compaction (``fold_stats``); readers read only those above their pointer
     (``queries.stats_at``). Their sums go into the running totals the readers start from
     (``_totals``: one upsert per lexeme), less the rows ``whole`` (a SELECT of ``tsv``) of
-    the batches the statement retires whole, which write no deltas. With ``batch`` (``added_stats``) the deltas are those of batch ``:b`` (NULL: none) and the
-    batch row is written, intact unless a row was skipped. Otherwise they are row deltas and
+    the batches the statement retires whole, which write no deltas. With ``batch``
+    (``added_stats``) each row's deltas are those of its batch (``chg.batch``; NULL: none)
+    and a row per batch is written, intact unless a row of it was skipped. Otherwise they
+    are row deltas and
     every batch with a row in ``chg`` is marked ``broken``: its rows' statistics are no
     longer exactly the batch's, so it is never retired whole (``retire``).
     """
@@ -428,12 +430,13 @@ def with_stats(
     # The per-row tombstone probe runs only when the scope has a forgotten tombstone at all
     # (an uncorrelated test, evaluated once), as in the readers' ``not_forgotten``.
     kept = f"NOT {any_forgotten(s)} OR NOT {withheld(s)}" if guard else "true"
-    tag = "CAST(:b AS bigint)" if batch else "CAST(NULL AS bigint)"
+    # With ``batch`` each delta carries its row's batch; otherwise none.
+    tag = "c.batch" if batch else "CAST(NULL AS bigint)"
     if batch:
         batches = (
             f"bi AS (INSERT INTO {s}.lexical_batches ({scope}, batch, generation, rows, broken) "
-            f"SELECT :t, :r, :c, {tag}, min(kc.plus), count(*) FILTER (WHERE kc.kept), "
-            f"bool_or(NOT kc.kept) FROM kc WHERE {tag} IS NOT NULL HAVING count(*) > 0) "
+            "SELECT :t, :r, :c, kc.batch, min(kc.plus), count(*) FILTER (WHERE kc.kept), "
+            "bool_or(NOT kc.kept) FROM kc WHERE kc.batch IS NOT NULL GROUP BY kc.batch) "
         )
     else:
         batches = (
@@ -443,16 +446,16 @@ def with_stats(
     return (
         f"WITH {ctes}chg AS ({changed}), {after}"
         f"kc AS (SELECT chg.plus, chg.minus, chg.tsv, chg.batch, ({kept}) AS kept FROM chg), "
-        "ev AS (SELECT v.g, v.d, c.tsv FROM kc c CROSS JOIN LATERAL "
+        f"ev AS (SELECT v.g, v.d, c.tsv, {tag} AS b FROM kc c CROSS JOIN LATERAL "
         "(VALUES (c.plus, 1), (c.minus, -1)) AS v(g, d) WHERE c.kept AND v.g IS NOT NULL), "
         f"ss AS (INSERT INTO {s}.lexical_stats ({scope}, generation, docs, length, batch) "
-        f"SELECT :t, :r, :c, ev.g, sum(ev.d), sum(ev.d * length(ev.tsv)), {tag} FROM ev "
-        "GROUP BY ev.g), "
-        "td AS (SELECT l.lexeme, ev.g, sum(ev.d) AS d FROM ev "
+        "SELECT :t, :r, :c, ev.g, sum(ev.d), sum(ev.d * length(ev.tsv)), ev.b FROM ev "
+        "GROUP BY ev.g, ev.b), "
+        "td AS (SELECT l.lexeme, ev.g, ev.b, sum(ev.d) AS d FROM ev "
         "CROSS JOIN LATERAL unnest(tsvector_to_array(ev.tsv)) AS l(lexeme) "
-        "GROUP BY l.lexeme, ev.g), "
+        "GROUP BY l.lexeme, ev.g, ev.b), "
         f"ts AS (INSERT INTO {s}.lexical_terms ({scope}, lexeme, generation, docs, batch) "
-        f"SELECT :t, :r, :c, td.lexeme, td.g, td.d, {tag} FROM td "
+        "SELECT :t, :r, :c, td.lexeme, td.g, td.d, td.b FROM td "
         # In key order: the inserts walk the primary key's leaf pages once, left to right.
         "ORDER BY td.lexeme, td.g), "
         f"{_totals(s, whole)}{batches}{final}"
@@ -486,7 +489,8 @@ def _totals(s: str, whole: str = "") -> str:
 
 
 def added_stats(s: str) -> str:
-    """Count the rows just written, (``:ids``, ``:gens``) pairwise, into the statistics."""
+    """Count the rows just written, (``:ids``, ``:gens``) pairwise, into the statistics, each
+    in its ``stats_batch``."""
     return with_stats(
         s,
         "SELECT r.generation AS plus, r.retired_generation AS minus, r.tsv, "

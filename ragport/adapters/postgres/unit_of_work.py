@@ -36,6 +36,19 @@ __all__ = ["ScopeTransaction"]
 _LOG = logging.getLogger(__name__)
 
 
+def _batches(records: Sequence[Record], keys: Sequence[int]) -> list[int | None]:
+    """Each row's statistics batch (migration 8): in an add of live rows of one generation,
+    one batch per source, keyed by the first row key of the source's rows, so deleting or
+    replacing one source of a batched write retires its batch whole (one ``lexical_batches``
+    row) instead of writing a delta per lexeme; otherwise none."""
+    if len({r.generation for r in records}) != 1 or any(
+        r.retired_generation is not None for r in records
+    ):
+        return [None] * len(records)
+    first: dict[str, int] = {}
+    return [first.setdefault(r.source_id, k) for r, k in zip(records, keys, strict=True)]
+
+
 class ScopeTransaction:
     """One transaction on ``conn`` over ``scope``, whose row ``state`` was read locked."""
 
@@ -111,14 +124,7 @@ class ScopeTransaction:
                     text(statements.allocate_keys(self.s)), {"n": len(records)}
                 ).all()
             ]
-            # One statistics batch per add of live rows of one generation (migration 8):
-            # retiring all of them later retires the batch instead of a delta per lexeme.
-            batch = (
-                keys[0]
-                if len({r.generation for r in records}) == 1
-                and all(r.retired_generation is None for r in records)
-                else None
-            )
+            batches = _batches(records, keys)
             # Most of the vectors on a second connection, beside the records and the rest of
             # the vectors (vector_writes.py): the HNSW inserts on two server processes at
             # once, unless this add is small, created the index, or follows a vector delete.
@@ -141,7 +147,7 @@ class ScopeTransaction:
                     with dbapi.cursor() as cur:
                         with cur.copy(statements.copy_records(self.s)) as copy:
                             copy.set_types(rows.COPY_TYPES)
-                            for record, key in zip(records, keys, strict=True):
+                            for record, key, batch in zip(records, keys, batches, strict=True):
                                 copy.write_row(rows.copy_row(self.scope, record, key, batch))
                         if keys[own]:
                             copy_vectors(cur, self.s, self.scope, keys[own], dims, matrix[own])
@@ -151,7 +157,6 @@ class ScopeTransaction:
                             self.scope,
                             ids=[r.id for r in records],
                             gens=[r.generation for r in records],
-                            b=batch,
                         ),
                     )
                     sole = embedders.sole_after_add(
