@@ -176,9 +176,10 @@ def retire(s: str, where: str) -> str:
         "bc AS (SELECT up.batch, count(*) AS n FROM up WHERE up.batch IS NOT NULL "
         "GROUP BY up.batch), "
         f"whole AS MATERIALIZED (SELECT b.batch FROM {s}.lexical_batches b JOIN bc "
-        f"ON b.batch = bc.batch WHERE {BSCOPE} AND {WHOLE}), "
+        f"ON b.batch = bc.batch WHERE {BSCOPE} AND {_among('SELECT bc.batch FROM bc')} "
+        f"AND {WHOLE}), "
         f"bw AS (UPDATE {s}.lexical_batches b SET retired_generation = :g "
-        f"WHERE {BSCOPE} AND b.batch IN (SELECT whole.batch FROM whole)), "
+        f"WHERE {BSCOPE} AND {_among('SELECT whole.batch FROM whole')}), "
     )
     live = live_delete(
         s, "SELECT up.id FROM up UNION ALL SELECT gone.id FROM gone WHERE gone.plus IS NULL"
@@ -369,6 +370,13 @@ WHOLE = "NOT b.broken AND b.retired_generation IS NULL AND b.rows = bc.n"
 it changed on its own), live, and every row of it among them."""
 
 
+def _among(batches: str) -> str:
+    """Whether ``lexical_batches b`` is one of ``batches`` (a SELECT of one bigint column),
+    as an index condition: one primary-key probe per batch, however many batches the scope
+    has (one per source of a batched write; a join on the CTE read every one of them)."""
+    return f"b.batch = ANY(ARRAY({batches}))"
+
+
 XSCOPE = "x.tenant_id = :t AND x.resource_id = :r AND x.corpus_id = :c"
 """The exact scope on the ``x`` alias of a statistics table."""
 
@@ -441,7 +449,7 @@ def with_stats(
     else:
         batches = (
             f"bk AS (UPDATE {s}.lexical_batches b SET broken = true WHERE {BSCOPE} "
-            "AND NOT b.broken AND b.batch IN (SELECT kc.batch FROM kc WHERE kc.batch IS NOT NULL)) "
+            f"AND NOT b.broken AND {_among('SELECT kc.batch FROM kc')}) "
         )
     return (
         f"WITH {ctes}chg AS ({changed}), {after}"
