@@ -331,6 +331,13 @@ def counted(s: str, pointer: str) -> str:
     )
 
 
+_TOP = 9223372036854775807
+"""The highest bigint: ``generation > pointer AND generation <= _TOP`` is the open range as
+a closed one, which the planner estimates at 0.5% of the rows, not a third (the pointer is
+unknown when it plans), so it reads the range from the index: with a batch per source,
+``lexical_stats`` has a row per source, and a sequential scan read all of them per query."""
+
+
 def stats_at(s: str, table: str, columns: tuple[str, ...], pointer: str, where: str = "") -> str:
     """Signed rows (``columns``) whose sum is the statistics of ``table`` (``lexical_terms``
     or ``lexical_stats``, ``x``) at ``pointer`` (SQL), for the rows that also pass ``where``
@@ -349,7 +356,8 @@ def stats_at(s: str, table: str, columns: tuple[str, ...], pointer: str, where: 
     return (
         f"SELECT {cols} FROM {s}.{totals} x WHERE {scope}{where} "
         f"UNION ALL SELECT {negated} FROM {s}.{table} x WHERE {scope}{where} "
-        f"AND x.generation > {pointer} AND NOT EXISTS (SELECT 1 FROM {s}.lexical_batches b "
+        f"AND x.generation > {pointer} AND x.generation <= {_TOP} "
+        f"AND NOT EXISTS (SELECT 1 FROM {s}.lexical_batches b "
         f"WHERE {bscope} AND b.batch = x.batch AND b.retired_generation IS NOT NULL) "
         f"UNION ALL SELECT {cols} FROM {s}.lexical_batches b CROSS JOIN LATERAL "
         f"(SELECT {cols} FROM {s}.{table} x WHERE {scope}{where} AND x.batch = b.batch "
