@@ -69,9 +69,9 @@ def test_the_old_keywords_warn_and_still_tune_the_store() -> None:
 
 def test_the_defaults_are_the_documented_ones() -> None:
     """No value given: m 24 / ef_construction 128, ef_search 200, indexes built on first
-    write, a merge after each write 2 s later, vectors beside records from 32 rows."""
+    write, a merge after each write 2 s later, vectors beside records from 4 rows."""
     store = PostgresStore(URL)
-    assert _chosen(store) == (HnswBuild(24, 128), False, 200, 1, 32, False)
+    assert _chosen(store) == (HnswBuild(24, 128), False, 200, 1, 4, False)
     store.engine.dispose()
 
 

@@ -87,8 +87,8 @@ class TestPostgresStore(ChunkStoreContract):
 
 class TestPostgresStoreVectorsBeside(TestPostgresStore):
     """The same suite with every add of two rows or more writing its vectors on a second
-    connection beside its records (``vector_writes.py``; the default threshold is 32 rows,
-    which the suite's small batches rarely reach), the merge inline."""
+    connection beside its records (``vector_writes.py``; the default threshold is 4 rows,
+    which some of the suite's small batches do not reach), the merge inline."""
 
     @pytest.fixture
     def store(self, pg_engine, pg_schema) -> Iterator[PostgresStore]:

@@ -76,8 +76,8 @@ class WriteSettings:
     ``merge_pending_lists`` (default ``True``: after each write; N: per N rows; ``False``:
     autovacuum) merges the GIN pending lists of ``records`` on the store's maintenance thread
     ``maintenance_delay`` seconds later (default 2.0; ``None``: inline after each commit),
-    with the growth re-analysis. ``parallel_vector_rows`` (default 32; ``None``: never): an add
-    of that many rows writes its vectors on a second connection beside its records.
+    with the growth re-analysis. ``parallel_vector_rows`` (default 4; ``None``: never): an add
+    of that many rows writes most of its vectors on a second connection beside its records.
     """
 
     merge_pending_lists: bool | int = True

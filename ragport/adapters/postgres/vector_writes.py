@@ -3,7 +3,7 @@
 Most of a write's time is pgvector inserting its vectors into the HNSW graph (138 of the
 180 ms of a 100-row source at m 24 / ef_construction 128). The records' own work (their
 COPY, the generated tsvectors, the BM25 statistics, ``live_ids``) does not need the vectors,
-so an add of at least ``parallel_vector_rows`` rows (``PostgresStore``, default 32) runs the
+so an add of at least ``parallel_vector_rows`` rows (``PostgresStore``, default 4) runs the
 COPY of most of its vectors (``ahead_share``: 11 in 20) on a second connection, in a thread,
 while the unit of work's connection copies the records and then the rest of the vectors: the
 HNSW inserts run on two server processes at once (concurrent inserts are pgvector's own:
@@ -73,7 +73,7 @@ __all__ = [
     "vector_writes_sql",
 ]
 
-DEFAULT_PARALLEL_VECTOR_ROWS = 32
+DEFAULT_PARALLEL_VECTOR_ROWS = 4
 """An add of at least this many rows writes its vectors on a second connection."""
 MAX_PARALLEL_VECTOR_ROWS = 1_000_000
 LOCK_TIMEOUT_MS = 1000
