@@ -109,6 +109,35 @@ def test_pruned_top_k_equals_the_reference_on_random_corpora(
     _assert_top_k(store, scope, docs, query, k)
 
 
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    docs=_corpora(),
+    query=st.lists(st.sampled_from(WORDS), min_size=2, max_size=5),
+    k=st.integers(1, 6),
+)
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_presence_bound_over_fewer_slots_than_lexemes_stays_exact(
+    store: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    slots: int,
+    docs: dict[str, list[str]],
+    query: list[str],
+    k: int,
+) -> None:
+    """Round two's presence bound looks up ``PRESENCE_SLOTS`` lexemes and counts the weaker
+    ones as held; with fewer slots than common lexemes the top-k is still the reference's.
+    If this fails, check ``pb`` and ``pq`` in ``queries.bm25_ctes``."""
+    _budget(monkeypatch, "all common, k rows first")
+    monkeypatch.setattr(queries, "PRESENCE_SLOTS", slots)
+    scope = _scope()
+    _index(store, scope, docs)
+    _assert_top_k(store, scope, docs, query, k)
+
+
 def _skewed() -> dict[str, list[str]]:
     """``cedar`` rare (2 rows, long ones), ``apple`` common (10 rows); ``peak`` is short and
     holds apple 40 times, which outscores both cedar rows but is found only by reading

@@ -266,6 +266,19 @@ at 20,000 rows usually reads nothing. 8 -> 4, same ranks (``bench_pg_lexical.py 
 ABBA, 400 queries, k 20): lexical statement p50 16.6 / 18.8 ms at 20,000 rows, 39.3 / 44.0 ms
 at 100,000 (p95 94.0 / 91.8); 2 levels was faster still at p50 but lost at p95 at 100,000
 (93 / 60 ms): coarser levels read more rows where round two has work."""
+PRESENCE_SLOTS = 6
+"""Round two's presence bound: a row holding only common lexemes scores below the sum of their
+``ub`` (tf / (tf + K) < 1), so it can reach theta only if that sum does. The
+``PRESENCE_SLOTS`` strongest common lexemes are looked up (each weaker one counted as held):
+MaxScore's scan (``eq``) also needs ``tsv`` to match the OR of the minimal sets of them
+whose bound reaches theta, which the GIN index on ``tsv`` ANDs with the bucket keys' scan
+before the heap (a per-row check before scoring, tried too, added plan nodes to every query
+for little). ABBA on one connection, same ranks: the peer
+benchmark's corpus (``explain_peers.py``), 20,000 rows, 200 six-word queries, k 20, lexical
+statement p95 157 -> 117 ms, p50 40 -> 39 ms (load 8 on 2 cores); ``bench_pg_lexical.py
+100000 --load copy --baseline``: p50 80.9 -> 80.0 ms, p95 177.7 -> 178.8 ms (its queries
+rarely reach MaxScore). Six slots: 64 subsets; eight (256) cost more to build than they
+saved at the median."""
 BANDS = (0.97, 0.94, 0.9, 0.85, 0.8, 0.75, 0.7, 0.6, 0.5, 0.4, 0.3, 0.0)
 """The first round's bands, as shares of the best bucket bound: higher bands are read first.
 Fine near the top: with the commonest words (df 87-95% of a million rows) three bands (0.7,
@@ -401,8 +414,9 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
       or more (both sides in one GIN scan, so the index intersects them). Otherwise (``eq``) MaxScore over the buckets: common lexemes by ``ub``, smallest
       first, whose running sum stays below ``theta`` are not read; ``theta`` minus that sum
       is split evenly over the others, and every row holding one of them in a bucket whose
-      bound reaches its share is read. Either way a row read by neither round scores below
-      ``theta``, and it holds no rare lexeme.
+      bound reaches its share is read, if it also holds a set of common lexemes whose ``ub``
+      add up to ``theta`` (``pq``, ``PRESENCE_SLOTS``). Either way a row read by neither
+      round scores below ``theta``, and it holds no rare lexeme.
     - The matching rows without any query lexeme (``a or -b``, score 0) are read only when
       the two rounds found fewer than ``:k`` rows.
     """
@@ -509,7 +523,8 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     # rows holding both reach the heap. (Reading one side through the index and checking the
     # other per row read 15,761 heap rows where 752 held both, at a million rows.)
     second = [
-        "r.tsv_impact @@ ANY(eq.keys)",
+        "r.tsv @@ (SELECT pq.dnf FROM pq) AND r.tsv_impact @@ ANY(eq.keys)",
+        "r.tsv_impact @@ ANY(CAST((SELECT pq.keys FROM pq) AS tsquery[]))",
         "r.tsv_impact @@ ANY(cj.a)",
         "r.tsv_impact @@ ANY(cj.b)",
     ] + [f"r.tsv_impact @@ cj.l{j} AND r.tsv_impact @@ cj.r{j}" for j in range(LEVELS)]
@@ -580,6 +595,28 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
             "c.key",
         )
         + " AS keys), "
+        # The presence bound of each subset of the PRESENCE_SLOTS strongest common lexemes
+        # (bit j: the lexeme of rank j + 1), plus the ub of every weaker one.
+        f"pb AS (SELECT ARRAY(SELECT coalesce(sum(c.ub) FILTER (WHERE "
+        f"c.rn > {PRESENCE_SLOTS} OR (m.m >> (c.rn - 1)::int) & 1 = 1), 0) "
+        f"FROM generate_series(0, {(1 << PRESENCE_SLOTS) - 1}) m(m) LEFT JOIN ce c ON true "
+        "GROUP BY m.m ORDER BY m.m) AS bound), "
+        # The presence condition as a tsquery on ``tsv`` (``dnf``): the OR of the minimal
+        # sets of the slotted lexemes whose presence bound reaches theta (NULL, no row, when
+        # no set does). When the empty set does, or MaxScore reads nothing, ``dnf`` is NULL
+        # and ``keys`` (otherwise empty) carries MaxScore's keys alone.
+        "pq AS (SELECT CASE WHEN b.dnf THEN CAST(nullif(array_to_string(ARRAY("
+        "SELECT '(' || array_to_string(ARRAY("
+        f"SELECT {operand('c.lexeme')} FROM ce c WHERE c.rn <= {PRESENCE_SLOTS} "
+        "AND (m.m >> (c.rn - 1)::int) & 1 = 1), ' & ') || ')' "
+        f"FROM generate_series(1, {(1 << PRESENCE_SLOTS) - 1}) m(m), pb "
+        "WHERE pb.bound[m.m + 1] >= b.t AND NOT EXISTS (SELECT 1 FROM "
+        f"generate_series(0, {PRESENCE_SLOTS - 1}) j(j) WHERE (m.m >> j.j) & 1 = 1 "
+        "AND pb.bound[m.m - (1 << j.j) + 1] >= b.t)), ' | '), '') AS tsquery) END AS dnf, "
+        "CASE WHEN b.dnf THEN '{}' ELSE b.keys END AS keys "
+        "FROM (SELECT x.t, eq.keys, x.t > x.rest AND cardinality(eq.keys) > 0 AS dnf "
+        f"FROM eq, (SELECT th.theta - ({float(SHARE_SLACK)!r}) AS t, (SELECT "
+        f"coalesce(sum(c.ub), 0) FROM ce c WHERE c.rn > {PRESENCE_SLOTS}) AS rest FROM th) x) b), "
         "kb AS (SELECT DISTINCT ON (y.row_key) y.* FROM ("
         + " UNION ALL ".join(f"({rows(f'{c} AND {fresh}', ', eq, cj')})" for c in second)
         + ") y), "
