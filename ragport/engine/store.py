@@ -155,6 +155,9 @@ class BackendStore:
         self._guarded_search = self._push.guarded_search
         self._retrieval_read = self._push.retrieval_read or backend.read
         self._lend = self._capabilities.borrowed_query
+        # The last ``Admission`` of a read with no authorization, filter or report: frozen,
+        # so every such read at its pointer shares it (most reads of a store are these).
+        self._plain: Admission | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -441,17 +444,16 @@ class BackendStore:
         except BaseException as error:
             guard.__exit__(type(error), error, error.__traceback__)  # translates, or lets go on
             raise
-        denied: list[AccessDecision] = []
         try:
             foreign, answer = self._searched(
                 r, scope, q, key, limit, authorization, flt, on_denied is not None
             )
-            if not lend:
-                hits: Sequence[ScoredRecord] = self._report(r, answer, authorization, denied)
+            if lend:
+                hits: Sequence[ScoredRecord] = answer.hits
+                denied = denials(r, answer.screened, authorization) if answer.screened else None
             else:
-                hits = answer.hits
-                if answer.screened:
-                    denied.extend(denials(r, answer.screened, authorization))
+                denied = []
+                hits = self._report(r, answer, authorization, denied)
         except BaseException as error:
             _leave(guard, block, error)
             raise
@@ -499,11 +501,18 @@ class BackendStore:
             foreign = _NONE
         else:
             foreign = self._exact_foreign(r, scope, state.pointer, key)
-        admission = _new(Admission)  # ``Admission(...)`` through its slots
-        _SET_POINTER(admission, state.pointer)
-        _SET_AUTHORIZATION(admission, authorization)
-        _SET_FILTER(admission, flt)
-        _SET_REPORT(admission, report)
+        pointer = state.pointer
+        admission = self._plain
+        if (
+            authorization is not None
+            or flt is not None
+            or report
+            or admission is None
+            or admission.pointer != pointer
+        ):
+            admission = _admission(pointer, authorization, flt, report)
+            if authorization is None and flt is None and not report:
+                self._plain = admission  # the next unfiltered read at this pointer shares it
         vectors = self._search_vectors
         if vectors is not None and limit > 0:  # ``_vector_leg``, inline
             answer = vectors(r, q, admission=admission, limit=limit)
@@ -576,6 +585,18 @@ class BackendStore:
         return HybridAnswer(foreign, hits, lexical)
 
 
+def _admission(
+    pointer: int, authorization: Authorization | None, flt: Filter | None, report: bool
+) -> Admission:
+    """``Admission(pointer, authorization, flt, report)`` through its slots."""
+    admission = _new(Admission)
+    _SET_POINTER(admission, pointer)
+    _SET_AUTHORIZATION(admission, authorization)
+    _SET_FILTER(admission, flt)
+    _SET_REPORT(admission, report)
+    return admission
+
+
 def _leave(guard: Guard, block: Any, error: BaseException) -> None:
     """What ``_Reading.__exit__`` does when the read's body raised ``error``: the block is
     left with it (a failure there is translated and raised instead), then ``error`` is
@@ -600,13 +621,22 @@ def _checked_answer(
     asked scope (and, for the vector leg, dimension), else ``StoreError``."""
     if not isinstance(answer, LegAnswer) or len(answer.hits) > limit:
         raise StoreError("a search pushdown returned more than the limit, or no LegAnswer")
+    if dimensions is None:
+        for scored in answer.hits:
+            _check_row(scored.record, scope, None)
+        return answer
     for scored in answer.hits:
         record = scored.record
-        if (record.scope is not scope and not same_scope(record.scope, scope)) or (
-            dimensions is not None and record.dimensions != dimensions
-        ):
-            raise StoreError("a search pushdown returned a row outside the scope asked")
+        if record.scope is not scope or record.dimensions != dimensions:
+            _check_row(record, scope, dimensions)  # the same scope by its ids, or refused
     return answer
+
+
+def _check_row(record: Record, scope: Scope, dimensions: int | None) -> None:
+    if (record.scope is not scope and not same_scope(record.scope, scope)) or (
+        dimensions is not None and record.dimensions != dimensions
+    ):
+        raise StoreError("a search pushdown returned a row outside the scope asked")
 
 
 def _query_args(
@@ -618,12 +648,13 @@ def _query_args(
     if authorization is not None and not isinstance(authorization, Authorization):
         raise ValidationError("authorization must be an Authorization", field="authorization")
     flt = None if metadata_filter is None else parse_filter(metadata_filter)
-    if isinstance(limit, bool) or not isinstance(limit, int):
+    if type(limit) is not int and (isinstance(limit, bool) or not isinstance(limit, int)):
         raise ValidationError("limit must be an int", field="limit")
     if vector is None:
         return _NO_VECTOR, flt
-    q = vector if type(vector) is np.ndarray and vector.dtype is _FLOAT32 else None
-    if q is None:
+    if type(vector) is np.ndarray and vector.dtype is _FLOAT32:
+        q = vector
+    else:
         q = np.asarray(vector, dtype=np.float32)
     if q.ndim != 1:
         q = q.reshape(-1)

@@ -17,7 +17,6 @@ import attrs
 import pytest
 
 from ragport.adapters.memory.backend import SnapshotBackend
-from ragport.adapters.memory.search import search_snapshot
 from ragport.adapters.memory.unit_of_work import SnapshotReader
 from ragport.contract_tests.differential import check_same_answers
 from ragport.engine import BackendStore
@@ -34,7 +33,8 @@ class SearchIgnoresTombstones(SnapshotBackend):
     ) -> LegAnswer:
         snap = view.snap.copy()
         snap.tombstones = {}
-        return search_snapshot(snap, vector, admission, limit)
+        blind = SnapshotReader(snap, view.scope)  # a committed view of the tombstone-free copy
+        return super().search_vectors(blind, vector, admission=admission, limit=limit)
 
 
 class SearchIgnoresGrants(SnapshotBackend):

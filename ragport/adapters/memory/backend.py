@@ -13,18 +13,22 @@ path (``rows(source_id=)`` and ``rows(ids=)`` are already index look-ups here).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+import numpy as np
+
 from ragport.adapters.lexical.analyzers import make_analyzer
 from ragport.adapters.memory.lexical import ScopeLexicon
-from ragport.adapters.memory.search import search_snapshot
-from ragport.adapters.memory.snapshot import Snapshot
+from ragport.adapters.memory.search import EMPTY, answer
+from ragport.adapters.memory.snapshot import Snapshot, access_mask
+from ragport.adapters.memory.top_k import top
 from ragport.adapters.memory.unit_of_work import SnapshotReader, SnapshotWriter
 from ragport.domain.model import Scope, Tombstone
 from ragport.engine.history import history_of
-from ragport.engine.rules import forgotten_set
+from ragport.engine.rules import forgotten_set, screened_sources
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange
 from ragport.ports.pushdowns import Admission, LegAnswer
@@ -44,7 +48,10 @@ class MemoryBackend:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # Each scope's committed snapshot, and one reader of it: a reader holds nothing but
+        # the snapshot, its scope and this backend, so every read of that snapshot shares it.
         self._scopes: dict[Scope, Snapshot] = {}
+        self._readers: dict[Scope, SnapshotReader] = {}
         self._writers: dict[Scope, threading.Lock] = {}
 
     def _snapshot(self, scope: Scope) -> Snapshot:
@@ -59,10 +66,21 @@ class MemoryBackend:
     def _install(self, scope: Scope, snap: Snapshot) -> None:
         with self._lock:
             self._scopes[scope] = snap
+            self._readers[scope] = SnapshotReader(snap, scope, self)
 
     def read(self, scope: Scope) -> SnapshotReader:
-        """The scope's committed snapshot (the reader is its own context manager)."""
-        return SnapshotReader(self._snapshot(scope), scope, self)
+        """The scope's committed snapshot (the reader is its own context manager): one dict
+        read once the scope has a reader; ``_install`` replaces it with the snapshot, under
+        the same lock, so a reader never outlives the snapshot it reads as the current one."""
+        reader = self._readers.get(scope)
+        if reader is not None:
+            return reader
+        with self._lock:
+            reader = self._readers.get(scope)
+            if reader is None:
+                snap = self._scopes.setdefault(scope, _empty())
+                reader = self._readers[scope] = SnapshotReader(snap, scope, self)
+            return reader
 
     @contextmanager
     def write(self, scope: Scope) -> Iterator[SnapshotWriter]:
@@ -93,9 +111,33 @@ class SnapshotBackend(MemoryBackend):
     def search_vectors(
         self, view: SnapshotReader, vector: Vector, *, admission: Admission, limit: int
     ) -> LegAnswer:
-        return search_snapshot(
-            view.snap if view.committed else view.snap.copy(), vector, admission, limit
-        )  # ``_committed``, inline on the hot read
+        """The vector leg over the view's snapshot (at ``admission.pointer``); ``vector`` is
+        what the engine hands a pushdown: a finite 1-D float32 array."""
+        snap = view.snap if view.committed else view.snap.copy()  # ``_committed``, inline
+        index = snap.index(vector.shape[0])
+        rows = index.rows
+        if not rows:
+            return EMPTY
+        flt = admission.metadata_filter
+        fmask = None
+        if flt is not None:
+            fmask = np.fromiter((flt.matches(r.metadata) for r in rows), bool, count=len(rows))
+        who = admission.authorization
+        amask = None if who is None else access_mask(snap, index, who)
+        mask = amask if fmask is None else (fmask if amask is None else amask & fmask)
+        # Rows are unit vectors: the cosine is (row . q) / |q|. Ranking by row . q and
+        # dividing only the finalists' scores costs no numpy call to scale q (dividing by 0
+        # or by 1.0 would change nothing).
+        norm = math.sqrt(vector.dot(vector))  # what np.linalg.norm computes, unwrapped
+        # A finite float32 |q|^2 bounds |q| far below float32's range, and the rows are
+        # finite unit vectors (or zero): every score is finite.
+        finite = math.isfinite(norm)
+        scores = index.matrix @ vector  # this read's own array: the last top() may change it
+        screened: tuple[str, ...] = ()
+        if admission.report_denied and who is not None:
+            unfiltered = top(scores, fmask, limit, finite=finite)
+            screened = screened_sources(rows[i] for i, _ in unfiltered)
+        return answer(rows, top(scores, mask, limit, finite=finite, scratch=True), norm, screened)
 
     def search_lexical(
         self, view: SnapshotReader, text: str, *, mode: str, admission: Admission, limit: int

@@ -48,13 +48,15 @@ threshold is cheaper)."""
 _NEG_INF = float("-inf")
 
 
-def _by_argmax(scores: np.ndarray, limit: int) -> list[tuple[int, float]]:
+def _by_argmax(scores: np.ndarray, limit: int, *, scratch: bool) -> list[tuple[int, float]]:
     """The best ``limit`` of ``scores`` (finite, more than ``limit`` of them), ties by
     position: ``argmax`` returns the first position of the maximum. Each pick is set to
-    -inf for the next pass and written back before returning, so ``scores`` ends unchanged.
+    -inf for the next pass; unless ``scores`` is ``scratch`` (no one reads it afterwards),
+    the picks are written back before returning, so ``scores`` ends unchanged.
     """
     if not scores.flags.writeable:
         scores = scores.copy()
+        scratch = True
     found: list[tuple[int, float]] = []
     argmax, item = scores.argmax, scores.item
     try:
@@ -63,13 +65,19 @@ def _by_argmax(scores: np.ndarray, limit: int) -> list[tuple[int, float]]:
             found.append((i, item(i)))
             scores[i] = _NEG_INF
     finally:
-        for i, score in found:
-            scores[i] = score
+        if not scratch:
+            for i, score in found:
+                scores[i] = score
     return found
 
 
 def top(
-    scores: np.ndarray, mask: np.ndarray | None, limit: int, *, finite: bool = False
+    scores: np.ndarray,
+    mask: np.ndarray | None,
+    limit: int,
+    *,
+    finite: bool = False,
+    scratch: bool = False,
 ) -> list[tuple[int, float]]:
     """Positions and scores of the best ``limit`` rows allowed by ``mask``; ties by id.
 
@@ -77,18 +85,20 @@ def top(
     the caller knows that no score is NaN or infinite, which lets a small top-k come from
     argmax passes (``_by_argmax``) and a larger one from a threshold of group maxima
     (``_floor``); else (a NaN has no place in an order) every score is partitioned, as numpy
-    orders NaN.
+    orders NaN. ``scratch``: the caller never reads ``scores`` again, so they may be left
+    changed (else they end as they came).
     """
     if mask is None:
         positions = None
     else:
         positions = mask.nonzero()[0]
-        scores = scores[positions]
+        scores = scores[positions]  # a copy: this call's own scratch
+        scratch = True
     size = scores.shape[0]
     if size == 0:
         return []
     if size > limit and finite and limit <= _BY_ARGMAX:
-        found = _by_argmax(scores, limit)
+        found = _by_argmax(scores, limit, scratch=scratch)
         if positions is None:
             return found
         return [(int(positions[pos]), score) for pos, score in found]
