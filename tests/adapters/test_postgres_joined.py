@@ -238,3 +238,38 @@ def test_a_host_killed_before_its_commit_leaves_neither_write(store, host_engine
     assert _host_rows(host_engine, pg_schema) == []
     assert _served(store, scope) == set()
     assert store.current_generation(scope) == 0
+
+
+def test_a_joined_read_whose_first_statement_fails_raises_the_translated_error(
+    store, host_engine, pg_url, pg_schema
+):
+    """A read block's first statement on the host's connection fails (its tables are locked
+    by another session, the host's ``lock_timeout`` runs out): the caller gets the typed error
+    ``translate_errors`` makes (SQLSTATE kept, no driver text), not a bare one, and the read's
+    savepoint is rolled back, so the host's transaction goes on.
+
+    If this fails, check ``Connections._joined_first``.
+    """
+    scope = _scope()
+    _replace(store, scope, "doc-7")
+    locker = create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    tables = ", ".join(
+        f'"{pg_schema}".{t}'
+        for t in ("scopes", "records", "record_vectors", "grants", "tombstones")
+    )
+    try:
+        with host_engine.connect() as conn, conn.begin():
+            _host_row(conn, pg_schema, "doc-7")
+            joined = store.joined(conn)
+            with locker.connect() as other, other.begin():
+                other.execute(text(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE"))
+                conn.execute(text("SET LOCAL lock_timeout = '100ms'"))
+                with pytest.raises(ragport.StoreError) as caught:
+                    _served(joined, scope)
+            assert caught.value.sqlstate == "55P03"
+            assert caught.value.__cause__ is None and caught.value.__context__ is None
+            conn.execute(text("SET LOCAL lock_timeout = 0"))
+            assert _served(joined, scope) == {"doc-7"}
+    finally:
+        locker.dispose()
+    assert _host_rows(host_engine, pg_schema) == ["doc-7"]

@@ -345,6 +345,21 @@ class Connections:
         """
         return self._route(operation, run, replica, None)
 
+    def _joined_first(self, operation: str, run: Callable[[RawRead], _T], keep: Lent) -> _T:
+        """``lend`` on the host's connection: the savepoint stays open for the block's later
+        statements only once the first answered. A failed first statement goes through
+        ``joined_read``'s exit like any joined read: translated (a typed ragport error, no
+        driver text) and its savepoint rolled back."""
+        lent = self.joined_read(operation)
+        conn = lent.__enter__()
+        try:
+            answer = run(conn)
+        except BaseException as error:
+            lent.__exit__(type(error), error, error.__traceback__)  # raises it translated
+            raise
+        keep.hold(lent.__exit__)
+        return answer
+
     def _route(
         self,
         operation: str,
@@ -355,10 +370,7 @@ class Connections:
         """``read`` (``keep``: ``lend``)."""
         if self.joined is not None:  # the host's connection: no replica, no retry
             if keep is not None:
-                lent = self.joined_read(operation)
-                conn = lent.__enter__()
-                keep.hold(lent.__exit__)
-                return run(conn)
+                return self._joined_first(operation, run, keep)
             with self.joined_read(operation) as conn:
                 return run(conn)
         if replica and self.replica is not None:
