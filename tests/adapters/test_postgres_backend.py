@@ -234,3 +234,41 @@ def test_a_failed_first_statement_leaves_no_transaction_behind(
         fairy.close()
     with backend.read(SCOPE) as reader:
         assert reader.state().pointer == 0
+
+
+def test_reads_without_pipeline_mode_answer_the_same(
+    pg_engine: Any, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a libpq without pipeline mode (before 14) ``reads.fetch`` sends the block's BEGIN and
+    the lexical leg's settings one by one: the same answers, and a statement that fails outside
+    a transaction still resets ``plan_cache_mode`` on the connection (the pool reuses it).
+    If this fails, check ``reads._one_by_one``."""
+    from ragport.adapters.postgres import reads
+
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True, writes=INLINE)
+    for source, texts in DOCS.items():
+        replace_source(
+            source_id=source, chunks=_chunks(source, texts), embedder=EMB, store=store, scope=SCOPE
+        )
+    request = ragport.RetrievalRequest(top_k=3, query_candidates=6, lexical="bm25")
+
+    def hybrid() -> list[tuple[str, float]]:
+        found = retrieve_context(
+            "harbour dues", embedder=EMB, store=store, scope=SCOPE, request=request
+        )
+        return [(h.id, h.score) for h in found.hits]
+
+    piped = hybrid()
+    monkeypatch.setattr(reads, "PIPELINE", False)
+    assert hybrid() == piped and piped
+    fairy = pg_engine.raw_connection()
+    dbapi = fairy.driver_connection
+    dbapi.autocommit = True  # as the store's read connections are
+    try:
+        with pytest.raises(psycopg.Error):
+            reads.fetch_generic(reads.RawRead(fairy), "SELECT no_such_column", {})
+        setting = dbapi.execute("SELECT current_setting('plan_cache_mode')").fetchone()
+        assert setting == ("auto",)
+    finally:
+        dbapi.autocommit = False
+        fairy.close()

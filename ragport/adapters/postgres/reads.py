@@ -32,6 +32,9 @@ _GENERIC_LOCAL = (
     "SET LOCAL plan_cache_mode = auto",
 )
 _GENERIC = ("SET plan_cache_mode = force_generic_plan", "RESET plan_cache_mode")
+# Pipeline mode needs libpq 14 or later (psycopg[binary] bundles one; a psycopg built on an
+# older system libpq has none): without it ``fetch`` sends the same statements one by one.
+PIPELINE = psycopg.Pipeline.is_supported()
 
 
 def pyformat(sql: str) -> str:
@@ -91,6 +94,8 @@ def fetch(
         if opening is None and around is None:
             cur.execute(pyformat(sql), params, prepare=prepare)
             return cur.fetchall()
+        if not PIPELINE:
+            return _one_by_one(dbapi, cur, opening, around, (pyformat(sql), params, prepare))
         with dbapi.pipeline():  # the results are read at its end: one round trip
             if opening is not None:
                 dbapi.execute(opening)
@@ -100,6 +105,30 @@ def fetch(
             if around is not None:
                 dbapi.execute(around[1])
         return cur.fetchall()
+
+
+def _one_by_one(
+    dbapi: psycopg.Connection[Any],
+    cur: psycopg.Cursor[Any],
+    opening: str | None,
+    around: tuple[str, str] | None,
+    statement: tuple[str, Mapping[str, Any], bool | None],
+) -> list[Any]:
+    """``fetch``'s pipeline without pipeline mode: a round trip per statement. The statement
+    after it runs even when it failed, unless that failure aborted a transaction (whose
+    rollback undoes a ``SET LOCAL``): outside one, ``RESET`` must not be skipped."""
+    sql, params, prepare = statement
+    if opening is not None:
+        dbapi.execute(opening)
+    if around is not None:
+        dbapi.execute(around[0])
+    try:
+        cur.execute(sql, params, prepare=prepare)
+        return cur.fetchall()
+    finally:
+        failed = dbapi.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        if around is not None and not (dbapi.closed or dbapi.broken or failed):
+            dbapi.execute(around[1])
 
 
 def fetch_generic(conn: RawRead, sql: str, params: Mapping[str, Any]) -> list[Any]:
