@@ -272,3 +272,31 @@ def test_reads_without_pipeline_mode_answer_the_same(
     finally:
         dbapi.autocommit = False
         fairy.close()
+
+
+def test_a_vector_read_after_a_hybrid_one_is_still_one_round_trip(
+    pg_engine: Any, pg_schema: str
+) -> None:
+    """Reads alternate in a real application: a hybrid read (a block, with its SET LOCAL
+    settings) must not leave its connection needing a settings round trip before the next
+    vector read. If this fails, check how ``_Snapshot`` and ``reads.fetch`` keep the
+    connection's HNSW settings cache (``ragport_hnsw``)."""
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True, writes=INLINE)
+    for source, texts in DOCS.items():
+        replace_source(
+            source_id=source, chunks=_chunks(source, texts), embedder=EMB, store=store, scope=SCOPE
+        )
+
+    def retrieve(lexical: str) -> Any:
+        request = ragport.RetrievalRequest(top_k=3, query_candidates=6, lexical=lexical)
+        return retrieve_context(
+            "harbour dues", embedder=EMB, store=store, scope=SCOPE, request=request
+        )
+
+    for _ in range(6):
+        retrieve("bm25")
+        retrieve("off")
+    retrieve("bm25")
+    with _round_trips() as sent:
+        retrieve("off")
+    assert len(sent) == 1, sent
