@@ -95,7 +95,8 @@ def test_committed_results_md_is_the_rendering_of_bench_results(bench_modules):
     """bench/RESULTS.md equals render(bench/results) and stays under 410 lines (one screenful
     per section; 300 until issue 28 added the million-row section, 330 until the bulk-load
     section grew its six variants and their ratios, 340 until issue 44 added the group-ceiling
-    section, 365 until issue 45 added the peers section: a table per size and its targets).
+    section, 365 until issue 45 added the peers section: a table per size and its targets, 410
+    until issue 41 measured the 100k ABBA: hybrid p95 beside p50).
 
     If this fails, someone edited RESULTS.md by hand or a JSON file without re-rendering:
     run `.venv/bin/python bench/render_results.py`.
@@ -103,7 +104,7 @@ def test_committed_results_md_is_the_rendering_of_bench_results(bench_modules):
     _, render, _ = bench_modules
     committed = (BENCH / "RESULTS.md").read_text()
     assert committed == render.render(BENCH / "results")
-    assert committed.count("\n") < 410
+    assert committed.count("\n") < 415
 
 
 FAKE_BENCH = """
