@@ -291,3 +291,31 @@ def test_a_lock_wait_on_the_second_connection_falls_back_to_one(store, jobs, pg_
         holder.join()
     assert jobs, "the add did not try the second connection"
     assert _counts(pg_engine, pg_schema) == (12, 12, 0, 0)
+
+
+def test_adds_after_the_index_was_created_in_their_unit_of_work_stay_on_one_connection(
+    pg_engine, pg_schema, jobs
+):
+    """The first add of a fresh store creates the HNSW index in the unit of work's open
+    transaction; the second connection would wait on that index's lock until
+    ``LOCK_TIMEOUT_MS`` (1 s) for every later add of the same unit of work (300 sources of a
+    first load: five minutes). So none of them starts a second connection; the next unit of
+    work, after the index committed, does. If this fails, check ``copy_in``'s use of
+    ``created_indexes``."""
+    fresh = PostgresStore(
+        pg_engine, schema=pg_schema, create=True, writes=WriteSettings(parallel_vector_rows=4)
+    )
+    waited: list[bool] = []
+    real = vw.VectorJob.wait
+
+    def spy(self: vw.VectorJob) -> None:
+        real(self)
+        waited.append(self.timed_out)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(vw.VectorJob, "wait", spy)
+        publish_sources(fresh, _scope(), {f"s{i}": TEXTS for i in range(3)})
+        assert jobs == [] and waited == []
+        publish_sources(fresh, _scope(), {"later": TEXTS})
+    assert len(jobs) == 1 and waited and not any(waited)  # no lock wait ran out
+    assert _counts(pg_engine, pg_schema) == (48, 48, 0, 0)

@@ -127,14 +127,16 @@ class ScopeTransaction:
             batches = _batches(records, keys)
             # Most of the vectors on a second connection, beside the records and the rest of
             # the vectors (vector_writes.py): the HNSW inserts on two server processes at
-            # once, unless this add is small, created the index, or follows a vector delete.
+            # once, unless this add is small, follows a vector delete, or its unit of work
+            # created the index (this add or an earlier one: the uncommitted CREATE INDEX holds
+            # a lock the second connection would wait on until LOCK_TIMEOUT_MS, every add).
             writer = self.vector_writer
             ahead = ahead_share(len(records))
             job = (
                 writer.start(conn, self.scope, keys[:ahead], dims, matrix[:ahead])
                 if writer is not None
                 and writer.wants(len(records))
-                and not created
+                and dims not in self.created_indexes
                 and not self.indexes.deferred
                 and not self.deleted_vectors
                 else None
