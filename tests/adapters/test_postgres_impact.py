@@ -82,11 +82,15 @@ def _corpora(draw: st.DrawFn) -> dict[str, list[str]]:
     return docs
 
 
-@settings(
+# Hypothesis over a PostgreSQL fixture: each example reuses the test's store (a new scope each).
+_RANDOM_CORPORA = settings(
     max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+
+@_RANDOM_CORPORA
 @given(
     docs=_corpora(),
     query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
@@ -109,11 +113,7 @@ def test_pruned_top_k_equals_the_reference_on_random_corpora(
     _assert_top_k(store, scope, docs, query, k)
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@_RANDOM_CORPORA
 @given(
     docs=_corpora(),
     query=st.lists(st.sampled_from(WORDS), min_size=2, max_size=5),
