@@ -433,10 +433,13 @@ def test_the_generic_plan_setting_does_not_outlive_its_statement(store: Postgres
         with pytest.raises(psycopg.errors.DivisionByZero):
             reads.fetch_generic(raw, "SELECT 1 / (:z - :z) AS x", {"z": 1})
         assert dbapi.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
-        with reads.one_snapshot(raw):
-            reads.fetch_generic(raw, "SELECT 1 AS x", {})
-            assert dbapi.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
-        with pytest.raises(psycopg.errors.DivisionByZero), reads.one_snapshot(raw):
+        dbapi.execute("BEGIN")  # inside a transaction: SET LOCAL, undone at its end
+        reads.fetch_generic(raw, "SELECT 1 AS x", {})
+        assert dbapi.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+        dbapi.execute("COMMIT")
+        dbapi.execute("BEGIN")
+        with pytest.raises(psycopg.errors.DivisionByZero):
             reads.fetch_generic(raw, "SELECT 1 / (:z - :z) AS x", {"z": 1})
+        dbapi.execute("ROLLBACK")
         assert dbapi.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
         dbapi.autocommit = False

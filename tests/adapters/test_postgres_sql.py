@@ -123,11 +123,8 @@ STATEMENTS: list[tuple[Callable[[str], str], set[str]]] = [
     (statements.grants_upsert, {"src", "p", "g", "v"}),
     (statements.tombstones_insert, {"ids", "reasons"}),
     (statements.tombstones_sql, set()),
-    (queries.current_generation_sql, set()),
-    (queries.source_sql, {"src"}),
     (queries.embedders_sql, set()),
     (queries.forgotten_sql, set()),
-    (queries.grants_sql, {"ids"}),
     (queries.foreign_rows_sql, {"e", "ed"}),
 ]
 

@@ -29,16 +29,13 @@ __all__ = [
     "bm25_ctes",
     "bm25_top",
     "counted",
-    "current_generation_sql",
     "denied_sql",
     "embedders_sql",
     "foreign_rows_sql",
     "foreign_sql",
     "forgotten_sql",
-    "grants_sql",
     "lexical_sql",
     "plain_vector_sql",
-    "source_sql",
     "stats_at",
     "tsquery",
     "vector_leg",
@@ -56,19 +53,6 @@ HNSW_SETTINGS = (
 # -- small reads -----------------------------------------------------------------------------
 
 
-def current_generation_sql(s: str) -> str:
-    """The scope's pointer (no row for a scope never written)."""
-    return f"SELECT pointer FROM {s}.scopes WHERE {SCOPE}"
-
-
-def source_sql(s: str) -> str:
-    """``RECORD_COLUMNS`` of ``:src``'s rows visible at the pointer, by id in code-point order."""
-    return (
-        pointer_cte(s) + f"SELECT {RECORD_COLUMNS} FROM {s}.records r, sc "
-        f'WHERE {RSCOPE} AND r.source_id = :src AND {VISIBLE} ORDER BY r.id COLLATE "C"'
-    )
-
-
 def embedders_sql(s: str) -> str:
     """Distinct (embedder_id, dimensions) of the rows visible at the pointer."""
     return (
@@ -80,14 +64,6 @@ def embedders_sql(s: str) -> str:
 def forgotten_sql(s: str) -> str:
     """Ids of the scope's ``forgotten`` tombstones."""
     return f"SELECT id FROM {s}.tombstones WHERE {SCOPE} AND reason = 'forgotten'"
-
-
-def grants_sql(s: str) -> str:
-    """The grants of the sources ``:ids``."""
-    return (
-        f"SELECT source_id, principal_ids, group_ids, access_version FROM {s}.grants "
-        f"WHERE {SCOPE} AND source_id = ANY(:ids)"
-    )
 
 
 # -- the vector leg and its drift guard --------------------------------------------------------

@@ -13,8 +13,7 @@ one pipeline with the block's first statement (``fetch``, ``fetch_generic``); th
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -23,7 +22,7 @@ from sqlalchemy import Connection
 
 from ragport.adapters.postgres._driver import driver_connection
 
-__all__ = ["RawRead", "fetch", "fetch_generic", "one_snapshot", "opened", "pyformat"]
+__all__ = ["RawRead", "fetch", "fetch_generic", "opened", "pyformat"]
 
 _BIND = re.compile(r"(?<![:\w]):(\w+)")
 _PYFORMAT: dict[str, str] = {}
@@ -146,30 +145,3 @@ def fetch_generic(conn: RawRead, sql: str, params: Mapping[str, Any]) -> list[An
     status = driver_connection(conn).info.transaction_status
     local = opening is not None or status != psycopg.pq.TransactionStatus.IDLE
     return fetch(conn, sql, params, prepare=True, around=_GENERIC_LOCAL if local else _GENERIC)
-
-
-@contextmanager
-def one_snapshot(conn: RawRead) -> Iterator[None]:
-    """Run the block's reads in one REPEATABLE READ, READ ONLY transaction (one snapshot).
-
-    The lent connection is in autocommit, so the transaction is opened and closed by hand
-    (on a host's connection already in a transaction, the block runs in that one). If
-    the block fails, the session-level HNSW settings it may have changed are rolled back too,
-    so their cache on the connection is dropped.
-    """
-    dbapi = driver_connection(conn)
-    if dbapi.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        # Inside a host's transaction (``PostgresStore.joined``): its isolation level decides
-        # (REPEATABLE READ gives one snapshot; READ COMMITTED one per statement).
-        yield
-        return
-    dbapi.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-    try:
-        yield
-    except BaseException:
-        conn.connection.info.pop("ragport_hnsw", None)
-        if not (dbapi.closed or dbapi.broken):
-            with suppress(psycopg.Error):
-                dbapi.execute("ROLLBACK")
-        raise
-    dbapi.execute("COMMIT")
