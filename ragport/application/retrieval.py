@@ -25,9 +25,10 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import NamedTuple, cast
 
 from ragport.application._support import (
+    Redaction,
     check_abort,
     check_vectors,
 )
@@ -126,19 +127,27 @@ def _checked(
     return out
 
 
-def _search(
-    store: ChunkStore,
-    req: Request,
-    vector: Vector,
-    *,
-    embedder: Embedder,
-    expected: tuple[str, int],
-    guarded: bool,
-    runtime: Runtime,
-    store_denied: dict[tuple[Scope, str], AccessReason] | None = None,
-    borrowed: bool = False,
-    collapse: bool = False,
-) -> list[Candidate]:
+class _Read(NamedTuple):
+    """What every leg of one query shares: the store, the query vector and how to ask."""
+
+    store: ChunkStore
+    vector: Vector
+    embedder: Embedder
+    expected: tuple[str, int]  # the active embedder's (id, dimensions), read once
+    guarded: bool  # the store answers the drift guard with the vector leg
+    borrowed: bool  # the vector-only leg lends the store's own records (borrowed_query)
+    collapse: bool  # collapse_duplicates
+    runtime: Runtime
+    store_denied: dict[_Key, AccessReason] | None  # what the store screened, to report
+
+    def on_denied(self, scope: Scope) -> Callable[[Sequence[AccessDecision]], None] | None:
+        return None if self.store_denied is None else _collector(self.store_denied, scope)
+
+    def checked(self, found: Sequence[ScoredRecord], scope: Scope) -> list[ScoredRecord]:
+        return _checked(found, scope, expected=self.expected, embedder=self.embedder)
+
+
+def _search(read: _Read, req: Request) -> list[Candidate]:
     """Run each scope's legs and merge them: by cosine with one leg, by RRF with two.
 
     Each (scope, leg) is its own ranked list in the fusion, so scores from different scopes
@@ -148,100 +157,90 @@ def _search(
     ``borrowed_query``, so its candidates hold the store's own records, which nothing here
     changes and only ``build_hits`` reads (on a copy of their metadata).
     """
-    abort, telemetry = runtime.abort, runtime.effective_telemetry
-    embedder_id, dimensions = expected
-    lexical, limit, authorization, metadata_filter = (
-        req.lexical,
-        req.candidates,
-        req.authorization,
-        req.metadata_filter,
-    )
-    if (
-        lexical == "off"
-        and guarded
-        and authorization is None
-        and req.reranker is None
-        and not collapse
-    ):
+    if req.lexical != "off":
+        return _fused(read, req)
+    limit = req.candidates
+    if read.guarded and req.authorization is None and req.reranker is None and not read.collapse:
         # Nothing downstream can drop or reorder a candidate (no tombstone re-read, no access
-        # gate, no fusion, no reranker, no collapse of duplicates), so the top_k of each scope's top `candidates` are its
-        # top_k: asking for more would build, recheck and discard records never rendered.
+        # gate, no fusion, no reranker, no collapse of duplicates), so the top_k of each
+        # scope's top `candidates` are its top_k: asking for more would build, recheck and
+        # discard records never rendered.
         limit = min(limit, req.top_k)
+    by_cosine: list[Candidate] = []
+    for s in req.scopes:
+        ranked = read.checked(_vector_leg(read, req, s, limit), s)
+        by_cosine += [Candidate(s, item.record, item.score, "vector") for item in ranked]
+        check_abort(read.runtime.abort)
+    # By cosine, ties by (scope, record id); (scope, record id) is unique (see _checked).
+    if len(req.scopes) == 1:
+        by_cosine.sort(key=lambda c: (-c.score, c.record.id))
+    else:
+        by_cosine.sort(key=lambda c: (-c.score, _scope_order((c.scope, c.record.id))))
+    return by_cosine
+
+
+def _vector_leg(read: _Read, req: Request, s: Scope, limit: int) -> Sequence[ScoredRecord]:
+    """Scope ``s``'s vector leg: guarded (or borrowed) where the store offers it, else plain."""
+    store, on_denied = read.store, read.on_denied(s)
+    with read.runtime.effective_telemetry.span("rag.vector"):
+        if not read.guarded:
+            return store.query(
+                s,
+                read.vector,
+                limit=limit,
+                authorization=req.authorization,
+                metadata_filter=req.metadata_filter,
+                on_denied=on_denied,
+            )
+        # supports() checked the class; a runtime Protocol check costs ~20 us a call.
+        answer = (
+            cast(SupportsBorrowedQuery, store).borrowed_query
+            if read.borrowed
+            else cast(SupportsGuardedQuery, store).guarded_query
+        )(
+            s,
+            read.vector,
+            embedder_id=read.expected[0],
+            dimensions=read.expected[1],
+            limit=limit,
+            authorization=req.authorization,
+            metadata_filter=req.metadata_filter,
+            on_denied=on_denied,
+        )
+    if answer.foreign_embedders:
+        raise _mismatch(read.embedder, sorted(answer.foreign_embedders, key=repr)[0])
+    return answer.records
+
+
+def _fused(read: _Read, req: Request) -> list[Candidate]:
+    """Both legs of every scope, each from one ``hybrid_query`` (one snapshot: a replacement
+    committed meanwhile is seen by both or by neither, so the fused list never mixes two
+    versions of a source), fused by RRF over the union."""
     legs: dict[str, list[_Key]] = {}
     records: dict[_Key, Record] = {}
-    by_cosine: list[Candidate] = []  # the one leg's candidates when lexical is off
     for n, s in enumerate(req.scopes):
-        on_denied = None if store_denied is None else _collector(store_denied, s)
-        lexical_found: Sequence[ScoredRecord] = ()
-        if lexical != "off":
-            # Both legs from one snapshot: a replacement committed meanwhile is seen by both
-            # or by neither, so the fused list never mixes two versions of a source.
-            with telemetry.span("rag.hybrid"):
-                hybrid = cast(SupportsLexicalSearch, store).hybrid_query(
-                    s,
-                    vector,
-                    req.text,
-                    embedder_id=embedder_id,
-                    dimensions=dimensions,
-                    limit=limit,
-                    mode=lexical,
-                    authorization=authorization,
-                    metadata_filter=metadata_filter,
-                    on_denied=on_denied,
-                )
-            for found_key in sorted(hybrid.foreign_embedders, key=repr):
-                raise _mismatch(embedder, found_key)
-            found, lexical_found = hybrid.vector, hybrid.lexical
-        elif guarded:
-            with telemetry.span("rag.vector"):
-                # supports() checked the class; a runtime Protocol check costs ~20 us a call.
-                answer = (
-                    cast(SupportsBorrowedQuery, store).borrowed_query
-                    if borrowed
-                    else cast(SupportsGuardedQuery, store).guarded_query
-                )(
-                    s,
-                    vector,
-                    embedder_id=embedder_id,
-                    dimensions=dimensions,
-                    limit=limit,
-                    authorization=authorization,
-                    metadata_filter=metadata_filter,
-                    on_denied=on_denied,
-                )
-            if answer.foreign_embedders:
-                raise _mismatch(embedder, sorted(answer.foreign_embedders, key=repr)[0])
-            found = answer.records
-        else:
-            with telemetry.span("rag.vector"):
-                found = store.query(
-                    s,
-                    vector,
-                    limit=limit,
-                    authorization=authorization,
-                    metadata_filter=metadata_filter,
-                    on_denied=on_denied,
-                )
-        ranked = _checked(found, s, expected=expected, embedder=embedder)
-        if lexical == "off":
-            by_cosine += [Candidate(s, item.record, item.score, "vector") for item in ranked]
-        else:
-            legs[f"vector:{n}"] = [(s, item.record.id) for item in ranked]
-            for item in ranked:
-                records[(s, item.record.id)] = item.record
-            ranked = _checked(lexical_found, s, expected=expected, embedder=embedder)
-            legs[f"lexical:{n}"] = [(s, item.record.id) for item in ranked]
-            for item in ranked:
+        with read.runtime.effective_telemetry.span("rag.hybrid"):
+            hybrid = cast(SupportsLexicalSearch, read.store).hybrid_query(
+                s,
+                read.vector,
+                req.text,
+                embedder_id=read.expected[0],
+                dimensions=read.expected[1],
+                limit=req.candidates,
+                mode=req.lexical,
+                authorization=req.authorization,
+                metadata_filter=req.metadata_filter,
+                on_denied=read.on_denied(s),
+            )
+        for found_key in sorted(hybrid.foreign_embedders, key=repr):
+            raise _mismatch(read.embedder, found_key)
+        for leg, found in (("vector", hybrid.vector), ("lexical", hybrid.lexical)):
+            ranked = read.checked(found, s)
+            legs[f"{leg}:{n}"] = [(s, item.record.id) for item in ranked]
+            for item in ranked:  # a record both legs found keeps the vector leg's copy
                 records.setdefault((s, item.record.id), item.record)
-        check_abort(abort)
-    if lexical == "off":
-        # By cosine, ties by (scope, record id); (scope, record id) is unique (see _checked).
-        if len(req.scopes) == 1:
-            by_cosine.sort(key=lambda c: (-c.score, c.record.id))
-        else:
-            by_cosine.sort(key=lambda c: (-c.score, _scope_order((c.scope, c.record.id))))
-        return by_cosine
-    with telemetry.span("rag.fuse"):
+        check_abort(read.runtime.abort)
+    with read.runtime.effective_telemetry.span("rag.fuse"):
         weights = req.fusion_weights
         fused = fuse_ranked(
             legs,
@@ -415,8 +414,157 @@ def _reranked(
     return [h for h in hits if id(candidate_of[id(h)]) in allowed]
 
 
-# Allow-listed function shape (pyproject [tool.ruff.lint]): a use case with its public keyword surface; the write-options value of issue 42 narrows it.
-def retrieve_context(  # noqa: C901, PLR0915
+class _Denials:
+    """The denials of one query: each withheld source reported once, whoever withheld it."""
+
+    def __init__(
+        self,
+        on_access_denied: Callable[[AccessDenial], None] | None,
+        authorization: Authorization | None,
+    ) -> None:
+        self._callback = on_access_denied
+        self._reported: set[_Key] = set()
+        # What the store screened out among its candidates, collected only to be reported.
+        self.store_denied: dict[_Key, AccessReason] | None = (
+            {} if on_access_denied is not None and authorization is not None else None
+        )
+
+    def report(self, denial: AccessDenial) -> None:
+        key = (denial.scope, denial.source_id)
+        if self._callback is not None and key not in self._reported:
+            self._reported.add(key)
+            self._callback(denial)
+
+    def report_store_denied(self) -> None:
+        for (denied_scope, source), reason in (self.store_denied or {}).items():
+            self.report(AccessDenial(source_id=source, scope=denied_scope, reason=reason, hits=0))
+
+
+def _prepared(
+    store: ChunkStore,
+    caps: Capabilities,
+    req: Request,
+    embedder: Embedder,
+    rt: Runtime,
+    denials: _Denials,
+    collapse: bool,
+) -> _Read:
+    """Steps 3-4: the drift guard where no leg answers it, then the query embedded once."""
+    abort = rt.abort
+    # A guarded store answers the drift guard with the vector leg, a hybrid query with its
+    # legs (step 5); a plain store is asked here.
+    guarded = supports(store, "guarded_query", caps)
+    # A lent record is the store's own: its hit copies the metadata (private_reads off).
+    borrowed = guarded and req.lexical == "off" and supports(store, "borrowed_query", caps)
+    expected = (embedder.id, embedder.dimensions)
+    for s in [] if guarded or req.lexical != "off" else req.scopes:
+        for found_key in sorted(store.foreign_embedders(s, expected[0], expected[1]), key=repr):
+            raise _mismatch(embedder, found_key)
+    check_abort(abort)
+    with rt.effective_telemetry.span("rag.embed"):
+        vector = check_vectors(embedder.embed([req.text]), rows=1, dimensions=expected[1])[0]
+    check_abort(abort)
+    return _Read(
+        store, vector, embedder, expected, guarded, borrowed, collapse, rt, denials.store_denied
+    )
+
+
+def _unforgotten(
+    store: ChunkStore, caps: Capabilities, req: Request, ordered: list[Candidate]
+) -> list[Candidate]:
+    """Step 7, the tombstone guard: ``ordered`` without the candidates a forgotten id names."""
+    forgotten = _forgotten(store, caps, req.scopes, ordered)
+    return [c for c in ordered if not is_forgotten(c.record, forgotten[c.scope])]
+
+
+def _gate_of(
+    store: ChunkStore,
+    authorization: Authorization,
+    report: Callable[[AccessDenial], None],
+    redact: Redaction,
+) -> Gate:
+    def gate(candidates: list[Candidate]) -> list[Candidate]:
+        return access_gate(store, candidates, authorization, report, redact)
+
+    return gate
+
+
+def _first_gated(
+    read: _Read, req: Request, gate: Gate, ordered: list[Candidate], *, narrowed: bool
+) -> list[Candidate]:
+    """Step 8, the access gate after fusion, before the reranker. When the store was asked
+    for ``top_k`` only (``narrowed``) and the gate withheld a hit the store's predicate let
+    through (a grant changed in between, or a store that screens only at the gate), the
+    request's full candidates are read again, as without the narrowing, and gated."""
+    with read.runtime.effective_telemetry.span("rag.acl_recheck"):
+        gated = gate(ordered)
+        if narrowed and len(gated) < len(ordered):
+            check_abort(read.runtime.abort)
+            gated = gate(_search(read, req))
+    return gated
+
+
+def _candidates(
+    read: _Read, req: Request, caps: Capabilities, denials: _Denials
+) -> tuple[list[Candidate], Gate | None]:
+    """Steps 5-8: the legs of every scope, rechecked and merged, the tombstone guard, and the
+    first access gate (after fusion, before the reranker); with the gate it applied."""
+    narrowed = _narrowed(
+        req, guarded=read.guarded, collapse=read.collapse, report=denials.store_denied is not None
+    )
+    ordered = _search(read, req if narrowed is None else narrowed)
+    # 7. Skipped only where it can add nothing: every candidate came from one guarded
+    # statement per scope (no lexical leg), which applied the forgotten tombstones in the same
+    # snapshot it read the rows in (the SupportsGuardedQuery promise, checked by the contract
+    # suite). A hybrid query or a plain store is re-read: that is what catches a store whose
+    # legs miss a tombstone.
+    if not (read.guarded and req.lexical == "off"):
+        ordered = _unforgotten(read.store, caps, req, ordered)
+    if req.authorization is None:
+        return ordered, None
+    gate = _gate_of(read.store, req.authorization, denials.report, read.runtime.redaction)
+    return _first_gated(read, req, gate, ordered, narrowed=narrowed is not None), gate
+
+
+def _answered(
+    read: _Read,
+    req: Request,
+    caps: Capabilities,
+    ordered: list[Candidate],
+    gate: Gate | None,
+    denials: _Denials,
+) -> RetrievalResult:
+    """Steps 9-11: hits built from the gated candidates, reranked and gated again (a revoke
+    that landed meanwhile still withholds), the store's denials reported, then rendered."""
+    rt = read.runtime
+    retrieved_at = rt.effective_clock.now()
+    if read.collapse:
+        ordered = _distinct_texts(ordered)
+    # Rendering shows at most top_k hits in order; only a reranker looks further down.
+    if req.reranker is None:
+        ordered = ordered[: req.top_k]
+    hits = build_hits(
+        ordered,
+        provider=read.store.provider,
+        retrieved_at=retrieved_at,
+        redact=rt.redaction,
+        private_reads=caps.private_reads and not read.borrowed,
+    )
+    tel = rt.effective_telemetry
+    if req.reranker is not None and hits:
+        hits = _reranked(req, req.reranker, hits, ordered, gate, tel, rt.abort)
+    denials.report_store_denied()
+    with tel.span("rag.render"):
+        return render(
+            req.query,
+            hits,
+            top_k=req.top_k,
+            max_bytes=req.result_bytes,
+            max_tokens=req.context_tokens,
+        )
+
+
+def retrieve_context(
     query: str,
     *,
     embedder: Embedder,
@@ -446,7 +594,6 @@ def retrieve_context(  # noqa: C901, PLR0915
     if not isinstance(rt, Runtime):
         raise ValidationError("runtime must be a Runtime", field="runtime")
     wanted = DEFAULT_REQUEST if request is None else request
-    redact = rt.redaction
     req = check_request(
         query,
         scope=scope,
@@ -454,131 +601,22 @@ def retrieve_context(  # noqa: C901, PLR0915
         request=wanted,
         authorization=authorization,
         reranker=reranker,
-        redact=redact,
+        redact=rt.redaction,
         limits=rt.limits,
     )
-    lexical = req.lexical
-    collapse_duplicates = wanted.collapse_duplicates
-    abort = rt.abort
-    tel = rt.effective_telemetry
-    clk = rt.effective_clock
     if not req.scopes or not query.strip():
         return RetrievalResult(
             query=query, trust=_TRUST, text="", hits=(), citations=(), truncated=False
         )
-
     # 2. capabilities and tenancy
     caps = store.capabilities
     req = _served(store, caps, req, authorization)
-    lexical = req.lexical
-
-    with tel.span("rag.retrieve") as root:
+    with rt.effective_telemetry.span("rag.retrieve") as root:
         root.set_attribute("rag.scopes", len(req.scopes))
-        # 3. drift guard (a guarded store answers it with the vector leg, a hybrid query with
-        # its legs, in step 5)
-        guarded = supports(store, "guarded_query", caps)
-        # A lent record is the store's own: its hit copies the metadata (private_reads off).
-        borrowed = guarded and lexical == "off" and supports(store, "borrowed_query", caps)
-        # The active embedder's identity, read once: every check of this query uses it.
-        expected = (embedder.id, embedder.dimensions)
-        for s in [] if guarded or lexical != "off" else req.scopes:
-            for found_key in sorted(store.foreign_embedders(s, expected[0], expected[1]), key=repr):
-                raise _mismatch(embedder, found_key)
-        check_abort(abort)
-
-        # 4. embed once
-        with tel.span("rag.embed"):
-            vector = check_vectors(embedder.embed([req.text]), rows=1, dimensions=expected[1])[0]
-        check_abort(abort)
-
-        # Each withheld source is reported once per query, whoever withheld it.
-        reported: set[tuple[Scope, str]] = set()
-
-        def report(denial: AccessDenial) -> None:
-            key = (denial.scope, denial.source_id)
-            if on_access_denied is not None and key not in reported:
-                reported.add(key)
-                on_access_denied(denial)
-
-        report_all = on_access_denied is not None and authorization is not None
-        store_denied: dict[tuple[Scope, str], AccessReason] | None = {} if report_all else None
-
-        # 5-6. legs per scope, rechecked, then fused over the union
-        def search(r: Request) -> list[Candidate]:
-            return _search(
-                store,
-                r,
-                vector,
-                embedder=embedder,
-                expected=expected,
-                guarded=guarded,
-                runtime=rt,
-                store_denied=store_denied,
-                borrowed=borrowed,
-                collapse=collapse_duplicates,
-            )
-
-        narrowed = (
-            None
-            if authorization is None
-            else _narrowed(req, guarded=guarded, collapse=collapse_duplicates, report=report_all)
-        )
-        ordered = search(req if narrowed is None else narrowed)
-
-        # 7. tombstone guard. Skipped only where it can add nothing: every candidate came from
-        # one guarded statement per scope (no lexical leg), which applied the forgotten
-        # tombstones in the same snapshot it read the rows in (the SupportsGuardedQuery
-        # promise, checked by the contract suite). A hybrid query or a plain store is
-        # re-read: that is what catches a store whose legs miss a tombstone.
-        if not (guarded and lexical == "off"):
-            forgotten = _forgotten(store, caps, req.scopes, ordered)
-            ordered = [c for c in ordered if not is_forgotten(c.record, forgotten[c.scope])]
-
-        # 8. first access gate (after fusion, before rerank)
-        gate: Gate | None = None
-        if authorization is not None:
-            who = authorization
-
-            def gate(candidates: list[Candidate]) -> list[Candidate]:
-                return access_gate(store, candidates, who, report, redact)
-
-            with tel.span("rag.acl_recheck"):
-                gated = gate(ordered)
-                if narrowed is not None and len(gated) < len(ordered):
-                    # The gate withheld a hit the store's predicate let through (a grant
-                    # changed in between, or a store that screens only at the gate): read
-                    # the request's full candidates, as without the narrowing, and gate them.
-                    check_abort(abort)
-                    gated = gate(search(req))
-            ordered = gated
-        check_abort(abort)
-        retrieved_at = clk.now()
-        if collapse_duplicates:
-            ordered = _distinct_texts(ordered)
-        # Rendering shows at most top_k hits in order; only a reranker looks further down.
-        if reranker is None:
-            ordered = ordered[: req.top_k]
-        hits = build_hits(
-            ordered,
-            provider=store.provider,
-            retrieved_at=retrieved_at,
-            redact=redact,
-            private_reads=caps.private_reads and not borrowed,
-        )
-
-        # 9-10. rerank, then a fresh gate: a revoke that landed meanwhile still withholds
-        if req.reranker is not None and hits:
-            hits = _reranked(req, req.reranker, hits, ordered, gate, tel, abort)
-
-        for (denied_scope, source), reason in (store_denied or {}).items():
-            report(AccessDenial(source_id=source, scope=denied_scope, reason=reason, hits=0))
-
-        # 11. render
-        with tel.span("rag.render"):
-            return render(
-                query,
-                hits,
-                top_k=req.top_k,
-                max_bytes=req.result_bytes,
-                max_tokens=req.context_tokens,
-            )
+        denials = _Denials(on_access_denied, authorization)
+        # 3-4. drift guard, embed once
+        read = _prepared(store, caps, req, embedder, rt, denials, wanted.collapse_duplicates)
+        # 5-8. legs, tombstone guard, first access gate
+        ordered, gate = _candidates(read, req, caps, denials)
+        # 9-11. hits, rerank and a fresh gate, render
+        return _answered(read, req, caps, ordered, gate, denials)
