@@ -40,7 +40,7 @@ COUNTED = (
     "AND b.retired_generation <= :p)"
 )
 """A statistics delta row not of a batch retired whole at or below ``:p`` (migration 8),
-written independently of the store's reader (``queries.counted``)."""
+written independently of the store's reader (``queries.stats_at``)."""
 
 
 @pytest.fixture

@@ -28,7 +28,6 @@ __all__ = [
     "HNSW_SETTINGS",
     "bm25_ctes",
     "bm25_top",
-    "counted",
     "denied_sql",
     "embedders_sql",
     "foreign_rows_sql",
@@ -309,17 +308,6 @@ def _buckets() -> str:
     return "(VALUES " + ", ".join(rows) + ") AS bk(code, tf, dl)"
 
 
-def counted(s: str, pointer: str) -> str:
-    """Whether the statistics delta ``x`` (a ``lexical_stats`` or ``lexical_terms`` row) counts
-    at ``pointer`` (SQL): written at or below it, and not of a batch retired whole at or below
-    it (migration 8). The retired batches are read once per statement (a hashed subplan)."""
-    return (
-        f"x.generation <= {pointer} AND (x.batch IS NULL OR x.batch NOT IN "
-        f"(SELECT b.batch FROM {s}.lexical_batches b WHERE b.tenant_id = :t "
-        f"AND b.resource_id = :r AND b.corpus_id = :c AND b.retired_generation <= {pointer}))"
-    )
-
-
 _TOP = 9223372036854775807
 """The highest bigint: ``generation > pointer AND generation <= _TOP`` is the open range as
 a closed one, which the planner estimates at 0.5% of the rows, not a third (the pointer is
@@ -355,21 +343,83 @@ def stats_at(s: str, table: str, columns: tuple[str, ...], pointer: str, where: 
     )
 
 
+_K1, _B = 1.2, 0.75
+"""BM25's k1 and b."""
+_POINTER = "(SELECT pointer FROM sc)"
+# In the tsquery's text form: a negated operand (a lexeme or a parenthesised phrase), skipped,
+# or a quoted lexeme ('' and \\ escaped), kept. (querytree cannot do this: it turns any OR
+# with a negated branch, 'a' | !'b', into T.)
+_QUOTED = r"'(?:[^'\\]|''|\\.)*'"
+_OPERANDS = rf"(!\s*(?:{_QUOTED}|\((?:{_QUOTED}|[^()'])*\)))|'((?:[^'\\]|''|\\.)*)'"
+_ORDER = 'ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k'
+# One row's score: its tf per query lexeme from its tsvector (the positions of the lexemes of
+# p.lex, kept by setweight + ts_filter), idf by the lexeme's place in p.lex. It reads ``d``,
+# the row's tsvector detoasted once (``TSV``), never ``r.tsv``.
+_SCORE = (
+    "(SELECT coalesce(sum(p.idf[array_position(p.lex, u.lexeme)] * cardinality(u.positions) "
+    f"* {_K1 + 1} / (cardinality(u.positions) + {_K1} * ({1 - _B} + {_B} * d.dl "
+    "/ p.avgdl))), 0) FROM unnest(ts_filter(setweight(d.v, 'A', p.lex), '{a}')) u)"
+)
+
+
+def _rare() -> str:
+    """The df budget of the rare lexemes (``RARE_ROWS``; the constants are read when the SQL
+    is built: tests patch them)."""
+    return f"greatest({int(RARE_ROWS)}, {int(RARE_PER_K)} * :k)"
+
+
+def _probe() -> str:
+    """Round one's probe size (``PROBE_ROWS``)."""
+    return (
+        f"greatest({int(PROBE_ROWS)}, {int(PROBE_PER_K)} * :k, "
+        f"CAST((SELECT st.n FROM st) * {float(PROBE_SHARE)!r} AS bigint))"
+    )
+
+
+def _slack() -> str:
+    """``SHARE_SLACK`` as SQL."""
+    return f"({float(SHARE_SLACK)!r})"
+
+
+def _operand(column: str) -> str:
+    """``column`` as a tsquery operand: quoted, with ' and \\ doubled."""
+    return "'''' || replace(replace(" + column + r", '\', '\\'), '''', '''''') || ''''"
+
+
+def _tsquery_of(rows: str, column: str = "c.lexeme") -> str:
+    """The OR of ``column`` over ``rows``, as a tsquery (NULL for none)."""
+    return (
+        f"(SELECT CAST(nullif(array_to_string(ARRAY(SELECT {_operand(column)} FROM {rows}), "
+        "' | '), '') AS tsquery))"
+    )
+
+
+def _tsqueries(rows: str, column: str = "c.lexeme") -> str:
+    """``column`` over ``rows``, each as a one-operand tsquery: the index condition ``@@
+    ANY(...)`` is one GIN search per operand, where an OR of them all would be evaluated in
+    full for every row the index returns."""
+    return f"ARRAY(SELECT CAST({_operand(column)} AS tsquery) FROM {rows})"
+
+
+def _rows(s: str, where: str, condition: str, extra: str = "") -> str:
+    """(row_key, id, generation, rank) of the rows matching ``:query`` that pass ``where``
+    and ``condition``; ``condition`` reads ``r.tsv`` only where an index serves it, and the
+    row's tsvector as ``d.v`` elsewhere (``TSV``)."""
+    return (
+        f"SELECT r.row_key, r.id, r.generation, {_SCORE} AS rank "
+        f"FROM {s}.records r CROSS JOIN LATERAL {TSV} d, sc, q, p, tc{extra} "
+        f"WHERE {where} AND {condition} "
+        # the function, not the operator: the index conditions are ``condition``'s
+        "AND ts_match_vq(d.v, q.query)"
+    )
+
+
 def bm25_ctes(s: str, ts_config: str, where: str) -> str:
     """CTEs after ``predicate_ctes()``, the last, ``ranked``, the top ``:k`` candidates.
 
     ``ranked`` has (id, generation, rank): rows matching the tsquery that pass ``where``,
-    by the BM25 of ``legs.lexical_leg``'s docstring. ``ql``: the tsquery's lexemes
-    minus the excluded ones, read from its text form (a negated phrase with nested
-    parentheses, which websearch syntax cannot produce, would count as included).
-
-    Statistics come from the write-time running totals and the deltas past the pointer
-    (``stats_at``); forgotten rows were taken out of them when their tombstone was written
-    (``statements.tombstones_insert``), so no tombstone is read for them: ``st`` is N and
-    avgdl, ``w`` df, idf and ``ub``, an upper bound of one lexeme's share of a score
-    (``idf * (k1 + 1)``, as tf / (tf + K) < 1).
-
-    Candidates, exactly (no row that can reach the top-k is skipped):
+    by the BM25 of ``legs.lexical_leg``'s docstring, from the statistics of
+    ``_bm25_statistics``. Candidates, exactly (no row that can reach the top-k is skipped):
 
     - Rare lexemes (rarest first, while their df add up to ``RARE_ROWS``) are read in full
       through the GIN index on ``tsv``; the others are common.
@@ -378,158 +428,95 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
       the lexeme's share of the score of any row in that bucket (``idf * (k1 + 1) * tf /
       (tf + k1 * (1 - b + b * dl / avgdl))`` at the bucket's highest tf and lowest length;
       ``idf * (k1 + 1)`` for the open tf bucket).
-    - Round one (``ka``): the rare rows and, when they are fewer than ``:k``, up to
-      ``PROBE_ROWS`` rows (``:k`` otherwise) from the best buckets (``BANDS``, best first)
-      of the common lexemes the rare rows' k-th score leaves essential, scored exactly;
-      ``theta`` is the k-th score of the round (0 when fewer).
-    - Round two (``kb``), when two common lexemes carry the rest (``tt.conj``): e1 and e2,
-      the two with the largest ``ub``, must bound at least ``t`` (theta minus the other
-      common lexemes' ``ub``) together: rows where e2 alone reaches ``t`` (``a``), e1 alone
-      (``b``), and for each of ``LEVELS`` levels of e1's bound between ``t`` minus e2's
-      ``ub`` and ``t`` the rows with e1 in the level and e2 at ``t`` minus the level's top
-      or more (both sides in one GIN scan, so the index intersects them). Otherwise (``eq``) MaxScore over the buckets: common lexemes by ``ub``, smallest
-      first, whose running sum stays below ``theta`` are not read; ``theta`` minus that sum
-      is split evenly over the others, and every row holding one of them in a bucket whose
-      bound reaches its share is read, if it also holds a set of common lexemes whose ``ub``
-      add up to ``theta`` (``pq``, ``PRESENCE_SLOTS``). Either way a row read by neither
-      round scores below ``theta``, and it holds no rare lexeme.
+    - Round one (``_round_one``) scores the rare rows and a probe of the best buckets, and
+      learns ``theta``, the k-th score so far; round two reads every other row that can
+      still reach it: two common lexemes' buckets paired (``_conjunction``) or MaxScore over
+      the buckets (``_maxscore``) with the presence bound (``_presence``). Either way a row
+      read by neither round scores below ``theta``, and it holds no rare lexeme.
     - The matching rows without any query lexeme (``a or -b``, score 0) are read only when
-      the two rounds found fewer than ``:k`` rows.
+      the two rounds found fewer than ``:k`` rows (``_ranked``).
     """
-    k1, b = 1.2, 0.75
-    # In the tsquery's text form: a negated operand (a lexeme or a parenthesised phrase),
-    # skipped, or a quoted lexeme ('' and \\ escaped), kept. (querytree cannot do this: it
-    # turns any OR with a negated branch, 'a' | !'b', into T.)
-    quoted = r"'(?:[^'\\]|''|\\.)*'"
-    operands = rf"(!\s*(?:{quoted}|\((?:{quoted}|[^()'])*\)))|'((?:[^'\\]|''|\\.)*)'"
-    pointer = "(SELECT pointer FROM sc)"
-    rare = f"greatest({int(RARE_ROWS)}, {int(RARE_PER_K)} * :k)"
-    probe = (
-        f"greatest({int(PROBE_ROWS)}, {int(PROBE_PER_K)} * :k, "
-        f"CAST((SELECT st.n FROM st) * {float(PROBE_SHARE)!r} AS bigint))"
-    )
-
-    def operand(column: str) -> str:
-        """``column`` as a tsquery operand: quoted, with ' and \\ doubled."""
-        return "'''' || replace(replace(" + column + r", '\', '\\'), '''', '''''') || ''''"
-
-    def tsquery_of(rows: str, column: str = "c.lexeme") -> str:
-        """The OR of ``column`` over ``rows``, as a tsquery (NULL for none)."""
-        return (
-            f"(SELECT CAST(nullif(array_to_string(ARRAY(SELECT {operand(column)} FROM {rows}), "
-            "' | '), '') AS tsquery))"
-        )
-
-    def tsqueries(rows: str, column: str = "c.lexeme") -> str:
-        """``column`` over ``rows``, each as a one-operand tsquery: the index condition
-        ``@@ ANY(...)`` is one GIN search per operand, where an OR of them all would be
-        evaluated in full for every row the index returns."""
-        return f"ARRAY(SELECT CAST({operand(column)} AS tsquery) FROM {rows})"
-
-    # One row's score: its tf per query lexeme from its tsvector (the positions of the
-    # lexemes of p.lex, kept by setweight + ts_filter), idf by the lexeme's place in p.lex.
-    # It reads ``d``, the row's tsvector detoasted once (``TSV``), never ``r.tsv``.
-    score = (
-        "(SELECT coalesce(sum(p.idf[array_position(p.lex, u.lexeme)] * cardinality(u.positions) "
-        f"* {k1 + 1} / (cardinality(u.positions) + {k1} * ({1 - b} + {b} * d.dl "
-        "/ p.avgdl))), 0) FROM unnest(ts_filter(setweight(d.v, 'A', p.lex), '{a}')) u)"
-    )
-
     # The scope (past the tenant) and visibility's generation bound as filters, not index
     # conditions: the planner cannot estimate the GIN conditions' arrays and would AND a
     # btree range over the whole scope (records_generation) to every one of them. (Equality
     # under "C" is equality under the database's deterministic collation.)
     where = where.replace(RSCOPE, RSCOPE_FILTER).replace("r.generation <= ", "r.generation + 0 <= ")
+    return (
+        _bm25_statistics(s, ts_config)
+        + _round_one(s, where)
+        + _conjunction()
+        + _maxscore()
+        + _presence()
+        + _ranked(s, where)
+    )
 
-    def rows(condition: str, extra: str = "") -> str:
-        """(row_key, id, generation, rank) of the rows matching ``:query`` that pass ``where``
-        and ``condition``; ``condition`` reads ``r.tsv`` only where an index serves it, and
-        the row's tsvector as ``d.v`` elsewhere (``TSV``)."""
-        return (
-            f"SELECT r.row_key, r.id, r.generation, {score} AS rank "
-            f"FROM {s}.records r CROSS JOIN LATERAL {TSV} d, sc, q, p, tc{extra} "
-            f"WHERE {where} AND {condition} "
-            # the function, not the operator: the index conditions are ``condition``'s
-            "AND ts_match_vq(d.v, q.query)"
-        )
 
-    def band(i: int) -> str:
-        """Band ``i`` of the keys: bound in [BANDS[i], BANDS[i - 1]) of the best, so no band
-        re-reads a row of a band before it for the same lexeme."""
-        above = f" AND c.bound < {BANDS[i - 1]} * bu.u" if i else ""
-        return f"c.bound >= {BANDS[i]} * bu.u{above}"
+def _bm25_statistics(s: str, ts_config: str) -> str:
+    """``q`` (the tsquery), ``ql`` (its lexemes minus the excluded ones, read from its text
+    form: a negated phrase with nested parentheses, which websearch syntax cannot produce,
+    would count as included), ``st``, ``w``, ``p``, ``cw`` and ``tc``.
 
+    Statistics come from the write-time running totals and the deltas past the pointer
+    (``stats_at``); forgotten rows were taken out of them when their tombstone was written
+    (``statements.tombstones_insert``), so no tombstone is read for them: ``st`` is N and
+    avgdl, ``w`` df, idf and ``ub``, an upper bound of one lexeme's share of a score
+    (``idf * (k1 + 1)``, as tf / (tf + K) < 1). ``cw`` says which lexemes are common,
+    ``tc`` holds the rare ones (``rq``) and the OR of all (``aq``)."""
+    return (
+        f", q AS (SELECT {tsquery(ts_config)} AS query), "
+        "ql AS (SELECT coalesce(array_agg(DISTINCT "
+        r"replace(replace(m[2], '''''', ''''), '\\', '\')), '{}') AS lexemes "
+        "FROM q, regexp_matches(CAST(q.query AS text), '"
+        + _OPERANDS.replace("'", "''")
+        + "', 'g') m WHERE m[1] IS NULL), "
+        "sa AS (SELECT coalesce(sum(x.docs), 0) AS n, coalesce(sum(x.length), 0) AS len "
+        f"FROM ({stats_at(s, 'lexical_stats', ('docs', 'length'), _POINTER)}) x), "
+        "st AS (SELECT CAST(sa.n AS float8) AS n, "
+        "CAST(sa.len AS float8) / nullif(sa.n, 0) AS avgdl FROM sa), "
+        f"w AS (SELECT y.lexeme, y.df, y.idf, y.idf * {_K1 + 1} AS ub FROM (SELECT l.lexeme, "
+        "d.df, ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5)) AS idf "
+        "FROM ql CROSS JOIN LATERAL unnest(ql.lexemes) AS l(lexeme) CROSS JOIN st "
+        "CROSS JOIN LATERAL (SELECT CAST(coalesce((SELECT sum(x.docs) FROM ("
+        + stats_at(s, "lexical_terms", ("docs",), _POINTER, " AND x.lexeme = l.lexeme")
+        + ") x), 0) AS float8) AS df OFFSET 0) d) y), "
+        "p AS (SELECT ARRAY(SELECT w.lexeme FROM w ORDER BY w.lexeme) AS lex, "
+        "ARRAY(SELECT w.idf FROM w ORDER BY w.lexeme) AS idf, st.avgdl FROM st), "
+        "cw AS (SELECT w.lexeme, w.df, w.ub, octet_length(w.lexeme) <= "
+        f"{IMPACT_MAX_LEXEME} AND sum(w.df) OVER (ORDER BY w.df, w.lexeme) > {_rare()} "
+        "AS common FROM w), "
+        f"tc AS (SELECT {_tsqueries('cw c WHERE NOT c.common')} AS rq, "
+        f"{_tsquery_of('cw c')} AS aq), "
+    )
+
+
+def _band(i: int) -> str:
+    """Band ``i`` of the keys: bound in [BANDS[i], BANDS[i - 1]) of the best, so no band
+    re-reads a row of a band before it for the same lexeme."""
+    above = f" AND c.bound < {BANDS[i - 1]} * bu.u" if i else ""
+    return f"c.bound >= {BANDS[i]} * bu.u{above}"
+
+
+def _round_one(s: str, where: str) -> str:
+    """Round one: ``kr`` (the rare rows), ``t0``, ``ce``, ``bk``, ``bu``, ``ba``, ``ka``,
+    ``ta`` (its top ``:k``) and ``th`` (its ``theta``).
+
+    ``ka``: the rare rows and, when they are fewer than ``:k``, up to ``PROBE_ROWS`` rows
+    (``:k`` otherwise) from the best buckets (``BANDS``, best first) of the common lexemes
+    the rare rows' k-th score leaves essential, scored exactly; ``theta`` is the k-th score
+    of the round (0 when fewer)."""
     band_keys = ", ".join(
-        tsqueries(
-            f"bk c JOIN ce e ON e.lexeme = c.lexeme, bu, t0 WHERE e.cum >= t0.theta AND {band(i)}",
+        _tsqueries(
+            f"bk c JOIN ce e ON e.lexeme = c.lexeme, bu, t0 WHERE e.cum >= t0.theta AND {_band(i)}",
             "c.key",
         )
         + f" AS b{i}"
         for i in range(len(BANDS))
     )
     bands = " UNION ALL ".join(
-        f"({rows(f'r.tsv_impact @@ ANY(ba.b{i})', ', ba')})" for i in range(len(BANDS))
+        f"({_rows(s, where, f'r.tsv_impact @@ ANY(ba.b{i})', ', ba')})" for i in range(len(BANDS))
     )
-    order = 'ORDER BY s.rank DESC, s.id COLLATE "C" LIMIT :k'
-
-    def level(j: int) -> str:
-        """The bound at the top of e1's level ``j`` of [tt.lo, tt.t): below ``tt.lo``, t minus
-        e2's ub, no row of e1 can reach t."""
-        return f"(tt.lo + (tt.t - tt.lo) * {j + 1} / {LEVELS})"
-
-    pair_keys = ", ".join(
-        [
-            tsqueries("b2 c WHERE tt.conj AND c.bound >= tt.t", "c.key") + " AS a",
-            tsqueries("b1 c WHERE tt.conj AND c.bound >= tt.t", "c.key") + " AS b",
-        ]
-        + [
-            tsquery_of(
-                f"b1 c WHERE tt.conj AND c.bound < {level(j)} "
-                f"AND c.bound >= {level(j - 1) if j else 'tt.lo'}",
-                "c.key",
-            )
-            + f" AS l{j}, "
-            + tsquery_of(f"b2 c WHERE tt.conj AND c.bound >= tt.t - {level(j)}", "c.key")
-            + f" AS r{j}"
-            for j in range(LEVELS)
-        ]
-    )
-    # Each level is one GIN scan with two keys, the OR of e1's keys and the OR of e2's: GIN
-    # intersects them in the index (skipping through the longer posting lists), so only the
-    # rows holding both reach the heap. (Reading one side through the index and checking the
-    # other per row read 15,761 heap rows where 752 held both, at a million rows.)
-    second = [
-        "r.tsv @@ (SELECT pq.dnf FROM pq) AND r.tsv_impact @@ ANY(eq.keys)",
-        "r.tsv_impact @@ ANY(CAST((SELECT pq.keys FROM pq) AS tsquery[]))",
-        "r.tsv_impact @@ ANY(cj.a)",
-        "r.tsv_impact @@ ANY(cj.b)",
-    ] + [f"r.tsv_impact @@ cj.l{j} AND r.tsv_impact @@ cj.r{j}" for j in range(LEVELS)]
-    fresh = "NOT d.v @@ ANY(tc.rq) AND r.row_key NOT IN (SELECT ka.row_key FROM ka)"
     return (
-        f", q AS (SELECT {tsquery(ts_config)} AS query), "
-        "ql AS (SELECT coalesce(array_agg(DISTINCT "
-        r"replace(replace(m[2], '''''', ''''), '\\', '\')), '{}') AS lexemes "
-        "FROM q, regexp_matches(CAST(q.query AS text), '"
-        + operands.replace("'", "''")
-        + "', 'g') m WHERE m[1] IS NULL), "
-        "sa AS (SELECT coalesce(sum(x.docs), 0) AS n, coalesce(sum(x.length), 0) AS len "
-        f"FROM ({stats_at(s, 'lexical_stats', ('docs', 'length'), pointer)}) x), "
-        "st AS (SELECT CAST(sa.n AS float8) AS n, "
-        "CAST(sa.len AS float8) / nullif(sa.n, 0) AS avgdl FROM sa), "
-        f"w AS (SELECT y.lexeme, y.df, y.idf, y.idf * {k1 + 1} AS ub FROM (SELECT l.lexeme, "
-        "d.df, ln(1 + (st.n - d.df + 0.5) / (d.df + 0.5)) AS idf "
-        "FROM ql CROSS JOIN LATERAL unnest(ql.lexemes) AS l(lexeme) CROSS JOIN st "
-        "CROSS JOIN LATERAL (SELECT CAST(coalesce((SELECT sum(x.docs) FROM ("
-        + stats_at(s, "lexical_terms", ("docs",), pointer, " AND x.lexeme = l.lexeme")
-        + ") x), 0) AS float8) AS df OFFSET 0) d) y), "
-        "p AS (SELECT ARRAY(SELECT w.lexeme FROM w ORDER BY w.lexeme) AS lex, "
-        "ARRAY(SELECT w.idf FROM w ORDER BY w.lexeme) AS idf, st.avgdl FROM st), "
-        "cw AS (SELECT w.lexeme, w.df, w.ub, octet_length(w.lexeme) <= "
-        f"{IMPACT_MAX_LEXEME} AND sum(w.df) OVER (ORDER BY w.df, w.lexeme) > {rare} "
-        "AS common FROM w), "
-        f"tc AS (SELECT {tsqueries('cw c WHERE NOT c.common')} AS rq, "
-        f"{tsquery_of('cw c')} AS aq), "
-        f"kr AS ({rows('r.tsv @@ ANY(tc.rq)')}), "
+        f"kr AS ({_rows(s, where, 'r.tsv @@ ANY(tc.rq)')}), "
         "t0 AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(y.rank) END AS theta "
         "FROM (SELECT kr.rank FROM kr ORDER BY kr.rank DESC LIMIT :k) y), "
         # The common lexemes: running sum of ub, smallest first (MaxScore), and rank by ub.
@@ -537,53 +524,100 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         "row_number() OVER (ORDER BY c.ub DESC, c.lexeme) AS rn FROM cw c WHERE c.common), "
         # Every (common lexeme, bucket) key with the bound of its share of a score.
         "bk AS (SELECT c.lexeme, bk.code || c.lexeme AS key, c.ub * CASE WHEN bk.tf IS NULL "
-        f"THEN 1 ELSE bk.tf / (bk.tf + {k1} * ({1 - b} + {b} * bk.dl / st.avgdl)) END AS bound "
+        f"THEN 1 ELSE bk.tf / (bk.tf + {_K1} * ({1 - _B} + {_B} * bk.dl / st.avgdl)) END AS bound "
         f"FROM ce c CROSS JOIN st CROSS JOIN {_buckets()}), "
         "bu AS (SELECT max(c.bound) AS u FROM bk c JOIN ce e ON e.lexeme = c.lexeme, t0 "
         "WHERE e.cum >= t0.theta), "
         f"ba AS (SELECT {band_keys}), "
         # With :k rows holding a rare lexeme, their k-th score is a fair start already.
         f"ka AS (SELECT * FROM kr UNION ALL (SELECT y.* FROM ({bands}) y "
-        f"LIMIT CASE WHEN (SELECT count(*) FROM kr) < :k THEN {probe} "
-        f"ELSE least({probe}, :k) END)), "
-        f"ta AS (SELECT * FROM (SELECT DISTINCT ON (x.row_key) x.* FROM ka x) s {order}), "
+        f"LIMIT CASE WHEN (SELECT count(*) FROM kr) < :k THEN {_probe()} "
+        f"ELSE least({_probe()}, :k) END)), "
+        f"ta AS (SELECT * FROM (SELECT DISTINCT ON (x.row_key) x.* FROM ka x) s {_ORDER}), "
         "th AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(ta.rank) END AS theta FROM ta), "
-        # Round two, when two common lexemes carry the rest (``tt.conj``): a row reaches theta
-        # only if its buckets of the two strongest, e1 and e2, bound at least ``t`` (theta
-        # minus every other common lexeme's ub) together: e2 alone (a), e1 alone (b), or e1
-        # in level j of [t - ub(e2), t) with e2 at t minus the level's top or more (l_j, r_j).
+    )
+
+
+def _level(j: int) -> str:
+    """The bound at the top of e1's level ``j`` of [tt.lo, tt.t): below ``tt.lo``, t minus
+    e2's ub, no row of e1 can reach t."""
+    return f"(tt.lo + (tt.t - tt.lo) * {j + 1} / {LEVELS})"
+
+
+def _conjunction() -> str:
+    """Round two's keys when two common lexemes carry the rest (``tt.conj``): ``tt``, ``b1``,
+    ``b2`` and ``cj``.
+
+    e1 and e2, the two with the largest ``ub``, must bound at least ``t`` (theta minus the
+    other common lexemes' ``ub``) together: rows where e2 alone reaches ``t`` (``a``), e1
+    alone (``b``), and for each of ``LEVELS`` levels of e1's bound between ``t`` minus e2's
+    ``ub`` and ``t`` the rows with e1 in the level and e2 at ``t`` minus the level's top or
+    more (``l_j``, ``r_j``: both sides in one GIN scan, so the index intersects them)."""
+    pair_keys = ", ".join(
+        [
+            _tsqueries("b2 c WHERE tt.conj AND c.bound >= tt.t", "c.key") + " AS a",
+            _tsqueries("b1 c WHERE tt.conj AND c.bound >= tt.t", "c.key") + " AS b",
+        ]
+        + [
+            _tsquery_of(
+                f"b1 c WHERE tt.conj AND c.bound < {_level(j)} "
+                f"AND c.bound >= {_level(j - 1) if j else 'tt.lo'}",
+                "c.key",
+            )
+            + f" AS l{j}, "
+            + _tsquery_of(f"b2 c WHERE tt.conj AND c.bound >= tt.t - {_level(j)}", "c.key")
+            + f" AS r{j}"
+            for j in range(LEVELS)
+        ]
+    )
+    return (
         "tt AS (SELECT x.*, greatest(x.t - x.u2, 0) AS lo, x.t > 0 AND x.u2 IS NOT NULL AS conj "
         "FROM (SELECT th.theta - coalesce((SELECT sum(e.ub) FROM ce e WHERE e.rn > 2), 0) "
-        f"- ({float(SHARE_SLACK)!r}) AS t, e1.ub AS u1, e1.df AS d1, e2.ub AS u2, e2.df AS d2 "
+        f"- {_slack()} AS t, e1.ub AS u1, e1.df AS d1, e2.ub AS u2, e2.df AS d2 "
         "FROM th LEFT JOIN ce e1 ON e1.rn = 1 LEFT JOIN ce e2 ON e2.rn = 2) x), "
         "b1 AS (SELECT c.key, c.bound FROM bk c JOIN ce z ON z.lexeme = c.lexeme AND z.rn = 1), "
         "b2 AS (SELECT c.key, c.bound FROM bk c JOIN ce z ON z.lexeme = c.lexeme AND z.rn = 2), "
         f"cj AS (SELECT {pair_keys} FROM tt), "
-        # Otherwise MaxScore over the buckets: the lexemes whose ub add up to less than theta
-        # are not read; theta minus that sum is split evenly over the others.
+    )
+
+
+def _maxscore() -> str:
+    """Round two's keys otherwise (``es``, ``eq``): MaxScore over the buckets. Common lexemes
+    by ``ub``, smallest first, whose running sum stays below ``theta`` are not read; ``theta``
+    minus that sum is split evenly over the others, and every row holding one of them in a
+    bucket whose bound reaches its share is read, if it also passes ``_presence``."""
+    return (
         "es AS (SELECT (th.theta - coalesce((SELECT max(e.cum) FROM ce e "
         "WHERE e.cum < th.theta), 0)) / nullif((SELECT count(*) FROM ce e "
         "WHERE e.cum >= th.theta), 0) AS share FROM th), "
         "eq AS (SELECT "
-        + tsqueries(
+        + _tsqueries(
             "bk c JOIN ce e ON e.lexeme = c.lexeme, th, es, tt WHERE NOT tt.conj "
-            f"AND e.cum >= th.theta AND c.bound >= es.share - ({float(SHARE_SLACK)!r})",
+            f"AND e.cum >= th.theta AND c.bound >= es.share - {_slack()}",
             "c.key",
         )
         + " AS keys), "
-        # The presence bound of each subset of the PRESENCE_SLOTS strongest common lexemes
-        # (bit j: the lexeme of rank j + 1), plus the ub of every weaker one.
+    )
+
+
+def _presence() -> str:
+    """MaxScore's presence bound (``pb``, ``pq``; ``PRESENCE_SLOTS``): a row MaxScore reads
+    must also hold a set of common lexemes whose ``ub`` add up to ``theta``.
+
+    ``pb``: the bound of each subset of the ``PRESENCE_SLOTS`` strongest common lexemes (bit
+    j: the lexeme of rank j + 1), plus the ub of every weaker one. ``pq.dnf``: the presence
+    condition as a tsquery on ``tsv``, the OR of the minimal sets of the slotted lexemes
+    whose bound reaches theta (NULL, no row, when no set does). When the empty set does, or
+    MaxScore reads nothing, ``dnf`` is NULL and ``keys`` (otherwise empty) carries
+    MaxScore's keys alone."""
+    return (
         f"pb AS (SELECT ARRAY(SELECT coalesce(sum(c.ub) FILTER (WHERE "
         f"c.rn > {PRESENCE_SLOTS} OR (m.m >> (c.rn - 1)::int) & 1 = 1), 0) "
         f"FROM generate_series(0, {(1 << PRESENCE_SLOTS) - 1}) m(m) LEFT JOIN ce c ON true "
         "GROUP BY m.m ORDER BY m.m) AS bound), "
-        # The presence condition as a tsquery on ``tsv`` (``dnf``): the OR of the minimal
-        # sets of the slotted lexemes whose presence bound reaches theta (NULL, no row, when
-        # no set does). When the empty set does, or MaxScore reads nothing, ``dnf`` is NULL
-        # and ``keys`` (otherwise empty) carries MaxScore's keys alone.
         "pq AS (SELECT CASE WHEN b.dnf THEN CAST(nullif(array_to_string(ARRAY("
         "SELECT '(' || array_to_string(ARRAY("
-        f"SELECT {operand('c.lexeme')} FROM ce c WHERE c.rn <= {PRESENCE_SLOTS} "
+        f"SELECT {_operand('c.lexeme')} FROM ce c WHERE c.rn <= {PRESENCE_SLOTS} "
         "AND (m.m >> (c.rn - 1)::int) & 1 = 1), ' & ') || ')' "
         f"FROM generate_series(1, {(1 << PRESENCE_SLOTS) - 1}) m(m), pb "
         "WHERE pb.bound[m.m + 1] >= b.t AND NOT EXISTS (SELECT 1 FROM "
@@ -591,19 +625,48 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         "AND pb.bound[m.m - (1 << j.j) + 1] >= b.t)), ' | '), '') AS tsquery) END AS dnf, "
         "CASE WHEN b.dnf THEN '{}' ELSE b.keys END AS keys "
         "FROM (SELECT x.t, eq.keys, x.t > x.rest AND cardinality(eq.keys) > 0 AS dnf "
-        f"FROM eq, (SELECT th.theta - ({float(SHARE_SLACK)!r}) AS t, (SELECT "
+        f"FROM eq, (SELECT th.theta - {_slack()} AS t, (SELECT "
         f"coalesce(sum(c.ub), 0) FROM ce c WHERE c.rn > {PRESENCE_SLOTS}) AS rest FROM th) x) b), "
+    )
+
+
+# Round two's scans: MaxScore's (with the presence bound, or without when it has none), then
+# the conjunction's. Each level is one GIN scan with two keys, the OR of e1's keys and the OR
+# of e2's: GIN intersects them in the index (skipping through the longer posting lists), so
+# only the rows holding both reach the heap. (Reading one side through the index and checking
+# the other per row read 15,761 heap rows where 752 held both, at a million rows.)
+def _second() -> list[str]:
+    """Round two's scan conditions (see the comment above)."""
+    return [
+        "r.tsv @@ (SELECT pq.dnf FROM pq) AND r.tsv_impact @@ ANY(eq.keys)",
+        "r.tsv_impact @@ ANY(CAST((SELECT pq.keys FROM pq) AS tsquery[]))",
+        "r.tsv_impact @@ ANY(cj.a)",
+        "r.tsv_impact @@ ANY(cj.b)",
+    ] + [f"r.tsv_impact @@ cj.l{j} AND r.tsv_impact @@ cj.r{j}" for j in range(LEVELS)]
+
+
+_FRESH = "NOT d.v @@ ANY(tc.rq) AND r.row_key NOT IN (SELECT ka.row_key FROM ka)"
+
+
+def _ranked(s: str, where: str) -> str:
+    """``kb`` (round two's rows, none read in round one), ``kz`` (the rows holding no query
+    lexeme, read only when the rounds found fewer than ``:k``) and ``ranked``."""
+    return (
         "kb AS (SELECT DISTINCT ON (y.row_key) y.* FROM ("
-        + " UNION ALL ".join(f"({rows(f'{c} AND {fresh}', ', eq, cj')})" for c in second)
+        + " UNION ALL ".join(
+            f"({_rows(s, where, f'{c} AND {_FRESH}', ', eq, cj')})" for c in _second()
+        )
         + ") y), "
         "kz AS ("
-        + rows(
+        + _rows(
+            s,
+            where,
             "r.tsv @@ q.query AND NOT coalesce(d.v @@ tc.aq, false) "
-            "AND (SELECT count(*) FROM ta) + (SELECT count(*) FROM kb) < :k"
+            "AND (SELECT count(*) FROM ta) + (SELECT count(*) FROM kb) < :k",
         )
         + "), "
         "ranked AS (SELECT s.id, s.generation, s.rank FROM (SELECT * FROM ta UNION ALL "
-        f"SELECT * FROM kb UNION ALL SELECT * FROM kz) s {order}) "
+        f"SELECT * FROM kb UNION ALL SELECT * FROM kz) s {_ORDER}) "
     )
 
 
