@@ -64,6 +64,21 @@ def _batches(renames: list[Rename]) -> list[list[Rename]]:
     return batches
 
 
+@attrs.frozen
+class _Move:
+    """Ids relative to ``old`` re-filed under ``prefix`` (``old`` relative to the new root)."""
+
+    old: Path
+    prefix: str
+    exists: Callable[[Path], bool]
+
+    def moved(self, source_id: str) -> str:
+        return f"{self.prefix}/{source_id}"
+
+    def under_old(self, source_id: str) -> bool:
+        return self.exists(self.old / source_id)
+
+
 def widen_corpus_root(
     *,
     store: ChunkStore,
@@ -90,53 +105,20 @@ def widen_corpus_root(
     """
     if new == old or not old.is_relative_to(new):
         raise ValidationError(f"{new} does not hold {old}", field="root")
-    prefix = old.relative_to(new).as_posix()
-
-    def moved(source_id: str) -> str:
-        return f"{prefix}/{source_id}"
-
-    def under_old(source_id: str) -> bool:
-        return exists(old / source_id)
-
-    with store.unit_of_work(scope) as uow:
-        tombstones = list(uow.tombstones.list())
-    forgotten = forgotten_set(tombstones)
-    carried = [
-        Tombstone(moved(t.id), "forgotten")
-        for t in tombstones
-        if t.id in forgotten and under_old(t.id.split("#", 1)[0])
-    ]
-    if carried:  # before any row moves: a file never shows under its new id meanwhile
-        with store.unit_of_work(scope) as uow:
-            uow.tombstones.add(carried)
-            uow.commit()
+    move = _Move(old, old.relative_to(new).as_posix(), exists)
+    forgotten = _carry_forgotten(store, scope, move)
     listed = _listed(store, scope)
-    ids = [s for s in listed if under_old(s) and s not in forgotten]
-    renames = [Rename(s, moved(s)) for s in ids]
-    failures: list[tuple[str, str]] = []
-    for batch in _batches(renames):
-        result = apply_source_renames(
-            scope=scope,
-            store=store,
-            renames=batch,
-            continue_on_error=True,
-            runtime=runtime,
-        )
-        failures.extend((f.from_id, f.error) for f in result.failures)
+    ids = [s for s in listed if move.under_old(s) and s not in forgotten]
+    failures = _renamed(store, scope, move, ids, runtime)
     failed = {old_id for old_id, _ in failures}
     done = [s for s in ids if s not in failed]
-    grants = store.get_source_access(scope, done) if done else {}
-    if grants:
-        store.set_source_access(
-            scope,
-            [
-                *(attrs.evolve(g, source_id=moved(s)) for s, g in grants.items()),
-                *(Grant(s, access_version=g.access_version) for s, g in grants.items()),
-            ],
-        )
+    _move_grants(store, scope, move, done)
     if status_store is not None:
         _move_statuses(
-            status_store, scope, moved=moved, wanted=lambda s: under_old(s) and s not in failed
+            status_store,
+            scope,
+            moved=move.moved,
+            wanted=lambda s: move.under_old(s) and s not in failed,
         )
     return RootWidening(
         old=old,
@@ -145,6 +127,57 @@ def widen_corpus_root(
         kept=len(listed) - len(ids),
         failures=tuple(failures),
     )
+
+
+def _carry_forgotten(store: ChunkStore, scope: Scope, move: _Move) -> frozenset[str]:
+    """The scope's forgotten ids; each one whose file is still under the old root gets a
+    ``forgotten`` tombstone under its new id too, before any row moves (a file never shows
+    under its new id meanwhile)."""
+    with store.unit_of_work(scope) as uow:
+        tombstones = list(uow.tombstones.list())
+    forgotten = forgotten_set(tombstones)
+    carried = [
+        Tombstone(move.moved(t.id), "forgotten")
+        for t in tombstones
+        if t.id in forgotten and move.under_old(t.id.split("#", 1)[0])
+    ]
+    if carried:
+        with store.unit_of_work(scope) as uow:
+            uow.tombstones.add(carried)
+            uow.commit()
+    return forgotten
+
+
+def _renamed(
+    store: ChunkStore, scope: Scope, move: _Move, ids: list[str], runtime: Runtime | None
+) -> list[tuple[str, str]]:
+    """Each of ``ids`` renamed to its new id, batch by batch; the ``(old id, error)`` of
+    those that could not move."""
+    failures: list[tuple[str, str]] = []
+    for batch in _batches([Rename(s, move.moved(s)) for s in ids]):
+        result = apply_source_renames(
+            scope=scope,
+            store=store,
+            renames=batch,
+            continue_on_error=True,
+            runtime=runtime,
+        )
+        failures.extend((f.from_id, f.error) for f in result.failures)
+    return failures
+
+
+def _move_grants(store: ChunkStore, scope: Scope, move: _Move, done: list[str]) -> None:
+    """Each moved source's grant copied to its new id; its old id gets an empty grant (it may
+    name another file under the new root, which must not inherit the grant)."""
+    grants = store.get_source_access(scope, done) if done else {}
+    if grants:
+        store.set_source_access(
+            scope,
+            [
+                *(attrs.evolve(g, source_id=move.moved(s)) for s, g in grants.items()),
+                *(Grant(s, access_version=g.access_version) for s, g in grants.items()),
+            ],
+        )
 
 
 def _move_statuses(
