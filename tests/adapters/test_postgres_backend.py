@@ -16,7 +16,7 @@ from sqlalchemy import text
 import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.postgres import PostgresStore, WriteSettings
-from ragport.adapters.postgres.backend import PostgresBackend
+from ragport.adapters.postgres.backend import PostgresBackend, transaction_of
 from ragport.application import (
     compact,
     delete_source,
@@ -191,6 +191,27 @@ def test_each_read_makes_the_round_trips_it_needs(pg_engine: Any, pg_schema: str
         with _round_trips() as sent:
             read()
         assert len(sent) == expected, (name, sent)
+
+
+def test_a_backend_of_a_store_writes_as_the_store_does(pg_engine: Any, pg_schema: str) -> None:
+    """``PostgresBackend.of(store)`` keeps the store's write collaborators: its units of work
+    hand after-commit maintenance to the store's worker (not inline) and large adds' vectors
+    to the store's vector writer, as the store's own units of work do. If this fails, check
+    ``PostgresBackend.of``."""
+    store = PostgresStore(
+        pg_engine, schema=pg_schema, create=True, writes=WriteSettings(maintenance_delay=1.0)
+    )
+
+    def collaborators(over: ChunkStore) -> tuple[object, object]:
+        with over.unit_of_work(SCOPE) as uow:
+            tx = transaction_of(uow)
+            assert tx is not None
+            return tx.maintenance, tx.vector_writer
+
+    maintenance, vector_writer = collaborators(store)
+    assert maintenance is not None and vector_writer is not None
+    of_store = collaborators(BackendStore(PostgresBackend.of(store)))
+    assert of_store[0] is maintenance and of_store[1] is vector_writer
 
 
 def test_a_read_block_reads_one_read_only_snapshot(pg_engine: Any, pg_schema: str) -> None:

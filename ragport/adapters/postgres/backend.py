@@ -517,9 +517,16 @@ class PostgresBackend:
 
     @classmethod
     def of(cls, store: Any) -> PostgresBackend:
-        """The backend over ``store``'s (a ``PostgresStore``) connections and indexes."""
+        """The backend over ``store``'s (a ``PostgresStore``) connections and indexes, whose
+        writes go as the store's own do: after-commit maintenance on its worker, large adds'
+        vectors through its vector writer."""
         return cls(
-            store._db, store._indexes, ts_config=store._ts_config, ef_search=store._ef_search
+            store._db,
+            store._indexes,
+            ts_config=store._ts_config,
+            ef_search=store._ef_search,
+            maintenance=store._maintenance,
+            vector_writer=store._vectors,
         )
 
     @property
