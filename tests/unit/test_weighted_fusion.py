@@ -82,7 +82,7 @@ def test_vector_weight_zero_is_lexical_only_retrieval():
 def test_fusion_weights_name_only_the_two_legs():
     """A key other than vector/lexical is a ValidationError(field="fusion_weights").
 
-    If this fails, check _request in ragport/application/retrieval.py.
+    If this fails, check _check_fusion_weights in ragport/application/retrieval_request.py.
     """
     with pytest.raises(ragport.ValidationError) as info:
         retrieve_context("x", embedder=EMBEDDER, store=_store(), scope=SCOPE, request=RetrievalRequest(lexical="bm25", fusion_weights={"keyword": 1.0}))  # fmt: skip
@@ -92,7 +92,7 @@ def test_fusion_weights_name_only_the_two_legs():
 def test_dropped_counts_hits_the_context_budget_left_out():
     """With a token budget for one block, two of three wanted hits are dropped and counted.
 
-    If this fails, check `dropped` in _render (ragport/application/retrieval.py).
+    If this fails, check `dropped` in render (ragport/application/answer.py).
     """
     result = retrieve_context(
         "animals",
