@@ -439,7 +439,7 @@ def _live_delete(s: str) -> str:
     they are left out by their keys)."""
     return (
         f"ld AS (DELETE FROM {s}.live_ids l WHERE l.tenant_id = :t AND l.resource_id = :r "
-        "AND l.corpus_id = :c AND l.id IN (SELECT chg.id FROM chg WHERE chg.plus IS NULL) "
+        "AND l.corpus_id = :c AND l.id = ANY(ARRAY(SELECT chg.id FROM chg WHERE chg.plus IS NULL)) "
         f"AND NOT EXISTS (SELECT 1 FROM {s}.records r WHERE {RSCOPE} AND r.id = l.id "
         "AND r.retired_generation IS NULL "
         "AND (r.id, r.generation) NOT IN (SELECT chg.id, chg.generation FROM chg))), "

@@ -391,10 +391,13 @@ def live_insert(s: str, rows: str) -> str:
 
 
 def live_delete(s: str, rows: str) -> str:
-    """A CTE ``ld``: the ids ``rows`` (a SELECT of ``id``) are no longer live."""
+    """A CTE ``ld``: the ids ``rows`` (a SELECT of ``id``) are no longer live. One primary-key
+    probe per id (``_among``'s form): as ``l.id IN (rows)`` the planner, which cannot count
+    the CTE's rows, joined them with every live id of the scope (9,840 at 10,000 chunks: 53 of
+    the 62 ms of a retire of one source)."""
     return (
         f"ld AS (DELETE FROM {s}.live_ids l WHERE l.tenant_id = :t AND l.resource_id = :r "
-        f"AND l.corpus_id = :c AND l.id IN ({rows})), "
+        f"AND l.corpus_id = :c AND l.id = ANY(ARRAY({rows}))), "
     )
 
 
