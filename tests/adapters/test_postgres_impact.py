@@ -212,6 +212,58 @@ def test_a_row_reachable_only_through_two_common_lexemes_is_found(
         _assert_top_k(store, scope, docs, ["cedar", "apple", "brook"], 1)
 
 
+@pytest.mark.parametrize("slots", [1, 2, 6])
+def test_the_pairs_read_only_rows_holding_a_set_able_to_reach_theta(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch, slots: int
+) -> None:
+    """Round two's pairs also need the presence bound (``_HELD``): ``both`` holds apple and
+    brook, which reach the cedar rows' theta only together, and is found with any number of
+    slots. A presence bound too low (``pb`` not counting the lexemes past the slots as held)
+    asks a row, with one slot, for a set of it alone whose ``ub`` falls short of theta, finds
+    none, and misses ``both``. If this fails, check ``tt.held`` and ``pq`` in ``queries``."""
+    _budget(monkeypatch, "rarest rare, two rows first")
+    monkeypatch.setattr(queries, "PROBE_ROWS", 0)
+    monkeypatch.setattr(queries, "PRESENCE_SLOTS", slots)
+    scope = _scope()
+    docs = _pair()
+    _index(store, scope, docs)
+    for k in (1, 2, 3, 6):
+        _assert_top_k(store, scope, docs, ["cedar", "apple", "brook"], k)
+    presence = queries._presence
+    low = f"c.rn > {slots} OR "
+    assert low in presence()
+    monkeypatch.setattr(queries, "_presence", lambda: presence().replace(low, ""))
+    if slots == 1:
+        with pytest.raises(AssertionError):
+            _assert_top_k(store, scope, docs, ["cedar", "apple", "brook"], 1)
+
+
+@_RANDOM_CORPORA
+@given(
+    docs=_corpora(),
+    query=st.lists(st.sampled_from(WORDS), min_size=2, max_size=5),
+    k=st.integers(1, 6),
+)
+@pytest.mark.parametrize("slots", [1, 2, 6])
+def test_the_pairs_with_the_presence_bound_stay_exact_on_random_corpora(
+    store: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    slots: int,
+    docs: dict[str, list[str]],
+    query: list[str],
+    k: int,
+) -> None:
+    """The rarest lexeme read in full and no probe: theta comes from the rare rows and round
+    two, often its pairs (``tt.conj``) under the presence bound, reads the rest; the top-k
+    is the reference's. If this fails, check ``tt``, ``cj`` and ``pq`` in ``queries``."""
+    _budget(monkeypatch, "rarest rare, two rows first")
+    monkeypatch.setattr(queries, "PROBE_ROWS", 0)
+    monkeypatch.setattr(queries, "PRESENCE_SLOTS", slots)
+    scope = _scope()
+    _index(store, scope, docs)
+    _assert_top_k(store, scope, docs, query, k)
+
+
 def _pair_grid() -> dict[str, list[str]]:
     """``cedar`` rare in two long rows; ``apple`` and ``brook`` common, every (tf, length)
     pair of 1-7 repetitions and 0-90 fillers: rows whose two bounds fall on every side of
