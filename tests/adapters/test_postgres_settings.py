@@ -11,6 +11,7 @@ import warnings
 import pytest
 
 from ragport.adapters.postgres import PostgresStore, VectorIndexSettings, WriteSettings
+from ragport.adapters.postgres.backend import PostgresBackend
 from ragport.adapters.postgres.indexes import HnswBuild
 from ragport.domain.errors import ValidationError
 
@@ -75,6 +76,20 @@ def test_the_defaults_are_the_documented_ones() -> None:
     store.engine.dispose()
 
 
+def test_exact_access_rows_reaches_the_vector_leg() -> None:
+    """``exact_access_rows`` (default 5,000; 0 allowed: always the walk) is the cap the
+    backend's vector legs get beside ``ef_search``. If this fails, check ``PostgresStore``
+    and ``PostgresBackend``."""
+    for settings, search in (
+        (None, (200, 5000)),
+        (VectorIndexSettings(exact_access_rows=0), (200, 0)),
+    ):
+        store = PostgresStore(URL, vector_index=settings)
+        assert isinstance(store.backend, PostgresBackend)
+        assert store.backend._search == search
+        store.engine.dispose()
+
+
 def test_an_old_keyword_beside_its_new_value_is_refused() -> None:
     """``ef_search=`` with ``vector_index=`` is ambiguous: ``ValidationError`` naming the value."""
     with pytest.raises(ValidationError) as caught, warnings.catch_warnings():
@@ -99,6 +114,9 @@ def test_an_unknown_keyword_is_a_type_error() -> None:
         ({"m": 1}, "hnsw_m"),
         ({"m": 40, "ef_construction": 64}, "hnsw_ef_construction"),
         ({"ef_search": 0}, "ef_search"),
+        ({"exact_access_rows": -1}, "exact_access_rows"),
+        ({"exact_access_rows": True}, "exact_access_rows"),
+        ({"exact_access_rows": 2.5}, "exact_access_rows"),
     ],
 )
 def test_a_vector_index_value_out_of_range_is_refused(kwargs: dict[str, int], field: str) -> None:

@@ -38,6 +38,7 @@ from ragport.contract_tests.chunk_store import (
     ChunkStoreForgettingContract,
     ChunkStoreGenerationContract,
     ChunkStoreGenerationHistoryContract,
+    ChunkStoreGrantContract,
     ChunkStoreGuardedQueryContract,
     ChunkStoreHybridSnapshotContract,
     ChunkStoreLexicalContract,
@@ -587,3 +588,39 @@ def test_backend_contract_catches_renames_applied_one_by_one(monkeypatch):
         StorageBackendContract().test_backend_update_renames_in_a_chain(
             memory_backend.MemoryBackend()
         )
+
+
+class _LosesANeighbourUnderGrants(InMemoryStore):
+    """An access-checked query that misses the nearest allowed row (a graph walk that the
+    grants thinned out), and otherwise answers like the store."""
+
+    def query(self, scope: Any, vector: Any, *, limit: int, **kw: Any) -> Any:
+        if kw.get("authorization") is None:
+            return super().query(scope, vector, limit=limit, **kw)
+        return super().query(scope, vector, limit=limit + 1, **kw)[1:]
+
+
+class _GrantsAfterTopK(InMemoryStore):
+    """Ranks the top ``limit`` of every row, then drops the ones the caller may not read."""
+
+    def query(self, scope: Any, vector: Any, *, limit: int, **kw: Any) -> Any:
+        caller = kw.pop("authorization", None)
+        hits = super().query(scope, vector, limit=limit, **kw)
+        if caller is None:
+            return hits
+        allowed = super().query(scope, vector, limit=10_000, authorization=caller, **kw)
+        keep = {h.record.id for h in allowed}
+        return [h for h in hits if h.record.id in keep]
+
+
+@pytest.mark.parametrize("broken", [_LosesANeighbourUnderGrants, _GrantsAfterTopK])
+def test_grant_contract_catches_an_access_checked_top_k_that_is_not_exact(
+    broken: type[InMemoryStore],
+) -> None:
+    """A store whose access-checked query misses an allowed neighbour, or applies the grants
+    after ranking, fails the few-allowed-rows test; the in-memory store passes it.
+    If this fails, the contract no longer compares with the exact top-k of the allowed rows."""
+    contract = ChunkStoreGrantContract()
+    with pytest.raises(AssertionError):
+        contract.test_query_with_few_allowed_rows_is_their_exact_top_k(broken())
+    contract.test_query_with_few_allowed_rows_is_their_exact_top_k(InMemoryStore())

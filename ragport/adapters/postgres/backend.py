@@ -55,6 +55,7 @@ from ragport.adapters.postgres.indexes import DEFAULT_EF_SEARCH, VectorIndexes
 from ragport.adapters.postgres.legs import VectorLeg, lexical_leg
 from ragport.adapters.postgres.predicate import RSCOPE, SCOPE, VISIBLE, pointer_cte, scope_params
 from ragport.adapters.postgres.rows import R_COLUMNS, RECORD_COLUMNS
+from ragport.adapters.postgres.settings import DEFAULT_EXACT_ACCESS_ROWS
 from ragport.adapters.postgres.tombstones import tombstones_get_sql, tombstones_readmit
 from ragport.adapters.postgres.unit_of_work import ScopeTransaction
 from ragport.adapters.postgres.vector_writes import VectorWriter
@@ -505,6 +506,7 @@ class PostgresBackend:
         *,
         ts_config: str = "english",
         ef_search: int = DEFAULT_EF_SEARCH,
+        exact_rows: int = DEFAULT_EXACT_ACCESS_ROWS,
         maintenance: MaintenanceWorker | None = None,
         vector_writer: VectorWriter | None = None,
     ) -> None:
@@ -512,6 +514,7 @@ class PostgresBackend:
         self._indexes = indexes
         self._ts_config = ts_config
         self._ef_search = ef_search
+        self._search = (ef_search, exact_rows)  # VectorLeg's search
         self._maintenance = maintenance  # after-commit merges and re-analyses (None: inline)
         self._vectors = vector_writer  # large adds' vectors on a second connection (or None)
 
@@ -525,6 +528,7 @@ class PostgresBackend:
             store._indexes,
             ts_config=store._ts_config,
             ef_search=store._ef_search,
+            exact_rows=store._exact_rows,
             maintenance=store._maintenance,
             vector_writer=store._vectors,
         )
@@ -551,7 +555,7 @@ class PostgresBackend:
         found a row that may be foreign), they run in the view's snapshot, the search again
         with them."""
         leg = VectorLeg(
-            self._db.s, view.scope, vector, vec=self._db.pgvector, ef_search=self._ef_search,
+            self._db.s, view.scope, vector, vec=self._db.pgvector, search=self._search,
             limit=limit, authorization=authorization, flt=metadata_filter,
             guard=cast("tuple[str, int] | None", embedder), report=report_denied,
         )  # fmt: skip
@@ -567,7 +571,7 @@ class PostgresBackend:
     ) -> LegAnswer:
         """``legs.VectorLeg``: the HNSW walk with the whole admission predicate in SQL."""
         leg = VectorLeg(
-            self._db.s, view.scope, vector, vec=self._db.pgvector, ef_search=self._ef_search,
+            self._db.s, view.scope, vector, vec=self._db.pgvector, search=self._search,
             limit=limit, authorization=admission.authorization, flt=admission.metadata_filter,
             report=admission.report_denied,
         )  # fmt: skip

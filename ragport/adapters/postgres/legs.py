@@ -19,7 +19,7 @@ import numpy as np
 from ragport.adapters.postgres import queries, reads
 from ragport.adapters.postgres.extension import PgVector
 from ragport.adapters.postgres.indexes import MAX_EF_SEARCH
-from ragport.adapters.postgres.predicate import predicate, scope_params
+from ragport.adapters.postgres.predicate import granted, predicate, scope_params
 from ragport.adapters.postgres.rows import record
 from ragport.domain.filters import Filter
 from ragport.domain.model import Authorization, Scope
@@ -58,8 +58,11 @@ class VectorLeg:
 
     ``guard`` (an embedder key) makes it the guarded statement: the scope's sole-embedder
     claim or two index probes say whether a foreign row may exist, and only then is the
-    exact ``foreign_rows`` read. ``ef_search`` is the width of a plain query (doubled per
-    grant or filter predicate, at most ``MAX_EF_SEARCH``). ``vec`` names pgvector's objects
+    exact ``foreign_rows`` read. ``search`` is ``(ef_search, exact_rows)``: ``ef_search`` the
+    width of a plain query (doubled per grant or filter predicate, at most
+    ``MAX_EF_SEARCH``); ``exact_rows``: a read with grants
+    whose caller is allowed at most that many rows ranks them all exactly instead
+    (``queries.allowed_leg``; 0: always the walk). ``vec`` names pgvector's objects
     (``Connections.pgvector``; called only when the leg reads anything)."""
 
     def __init__(
@@ -69,13 +72,14 @@ class VectorLeg:
         vector: Vector,
         *,
         vec: Callable[[], PgVector],
-        ef_search: int,
+        search: tuple[int, int],
         limit: int,
         authorization: Authorization | None,
         flt: Filter | None,
         guard: tuple[str, int] | None = None,
         report: bool = False,
     ) -> None:
+        ef_search, exact_rows = search
         q = query_vector(vector)
         self.s, self.scope, self.guard, self.limit = s, scope, guard, int(limit)
         self.report = report and authorization is not None
@@ -95,6 +99,11 @@ class VectorLeg:
             leg, order = queries.vector_leg(
                 s, dims, limit, where, vec=vec(), joined=flt is not None
             )
+            if authorization is not None:  # a few allowed rows: ranked exactly
+                grants = granted(authorization)
+                leg = queries.allowed_leg(
+                    s, dims, limit, where, grants, exact_rows, leg, vec=vec()
+                )  # fmt: skip
             self.sql = queries.vector_sql(s, leg, guarded=guard is not None)
         self.top = queries.vector_top(s, dims, order, vec=vec())
         # ``ef_search`` (default 200) for a plain query; filters and grants thin the graph

@@ -20,6 +20,7 @@ __all__ = [
     "SCOPE",
     "VISIBLE",
     "acl_predicate",
+    "granted",
     "not_forgotten",
     "pointer_cte",
     "predicate",
@@ -115,16 +116,21 @@ again on every grant it looked at, and its selectivity estimate read every eleme
 planning: 3x the time of a vector query at 1,000 groups, 100k rows."""
 
 
+def granted(authorization: Authorization) -> str:
+    """A grant ``g`` of the scope names ``:principal`` or one of ``:groups`` (at ``:av`` when
+    ``authorization`` carries an access version): the caller's grants, any source."""
+    version = "" if authorization.access_version is None else " AND g.access_version = :av"
+    return (
+        "g.tenant_id = :t AND g.resource_id = :r AND g.corpus_id = :c "
+        f"AND (:principal = ANY(g.principal_ids) OR {GROUP_MATCH})" + version
+    )
+
+
 def acl_predicate(s: str, authorization: Authorization) -> str:
     """The grant rule on ``records r``: a chunk's source, or every root of a derived record,
     has a grant naming ``:principal`` or one of ``:groups`` (at ``:av`` when the
     authorization carries an access version). Each grant is one probe of ``grants_pkey``."""
-    version = "" if authorization.access_version is None else " AND g.access_version = :av"
-    grant = (
-        f"SELECT 1 FROM {s}.grants g WHERE g.tenant_id = :t AND g.resource_id = :r "
-        "AND g.corpus_id = :c AND g.source_id = {src} "
-        f"AND (:principal = ANY(g.principal_ids) OR {GROUP_MATCH})" + version
-    )
+    grant = f"SELECT 1 FROM {s}.grants g WHERE g.source_id = {{src}} AND " + granted(authorization)
     return (
         "((r.kind = 'chunk' AND EXISTS (" + grant.format(src="r.source_id") + ")) "
         "OR (r.kind = 'derived' AND cardinality(r.roots) > 0 AND NOT EXISTS ("

@@ -41,7 +41,12 @@ from ragport.adapters.postgres.vector_writes import (
 )
 from ragport.domain.errors import ValidationError
 
-__all__ = ["VectorIndexSettings", "WriteSettings", "from_keywords"]
+__all__ = ["DEFAULT_EXACT_ACCESS_ROWS", "VectorIndexSettings", "WriteSettings", "from_keywords"]
+
+DEFAULT_EXACT_ACCESS_ROWS = 5000
+"""``VectorIndexSettings.exact_access_rows``: under it, ranking every allowed row (one
+vector each, read by primary key) is both exact and faster than a graph walk whose
+candidates the grants thin out (``bench/bench_peers.py``, workload 7)."""
 
 
 @attrs.frozen
@@ -53,16 +58,25 @@ class VectorIndexSettings:
     index keeps its own). ``ef_search`` (default 200, 1..1000): ``hnsw.ef_search`` of a plain
     vector query, doubled per grant or filter (at most 1,000). ``deferred``: no HNSW index or
     insert until ``build_vector_indexes()`` (the bulk-load mode; docs/operations.md).
+    ``exact_access_rows`` (default 5,000; 0: never): an access-checked vector read whose
+    caller's grants allow at most that many rows ranks those rows exactly, without the HNSW
+    walk (recall 1; docs/access-control.md).
     """
 
     m: int = HNSW_M
     ef_construction: int = HNSW_EF_CONSTRUCTION
     ef_search: int = DEFAULT_EF_SEARCH
     deferred: bool = attrs.field(default=False, converter=bool)
+    exact_access_rows: int = DEFAULT_EXACT_ACCESS_ROWS
 
     def __attrs_post_init__(self) -> None:
         HnswBuild(self.m, self.ef_construction)  # raises ValidationError naming the field
         validate_ef_search(self.ef_search)
+        rows = self.exact_access_rows
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise ValidationError(
+                "exact_access_rows must be an integer >= 0", field="exact_access_rows"
+            )
 
     @property
     def build(self) -> HnswBuild:

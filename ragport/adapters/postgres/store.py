@@ -115,6 +115,7 @@ class PostgresStore(BackendStore):
         self._ts_config = validate_text_search_config(text_search_config)
         self._partitions = validate_partitions(partitions)
         self._ef_search = index.ef_search
+        self._exact_rows = index.exact_access_rows
         self._db = Connections(
             url_or_engine,
             schema=schema,
@@ -152,6 +153,7 @@ class PostgresStore(BackendStore):
             self._indexes,
             ts_config=self._ts_config,
             ef_search=self._ef_search,
+            exact_rows=self._exact_rows,
             maintenance=self._maintenance,
             vector_writer=self._vectors,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ragport.contract_tests._support import (
@@ -184,6 +185,49 @@ class ChunkStoreGrantContract(_ChunkStoreContractBase):
         assert not store.query(
             SCOPE, probe, limit=QUERY_ALL, authorization=Authorization("eve", TENANT)
         )
+
+    def test_query_with_few_allowed_rows_is_their_exact_top_k(self, store: ChunkStore) -> None:
+        """Checks ``ChunkStore.query``: when a caller's grants allow few rows (here 22 of 121:
+        7 sources of 3 chunks in one group, and one derived record resting on two of them),
+        the access-checked top-k is exactly the k allowed rows nearest the query, by cosine
+        (ids and scores), not an approximation; a derived record with one root not granted
+        stays out.
+
+        If this fails, check that a small allowed set is ranked exactly (the PostgreSQL store:
+        ``queries.allowed_leg`` under ``exact_access_rows``), before ``limit``.
+        """
+        _require_acl(store)
+        vectors = {f"s{i:02d}": [hash_vector(f"few-{i}-{j}") for j in range(3)] for i in range(40)}
+        extra = {"d-ok": ("s01", "s07"), "d-half": ("s01", "s02")}
+        with store.unit_of_work(SCOPE) as uow:
+            staged = uow.generations.stage()
+            for source_id, rows in vectors.items():
+                texts = [f"{source_id} {j}" for j in range(3)]
+                _add(uow, make_batch(SCOPE, source_id, texts, generation=staged, vectors=rows))
+            for record_id, roots in extra.items():
+                _add(
+                    uow, derived_batch(SCOPE, record_id, record_id, roots=roots, generation=staged)
+                )
+            uow.generations.publish(staged)
+            uow.grants.set(
+                granted(uow.scope, [Grant(s, group_ids=(f"g{int(s[1:]) % 6}",)) for s in vectors])
+            )
+            uow.commit()
+        allowed = {
+            f"{s}#{j + 1:04d}": v for s, rows in vectors.items() if int(s[1:]) % 6 == 1
+            for j, v in enumerate(rows)
+        }  # fmt: skip
+        allowed["d-ok"] = hash_vector("d-ok")  # both roots in g1; d-half's s02 is g2
+        probe = hash_vector("few-probe")
+        exact = sorted(allowed, key=lambda k: (-float(np.dot(allowed[k], probe)), k))
+        caller = Authorization("bob", TENANT, group_ids=("g1", "g9"))
+        for limit in (1, 5, QUERY_ALL):
+            got = store.query(SCOPE, probe, limit=limit, authorization=caller)
+            assert _ids(got) == exact[:limit], limit
+            for hit in got:
+                assert hit.score == pytest.approx(
+                    float(np.dot(allowed[hit.record.id], probe)), abs=1e-4
+                )
 
     def test_query_sees_grant_changes_at_once(self, store: ChunkStore) -> None:
         """Checks ``ChunkStore.query``, ``ChunkStore.set_source_access``: revoking a grant or moving
