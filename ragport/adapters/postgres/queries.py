@@ -551,12 +551,10 @@ def _round_one(s: str, where: str) -> str:
     (``:k`` otherwise) from the best buckets (``BANDS``, best first) of the common lexemes
     the rare rows' k-th score leaves essential, scored exactly; ``theta`` is the k-th score
     of the round (0 when fewer)."""
+    # Every band's keys in one pass over ``bk`` (each key falls in one band).
     band_keys = ", ".join(
-        _tsqueries(
-            f"bk c JOIN ce e ON e.lexeme = c.lexeme, bu, t0 WHERE e.cum >= t0.theta AND {_band(i)}",
-            "c.key",
-        )
-        + f" AS b{i}"
+        f"coalesce(array_agg(CAST({_operand('c.key')} AS tsquery)) FILTER (WHERE {_band(i)}), "
+        f"'{{}}') AS b{i}"
         for i in range(len(BANDS))
     )
     bands = " UNION ALL ".join(
@@ -575,7 +573,8 @@ def _round_one(s: str, where: str) -> str:
         f"FROM ce c CROSS JOIN st CROSS JOIN {_buckets()}), "
         "bu AS (SELECT max(c.bound) AS u FROM bk c JOIN ce e ON e.lexeme = c.lexeme, t0 "
         "WHERE e.cum >= t0.theta), "
-        f"ba AS (SELECT {band_keys}), "
+        f"ba AS (SELECT {band_keys} FROM bk c JOIN ce e ON e.lexeme = c.lexeme, bu, t0 "
+        "WHERE e.cum >= t0.theta), "
         # With :k rows holding a rare lexeme, their k-th score is a fair start already.
         f"ka AS (SELECT * FROM kr UNION ALL (SELECT y.* FROM ({bands}) y "
         f"LIMIT CASE WHEN (SELECT count(*) FROM kr) < :k THEN {_probe()} "
