@@ -443,9 +443,11 @@ def test_the_background_thread_schedules_only_units_of_work_that_change_rows(
     calls: list[tuple[str, bool]] = []
     original = MaintenanceWorker.schedule
 
-    def counting(self: MaintenanceWorker, tenant_id: str, *, merge: bool, analyze: bool) -> None:
+    def counting(
+        self: MaintenanceWorker, tenant_id: str, *, merge: bool, analyze: bool, fold: bool = False
+    ) -> None:
         calls.append((tenant_id, merge))
-        original(self, tenant_id, merge=merge, analyze=analyze)
+        original(self, tenant_id, merge=merge, analyze=analyze, fold=fold)
 
     monkeypatch.setattr(MaintenanceWorker, "schedule", counting)
     store.set_source_access(scope, [ragport.Grant("a", principal_ids=("u1",))])

@@ -315,7 +315,7 @@ def test_upgrade_from_version_7_keeps_rows_and_statistics(
 ) -> None:
     """A schema as migration 7 left it (no batch columns, no ``lexical_batches``, no
     ``live_ids``, the partial unique index on live ids, default fillfactor) upgrades in place
-    through 8 and 9: its rows have no batch and are retired with row deltas, their ids are
+    through 8, 9 and 15 (which adds to the table 8 creates): its rows have no batch and are retired with row deltas, their ids are
     live in ``live_ids``; new writes get batches. If this fails, check ``schema._v8``/``_v9``."""
     from ragport.adapters.postgres import schema as migrations
 
@@ -338,10 +338,10 @@ def test_upgrade_from_version_7_keeps_rows_and_statistics(
                 "(tenant_id, resource_id, corpus_id, id) WHERE retired_generation IS NULL"
             )
         )
-        conn.execute(text(f"DELETE FROM {s}.schema_migrations WHERE version IN (8, 9)"))
+        conn.execute(text(f"DELETE FROM {s}.schema_migrations WHERE version IN (8, 9, 15)"))
         assert migrations.current_version(conn, pg_schema) == 7
     old = PostgresStore(pg_engine, schema=pg_schema, text_search_config="simple")
-    assert old.upgrade() == [8, 9]
+    assert old.upgrade() == [8, 9, 15]
     _check(old, scope, s)  # live_ids included
     assert _batches(old, s, scope, "s0") == []
     terms = _count(old, s, "lexical_terms", scope)

@@ -648,6 +648,7 @@ class PostgresBackend:
         # Usually a HOT update (no index entry), but not for a row whose page lacks room,
         # such as every row written before migration 9: merge after those too.
         tx.gin_rows += retired
+        tx.fold_due = True  # it may have retired batches whole: fold them after the commit
         return retired
 
     def delete_where(
@@ -662,6 +663,10 @@ class PostgresBackend:
         one (compaction folds the statistics too)."""
         tx, s = view.tx, self._db.s
         tx.deleted_vectors = True
+        # First the batches retired whole and not folded yet (under this writer's scope lock):
+        # their stored amounts must leave the totals before compaction drops the batches or a
+        # purge erases their lexemes' totals.
+        view._run("fold statistics", statements.fold_retired(s))
         if source_id is not None:
             return self._purge_source(view, source_id)
         if above is not None:

@@ -21,6 +21,7 @@ rows were committed; autovacuum merges and analyses later.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -29,9 +30,13 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import SQLAlchemyError
 
+from ragport.adapters.postgres import statements
 from ragport.adapters.postgres.indexes import VectorIndexes
+from ragport.adapters.postgres.predicate import SCOPE
+from ragport.adapters.postgres.schema import quote_schema
 from ragport.domain.errors import StoreError, ValidationError
 
 __all__ = [
@@ -39,6 +44,7 @@ __all__ = [
     "MAX_MAINTENANCE_DELAY",
     "MaintenanceWorker",
     "finish_all",
+    "fold_retired",
     "validate_maintenance_delay",
 ]
 
@@ -97,21 +103,25 @@ class MaintenanceWorker:
         self._pid = os.getpid()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
-        # Per tenant: (monotonic time of its first scheduled write, merge?, re-analyse?).
-        self._due: dict[str, tuple[float, bool, bool]] = {}
+        # Per tenant: (monotonic time of its first scheduled write, merge?, re-analyse?,
+        # fold the batches retired whole?).
+        self._due: dict[str, tuple[float, bool, bool, bool]] = {}
         self._busy = 0  # tenants taken by the thread and not finished yet
         self._hurry = False  # finish(): run what is scheduled without waiting out the delay
 
-    def schedule(self, tenant_id: str, *, merge: bool, analyze: bool) -> None:
+    def schedule(self, tenant_id: str, *, merge: bool, analyze: bool, fold: bool = False) -> None:
         """After a commit: merge ``tenant_id``'s pending lists (``merge``; due by
-        ``VectorIndexes.due_for_merge``) and re-analyse (``analyze``; ``due_for_analysis``)."""
-        if not merge and not analyze:
+        ``VectorIndexes.due_for_merge``), re-analyse (``analyze``; ``due_for_analysis``) and
+        fold its batches retired whole into the running totals (``fold``: ``fold_retired``)."""
+        if not merge and not analyze and not fold:
             return
         if os.getpid() != self._pid:  # a forked child: the parent's thread is not here
             self._reset()
         with self._cond:
-            first, merging, analysing = self._due.get(tenant_id, (time.monotonic(), False, False))
-            self._due[tenant_id] = (first, merging or merge, analysing or analyze)
+            first, merging, analysing, folding = self._due.get(
+                tenant_id, (time.monotonic(), False, False, False)
+            )
+            self._due[tenant_id] = (first, merging or merge, analysing or analyze, folding or fold)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name=f"ragport-maintenance-{id(self):x}", daemon=True
@@ -141,17 +151,17 @@ class MaintenanceWorker:
                     raise StoreError(f"background maintenance did not finish within {timeout:g} s")
                 self._cond.wait(left)
 
-    def _take(self) -> list[tuple[str, bool, bool]] | None:
+    def _take(self) -> list[tuple[str, bool, bool, bool]] | None:
         """Wait for due work and take it; ``None`` when idle for ``IDLE_SECONDS``."""
         with self._cond:
             idle_since = time.monotonic()
             while True:
                 now = time.monotonic()
                 if self._due:
-                    first = min(t for t, _, _ in self._due.values())
+                    first = min(t for t, _, _, _ in self._due.values())
                     wait = 0.0 if self._hurry else first + self.delay - now
                     if wait <= 0:
-                        taken = [(t, m, a) for t, (_, m, a) in self._due.items()]
+                        taken = [(t, m, a, f) for t, (_, m, a, f) in self._due.items()]
                         self._due.clear()
                         self._busy = len(taken)
                         return taken
@@ -173,16 +183,19 @@ class MaintenanceWorker:
                     self._busy = 0
                     self._cond.notify_all()
 
-    def _work(self, taken: list[tuple[str, bool, bool]]) -> None:
+    def _work(self, taken: list[tuple[str, bool, bool, bool]]) -> None:
         try:
             with self._engine.connect() as conn:
                 if self._sweep is not None:
                     sweep, self._sweep = self._sweep, None
                     sweep(conn)  # what killed writers left (vector_writes.py)
-                for tenant_id, merge, _ in taken:
+                for tenant_id, _, _, fold in taken:
+                    if fold:  # first: readers pay for every batch not folded yet
+                        fold_retired(conn, quote_schema(self._indexes.schema), tenant_id)
+                for tenant_id, merge, _, _ in taken:
                     if merge:
                         self._indexes.merge_now(conn, tenant_id)
-                if any(analyze for _, _, analyze in taken):  # one ANALYZE covers every tenant
+                if any(analyze for _, _, analyze, _ in taken):  # one ANALYZE: every tenant
                     self._indexes.reanalyze(conn)
         except Exception as exc:
             # merge_now and reanalyze log their own failures; this is the
@@ -194,6 +207,39 @@ class MaintenanceWorker:
                 type(exc).__name__,
                 _sqlstate(exc),
             )
+
+
+def fold_retired(conn: Connection, s: str, tenant_id: str) -> int:
+    """Fold the batches of ``tenant_id`` retired whole (``statements.fold_retired``), one
+    transaction per scope, each under the scope's lock, which a writer holding it makes this
+    skip (the next commit that retires, or compaction, folds them; readers are exact either
+    way). Answers how many batches were folded; a failure is logged, never raised."""
+    folded = 0
+    try:
+        scopes = conn.execute(
+            text(
+                f"SELECT DISTINCT b.resource_id, b.corpus_id FROM {s}.lexical_batches b "
+                "WHERE b.tenant_id = :t AND b.fold_docs IS NOT NULL"
+            ),
+            {"t": tenant_id},
+        ).all()
+        conn.commit()
+        for resource_id, corpus_id in scopes:
+            binds = {"t": tenant_id, "r": resource_id, "c": corpus_id}
+            lock = f"SELECT 1 FROM {s}.scopes WHERE {SCOPE} FOR UPDATE SKIP LOCKED"
+            if conn.execute(text(lock), binds).first() is not None:
+                folded += int(conn.execute(text(statements.fold_retired(s)), binds).scalar_one())
+            conn.commit()
+    except SQLAlchemyError as exc:
+        with contextlib.suppress(SQLAlchemyError):
+            conn.rollback()
+        _LOG.warning(
+            "ragport: folding retired BM25 batches in %s failed (SQLSTATE %s); readers "
+            "subtract them until the next fold",
+            s,
+            _sqlstate(exc),
+        )
+    return folded
 
 
 def _sqlstate(exc: BaseException) -> str:

@@ -368,15 +368,23 @@ def stats_at(s: str, table: str, columns: tuple[str, ...], pointer: str, where: 
     (``" AND x.lexeme = ..."``; it must name no ``x`` column that the totals lack).
 
     The running totals (migration 14: ``lexical_term_totals``, ``lexical_stat_totals``) hold
-    every delta not of a batch retired whole; the deltas written above ``pointer`` (staged
-    writes, a rollback's) are subtracted, and the deltas at or below it of the batches
-    retired whole above it added back: each part an index range past the pointer, so with
-    nothing above it a lexeme's statistics are one row, however many writes made them."""
+    every delta not of a batch retired whole and folded; the deltas written above ``pointer``
+    (staged writes, a rollback's) are subtracted, and the deltas at or below it of the
+    batches retired whole above it added back: each part an index range past the pointer, so
+    with nothing above it a lexeme's statistics are one row, however many writes made them.
+    A batch retired whole but not folded yet (migration 15) is still in the totals: what it
+    counted, stored in its row, is subtracted (whatever the pointer: the parts above then
+    treat it as any batch retired whole). Its ``x`` has the totals' columns."""
     totals = "lexical_term_totals" if table == "lexical_terms" else "lexical_stat_totals"
     scope = "x.tenant_id = :t AND x.resource_id = :r AND x.corpus_id = :c"
     bscope = "b.tenant_id = :t AND b.resource_id = :r AND b.corpus_id = :c"
     cols = ", ".join(f"x.{c}" for c in columns)
     negated = ", ".join(f"-x.{c}" for c in columns)
+    stored = (
+        "unnest(b.fold_lexemes, b.fold_counts) AS x(lexeme, docs)"
+        if table == "lexical_terms"
+        else "(VALUES (b.fold_docs, b.fold_length)) AS x(docs, length)"
+    )
     return (
         f"SELECT {cols} FROM {s}.{totals} x WHERE {scope}{where} "
         f"UNION ALL SELECT {negated} FROM {s}.{table} x WHERE {scope}{where} "
@@ -386,7 +394,9 @@ def stats_at(s: str, table: str, columns: tuple[str, ...], pointer: str, where: 
         f"UNION ALL SELECT {cols} FROM {s}.lexical_batches b CROSS JOIN LATERAL "
         f"(SELECT {cols} FROM {s}.{table} x WHERE {scope}{where} AND x.batch = b.batch "
         f"AND x.generation >= b.generation AND x.generation <= {pointer} OFFSET 0) x "
-        f"WHERE {bscope} AND b.retired_generation > {pointer}"
+        f"WHERE {bscope} AND b.retired_generation > {pointer} "
+        f"UNION ALL SELECT {negated} FROM {s}.lexical_batches b CROSS JOIN LATERAL {stored} "
+        f"WHERE {bscope} AND b.fold_docs IS NOT NULL{where}"
     )
 
 

@@ -541,6 +541,25 @@ def _v14(s: str) -> Sequence[str]:
     )
 
 
+def _v15(s: str) -> Sequence[str]:
+    """A batch retired whole leaves the running totals later: the retirement stores what the
+    batch counted in its ``lexical_batches`` row (``fold_docs``, ``fold_length``, and per
+    lexeme ``fold_lexemes``/``fold_counts``) instead of one totals upsert per lexeme; readers
+    subtract those amounts while they are there (``queries.stats_at``), and a fold
+    (``statements.fold_retired``) takes them out of the totals and clears them in one
+    statement. Existing retired batches were taken out at retirement: nothing to fold."""
+    return (
+        f"ALTER TABLE {s}.lexical_batches ADD COLUMN IF NOT EXISTS fold_docs bigint",
+        f"ALTER TABLE {s}.lexical_batches ADD COLUMN IF NOT EXISTS fold_length bigint",
+        f"ALTER TABLE {s}.lexical_batches ADD COLUMN IF NOT EXISTS fold_lexemes text[]",
+        f"ALTER TABLE {s}.lexical_batches ADD COLUMN IF NOT EXISTS fold_counts bigint[]",
+        # Readers and the fold find the batches still to fold in this (usually empty) index.
+        f"""CREATE INDEX IF NOT EXISTS lexical_batches_unfolded
+            ON {s}.lexical_batches (tenant_id, resource_id, corpus_id)
+            WHERE fold_docs IS NOT NULL""",
+    )
+
+
 def _tsv_expression(conn: Connection, s: str) -> str:
     """The generation expression of ``records.tsv`` (``to_tsvector('<config>'::regconfig,
     text)``), as the catalog holds it."""
@@ -576,6 +595,7 @@ MIGRATIONS: dict[int, str] = {
     12: "scopes.sole_embedder/sole_dimensions: the drift guard read from the scope's row",
     13: "scopes.embedder_claim: the engine's embedder claim (GenerationState.embedders)",
     14: "BM25 statistics as running totals (lexical_term_totals, lexical_stat_totals)",
+    15: "BM25 statistics: a batch retired whole leaves the running totals by a later fold",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -678,6 +698,7 @@ def plan(
         12: lambda: sole_embedder_sql(s),
         13: lambda: (f"ALTER TABLE {s}.scopes ADD COLUMN IF NOT EXISTS embedder_claim jsonb",),
         14: lambda: _partitioned(s, _v14(s), layout),
+        15: lambda: _v15(s),
     }
     pending = []
     # Every migration not recorded yet, in order: one that was released after a later one had

@@ -27,6 +27,7 @@ __all__ = [
     "copy_vectors",
     "delete_records",
     "dependents_sql",
+    "fold_retired",
     "fold_stats",
     "grants_upsert",
     "lineage_rows_sql",
@@ -156,8 +157,11 @@ def retire(s: str, where: str) -> str:
 
     A statistics batch (migration 8) all of whose rows this retires, intact (never changed
     row by row), is retired whole: one ``lexical_batches`` row instead of a delta per lexeme
-    of its rows. The other rows write row deltas (``with_stats``). The two sets of rows are
-    disjoint (``generation = :g`` and ``< :g``), so one snapshot serves both."""
+    of its rows. That row also stores what the batch counted (``_fold_amounts``, migration
+    15), which readers subtract until ``fold_retired`` takes it out of the running totals,
+    so the retirement writes no totals row for it. The other rows write row deltas
+    (``with_stats``). The two sets of rows are disjoint (``generation = :g`` and ``< :g``),
+    so one snapshot serves both."""
     gone = (
         f"gone AS (DELETE FROM {s}.records WHERE {SCOPE} AND {where} AND generation = :g "
         "RETURNING retired_generation AS plus, generation AS minus, tsv, row_key, "
@@ -177,9 +181,15 @@ def retire(s: str, where: str) -> str:
         "GROUP BY up.batch), "
         f"whole AS MATERIALIZED (SELECT b.batch FROM {s}.lexical_batches b JOIN bc "
         f"ON b.batch = bc.batch WHERE {BSCOPE} AND {_among('SELECT bc.batch FROM bc')} "
-        f"AND {WHOLE}), "
-        f"bw AS (UPDATE {s}.lexical_batches b SET retired_generation = :g "
-        f"WHERE {BSCOPE} AND {_among('SELECT whole.batch FROM whole')}), "
+        f"AND {WHOLE}), ",
+        _fold_amounts(
+            "SELECT up.batch, up.tsv FROM up WHERE up.batch IN (SELECT whole.batch FROM whole)"
+        ),
+        f"bw AS (UPDATE {s}.lexical_batches b SET retired_generation = :g, "
+        "fold_docs = fw.docs, fold_length = fw.length, "
+        "fold_lexemes = coalesce(fl.lexemes, '{}'), fold_counts = coalesce(fl.counts, '{}') "
+        "FROM fw LEFT JOIN fl ON fl.batch = fw.batch "
+        f"WHERE {BSCOPE} AND b.batch = fw.batch AND {_among('SELECT fw.batch FROM fw')}), ",
     )
     live = live_delete(
         s, "SELECT up.id FROM up UNION ALL SELECT gone.id FROM gone WHERE gone.plus IS NULL"
@@ -190,8 +200,50 @@ def retire(s: str, where: str) -> str:
         f"UNION ALL SELECT plus, minus, tsv, batch, {NAMED_BY} FROM up "
         "WHERE up.batch IS NULL OR up.batch NOT IN (SELECT whole.batch FROM whole)",
         "SELECT count(*) FILTER (WHERE generation <= :p) FROM up",
-        ctes=gone + retired + whole + live,
-        whole="SELECT up.tsv FROM up WHERE up.batch IN (SELECT whole.batch FROM whole)",
+        ctes=gone + retired + "".join(whole) + live,
+    )
+
+
+def _fold_amounts(rows: str) -> str:
+    """CTEs ``fw`` (batch, docs, length) and ``fl`` (batch, lexemes, counts: sorted by lexeme)
+    of the rows ``rows`` (a SELECT of ``batch`` and ``tsv``): what each batch counts in the
+    statistics (a row per document, and per lexeme the rows holding it)."""
+    return (
+        f"fr AS MATERIALIZED ({rows}), "
+        "fw AS (SELECT fr.batch, count(*) AS docs, sum(length(fr.tsv)) AS length FROM fr "
+        "GROUP BY fr.batch), "
+        "fl AS (SELECT y.batch, array_agg(y.lexeme ORDER BY y.lexeme) AS lexemes, "
+        "array_agg(y.n ORDER BY y.lexeme) AS counts FROM (SELECT fr.batch, l.lexeme, "
+        "count(*) AS n FROM fr CROSS JOIN LATERAL unnest(tsvector_to_array(fr.tsv)) AS "
+        "l(lexeme) GROUP BY fr.batch, l.lexeme) y GROUP BY y.batch), "
+    )
+
+
+def fold_retired(s: str) -> str:
+    """Take the batches retired whole and not folded yet (``retire``) out of the scope's
+    running totals and clear what they stored, in one statement; answers how many.
+
+    The caller holds the scope's lock (``lock_scope``): no writer changes the totals or the
+    batches meanwhile. Readers subtract a batch's stored amounts until this commits and the
+    totals hold them no more after, so at every snapshot they read the same statistics."""
+    scope = "tenant_id, resource_id, corpus_id"
+    return (
+        "WITH fb AS MATERIALIZED (SELECT b.batch, b.fold_docs, b.fold_length, "
+        f"b.fold_lexemes, b.fold_counts FROM {s}.lexical_batches b "
+        f"WHERE {BSCOPE} AND b.fold_docs IS NOT NULL), "
+        f"cl AS (UPDATE {s}.lexical_batches b SET fold_docs = NULL, fold_length = NULL, "
+        "fold_lexemes = NULL, fold_counts = NULL "
+        f"WHERE {BSCOPE} AND {_among('SELECT fb.batch FROM fb')}), "
+        f"sx AS (INSERT INTO {s}.lexical_stat_totals AS o ({scope}, docs, length) "
+        "SELECT :t, :r, :c, -sum(fb.fold_docs), -sum(fb.fold_length) FROM fb "
+        f"HAVING count(*) > 0 ON CONFLICT ({scope}) DO UPDATE SET docs = o.docs + "
+        "EXCLUDED.docs, length = o.length + EXCLUDED.length), "
+        f"tx AS (INSERT INTO {s}.lexical_term_totals AS o ({scope}, lexeme, docs) "
+        "SELECT :t, :r, :c, u.lexeme, -sum(u.n) FROM fb CROSS JOIN LATERAL "
+        "unnest(fb.fold_lexemes, fb.fold_counts) AS u(lexeme, n) "
+        "GROUP BY u.lexeme ORDER BY u.lexeme "
+        f"ON CONFLICT ({scope}, lexeme) DO UPDATE SET docs = o.docs + EXCLUDED.docs) "
+        "SELECT count(*) FROM fb"
     )
 
 
@@ -410,7 +462,6 @@ def with_stats(
     after: str = "",
     guard: bool = True,
     batch: bool = False,
-    whole: str = "",
 ) -> str:
     """``changed`` (a data-modifying statement or a query) as the CTE ``chg``, its effect on the
     lexical statistics written in the same statement, then ``final`` (a SELECT over ``chg``).
@@ -429,8 +480,8 @@ def with_stats(
     The deltas are plain inserts, one row per (lexeme, generation) and statement, folded by
     compaction (``fold_stats``); readers read only those above their pointer
     (``queries.stats_at``). Their sums go into the running totals the readers start from
-    (``_totals``: one upsert per lexeme), less the rows ``whole`` (a SELECT of ``tsv``) of
-    the batches the statement retires whole, which write no deltas. With ``batch``
+    (``_totals``: one upsert per lexeme); a batch the statement retires whole writes no
+    deltas and leaves the totals later (``fold_retired``). With ``batch``
     (``added_stats``) each row's deltas are those of its batch (``chg.batch``; NULL: none)
     and a row per batch is written, intact unless a row of it was skipped. Otherwise they
     are row deltas and
@@ -469,31 +520,24 @@ def with_stats(
         "SELECT :t, :r, :c, td.lexeme, td.g, td.d, td.b FROM td "
         # In key order: the inserts walk the primary key's leaf pages once, left to right.
         "ORDER BY td.lexeme, td.g), "
-        f"{_totals(s, whole)}{batches}{final}"
+        f"{_totals(s)}{batches}{final}"
     )
 
 
-def _totals(s: str, whole: str = "") -> str:
+def _totals(s: str) -> str:
     """The CTEs of ``with_stats`` that add its deltas (``ev``, ``td``) to the running totals
-    (migration 14), less the rows ``whole`` (a SELECT of ``tsv``: the rows of batches retired
-    whole). Upserts: writers of one scope hold its lock, and no other scope's row is touched."""
+    (migration 14). Upserts: writers of one scope hold its lock, and no other scope's row is
+    touched."""
     scope = "tenant_id, resource_id, corpus_id"
-    gone = f" UNION ALL SELECT -1, w.tsv FROM ({whole}) w" if whole else ""
-    gone_terms = (
-        " UNION ALL SELECT l.lexeme, -1 FROM (" + whole + ") w "
-        "CROSS JOIN LATERAL unnest(tsvector_to_array(w.tsv)) AS l(lexeme)"
-        if whole
-        else ""
-    )
     return (
         f"sx AS (INSERT INTO {s}.lexical_stat_totals AS o ({scope}, docs, length) "
         "SELECT :t, :r, :c, sum(y.d), sum(y.d * length(y.tsv)) "
-        f"FROM (SELECT ev.d, ev.tsv FROM ev{gone}) y HAVING count(*) > 0 "
+        "FROM (SELECT ev.d, ev.tsv FROM ev) y HAVING count(*) > 0 "
         f"ON CONFLICT ({scope}) DO UPDATE SET docs = o.docs + EXCLUDED.docs, "
         "length = o.length + EXCLUDED.length), "
         f"tx AS (INSERT INTO {s}.lexical_term_totals AS o ({scope}, lexeme, docs) "
         "SELECT :t, :r, :c, y.lexeme, sum(y.d) "
-        f"FROM (SELECT td.lexeme, td.d FROM td{gone_terms}) y "
+        "FROM (SELECT td.lexeme, td.d FROM td) y "
         "GROUP BY y.lexeme HAVING sum(y.d) <> 0 ORDER BY y.lexeme "
         f"ON CONFLICT ({scope}, lexeme) DO UPDATE SET docs = o.docs + EXCLUDED.docs), "
     )

@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ragport.adapters.postgres import embedders, rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
-from ragport.adapters.postgres.background import MaintenanceWorker
+from ragport.adapters.postgres.background import MaintenanceWorker, fold_retired
 from ragport.adapters.postgres.indexes import VectorIndexes
 from ragport.adapters.postgres.predicate import scope_params
 from ragport.adapters.postgres.vector_writes import VectorWriter, ahead_share, copy_vectors
@@ -107,6 +107,9 @@ class ScopeTransaction:
         # merges the pending lists once enough have accumulated (``merge_pending_lists``).
         self.gin_rows = 0
         self.rows_written = 0  # records and tombstones added (analyze_after_commit)
+        # A retirement may have retired batches whole: fold them after the commit
+        # (``background.fold_retired``), off the writer's path.
+        self.fold_due = False
         self.created_indexes: set[int] = set()  # HNSW indexes this unit of work created
 
     def copy_in(self, records: Sequence[Record], matrix: VectorMatrix, stats: str) -> None:
@@ -232,6 +235,8 @@ class ScopeTransaction:
             self.sweep_vectors()
         tenant, indexes = self.scope.tenant_id, self.indexes
         if self.maintenance is None:  # inline (maintenance_delay=None)
+            if self.fold_due:
+                fold_retired(self.conn, self.s, tenant)
             if self.gin_rows:
                 indexes.merge_pending(self.conn, tenant, self.gin_rows)
             indexes.analyze_after_commit(self.conn, tenant, self.rows_written)
@@ -242,7 +247,7 @@ class ScopeTransaction:
         else:
             analyze = indexes.due_for_analysis(self.rows_written)
         merge = self.gin_rows > 0 and indexes.due_for_merge(tenant, self.gin_rows)
-        self.maintenance.schedule(tenant, merge=merge, analyze=analyze)
+        self.maintenance.schedule(tenant, merge=merge, analyze=analyze, fold=self.fold_due)
 
     def _release(self) -> None:
         """Commit of a joined unit of work: release its savepoint; no commit, nothing inline.
@@ -260,7 +265,7 @@ class ScopeTransaction:
             tenant, indexes = self.scope.tenant_id, self.indexes
             analyze = not indexes.analyzed or indexes.due_for_analysis(self.rows_written)
             merge = self.gin_rows > 0 and indexes.due_for_merge(tenant, self.gin_rows)
-            self.maintenance.schedule(tenant, merge=merge, analyze=analyze)
+            self.maintenance.schedule(tenant, merge=merge, analyze=analyze, fold=self.fold_due)
 
     def rollback(self) -> None:
         if not self.done and self.savepoint is not None:
