@@ -562,11 +562,7 @@ def _round_one(s: str, where: str) -> str:
     the rare rows' k-th score leaves essential, scored exactly; ``theta`` is the k-th score
     of the round (0 when fewer)."""
     # Every band's keys in one pass over ``bk`` (each key falls in one band).
-    band_keys = ", ".join(
-        f"coalesce(array_agg(CAST({_operand('c.key')} AS tsquery)) FILTER (WHERE {_band(i)}), "
-        f"'{{}}') AS b{i}"
-        for i in range(len(BANDS))
-    )
+    band_keys = ", ".join(f"{_keys(_band(i))} AS b{i}" for i in range(len(BANDS)))
     bands = " UNION ALL ".join(
         f"({_rows(s, where, f'r.tsv_impact @@ ANY(ba.b{i})', ', ba')})" for i in range(len(BANDS))
     )
@@ -600,6 +596,24 @@ def _rest() -> str:
     return f"(SELECT coalesce(sum(c.ub), 0) FROM ce c WHERE c.rn > {PRESENCE_SLOTS})"
 
 
+def _keys(condition: str) -> str:
+    """An aggregate: the keys ``c.key`` of the rows passing ``condition``, each a one-operand
+    tsquery (``_tsqueries``; empty for none)."""
+    return (
+        f"coalesce(array_agg(CAST({_operand('c.key')} AS tsquery)) FILTER (WHERE {condition}), "
+        "'{}')"
+    )
+
+
+def _key_or(condition: str) -> str:
+    """An aggregate: the OR of the keys ``c.key`` of the rows passing ``condition``, as one
+    tsquery (``_tsquery_of``; NULL for none)."""
+    return (
+        f"CAST(nullif(array_to_string(array_agg({_operand('c.key')}) FILTER (WHERE {condition}), "
+        "' | '), '') AS tsquery)"
+    )
+
+
 def _level(j: int) -> str:
     """The bound at the top of e1's level ``j`` of [tt.lo, tt.t): below ``tt.lo``, t minus
     e2's ub, no row of e1 can reach t."""
@@ -623,22 +637,22 @@ def _conjunction() -> str:
     (20,000 rows, 100 six-word queries, k 20) one query read 4,487 rows in round two, all of
     them holding e1 or e2, where the rows able to reach theta hold two or three of its words;
     round two's mean 264 -> 190 rows a query (median 0 either way)."""
-    pair_keys = ", ".join(
-        [
-            _tsqueries("b2 c WHERE tt.conj AND c.bound >= tt.t", "c.key") + " AS a",
-            _tsqueries("b1 c WHERE tt.conj AND c.bound >= tt.t", "c.key") + " AS b",
-        ]
+    # e1's keys (b, l_j) in one pass over b1, e2's (a, r_j) in one over b2.
+    e1 = ", ".join(
+        [_keys("c.bound >= tt.t") + " AS b"]
         + [
-            _tsquery_of(
-                f"b1 c WHERE tt.conj AND c.bound < {_level(j)} "
-                f"AND c.bound >= {_level(j - 1) if j else 'tt.lo'}",
-                "c.key",
-            )
-            + f" AS l{j}, "
-            + _tsquery_of(f"b2 c WHERE tt.conj AND c.bound >= tt.t - {_level(j)}", "c.key")
-            + f" AS r{j}"
+            _key_or(f"c.bound < {_level(j)} AND c.bound >= {_level(j - 1) if j else 'tt.lo'}")
+            + f" AS l{j}"
             for j in range(LEVELS)
         ]
+    )
+    e2 = ", ".join(
+        [_keys("c.bound >= tt.t") + " AS a"]
+        + [_key_or(f"c.bound >= tt.t - {_level(j)}") + f" AS r{j}" for j in range(LEVELS)]
+    )
+    pair_keys = (
+        f"x1.*, x2.* FROM (SELECT {e1} FROM b1 c, tt WHERE tt.conj) x1, "
+        f"(SELECT {e2} FROM b2 c, tt WHERE tt.conj) x2"
     )
     return (
         "tt AS (SELECT x.*, greatest(x.t - x.u2, 0) AS lo, "
@@ -649,7 +663,7 @@ def _conjunction() -> str:
         "FROM th LEFT JOIN ce e1 ON e1.rn = 1 LEFT JOIN ce e2 ON e2.rn = 2) x), "
         "b1 AS (SELECT c.key, c.bound FROM bk c JOIN ce z ON z.lexeme = c.lexeme AND z.rn = 1), "
         "b2 AS (SELECT c.key, c.bound FROM bk c JOIN ce z ON z.lexeme = c.lexeme AND z.rn = 2), "
-        f"cj AS (SELECT {pair_keys} FROM tt), "
+        f"cj AS (SELECT {pair_keys}), "
     )
 
 
