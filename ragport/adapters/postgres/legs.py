@@ -100,7 +100,7 @@ class VectorLeg:
                 s, dims, limit, where, vec=vec(), joined=flt is not None
             )
             if authorization is not None:  # a few allowed rows: ranked exactly
-                grants = granted(authorization)
+                grants = granted(authorization, overlap=True)
                 leg = queries.allowed_leg(
                     s, dims, limit, where, grants, exact_rows, leg, vec=vec()
                 )  # fmt: skip

@@ -154,19 +154,22 @@ def vector_leg(
 def allowed_leg(
     s: str, dims: int, limit: int, where: str, grants: str, cap: int, leg: str, *, vec: PgVector
 ) -> str:
-    """``leg`` (the HNSW walk of an access-checked read), or, when the caller's grants allow
-    at most ``cap`` visible rows, the exact nearest ``limit`` of those rows, same columns.
+    """``leg`` (the HNSW walk of an access-checked read), or, when the scope has at most
+    ``cap`` grants and those naming the caller allow at most ``cap`` visible rows, the exact
+    nearest ``limit`` of those rows, same columns.
 
-    ``grants`` is the condition on a ``grants g`` row naming the caller (``predicate.granted``).
-    The rows it allows are read by the grants' sources (one ``records_source`` probe each)
-    and, for derived records, by their roots (``records_roots``, any root granted): at most
-    ``cap + 1`` of each, so a caller allowed many rows pays a bounded count, then the walk.
+    ``grants`` is the condition on a ``grants g`` row of the scope naming the caller
+    (``predicate.granted``). At most ``cap + 1`` grants of the scope are read (``seen``):
+    past ``cap`` the walk runs, so the decision costs a bounded scan in a large scope. The
+    caller's rows are read by their sources (one ``records_source`` probe each) and derived
+    records by their roots (``records_roots``, any root granted), at most ``cap + 1``.
     Under the cap their vectors are read by one primary-key scan of the key list and all
     ranked (no graph walk: recall 1); each row, in distance order, still passes the whole
     ``where`` (visibility, tombstones, every root of a derived record granted, the filter)
     before it is returned, ties by id (an incremental sort: only the rows read past the
     limit). The LATERAL ... OFFSET 0 source probes and the key list keep the reads to index
-    scans (a hash join read every row of the scope: 45 ms, not 6, at 20,000 rows).
+    scans (a hash join read every row of the scope: 45 ms, not 6, at 20,000 rows); the two
+    kinds are disjoint (UNION ALL), so the row count stops at ``cap + 1``.
     ``cap`` 0: the walk alone.
     """
     if cap <= 0:
@@ -174,12 +177,14 @@ def allowed_leg(
     cap = int(cap)
     visible = VISIBLE.replace("sc.pointer", "(SELECT pointer FROM sc)")
     rows = f"SELECT r.row_key FROM {s}.records r WHERE {RSCOPE} AND {visible} AND "
-    small = f"((SELECT count(*) FROM src) <= {cap} AND (SELECT count(*) FROM few) <= {cap})"
+    few_grants = f"(SELECT count(*) FROM seen) <= {cap}"
+    small = f"({few_grants} AND (SELECT count(*) FROM few) <= {cap})"
+    scope = "g.tenant_id = :t AND g.resource_id = :r AND g.corpus_id = :c"
     few = (
         f"SELECT y.row_key FROM (SELECT z.row_key FROM src CROSS JOIN LATERAL ({rows}"
-        f"r.source_id = src.source_id OFFSET 0) z UNION {rows}r.kind = 'derived' "
-        f"AND r.roots && ARRAY(SELECT source_id FROM src)) y "
-        f"WHERE (SELECT count(*) FROM src) <= {cap} LIMIT {cap + 1}"
+        f"r.kind = 'chunk' AND r.source_id = src.source_id OFFSET 0) z UNION ALL {rows}"
+        "r.kind = 'derived' AND r.roots && ARRAY(SELECT source_id FROM src)) y "
+        f"WHERE {few_grants} LIMIT {cap + 1}"
     )
     nearest = (
         f"SELECT v.row_key, {_distance(vec, dims)} AS distance FROM {s}.record_vectors v "
@@ -188,8 +193,10 @@ def allowed_leg(
         f"AND {small} ORDER BY 2"
     )
     return (
-        f"SELECT u.* FROM (WITH src AS MATERIALIZED (SELECT g.source_id FROM {s}.grants g "
-        f"WHERE {grants} LIMIT {cap + 1}), few AS MATERIALIZED ({few}) "
+        f"SELECT u.* FROM (WITH seen AS MATERIALIZED (SELECT g.source_id, ({grants}) AS ok "
+        f"FROM {s}.grants g WHERE {scope} LIMIT {cap + 1}), "
+        "src AS (SELECT source_id FROM seen WHERE ok), "
+        f"few AS MATERIALIZED ({few}) "
         f"(SELECT {R_COLUMNS}, x.distance FROM ({nearest}) x CROSS JOIN LATERAL "
         f"(SELECT {RECORD_COLUMNS} FROM {s}.records r WHERE {where} "
         f"AND r.row_key = x.row_key OFFSET 0) r ORDER BY x.distance, r.id LIMIT {int(limit)}) "

@@ -58,9 +58,9 @@ class VectorIndexSettings:
     index keeps its own). ``ef_search`` (default 200, 1..1000): ``hnsw.ef_search`` of a plain
     vector query, doubled per grant or filter (at most 1,000). ``deferred``: no HNSW index or
     insert until ``build_vector_indexes()`` (the bulk-load mode; docs/operations.md).
-    ``exact_access_rows`` (default 5,000; 0: never): an access-checked vector read whose
-    caller's grants allow at most that many rows ranks those rows exactly, without the HNSW
-    walk (recall 1; docs/access-control.md).
+    ``exact_access_rows`` (default 5,000; 0: never): an access-checked vector read in a scope
+    of at most that many grants, whose caller they allow at most that many rows, ranks those
+    rows exactly, without the HNSW walk (recall 1; docs/access-control.md).
     """
 
     m: int = HNSW_M
