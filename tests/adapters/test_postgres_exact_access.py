@@ -98,3 +98,32 @@ def test_a_small_allowed_set_is_ranked_exactly_where_the_walk_is_not(
     )
     assert _recall(walked, vectors, queries) < 1.0
     assert _recall(exact, vectors, queries) == 1.0
+
+
+@pytest.mark.parametrize("cap", [5000, 0], ids=["exact", "walk"])
+def test_ties_at_the_cut_are_broken_by_id(pg_engine: Any, pg_schema: str, cap: int) -> None:
+    """Rows at the same distance as the last one kept are cut by id, as the hits are sorted:
+    the same query answers the same rows whatever order they were written in (30 equal
+    vectors written in reverse id order; plain, filtered and access-checked reads). If
+    this fails, check the ``ORDER BY distance, r.id`` of ``vector_leg`` and ``allowed_leg``."""
+    store = PostgresStore(
+        pg_engine, schema=pg_schema, create=True,
+        vector_index=VectorIndexSettings(exact_access_rows=cap),
+    )  # fmt: skip
+    same = np.ones((1, DIMS), dtype=np.float32) / np.sqrt(DIMS)
+    with store.unit_of_work(SCOPE) as uow:
+        staged = uow.generations.stage()
+        for i in reversed(range(30)):
+            batch = make_batch(
+                SCOPE, f"t{i:02d}", ["x"], generation=staged, dimensions=DIMS,
+                vectors=same, metadata={"k": 1},
+            )  # fmt: skip
+            uow.records.add(batch.records, batch.vectors)
+        uow.generations.publish(staged)
+        uow.grants.set(granted(SCOPE, [Grant(f"t{i:02d}", group_ids=("g",)) for i in range(30)]))
+        uow.commit()
+    want = [f"t{i:02d}#0001" for i in range(5)]
+    caller = Authorization("u", "t", group_ids=("g",))
+    for kw in ({}, {"metadata_filter": {"k": 1}}, {"authorization": caller}):
+        hits = store.query(SCOPE, same[0], limit=5, **kw)
+        assert [h.record.id for h in hits] == want, kw

@@ -130,6 +130,8 @@ def vector_leg(
     start from the records the filter's GIN index finds and rank them exactly. ``vec`` names
     pgvector's type and operator (``extension.PgVector``)."""
     order = f"ORDER BY {_distance(vec, dims)} LIMIT {int(limit)}"
+    # ties at the cut by id (as the hits are sorted): an incremental sort over the walk
+    ranked = f"ORDER BY {_distance(vec, dims)}, r.id LIMIT {int(limit)}"
     scope = (
         "WHERE v.tenant_id = :t AND v.resource_id = :r "
         f"AND v.corpus_id = :c AND v.dimensions = {dims}"
@@ -139,14 +141,14 @@ def vector_leg(
             f"SELECT {R_COLUMNS}, {_distance(vec, dims)} AS distance "
             f"FROM {s}.record_vectors v JOIN {s}.records r ON r.tenant_id = v.tenant_id "
             "AND r.resource_id = v.resource_id AND r.corpus_id = v.corpus_id "
-            f"AND r.row_key = v.row_key {scope} AND {where} {order}"
+            f"AND r.row_key = v.row_key {scope} AND {where} {ranked}"
         )
         return leg, order
     leg = (
         f"SELECT {R_COLUMNS}, {_distance(vec, dims)} AS distance "
         f"FROM {s}.record_vectors v CROSS JOIN LATERAL (SELECT {RECORD_COLUMNS} "
         f"FROM {s}.records r WHERE {where} AND r.row_key = v.row_key OFFSET 0) r "
-        f"{scope} {order}"
+        f"{scope} {ranked}"
     )
     return leg, order
 
