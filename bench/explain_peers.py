@@ -48,9 +48,11 @@ class Capture:
         event.listen(engine, "before_cursor_execute", self._before)
         event.listen(engine, "after_cursor_execute", self._after)
 
-    def _fetch(self, conn: Any, sql: str, params: Any, *, prepare: bool | None = None) -> Any:
+    def _fetch(
+        self, conn: Any, sql: str, params: Any, *, prepare: bool | None = None, **kw: Any
+    ) -> Any:
         t0 = time.perf_counter()
-        rows = self._inner(conn, sql, params, prepare=prepare)
+        rows = self._inner(conn, sql, params, prepare=prepare, **kw)
         if self.on:
             self.calls.append(
                 (reads.pyformat(sql), dict(params), prepare is True, time.perf_counter() - t0)
