@@ -537,6 +537,7 @@ def _answered(
     """Steps 9-11: hits built from the gated candidates, reranked and gated again (a revoke
     that landed meanwhile still withholds), the store's denials reported, then rendered."""
     rt = read.runtime
+    check_abort(rt.abort)  # an abort signalled while the legs or the gate ran stops here
     retrieved_at = rt.effective_clock.now()
     if read.collapse:
         ordered = _distinct_texts(ordered)

@@ -159,6 +159,41 @@ def test_runtime_redacts_the_query_and_its_abort_stops_the_call(store: InMemoryS
     assert counting.calls == []
 
 
+class _AbortsAtTheGate(InMemoryStore):
+    """Signals the abort while the first access gate reads the grants."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        super().__init__()
+        self._stop = stop
+
+    def check_source_access(self, *args: Any, **kwargs: Any) -> Any:
+        self._stop.set()
+        return super().check_source_access(*args, **kwargs)
+
+
+def test_an_abort_signalled_during_the_access_gate_stops_before_the_answer() -> None:
+    """The gate reads grants after the legs: an abort set then is an AbortedError, not hits.
+    If this fails, check the check_abort at the start of retrieval._answered."""
+    stop = threading.Event()
+    store = _AbortsAtTheGate(stop)
+    text = "parental leave policy"
+    chunk = Chunk(id="s1#0001", source_id="s1", index=0, start=0, end=len(text), text=text, metadata={})  # fmt: skip
+    replace_source(
+        source_id="s1", chunks=[chunk], embedder=EMB, store=store, scope=SCOPE,
+        grant=ragport.Grant("s1", principal_ids=("bob",)),
+    )  # fmt: skip
+    who = ragport.Authorization("bob", "acme")
+    answered = retrieve_context("leave", embedder=EMB, store=store, scope=SCOPE, authorization=who)
+    assert [h.source_id for h in answered.hits] == ["s1"]  # no abort watched: the hit is served
+    stop.clear()
+    with pytest.raises(ragport.AbortedError):
+        retrieve_context(
+            "leave", embedder=EMB, store=store, scope=SCOPE, authorization=who,
+            runtime=Runtime(abort=stop),
+        )  # fmt: skip
+    assert stop.is_set()
+
+
 def test_a_misspelt_rag_keyword_is_a_type_error_at_run_time_too(store: InMemoryStore) -> None:
     """``rag.retrieve("q", top_kk=3)`` fails (tests/typing/typed_api.py has mypy's side).
     If this fails, check that Rag's methods take no **options."""
