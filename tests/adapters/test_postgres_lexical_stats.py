@@ -218,7 +218,7 @@ def _check_totals(conn, s: str, bind: dict, expected: tuple, expected_df: dict) 
         text(f"SELECT coalesce(sum(docs), 0), coalesce(sum(length), 0) FROM ({sized}) x"), bind
     ).one()
     assert tuple(read) == expected, ("totals", bind["p"])
-    df_sql = stats_at(s, "lexical_terms", ("docs",), ":p", " AND x.lexeme = CAST(:l AS text)")
+    df_sql = stats_at(s, "lexical_terms", ("docs",), ":p", "CAST(:l AS text)")
     lexemes = conn.execute(
         text(f"SELECT lexeme FROM {s}.lexical_term_totals WHERE tenant_id = :t "
              "AND resource_id = :r AND corpus_id = :c UNION SELECT lexeme FROM "

@@ -283,7 +283,7 @@ def _snapshot_check(store: PostgresStore, s: str, scope: ragport.Scope) -> None:
                 ),
                 {**bind, "l": lexeme},
             ).scalar_one()
-            df = stats_at(s, "lexical_terms", ("docs",), ":p", " AND x.lexeme = CAST(:l AS text)")
+            df = stats_at(s, "lexical_terms", ("docs",), ":p", "CAST(:l AS text)")
             got = conn.execute(
                 text(f"SELECT coalesce(sum(docs), 0) FROM ({df}) x"), {**bind, "l": lexeme}
             ).scalar_one()
@@ -291,9 +291,11 @@ def _snapshot_check(store: PostgresStore, s: str, scope: ragport.Scope) -> None:
         conn.rollback()
 
 
-def _forgetful(s: str, table: str, columns: tuple[str, ...], pointer: str, where: str = "") -> str:
+def _forgetful(
+    s: str, table: str, columns: tuple[str, ...], pointer: str, lexeme: str | None = None
+) -> str:
     """A broken reader: ``stats_at`` without its last part (the batches not folded yet)."""
-    return queries.stats_at(s, table, columns, pointer, where).rsplit(" UNION ALL ", 1)[0]
+    return queries.stats_at(s, table, columns, pointer, lexeme).rsplit(" UNION ALL ", 1)[0]
 
 
 def test_the_check_catches_a_reader_that_forgets_the_unfolded_batches(
@@ -327,3 +329,58 @@ def test_the_check_catches_a_fold_that_subtracts_twice(
         assert _fold(unhurried, s, scope)
         with pytest.raises(AssertionError, match="totals"):
             _check_statistics(unhurried, scope, s)
+
+
+# Batches sharing some lexemes and each missing others: in "C" order "42" comes first,
+# "yankee" and "zulu" last and "éclair" after them; "app" is a prefix of "apple".
+_OVERLAPS = {
+    "s0": ("apple zulu", "app 42"),
+    "s1": ("apple brook", "zulu éclair apple"),
+    "s2": ("cedar", "aardvark app apple"),
+    "s3": ("brook cedar", "yankee apple"),
+}
+_WIDE = "apple app zulu cedar éclair aardvark 42 yankee brook absent"
+
+
+def _overlapping(store: PostgresStore, scope: ragport.Scope, s: str) -> None:
+    """Writes ``_OVERLAPS`` and deletes three of its sources: three unfolded batches."""
+    for source, texts in _OVERLAPS.items():
+        _write(store, scope, source, *texts)
+    for source in ("s0", "s1", "s2"):
+        ragport.application.delete_source(source_id=source, store=store, scope=scope)
+    assert _unfolded(store, s, scope) == 3
+
+
+def test_unfolded_batches_with_overlapping_lexemes_read_exactly(
+    unhurried: PostgresStore, pg_schema: str
+) -> None:
+    """Each query lexeme is looked up in every unfolded batch (``queries._unfolded``): held by
+    some batches and not others, before a batch's first lexeme or past its last, a prefix
+    of another. The df of every lexeme at every pointer and the scores of a query naming
+    them all are exact before the fold and unchanged after it."""
+    scope, s = _scope(), f'"{pg_schema}"'
+    _overlapping(unhurried, scope, s)
+    _check(unhurried, scope, s)
+    before = unhurried.lexical_query(scope, _WIDE, limit=10)
+    assert before
+    assert _fold(unhurried, s, scope) == 3
+    _check(unhurried, scope, s)
+    after = unhurried.lexical_query(scope, _WIDE, limit=10)
+    assert [(i.record.id, i.score) for i in after] == [(i.record.id, i.score) for i in before]
+
+
+def test_the_check_catches_a_lookup_that_takes_a_neighbour(
+    unhurried: PostgresStore, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken lookup that subtracts the count of the lexeme before a missing one (no
+    equality check after the bisection) fails ``_check_statistics``."""
+    scope, s = _scope(), f'"{pg_schema}"'
+    _overlapping(unhurried, scope, s)
+    original = queries._unfolded
+    monkeypatch.setattr(
+        queries,
+        "_unfolded",
+        lambda *a: original(*a).replace("WHERE b.fold_lexemes[k.i] = ", "WHERE 'x' <> "),
+    )
+    with pytest.raises(AssertionError, match="totals"):
+        _check_statistics(unhurried, scope, s)

@@ -92,7 +92,7 @@ def test_a_source_deleted_whole_retires_its_batch_without_lexeme_deltas(
 ) -> None:
     """delete_source of an intact source writes one ``lexical_batches`` update and no row of
     ``lexical_terms`` or ``lexical_stats``; statistics and scores stay right at every
-    pointer. If this fails, check ``statements.retire`` (``whole``) and ``queries.counted``."""
+    pointer. If this fails, check ``statements.retire`` (``whole``) and ``queries.stats_at``."""
     scope, s = _scope(), f'"{pg_schema}"'
     _write(store, scope, "s0", "apple brook", "brook cedar", "cedar delta apple")
     _write(store, scope, "s1", "apple echo", "cedar cedar fox")
@@ -187,10 +187,11 @@ def test_the_statistics_check_catches_a_retirement_that_ignores_broken_batches(
 
 
 def _every_delta(
-    s: str, table: str, columns: tuple[str, ...], pointer: str, where: str = ""
+    s: str, table: str, columns: tuple[str, ...], pointer: str, lexeme: str | None = None
 ) -> str:
     """A broken ``queries.stats_at``: the deltas at or below the pointer, batches retired whole
     counted too."""
+    where = "" if lexeme is None else f" AND x.lexeme = {lexeme}"
     return (
         f"SELECT {', '.join(columns)} FROM {s}.{table} x WHERE x.tenant_id = :t "
         f"AND x.resource_id = :r AND x.corpus_id = :c{where} AND x.generation <= {pointer}"
@@ -218,7 +219,8 @@ def test_rollback_and_compaction_keep_batches_and_statistics_right(
     """A rollback brings back a source deleted whole (its batch, now broken, stays retired and
     row deltas count its rows again); compaction drops retired batches and folds broken
     ones, while an intact live batch keeps its deltas and is still retired whole after it.
-    If this fails, check ``restore_above_sql``, ``fold_stats`` and ``queries.counted``."""
+    If this fails, check ``restore_above_sql``, ``fold_stats``, ``statements.retire`` and
+    ``queries.stats_at``."""
     scope, s = _scope(), f'"{pg_schema}"'
     _write(store, scope, "s0", "apple brook", "brook cedar")
     _write(store, scope, "s1", "apple echo", "cedar fox")

@@ -205,16 +205,17 @@ def retire(s: str, where: str) -> str:
 
 
 def _fold_amounts(rows: str) -> str:
-    """CTEs ``fw`` (batch, docs, length) and ``fl`` (batch, lexemes, counts: sorted by lexeme)
-    of the rows ``rows`` (a SELECT of ``batch`` and ``tsv``): what each batch counts in the
-    statistics (a row per document, and per lexeme the rows holding it)."""
+    """CTEs ``fw`` (batch, docs, length) and ``fl`` (batch, lexemes, counts: sorted by lexeme
+    under "C", which readers search by bisection: ``queries._unfolded``) of the rows ``rows``
+    (a SELECT of ``batch`` and ``tsv``): what each batch counts in the statistics (a row per
+    document, and per lexeme the rows holding it)."""
     return (
         f"fr AS MATERIALIZED ({rows}), "
         "fw AS (SELECT fr.batch, count(*) AS docs, sum(length(fr.tsv)) AS length FROM fr "
         "GROUP BY fr.batch), "
-        "fl AS (SELECT y.batch, array_agg(y.lexeme ORDER BY y.lexeme) AS lexemes, "
-        "array_agg(y.n ORDER BY y.lexeme) AS counts FROM (SELECT fr.batch, l.lexeme, "
-        "count(*) AS n FROM fr CROSS JOIN LATERAL unnest(tsvector_to_array(fr.tsv)) AS "
+        'fl AS (SELECT y.batch, array_agg(y.lexeme ORDER BY y.lexeme COLLATE "C") AS lexemes, '
+        'array_agg(y.n ORDER BY y.lexeme COLLATE "C") AS counts FROM (SELECT fr.batch, '
+        "l.lexeme, count(*) AS n FROM fr CROSS JOIN LATERAL unnest(tsvector_to_array(fr.tsv)) AS "
         "l(lexeme) GROUP BY fr.batch, l.lexeme) y GROUP BY y.batch), "
     )
 
