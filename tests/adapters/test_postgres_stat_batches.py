@@ -187,7 +187,12 @@ def test_the_statistics_check_catches_a_retirement_that_ignores_broken_batches(
 
 
 def _every_delta(
-    s: str, table: str, columns: tuple[str, ...], pointer: str, lexeme: str | None = None
+    s: str,
+    table: str,
+    columns: tuple[str, ...],
+    pointer: str,
+    lexeme: str | None = None,
+    unfolded: str | None = None,
 ) -> str:
     """A broken ``queries.stats_at``: the deltas at or below the pointer, batches retired whole
     counted too."""
