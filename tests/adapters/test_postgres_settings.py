@@ -83,6 +83,7 @@ def test_exact_access_rows_reaches_the_vector_leg() -> None:
     for settings, search in (
         (None, (200, 5000)),
         (VectorIndexSettings(exact_access_rows=0), (200, 0)),
+        (VectorIndexSettings(exact_access_rows=1_000_000), (200, 1_000_000)),
     ):
         store = PostgresStore(URL, vector_index=settings)
         assert isinstance(store.backend, PostgresBackend)
@@ -117,6 +118,8 @@ def test_an_unknown_keyword_is_a_type_error() -> None:
         ({"exact_access_rows": -1}, "exact_access_rows"),
         ({"exact_access_rows": True}, "exact_access_rows"),
         ({"exact_access_rows": 2.5}, "exact_access_rows"),
+        ({"exact_access_rows": 1_000_001}, "exact_access_rows"),
+        ({"exact_access_rows": 10**20}, "exact_access_rows"),
     ],
 )
 def test_a_vector_index_value_out_of_range_is_refused(kwargs: dict[str, int], field: str) -> None:

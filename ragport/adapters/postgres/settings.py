@@ -41,12 +41,23 @@ from ragport.adapters.postgres.vector_writes import (
 )
 from ragport.domain.errors import ValidationError
 
-__all__ = ["DEFAULT_EXACT_ACCESS_ROWS", "VectorIndexSettings", "WriteSettings", "from_keywords"]
+__all__ = [
+    "DEFAULT_EXACT_ACCESS_ROWS",
+    "MAX_EXACT_ACCESS_ROWS",
+    "VectorIndexSettings",
+    "WriteSettings",
+    "from_keywords",
+]
 
 DEFAULT_EXACT_ACCESS_ROWS = 5000
 """``VectorIndexSettings.exact_access_rows``: under it, ranking every allowed row (one
 vector each, read by primary key) is both exact and faster than a graph walk whose
 candidates the grants thin out (``bench/bench_peers.py``, workload 7)."""
+
+MAX_EXACT_ACCESS_ROWS = 1_000_000
+"""The ceiling of ``exact_access_rows``: ranking a million vectors per read is already far
+past where the walk is cheaper, and a larger value would only fail at query time (the
+statement's ``LIMIT``)."""
 
 
 @attrs.frozen
@@ -58,8 +69,9 @@ class VectorIndexSettings:
     index keeps its own). ``ef_search`` (default 200, 1..1000): ``hnsw.ef_search`` of a plain
     vector query, doubled per grant or filter (at most 1,000). ``deferred``: no HNSW index or
     insert until ``build_vector_indexes()`` (the bulk-load mode; docs/operations.md).
-    ``exact_access_rows`` (default 5,000; 0: never): an access-checked vector read in a scope
-    of at most that many grants, whose caller they allow at most that many rows, ranks those
+    ``exact_access_rows`` (default 5,000; 0: never; at most 1,000,000): an access-checked
+    vector read without a metadata filter, in a scope of at most that many grants, whose
+    caller is granted at most half of them and allowed at most that many rows, ranks those
     rows exactly, without the HNSW walk (recall 1; docs/access-control.md).
     """
 
@@ -73,9 +85,11 @@ class VectorIndexSettings:
         HnswBuild(self.m, self.ef_construction)  # raises ValidationError naming the field
         validate_ef_search(self.ef_search)
         rows = self.exact_access_rows
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+        integer = isinstance(rows, int) and not isinstance(rows, bool)
+        if not integer or not 0 <= rows <= MAX_EXACT_ACCESS_ROWS:
             raise ValidationError(
-                "exact_access_rows must be an integer >= 0", field="exact_access_rows"
+                f"exact_access_rows must be an integer in 0..{MAX_EXACT_ACCESS_ROWS}",
+                field="exact_access_rows",
             )
 
     @property
