@@ -5,7 +5,7 @@ statement's per-candidate visibility check (``queries._nearest``) walked the sco
 once per candidate: 120 ms at 1,104 rows instead of 2-8 ms, growing with the square of the
 corpus, until autovacuum's next pass (the "stalled" SIGKILL propagation test spent minutes
 there). ``VectorIndexes.analyze_once`` now runs after the first commit that leaves
-``ANALYZE_AFTER_ROWS`` rows. These tests read the catalog and EXPLAIN ANALYZE's discarded rows,
+``FIRST_ANALYZE_ROWS`` rows. These tests read the catalog and EXPLAIN ANALYZE's discarded rows,
 not the time.
 """
 
@@ -21,7 +21,7 @@ from sqlalchemy import text
 import ragport
 from ragport.adapters.postgres import PostgresStore, reads
 from ragport.adapters.postgres._driver import driver_connection
-from ragport.adapters.postgres.indexes import ANALYZE_AFTER_ROWS
+from ragport.adapters.postgres.indexes import FIRST_ANALYZE_ROWS
 from ragport.adapters.postgres.reads import pyformat
 from ragport.contract_tests._support import ContractEmbedder, publish_sources
 
@@ -59,7 +59,7 @@ def _load(store: PostgresStore, scope: ragport.Scope, rows: int, word: str = "wa
 def test_the_first_load_past_the_threshold_is_analysed_and_a_small_one_is_not(
     pg_engine, pg_schema, partitions
 ):
-    """Below ``ANALYZE_AFTER_ROWS`` nothing is analysed (a small corpus pays one catalog read
+    """Below ``FIRST_ANALYZE_ROWS`` nothing is analysed (a small corpus pays one catalog read
     per commit, no ANALYZE); the commit that crosses it analyses records, record_vectors and
     tombstones, partitioned or not. If this fails, check ScopeTransaction.commit and
     VectorIndexes.analyze_once."""
@@ -67,8 +67,8 @@ def test_the_first_load_past_the_threshold_is_analysed_and_a_small_one_is_not(
     scope = ragport.Scope("acme", "kb", "fresh-" + uuid.uuid4().hex[:6])
     _load(store, scope, 40)
     assert not {"records", "record_vectors"} & _analysed(pg_engine, pg_schema)
-    assert ANALYZE_AFTER_ROWS <= 1_200
-    _load(store, ragport.Scope("acme", "kb", "more"), 1_200)  # one tenant's rows count
+    assert 40 < FIRST_ANALYZE_ROWS <= 400
+    _load(store, ragport.Scope("acme", "kb", "more"), 400)  # one tenant's rows count
     assert {"records", "record_vectors", "tombstones"} <= _analysed(pg_engine, pg_schema)
 
 
@@ -82,16 +82,16 @@ def _discarded(node: dict[str, Any]) -> int:
     return own + sum(_discarded(child) for child in node.get("Plans", ()))
 
 
+@pytest.mark.parametrize("rows", [400, 1_200])
 def test_a_vector_query_right_after_the_first_load_checks_each_candidate_once(
-    pg_engine, pg_schema, pg_url
+    pg_engine, pg_schema, pg_url, rows
 ):
-    """Right after a 1,200-row load, the vector statement of a plain retrieve discards far
+    """Right after a 400- or 1,200-row load, the vector statement of a plain retrieve discards far
     fewer rows than candidates x rows (the per-candidate visibility check uses the row key,
     not a walk over the scope). If this fails, check that the first load is analysed
     (analyze_once) before blaming the statement in queries._nearest."""
     store = PostgresStore(pg_engine, schema=pg_schema, create=True)
     scope = ragport.Scope("acme", "kb", "docs")
-    rows = 1_200
     _load(store, scope, rows)
     captured: list[tuple[str, dict[str, Any]]] = []
     original = reads.fetch
