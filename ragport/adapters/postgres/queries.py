@@ -402,8 +402,7 @@ def stats_at(
     """Signed rows (``columns``) whose sum is the statistics of ``table`` (``lexical_terms``
     or ``lexical_stats``, ``x``) at ``pointer`` (SQL), of the one lexeme ``lexeme`` (SQL of a
     text, naming no ``x`` column; ``None``: of every lexeme). ``unfolded``: the name of a
-    CTE (``unfolded_batches``) read for the batches not folded yet instead of
-    ``lexical_batches``.
+    CTE of ``unfolded_batches`` (the batches not folded yet) instead of that query inline.
 
     The running totals (migration 14: ``lexical_term_totals``, ``lexical_stat_totals``) hold
     every delta not of a batch retired whole and folded; the deltas written above ``pointer``
@@ -429,13 +428,8 @@ def stats_at(
         f"(SELECT {cols} FROM {s}.{table} x WHERE {scope}{where} AND x.batch = b.batch "
         f"AND x.generation >= b.generation AND x.generation <= {pointer} OFFSET 0) x "
         f"WHERE {bscope} AND b.retired_generation > {pointer} "
-        f"UNION ALL SELECT {negated} FROM "
-        + (
-            f"{unfolded} b CROSS JOIN LATERAL {_unfolded(table, lexeme)}"
-            if unfolded
-            else f"{s}.lexical_batches b CROSS JOIN LATERAL {_unfolded(table, lexeme)} "
-            f"WHERE {bscope} AND b.fold_docs IS NOT NULL"
-        )
+        f"UNION ALL SELECT {negated} FROM {unfolded or f'({unfolded_batches(s)})'} b "
+        f"CROSS JOIN LATERAL {_unfolded(table, lexeme)}"
     )
 
 
