@@ -560,6 +560,17 @@ def _v15(s: str) -> Sequence[str]:
     )
 
 
+def _v16(s: str) -> Sequence[str]:
+    """``records.tsv`` stored in the row (``STORAGE MAIN``): a row's text, metadata, ``tsv``
+    and ``tsv_impact`` pass the TOAST threshold together (about 2 kB), and ``tsv``, the
+    largest and incompressible (positions), was the column moved out of line, so every row
+    the lexical leg scores read it back through the TOAST index (about 3 buffers a row).
+    Now ``tsv_impact``, which only its GIN index reads, goes out of line instead; ``tsv``
+    leaves the row only when the row cannot fit otherwise. Catalog only (recursing to the
+    partitions): rows written before keep their layout until rewritten."""
+    return (f"ALTER TABLE {s}.records ALTER COLUMN tsv SET STORAGE MAIN",)
+
+
 def _tsv_expression(conn: Connection, s: str) -> str:
     """The generation expression of ``records.tsv`` (``to_tsvector('<config>'::regconfig,
     text)``), as the catalog holds it."""
@@ -596,6 +607,7 @@ MIGRATIONS: dict[int, str] = {
     13: "scopes.embedder_claim: the engine's embedder claim (GenerationState.embedders)",
     14: "BM25 statistics as running totals (lexical_term_totals, lexical_stat_totals)",
     15: "BM25 statistics: a batch retired whole leaves the running totals by a later fold",
+    16: "records.tsv stored in the row (STORAGE MAIN): the lexical leg reads no TOAST",
 }
 LATEST_VERSION = max(MIGRATIONS)
 
@@ -699,6 +711,7 @@ def plan(
         13: lambda: (f"ALTER TABLE {s}.scopes ADD COLUMN IF NOT EXISTS embedder_claim jsonb",),
         14: lambda: _partitioned(s, _v14(s), layout),
         15: lambda: _v15(s),
+        16: lambda: _v16(s),
     }
     pending = []
     # Every migration not recorded yet, in order: one that was released after a later one had
