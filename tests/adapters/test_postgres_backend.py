@@ -26,7 +26,7 @@ from ragport.application import (
     rollback_generation,
 )
 from ragport.domain.errors import StoreError
-from ragport.domain.model import Authorization, Grant, Tombstone
+from ragport.domain.model import Authorization, Grant, Record, Tombstone
 from ragport.engine import BackendStore
 from ragport.ports.store import ChunkStore
 
@@ -321,3 +321,57 @@ def test_a_vector_read_after_a_hybrid_one_is_still_one_round_trip(
     with _round_trips() as sent:
         retrieve("off")
     assert len(sent) == 1, sent
+
+
+def test_a_delete_makes_the_round_trips_it_needs(pg_engine: Any, pg_schema: str) -> None:
+    """``delete_source`` on PostgreSQL (issue 45, delete one source): the BEGIN in one
+    pipeline with the scope lock; the retirement (its generic plan's settings around it) in
+    one with the probe for derived rows naming the source, so no dependents read follows when
+    there are none; the grant read and its revoke; the scope's numbers in one pipeline with
+    the COMMIT. Before: BEGIN, lock, retire, dependents, grant, revoke, numbers, COMMIT. If
+    this fails, check ``backend._locked``, ``backend._retire`` and
+    ``ScopeTransaction._save_and_commit``."""
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True, writes=INLINE)
+    for source, texts in DOCS.items():
+        replace_source(
+            source_id=source, chunks=_chunks(source, texts), embedder=EMB, store=store, scope=SCOPE
+        )
+    store.set_source_access(SCOPE, [Grant(s, ("alice",), (), 1) for s in DOCS])
+    delete_source(source_id="harbour", store=store, scope=SCOPE)
+    with _round_trips() as sent:
+        delete_source(source_id="ledger", store=store, scope=SCOPE)
+    # (then the inline after-commit maintenance: the fold of the batch retired whole)
+    assert sent[:2] == ["pipeline", "pipeline"], sent
+    assert sent[2].startswith("SELECT source_id, principal_ids"), sent
+    assert sent[3].startswith("INSERT INTO") and ".grants" in sent[3], sent
+    assert sent[4] == "pipeline", sent
+    assert store.get_by_source(SCOPE, "ledger") == []
+    assert store.get_source_access(SCOPE, ["ledger"])["ledger"].is_empty
+
+
+def test_a_retirement_knows_its_dependents_only_until_a_row_is_written(
+    pg_engine: Any, pg_schema: str
+) -> None:
+    """``retire`` found no derived row naming the source, so ``dependents`` answers none
+    without a statement; a derived row written after it in the same unit of work is found.
+    If this fails, check ``_Writer.rows_written`` (every member that writes a row or a
+    lineage clears what ``retire`` knew)."""
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True, writes=INLINE)
+    replace_source(
+        source_id="harbour", chunks=_chunks("harbour", DOCS["harbour"]), embedder=EMB,
+        store=store, scope=SCOPE,
+    )  # fmt: skip
+    backend = PostgresBackend.of(store)
+    derived = Record(
+        id="summary", scope=SCOPE, source_id="summary", kind="derived",
+        text="a summary of the harbour",
+        embedder_id=EMB.id, dimensions=EMB.dimensions, generation=2, lineage=("harbour",),
+        roots=("harbour",),
+    )  # fmt: skip
+    with backend.write(SCOPE) as view:
+        assert backend.retire(view, source_id="harbour", generation=2) == 2
+        with _round_trips() as sent:
+            assert backend.dependents(view, ["harbour"]) == []
+        assert sent == []
+        view.insert([derived], EMB.embed([derived.text]))
+        assert [r.id for r in backend.dependents(view, ["harbour"])] == ["summary"]

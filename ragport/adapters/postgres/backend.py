@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
@@ -315,6 +315,13 @@ class _Writer(_Reader):
     def __init__(self, tx: ScopeTransaction, connections: Connections) -> None:
         super().__init__(tx.conn, tx.scope, connections)
         self.tx = tx
+        # Ids no derived row names (``PostgresBackend.retire`` found none), until this unit
+        # of work writes a row or a lineage (``rows_written``): ``dependents`` answers them.
+        self.no_dependents: frozenset[str] = frozenset()
+
+    def rows_written(self) -> None:
+        """A row was added or re-linked: what ``no_dependents`` knew may have changed."""
+        self.no_dependents = frozenset()
 
     def _run(self, operation: str, sql: str, **params: Any) -> Any:
         with translate_errors(operation):
@@ -328,10 +335,12 @@ class _Writer(_Reader):
         return _state(tx.counter, tx.pointer, tx.floor, tx.sole, tx.claim)
 
     def insert(self, records: Sequence[Record], vectors: VectorMatrix) -> None:
+        self.rows_written()
         if records:
             self.tx.copy_in(records, vectors, _counted(self.s, batch=True))
 
     def update(self, changes: Mapping[RowKey, Record]) -> None:
+        self.rows_written()
         if not changes:
             return
         keys = list(changes)
@@ -491,6 +500,29 @@ def _key_lexemes(s: str) -> str:
     )
 
 
+def _retire(
+    conn: Any, s: str, sql: str, bound: dict[str, Any], named: Sequence[str]
+) -> tuple[int, bool]:
+    """Run ``statements.retire`` (``sql``) with its generic plan (prepared once per
+    connection: a custom plan of its ~20 CTEs took ~1 ms to plan on every call, as long as it
+    ran), then whether a derived row of any generation names an id of ``named`` in its
+    lineage; the four statements in one pipeline (one round trip)."""
+    dbapi = driver_connection(conn)
+    probe = (
+        f"SELECT EXISTS (SELECT 1 FROM {s}.records WHERE {SCOPE} AND kind = 'derived' "
+        "AND lineage && CAST(:ids AS text[])) AS derived"
+    )
+    with dbapi.cursor() as cur, dbapi.cursor() as found:
+        with dbapi.pipeline() if reads.PIPELINE else nullcontext():
+            dbapi.execute(_GENERIC_WRITE[0])
+            cur.execute(reads.pyformat(sql), bound, prepare=True)
+            dbapi.execute(_GENERIC_WRITE[1])
+            found.execute(reads.pyformat(probe), {**bound, "ids": list(named)})
+        retired, derived = cur.fetchone(), found.fetchone()
+    assert retired is not None and derived is not None
+    return int(retired[0]), bool(derived[0])
+
+
 class PostgresBackend:
     """The narrow storage port on ragport's PostgreSQL schema (see the module docstring).
 
@@ -628,7 +660,11 @@ class PostgresBackend:
         return [Tombstone(row.id, row.reason) for row in rows]
 
     def dependents(self, view: _Reader, ids: Sequence[str]) -> Sequence[Record]:
-        """The derived rows naming ``ids`` in their lineage (the GIN index on lineage)."""
+        """The derived rows naming ``ids`` in their lineage (the GIN index on lineage); none,
+        without a statement, when this unit of work's last retirement found that no derived
+        row names them (``_retire``) and it has written no row since."""
+        if isinstance(view, _Writer) and view.no_dependents.issuperset(ids):
+            return []
         found = view._fetch("find dependents", statements.dependents_sql(self._db.s), ids=list(ids))
         return [rows.record(view.scope, row) for row in found]
 
@@ -647,14 +683,14 @@ class PostgresBackend:
             where, params = "source_id = :src", {"src": source_id}
         else:
             where, params = "id = ANY(:ids)", {"ids": list(ids or ())}
-        tx = view.tx
-        sql = statements.retire(self._db.s, where)
+        tx, s = view.tx, self._db.s
+        named = [source_id] if source_id is not None else list(ids or ())
         bound = scope_params(view.scope, g=generation, p=tx.pointer, **params)
-        # Its generic plan (prepared once per connection): a custom plan of its ~20 CTEs
-        # took ~1 ms to plan on every call, as long as it ran (bench/explain/delete.txt).
         with translate_errors("retire records"):
-            found = reads.fetch(view.conn, sql, bound, prepare=True, around=_GENERIC_WRITE)
-        retired = int(found[0][0])
+            retired, derived = _retire(view.conn, s, statements.retire(s, where), bound, named)
+        # The engine reads the rows' dependents next (pinned records retire with them): when
+        # no derived row names them, ``dependents`` answers that without a statement.
+        view.no_dependents = frozenset() if derived else frozenset(named)
         # Usually a HOT update (no index entry), but not for a row whose page lacks room,
         # such as every row written before migration 9: merge after those too.
         tx.gin_rows += retired
@@ -709,6 +745,7 @@ class PostgresBackend:
     def move(self, view: _Writer, moves: Mapping[str, str], *, to_source_id: str) -> int:
         """``statements.rekey_update`` with its statistics (the engine checked the collision
         rule: nothing is checked again here)."""
+        view.rows_written()
         if not moves:
             return 0
         old, new = list(moves), [moves[k] for k in moves]
@@ -730,6 +767,7 @@ class PostgresBackend:
     def rename_lineage(self, view: _Writer, from_id: str, to_id: str) -> int:
         """``statements.lineage_stats`` then ``lineage_update`` of each derived row naming
         ``from_id``; answers the lineage edges renamed."""
+        view.rows_written()
         s = self._db.s
         found = view._run("rewrite lineage", statements.lineage_rows_sql(s), f=from_id).all()
         if not found:
@@ -808,11 +846,12 @@ class PostgresBackend:
             savepoint = None
             try:
                 with translate_errors("lock scope"):
+                    lock = statements.lock_scope(self._db.s)
                     if self._db.joined is not None:
                         savepoint = conn.begin_nested()
-                    state = conn.execute(
-                        text(statements.lock_scope(self._db.s)), scope_params(scope)
-                    ).one()
+                        state = conn.execute(text(lock), scope_params(scope)).one()
+                    else:
+                        state = _locked(conn, lock, scope_params(scope))
                 tx = self._transaction(scope, conn, state, savepoint)
                 yield _Writer(tx, self._db)
                 if tx.done and tx.position is not None:
@@ -839,6 +878,20 @@ class PostgresBackend:
             vector_writer=None if savepoint is not None else self._vectors,
             savepoint=savepoint,
         )
+
+
+def _locked(conn: Any, sql: str, params: dict[str, Any]) -> Any:
+    """The scope's row, locked by ``sql`` (``statements.lock_scope``) at the start of the
+    transaction on ``conn`` (a SQLAlchemy ``Connection``, in a transaction from here on, so
+    its commit commits): the driver's ``BEGIN`` goes in one pipeline with it (one round trip,
+    not two)."""
+    if not conn.in_transaction():
+        conn.begin()  # SQLAlchemy's bookkeeping only: the driver begins at the statement
+    dbapi = driver_connection(conn)
+    with dbapi.cursor(row_factory=namedtuple_row) as cur:
+        with dbapi.pipeline() if reads.PIPELINE else nullcontext():
+            cur.execute(reads.pyformat(sql), params)
+        return cur.fetchone()
 
 
 def transaction_of(uow: object) -> ScopeTransaction | None:

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, NestedTransaction, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from ragport.adapters.postgres import embedders, rows, statements
+from ragport.adapters.postgres import embedders, reads, rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
 from ragport.adapters.postgres.background import MaintenanceWorker, fold_retired
 from ragport.adapters.postgres.indexes import VectorIndexes
@@ -200,30 +200,46 @@ class ScopeTransaction:
                 self.sole = embedders.refresh(self.conn, self.s, self.scope)
         return count
 
+    def _state_update(self) -> tuple[str, dict[str, Any]]:
+        """``save_state``'s statement and binds."""
+        claim = {"claim": embedders.claim_value(self.claim)} if self.claim_unsaved else {}
+        sql = statements.save_generations(self.s, claim=self.claim_unsaved)
+        return sql, scope_params(self.scope, n=self.counter, p=self.pointer, f=self.floor, **claim)
+
     def save_state(self) -> None:
         """Write the scope's numbers, and the claim when it changed, if a step changed them:
         one UPDATE of the locked row before the commit. Nothing in the transaction reads them
         from the table before (its statements take the pointer as a bind)."""
         if not self.unsaved:
             return
-        claim = {"claim": embedders.claim_value(self.claim)} if self.claim_unsaved else {}
-        sql = statements.save_generations(self.s, claim=self.claim_unsaved)
+        sql, params = self._state_update()
         with translate_errors("save generations"):
-            self.conn.execute(
-                text(sql),
-                scope_params(self.scope, n=self.counter, p=self.pointer, f=self.floor, **claim),
-            )
+            self.conn.execute(text(sql), params)
         self.unsaved = self.claim_unsaved = False
+
+    def _save_and_commit(self) -> None:
+        """``save_state``'s UPDATE and the ``COMMIT`` in one pipeline (one round trip), then
+        SQLAlchemy's commit (the driver is idle by then: it sends nothing)."""
+        if self.unsaved and reads.PIPELINE:
+            sql, params = self._state_update()
+            dbapi = driver_connection(self.conn)
+            with dbapi.pipeline():
+                dbapi.execute(reads.pyformat(sql), params)
+                dbapi.commit()
+            self.unsaved = self.claim_unsaved = False
+        else:
+            self.save_state()
+        self.conn.commit()
 
     def commit(self) -> None:
         if self.done:
             raise ValidationError("unit of work already finished", field="unit_of_work")
-        self.save_state()
         if self.savepoint is not None:
+            self.save_state()
             self._release()
             return
         with translate_errors("commit"):
-            self.conn.commit()
+            self._save_and_commit()
             if self.track_position:
                 # At or after this commit's WAL record: what a replica must replay to show it.
                 self.position = str(
