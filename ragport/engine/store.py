@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -52,7 +54,13 @@ from ragport.engine.reads import (
 )
 from ragport.engine.rules import forgotten_set
 from ragport.engine.unit_of_work import BackendUnitOfWork, _ids, by_id
-from ragport.ports.backend import BackendReader, BackendWriter, GenerationState, StorageBackend
+from ragport.ports.backend import (
+    BackendReader,
+    BackendWriter,
+    GenerationState,
+    ReadsConcurrently,
+    StorageBackend,
+)
 from ragport.ports.embedder import Vector
 from ragport.ports.history import GenerationChange, check_history_args
 from ragport.ports.pushdowns import Admission, GuardedAnswer, LegAnswer
@@ -65,6 +73,11 @@ _FLOAT32 = np.dtype(np.float32)
 _NO_VECTOR = np.zeros(0, dtype=np.float32)
 _NONE: frozenset[EmbedderKey] = frozenset()
 _NO_HITS = LegAnswer(())
+# Worker threads of companion legs (``_legs``): one per hybrid query in flight, up to this
+# many at once (more queue for a thread; none waits on another's connection).
+_MAX_WORKERS = 32
+_WORKERS: list[ThreadPoolExecutor] = []
+_WORKERS_LOCK = threading.Lock()
 # The hot read builds its ``Admission`` and ``GuardedQuery`` through their slots (attrs'
 # frozen ``__init__`` is a Python call that sets each field through ``object.__setattr__``);
 # neither class has a validator or converter to skip.
@@ -355,6 +368,62 @@ class BackendStore:
             return _checked_answer(answer, scope, limit, None)
         return search_bm25(r, scope, text, admission, limit)
 
+    def _legs(
+        self,
+        r: BackendReader,
+        companion: AbstractContextManager[BackendReader | None] | None,
+        scope: Scope,
+        query: tuple[Vector, str, str],
+        limit: int,
+        admission: Admission,
+    ) -> tuple[LegAnswer, LegAnswer]:
+        """The vector and lexical legs (``query``: the vector, the text, the mode), both at
+        ``admission``. With a companion reader (the same snapshot on a second connection)
+        the lexical leg reads on it on a worker thread while the vector leg reads on ``r``,
+        so the pair costs about the slower leg; without one (none offered, or none free at
+        once) they read one after the other on ``r``. Both legs' errors are raised as a
+        sequential read raises them, once the companion is released."""
+        q, text, mode = query
+        second = None if companion is None else companion.__enter__()
+        if companion is None or second is None:
+            if companion is not None:
+                companion.__exit__(None, None, None)
+            vector_answer = self._vector_leg(r, scope, q, limit, admission)
+            return vector_answer, self._lexical_leg(r, scope, text, mode, limit, admission)
+        args = (companion, second, scope, text, mode, limit, admission)
+        lexical = _workers().submit(self._companion_leg, *args)
+        try:
+            vector_answer = self._vector_leg(r, scope, q, limit, admission)
+        except BaseException:
+            wait((lexical,))  # the companion is released before ``r``'s block ends
+            raise
+        try:
+            return vector_answer, lexical.result()
+        except StoreError as error:
+            if not error.lost_connection:
+                raise
+        # The second connection was lost (a pooled one whose server went away): read here.
+        return vector_answer, self._lexical_leg(r, scope, text, mode, limit, admission)
+
+    def _companion_leg(
+        self,
+        companion: AbstractContextManager[BackendReader | None],
+        second: BackendReader,
+        scope: Scope,
+        text: str,
+        mode: str,
+        limit: int,
+        admission: Admission,
+    ) -> LegAnswer:
+        """The lexical leg on ``second`` (a worker thread's), then the companion released."""
+        try:
+            answer = self._lexical_leg(second, scope, text, mode, limit, admission)
+        except BaseException as error:
+            companion.__exit__(type(error), error, error.__traceback__)
+            raise
+        companion.__exit__(None, None, None)
+        return answer
+
     def _report(
         self,
         r: BackendReader,
@@ -566,23 +635,42 @@ class BackendStore:
         on_denied: OnDenied | None = None,
     ) -> HybridAnswer:
         """The drift guard and both legs from one ``read`` (one pointer, one set of
-        tombstones and grants)."""
+        tombstones and grants); the two legs at the same time when the reader offers a
+        companion in its snapshot (``_legs``)."""
         mode = self._mode(mode)
         validate_text(text, field="query")
         q, flt = _query_args(vector, limit, metadata_filter, authorization)
         denied: list[AccessDecision] = []
         denied_lexically: list[AccessDecision] = []
         with self._retrieving(scope) as r:
+            # Asked before the reader's first read, which may prepare the second reader.
+            companion = _companion(r) if limit > 0 and text.strip() else None
             state = r.state()
             foreign = self._foreign(r, scope, state, (embedder_id, dimensions))
             admission = Admission(state.pointer, authorization, flt, on_denied is not None)
-            vector_answer = self._vector_leg(r, scope, q, limit, admission)
-            lexical_answer = self._lexical_leg(r, scope, text, mode, limit, admission)
+            vector_answer, lexical_answer = self._legs(
+                r, companion, scope, (q, text, mode), limit, admission
+            )
             hits = self._report(r, vector_answer, authorization, denied)
             lexical = tuple(self._report(r, lexical_answer, authorization, denied_lexically))
         _tell(on_denied, denied)  # once per leg, as each leg's own query would
         _tell(on_denied, denied_lexically)
         return HybridAnswer(foreign, hits, lexical)
+
+
+def _companion(r: BackendReader) -> AbstractContextManager[BackendReader | None] | None:
+    """``r.companion()`` when the reader offers one (``ReadsConcurrently``), else ``None``."""
+    offer = getattr(type(r), "companion", None)
+    return None if offer is None else cast("ReadsConcurrently", r).companion()
+
+
+def _workers() -> ThreadPoolExecutor:
+    """The threads companion legs run on, started on first use (nothing runs at import)."""
+    if not _WORKERS:
+        with _WORKERS_LOCK:
+            if not _WORKERS:
+                _WORKERS.append(ThreadPoolExecutor(_MAX_WORKERS, thread_name_prefix="ragport-leg"))
+    return _WORKERS[0]
 
 
 def _admission(

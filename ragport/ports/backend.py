@@ -53,6 +53,7 @@ __all__ = [
     "BackendReader",
     "BackendWriter",
     "GenerationState",
+    "ReadsConcurrently",
     "RowKey",
     "StorageBackend",
 ]
@@ -140,6 +141,25 @@ class BackendReader(Protocol):
     def tombstones(self) -> Sequence[Tombstone]:
         """Every stored tombstone of the scope (one per id), in any order."""
         ...
+
+
+@runtime_checkable
+class ReadsConcurrently(Protocol):
+    """Optional, on the reader a ``read`` (or ``retrieval_read``) block yields: a second
+    reader in the same snapshot, for another thread. Not one of the 15 members: a backend
+    without it has its hybrid legs read one after the other on its one reader.
+
+    ``companion()`` is called before the reader's first read (a backend may prepare the
+    second reader with that read: PostgreSQL exports its snapshot in one pipeline with its
+    ``BEGIN``) and returns ``None`` when it cannot offer one, else a context manager; the
+    engine enters it after its first reads. Entering yields a ``BackendReader`` that sees
+    exactly what this reader sees (the same rows, state, grants and tombstones), usable on
+    another thread while this reader keeps reading on its own, or ``None`` when none is
+    available at once (the engine never waits for one: it reads on this reader instead).
+    Its exit (on the thread that used it) releases it; the engine leaves it before it
+    leaves the block."""
+
+    def companion(self) -> AbstractContextManager[BackendReader | None] | None: ...
 
 
 @runtime_checkable

@@ -234,3 +234,38 @@ def test_a_dead_replica_fails_reads_over_or_raises_and_never_touches_writes(
         _ids(strict)
     assert caught.value.lost_connection and not isinstance(caught.value, ReplicaLagError)
     strict.engine.dispose()
+
+
+def test_hybrid_legs_run_on_two_replica_connections_in_one_snapshot(
+    cluster: tuple[str, str, PostgresStore],
+    served_by: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hot standby exports and imports snapshots (PostgreSQL 10 on): a hybrid query's
+    lexical leg runs on a second replica connection, never on the primary.
+
+    If this fails, check ``Connections.second_read`` (the first connection's engine)."""
+    from ragport.adapters.postgres import backend
+
+    _, replica, store = cluster
+    lent: list[bool] = []
+    enter = backend._Companion.__enter__
+
+    def counted(self: Any) -> Any:
+        second = enter(self)
+        lent.append(second is not None)
+        return second
+
+    monkeypatch.setattr(backend._Companion, "__enter__", counted)
+    answer = store.hybrid_query(
+        SCOPE,
+        EMB.embed(["onboarding"])[0],
+        "onboarding",
+        embedder_id=EMB.id,
+        dimensions=16,
+        limit=5,
+        mode="bm25",
+    )
+    assert lent == [True]
+    assert [s.record.source_id for s in answer.lexical] == ["seed"]
+    assert set(served_by) == {_port(replica)}

@@ -225,6 +225,7 @@ class _Snapshot(_Reader):
         self._replica = replica
         self._keep = Lent()  # gives back the lent connection
         self._began = False
+        self._export = False  # export the snapshot with the BEGIN (``companion``)
 
     def __enter__(self) -> _Snapshot:
         return self
@@ -263,19 +264,35 @@ class _Snapshot(_Reader):
         pipelined = opening and self._db.joined is None
 
         def first(conn: Any) -> _T:
+            exporting = pipelined and self._export
             if pipelined:
                 conn.opening = _BEGIN
+                conn.export = exporting
             try:
                 answer = run(conn)
-            except BaseException:
+            except BaseException as error:
                 if pipelined:
                     _end(conn, failed=True)
-                raise
+                if not (exporting and isinstance(error, psycopg.Error)) or _lost(conn):
+                    raise
+                # The export refused (or the statement failed: it fails again, raised):
+                # the block reads on, without a companion.
+                self._export = False
+                return first(conn)
             self._conn = conn
             self._began = self._began or opening
             return answer
 
         return self._db.lend(operation, first, self._keep, replica=self._replica)
+
+    def companion(self) -> _Companion | None:
+        """``ReadsConcurrently``: asked before the block's first read, which then exports
+        its snapshot (``pg_export_snapshot()`` in one pipeline with its ``BEGIN``); ``None``
+        on a joined view (one connection: the host's) or once the block has read."""
+        if self._conn is not None or self._db.joined is not None:
+            return None
+        self._export = True
+        return _Companion(self)
 
     def close(self, failed: bool) -> None:
         """End the transaction (committed: it wrote nothing, and its search's HNSW settings
@@ -288,7 +305,61 @@ class _Snapshot(_Reader):
             self._keep.close()
 
 
+class _Imported(_Reader):
+    """A companion's view: ``_Reader`` on a second connection whose transaction imports the
+    block's snapshot (its ``BEGIN`` and ``SET TRANSACTION SNAPSHOT`` wait on the connection
+    and go out in one pipeline with its first statement)."""
+
+    @property
+    def conn(self) -> Any:
+        return self.within("read", reads.opened)
+
+
+class _Companion:
+    """``with snapshot.companion() as second``: a reader in the block's snapshot on a second
+    pooled connection, for another thread, or ``None`` (read on the block's own connection)
+    when the export did not happen or no connection is idle in the pool (never waited for).
+    Its exit ends that transaction (``COMMIT``; ``ROLLBACK`` after a failure) and gives the
+    connection back; the block's own transaction must stay open until then (an imported
+    snapshot must be imported while its exporter is open)."""
+
+    __slots__ = ("_block", "_raw", "_snapshot")
+
+    def __init__(self, snapshot: _Snapshot) -> None:
+        self._snapshot = snapshot
+        self._block: Any = None
+        self._raw: Any = None
+
+    def __enter__(self) -> _Imported | None:
+        of = self._snapshot
+        first = of._conn
+        exported = None if first is None else first.exported
+        if exported is None:
+            return None
+        block = of._db.second_read(first, "hybrid query")
+        if block is None:
+            return None
+        raw = block.__enter__()
+        raw.opening, raw.snapshot = _BEGIN, exported
+        self._block, self._raw = block, raw
+        return _Imported(raw, of.scope, of._db)
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        block, raw, self._block, self._raw = self._block, self._raw, None, None
+        if block is None:
+            return
+        try:
+            _end(raw, failed=error is not None)
+        finally:
+            block.__exit__(None, None, None)  # back to the pool (or discarded if broken)
+
+
 _BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
+def _lost(conn: Any) -> bool:
+    dbapi = driver_connection(conn)
+    return bool(dbapi.closed or dbapi.broken)
 
 
 def _end(conn: Any, *, failed: bool) -> None:

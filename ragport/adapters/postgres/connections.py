@@ -22,7 +22,7 @@ import copy
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Literal, Self, TypeVar
 
 import psycopg
@@ -31,7 +31,7 @@ from sqlalchemy import Connection, Engine, text
 from ragport.adapters.postgres import reads
 from ragport.adapters.postgres._driver import driver_connection, make_engine, translate_errors
 from ragport.adapters.postgres.extension import PgVector, pgvector
-from ragport.adapters.postgres.pool import wait_for_connection, watch
+from ragport.adapters.postgres.pool import idle_connection, wait_for_connection, watch
 from ragport.adapters.postgres.reads import RawRead
 from ragport.adapters.postgres.schema import (
     LATEST_VERSION,
@@ -282,7 +282,7 @@ class Connections:
             mode = dbapi.autocommit  # False unless the host's Engine is AUTOCOMMIT itself
             try:
                 dbapi.autocommit = True
-                raw = RawRead(fairy)
+                raw = RawRead(fairy, engine or self.engine)
                 driver_connection(raw)
                 yield raw
             except psycopg.Error:
@@ -300,6 +300,21 @@ class Connections:
                 elif fairy.is_valid:  # lost after its first statement (a read block's later one)
                     fairy.invalidate()
                 fairy.close()  # back to the pool (or discarded if invalidated)
+
+    def second_read(self, first: RawRead, operation: str) -> AbstractContextManager[RawRead] | None:
+        """``raw_read`` on the server ``first`` reads from, when its pool holds a connection it
+        can lend at once (``pool.idle_connection``); ``None`` otherwise, and on a joined view.
+
+        For a read that shares ``first``'s snapshot (``backend._Companion``): a caller that
+        holds one connection never waits for a second, so N such reads on a pool of N run
+        one connection each rather than wait on each other."""
+        engine = first.engine
+        if self.joined is not None or engine is None or not idle_connection(engine):
+            return None
+        # The first lookup of pgvector's schema takes a connection of its own: before the
+        # second is taken, so the pair never needs a third.
+        self.pgvector()
+        return self.raw_read(operation, engine)
 
     @contextmanager
     def joined_read(self, operation: str) -> Iterator[RawRead]:

@@ -29,7 +29,14 @@ from sqlalchemy.pool import QueuePool
 
 from ragport.domain.errors import StoreError
 
-__all__ = ["POOL_WAIT_SECONDS", "PoolWatch", "has_free_connection", "wait_for_connection", "watch"]
+__all__ = [
+    "POOL_WAIT_SECONDS",
+    "PoolWatch",
+    "has_free_connection",
+    "idle_connection",
+    "wait_for_connection",
+    "watch",
+]
 
 POOL_WAIT_SECONDS = 2.0
 """The longest a checkout waits for another thread to give a connection back to a pool
@@ -101,6 +108,20 @@ def has_free_connection(engine: Engine) -> bool:
     """Whether a checkout from ``engine`` would get a connection without waiting (now)."""
     pool = _bounded(engine)
     return pool is None or not _exhausted(pool)
+
+
+def idle_connection(engine: Engine) -> bool:
+    """Whether ``engine``'s pool (a ``QueuePool``; any other pool: no) would lend a
+    connection now without waiting and keep it afterwards: one is idle in the pool, or the
+    pool has opened fewer than ``pool_size``. Overflow connections (opened, then closed on
+    return) do not count: opening one costs more than most reads. Another thread may take
+    the idle one first; the checkout then waits only for a connection that thread gives
+    back (never for one the caller holds)."""
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):
+        return False
+    idle = pool.checkedin()
+    return idle > 0 or idle + pool.checkedout() < pool.size()
 
 
 def wait_for_connection(engine: Engine, operation: str) -> None:

@@ -8,22 +8,29 @@ count statements that way).
 Round trips: a read block's ``BEGIN`` waits on its ``RawRead`` (``opening``) and goes out in
 one pipeline with the block's first statement (``fetch``, ``fetch_generic``); the
 ``plan_cache_mode`` settings of ``fetch_generic`` go in one pipeline with their statement.
+So do the statements that share one snapshot between two connections (a hybrid query's two
+legs, ``backend._Companion``): ``pg_export_snapshot()`` after the first connection's
+``BEGIN`` (``RawRead.export``; its answer kept in ``RawRead.exported``), and ``SET TRANSACTION
+SNAPSHOT`` after the second's (``RawRead.snapshot``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection
 
 from ragport.adapters.postgres._driver import driver_connection
+from ragport.domain.errors import StoreError
 
-__all__ = ["RawRead", "fetch", "fetch_generic", "opened", "pyformat"]
+__all__ = ["EXPORT", "RawRead", "fetch", "fetch_generic", "opened", "pyformat"]
 
+EXPORT = "SELECT pg_export_snapshot()"
+_SNAPSHOT_ID = re.compile(r"[0-9A-Fa-f]+-[0-9A-Fa-f]+-[0-9]+")  # as pg_export_snapshot writes it
 _BIND = re.compile(r"(?<![:\w]):(\w+)")
 _PYFORMAT: dict[str, str] = {}
 _GENERIC_LOCAL = (
@@ -52,13 +59,19 @@ class RawRead:
     ``opening`` is a statement that opens the read's transaction (``BEGIN ...``), not sent
     yet: the next ``fetch`` / ``fetch_generic`` sends it in one pipeline (one round trip)
     with its own statement; whoever runs a statement on the connection otherwise must send
-    it first (``opened``)."""
+    it first (``opened``). With the opening go ``export`` (``pg_export_snapshot()``, its id
+    then in ``exported``) or ``snapshot`` (``SET TRANSACTION SNAPSHOT`` of that id, which must
+    be the transaction's first statement). ``engine``: the Engine whose pool lent it."""
 
-    __slots__ = ("connection", "opening")
+    __slots__ = ("connection", "engine", "export", "exported", "opening", "snapshot")
 
-    def __init__(self, fairy: Any) -> None:
+    def __init__(self, fairy: Any, engine: Any = None) -> None:
         self.connection = fairy
+        self.engine = engine
         self.opening: str | None = None
+        self.export = False
+        self.exported: str | None = None
+        self.snapshot: str | None = None
 
 
 def opened(conn: RawRead) -> RawRead:
@@ -66,8 +79,35 @@ def opened(conn: RawRead) -> RawRead:
     opening = conn.opening
     if opening is not None:
         conn.opening = None
-        driver_connection(conn).execute(opening)
+        dbapi = driver_connection(conn)
+        if not PIPELINE:
+            _collect(conn, _open(dbapi, conn, opening))
+        else:
+            with dbapi.pipeline():
+                exported = _open(dbapi, conn, opening)
+            _collect(conn, exported)
     return conn
+
+
+def _open(dbapi: psycopg.Connection[Any], conn: RawRead, opening: str) -> Any:
+    """Send ``opening`` and what goes with it (``RawRead``); the export's cursor, if any."""
+    dbapi.execute(opening)
+    snapshot, conn.snapshot = conn.snapshot, None
+    if snapshot is not None:
+        if not _SNAPSHOT_ID.fullmatch(snapshot):
+            raise StoreError("the exported snapshot id is not one PostgreSQL writes")
+        dbapi.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+    if conn.export:
+        conn.export = False
+        return dbapi.execute(EXPORT)
+    return None
+
+
+def _collect(conn: RawRead, exported: Any) -> None:
+    """Keep the exported snapshot's id (``_open``'s cursor, its results read)."""
+    if exported is not None:
+        row = exported.fetchone()
+        conn.exported = None if row is None else row[0]
 
 
 def fetch(
@@ -94,22 +134,27 @@ def fetch(
             cur.execute(pyformat(sql), params, prepare=prepare)
             return cur.fetchall()
         if not PIPELINE:
-            return _one_by_one(dbapi, cur, opening, around, (pyformat(sql), params, prepare))
+            return _one_by_one(
+                dbapi, cur, (conn, opening), around, (pyformat(sql), params, prepare)
+            )
+        exported = None
         with dbapi.pipeline():  # the results are read at its end: one round trip
             if opening is not None:
-                dbapi.execute(opening)
+                exported = _open(dbapi, cast(RawRead, conn), opening)
             if around is not None:
                 dbapi.execute(around[0])
             cur.execute(pyformat(sql), params, prepare=prepare)
             if around is not None:
                 dbapi.execute(around[1])
+        if exported is not None:
+            _collect(cast(RawRead, conn), exported)
         return cur.fetchall()
 
 
 def _one_by_one(
     dbapi: psycopg.Connection[Any],
     cur: psycopg.Cursor[Any],
-    opening: str | None,
+    opens: tuple[Connection | RawRead, str | None],
     around: tuple[str, str] | None,
     statement: tuple[str, Mapping[str, Any], bool | None],
 ) -> list[Any]:
@@ -117,8 +162,9 @@ def _one_by_one(
     after it runs even when it failed, unless that failure aborted a transaction (whose
     rollback undoes a ``SET LOCAL``): outside one, ``RESET`` must not be skipped."""
     sql, params, prepare = statement
+    conn, opening = opens
     if opening is not None:
-        dbapi.execute(opening)
+        _collect(cast(RawRead, conn), _open(dbapi, cast(RawRead, conn), opening))
     if around is not None:
         dbapi.execute(around[0])
     try:
