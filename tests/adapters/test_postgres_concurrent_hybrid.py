@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import QueuePool
@@ -295,3 +296,34 @@ def test_a_failed_leg_raises_and_leaves_no_connection_or_transaction(
         _hybrid(store, scope)
     assert type(raised.value) is type(sequential.value)
     assert vars(raised.value) == vars(sequential.value)
+
+
+def test_a_refused_export_is_told_from_a_failed_statement(
+    pg_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``RawRead.refused`` only when the export itself failed: a statement that fails after
+    it is not run again without the export (it would only fail twice)."""
+    fairy = pg_engine.raw_connection()
+    dbapi = fairy.driver_connection
+    dbapi.autocommit = True
+    try:
+        conn = reads.RawRead(fairy)
+        conn.opening, conn.export = backend._BEGIN, True
+        with pytest.raises(psycopg.Error):
+            reads.fetch(conn, "SELECT 1/0 AS x", {})
+        assert conn.refused is False
+        dbapi.execute("ROLLBACK")
+        with monkeypatch.context() as patch:
+            patch.setattr(reads, "EXPORT", "SELECT pg_export_snapshot(1)")
+            conn.opening, conn.export = backend._BEGIN, True
+            with pytest.raises(psycopg.Error):
+                reads.fetch(conn, "SELECT 1 AS x", {})
+        assert conn.refused is True
+        dbapi.execute("ROLLBACK")
+        conn.opening, conn.export = backend._BEGIN, True
+        assert reads.fetch(conn, "SELECT 1 AS x", {})[0].x == 1
+        assert conn.exported is not None
+        dbapi.execute("COMMIT")
+    finally:
+        dbapi.autocommit = False
+        fairy.close()

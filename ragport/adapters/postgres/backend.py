@@ -270,14 +270,13 @@ class _Snapshot(_Reader):
                 conn.export = exporting
             try:
                 answer = run(conn)
-            except BaseException as error:
+            except BaseException:
                 if pipelined:
                     _end(conn, failed=True)
-                if not (exporting and isinstance(error, psycopg.Error)) or _lost(conn):
+                if not (exporting and conn.refused) or _lost(conn):
                     raise
-                # The export refused (or the statement failed: it fails again, raised):
-                # the block reads on, without a companion.
-                self._export = False
+                # The server refused the export: the block reads on without a companion.
+                conn.refused = self._export = False
                 return first(conn)
             self._conn = conn
             self._began = self._began or opening

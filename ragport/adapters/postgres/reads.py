@@ -60,10 +60,11 @@ class RawRead:
     yet: the next ``fetch`` / ``fetch_generic`` sends it in one pipeline (one round trip)
     with its own statement; whoever runs a statement on the connection otherwise must send
     it first (``opened``). With the opening go ``export`` (``pg_export_snapshot()``, its id
-    then in ``exported``) or ``snapshot`` (``SET TRANSACTION SNAPSHOT`` of that id, which must
-    be the transaction's first statement). ``engine``: the Engine whose pool lent it."""
+    then in ``exported``; ``refused`` when the server refused it) or ``snapshot`` (``SET
+    TRANSACTION SNAPSHOT`` of that id, which must be the transaction's first statement).
+    ``engine``: the Engine whose pool lent it."""
 
-    __slots__ = ("connection", "engine", "export", "exported", "opening", "snapshot")
+    __slots__ = ("connection", "engine", "export", "exported", "opening", "refused", "snapshot")
 
     def __init__(self, fairy: Any, engine: Any = None) -> None:
         self.connection = fairy
@@ -71,6 +72,7 @@ class RawRead:
         self.opening: str | None = None
         self.export = False
         self.exported: str | None = None
+        self.refused = False
         self.snapshot: str | None = None
 
 
@@ -80,17 +82,23 @@ def opened(conn: RawRead) -> RawRead:
     if opening is not None:
         conn.opening = None
         dbapi = driver_connection(conn)
-        if not PIPELINE:
-            _collect(conn, _open(dbapi, conn, opening))
-        else:
+        if not PIPELINE or not (conn.export or conn.snapshot):
+            _collect(conn, _open(dbapi, conn, opening, piped=False))
+            return conn
+        exported = None
+        try:
             with dbapi.pipeline():
-                exported = _open(dbapi, conn, opening)
-            _collect(conn, exported)
+                exported = _open(dbapi, conn, opening, piped=True)
+        except psycopg.Error:
+            _refused(conn, exported)
+            raise
+        _collect(conn, exported)
     return conn
 
 
-def _open(dbapi: psycopg.Connection[Any], conn: RawRead, opening: str) -> Any:
-    """Send ``opening`` and what goes with it (``RawRead``); the export's cursor, if any."""
+def _open(dbapi: psycopg.Connection[Any], conn: RawRead, opening: str, *, piped: bool) -> Any:
+    """Send ``opening`` and what goes with it (``RawRead``) (in a pipeline: ``piped``); the
+    export's cursor, if any."""
     dbapi.execute(opening)
     snapshot, conn.snapshot = conn.snapshot, None
     if snapshot is not None:
@@ -99,8 +107,22 @@ def _open(dbapi: psycopg.Connection[Any], conn: RawRead, opening: str) -> Any:
         dbapi.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
     if conn.export:
         conn.export = False
-        return dbapi.execute(EXPORT)
+        if piped:
+            return dbapi.execute(EXPORT)  # answered (or refused) at the pipeline's end
+        try:
+            return dbapi.execute(EXPORT)
+        except psycopg.Error:
+            conn.refused = True
+            raise
     return None
+
+
+def _refused(conn: RawRead, exported: Any) -> None:
+    """After a failed pipeline: ``conn.refused`` when it sent an export that did not answer
+    (the export failed, or the pipeline failed before it), not when a later statement did."""
+    if exported is not None:
+        result = exported.pgresult
+        conn.refused = result is None or result.status != psycopg.pq.ExecStatus.TUPLES_OK
 
 
 def _collect(conn: RawRead, exported: Any) -> None:
@@ -138,14 +160,18 @@ def fetch(
                 dbapi, cur, (conn, opening), around, (pyformat(sql), params, prepare)
             )
         exported = None
-        with dbapi.pipeline():  # the results are read at its end: one round trip
-            if opening is not None:
-                exported = _open(dbapi, cast(RawRead, conn), opening)
-            if around is not None:
-                dbapi.execute(around[0])
-            cur.execute(pyformat(sql), params, prepare=prepare)
-            if around is not None:
-                dbapi.execute(around[1])
+        try:
+            with dbapi.pipeline():  # the results are read at its end: one round trip
+                if opening is not None:
+                    exported = _open(dbapi, cast(RawRead, conn), opening, piped=True)
+                if around is not None:
+                    dbapi.execute(around[0])
+                cur.execute(pyformat(sql), params, prepare=prepare)
+                if around is not None:
+                    dbapi.execute(around[1])
+        except psycopg.Error:
+            _refused(cast(RawRead, conn), exported)
+            raise
         if exported is not None:
             _collect(cast(RawRead, conn), exported)
         return cur.fetchall()
@@ -164,7 +190,8 @@ def _one_by_one(
     sql, params, prepare = statement
     conn, opening = opens
     if opening is not None:
-        _collect(cast(RawRead, conn), _open(dbapi, cast(RawRead, conn), opening))
+        raw = cast(RawRead, conn)
+        _collect(raw, _open(dbapi, raw, opening, piped=False))
     if around is not None:
         dbapi.execute(around[0])
     try:
