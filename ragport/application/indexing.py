@@ -57,6 +57,7 @@ from ragport.domain.status import IngestionState
 from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort, Telemetry
 from ragport.ports.store import ChunkStore, SupportsPreparation, supports
+from ragport.ports.unit_of_work import UnitOfWork
 
 __all__ = ["check_grant", "delete_source", "index_chunks", "replace_source", "set_grant"]
 
@@ -363,9 +364,7 @@ def delete_source(
         generation = write.generation
         deleted = uow.records.retire_source(source_id, generation=generation)
         retire_pinned_dependents(uow, [source_id], generation=generation, limits=rt.limits)
-        grant = uow.grants.get([source_id]).get(source_id)
-        if grant is not None and not grant.is_empty:
-            uow.grants.set([Grant(source_id)])  # the port has no delete; empty is no grant
+        _revoke_grant(uow, source_id)
         write.publish()
         write.commit()
     if status_store is not None:
@@ -373,6 +372,20 @@ def delete_source(
     return ReplaceResult(
         source_id=source_id, deleted=deleted, indexed=0, skipped=False, generation=generation
     )
+
+
+def _revoke_grant(uow: UnitOfWork, source_id: str) -> None:
+    """Replace the source's grant by an empty one if it names anyone (the port has no
+    delete; empty is no grant): through the unit's ``grants.revoke`` when it has one (the
+    engine's: one statement on a backend with the ``revoke_grants`` pushdown), else read and
+    write."""
+    revoke = getattr(uow.grants, "revoke", None)
+    if callable(revoke):
+        revoke([source_id])
+        return
+    grant = uow.grants.get([source_id]).get(source_id)
+    if grant is not None and not grant.is_empty:
+        uow.grants.set([Grant(source_id)])
 
 
 @folds_keywords(write=("status_store", "batch_size"))

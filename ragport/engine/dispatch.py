@@ -46,6 +46,7 @@ class Pushdowns:
     move: _Method = None
     rename_lineage: _Method = None
     merge_tombstones: _Method = None
+    revoke_grants: _Method = None
     prepare: _Method = None
 
     @property

@@ -469,6 +469,27 @@ class _Grants(_Part):
         found = self._read(lambda w: dict(w.grants(wanted)))
         return {s: found[s] for s in wanted if s in found}
 
+    def revoke(self, source_ids: Sequence[str]) -> int:
+        """Replace each stored grant of ``source_ids`` that names a principal or a group by
+        an empty one (``Grant(source_id)``: the port has no delete, and an empty grant is no
+        grant); returns how many changed. One step on a backend with the ``revoke_grants``
+        pushdown; else read, then write the changed ones."""
+        self._open()
+        wanted = _ids(source_ids, "source_ids")
+        if not wanted:
+            return 0
+
+        def revoke(w: BackendWriter) -> int:
+            if self._push.revoke_grants is not None:
+                return self._pushed(self._push.revoke_grants, wanted)
+            found = w.grants(wanted)
+            changed = [Grant(s) for s in wanted if s in found and not found[s].is_empty]
+            if changed:
+                w.put_grants(changed)
+            return len(changed)
+
+        return self._write(revoke)
+
 
 class _Tombstones(_Part):
     def add(self, tombstones: Sequence[Tombstone]) -> int:

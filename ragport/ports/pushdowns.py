@@ -32,7 +32,8 @@ retrieval's answers in (the legs, the drift guard, the embedder and forgotten-id
 replica's, or one whose single statement needs no transaction; without it, ``read(scope)``.
 
 Set-based writes (view = the writer): ``retire``, ``delete_where``, ``restore_above``,
-``move``, ``rename_lineage``, ``merge_tombstones``; and ``prepare`` (before a write, no view).
+``move``, ``rename_lineage``, ``merge_tombstones``, ``revoke_grants``; and ``prepare`` (before
+a write, no view).
 
 The rules themselves stay in the engine: a pushdown applies a predicate the engine describes
 (``Admission``) or performs a write whose rule the engine already decided (the rekey collision
@@ -77,6 +78,7 @@ __all__ = [
     "RenamesLineage",
     "RestoresAbove",
     "RetiresRows",
+    "RevokesGrants",
     "SearchesGuarded",
     "SearchesLexically",
     "SearchesVectors",
@@ -366,6 +368,18 @@ class MergesTombstones(Protocol):
 
 
 @runtime_checkable
+class RevokesGrants(Protocol):
+    """Revoke sources' grants (what a source's deletion does), read and write in one step."""
+
+    def revoke_grants(self, view: Any, source_ids: Sequence[str]) -> int:
+        """For each of ``source_ids`` (distinct, non-empty) whose stored grant names a
+        principal or a group, store ``Grant(source_id)`` (none of either, ``access_version``
+        1) in its place; a source with no grant, or an empty one, keeps what it has (the
+        port has no delete: an empty grant is no grant). Returns how many grants changed."""
+        ...
+
+
+@runtime_checkable
 class Prepares(Protocol):
     """Per-dimension set-up before a write (``ragport.ports.store.SupportsPreparation``)."""
 
@@ -392,6 +406,7 @@ PUSHDOWNS: Mapping[str, type] = {
     "move": MovesRows,
     "rename_lineage": RenamesLineage,
     "merge_tombstones": MergesTombstones,
+    "revoke_grants": RevokesGrants,
     "prepare": Prepares,
 }
 """Every pushdown: the method a backend's class defines, and the Protocol describing it."""

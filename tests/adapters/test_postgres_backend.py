@@ -329,9 +329,10 @@ def test_a_delete_makes_the_round_trips_it_needs(pg_engine: Any, pg_schema: str)
     """``delete_source`` on PostgreSQL (issue 45, delete one source): the BEGIN in one
     pipeline with the scope lock; the retirement (its generic plan's settings around it) in
     one with the probe for derived rows naming the source, so no dependents read follows when
-    there are none; the grant read and its revoke; the scope's numbers in one pipeline with
-    the COMMIT. Before: BEGIN, lock, retire, dependents, grant, revoke, numbers, COMMIT. If
-    this fails, check ``backend._locked``, ``backend._retire`` and
+    there are none; the grant revoke in one statement (``revoke_grants``); the scope's numbers
+    in one pipeline with the COMMIT. Before: BEGIN, lock, retire, dependents, grant read,
+    grant write, numbers, COMMIT. If this fails, check ``backend._locked``,
+    ``backend._retire``, ``PostgresBackend.revoke_grants`` and
     ``ScopeTransaction._save_and_commit``."""
     store = PostgresStore(pg_engine, schema=pg_schema, create=True, writes=INLINE)
     for source, texts in DOCS.items():
@@ -344,9 +345,8 @@ def test_a_delete_makes_the_round_trips_it_needs(pg_engine: Any, pg_schema: str)
         delete_source(source_id="ledger", store=store, scope=SCOPE)
     # (then the inline after-commit maintenance: the fold of the batch retired whole)
     assert sent[:2] == ["pipeline", "pipeline"], sent
-    assert sent[2].startswith("SELECT source_id, principal_ids"), sent
-    assert sent[3].startswith("INSERT INTO") and ".grants" in sent[3], sent
-    assert sent[4] == "pipeline", sent
+    assert sent[2].startswith("UPDATE") and ".grants" in sent[2], sent
+    assert sent[3] == "pipeline", sent
     assert store.get_by_source(SCOPE, "ledger") == []
     assert store.get_source_access(SCOPE, ["ledger"])["ledger"].is_empty
 

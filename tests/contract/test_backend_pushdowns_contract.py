@@ -16,7 +16,7 @@ from ragport.adapters.memory.backend import MemoryBackend
 from ragport.contract_tests import StorageBackendContract
 from ragport.contract_tests._support import make_batch, publish_sources
 from ragport.domain.filters import Filter
-from ragport.domain.model import Authorization, Record, Scope, Tombstone
+from ragport.domain.model import Authorization, Grant, Record, Scope, Tombstone
 from ragport.engine import BackendStore
 from ragport.engine.reads import (
     forgotten_ids,
@@ -189,6 +189,13 @@ class Pushed(MemoryBackend):
         view.put_tombstones([t for t in tombstones if stored.get(t.id) != "forgotten"])
         return len([t for t in tombstones if t.id not in stored])
 
+    def revoke_grants(self, view: Any, source_ids: Sequence[str]) -> int:
+        self._called("revoke_grants")
+        found = view.grants(source_ids)
+        named = [s for s in source_ids if s in found and not found[s].is_empty]
+        view.put_grants([Grant(s) for s in named])
+        return len(named)
+
     def prepare(self, scope: Scope, *, dimensions: int) -> None:
         self._called("prepare")
         self.prepared.append((scope, dimensions))
@@ -258,5 +265,6 @@ def test_the_suite_reaches_every_pushdown() -> None:
         uow.records.purge_source("c")
         uow.records.discard_above(g)
         uow.records.purge_retired(0)
+        uow.grants.revoke(["a"])
         uow.commit()
     assert sorted(backend.calls) == sorted(EVERY)

@@ -864,6 +864,14 @@ class PostgresBackend:
         view.tx.gin_rows += len(found)
         return sum(list(row.lineage).count(from_id) for row in found)
 
+    def revoke_grants(self, view: _Writer, source_ids: Sequence[str]) -> int:
+        """``statements.grants_revoke``: the grants of ``source_ids`` that name anyone made
+        empty, read and written in one statement."""
+        params = scope_params(view.scope, ids=list(source_ids))
+        sql = reads.pyformat(statements.grants_revoke(self._db.s))
+        with translate_errors("set grants"):
+            return int(driver_connection(view.conn).execute(sql, params).rowcount)
+
     def merge_tombstones(self, view: _Writer, tombstones: Sequence[Tombstone]) -> int:
         """``statements.tombstones_insert``: a ``forgotten`` one is never downgraded, and the
         rows it names leave the statistics in the same statement."""

@@ -29,6 +29,7 @@ __all__ = [
     "dependents_sql",
     "fold_retired",
     "fold_stats",
+    "grants_revoke",
     "grants_upsert",
     "lineage_rows_sql",
     "lineage_stats",
@@ -300,6 +301,16 @@ def grants_upsert(s: str) -> str:
         "ON CONFLICT (tenant_id, resource_id, corpus_id, source_id) DO UPDATE SET "
         "principal_ids = EXCLUDED.principal_ids, group_ids = EXCLUDED.group_ids, "
         "access_version = EXCLUDED.access_version"
+    )
+
+
+def grants_revoke(s: str) -> str:
+    """Replace the grants of ``:ids`` that name a principal or a group by empty ones (what
+    ``grants_upsert`` writes for ``Grant(source_id)``); a missing or empty grant stays."""
+    return (
+        f"UPDATE {s}.grants SET principal_ids = '{{}}', group_ids = '{{}}', access_version = 1 "
+        f"WHERE {SCOPE} AND source_id = ANY(CAST(:ids AS text[])) "
+        "AND (cardinality(principal_ids) > 0 OR cardinality(group_ids) > 0)"
     )
 
 

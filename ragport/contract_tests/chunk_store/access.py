@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ragport.application.indexing import delete_source
 from ragport.contract_tests._support import (
     derived_batch,
     direction,
@@ -25,6 +26,7 @@ from ragport.contract_tests.chunk_store._helpers import (
     _add,
     _ids,
     _require_acl,
+    _require_transactions,
 )
 from ragport.domain.model import AccessDecision, Authorization, Grant, decide_access
 from ragport.ports.store import ChunkStore
@@ -129,6 +131,26 @@ class ChunkStoreGrantContract(_ChunkStoreContractBase):
         assert store.check_source_access(SCOPE, ["doc"], bob)["doc"] == AccessDecision(
             "doc", False, "no_grant"
         )
+
+    def test_delete_source_revokes_its_grant_and_no_other(self, store: ChunkStore) -> None:
+        """Checks ``GrantRepository.get``, ``GrantRepository.set``: after ``delete_source``
+        the deleted source's grant is empty (``Grant(source_id)``: no principal, no group,
+        access version 1); another source's grant stays as it was, and a source deleted
+        without a grant gets none.
+
+        If this fails, check the grant revoke of the store's unit of work (the engine's
+        ``grants.revoke``, a backend's ``revoke_grants`` pushdown).
+        """
+        _require_acl(store)
+        _require_transactions(store)
+        kept = Grant("rv-kept", group_ids=("g1",), access_version=3)
+        store.set_source_access(
+            SCOPE, granted(SCOPE, [Grant("rv-doc", principal_ids=("alice",)), kept])
+        )
+        delete_source(source_id="rv-doc", store=store, scope=SCOPE)
+        delete_source(source_id="rv-none", store=store, scope=SCOPE)
+        found = dict(store.get_source_access(SCOPE, ["rv-doc", "rv-kept", "rv-none"]))
+        assert found == {"rv-doc": Grant("rv-doc"), "rv-kept": kept}, found
 
     def test_grants_of_another_scope_do_not_apply(self, store: ChunkStore) -> None:
         """Checks ``ChunkStore.check_source_access``: a grant in one corpus or tenant decides
