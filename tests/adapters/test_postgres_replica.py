@@ -216,26 +216,6 @@ def test_bad_positions_and_options_are_refused(cluster: tuple[str, str, Postgres
         PostgresStore(replica, read_url=replica, replica_fallback="maybe")  # type: ignore[arg-type]
 
 
-def test_a_dead_replica_fails_reads_over_or_raises_and_never_touches_writes(
-    cluster: tuple[str, str, PostgresStore], pg_replicated: tuple[Any, Any], served_by: list[int]
-) -> None:
-    """Stop the replica: reads answer from the primary (or raise StoreError), writes carry on.
-
-    Runs last in this module: it stops the replica. If this fails, check ``PostgresStore._read``."""
-    primary, replica, store = cluster
-    strict = PostgresStore(primary, read_url=replica, replica_fallback="raise")
-    assert "seed" in _ids(strict)  # the replica answers while it is up
-    pg_replicated[1].stop("immediate")
-    served_by.clear()
-    _write(store, "after", "written while the replica is down")
-    assert "after" in _ids(store)
-    assert served_by[-1] == _port(primary)
-    with pytest.raises(StoreError) as caught:
-        _ids(strict)
-    assert caught.value.lost_connection and not isinstance(caught.value, ReplicaLagError)
-    strict.engine.dispose()
-
-
 def test_hybrid_legs_run_on_two_replica_connections_in_one_snapshot(
     cluster: tuple[str, str, PostgresStore],
     served_by: list[int],
@@ -269,3 +249,24 @@ def test_hybrid_legs_run_on_two_replica_connections_in_one_snapshot(
     assert lent == [True]
     assert [s.record.source_id for s in answer.lexical] == ["seed"]
     assert set(served_by) == {_port(replica)}
+
+
+# Last in this module: it stops the module's replica.
+def test_a_dead_replica_fails_reads_over_or_raises_and_never_touches_writes(
+    cluster: tuple[str, str, PostgresStore], pg_replicated: tuple[Any, Any], served_by: list[int]
+) -> None:
+    """Stop the replica: reads answer from the primary (or raise StoreError), writes carry on.
+
+    Runs last in this module: it stops the replica. If this fails, check ``PostgresStore._read``."""
+    primary, replica, store = cluster
+    strict = PostgresStore(primary, read_url=replica, replica_fallback="raise")
+    assert "seed" in _ids(strict)  # the replica answers while it is up
+    pg_replicated[1].stop("immediate")
+    served_by.clear()
+    _write(store, "after", "written while the replica is down")
+    assert "after" in _ids(store)
+    assert served_by[-1] == _port(primary)
+    with pytest.raises(StoreError) as caught:
+        _ids(strict)
+    assert caught.value.lost_connection and not isinstance(caught.value, ReplicaLagError)
+    strict.engine.dispose()
