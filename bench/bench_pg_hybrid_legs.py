@@ -1,17 +1,20 @@
 """A hybrid query's two legs on two connections (one snapshot) against one after the other.
 
 ``PostgresStore.hybrid_query`` with the peers benchmark's data (bench/peers/common.py: its
-texts, ``CANDIDATES`` per leg) and feature-hash vectors, on an embedded server of its own.
+texts, ``CANDIDATES`` per leg) and ``HashEmbedder`` vectors, on an embedded server of its own.
 The two paths run in one process on one store, interleaved ABBA per round (sequential:
 ``_Snapshot.companion`` offering none, the path of a pool with no idle connection), so load
 falls on both alike; it prints each path's p50 / p95 and the ratios.
 
     OPENBLAS_NUM_THREADS=1 python bench/bench_pg_hybrid_legs.py --chunks 5000
 
-Measured 2026-12-07 18:54-18:58 UTC (2 shared cores, load 5.0-5.8, under nice 19, 20,000
-chunks, 100 queries x 2 ABBA rounds = 400 per path): two connections p50 32.6 ms / p95 92.2
-ms, one after the other 47.1 / 112.7 ms: 0.69x / 0.82x. At 5,000 chunks (18:46-18:48, 3
-rounds, the lexical leg much shorter) 0.95x / 1.10x: the legs overlap only on a spare core.
+Measured 2026-12-07 on 2 shared cores under nice 19 with other agents' benchmarks running
+(load 4-5.8), two connections / one after the other, p50 / p95: 20,000 chunks, 100 queries x
+2 ABBA rounds: 0.69x / 0.82x (18:54-18:58, 32.6 / 92.2 ms against 47.1 / 112.7 ms) and, after
+the lexical leg got cheaper (81d39f9), 1.03x / 0.91x (19:19-19:21, 25.4 / 64.3 against 24.7
+/ 71.0 ms); 5,000 chunks, 3 rounds: 0.93x / 0.95x and 0.86x / 1.05x (19:15-19:19; both
+paths' p95 near 480 ms there). The legs overlap only on a spare core: on a saturated machine
+the pair costs about what the two legs cost one after the other.
 """
 
 from __future__ import annotations
