@@ -373,15 +373,34 @@ def impact_function(s: str) -> str:
     )
 
 
+def length_buckets(tsv: str) -> str:
+    """An aggregate: the length buckets of ``impact_function`` of the tsvectors ``tsv`` (SQL),
+    bit ``j`` for the bucket of letter ``chr(97 + j)``; 0 for none (empty ones have no key)."""
+    dl = "{" + ",".join(map(str, IMPACT_DL)) + "}"
+    return (
+        f"coalesce(bit_or(1 << (width_bucket(length({tsv}), '{dl}'::int[]) - 1)) "
+        f"FILTER (WHERE length({tsv}) > 0), 0)"
+    )
+
+
 def _buckets() -> str:
-    """``VALUES`` of every (code, highest tf or NULL when open, lowest length) bucket of
-    ``impact_function``: the tf bucket's letter, then the length bucket's."""
+    """``VALUES`` of every (code, highest tf or NULL when open, lowest length, length bucket's
+    bit) bucket of ``impact_function``: the tf bucket's letter, then the length bucket's."""
     rows = []
     for i, _low in enumerate(IMPACT_TF):
         high = "NULL" if i + 1 == len(IMPACT_TF) else str(IMPACT_TF[i + 1] - 1)
         for j, dl in enumerate(IMPACT_DL):
-            rows.append(f"('{chr(65 + i)}{chr(97 + j)}', {high}, {dl})")
-    return "(VALUES " + ", ".join(rows) + ") AS bk(code, tf, dl)"
+            rows.append(f"('{chr(65 + i)}{chr(97 + j)}', {high}, {dl}, {j})")
+    return "(VALUES " + ", ".join(rows) + ") AS bk(code, tf, dl, li)"
+
+
+def _held_lengths(s: str) -> str:
+    """The scope's ``dl_buckets`` (migration 17; all buckets when it has no row): a superset
+    of the length buckets of its rows, so ``bk`` names no key no row can hold."""
+    return (
+        f"coalesce((SELECT x.dl_buckets FROM {s}.lexical_stat_totals x WHERE x.tenant_id = :t "
+        "AND x.resource_id = :r AND x.corpus_id = :c), -1)"
+    )
 
 
 _TOP = 9223372036854775807
@@ -643,7 +662,8 @@ def _round_one(s: str, where: str) -> str:
         # Every (common lexeme, bucket) key with the bound of its share of a score.
         "bk AS (SELECT c.lexeme, bk.code || c.lexeme AS key, c.ub * CASE WHEN bk.tf IS NULL "
         f"THEN 1 ELSE bk.tf / (bk.tf + {_K1} * ({1 - _B} + {_B} * bk.dl / st.avgdl)) END AS bound "
-        f"FROM ce c CROSS JOIN st CROSS JOIN {_buckets()}), "
+        f"FROM ce c CROSS JOIN st CROSS JOIN {_buckets()} "
+        f"WHERE ({_held_lengths(s)} >> bk.li) & 1 = 1), "
         "bu AS (SELECT max(c.bound) AS u FROM bk c JOIN ce e ON e.lexeme = c.lexeme, t0 "
         "WHERE e.cum >= t0.theta), "
         f"ba AS (SELECT {band_keys} FROM bk c JOIN ce e ON e.lexeme = c.lexeme, bu, t0 "

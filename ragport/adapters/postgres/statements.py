@@ -12,6 +12,7 @@ written once, by ``copy_vectors``, and deleted in the same statement as their re
 from __future__ import annotations
 
 from ragport.adapters.postgres.predicate import RSCOPE, SCOPE
+from ragport.adapters.postgres.queries import length_buckets
 from ragport.adapters.postgres.rows import COPY_COLUMNS, RECORD_COLUMNS, VECTOR_COPY_COLUMNS
 
 __all__ = [
@@ -538,15 +539,17 @@ def with_stats(
 
 def _totals(s: str) -> str:
     """The CTEs of ``with_stats`` that add its deltas (``ev``, ``td``) to the running totals
-    (migration 14). Upserts: writers of one scope hold its lock, and no other scope's row is
-    touched."""
+    (migration 14), and the length buckets of the rows it writes to the scope's
+    ``dl_buckets`` (migration 17: only ever ORed in). Upserts: writers of one scope hold its
+    lock, and no other scope's row is touched."""
     scope = "tenant_id, resource_id, corpus_id"
     return (
-        f"sx AS (INSERT INTO {s}.lexical_stat_totals AS o ({scope}, docs, length) "
-        "SELECT :t, :r, :c, sum(y.d), sum(y.d * length(y.tsv)) "
+        f"sx AS (INSERT INTO {s}.lexical_stat_totals AS o ({scope}, docs, length, dl_buckets) "
+        "SELECT :t, :r, :c, sum(y.d), sum(y.d * length(y.tsv)), "
+        f"(SELECT {length_buckets('kc.tsv')} FROM kc WHERE kc.plus IS NOT NULL) "
         "FROM (SELECT ev.d, ev.tsv FROM ev) y HAVING count(*) > 0 "
         f"ON CONFLICT ({scope}) DO UPDATE SET docs = o.docs + EXCLUDED.docs, "
-        "length = o.length + EXCLUDED.length), "
+        "length = o.length + EXCLUDED.length, dl_buckets = o.dl_buckets | EXCLUDED.dl_buckets), "
         f"tx AS (INSERT INTO {s}.lexical_term_totals AS o ({scope}, lexeme, docs) "
         "SELECT :t, :r, :c, y.lexeme, sum(y.d) "
         "FROM (SELECT td.lexeme, td.d FROM td) y "
