@@ -169,9 +169,9 @@ def test_each_read_makes_the_round_trips_it_needs(pg_engine: Any, pg_schema: str
     reads: dict[str, tuple[Callable[[], object], int]] = {
         "vector retrieve_context": (lambda: retrieve("off"), 1),
         # [BEGIN, export, state], vector leg, COMMIT; at the same time on a second
-        # connection [BEGIN, SET TRANSACTION SNAPSHOT, SET LOCAL, BM25 leg, SET LOCAL], COMMIT;
-        # the probe (5 one after the other)
-        "hybrid retrieve_context": (lambda: retrieve("bm25"), 6),
+        # connection [BEGIN, SET TRANSACTION SNAPSHOT, SET LOCAL, BM25 leg, SET LOCAL, COMMIT];
+        # the probe (4 one after the other)
+        "hybrid retrieve_context": (lambda: retrieve("bm25"), 5),
         "query with an authorization": (
             lambda: store.query(SCOPE, q, limit=6, authorization=who),
             1,

@@ -327,3 +327,33 @@ def test_a_refused_export_is_told_from_a_failed_statement(
     finally:
         dbapi.autocommit = False
         fairy.close()
+
+
+def test_a_denial_report_reads_its_grants_in_the_companions_snapshot(
+    store: PostgresStore, companions: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``on_denied`` the companion's lexical leg runs two statements (the leg, the
+    screened sources) in its transaction: the same hits and denials as one connection."""
+    scope = _scope()
+    publish_sources(store, scope, {SOURCE: _texts(0), "open": [f"{WORD} open text"]})
+    store.set_source_access(
+        scope,
+        [ragport.Grant(SOURCE, principal_ids=("alice",)), ragport.Grant("open", ("bob",))],
+    )
+    bob = ragport.Authorization("bob", scope.tenant_id)
+
+    def ask() -> tuple[tuple[list[str], list[str]], list[list[str]]]:
+        told: list[list[str]] = []
+        answer = store.hybrid_query(
+            scope, hash_vector(WORD), WORD, embedder_id=CONTRACT_EMBEDDER_ID,
+            dimensions=CONTRACT_DIMENSIONS, limit=20, mode="bm25", authorization=bob,
+            on_denied=lambda denied: told.append([d.source_id for d in denied]),
+        )  # fmt: skip
+        return _ids(answer), told
+
+    concurrent = ask()
+    assert companions == [True]
+    assert concurrent[1] == [[SOURCE], [SOURCE]]  # once per leg
+    assert {i.split("#")[0] for ids in concurrent[0] for i in ids} == {"open"}
+    monkeypatch.setattr(backend._Snapshot, "companion", lambda self: None)
+    assert ask() == concurrent

@@ -313,6 +313,10 @@ class _Imported(_Reader):
     def conn(self) -> Any:
         return self.within("read", reads.opened)
 
+    def last(self) -> None:
+        """The next statement is the view's last: its ``COMMIT`` goes with it."""
+        self._conn.closing = True
+
 
 class _Companion:
     """``with snapshot.companion() as second``: a reader in the block's snapshot on a second
@@ -695,6 +699,10 @@ class PostgresBackend:
             authorization=admission.authorization, flt=admission.metadata_filter,
             report=admission.report_denied,
         )  # fmt: skip
+        if type(view) is _Imported and not (
+            admission.report_denied and admission.authorization is not None
+        ):
+            view.last()  # a companion's one statement: its COMMIT in one pipeline with it
         hits, screened = view.within("lexical query", leg)
         return LegAnswer(hits, screened)
 

@@ -62,9 +62,19 @@ class RawRead:
     it first (``opened``). With the opening go ``export`` (``pg_export_snapshot()``, its id
     then in ``exported``; ``refused`` when the server refused it) or ``snapshot`` (``SET
     TRANSACTION SNAPSHOT`` of that id, which must be the transaction's first statement).
-    ``engine``: the Engine whose pool lent it."""
+    ``closing``: the next ``fetch`` is the transaction's last statement: its ``COMMIT`` goes
+    in one pipeline with it. ``engine``: the Engine whose pool lent it."""
 
-    __slots__ = ("connection", "engine", "export", "exported", "opening", "refused", "snapshot")
+    __slots__ = (
+        "closing",
+        "connection",
+        "engine",
+        "export",
+        "exported",
+        "opening",
+        "refused",
+        "snapshot",
+    )
 
     def __init__(self, fairy: Any, engine: Any = None) -> None:
         self.connection = fairy
@@ -74,6 +84,7 @@ class RawRead:
         self.exported: str | None = None
         self.refused = False
         self.snapshot: str | None = None
+        self.closing = False
 
 
 def opened(conn: RawRead) -> RawRead:
@@ -149,16 +160,22 @@ def fetch(
     """
     dbapi = driver_connection(conn)
     opening = None
-    if type(conn) is RawRead and conn.opening is not None:
-        opening, conn.opening = conn.opening, None
+    closing = False
+    if type(conn) is RawRead:
+        if conn.opening is not None:
+            opening, conn.opening = conn.opening, None
+        closing, conn.closing = conn.closing, False
     with dbapi.cursor(row_factory=namedtuple_row) as cur:
-        if opening is None and around is None:
+        if opening is None and around is None and not closing:
             cur.execute(pyformat(sql), params, prepare=prepare)
             return cur.fetchall()
         if not PIPELINE:
-            return _one_by_one(
+            rows = _one_by_one(
                 dbapi, cur, (conn, opening), around, (pyformat(sql), params, prepare)
             )
+            if closing:
+                dbapi.execute("COMMIT")
+            return rows
         exported = None
         try:
             with dbapi.pipeline():  # the results are read at its end: one round trip
@@ -169,6 +186,8 @@ def fetch(
                 cur.execute(pyformat(sql), params, prepare=prepare)
                 if around is not None:
                     dbapi.execute(around[1])
+                if closing:
+                    dbapi.execute("COMMIT")
         except psycopg.Error:
             _refused(cast(RawRead, conn), exported)
             raise
