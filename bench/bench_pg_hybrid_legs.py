@@ -9,12 +9,13 @@ falls on both alike; it prints each path's p50 / p95 and the ratios.
     OPENBLAS_NUM_THREADS=1 python bench/bench_pg_hybrid_legs.py --chunks 5000
 
 Measured 2026-12-07 on 2 shared cores under nice 19 with other agents' benchmarks running
-(load 4-5.8), two connections / one after the other, p50 / p95: 20,000 chunks, 100 queries x
-2 ABBA rounds: 0.69x / 0.82x (18:54-18:58, 32.6 / 92.2 ms against 47.1 / 112.7 ms) and, after
-the lexical leg got cheaper (81d39f9), 1.03x / 0.91x (19:19-19:21, 25.4 / 64.3 against 24.7
-/ 71.0 ms); 5,000 chunks, 3 rounds: 0.93x / 0.95x and 0.86x / 1.05x (19:15-19:19; both
-paths' p95 near 480 ms there). The legs overlap only on a spare core: on a saturated machine
-the pair costs about what the two legs cost one after the other.
+(load 3-5.8), two connections / one after the other, p50 / p95, 100 queries a round:
+- 20,000 chunks: 0.69x / 0.82x (18:54, 2 rounds, before 81d39f9 made the lexical leg
+  cheaper), 1.03x / 0.91x (19:19, 2 rounds), 0.91x / 0.82x (19:32, 3 rounds, with 0cc1c24's
+  COMMIT in the companion's pipeline and migration 17: 17.4 / 39.5 against 19.0 / 48.1 ms);
+- 5,000 chunks, 3 rounds: 0.93x / 0.95x, 0.86x / 1.05x (19:15-19:19), 1.11x / 1.19x and
+  0.90x / 0.89x (19:35-19:37, with 0cc1c24).
+The legs overlap only on a spare core, and run to run the ratio moves by 0.2 on this machine.
 """
 
 from __future__ import annotations
