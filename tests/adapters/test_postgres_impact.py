@@ -280,16 +280,19 @@ def _pair_grid() -> dict[str, list[str]]:
     return docs
 
 
+@pytest.mark.parametrize("wide", [0, 10**9], ids=["presence by index", "presence per row"])
 @pytest.mark.parametrize("levels", [1, 4, 8])
 def test_round_two_levels_are_exact_on_a_grid_of_pairs(
-    store: PostgresStore, monkeypatch: pytest.MonkeyPatch, levels: int
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch, levels: int, wide: int
 ) -> None:
     """Whatever the number of levels (each one GIN scan of e1's keys AND e2's), the top-k is
     the reference's at every k (a level that asked e2 for its bound at the level's bottom,
     not its top, missed rows here with one level); a round two that reads only the rows
-    able to beat theta by a million misses some."""
+    able to beat theta by a million misses some. ``wide``: the pair scans ``a`` and ``b``
+    check the presence condition through the index (``WIDE_ROWS`` 0) or per row."""
     _budget(monkeypatch, "all common, k rows first")
     monkeypatch.setattr(queries, "LEVELS", levels)
+    monkeypatch.setattr(queries, "WIDE_ROWS", wide)
     scope = _scope()
     docs = _pair_grid()
     _index(store, scope, docs)
