@@ -361,3 +361,111 @@ def test_upgrade_from_version_7_keeps_rows_and_statistics(
     ragport.application.delete_source(source_id="s2", store=old, scope=scope)
     assert _count(old, s, "lexical_terms", scope) == terms
     _check(old, scope, s)
+
+
+_RECOUNT = (
+    "WITH x AS (SELECT stats_batch, tsv FROM {s}.records WHERE tenant_id = :t "
+    "AND resource_id = :r AND corpus_id = :c AND source_id = :src "
+    "AND retired_generation IS NULL), "
+    "l AS (SELECT x.stats_batch AS batch, u.lexeme, count(*) AS n FROM x "
+    "CROSS JOIN LATERAL unnest(tsvector_to_array(x.tsv)) AS u(lexeme) GROUP BY 1, 2) "
+    "SELECT b.fold_docs, b.fold_length, b.fold_lexemes, b.fold_counts, "
+    "(SELECT sum(length(x.tsv)) FROM x WHERE x.stats_batch = b.batch), "
+    '(SELECT array_agg(l.lexeme ORDER BY l.lexeme COLLATE "C") FROM l WHERE l.batch = b.batch), '
+    '(SELECT array_agg(l.n ORDER BY l.lexeme COLLATE "C") FROM l WHERE l.batch = b.batch) '
+    "FROM {s}.lexical_batches b WHERE b.tenant_id = :t AND b.resource_id = :r "
+    "AND b.corpus_id = :c AND b.batch IN (SELECT stats_batch FROM x) ORDER BY b.batch"
+)
+
+
+def _amounts(store: PostgresStore, s: str, scope: ragport.Scope, source: str) -> list[tuple]:
+    """Per batch of ``source``'s live rows: its stored (fold_docs, fold_length, fold_lexemes,
+    fold_counts), then (length, lexemes, counts) recounted from the rows."""
+    binds = {"t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id, "src": source}
+    with store.engine.connect() as conn:
+        return [tuple(row) for row in conn.execute(text(_RECOUNT.format(s=s)), binds).all()]
+
+
+def _unstore(store: PostgresStore, s: str, scope: ragport.Scope) -> None:
+    """Make the scope's batches look written before their amounts were stored."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                f"UPDATE {s}.lexical_batches SET fold_length = NULL, fold_lexemes = NULL, "
+                "fold_counts = NULL WHERE tenant_id = :t AND resource_id = :r AND corpus_id = :c"
+            ),
+            {"t": scope.tenant_id, "r": scope.resource_id, "c": scope.corpus_id},
+        )
+
+
+def test_a_batch_stores_what_it_counts_when_written(store: PostgresStore, pg_schema: str) -> None:
+    """Each batch written stores its length, lexemes (sorted under "C") and counts, and no
+    ``fold_docs`` (readers subtract nothing for it). If this fails, check
+    ``statements._batches_insert``."""
+    scope, s = _scope(), f'"{pg_schema}"'
+    _write(store, scope, "s0", "apple brook", "brook cedar", "cedar delta apple Zulu")
+    rag = ragport.application.Rag(store=store, embedder=EMB, scope=scope)
+    result = rag.replace_sources(
+        [
+            ragport.application.SourceWrite(source_id=src, chunks=[ragport.Chunk.of(src, 0, t)])
+            for src, t in (("s1", "fox fox golf"), ("s2", "golf hotel"))
+        ]
+    )
+    assert not result.failures
+    for source in ("s0", "s1", "s2"):
+        [(docs, length, lexemes, counts, length2, lexemes2, counts2)] = _amounts(
+            store, s, scope, source
+        )
+        assert docs is None
+        assert (length, lexemes, counts) == (length2, lexemes2, counts2)
+    _check(store, scope, s)
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_batch_retired_whole_with_or_without_stored_amounts_keeps_statistics_right(
+    store: PostgresStore, pg_schema: str, stored: bool
+) -> None:
+    """Deleting and replacing sources retires their batches whole, from their stored amounts
+    or (a batch written before they were stored) counted from the rows: statistics and scores
+    right at every pointer, through rollback and compaction. If this fails, check
+    ``statements.retire`` (``whole.stored``, ``bw``)."""
+    scope, s = _scope(), f'"{pg_schema}"'
+    _write(store, scope, "s0", "apple brook", "brook cedar", "cedar delta apple")
+    _write(store, scope, "s1", "apple echo", "cedar cedar fox")
+    _write(store, scope, "s2", "golf apple")
+    kept = store.current_generation(scope)
+    if not stored:
+        _unstore(store, s, scope)
+    terms = _count(store, s, "lexical_terms", scope)
+    ragport.application.delete_source(source_id="s0", store=store, scope=scope)
+    assert _count(store, s, "lexical_terms", scope) == terms, "retired whole"
+    _check(store, scope, s)
+    _write(store, scope, "s1", "apple apple golf")
+    _check(store, scope, s)
+    ragport.application.rollback_generation(store=store, scope=scope, to=kept)
+    _check(store, scope, s)
+    ragport.application.delete_source(source_id="s2", store=store, scope=scope)
+    _check(store, scope, s)
+    ragport.application.compact(store=store, scope=scope, keep=0)
+    _check(store, scope, s)
+    ragport.application.delete_source(source_id="s1", store=store, scope=scope)
+    _check(store, scope, s)
+
+
+def test_the_statistics_check_catches_a_batch_that_stores_wrong_counts(
+    store: PostgresStore, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken write path that stores each lexeme's count one too high makes the deletion of
+    the batch subtract too much: ``_check_statistics`` fails (the check can fail)."""
+    original = statements._batches_insert
+    monkeypatch.setattr(
+        statements,
+        "_batches_insert",
+        lambda s: original(s).replace("array_agg(td.d ORDER", "array_agg(td.d + 1 ORDER"),
+    )
+    scope, s = _scope(), f'"{pg_schema}"'
+    _write(store, scope, "s0", "apple brook", "brook cedar", "cedar delta apple")
+    _write(store, scope, "s1", "apple echo", "cedar fox")
+    ragport.application.delete_source(source_id="s0", store=store, scope=scope)
+    with pytest.raises(AssertionError):
+        _check(store, scope, s)

@@ -159,9 +159,11 @@ def retire(s: str, where: str) -> str:
 
     A statistics batch (migration 8) all of whose rows this retires, intact (never changed
     row by row), is retired whole: one ``lexical_batches`` row instead of a delta per lexeme
-    of its rows. That row also stores what the batch counted (``_fold_amounts``, migration
-    15), which readers subtract until ``fold_retired`` takes it out of the running totals,
-    so the retirement writes no totals row for it. The other rows write row deltas
+    of its rows. That row also holds what the batch counted (migration 15), which readers
+    subtract once ``fold_docs`` is set until ``fold_retired`` takes it out of the running
+    totals, so the retirement writes no totals row for it. A batch written with its amounts
+    (``STORED``) only gets ``fold_docs``; one written before has them counted from its rows
+    here (``_fold_amounts``). The other rows write row deltas
     (``with_stats``). The two sets of rows are disjoint (``generation = :g`` and ``< :g``),
     so one snapshot serves both."""
     gone = (
@@ -181,17 +183,22 @@ def retire(s: str, where: str) -> str:
     whole = (
         "bc AS (SELECT up.batch, count(*) AS n FROM up WHERE up.batch IS NOT NULL "
         "GROUP BY up.batch), "
-        f"whole AS MATERIALIZED (SELECT b.batch FROM {s}.lexical_batches b JOIN bc "
-        f"ON b.batch = bc.batch WHERE {BSCOPE} AND {_among('SELECT bc.batch FROM bc')} "
-        f"AND {WHOLE}), ",
+        f"whole AS MATERIALIZED (SELECT b.batch, {STORED} AS stored "
+        f"FROM {s}.lexical_batches b JOIN bc ON b.batch = bc.batch "
+        f"WHERE {BSCOPE} AND {_among('SELECT bc.batch FROM bc')} AND {WHOLE}), ",
+        # Only a batch written before its amounts were stored (``STORED``) has them counted.
         _fold_amounts(
-            "SELECT up.batch, up.tsv FROM up WHERE up.batch IN (SELECT whole.batch FROM whole)"
+            "SELECT up.batch, up.tsv FROM up "
+            "WHERE up.batch IN (SELECT whole.batch FROM whole WHERE NOT whole.stored)"
         ),
         f"bw AS (UPDATE {s}.lexical_batches b SET retired_generation = :g, "
-        "fold_docs = fw.docs, fold_length = fw.length, "
-        "fold_lexemes = coalesce(fl.lexemes, '{}'), fold_counts = coalesce(fl.counts, '{}') "
-        "FROM fw LEFT JOIN fl ON fl.batch = fw.batch "
-        f"WHERE {BSCOPE} AND b.batch = fw.batch AND {_among('SELECT fw.batch FROM fw')}), ",
+        "fold_docs = b.rows, fold_length = coalesce(fw.length, b.fold_length), "
+        "fold_lexemes = coalesce(fl.lexemes, b.fold_lexemes, '{}'), "
+        "fold_counts = coalesce(fl.counts, b.fold_counts, '{}') "
+        "FROM whole LEFT JOIN fw ON fw.batch = whole.batch "
+        "LEFT JOIN fl ON fl.batch = whole.batch "
+        f"WHERE {BSCOPE} AND b.batch = whole.batch "
+        f"AND {_among('SELECT whole.batch FROM whole')}), ",
     )
     live = live_delete(
         s, "SELECT up.id FROM up UNION ALL SELECT gone.id FROM gone WHERE gone.plus IS NULL"
@@ -508,11 +515,7 @@ def with_stats(
     # With ``batch`` each delta carries its row's batch; otherwise none.
     tag = "c.batch" if batch else "CAST(NULL AS bigint)"
     if batch:
-        batches = (
-            f"bi AS (INSERT INTO {s}.lexical_batches ({scope}, batch, generation, rows, broken) "
-            "SELECT :t, :r, :c, kc.batch, min(kc.plus), count(*) FILTER (WHERE kc.kept), "
-            "bool_or(NOT kc.kept) FROM kc WHERE kc.batch IS NOT NULL GROUP BY kc.batch) "
-        )
+        batches = _batches_insert(s)
     else:
         batches = (
             f"bk AS (UPDATE {s}.lexical_batches b SET broken = true WHERE {BSCOPE} "
@@ -535,6 +538,37 @@ def with_stats(
         "ORDER BY td.lexeme, td.g), "
         f"{_totals(s)}{batches}{final}"
     )
+
+
+def _batches_insert(s: str) -> str:
+    """The CTEs of ``with_stats`` (``batch``) that write a ``lexical_batches`` row per batch
+    with what it counts (``STORED``): its length and, per lexeme, its rows holding it (its
+    ``td`` deltas above zero: a batch's rows are written at one generation, and a retirement
+    among them would be a delta below zero at a later one), sorted as ``_fold_amounts``
+    sorts them. Its docs are its kept rows (``rows``)."""
+    scope = "tenant_id, resource_id, corpus_id"
+    return (
+        'bl AS (SELECT td.b, array_agg(td.lexeme ORDER BY td.lexeme COLLATE "C") AS lexemes, '
+        'array_agg(td.d ORDER BY td.lexeme COLLATE "C") AS counts FROM td '
+        "WHERE td.b IS NOT NULL AND td.d > 0 GROUP BY td.b), "
+        f"bi AS (INSERT INTO {s}.lexical_batches ({scope}, batch, generation, rows, broken, "
+        "fold_length, fold_lexemes, fold_counts) "
+        "SELECT :t, :r, :c, k.batch, k.g, k.n, k.broken, k.length, "
+        "coalesce(bl.lexemes, '{}'), coalesce(bl.counts, '{}') FROM (SELECT kc.batch, "
+        "min(kc.plus) AS g, count(*) FILTER (WHERE kc.kept) AS n, bool_or(NOT kc.kept) AS broken, "
+        "coalesce(sum(length(kc.tsv)) FILTER (WHERE kc.kept), 0) AS length "
+        "FROM kc WHERE kc.batch IS NOT NULL GROUP BY kc.batch) k "
+        "LEFT JOIN bl ON bl.b = k.batch) "
+    )
+
+
+STORED = "b.fold_lexemes IS NOT NULL"
+"""Not yet retired, a batch ``b`` whose ``fold_length``, ``fold_lexemes`` and ``fold_counts``
+hold what it counts in the statistics, written with it (``_batches_insert``), so a
+retirement of it whole (``retire``) only sets ``retired_generation`` and ``fold_docs``: it
+reads no row's lexemes. Batches written before are NULL there and counted at retirement.
+Readers read the ``fold_*`` amounts of a batch only once ``fold_docs`` is set
+(``queries.unfolded_batches``); ``fold_retired`` clears all four."""
 
 
 def _totals(s: str) -> str:
