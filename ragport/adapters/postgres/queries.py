@@ -773,8 +773,11 @@ def _pairs() -> str:
         [_keys("c.bound >= tt.t") + " AS a", _wide("tt.d2") + " AS wa"]
         + [_key_or(f"c.bound >= tt.t - {_level(j)}") + f" AS r{j}" for j in range(LEVELS)]
     )
+    # The wide keys of a and b in one array: one index scan of the presence condition.
     pair_keys = (
-        f"x1.*, x2.* FROM (SELECT {e1} FROM b1 c, tt, pq WHERE {built}) x1, "
+        "x1.*, x2.*, CASE WHEN x2.wa THEN x2.a ELSE '{}' END "
+        "|| CASE WHEN x1.wb THEN x1.b ELSE '{}' END AS w "
+        f"FROM (SELECT {e1} FROM b1 c, tt, pq WHERE {built}) x1, "
         f"(SELECT {e2} FROM b2 c, tt, pq WHERE {built}) x2"
     )
     return f"cj AS (SELECT {pair_keys}), "
@@ -853,8 +856,7 @@ def _second() -> list[str]:
         "r.tsv_impact @@ ANY(CAST((SELECT pq.keys FROM pq) AS tsquery[]))",
         f"NOT cj.wa AND {_HELD} AND r.tsv_impact @@ ANY(cj.a)",
         f"NOT cj.wb AND {_HELD} AND r.tsv_impact @@ ANY(cj.b)",
-        "cj.wa AND r.tsv @@ (SELECT pq.dnf FROM pq) AND r.tsv_impact @@ ANY(cj.a)",
-        "cj.wb AND r.tsv @@ (SELECT pq.dnf FROM pq) AND r.tsv_impact @@ ANY(cj.b)",
+        "(cj.wa OR cj.wb) AND r.tsv @@ (SELECT pq.dnf FROM pq) AND r.tsv_impact @@ ANY(cj.w)",
     ] + [f"{_HELD} AND r.tsv_impact @@ cj.l{j} AND r.tsv_impact @@ cj.r{j}" for j in range(LEVELS)]
 
 
