@@ -8,6 +8,7 @@ from ragport.ports.backend import (
     BackendReader,
     BackendWriter,
     GenerationState,
+    ReadsConcurrently,
     RowKey,
     StorageBackend,
 )
@@ -154,6 +155,7 @@ __all__ = [
     "ParsedDocument",
     "Parser",
     "Prepares",
+    "ReadsConcurrently",
     "ReadsForRetrieval",
     "RecordRepository",
     "Redactor",

@@ -159,7 +159,10 @@ class ReadsConcurrently(Protocol):
     Its exit (on the thread that used it) releases it; the engine leaves it before it
     leaves the block."""
 
-    def companion(self) -> AbstractContextManager[BackendReader | None] | None: ...
+    def companion(self) -> AbstractContextManager[BackendReader | None] | None:
+        """A second reader in this reader's snapshot, entered later (see the class), or
+        ``None`` when this reader cannot offer one."""
+        ...
 
 
 @runtime_checkable

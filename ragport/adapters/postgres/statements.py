@@ -518,7 +518,12 @@ def with_stats(
         batches = _batches_insert(s)
     else:
         batches = (
-            f"bk AS (UPDATE {s}.lexical_batches b SET broken = true WHERE {BSCOPE} "
+            # A broken batch is never retired whole: the amounts stored with it when it was
+            # written (its lexemes, words of its rows) go, so no erased text stays behind.
+            f"bk AS (UPDATE {s}.lexical_batches b SET broken = true, fold_length = CASE WHEN "
+            "b.fold_docs IS NULL THEN NULL ELSE b.fold_length END, fold_lexemes = CASE WHEN "
+            "b.fold_docs IS NULL THEN NULL ELSE b.fold_lexemes END, fold_counts = CASE WHEN "
+            f"b.fold_docs IS NULL THEN NULL ELSE b.fold_counts END WHERE {BSCOPE} "
             f"AND NOT b.broken AND {_among('SELECT kc.batch FROM kc')}) "
         )
     return (
