@@ -15,10 +15,11 @@ handed out are the engine's.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any, Literal, cast
@@ -77,7 +78,7 @@ _NO_HITS = LegAnswer(())
 # many at once (more queue for a thread; none waits on another's connection).
 _MAX_WORKERS = 32
 _WORKERS: list[ThreadPoolExecutor] = []
-_WORKERS_LOCK = threading.Lock()
+_WORKERS_LOCK = [threading.Lock()]  # replaced in a forked child
 # The hot read builds its ``Admission`` and ``GuardedQuery`` through their slots (attrs'
 # frozen ``__init__`` is a Python call that sets each field through ``object.__setattr__``);
 # neither class has a validator or converter to skip.
@@ -380,18 +381,16 @@ class BackendStore:
         """The vector and lexical legs (``query``: the vector, the text, the mode), both at
         ``admission``. With a companion reader (the same snapshot on a second connection)
         the lexical leg reads on it on a worker thread while the vector leg reads on ``r``,
-        so the pair costs about the slower leg; without one (none offered, or none free at
-        once) they read one after the other on ``r``. Both legs' errors are raised as a
-        sequential read raises them, once the companion is released."""
+        so the pair costs about the slower leg; without one (none offered, none free at
+        once, or it could not be set up) they read one after the other on ``r``. A lexical
+        leg that failed on the companion reads again on ``r`` (the same snapshot), so a
+        failure raises what the sequential read raises."""
         q, text, mode = query
-        second = None if companion is None else companion.__enter__()
-        if companion is None or second is None:
-            if companion is not None:
-                companion.__exit__(None, None, None)
+        args = (scope, text, mode, limit, admission)
+        lexical = None if companion is None else self._submit_lexical(companion, args)
+        if lexical is None:
             vector_answer = self._vector_leg(r, scope, q, limit, admission)
-            return vector_answer, self._lexical_leg(r, scope, text, mode, limit, admission)
-        args = (companion, second, scope, text, mode, limit, admission)
-        lexical = _workers().submit(self._companion_leg, *args)
+            return vector_answer, self._lexical_leg(r, *args)
         try:
             vector_answer = self._vector_leg(r, scope, q, limit, admission)
         except BaseException:
@@ -399,11 +398,29 @@ class BackendStore:
             raise
         try:
             return vector_answer, lexical.result()
-        except StoreError as error:
-            if not error.lost_connection:
-                raise
-        # The second connection was lost (a pooled one whose server went away): read here.
-        return vector_answer, self._lexical_leg(r, scope, text, mode, limit, admission)
+        except Exception:  # the companion's failure (a refused import, a lost connection...)
+            return vector_answer, self._lexical_leg(r, *args)
+
+    def _submit_lexical(
+        self,
+        companion: AbstractContextManager[BackendReader | None],
+        args: tuple[Scope, str, str, int, Admission],
+    ) -> Future[LegAnswer] | None:
+        """The lexical leg on the companion's reader, submitted to a worker thread; ``None``
+        when the companion lends no reader, or its reader could not be set up or the leg not
+        submitted (nothing then stays lent)."""
+        try:
+            second = companion.__enter__()
+        except Exception:  # e.g. the server refused a second connection: read on one
+            return None
+        if second is None:
+            companion.__exit__(None, None, None)
+            return None
+        try:
+            return _workers().submit(self._companion_leg, companion, second, *args)
+        except Exception:  # no thread (interpreter shutting down): give the reader back
+            companion.__exit__(None, None, None)
+            return None
 
     def _companion_leg(
         self,
@@ -665,12 +682,24 @@ def _companion(r: BackendReader) -> AbstractContextManager[BackendReader | None]
 
 
 def _workers() -> ThreadPoolExecutor:
-    """The threads companion legs run on, started on first use (nothing runs at import)."""
+    """The threads companion legs run on, started on first use (nothing runs at import);
+    a forked child starts its own (``_forget_workers``: the parent's threads are not in it)."""
     if not _WORKERS:
-        with _WORKERS_LOCK:
+        with _WORKERS_LOCK[0]:
             if not _WORKERS:
                 _WORKERS.append(ThreadPoolExecutor(_MAX_WORKERS, thread_name_prefix="ragport-leg"))
     return _WORKERS[0]
+
+
+def _forget_workers() -> None:
+    """In a forked child: drop the parent's pool (a copy whose threads did not come along,
+    so a leg submitted to it would never run) and its lock (held, maybe, at the fork)."""
+    _WORKERS.clear()
+    _WORKERS_LOCK[0] = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_forget_workers)
 
 
 def _admission(

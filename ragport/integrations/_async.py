@@ -17,7 +17,7 @@ DEFAULT_MAX_THREADS = 8
 
 MAX_THREADS_CEILING = 64
 """The most ``max_threads`` may be (each running call holds a thread and, on a database
-store, a connection while it reads)."""
+store, a connection while it reads: two for a hybrid query whose legs run at once)."""
 
 
 def thread_limiter(max_threads: object = None, limiter: object = None) -> anyio.CapacityLimiter:

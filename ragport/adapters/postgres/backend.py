@@ -575,12 +575,14 @@ def _key_lexemes(s: str) -> str:
 
 
 def _retire(
-    conn: Any, s: str, sql: str, bound: dict[str, Any], named: Sequence[str]
+    conn: Any, s: str, statement: tuple[str, bool], bound: dict[str, Any], named: Sequence[str]
 ) -> tuple[int, bool]:
-    """Run ``statements.retire`` (``sql``) with its generic plan (prepared once per
-    connection: a custom plan of its ~20 CTEs took ~1 ms to plan on every call, as long as it
-    ran), then whether a derived row of any generation names an id of ``named`` in its
-    lineage; the four statements in one pipeline (one round trip)."""
+    """Run ``statements.retire`` (``statement``: its SQL, and whether to force its generic
+    plan: prepared once per connection, a custom plan of its ~20 CTEs took ~1 ms to plan on
+    every call; not on a joined view, whose ``SET LOCAL`` would outlive the savepoint in the
+    host's transaction), then whether a derived row of any generation names an id of
+    ``named`` in its lineage; in one pipeline (one round trip)."""
+    sql, generic = statement
     dbapi = driver_connection(conn)
     probe = (
         f"SELECT EXISTS (SELECT 1 FROM {s}.records WHERE {SCOPE} AND kind = 'derived' "
@@ -588,9 +590,11 @@ def _retire(
     )
     with dbapi.cursor() as cur, dbapi.cursor() as found:
         with dbapi.pipeline() if reads.PIPELINE else nullcontext():
-            dbapi.execute(_GENERIC_WRITE[0])
+            if generic:
+                dbapi.execute(_GENERIC_WRITE[0])
             cur.execute(reads.pyformat(sql), bound, prepare=True)
-            dbapi.execute(_GENERIC_WRITE[1])
+            if generic:
+                dbapi.execute(_GENERIC_WRITE[1])
             found.execute(reads.pyformat(probe), {**bound, "ids": list(named)})
         retired, derived = cur.fetchone(), found.fetchone()
     assert retired is not None and derived is not None
@@ -765,7 +769,9 @@ class PostgresBackend:
         named = [source_id] if source_id is not None else list(ids or ())
         bound = scope_params(view.scope, g=generation, p=tx.pointer, **params)
         with translate_errors("retire records"):
-            retired, derived = _retire(view.conn, s, statements.retire(s, where), bound, named)
+            generic = self._db.joined is None  # never reset a host's own plan_cache_mode
+            retire = statements.retire(s, where)
+            retired, derived = _retire(view.conn, s, (retire, generic), bound, named)
         # The engine reads the rows' dependents next (pinned records retire with them): when
         # no derived row names them, ``dependents`` answers that without a statement.
         view.no_dependents = frozenset() if derived else frozenset(named)
