@@ -47,9 +47,9 @@ def store(pg_engine: Any, pg_schema: str) -> PostgresStore:
     return PostgresStore(pg_engine, schema=pg_schema, create=True)
 
 
-@pytest.fixture
-def companions(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
-    """One entry per companion entered: whether it lent a second reader."""
+def count_companions(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """A list that gets one entry per PostgreSQL companion entered: whether it lent a second
+    reader (``backend._Companion.__enter__`` spied on through ``monkeypatch``)."""
     entered: list[bool] = []
     enter = backend._Companion.__enter__
 
@@ -59,7 +59,13 @@ def companions(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
         return second
 
     monkeypatch.setattr(backend._Companion, "__enter__", counted)
-    yield entered
+    return entered
+
+
+@pytest.fixture
+def companions(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
+    """One entry per companion entered: whether it lent a second reader."""
+    yield count_companions(monkeypatch)
 
 
 def _hybrid(store: PostgresStore, scope: ragport.Scope) -> HybridAnswer:

@@ -22,6 +22,7 @@ from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, reads
 from ragport.domain.errors import ReplicaLagError, StoreError, ValidationError
 from ragport.domain.model import Authorization, Grant
 from ragport.domain.status import IngestionStatus
+from tests.adapters.test_postgres_concurrent_hybrid import count_companions
 
 SCOPE = ragport.Scope("tenant-1", "kb", "docs")
 EMB = HashEmbedder(dimensions=16)
@@ -225,18 +226,8 @@ def test_hybrid_legs_run_on_two_replica_connections_in_one_snapshot(
     lexical leg runs on a second replica connection, never on the primary.
 
     If this fails, check ``Connections.second_read`` (the first connection's engine)."""
-    from ragport.adapters.postgres import backend
-
     _, replica, store = cluster
-    lent: list[bool] = []
-    enter = backend._Companion.__enter__
-
-    def counted(self: Any) -> Any:
-        second = enter(self)
-        lent.append(second is not None)
-        return second
-
-    monkeypatch.setattr(backend._Companion, "__enter__", counted)
+    lent = count_companions(monkeypatch)
     answer = store.hybrid_query(
         SCOPE,
         EMB.embed(["onboarding"])[0],

@@ -19,6 +19,7 @@ from ragport.domain.model import Grant, Scope, Tombstone
 from ragport.ports.backend import BackendReader, BackendWriter, GenerationState
 from ragport.ports.embedder import Vector
 from ragport.ports.store import ScoredRecord
+from tests.adapters.test_postgres_concurrent_hybrid import count_companions
 
 Companion = AbstractContextManager[BackendReader | None]
 FAILED = (AssertionError, pytest.fail.Exception)
@@ -94,16 +95,7 @@ def postgres(pg_engine: Any, pg_schema: str) -> PostgresBackend:
 @pytest.fixture
 def lent(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """One entry per PostgreSQL companion entered: whether it lent a second reader."""
-    entered: list[bool] = []
-    enter = backend._Companion.__enter__
-
-    def counted(self: Any) -> Any:
-        second = enter(self)
-        entered.append(second is not None)
-        return second
-
-    monkeypatch.setattr(backend._Companion, "__enter__", counted)
-    return entered
+    return count_companions(monkeypatch)
 
 
 @pytest.mark.parametrize("test", SNAPSHOT_TESTS, ids=lambda t: t.__name__)
