@@ -70,11 +70,6 @@ from ragport.ports.store import EmbedderKey, ScoredRecord
 __all__ = ["PostgresBackend", "transaction_of"]
 
 _T = TypeVar("_T")
-_GENERIC_WRITE = (
-    "SET LOCAL plan_cache_mode = force_generic_plan",
-    "SET LOCAL plan_cache_mode = auto",
-)
-"""Around a write statement run with its generic plan (in the unit of work's transaction)."""
 _ITERSIZE = 256  # rows per FETCH of ``nearest``'s server-side cursor
 _cursor_names = itertools.count()
 _IDLE = psycopg.pq.TransactionStatus.IDLE
@@ -575,14 +570,13 @@ def _key_lexemes(s: str) -> str:
 
 
 def _retire(
-    conn: Any, s: str, statement: tuple[str, bool], bound: dict[str, Any], named: Sequence[str]
+    conn: Any, s: str, sql: str, bound: dict[str, Any], named: Sequence[str]
 ) -> tuple[int, bool]:
-    """Run ``statements.retire`` (``statement``: its SQL, and whether to force its generic
-    plan: prepared once per connection, a custom plan of its ~20 CTEs took ~1 ms to plan on
-    every call; not on a joined view, whose ``SET LOCAL`` would outlive the savepoint in the
-    host's transaction), then whether a derived row of any generation names an id of
-    ``named`` in its lineage; in one pipeline (one round trip)."""
-    sql, generic = statement
+    """Run ``statements.retire`` (``sql``) with its generic plan (prepared once per
+    connection: a custom plan of its ~20 CTEs took ~1 ms to plan on every call; the
+    transaction's ``plan_cache_mode`` restored after it, ``reads.GENERIC_LOCAL``), then
+    whether a derived row of any generation names an id of ``named`` in its lineage; in one
+    pipeline (one round trip)."""
     dbapi = driver_connection(conn)
     probe = (
         f"SELECT EXISTS (SELECT 1 FROM {s}.records WHERE {SCOPE} AND kind = 'derived' "
@@ -590,11 +584,9 @@ def _retire(
     )
     with dbapi.cursor() as cur, dbapi.cursor() as found:
         with dbapi.pipeline() if reads.PIPELINE else nullcontext():
-            if generic:
-                dbapi.execute(_GENERIC_WRITE[0])
+            dbapi.execute(reads.GENERIC_LOCAL[0])
             cur.execute(reads.pyformat(sql), bound, prepare=True)
-            if generic:
-                dbapi.execute(_GENERIC_WRITE[1])
+            dbapi.execute(reads.GENERIC_LOCAL[1])
             found.execute(reads.pyformat(probe), {**bound, "ids": list(named)})
         retired, derived = cur.fetchone(), found.fetchone()
     assert retired is not None and derived is not None
@@ -769,9 +761,7 @@ class PostgresBackend:
         named = [source_id] if source_id is not None else list(ids or ())
         bound = scope_params(view.scope, g=generation, p=tx.pointer, **params)
         with translate_errors("retire records"):
-            generic = self._db.joined is None  # never reset a host's own plan_cache_mode
-            retire = statements.retire(s, where)
-            retired, derived = _retire(view.conn, s, (retire, generic), bound, named)
+            retired, derived = _retire(view.conn, s, statements.retire(s, where), bound, named)
         # The engine reads the rows' dependents next (pinned records retire with them): when
         # no derived row names them, ``dependents`` answers that without a statement.
         view.no_dependents = frozenset() if derived else frozenset(named)

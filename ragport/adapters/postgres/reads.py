@@ -27,16 +27,22 @@ from sqlalchemy import Connection
 from ragport.adapters.postgres._driver import driver_connection
 from ragport.domain.errors import StoreError
 
-__all__ = ["EXPORT", "RawRead", "fetch", "fetch_generic", "opened", "pyformat"]
+__all__ = ["EXPORT", "GENERIC_LOCAL", "RawRead", "fetch", "fetch_generic", "opened", "pyformat"]
 
 EXPORT = "SELECT pg_export_snapshot()"
 _SNAPSHOT_ID = re.compile(r"[0-9A-Fa-f]+-[0-9A-Fa-f]+-[0-9]+")  # as pg_export_snapshot writes it
 _BIND = re.compile(r"(?<![:\w]):(\w+)")
 _PYFORMAT: dict[str, str] = {}
-_GENERIC_LOCAL = (
-    "SET LOCAL plan_cache_mode = force_generic_plan",
-    "SET LOCAL plan_cache_mode = auto",
+GENERIC_LOCAL = (
+    # The setting as it was is saved first (the inner set_config, an argument, runs before
+    # the outer one), so the second statement puts back whatever the transaction had: a
+    # host's own SET LOCAL survives a joined read or write, not only ``auto``.
+    "SELECT set_config('plan_cache_mode', 'force_generic_plan' || left(set_config("
+    "'ragport.plan_cache_mode', current_setting('plan_cache_mode'), true), 0), true)",
+    "SELECT set_config('plan_cache_mode', current_setting('ragport.plan_cache_mode'), true)",
 )
+"""Around a statement run with its generic plan inside a transaction (``fetch``'s
+``around``): ``plan_cache_mode`` forced for it, then restored to the transaction's value."""
 _GENERIC = ("SET plan_cache_mode = force_generic_plan", "RESET plan_cache_mode")
 # Pipeline mode needs libpq 14 or later (psycopg[binary] bundles one; a psycopg built on an
 # older system libpq has none): without it ``fetch`` sends the same statements one by one.
@@ -236,4 +242,4 @@ def fetch_generic(conn: RawRead, sql: str, params: Mapping[str, Any]) -> list[An
     opening = conn.opening if type(conn) is RawRead else None
     status = driver_connection(conn).info.transaction_status
     local = opening is not None or status != psycopg.pq.TransactionStatus.IDLE
-    return fetch(conn, sql, params, prepare=True, around=_GENERIC_LOCAL if local else _GENERIC)
+    return fetch(conn, sql, params, prepare=True, around=GENERIC_LOCAL if local else _GENERIC)
