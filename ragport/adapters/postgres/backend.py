@@ -582,10 +582,11 @@ def _retire(
         f"SELECT EXISTS (SELECT 1 FROM {s}.records WHERE {SCOPE} AND kind = 'derived' "
         "AND lineage && CAST(:ids AS text[])) AS derived"
     )
-    with dbapi.cursor() as cur, dbapi.cursor() as found:
+    query, names = statements.numbered(sql)  # parsed once (``numbered`` says why)
+    with psycopg.RawCursor(dbapi) as cur, dbapi.cursor() as found:
         with dbapi.pipeline() if reads.PIPELINE else nullcontext():
             dbapi.execute(reads.GENERIC_LOCAL[0])
-            cur.execute(reads.pyformat(sql), bound, prepare=True)
+            cur.execute(query, [bound[n] for n in names], prepare=True)
             dbapi.execute(reads.GENERIC_LOCAL[1])
             found.execute(reads.pyformat(probe), {**bound, "ids": list(named)})
         retired, derived = cur.fetchone(), found.fetchone()
