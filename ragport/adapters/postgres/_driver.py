@@ -70,8 +70,9 @@ def _ping_when_idle(engine: Engine, seconds: float) -> None:
     """Ping a pooled connection on checkout only when it sat idle for ``seconds``.
 
     SQLAlchemy's ``pool_pre_ping`` costs a round trip on every checkout: a third of a fast
-    read. A failed ping raises ``DisconnectionError``, on which the pool discards the
-    connection and checks out (or opens) another.
+    read. A failed ping raises ``InvalidatePoolError``, as ``pool_pre_ping`` does: the pool
+    discards the connection, and each it opened before at its next checkout (the server
+    restarted, most likely: they are dead too), and opens another.
     """
 
     @event.listens_for(engine, "checkin")
@@ -88,7 +89,7 @@ def _ping_when_idle(engine: Engine, seconds: float) -> None:
             if not dbapi_connection.autocommit:
                 dbapi_connection.rollback()
         except psycopg.Error as exc:
-            raise sa_exc.DisconnectionError("idle connection no longer answers") from exc
+            raise sa_exc.InvalidatePoolError("idle connection no longer answers") from exc
 
 
 class PooledConnection(Protocol):

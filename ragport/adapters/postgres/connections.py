@@ -31,7 +31,12 @@ from sqlalchemy import Connection, Engine, text
 from ragport.adapters.postgres import reads
 from ragport.adapters.postgres._driver import driver_connection, make_engine, translate_errors
 from ragport.adapters.postgres.extension import PgVector, pgvector
-from ragport.adapters.postgres.pool import idle_connection, wait_for_connection, watch
+from ragport.adapters.postgres.pool import (
+    idle_connection,
+    server_lost,
+    wait_for_connection,
+    watch,
+)
 from ragport.adapters.postgres.reads import RawRead
 from ragport.adapters.postgres.schema import (
     LATEST_VERSION,
@@ -271,33 +276,32 @@ class Connections:
             with self.joined_read(operation) as raw:
                 yield raw
             return
+        pool = engine or self.engine
         with translate_errors(operation):
             if not self._checked:
                 with self.checkout(operation) as conn:
                     self.check_schema(conn)
-            wait_for_connection(engine or self.engine, operation)
-            fairy = (engine or self.engine).raw_connection()
+            wait_for_connection(pool, operation)
+            fairy = pool.raw_connection()
             dbapi = fairy.driver_connection
             assert isinstance(dbapi, psycopg.Connection)
             mode = dbapi.autocommit  # False unless the host's Engine is AUTOCOMMIT itself
             try:
                 dbapi.autocommit = True
-                raw = RawRead(fairy, engine or self.engine)
+                raw = RawRead(fairy, pool)
                 driver_connection(raw)
                 yield raw
-            except psycopg.Error:
-                # Statements run straight on psycopg bypass SQLAlchemy's disconnect detection:
-                # a connection that lost its server must not go back into the pool.
-                if dbapi.closed or dbapi.broken:
-                    fairy.invalidate()
-                raise
             finally:
                 if not (dbapi.closed or dbapi.broken):
                     try:
                         dbapi.autocommit = mode  # as the pool lent it, for the next user
                     except psycopg.Error:
                         fairy.invalidate()
-                elif fairy.is_valid:  # lost after its first statement (a read block's later one)
+                elif fairy.is_valid:
+                    # Statements run straight on psycopg bypass SQLAlchemy's disconnect
+                    # detection: a connection that lost its server must not go back into the
+                    # pool, nor the ones opened before it (pool.server_lost).
+                    server_lost(pool, fairy.info)
                     fairy.invalidate()
                 fairy.close()  # back to the pool (or discarded if invalidated)
 
@@ -351,8 +355,10 @@ class Connections:
         """One read on an autocommit connection, retried once if that connection was dead.
 
         A pooled connection that lost its server (a restart, an idle timeout) fails its
-        first statement; the pool then discards it and the read runs again on a fresh one.
-        Reads change nothing, so running one twice is safe.
+        first statement; the pool then discards it, and each connection it opened before it
+        at its next checkout (``pool.server_lost``: after a restart they are all dead), and
+        the read runs again on one opened since. Reads change nothing, so running one twice
+        is safe.
 
         ``replica=True`` reads may run on the read replica (see the class docstring): when it
         is unreachable or behind ``min_position``, the read runs on the primary instead, or

@@ -16,6 +16,13 @@ The failure is ``StoreError(reason="pool_exhausted")`` naming the pool's size, i
 and how many connections the caller holds. Which thread holds which connection is recorded
 by ``checkout`` / ``checkin`` listeners on the Engine, from the first ``PostgresStore`` made
 on it onward (connections taken before that count as held by other threads).
+
+A connection that lost its server (``server_lost``: a restart, a crash) says the others the
+pool opened before it are most likely dead too: each is discarded at its next checkout and a
+new one opened in its place (``PoolWatch.generation``), so a read retried once after a lost
+connection runs on a live one, not on the next dead one. SQLAlchemy does the same for the
+statements it runs itself (a disconnect on a ``Connection`` invalidates the pool's older
+connections; its ``pool_pre_ping`` too), but ragport's reads run on psycopg directly.
 """
 
 from __future__ import annotations
@@ -23,8 +30,11 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import MutableMapping
+from typing import Any
 
 from sqlalchemy import Engine, event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import QueuePool
 
 from ragport.domain.errors import StoreError
@@ -34,6 +44,7 @@ __all__ = [
     "PoolWatch",
     "has_free_connection",
     "idle_connection",
+    "server_lost",
     "wait_for_connection",
     "watch",
 ]
@@ -42,14 +53,31 @@ POOL_WAIT_SECONDS = 2.0
 """The longest a checkout waits for another thread to give a connection back to a pool
 that has none free; past it the call fails (``reason="pool_exhausted"``)."""
 _POLL_SECONDS = (0.002, 0.05)  # first and longest pause between two looks at the pool
+_GENERATION = "ragport_generation"  # in a connection's ``info``: the generation it opened in
 
 
 class PoolWatch:
-    """Which thread holds each connection an Engine's pool has lent."""
+    """Which thread holds each connection an Engine's pool has lent, and the pool's
+    generation: a connection opened in an earlier one is discarded at checkout."""
 
     def __init__(self) -> None:
         self._holders: dict[int, int] = {}  # id of the connection record -> thread ident
         self._lock = threading.Lock()
+        self.generation = 0  # connections opened before ``watch`` count as generation 0
+
+    def opened(self, info: MutableMapping[str, Any]) -> None:
+        info[_GENERATION] = self.generation
+
+    def stale(self, info: MutableMapping[str, Any]) -> bool:
+        return bool(info.get(_GENERATION, 0) < self.generation)
+
+    def lost(self, info: MutableMapping[str, Any]) -> None:
+        """The connection of ``info`` lost its server: every connection opened so far is
+        stale. Once per loss: a stale one failing too (it was opened before) changes
+        nothing, so connections opened since are kept."""
+        with self._lock:
+            if not self.stale(info):
+                self.generation += 1
 
     def lent(self, record: object) -> None:
         with self._lock:
@@ -81,16 +109,28 @@ def watch(engine: Engine) -> PoolWatch:
             found = _WATCHES[engine] = PoolWatch()
             w = found
 
-            def lent(dbapi_connection: object, record: object, proxy: object) -> None:
+            def opened(dbapi_connection: object, record: Any) -> None:
+                w.opened(record.info)
+
+            def lent(dbapi_connection: object, record: Any, proxy: object) -> None:
+                if w.stale(record.info):  # SQLAlchemy discards it and opens another
+                    raise DisconnectionError("opened before the server was lost")
                 w.lent(record)
 
             def returned(dbapi_connection: object, record: object) -> None:
                 w.returned(record)
 
+            event.listen(engine, "connect", opened)
             event.listen(engine, "checkout", lent)
             event.listen(engine, "checkin", returned)
             event.listen(engine, "detach", returned)
         return found
+
+
+def server_lost(engine: Engine, info: MutableMapping[str, Any]) -> None:
+    """A connection of ``engine``'s pool (its ``info``) lost its server: the connections the
+    pool opened before are discarded at their next checkout (the module docstring)."""
+    watch(engine).lost(info)
 
 
 def _bounded(engine: Engine) -> QueuePool | None:
