@@ -649,8 +649,13 @@ def _round_one(s: str, where: str) -> str:
     of the round (0 when fewer)."""
     # Every band's keys in one pass over ``bk`` (each key falls in one band).
     band_keys = ", ".join(f"{_keys(_band(i))} AS b{i}" for i in range(len(BANDS)))
-    bands = " UNION ALL ".join(
-        f"({_rows(s, where, f'r.tsv_impact @@ ANY(ba.b{i})', ', ba')})" for i in range(len(BANDS))
+    # One scan for every band, best first: a VALUES row per band, each the outer row of one
+    # rescan of the records scan (one plan subtree, not one per band; OFFSET 0 keeps the
+    # band the outer side, so the bands are read in order).
+    each = ", ".join(f"({i}, ba.b{i})" for i in range(len(BANDS)))
+    bands = (
+        f"SELECT z.* FROM ba CROSS JOIN LATERAL (VALUES {each}) bb(i, keys) CROSS JOIN LATERAL "
+        f"({_rows(s, where, 'r.tsv_impact @@ ANY(bb.keys)')} OFFSET 0) z"
     )
     return (
         f"kr AS ({_rows(s, where, 'r.tsv @@ ANY(tc.rq)')}), "
@@ -857,7 +862,21 @@ def _second() -> list[str]:
         f"NOT cj.wa AND {_HELD} AND r.tsv_impact @@ ANY(cj.a)",
         f"NOT cj.wb AND {_HELD} AND r.tsv_impact @@ ANY(cj.b)",
         "(cj.wa OR cj.wb) AND r.tsv @@ (SELECT pq.dnf FROM pq) AND r.tsv_impact @@ ANY(cj.w)",
-    ] + [f"{_HELD} AND r.tsv_impact @@ cj.l{j} AND r.tsv_impact @@ cj.r{j}" for j in range(LEVELS)]
+    ]
+
+
+def _levels(s: str, where: str) -> str:
+    """Round two's level scans (``_conjunction``): a VALUES row per level (``lv``, its two
+    key ORs), each the outer row of one rescan of the records scan: one plan subtree for
+    every level, not one per level (OFFSET 0 keeps the level the outer side)."""
+    each = ", ".join(f"(cj.l{j}, cj.r{j})" for j in range(LEVELS))
+    scan = _rows(
+        s, where, f"{_HELD} AND r.tsv_impact @@ lv.l AND r.tsv_impact @@ lv.r AND {_FRESH}"
+    )
+    return (
+        f"SELECT z.* FROM cj CROSS JOIN LATERAL (VALUES {each}) lv(l, r) "
+        f"CROSS JOIN LATERAL ({scan} OFFSET 0) z"
+    )
 
 
 _FRESH = "NOT d.v @@ ANY(tc.rq) AND r.row_key NOT IN (SELECT ka.row_key FROM ka)"
@@ -869,7 +888,8 @@ def _ranked(s: str, where: str) -> str:
     return (
         "kb AS (SELECT DISTINCT ON (y.row_key) y.* FROM ("
         + " UNION ALL ".join(
-            f"({_rows(s, where, f'{c} AND {_FRESH}', ', eq, cj')})" for c in _second()
+            [f"({_rows(s, where, f'{c} AND {_FRESH}', ', eq, cj')})" for c in _second()]
+            + [f"({_levels(s, where)})"]
         )
         + ") y), "
         "kz AS ("
