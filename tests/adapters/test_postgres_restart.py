@@ -85,6 +85,13 @@ def test_the_first_read_after_a_restart_succeeds(store: PostgresStore, server: A
     assert _pid(store) not in old
 
 
+def test_a_vector_query_first_after_a_restart_succeeds(store: PostgresStore, server: Any) -> None:
+    _fill_pool(store)
+    _restart(server)
+    hits = store.query(SCOPE, EMB.embed(["alpha"])[0], limit=3)
+    assert [h.record.source_id for h in hits] == ["doc"]
+
+
 def test_a_read_while_the_server_is_down_fails_typed(store: PostgresStore, server: Any) -> None:
     _fill_pool(store)
     server.stop("fast")

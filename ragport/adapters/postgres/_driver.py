@@ -30,6 +30,7 @@ __all__ = [
     "lost_connection",
     "make_engine",
     "translate_errors",
+    "vector_schema",
 ]
 
 # A pooled connection idle for longer than this is pinged before use (one round trip); one in
@@ -92,6 +93,9 @@ def _ping_when_idle(engine: Engine, seconds: float) -> None:
             raise sa_exc.InvalidatePoolError("idle connection no longer answers") from exc
 
 
+_VECTOR_SCHEMA = "ragport_vector"  # in a connection's ``info``: pgvector's schema, once registered
+
+
 class PooledConnection(Protocol):
     """A SQLAlchemy ``Connection``, or anything else whose ``.connection`` is a pooled one."""
 
@@ -104,12 +108,19 @@ def driver_connection(conn: PooledConnection | Connection) -> psycopg.Connection
     dbapi = conn.connection.driver_connection
     assert isinstance(dbapi, psycopg.Connection)
     info = conn.connection.info
-    if not info.get("ragport_vector"):
+    if not info.get(_VECTOR_SCHEMA):
         from ragport.adapters.postgres.extension import register_vector_type
 
-        register_vector_type(dbapi)  # CapabilityError when the extension is missing
-        info["ragport_vector"] = True
+        # CapabilityError when the extension is missing
+        info[_VECTOR_SCHEMA] = register_vector_type(dbapi)
     return dbapi
+
+
+def vector_schema(conn: PooledConnection | Connection) -> str:
+    """The schema of the ``vector`` extension, as ``driver_connection`` found it on ``conn``
+    (no statement on a connection it already prepared)."""
+    driver_connection(conn)
+    return str(conn.connection.info[_VECTOR_SCHEMA])
 
 
 _MISSING_SCHEMA = (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedColumn)

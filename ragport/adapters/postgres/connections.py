@@ -29,8 +29,13 @@ import psycopg
 from sqlalchemy import Connection, Engine, text
 
 from ragport.adapters.postgres import reads
-from ragport.adapters.postgres._driver import driver_connection, make_engine, translate_errors
-from ragport.adapters.postgres.extension import PgVector, pgvector
+from ragport.adapters.postgres._driver import (
+    driver_connection,
+    make_engine,
+    translate_errors,
+    vector_schema,
+)
+from ragport.adapters.postgres.extension import PgVector
 from ragport.adapters.postgres.pool import (
     idle_connection,
     server_lost,
@@ -116,7 +121,10 @@ class Connections:
         self._checked = False
         # A view made by ``join``: every read and write on this host's connection.
         self.joined: Connection | None = None
-        self._vector: PgVector | None = None
+        # The vector extension's schema (as the first connection prepared found it) and its
+        # names: one database, shared by the views of this store.
+        self._extension: list[str] = []
+        self._vector: list[PgVector] = []
 
     # -- replica positions -------------------------------------------------------------------------
     @property
@@ -227,16 +235,27 @@ class Connections:
 
     def pgvector(self) -> PgVector:
         """How SQL names pgvector's objects here: in the schema its extension lives in, read
-        from the catalog once."""
-        if self._vector is None:
+        from the catalog once, on the first connection ragport takes (``raw_read``,
+        ``connect``): a caller that holds one never needs a second for it (a pool of one)."""
+        if self._vector:
+            return self._vector[0]
+        if not self._extension:
             operation = "find the vector extension"
-            with translate_errors(operation):
-                if self.joined is not None:  # a view: the host's connection, no other
-                    self._vector = pgvector(self.host(operation))
-                else:
-                    with self.checkout(operation) as conn:
-                        self._vector = pgvector(conn)
-        return self._vector
+            if self.joined is not None:  # a view: the host's connection, no other
+                with translate_errors(operation):
+                    self._extension[:] = [vector_schema(self.host(operation))]
+            else:  # on a read's connection (retried on a dead one), as any read
+                self._extension[:] = [self.read(operation, vector_schema)]
+        self._vector[:] = [PgVector.in_schema(self._extension[0])]
+        return self._vector[0]
+
+    def _note_extension(self, conn: Any) -> None:
+        """``driver_connection(conn)``, and the extension's schema it found kept for
+        ``pgvector``: a caller holding this connection never takes a second for it."""
+        if self._extension:
+            driver_connection(conn)
+        else:
+            self._extension[:] = [vector_schema(conn)]
 
     # -- connections -----------------------------------------------------------------------------
     @contextmanager
@@ -260,7 +279,7 @@ class Connections:
             return
         with translate_errors(operation), self.checkout(operation) as conn:
             self.check_schema(conn)
-            driver_connection(conn)
+            self._note_extension(conn)
             yield conn
 
     def checkout(self, operation: str) -> Connection:
@@ -289,7 +308,7 @@ class Connections:
             try:
                 dbapi.autocommit = True
                 raw = RawRead(fairy, pool)
-                driver_connection(raw)
+                self._note_extension(raw)
                 yield raw
             finally:
                 if not (dbapi.closed or dbapi.broken):
@@ -315,9 +334,6 @@ class Connections:
         engine = first.engine
         if self.joined is not None or engine is None or not idle_connection(engine):
             return None
-        # The first lookup of pgvector's schema takes a connection of its own: before the
-        # second is taken, so the pair never needs a third.
-        self.pgvector()
         return self.raw_read(operation, engine)
 
     @contextmanager

@@ -40,8 +40,9 @@ _INSTALLED = (
 # psycopg's TypeInfo of the extension's own ``vector`` type, whatever the search_path says.
 _VECTOR_TYPE = (
     "SELECT t.typname AS name, t.oid, t.typarray AS array_oid, "
-    "t.oid::regtype::text AS regtype, t.typdelim AS delimiter "
+    "t.oid::regtype::text AS regtype, t.typdelim AS delimiter, n.nspname AS schema "
     "FROM pg_extension e JOIN pg_type t ON t.typnamespace = e.extnamespace "
+    "JOIN pg_namespace n ON n.oid = e.extnamespace "
     "WHERE e.extname = 'vector' AND t.typname = 'vector'"
 )
 _MISSING = (
@@ -142,10 +143,11 @@ def _current_schema(conn: Connection) -> str:
     return str(current)
 
 
-def register_vector_type(dbapi: psycopg.Connection[Any]) -> None:
+def register_vector_type(dbapi: psycopg.Connection[Any]) -> str:
     """Register pgvector's loaders and dumpers on ``dbapi`` for the extension's own type (one
     catalog read; ``pgvector.psycopg.register_vector`` finds ``vector`` through the
-    ``search_path`` only), else ``CapabilityError``."""
+    ``search_path`` only), else ``CapabilityError``. Returns the extension's schema (as the
+    catalog spells it: ``PgVector.in_schema``)."""
     from pgvector.psycopg.vector import register_vector_info
 
     # In a block of its own, as psycopg's TypeInfo.fetch: the connection is left in the
@@ -155,4 +157,6 @@ def register_vector_type(dbapi: psycopg.Connection[Any]) -> None:
         row = cur.fetchone()
     if row is None:
         raise CapabilityError(_MISSING, capability="vector")
+    schema = str(row.pop("schema"))
     register_vector_info(dbapi, TypeInfo(**row))
+    return schema
