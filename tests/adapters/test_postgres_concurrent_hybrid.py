@@ -68,6 +68,21 @@ def companions(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     yield count_companions(monkeypatch)
 
 
+@pytest.fixture
+def exports(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """One entry per transaction a read begins: whether it exported its snapshot (a
+    ``reads._open`` spy)."""
+    sent: list[bool] = []
+    open_ = reads._open
+
+    def spied(dbapi: Any, conn: Any, opening: str, *, piped: bool) -> Any:
+        sent.append(bool(conn.export))
+        return open_(dbapi, conn, opening, piped=piped)
+
+    monkeypatch.setattr(reads, "_open", spied)
+    return sent
+
+
 def _hybrid(store: PostgresStore, scope: ragport.Scope) -> HybridAnswer:
     return store.hybrid_query(
         scope,
@@ -199,9 +214,10 @@ def test_hybrid_answers_never_mix_versions_on_two_connections(
 
 
 def test_a_pool_of_one_reads_both_legs_on_its_one_connection(
-    pg_url: str, pg_schema: str, companions: list[bool]
+    pg_url: str, pg_schema: str, companions: list[bool], exports: list[bool]
 ) -> None:
-    """Pool of 1: no second connection, the same answer as with two."""
+    """Pool of 1: no second connection, the same answer as with two, and no snapshot
+    exported (no companion is offered: ``Connections.may_lend_pair``)."""
     engine = create_engine(
         pg_url.replace("postgresql://", "postgresql+psycopg://", 1),
         pool_size=1,
@@ -210,11 +226,12 @@ def test_a_pool_of_one_reads_both_legs_on_its_one_connection(
     )
     try:
         store = PostgresStore(engine, schema=pg_schema, create=True)
-        store._db.pgvector()  # a pool of one cannot look it up while a read holds its connection
         scope = _scope()
         publish_sources(store, scope, {SOURCE: _texts(0)})
+        exports.clear()
         answer = _hybrid(store, scope)
-        assert companions == [False]
+        assert companions == []
+        assert exports and not any(exports)
         assert _versions(answer) == {f"{WORD} version 0"}
         assert len(answer.lexical) == 2 and len(answer.vector) == 2
         assert _lent(engine) == 0
@@ -223,10 +240,11 @@ def test_a_pool_of_one_reads_both_legs_on_its_one_connection(
 
 
 def test_an_exhausted_pool_never_waits_for_a_second_connection(
-    pg_url: str, pg_schema: str, companions: list[bool]
+    pg_url: str, pg_schema: str, companions: list[bool], exports: list[bool]
 ) -> None:
     """Every other connection held (by this thread): the hybrid reads on one connection at
-    once instead of waiting for a second (which would wait on itself)."""
+    once instead of waiting for a second (which would wait on itself), and exports no
+    snapshot (no companion is offered)."""
     engine = create_engine(
         pg_url.replace("postgresql://", "postgresql+psycopg://", 1),
         pool_size=2,
@@ -237,11 +255,15 @@ def test_an_exhausted_pool_never_waits_for_a_second_connection(
         store = PostgresStore(engine, schema=pg_schema, create=True)
         scope = _scope()
         publish_sources(store, scope, {SOURCE: _texts(0)})
+        exports.clear()
         expected = _ids(_hybrid(store, scope))
         assert companions == [True]
+        assert exports == [True, False]  # the block's and its companion's
+        exports.clear()
         with engine.connect():
             assert _ids(_hybrid(store, scope)) == expected
-        assert companions == [True, False]
+        assert companions == [True]
+        assert exports and not any(exports)
         assert _lent(engine) == 0
     finally:
         engine.dispose()

@@ -282,8 +282,10 @@ class _Snapshot(_Reader):
     def companion(self) -> _Companion | None:
         """``ReadsConcurrently``: asked before the block's first read, which then exports
         its snapshot (``pg_export_snapshot()`` in one pipeline with its ``BEGIN``); ``None``
-        on a joined view (one connection: the host's) or once the block has read."""
-        if self._conn is not None or self._db.joined is not None:
+        on a joined view (one connection: the host's), once the block has read, or when its
+        pool could not lend a second connection now (``Connections.may_lend_pair``: no
+        export that nobody would import)."""
+        if self._conn is not None or not self._db.may_lend_pair(replica=self._replica):
             return None
         self._export = True
         return _Companion(self)

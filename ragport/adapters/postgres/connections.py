@@ -38,6 +38,7 @@ from ragport.adapters.postgres._driver import (
 from ragport.adapters.postgres.extension import PgVector
 from ragport.adapters.postgres.pool import (
     idle_connection,
+    idle_pair,
     server_lost,
     wait_for_connection,
     watch,
@@ -335,6 +336,14 @@ class Connections:
         if self.joined is not None or engine is None or not idle_connection(engine):
             return None
         return self.raw_read(operation, engine)
+
+    def may_lend_pair(self, *, replica: bool) -> bool:
+        """Whether a read block (on the replica's pool with ``replica``, when there is one)
+        could have its connection and ``second_read`` one more, as the pool stands now:
+        never on a joined view. A hint (another thread may take them first): a block asks
+        it before exporting a snapshot nobody could import."""
+        engine = self.replica if replica and self.replica is not None else self.engine
+        return self.joined is None and idle_pair(engine)
 
     @contextmanager
     def joined_read(self, operation: str) -> Iterator[RawRead]:

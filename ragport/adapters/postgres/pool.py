@@ -44,6 +44,7 @@ __all__ = [
     "PoolWatch",
     "has_free_connection",
     "idle_connection",
+    "idle_pair",
     "server_lost",
     "wait_for_connection",
     "watch",
@@ -162,6 +163,16 @@ def idle_connection(engine: Engine) -> bool:
         return False
     idle = pool.checkedin()
     return idle > 0 or idle + pool.checkedout() < pool.size()
+
+
+def idle_pair(engine: Engine) -> bool:
+    """Whether ``engine``'s pool would lend two connections now as ``idle_connection`` lends
+    one: idle ones, or room under ``pool_size`` to open them."""
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):
+        return False
+    idle = pool.checkedin()
+    return idle + max(0, pool.size() - idle - pool.checkedout()) >= 2
 
 
 def wait_for_connection(engine: Engine, operation: str) -> None:
