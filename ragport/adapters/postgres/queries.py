@@ -853,15 +853,25 @@ the index condition, and runs only when it has keys; so do ``a`` and ``b`` when 
 are wide (``WIDE_ROWS``)."""
 
 
-def _second() -> list[str]:
-    """Round two's scan conditions (see the comment above)."""
+def _second(s: str, where: str) -> list[str]:
+    """Round two's scans (see the comment above) but the levels': those checking the presence
+    condition through the index (MaxScore's, and ``a`` / ``b`` when wide: ``cj.w``), then
+    those checking it per row (``a`` / ``b`` when narrow) or not at all (MaxScore's keys
+    when it has no presence condition, ``pq.keys``). Each is one plan subtree, rescanned
+    per VALUES row whose gate (``go``) holds (OFFSET 0 keeps the VALUES the outer side)."""
+    index = (
+        "(VALUES (cardinality(eq.keys) > 0, eq.keys), (cj.wa OR cj.wb, cj.w)) x(go, keys)",
+        "r.tsv @@ (SELECT pq.dnf FROM pq) AND r.tsv_impact @@ ANY(x.keys)",
+    )
+    per_row = (
+        "(VALUES (true, false, CAST((SELECT pq.keys FROM pq) AS tsquery[])), "
+        "(NOT cj.wa, true, cj.a), (NOT cj.wb, true, cj.b)) x(go, held, keys)",
+        f"r.tsv_impact @@ ANY(x.keys) AND (NOT x.held OR {_HELD})",
+    )
     return [
-        "cardinality(eq.keys) > 0 AND r.tsv @@ (SELECT pq.dnf FROM pq) "
-        "AND r.tsv_impact @@ ANY(eq.keys)",
-        "r.tsv_impact @@ ANY(CAST((SELECT pq.keys FROM pq) AS tsquery[]))",
-        f"NOT cj.wa AND {_HELD} AND r.tsv_impact @@ ANY(cj.a)",
-        f"NOT cj.wb AND {_HELD} AND r.tsv_impact @@ ANY(cj.b)",
-        "(cj.wa OR cj.wb) AND r.tsv @@ (SELECT pq.dnf FROM pq) AND r.tsv_impact @@ ANY(cj.w)",
+        f"SELECT z.* FROM eq, cj CROSS JOIN LATERAL {rows} CROSS JOIN LATERAL "
+        f"({_rows(s, where, f'{condition} AND {_FRESH}')} OFFSET 0) z WHERE x.go"
+        for rows, condition in (index, per_row)
     ]
 
 
@@ -887,10 +897,7 @@ def _ranked(s: str, where: str) -> str:
     lexeme, read only when the rounds found fewer than ``:k``) and ``ranked``."""
     return (
         "kb AS (SELECT DISTINCT ON (y.row_key) y.* FROM ("
-        + " UNION ALL ".join(
-            [f"({_rows(s, where, f'{c} AND {_FRESH}', ', eq, cj')})" for c in _second()]
-            + [f"({_levels(s, where)})"]
-        )
+        + " UNION ALL ".join(f"({scan})" for scan in [*_second(s, where), _levels(s, where)])
         + ") y), "
         "kz AS ("
         + _rows(
