@@ -39,7 +39,7 @@ from ragport.application.deprecation import WRITE_KEYWORDS, folds_keywords
 from ragport.application.pinned import retire_pinned_dependents
 from ragport.application.results import IndexResult, ReplaceResult
 from ragport.application.runtime import DEFAULT_RUNTIME, Runtime, check_runtime
-from ragport.application.shared_generation import staged_write
+from ragport.application.shared_generation import SharedGeneration, staged_write
 from ragport.application.write_options import WriteOptions, check_write_options, refuse_unused
 from ragport.domain.errors import ForgottenError, ValidationError
 from ragport.domain.limits import Limits
@@ -54,6 +54,7 @@ from ragport.domain.model import (
     validate_text,
 )
 from ragport.domain.status import IngestionState
+from ragport.engine import BackendStore
 from ragport.ports.embedder import Embedder, VectorMatrix
 from ragport.ports.runtime import Abort, Telemetry
 from ragport.ports.store import ChunkStore, SupportsPreparation, supports
@@ -359,19 +360,41 @@ def delete_source(
     validate_id(source_id, field="source_id")
     require_transactions(store, "delete_source")
     check_abort(rt.abort)
-    with rt.effective_telemetry.span("rag.delete"), store.unit_of_work(scope) as uow:
-        write = staged_write(uow, opts.shared_generation, [source_id])
-        generation = write.generation
-        deleted = uow.records.retire_source(source_id, generation=generation)
-        retire_pinned_dependents(uow, [source_id], generation=generation, limits=rt.limits)
-        _revoke_grant(uow, source_id)
-        write.publish()
-        write.commit()
+    with rt.effective_telemetry.span("rag.delete"):
+        done = None
+        if opts.shared_generation is None and isinstance(store, BackendStore):
+            # One write of the backend's own when it can (one round trip on PostgreSQL):
+            # ``None`` when it wrote nothing (a derived record names the source, ...).
+            done = store.delete_source_at_once(scope, source_id)
+        if done is None:
+            done = _delete_in_steps(store, scope, source_id, rt.limits, opts.shared_generation)
+    generation, deleted = done
     if status_store is not None:
         status_store.delete(scope, source_id)
     return ReplaceResult(
         source_id=source_id, deleted=deleted, indexed=0, skipped=False, generation=generation
     )
+
+
+def _delete_in_steps(
+    store: ChunkStore,
+    scope: Scope,
+    source_id: str,
+    limits: Limits,
+    shared: SharedGeneration | None,
+) -> tuple[int, int]:
+    """``delete_source`` in one unit of work, step by step: the generation (``shared``'s, if
+    given), the source's rows, its pinned dependents, its grant; answers the generation and
+    how many of the source's rows retired."""
+    with store.unit_of_work(scope) as uow:
+        write = staged_write(uow, shared, [source_id])
+        generation = write.generation
+        deleted = uow.records.retire_source(source_id, generation=generation)
+        retire_pinned_dependents(uow, [source_id], generation=generation, limits=limits)
+        _revoke_grant(uow, source_id)
+        write.publish()
+        write.commit()
+    return generation, deleted
 
 
 def _revoke_grant(uow: UnitOfWork, source_id: str) -> None:

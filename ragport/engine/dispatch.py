@@ -47,6 +47,7 @@ class Pushdowns:
     rename_lineage: _Method = None
     merge_tombstones: _Method = None
     revoke_grants: _Method = None
+    delete_source: _Method = None
     prepare: _Method = None
 
     @property

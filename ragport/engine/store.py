@@ -54,7 +54,7 @@ from ragport.engine.reads import (
     walk_vectors,
 )
 from ragport.engine.rules import forgotten_set
-from ragport.engine.unit_of_work import BackendUnitOfWork, _ids, by_id
+from ragport.engine.unit_of_work import BackendUnitOfWork, _count, _ids, by_id
 from ragport.ports.backend import (
     BackendReader,
     BackendWriter,
@@ -215,6 +215,28 @@ class BackendStore:
         ``BackendUnitOfWork`` subclass (built with ``self._guard`` and ``self._push``), e.g.
         one that runs hooks after commit."""
         return BackendUnitOfWork(scope, writer, self._guard, self._push)
+
+    def delete_source_at_once(self, scope: Scope, source_id: str) -> tuple[int, int] | None:
+        """One source's whole deletion in one write of the backend's own (its
+        ``delete_source`` pushdown, ``ragport.ports.pushdowns.DeletesSource``): a generation
+        staged, the source's rows retired at it, its grant revoked, the generation published,
+        committed. Answers ``(generation, retired rows that were visible)``; ``None``, having
+        written nothing, when the backend has no such pushdown or declined (a derived row
+        names the source, a host's transaction): the caller then deletes step by step in a
+        unit of work (``ragport.application.delete_source``)."""
+        scope = _scope(scope)
+        validate_text(source_id, field="source_id")
+        delete = self._push.delete_source
+        if delete is None:
+            return None
+        with self._guard:
+            done = delete(scope, source_id)
+        if done is None:
+            return None
+        if not (isinstance(done, tuple) and len(done) == 2):
+            raise StoreError("a delete_source pushdown returned no (generation, count)")
+        generation, retired = (_count(n) for n in done)
+        return generation, retired
 
     def set_source_access(self, scope: Scope, grants: Sequence[Grant]) -> None:
         with self.unit_of_work(scope) as uow:

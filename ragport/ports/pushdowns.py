@@ -33,7 +33,9 @@ replica's, or one whose single statement needs no transaction; without it, ``rea
 
 Set-based writes (view = the writer): ``retire``, ``delete_where``, ``restore_above``,
 ``move``, ``rename_lineage``, ``merge_tombstones``, ``revoke_grants``; and ``prepare`` (before
-a write, no view).
+a write, no view). ``delete_source`` (no view) is a whole write of its own: one source's
+deletion, in a transaction it opens and commits, or nothing (the engine then takes the
+step-by-step path).
 
 The rules themselves stay in the engine: a pushdown applies a predicate the engine describes
 (``Admission``) or performs a write whose rule the engine already decided (the rekey collision
@@ -63,6 +65,7 @@ __all__ = [
     "PUSHDOWNS",
     "Admission",
     "AnswersHistory",
+    "DeletesSource",
     "DeletesWhere",
     "FindsDependents",
     "GuardedAnswer",
@@ -389,6 +392,30 @@ class Prepares(Protocol):
         ...
 
 
+@runtime_checkable
+class DeletesSource(Protocol):
+    """One source's whole deletion (``ragport.application.delete_source`` without a shared
+    generation) as one write of the backend's own: one transaction, which a backend over a
+    server can send with its ``BEGIN`` and ``COMMIT`` in one round trip."""
+
+    def delete_source(self, scope: Scope, source_id: str) -> tuple[int, int] | None:
+        """Outside any ``read``/``write`` block, in one write of ``scope`` as ``write``
+        serializes them: with the scope's state ``s`` as read under its lock, take
+        ``g = staged(s).counter`` (``ragport.engine.generations``: the counter when above
+        the pointer, else the counter plus one); ``retire`` the rows of ``source_id`` at
+        ``g``; ``revoke_grants([source_id])``; publish ``g`` (counter and pointer both
+        ``g``, the floor and the embedder claim unchanged); commit. Returns ``(g, n)``,
+        ``n`` what ``retire`` returns (counted at ``s.pointer``).
+
+        Returns ``None`` having committed nothing when a ``derived`` row of any
+        generation holds ``source_id`` in its ``lineage`` (the engine must decide which of
+        them retire with it: ``retire_pinned_dependents``), or when it cannot write this way
+        here (e.g. inside a host's transaction, which it may not commit); the engine then
+        runs the same deletion step by step in a unit of work. The engine has validated
+        ``source_id``; the deletion is all or nothing, as a unit of work's."""
+        ...
+
+
 PUSHDOWNS: Mapping[str, type] = {
     "search_vectors": SearchesVectors,
     "search_lexical": SearchesLexically,
@@ -407,6 +434,7 @@ PUSHDOWNS: Mapping[str, type] = {
     "rename_lineage": RenamesLineage,
     "merge_tombstones": MergesTombstones,
     "revoke_grants": RevokesGrants,
+    "delete_source": DeletesSource,
     "prepare": Prepares,
 }
 """Every pushdown: the method a backend's class defines, and the Protocol describing it."""

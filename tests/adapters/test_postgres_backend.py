@@ -20,6 +20,7 @@ from ragport.adapters.postgres.backend import PostgresBackend, transaction_of
 from ragport.application import (
     compact,
     delete_source,
+    index_derived,
     replace_source,
     repoint_source,
     retrieve_context,
@@ -326,14 +327,12 @@ def test_a_vector_read_after_a_hybrid_one_is_still_one_round_trip(
 
 
 def test_a_delete_makes_the_round_trips_it_needs(pg_engine: Any, pg_schema: str) -> None:
-    """``delete_source`` on PostgreSQL (issue 45, delete one source): the BEGIN in one
-    pipeline with the scope lock; the retirement (its generic plan's settings around it) in
-    one with the probe for derived rows naming the source, so no dependents read follows when
-    there are none; the grant revoke in one statement (``revoke_grants``); the scope's numbers
-    in one pipeline with the COMMIT. Before: BEGIN, lock, retire, dependents, grant read,
-    grant write, numbers, COMMIT. If this fails, check ``backend._locked``,
-    ``backend._retire``, ``PostgresBackend.revoke_grants`` and
-    ``ScopeTransaction._save_and_commit``."""
+    """``delete_source`` on PostgreSQL (issue 45, delete one source): one round trip, the
+    ``delete_source`` pushdown's pipeline: BEGIN, the scope lock, then one statement that
+    takes the generation from the locked row, retires the source, revokes its grant and
+    publishes (its generic plan's settings around it), then COMMIT. Before: four ([BEGIN,
+    lock], [retire, probe], the revoke, [numbers, COMMIT]); before those, eight. If this
+    fails, check ``backend._delete_at_once`` and ``statements.delete_source``."""
     store = PostgresStore(pg_engine, schema=pg_schema, create=True, writes=INLINE)
     for source, texts in DOCS.items():
         replace_source(
@@ -341,14 +340,45 @@ def test_a_delete_makes_the_round_trips_it_needs(pg_engine: Any, pg_schema: str)
         )
     store.set_source_access(SCOPE, [Grant(s, ("alice",), (), 1) for s in DOCS])
     delete_source(source_id="harbour", store=store, scope=SCOPE)
+    before = store.current_generation(SCOPE)
     with _round_trips() as sent:
-        delete_source(source_id="ledger", store=store, scope=SCOPE)
+        done = delete_source(source_id="ledger", store=store, scope=SCOPE)
     # (then the inline after-commit maintenance: the fold of the batch retired whole)
-    assert sent[:2] == ["pipeline", "pipeline"], sent
-    assert sent[2].startswith("UPDATE") and ".grants" in sent[2], sent
-    assert sent[3] == "pipeline", sent
+    assert sent[0] == "pipeline", sent
+    assert "pipeline" not in sent[1:] and not any(".grants" in s for s in sent), sent
+    assert (done.generation, done.deleted) == (before + 1, len(DOCS["ledger"]))
+    assert store.current_generation(SCOPE) == before + 1
     assert store.get_by_source(SCOPE, "ledger") == []
     assert store.get_source_access(SCOPE, ["ledger"])["ledger"].is_empty
+
+
+def test_a_delete_named_by_a_derived_row_takes_the_steps(pg_engine: Any, pg_schema: str) -> None:
+    """A derived row names the source: the one-step statement writes nothing (its pinned
+    dependents are the engine's to decide), and the step-by-step unit of work deletes it, a
+    pinned dependent with it, at one new generation. If this fails, check the ``sg`` CTE of
+    ``statements.delete_source`` (NULL when a derived row names the source) and the
+    fallback in ``ragport.application.indexing.delete_source``."""
+    store = PostgresStore(pg_engine, schema=pg_schema, create=True, writes=INLINE)
+    replace_source(
+        source_id="harbour", chunks=_chunks("harbour", DOCS["harbour"]), embedder=EMB,
+        store=store, scope=SCOPE,
+    )  # fmt: skip
+    store.set_source_access(SCOPE, [Grant("harbour", ("alice",), (), 1)])
+    index_derived(
+        record_id="summary", text="a summary of the harbour", lineage=["harbour"],
+        embedder=EMB, store=store, scope=SCOPE, pinned=True,
+    )  # fmt: skip
+    before = store.current_generation(SCOPE)
+    with _round_trips() as sent:
+        done = delete_source(source_id="harbour", store=store, scope=SCOPE)
+    assert sent[0] == "pipeline" and sent.count("pipeline") >= 3, sent  # then the steps
+    assert done.generation == store.current_generation(SCOPE) == before + 1
+    assert store.get_by_source(SCOPE, "harbour") == []
+    assert store.get_by_source(SCOPE, "summary") == [], "the pinned summary retires too"
+    assert store.get_source_access(SCOPE, ["harbour"])["harbour"].is_empty
+    rollback_generation(store=store, scope=SCOPE, to=before)
+    assert len(store.get_by_source(SCOPE, "harbour")) == len(DOCS["harbour"])
+    assert [r.id for r in store.get_by_source(SCOPE, "summary")] == ["summary"]
 
 
 def test_a_retirement_knows_its_dependents_only_until_a_row_is_written(

@@ -196,6 +196,19 @@ class Pushed(MemoryBackend):
         view.put_grants([Grant(s) for s in named])
         return len(named)
 
+    def delete_source(self, scope: Scope, source_id: str) -> tuple[int, int] | None:
+        self._called("delete_source")
+        with self.write(scope) as view:
+            if any(r.kind == "derived" and source_id in r.lineage for r in view.rows()):
+                return None  # the block left without a commit: nothing written
+            state = view.state()
+            g = state.counter if state.counter > state.pointer else state.counter + 1
+            retired = self.retire(view, source_id=source_id, generation=g)
+            self.revoke_grants(view, [source_id])
+            view.set_state(attrs.evolve(state, counter=g, pointer=g))
+            view.commit()
+        return g, retired
+
     def prepare(self, scope: Scope, *, dimensions: int) -> None:
         self._called("prepare")
         self.prepared.append((scope, dimensions))
@@ -267,4 +280,5 @@ def test_the_suite_reaches_every_pushdown() -> None:
         uow.records.purge_retired(0)
         uow.grants.revoke(["a"])
         uow.commit()
+    assert store.delete_source_at_once(scope, "b") is not None
     assert sorted(backend.calls) == sorted(EVERY)

@@ -48,7 +48,7 @@ class TestPostgresBackend(StorageBackendContract):
             "search_vectors", "search_lexical", "embedders", "source_id_page", "history",
             "forgotten_among", "tombstones_among", "dependents", "prepare", "retire",
             "delete_where", "restore_above", "move", "rename_lineage", "merge_tombstones",
-            "revoke_grants",
+            "revoke_grants", "delete_source",
         } <= set(BackendStore(backend).pushdowns)  # fmt: skip
 
 

@@ -93,11 +93,11 @@ def test_a_pushdown_answer_outside_the_scope_is_refused() -> None:
 
 
 def test_every_pushdown_is_named_once() -> None:
-    assert len(PUSHDOWNS) == 18
+    assert len(PUSHDOWNS) == 19
     assert set(PUSHDOWNS) == {
         *("search_vectors", "search_lexical", "guarded_search", "retrieval_read"),
         *("embedders", "source_id_page", "history"),
         *("forgotten_among", "tombstones_among", "dependents"),
         *("retire", "delete_where", "restore_above", "move"),
-        *("rename_lineage", "merge_tombstones", "revoke_grants", "prepare"),
+        *("rename_lineage", "merge_tombstones", "revoke_grants", "delete_source", "prepare"),
     }

@@ -596,6 +596,32 @@ def _retire(
     return int(retired[0]), bool(derived[0])
 
 
+def _delete_at_once(conn: Any, s: str, params: dict[str, Any]) -> tuple[Any, Any]:
+    """``PostgresBackend.delete_source``'s round trip on ``conn`` (a SQLAlchemy ``Connection``):
+    ``BEGIN``, ``statements.lock_scope``, ``statements.delete_source`` between the
+    ``plan_cache_mode`` settings of its generic plan (``reads.GENERIC_LOCAL``) and
+    ``COMMIT``, in one pipeline; the scope's row as locked and the statement's answer."""
+    if not conn.in_transaction():
+        conn.begin()  # SQLAlchemy's bookkeeping only: the driver begins at the statement
+    dbapi = driver_connection(conn)
+    query, names = statements.numbered(statements.delete_source(s))
+    lock = reads.pyformat(statements.lock_scope(s))
+    with (
+        dbapi.cursor(row_factory=namedtuple_row) as locked,
+        psycopg.RawCursor(dbapi, row_factory=namedtuple_row) as cur,
+    ):
+        with dbapi.pipeline() if reads.PIPELINE else nullcontext():
+            locked.execute(lock, params)
+            dbapi.execute(reads.GENERIC_LOCAL[0])
+            cur.execute(query, [params[n] for n in names], prepare=True)
+            dbapi.execute(reads.GENERIC_LOCAL[1])
+            dbapi.commit()
+        state, done = locked.fetchone(), cur.fetchone()
+    conn.commit()  # SQLAlchemy's bookkeeping: the driver is idle, nothing is sent
+    assert state is not None and done is not None
+    return state, done
+
+
 class PostgresBackend:
     """The narrow storage port on ragport's PostgreSQL schema (see the module docstring).
 
@@ -878,6 +904,34 @@ class PostgresBackend:
         sql = reads.pyformat(statements.grants_revoke(self._db.s))
         with translate_errors("set grants"):
             return int(driver_connection(view.conn).execute(sql, params).rowcount)
+
+    def delete_source(self, scope: Scope, source_id: str) -> tuple[int, int] | None:
+        """``DeletesSource``: the scope lock, then ``statements.delete_source`` (the
+        generation from the locked row, the retirement, the grant revoke and the publish in
+        one statement, with its generic plan), in one pipeline with the ``BEGIN`` and the
+        ``COMMIT``: one round trip. ``None`` on a joined view (nothing sent: the host's
+        transaction is not this one's to commit), and when a derived row names the source
+        (the statement wrote nothing; its transaction committed empty)."""
+        if self._db.joined is not None:
+            return None
+        s = self._db.s
+        with self._db.connect("unit of work") as conn:
+            committed = False
+            try:
+                with translate_errors("delete source"):
+                    state, done = _delete_at_once(conn, s, scope_params(scope, src=source_id))
+                committed = True
+                if done.g is None:
+                    return None
+                tx = self._transaction(scope, conn, state, None)
+                tx.gin_rows, tx.fold_due = int(done.retired), True  # as ``retire``
+                tx.after_commit()
+                if tx.position is not None:
+                    self._db.record_position(tx.position)
+                return int(done.g), int(done.retired)
+            finally:
+                if not committed:
+                    conn.rollback()
 
     def merge_tombstones(self, view: _Writer, tombstones: Sequence[Tombstone]) -> int:
         """``statements.tombstones_insert``: a ``forgotten`` one is never downgraded, and the

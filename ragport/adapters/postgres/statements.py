@@ -30,6 +30,7 @@ __all__ = [
     "copy_records",
     "copy_vectors",
     "delete_records",
+    "delete_source",
     "dependents_sql",
     "fold_retired",
     "fold_stats",
@@ -190,8 +191,17 @@ def retire(s: str, where: str) -> str:
     here (``_fold_amounts``). The other rows write row deltas
     (``with_stats``). The two sets of rows are disjoint (``generation = :g`` and ``< :g``),
     so one snapshot serves both."""
+    return _retirement(s, where)
+
+
+def _retirement(
+    s: str, where: str, *, g: str = ":g", p: str = ":p", first: str = "", answer: str = ""
+) -> str:
+    """``retire`` with the generation ``g`` and the pointer ``p`` (SQL expressions), the CTEs
+    ``first`` before all others, and ``answer`` (a SELECT; by default the count of retired
+    rows visible at ``p``)."""
     gone = (
-        f"gone AS (DELETE FROM {s}.records WHERE {SCOPE} AND {where} AND generation = :g "
+        f"gone AS (DELETE FROM {s}.records WHERE {SCOPE} AND {where} AND generation = {g} "
         "RETURNING retired_generation AS plus, generation AS minus, tsv, row_key, "
         f"stats_batch AS batch, {NAMED_BY}), "
         f"vx AS (DELETE FROM {s}.record_vectors v WHERE v.tenant_id = :t "
@@ -199,8 +209,8 @@ def retire(s: str, where: str) -> str:
         "AND v.row_key IN (SELECT gone.row_key FROM gone)), "
     )
     retired = (
-        f"up AS (UPDATE {s}.records SET retired_generation = :g "
-        f"WHERE {SCOPE} AND {where} AND retired_generation IS NULL AND generation < :g "
+        f"up AS (UPDATE {s}.records SET retired_generation = {g} "
+        f"WHERE {SCOPE} AND {where} AND retired_generation IS NULL AND generation < {g} "
         "RETURNING CAST(NULL AS bigint) AS plus, retired_generation AS minus, tsv, generation, "
         f"stats_batch AS batch, {NAMED_BY}), "
     )
@@ -215,7 +225,7 @@ def retire(s: str, where: str) -> str:
             "SELECT up.batch, up.tsv FROM up "
             "WHERE up.batch IN (SELECT whole.batch FROM whole WHERE NOT whole.stored)"
         ),
-        f"bw AS (UPDATE {s}.lexical_batches b SET retired_generation = :g, "
+        f"bw AS (UPDATE {s}.lexical_batches b SET retired_generation = {g}, "
         "fold_docs = b.rows, fold_length = coalesce(fw.length, b.fold_length), "
         "fold_lexemes = coalesce(fl.lexemes, b.fold_lexemes, '{}'), "
         "fold_counts = coalesce(fl.counts, b.fold_counts, '{}') "
@@ -232,8 +242,48 @@ def retire(s: str, where: str) -> str:
         f"SELECT plus, minus, tsv, batch, {NAMED_BY} FROM gone "
         f"UNION ALL SELECT plus, minus, tsv, batch, {NAMED_BY} FROM up "
         "WHERE up.batch IS NULL OR up.batch NOT IN (SELECT whole.batch FROM whole)",
-        "SELECT count(*) FILTER (WHERE generation <= :p) FROM up",
-        ctes=gone + retired + "".join(whole) + live,
+        answer or f"SELECT count(*) FILTER (WHERE generation <= {p}) FROM up",
+        ctes=first + gone + retired + "".join(whole) + live,
+    )
+
+
+def delete_source(s: str) -> str:
+    """The whole delete of ``:src`` after ``lock_scope`` in one statement (the
+    ``delete_source`` pushdown): its generation ``g`` taken from the locked scope row as
+    ``generations.staged`` takes it (the counter when above the pointer, else the counter
+    plus one), its rows retired at ``g`` (``retire``), its grant revoked (``grants_revoke``)
+    and ``g`` published (counter and pointer both ``g``, as ``generations.published`` and
+    ``save_generations`` leave them). Answers ``retired`` (the rows visible at the old
+    pointer, as ``retire``) and ``g``; ``g`` is NULL, and nothing is written, when a derived
+    row of any generation names ``:src`` in its lineage (its pinned ones must retire too:
+    the engine decides that, step by step).
+
+    ``lock_scope`` must run as a statement of its own first: this statement's snapshot must
+    be taken after the lock is held (a lock in one of its CTEs would leave it reading rows
+    as they were before a writer it waited for committed)."""
+    derived = (
+        f"EXISTS (SELECT 1 FROM {s}.records d WHERE d.tenant_id = :t AND d.resource_id = :r "
+        "AND d.corpus_id = :c AND d.kind = 'derived' AND d.lineage && ARRAY[CAST(:src AS text)])"
+    )
+    step = (
+        f"sg AS MATERIALIZED (SELECT CASE WHEN {derived} THEN NULL "
+        "WHEN x.counter > x.pointer THEN x.counter ELSE x.counter + 1 END AS g, "
+        f"x.pointer AS p FROM {s}.scopes x WHERE {XSCOPE}), "
+        f"gr AS (UPDATE {s}.grants SET principal_ids = '{{}}', group_ids = '{{}}', "
+        f"access_version = 1 WHERE {SCOPE} AND source_id = :src "
+        "AND (cardinality(principal_ids) > 0 OR cardinality(group_ids) > 0) "
+        "AND (SELECT sg.g FROM sg) IS NOT NULL), "
+        f"pb AS (UPDATE {s}.scopes x SET counter = sg.g, pointer = sg.g FROM sg "
+        f"WHERE {XSCOPE} AND sg.g IS NOT NULL), "
+    )
+    return _retirement(
+        s,
+        "source_id = :src",
+        g="(SELECT sg.g FROM sg)",
+        p="(SELECT sg.p FROM sg)",
+        first=step,
+        answer="SELECT (SELECT count(*) FILTER (WHERE up.generation <= sg.p) FROM up) "
+        "AS retired, sg.g FROM sg",
     )
 
 

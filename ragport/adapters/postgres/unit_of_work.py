@@ -240,6 +240,13 @@ class ScopeTransaction:
             return
         with translate_errors("commit"):
             self._save_and_commit()
+        self.after_commit()
+
+    def after_commit(self) -> None:
+        """What follows the commit of this transaction (``commit``'s, or the one a
+        ``PostgresBackend.delete_source`` pipeline ended with): the WAL position for
+        replicas, the sweep of vectors written ahead, the index maintenance."""
+        with translate_errors("commit"):
             if self.track_position:
                 # At or after this commit's WAL record: what a replica must replay to show it.
                 self.position = str(
