@@ -7,6 +7,7 @@ store retries once on a fresh connection (reads only).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
-from ragport.adapters.postgres import PostgresStore, VectorIndexSettings, _driver, reads
+from ragport.adapters.postgres import PostgresStore, VectorIndexSettings, _driver, backend, reads
 from ragport.domain.errors import StoreError, ValidationError
 
 SCOPE = ragport.Scope("tenant-1", "kb", "docs")
@@ -45,8 +46,15 @@ def _backend_pid(store: PostgresStore) -> int:
     return int(rows[0][0])
 
 
-def _kill(admin: psycopg.Connection, pid: int) -> None:
+def _kill(admin: psycopg.Connection, pid: int, *, wait: bool = False) -> None:
+    """``pg_terminate_backend(pid)``; with ``wait``, until that process has exited (it
+    closes its socket then: pg_terminate_backend returns once it is signalled)."""
     assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+    for _ in range(500 if wait else 0):
+        if not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            return
+        time.sleep(0.01)
+    assert not wait, "the terminated backend did not exit within 5 s"
 
 
 def test_a_read_on_a_killed_pooled_connection_is_retried_once(pg_url, pg_schema, admin) -> None:
@@ -110,32 +118,57 @@ def _no_retry(connect):  # type: ignore[no-untyped-def]
 
 
 def test_a_write_on_a_killed_connection_fails_loudly_and_the_next_one_works(
-    pg_url, pg_schema, admin
+    pg_url, pg_schema, admin, monkeypatch
 ) -> None:
+    """The connection killed inside the unit of work, after its first statement (the
+    scope's lock): the write raises, nothing of it stays, and it is not run again."""
+    store = _store(pg_url, pg_schema)
+    transaction = backend.PostgresBackend._transaction
+    killed: list[int] = []
+
+    def killing(self, scope, conn, state, savepoint):  # type: ignore[no-untyped-def]
+        if not killed:
+            killed.append(conn.connection.driver_connection.info.backend_pid)
+            _kill(admin, killed[0])
+        return transaction(self, scope, conn, state, savepoint)
+
+    monkeypatch.setattr(backend.PostgresBackend, "_transaction", killing)
+    try:
+        chunks = [ragport.Chunk.of("doc", 0, "delta epsilon")]
+        # Writes are not retried behind the caller's back: the error is typed, nothing half done.
+        with pytest.raises(StoreError) as info:
+            ragport.application.replace_source(
+                source_id="doc", chunks=chunks, embedder=EMB, store=store, scope=SCOPE
+            )
+        assert info.value.lost_connection and len(killed) == 1
+        assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["alpha beta gamma"]
+        ragport.application.replace_source(
+            source_id="doc", chunks=chunks, embedder=EMB, store=store, scope=SCOPE
+        )
+        assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["delta epsilon"]
+    finally:
+        store.engine.dispose()
+
+
+def test_a_write_takes_no_connection_killed_while_idle(pg_url, pg_schema, admin) -> None:
+    """A pooled connection killed while it sat idle (after the write's early reads, before
+    its unit of work takes it): the checkout sees its server hung up (no round trip,
+    ``pool.closed_by_server``) and takes a live one; nothing ran on the dead one."""
     store = _store(pg_url, pg_schema)
 
     class KillingEmbedder(HashEmbedder):
-        """Kills the pooled connection while the write embeds: after the write's early reads
-        (which may retry on a dead connection), before its unit of work takes the connection."""
-
         def embed(self, texts):  # type: ignore[no-untyped-def]
-            _kill(admin, _backend_pid(store))
+            _kill(admin, _backend_pid(store), wait=True)
             return super().embed(texts)
 
     try:
         chunks = [ragport.Chunk.of("doc", 0, "delta epsilon")]
-        # Writes are not retried behind the caller's back: the error is typed, nothing half done.
-        with pytest.raises(StoreError):
-            ragport.application.replace_source(
-                source_id="doc",
-                chunks=chunks,
-                embedder=KillingEmbedder(dimensions=16),
-                store=store,
-                scope=SCOPE,
-            )
-        assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["alpha beta gamma"]
         ragport.application.replace_source(
-            source_id="doc", chunks=chunks, embedder=EMB, store=store, scope=SCOPE
+            source_id="doc",
+            chunks=chunks,
+            embedder=KillingEmbedder(dimensions=16),
+            store=store,
+            scope=SCOPE,
         )
         assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["delta epsilon"]
     finally:

@@ -118,3 +118,14 @@ def test_a_write_first_after_a_restart(store: PostgresStore, server: Any) -> Non
         scope=SCOPE,
     )
     assert [r.text for r in store.get_by_source(SCOPE, "doc")] == ["delta epsilon"]
+
+
+def test_a_write_that_reads_nothing_first_after_a_restart(
+    store: PostgresStore, server: Any
+) -> None:
+    """``delete_source`` begins with its unit of work: its checkout sees the connection's
+    server hung up (no round trip) and takes a live one. Writes are never retried."""
+    _fill_pool(store)
+    _restart(server)
+    ragport.application.delete_source(source_id="doc", store=store, scope=SCOPE)
+    assert list(store.get_by_source(SCOPE, "doc")) == []

@@ -37,6 +37,7 @@ from ragport.adapters.postgres._driver import (
 )
 from ragport.adapters.postgres.extension import PgVector
 from ragport.adapters.postgres.pool import (
+    closed_by_server,
     idle_connection,
     idle_pair,
     server_lost,
@@ -279,13 +280,36 @@ class Connections:
                 yield conn
             return
         with translate_errors(operation), self.checkout(operation) as conn:
-            self.check_schema(conn)
-            self._note_extension(conn)
-            yield conn
+            dbapi, info = conn.connection.driver_connection, conn.connection.info
+            assert isinstance(dbapi, psycopg.Connection)
+            try:
+                self.check_schema(conn)
+                self._note_extension(conn)
+                yield conn
+            except BaseException:
+                # Statements run on psycopg directly (a unit of work's lock) bypass
+                # SQLAlchemy's disconnect handling: the connections opened before go too.
+                if dbapi.closed or dbapi.broken:
+                    server_lost(self.engine, info)
+                raise
 
     def checkout(self, operation: str) -> Connection:
         """``engine.connect()``, or ``StoreError(reason="pool_exhausted")`` rather than a wait
-        on a connection the caller holds itself (``pool.wait_for_connection``)."""
+        on a connection the caller holds itself (``pool.wait_for_connection``).
+
+        A connection its server closed while it sat in the pool (``pool.closed_by_server``:
+        no round trip) is discarded, with every connection opened before it
+        (``pool.server_lost``), and another taken: what runs on it (a write) is not retried.
+        """
+        wait_for_connection(self.engine, operation)
+        conn = self.engine.connect()
+        dbapi = conn.connection.driver_connection
+        assert isinstance(dbapi, psycopg.Connection)
+        if not closed_by_server(dbapi):
+            return conn
+        server_lost(self.engine, conn.connection.info)
+        conn.invalidate()
+        conn.close()
         wait_for_connection(self.engine, operation)
         return self.engine.connect()
 

@@ -23,16 +23,21 @@ new one opened in its place (``PoolWatch.generation``), so a read retried once a
 connection runs on a live one, not on the next dead one. SQLAlchemy does the same for the
 statements it runs itself (a disconnect on a ``Connection`` invalidates the pool's older
 connections; its ``pool_pre_ping`` too), but ragport's reads run on psycopg directly.
+Writes are never retried (a lost connection may have committed): their checkout looks at
+the connection's socket first (``closed_by_server``), so a write after a restart takes a
+live connection.
 """
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 import weakref
 from collections.abc import MutableMapping
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import QueuePool
@@ -42,6 +47,7 @@ from ragport.domain.errors import StoreError
 __all__ = [
     "POOL_WAIT_SECONDS",
     "PoolWatch",
+    "closed_by_server",
     "has_free_connection",
     "idle_connection",
     "idle_pair",
@@ -132,6 +138,21 @@ def server_lost(engine: Engine, info: MutableMapping[str, Any]) -> None:
     """A connection of ``engine``'s pool (its ``info``) lost its server: the connections the
     pool opened before are discarded at their next checkout (the module docstring)."""
     watch(engine).lost(info)
+
+
+def closed_by_server(dbapi: psycopg.Connection[Any]) -> bool:
+    """Whether the server has most likely closed this idle pooled connection, without a
+    round trip: it is broken, or its socket has something to read while no statement is
+    out. A server process that ends (a restart, a crash, ``pg_terminate_backend``,
+    ``idle_session_timeout``) sends its last message (57P01 admin_shutdown, ...) and hangs
+    up; what else the server may send an idle connection (a ``LISTEN`` notification)
+    is rare on a pool ragport uses, and such a connection is only reopened."""
+    if dbapi.closed or dbapi.broken:
+        return True
+    try:
+        return bool(select.select([dbapi.fileno()], [], [], 0)[0])
+    except (OSError, ValueError, psycopg.Error):
+        return True
 
 
 def _bounded(engine: Engine) -> QueuePool | None:
