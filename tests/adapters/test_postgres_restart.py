@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from psycopg import errors as pg_errors
 from sqlalchemy import create_engine
 
 import ragport
@@ -129,3 +130,22 @@ def test_a_write_that_reads_nothing_first_after_a_restart(
     _restart(server)
     ragport.application.delete_source(source_id="doc", store=store, scope=SCOPE)
     assert list(store.get_by_source(SCOPE, "doc")) == []
+
+
+@pytest.mark.parametrize(
+    ("error", "lost"),
+    [
+        (pg_errors.AdminShutdown, True),  # 57P01: a restart's fast or smart shutdown
+        (pg_errors.CrashShutdown, True),  # 57P02: another server process crashed
+        (pg_errors.CannotConnectNow, True),  # 57P03: the server is starting up
+        (pg_errors.ConnectionFailure, True),  # 08006
+        (pg_errors.QueryCanceled, False),  # 57014: a statement_timeout, the connection lives
+        (pg_errors.SerializationFailure, False),
+    ],
+)
+def test_which_server_errors_are_a_lost_connection(error: type, lost: bool) -> None:
+    """The SQLSTATEs a read is retried on (``StoreError.lost_connection``)."""
+    assert _driver.lost_connection(error("server message")) is lost
+    with pytest.raises(StoreError) as info, _driver.translate_errors("read"):
+        raise error("server message")
+    assert info.value.lost_connection is lost
