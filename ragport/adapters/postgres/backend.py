@@ -598,23 +598,22 @@ def _retire(
 
 def _delete_at_once(conn: Any, s: str, params: dict[str, Any]) -> tuple[Any, Any]:
     """``PostgresBackend.delete_source``'s round trip on ``conn`` (a SQLAlchemy ``Connection``):
-    ``BEGIN``, ``statements.lock_scope``, ``statements.delete_source`` between the
-    ``plan_cache_mode`` settings of its generic plan (``reads.GENERIC_LOCAL``) and
-    ``COMMIT``, in one pipeline; the scope's row as locked and the statement's answer."""
+    ``BEGIN``, ``statements.lock_scope`` (which also sets the transaction's
+    ``plan_cache_mode`` for a generic plan: ``generic``), ``statements.delete_source``
+    (prepared, so run with its generic plan) and ``COMMIT`` (which ends the setting), in one
+    pipeline; the scope's row as locked and the statement's answer."""
     if not conn.in_transaction():
         conn.begin()  # SQLAlchemy's bookkeeping only: the driver begins at the statement
     dbapi = driver_connection(conn)
     query, names = statements.numbered(statements.delete_source(s))
-    lock = reads.pyformat(statements.lock_scope(s))
+    lock = reads.pyformat(statements.lock_scope(s, generic=True))
     with (
         dbapi.cursor(row_factory=namedtuple_row) as locked,
         psycopg.RawCursor(dbapi, row_factory=namedtuple_row) as cur,
     ):
         with dbapi.pipeline() if reads.PIPELINE else nullcontext():
             locked.execute(lock, params)
-            dbapi.execute(reads.GENERIC_LOCAL[0])
             cur.execute(query, [params[n] for n in names], prepare=True)
-            dbapi.execute(reads.GENERIC_LOCAL[1])
             dbapi.commit()
         state, done = locked.fetchone(), cur.fetchone()
     conn.commit()  # SQLAlchemy's bookkeeping: the driver is idle, nothing is sent

@@ -79,17 +79,24 @@ def numbered(sql: str) -> tuple[str, tuple[str, ...]]:
 # -- scopes and generations ----------------------------------------------------------------------
 
 
-def lock_scope(s: str) -> str:
+def lock_scope(s: str, *, generic: bool = False) -> str:
     """Create the scope's row if it is missing (counter, pointer and floor at 0), lock it and
     read it, in one statement: writers of one scope are serialized. The upsert's row lock is
     held to the end of the transaction (a first writer racing another waits on its insert,
     then locks the row it committed); readers never wait. It reads the sole-embedder claim
-    (``embedders.py``) and the engine's claim (migration 13)."""
+    (``embedders.py``) and the engine's claim (migration 13). With ``generic`` it also sets
+    ``plan_cache_mode`` to ``force_generic_plan`` for the rest of the transaction (``SET
+    LOCAL``: its ``COMMIT`` ends it), for a transaction whose other statement must run
+    with its generic plan (``delete_source``): one statement fewer than
+    ``reads.GENERIC_LOCAL``'s two."""
+    generic_mode = (
+        ", set_config('plan_cache_mode', 'force_generic_plan', true) AS generic" if generic else ""
+    )
     return (
         f"INSERT INTO {s}.scopes AS x (tenant_id, resource_id, corpus_id) VALUES (:t, :r, :c) "
         "ON CONFLICT (tenant_id, resource_id, corpus_id) DO UPDATE SET counter = x.counter "
         "RETURNING x.counter, x.pointer, x.floor, x.sole_embedder, x.sole_dimensions, "
-        "x.embedder_claim"
+        f"x.embedder_claim{generic_mode}"
     )
 
 
@@ -247,6 +254,7 @@ def _retirement(
     )
 
 
+@cache  # a fixed text per schema, sent on every delete: built once
 def delete_source(s: str) -> str:
     """The whole delete of ``:src`` after ``lock_scope`` in one statement (the
     ``delete_source`` pushdown): its generation ``g`` taken from the locked scope row as
