@@ -21,7 +21,6 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
 from ragport.adapters.postgres import PostgresStore, backend
-from ragport.adapters.postgres.backend import PostgresBackend
 from ragport.application import delete_source
 from ragport.contract_tests._support import publish_sources
 from ragport.ports.store import HybridAnswer
@@ -66,7 +65,6 @@ def test_a_server_refusing_a_second_connection_answers_on_one(
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     try:
         limited = PostgresStore(engine, schema=pg_schema)
-        PostgresBackend.of(limited).connections.pgvector()  # looked up with nothing held
         assert _ids(_hybrid(limited, scope)) == expected
         assert engine.pool.checkedout() == 0
     finally:
