@@ -15,8 +15,11 @@ import argparse
 import re
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,53 +37,137 @@ from ragport.adapters.postgres import (  # noqa: E402
 )
 
 
+@dataclass
+class Call:
+    """One statement as sent: its SQL (``%(name)s`` form, or PostgreSQL's ``$n`` form with a
+    parameter list when ``numbered``: a ``psycopg.RawCursor``), whether it ran prepared (so
+    with its generic plan: ``reads.fetch_generic``, or after ``lock_scope(generic=True)``),
+    and its seconds (``piped``: from its send to its pipeline's end)."""
+
+    sql: str
+    params: Any
+    generic: bool
+    seconds: float
+    numbered: bool = False
+    piped: bool = False
+    start: float = 0.0
+
+
 class Capture:
     """The statements the store sends while ``on``: (SQL, parameters, whether it ran as a
     prepared generic plan, seconds). Reads go through ``reads.fetch`` (patched here, as its
-    docstring invites); writes through SQLAlchemy (its cursor events)."""
+    docstring invites); writes through SQLAlchemy (its cursor events); and every other
+    statement sent on a psycopg cursor directly (``psycopg.Cursor.execute``, patched here:
+    the delete's scope lock and its one statement on a ``RawCursor`` in ``$n`` form, the
+    retirement's steps), from any thread. A statement sent inside a psycopg pipeline is timed
+    from its send to the pipeline's end (its results are read there): the statements of one
+    pipeline overlap."""
 
     def __init__(self, engine: Any):
         self.on = False
-        self.calls: list[tuple[str, Any, bool, float]] = []
-        self._t0 = 0.0
+        self.calls: list[Call] = []
+        self._local = threading.local()  # per thread: inside fetch / SQLAlchemy, its start
         self._inner = reads.fetch
         reads.fetch = self._fetch
+        self._execute = psycopg.Cursor.execute
+        self._pipeline = psycopg.Connection.pipeline
+        capture = self
+
+        def execute(cur: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+            return capture._direct(cur, query, params, kw)
+
+        @contextmanager
+        def pipeline(conn: Any) -> Iterator[Any]:
+            with capture._pipeline(conn) as p:
+                yield p
+            capture._piped_end(conn)
+
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign,assignment]
+        psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign,assignment]
         event.listen(engine, "before_cursor_execute", self._before)
         event.listen(engine, "after_cursor_execute", self._after)
+
+    def _inside(self) -> int:
+        return int(getattr(self._local, "inside", 0))
 
     def _fetch(
         self, conn: Any, sql: str, params: Any, *, prepare: bool | None = None, **kw: Any
     ) -> Any:
         t0 = time.perf_counter()
-        rows = self._inner(conn, sql, params, prepare=prepare, **kw)
+        self._local.inside = self._inside() + 1
+        try:
+            rows = self._inner(conn, sql, params, prepare=prepare, **kw)
+        finally:
+            self._local.inside -= 1
         if self.on:
             self.calls.append(
-                (reads.pyformat(sql), dict(params), prepare is True, time.perf_counter() - t0)
+                Call(reads.pyformat(sql), dict(params), prepare is True, time.perf_counter() - t0)
             )
         return rows
 
+    def _direct(self, cur: Any, query: Any, params: Any, kw: dict[str, Any]) -> Any:
+        """``psycopg.Cursor.execute``, recorded when neither ``fetch`` nor SQLAlchemy sent it."""
+        if not self.on or self._inside():
+            return self._execute(cur, query, params, **kw)
+        t0 = time.perf_counter()
+        out = self._execute(cur, query, params, **kw)
+        sql = query if isinstance(query, str) else bytes(query).decode()
+        numbered = isinstance(cur, psycopg.RawCursor)
+        args = list(params) if numbered and params is not None else params
+        call = Call(sql, args, kw.get("prepare") is True, time.perf_counter() - t0, numbered)
+        if cur.connection._pipeline is not None:  # results read at its end
+            call.start = t0
+            pending = getattr(self._local, "piped", [])
+            self._local.piped = [*pending, (cur.connection, call)]
+        self.calls.append(call)
+        return out
+
+    def _piped_end(self, conn: Any) -> None:
+        end = time.perf_counter()
+        pending = getattr(self._local, "piped", [])
+        for c, call in pending:
+            if c is conn:
+                call.seconds, call.piped = end - call.start, True
+        self._local.piped = [(c, call) for c, call in pending if c is not conn]
+
     def _before(self, conn: Any, cursor: Any, statement: str, params: Any, *_a: Any) -> None:
-        self._t0 = time.perf_counter()
+        self._local.inside = self._inside() + 1
+        self._local.t0 = time.perf_counter()
 
     def _after(self, conn: Any, cursor: Any, statement: str, params: Any, *_a: Any) -> None:
+        self._local.inside -= 1
         if self.on:
-            self.calls.append((statement, params, False, time.perf_counter() - self._t0))
+            self.calls.append(Call(statement, params, False, time.perf_counter() - self._local.t0))
+
+    def clear(self) -> None:
+        self.calls.clear()
+        self._local.inside = 0
+        self._local.piped = []
 
 
-def label(statement: str) -> str:
-    s = " ".join(statement.split())
+def label(call: Call) -> str:
+    s = " ".join(call.sql.split())
     if "ranked AS" in s:
-        return "lexical leg (bm25_ctes)"
-    if s.startswith("WITH sc") and "record_vectors" in s:
-        return "vector leg"
-    return s[:100]
+        name = "lexical leg (bm25_ctes)"
+    elif s.startswith("WITH sc") and "record_vectors" in s:
+        name = "vector leg"
+    elif s.startswith("WITH sg AS") and "grants" in s:
+        name = "delete_source (one statement)"
+    elif s.startswith("INSERT INTO") and ".scopes AS x" in s and "set_config" in s:
+        name = "scope lock (lock_scope, generic=True)"
+    else:
+        name = s[:100]
+    return name + (" [pipelined]" if call.piped else "")
 
 
 _NAMED = re.compile(r"%\((\w+)\)s")
+_NOT_REPLAYED = ("SET TRANSA", "BEGIN", "START", "COMMIT", "ROLLBACK", "END")
 
 
-def _explain_generic(cur: Any, statement: str, params: Any) -> list[str]:
-    """EXPLAIN of ``statement`` as the store runs it: PREPAREd, its generic plan forced."""
+def _numbered(call: Call) -> tuple[str, list[Any]]:
+    """``call`` in PostgreSQL's ``$n`` form and its parameters in number order."""
+    if call.numbered:
+        return call.sql, list(call.params or [])
     names: list[str] = []
 
     def number(m: re.Match[str]) -> str:
@@ -88,40 +175,53 @@ def _explain_generic(cur: Any, statement: str, params: Any) -> list[str]:
             names.append(m.group(1))
         return f"${names.index(m.group(1)) + 1}"
 
-    sql = _NAMED.sub(number, statement).replace("%%", "%")
+    sql = _NAMED.sub(number, call.sql).replace("%%", "%")
+    return sql, [call.params[n] for n in names]
+
+
+def _explain_generic(cur: Any, call: Call) -> list[str]:
+    """EXPLAIN of ``call`` as the store runs it: PREPAREd, its generic plan forced."""
+    sql, args = _numbered(call)
     cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
     cur.execute("PREPARE ragport_explained AS " + sql)
     client = psycopg.ClientCursor(cur.connection)
-    args = ", ".join(["%s"] * len(names))
-    client.execute(
-        f"EXPLAIN (ANALYZE, BUFFERS, SETTINGS) EXECUTE ragport_explained({args})",
-        [params[n] for n in names],
-    )
+    marks = ", ".join(["%s"] * len(args))
+    client.execute(f"EXPLAIN (ANALYZE, BUFFERS, SETTINGS) EXECUTE ragport_explained({marks})", args)
     rows = [r[0] for r in client.fetchall()]
     cur.execute("DEALLOCATE ragport_explained")
+    cur.execute("RESET plan_cache_mode")  # SET LOCAL: back to the transaction's own
     return rows
 
 
-def explain(engine: Any, calls: Sequence[tuple[str, Any, bool, float]]) -> list[str]:
+def _run(cur: Any, call: Call, prefix: str = "") -> list[Any]:
+    """Run ``call`` (after ``prefix``) on ``cur``'s connection: its rows, if it has any."""
+    with psycopg.RawCursor(cur.connection) if call.numbered else cur.connection.cursor() as c:
+        c.execute(prefix + call.sql, call.params)
+        return c.fetchall() if c.description is not None else []
+
+
+def explain(engine: Any, calls: Sequence[Call]) -> list[str]:
     """Replays ``calls`` in one rolled-back transaction on one connection (session settings
-    included) and EXPLAINs every SELECT among them: ANALYZE, BUFFERS; a statement the store
-    runs with its generic plan (``reads.fetch_generic``) is EXPLAINed with that plan."""
+    included; ``BEGIN``, ``COMMIT`` and a snapshot import left out) and EXPLAINs every
+    statement that reads (a ``WITH`` writing in its CTEs included: it runs once, under
+    EXPLAIN ANALYZE): ANALYZE, BUFFERS; a statement the store runs prepared, so with its
+    generic plan, is EXPLAINed with that plan."""
     out: list[str] = []
     raw = engine.raw_connection()
     try:
         cur = raw.driver_connection.cursor()
-        for statement, params, generic, _s in calls:
-            head = statement.lstrip()[:12].upper()
-            if head.startswith(("WITH", "SELECT")) and "set_config" not in statement:
-                if generic:
-                    plan = _explain_generic(cur, statement, params)
+        for call in calls:
+            head = call.sql.lstrip()[:12].upper()
+            if head.startswith(("WITH", "SELECT")) and "set_config" not in call.sql:
+                if call.generic:
+                    plan = _explain_generic(cur, call)
                 else:
-                    cur.execute("EXPLAIN (ANALYZE, BUFFERS, SETTINGS) " + statement, params)
-                    plan = [r[0] for r in cur.fetchall()]
-                kind = "generic plan" if generic else "custom plan"
-                out += [f"-- {label(statement)} ({kind})", statement, "", *plan, ""]
-            elif not head.startswith("SET TRANSA"):  # the replay is one transaction already
-                cur.execute(statement, params)
+                    explained = _run(cur, call, "EXPLAIN (ANALYZE, BUFFERS, SETTINGS) ")
+                    plan = [r[0] for r in explained]
+                kind = "generic plan" if call.generic else "custom plan"
+                out += [f"-- {label(call)} ({kind})", call.sql, "", *plan, ""]
+            elif not head.startswith(_NOT_REPLAYED):  # the replay is one transaction already
+                _run(cur, call)
         raw.driver_connection.rollback()
     finally:
         raw.close()
@@ -138,9 +238,9 @@ def profile(
 ) -> list[str]:
     per: dict[str, list[float]] = {}
     totals = []
-    first: list[tuple[str, Any, bool, float]] = []
+    first: list[Call] = []
     for i, item in enumerate(items):
-        cap.calls.clear()
+        cap.clear()
         cap.on = True
         t0 = time.perf_counter()
         run(item)
@@ -148,8 +248,8 @@ def profile(
         cap.on = False
         if i == 0:
             first = list(cap.calls)
-        for statement, _p, _g, s in cap.calls:
-            per.setdefault(label(statement), []).append(s)
+        for call in cap.calls:
+            per.setdefault(label(call), []).append(call.seconds)
     n = len(items)
     lines = [
         f"# {name}: {n} calls, median {1000 * statistics.median(totals):.2f} ms per call",
@@ -204,13 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if kind == "delete":
                 victims = [s for s in data.ids[-40:] if s not in data.deletes][:10]
 
-                def run(s: str) -> None:
-                    system.delete(s)
+                def restore(victims: list[str] = victims) -> None:
+                    for s in victims:  # an earlier run on this corpus deleted them
+                        system.update(s, data.chunks(s, 1))
 
-                def restore(s: str = victims[0]) -> None:
-                    system.update(s, data.chunks(s, 1))
-
-                lines = profile("delete one source", run, victims, cap, engine, restore)
+                restore()
+                lines = profile("delete one source", system.delete, victims, cap, engine, restore)
             else:
                 system.query(kind, qs[0])  # warm
 
