@@ -14,8 +14,7 @@ retrieve_context:
    fused results never mix two versions of a source.
 6. Recheck what came back: stored scope among the requested ones, embedder identity; merge
    across scopes keyed on (scope, record id).
-7. Tombstone guard: drop candidates whose id, source, lineage or roots are forgotten (a
-   re-read skipped on a store with ``guarded_query``, whose legs applied them in their snapshot).
+7. Tombstone guard: drop candidates whose id, source, lineage or roots are forgotten.
 8. Access gate (with an authorization): one ``check_source_access`` per scope with every
    distinct source; denied or failed checks withhold those sources (``on_access_denied``).
 9. Render ``[citation-id] text`` blocks until top-k, the byte ceiling or the token ceiling.
@@ -514,12 +513,12 @@ def _candidates(
         req, guarded=read.guarded, collapse=read.collapse, report=denials.store_denied is not None
     )
     ordered = _search(read, req if narrowed is None else narrowed)
-    # 7. Skipped only where it can add nothing: on a guarded store every candidate came from
-    # one read per scope (guarded_query, or hybrid_query's two legs) that applied the forgotten
-    # tombstones in the same snapshot it read the rows in (the SupportsGuardedQuery promise,
-    # checked by ChunkStoreGuardedQueryContract on both legs). A store without guarded_query is
-    # re-read: that is what catches a store whose legs miss a tombstone.
-    if not read.guarded:
+    # 7. Skipped only where it can add nothing: every candidate came from one guarded
+    # statement per scope (no lexical leg), which applied the forgotten tombstones in the same
+    # snapshot it read the rows in (the SupportsGuardedQuery promise, checked by the contract
+    # suite). A hybrid query or a plain store is re-read: that is what catches a store whose
+    # legs miss a tombstone.
+    if not (read.guarded and req.lexical == "off"):
         ordered = _unforgotten(read.store, caps, req, ordered)
     if req.authorization is None:
         return ordered, None

@@ -115,7 +115,7 @@ from ragport.contract_tests.storage_backend_engine import (  # noqa: E402
     StorageBackendEngineContract,
 )
 
-CONTRACT_VERSION = "2.7"
+CONTRACT_VERSION = "2.6"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -222,12 +222,6 @@ CONTRACT_VERSION = "2.7"
 # 2.6  DifferentialContract: fixed sequences first (forgotten rows visible again), a lexical
 #      read per caller in the final state, differential_lexical_sets (modes compared by the
 #      hits they admit, not by rank: PostgreSQL's bm25 against the engine's).
-# 2.7  ChunkStoreGuardedQueryContract (stores with guarded_query and lexical_modes): neither
-#      leg of hybrid_query returns a forgotten id, source, lineage entry or root, and a race of
-#      forgets against hybrid reads serves nothing forgotten before a read and finds the legs
-#      agreeing. retrieve_context no longer re-reads the tombstones after a guarded store's
-#      hybrid legs (it trusted its vector-only leg already), so these tests are what catch a
-#      leg that misses one.
 
 __all__ = [
     "CONTRACT_VERSION",

@@ -418,13 +418,10 @@ class SupportsGuardedQuery(Protocol):
     ``guarded_query`` returns what ``foreign_embedders(scope, embedder_id, dimensions)`` and
     ``query(scope, vector, ...)`` would (scores within 1e-5), from one snapshot (one statement
     on PostgreSQL) with ``forgotten`` tombstones (record id, source id, every lineage edge and
-    every root) and live grants applied in it, before ``limit``. A store that also declares
-    ``lexical_modes`` promises the same of ``hybrid_query``: both legs apply every tombstone
-    of the one snapshot they read (also when they run on two connections), so neither leg
-    returns a record forgotten before that snapshot, and a record one leg returns is one the
-    other leg's predicate admits. ``retrieve_context`` then skips its drift-guard read (a
-    mismatch is raised from the leg's answer) and its tombstone re-read, vector-only or
-    hybrid (``ChunkStoreGuardedQueryContract`` checks both legs). Used only when
+    every root) and live grants applied in it, before ``limit``. ``retrieve_context``
+    then skips its drift-guard read (a mismatch is raised from the leg's answer) and, when the
+    vector leg is the only leg, its tombstone re-read; with a lexical leg (a second snapshot)
+    the re-read still runs, which catches legs that miss a tombstone. Used only when
     ``capabilities.guarded_query`` is declared and the store's own class defines it
     (``supports``): a wrapper that delegates unknown attributes keeps its own ``query``.
     """

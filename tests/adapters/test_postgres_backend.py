@@ -150,7 +150,7 @@ def test_each_read_makes_the_round_trips_it_needs(pg_engine: Any, pg_schema: str
     (``RawRead.opening``), the lexical leg's ``plan_cache_mode`` settings in one with it; a
     one-statement pushdown (``forgotten_among``) runs with no transaction. Before, a hybrid
     retrieve made 10 (BEGIN, the state, the vector leg, SET LOCAL, the BM25 leg, SET LOCAL,
-    COMMIT, then BEGIN, the tombstone probe, COMMIT); now 4, the probe gone too. If this fails, check ``_Snapshot`` in
+    COMMIT, then BEGIN, the tombstone probe, COMMIT). If this fails, check ``_Snapshot`` in
     ``backend.py`` and ``reads.fetch``."""
     store = PostgresStore(pg_engine, schema=pg_schema, create=True, writes=INLINE)
     for source, texts in DOCS.items():
@@ -170,10 +170,9 @@ def test_each_read_makes_the_round_trips_it_needs(pg_engine: Any, pg_schema: str
     reads: dict[str, tuple[Callable[[], object], int]] = {
         "vector retrieve_context": (lambda: retrieve("off"), 1),
         # [BEGIN, export, state], vector leg, COMMIT; at the same time on a second
-        # connection [BEGIN, SET TRANSACTION SNAPSHOT, SET LOCAL, BM25 leg, SET LOCAL, COMMIT]
-        # (3 one after the other); no tombstone probe after them: both legs applied the
-        # tombstones of their snapshot (SupportsGuardedQuery)
-        "hybrid retrieve_context": (lambda: retrieve("bm25"), 4),
+        # connection [BEGIN, SET TRANSACTION SNAPSHOT, SET LOCAL, BM25 leg, SET LOCAL, COMMIT];
+        # the probe (4 one after the other)
+        "hybrid retrieve_context": (lambda: retrieve("bm25"), 5),
         "query with an authorization": (
             lambda: store.query(SCOPE, q, limit=6, authorization=who),
             1,

@@ -21,14 +21,12 @@ from sqlalchemy.pool import QueuePool
 
 import ragport
 from ragport.adapters.postgres import PostgresStore, backend, reads
-from ragport.contract_tests import ChunkStoreGuardedQueryContract
 from ragport.contract_tests._support import (
     CONTRACT_DIMENSIONS,
     CONTRACT_EMBEDDER_ID,
     hash_vector,
     publish_sources,
 )
-from ragport.domain import Tombstone
 from ragport.domain.errors import RagportError
 from ragport.ports.store import HybridAnswer
 
@@ -102,10 +100,6 @@ def _versions(answer: HybridAnswer) -> set[str]:
     return {r.text.split(" part ", 1)[0] for r in records if r.source_id == SOURCE}
 
 
-def _sources(answer: HybridAnswer) -> tuple[set[str], set[str]]:
-    return {s.record.source_id for s in answer.vector}, {s.record.source_id for s in answer.lexical}
-
-
 def _ids(answer: HybridAnswer) -> tuple[list[str], list[str]]:
     return [s.record.id for s in answer.vector], [s.record.id for s in answer.lexical]
 
@@ -152,49 +146,6 @@ def test_the_legs_share_one_snapshot_when_a_writer_commits_between_them(
     assert answer.lexical and answer.vector
     assert _versions(answer) == {f"{WORD} version 0"}
     assert _versions(_hybrid(store, scope)) == {f"{WORD} version 1"}  # its own write: after
-
-
-def test_a_forget_committed_between_the_legs_is_seen_by_neither(
-    store: PostgresStore, companions: list[bool], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A forget committed after the first connection's snapshot, before the second
-    connection begins, is in neither leg's snapshot: both legs return the source (retrieval,
-    which no longer re-reads the tombstones on a guarded store, answers as of that moment);
-    the next read withholds it from both.
-
-    If this fails, check that the companion imports the snapshot (``reads._open``) and that
-    the lexical statement applies the tombstones of its own snapshot."""
-    scope = _scope()
-    publish_sources(store, scope, {SOURCE: _texts(0), "other": [f"{WORD} other"]})
-    enter = backend._Companion.__enter__
-
-    def forget_then_enter(self: Any) -> Any:
-        with store.unit_of_work(scope) as uow:
-            uow.tombstones.add([Tombstone(SOURCE)])
-            uow.commit()
-        return enter(self)
-
-    monkeypatch.setattr(backend._Companion, "__enter__", forget_then_enter)
-    vector, lexical = _sources(_hybrid(store, scope))
-    assert companions == [True]
-    assert vector == lexical == {SOURCE, "other"}
-    monkeypatch.setattr(backend._Companion, "__enter__", enter)
-    assert _sources(_hybrid(store, scope)) == ({"other"}, {"other"})
-
-
-@pytest.mark.parametrize("offered", [True, False], ids=["two-connections", "one"])
-def test_the_hybrid_forget_race_on_two_connections_and_on_one(
-    store: PostgresStore, companions: list[bool], monkeypatch: pytest.MonkeyPatch, offered: bool
-) -> None:
-    """``ChunkStoreGuardedQueryContract``'s forget race with the legs on two connections
-    (most reads), and with no companion offered (both legs on the block's connection, as on
-    a pool of one): nothing forgotten before a read is served, and the legs agree."""
-    if not offered:
-        monkeypatch.setattr(backend._Snapshot, "companion", lambda self: None)
-    race = ChunkStoreGuardedQueryContract()
-    race.forget_race_seconds = 2.0
-    race.test_hybrid_reads_racing_forgets_serve_nothing_forgotten_before_them(store)
-    assert sum(companions) > 10 if offered else companions == [], companions
 
 
 def test_a_companion_without_the_snapshot_is_caught(

@@ -8,7 +8,6 @@ that cannot fail.
 from __future__ import annotations
 
 import re
-import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -94,62 +93,6 @@ def test_hybrid_snapshot_contract_catches_legs_that_read_two_snapshots(two_snaps
     longer exercises the window between the two legs."""
     with pytest.raises(AssertionError, match="mixed two versions"):
         ShortRace().test_hybrid_answers_never_mix_two_versions_of_a_source(two_snapshot_store)
-
-
-class QuickForgetRace(ChunkStoreGuardedQueryContract):
-    forget_race_seconds = 3.0
-
-
-class SlowTwoSnapshotMemoryStore(InMemoryStore):
-    """Two snapshots, 2 ms apart: in memory the legs take microseconds, too short a window
-    for a writer thread under the GIL to commit in."""
-
-    def query(self, *args: Any, **kw: Any) -> Any:
-        found = super().query(*args, **kw)
-        time.sleep(0.002)
-        return found
-
-    def hybrid_query(self, scope: Any, vector: Any, text: str, **kw: Any) -> HybridAnswer:
-        return _two_snapshots(self, scope, vector, text, **kw)
-
-
-@pytest.mark.parametrize("backend", ["memory", "postgres"])
-def test_guarded_hybrid_contract_catches_legs_that_read_two_snapshots(request, backend):
-    """Legs read in two snapshots (the vector leg before a forget commits, the lexical leg
-    after it) disagree on a source while a writer forgets sources: the contract must see it,
-    now that retrieval trusts a guarded store's hybrid legs instead of re-reading the
-    tombstones. If this fails, the race no longer exercises the window between the legs."""
-    if backend == "memory":
-        store: Any = SlowTwoSnapshotMemoryStore()
-    else:
-        engine, schema = request.getfixturevalue("pg_engine"), request.getfixturevalue("pg_schema")
-        store = TwoSnapshotPostgresStore(engine, schema=schema, create=True)
-    with pytest.raises(AssertionError, match="lexical leg missed"):
-        QuickForgetRace().test_hybrid_reads_racing_forgets_serve_nothing_forgotten_before_them(
-            store
-        )
-
-
-def test_guarded_hybrid_contract_catches_a_lexical_leg_that_ignores_tombstones(monkeypatch):
-    """An in-memory lexical leg over every visible row, forgotten ones too (the vector leg
-    still withholds them): both hybrid tombstone tests fail, the direct hybrid_query check and
-    the race (retrieve_context no longer re-reads tombstones on a guarded store, so nothing
-    else would catch it). If this fails, the contract no longer checks the lexical leg."""
-
-    def everything_visible(self: Any) -> dict[str, Record]:
-        return {r.id: r for r in self.visible()}
-
-    contract = QuickForgetRace()
-    contract.test_hybrid_query_withholds_forgotten_ids_sources_lineage_and_roots(InMemoryStore())
-    monkeypatch.setattr(memory_snapshot.Snapshot, "searchable", everything_visible)
-    with pytest.raises(AssertionError, match="lexical leg served"):
-        contract.test_hybrid_query_withholds_forgotten_ids_sources_lineage_and_roots(
-            InMemoryStore()
-        )
-    with pytest.raises(AssertionError, match="forgotten before"):
-        contract.test_hybrid_reads_racing_forgets_serve_nothing_forgotten_before_them(
-            InMemoryStore()
-        )
 
 
 def _ignore_roots(record: Record, forgotten: Any) -> bool:

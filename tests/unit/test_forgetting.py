@@ -7,7 +7,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import numpy as np
 import pytest
 from doubles import CallLog
@@ -37,7 +36,7 @@ from ragport.application import (
     repoint_source,
     retrieve_context,
 )
-from ragport.domain import Capabilities, Record, Tombstone
+from ragport.domain import Record, Tombstone
 from ragport.domain.errors import PropagationError
 from ragport.ports.store import GuardedQuery, HybridAnswer
 
@@ -150,13 +149,7 @@ def _write_derived(store: Any, specs: Sequence[tuple[str, Sequence[str], Sequenc
 
 
 class StaleStore(CallLog):
-    """query/lexical_query answer with rows captured before a propagation landed: a store
-    that makes no guarded promise (its legs do not apply the tombstones of one snapshot), so
-    it declares no ``guarded_query`` and retrieval re-reads the tombstones after its legs."""
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return attrs.evolve(self._inner.capabilities, guarded_query=False, borrowed_query=False)
+    """query/lexical_query answer with rows captured before a propagation landed."""
 
     def __init__(self, inner: InMemoryStore) -> None:
         super().__init__(inner)

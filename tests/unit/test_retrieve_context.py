@@ -504,7 +504,7 @@ def test_drift_guard_reads_once_per_scope_on_either_path(
 ) -> None:
     """A guarded store answers the drift guard with its vector leg; a plain one gets a read
     first; a hybrid query answers it with its legs. A plain store always gets the tombstone
-    re-read, a guarded one never (vector-only or hybrid); both refuse another embedder.
+    re-read, a guarded one whenever a lexical leg is involved; both refuse another embedder.
     If this fails, check steps 3, 5 and 7 of retrieve_context."""
     log = GuardedCallLog(store) if guarded else CallLog(store)
     assert isinstance(log, SupportsGuardedQuery), "delegation answers isinstance either way"
@@ -517,9 +517,8 @@ def test_drift_guard_reads_once_per_scope_on_either_path(
     log.calls.clear()
     assert sources(retrieve(store=log, lexical="bm25")) == {"handbook", "security"}
     calls = [c for c in log.calls if c != "capabilities"]
-    # Hybrid: the guard and both legs come from one snapshot (hybrid_query), on either path;
-    # a guarded store's legs applied the tombstones in it, so only a plain one is re-read.
-    assert calls == ["hybrid_query"] if guarded else ["hybrid_query", "list_invalidated_ids"]
+    # Hybrid: the guard and both legs come from one snapshot (hybrid_query), on either path.
+    assert calls == ["hybrid_query", "list_invalidated_ids"]
     log.calls.clear()
     other = CountingEmbedder(HashEmbedder(256), id="other:256")
     with pytest.raises(ragport.EmbedderMismatchError) as info:
