@@ -150,9 +150,15 @@ def closed_by_server(dbapi: psycopg.Connection[Any]) -> bool:
     if dbapi.closed or dbapi.broken:
         return True
     try:
-        return bool(select.select([dbapi.fileno()], [], [], 0)[0])
-    except (OSError, ValueError, psycopg.Error):
+        fd = dbapi.fileno()
+    except psycopg.Error:
         return True
+    poller = select.poll()  # not select.select: it refuses descriptors of 1024 and above
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    try:
+        return bool(poller.poll(0))
+    except OSError:
+        return False
 
 
 def _bounded(engine: Engine) -> QueuePool | None:
