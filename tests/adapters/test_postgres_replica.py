@@ -19,6 +19,7 @@ import pytest
 import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, reads
+from ragport.domain import Tombstone
 from ragport.domain.errors import ReplicaLagError, StoreError, ValidationError
 from ragport.domain.model import Authorization, Grant
 from ragport.domain.status import IngestionStatus
@@ -189,6 +190,32 @@ def test_recheck_gate_reads_grants_on_the_primary(
         "onboarding", embedder=EMB, store=store, scope=SCOPE, authorization=ALICE
     )
     assert "seed" not in {h.provenance.source_id for h in result.hits}
+
+
+def test_hybrid_query_drops_a_source_forgotten_on_the_primary(
+    cluster: tuple[str, str, PostgresStore], paused: None
+) -> None:
+    """A forget committed on the primary withholds the source from a hybrid query at once,
+    while the lagging replica still holds no tombstone for it: the tombstone re-read after
+    fusion runs on the primary. (rev47 found b26c2cd's skip of that re-read serving it.)"""
+    _, replica, store = cluster
+    _replay(replica, paused=False)
+    _write(store, "secret", "secret text about salaries")
+    _wait_replayed(replica, store.last_write_position)
+    _replay(replica, paused=True)
+    with store.unit_of_work(SCOPE) as uow:  # on the primary only
+        uow.tombstones.add([Tombstone("secret")])
+        uow.commit()
+    assert "secret" in _ids(store)  # the lagging replica's own leg still has it
+    result = ragport.application.retrieve_context(
+        "salaries",
+        embedder=EMB,
+        store=store,
+        scope=SCOPE,
+        request=ragport.RetrievalRequest(lexical="bm25"),
+    )
+    assert "secret" not in {h.provenance.source_id for h in result.hits}
+    assert result.hits  # "seed" is still served
 
 
 def test_status_reads_run_on_the_replica(cluster: tuple[str, str, PostgresStore]) -> None:
