@@ -168,6 +168,15 @@ EXPLICIT: tuple[tuple[Op, ...], ...] = (
         ("rollback", 1),
         ("read", "review ledger badge", "red", 2, 8),
     ),
+    (  # a source two pinned levels derive from, deleted (its pinned dependents retire with
+        # it: a delete pushdown must not skip them), then restored by a rollback
+        ("derive", "d1", ("s2",), "leave audit", True),
+        ("derive", "d0", ("d1",), "summary leave", True),
+        ("delete", "s2"),
+        ("read", "leave audit summary", None, 3, 8),
+        ("rollback", 1),
+        ("read", "leave audit summary", "red", 3, 8),
+    ),
     (  # a readmitted id forgotten again: the forgotten tombstone replaces the corrected one
         ("forget", "s3"),
         ("readmit", "s3"),

@@ -9,7 +9,9 @@ one); the HNSW statement without the filter, in the vector leg and in the guarde
 the set-based writes: ``restore_above`` off by one generation (a rollback leaves the rows
 retired at the generation above its target retired), compaction purging one generation too
 many, a lineage rename that rewrites nothing, a tombstone merge that never upgrades
-``corrected`` to ``forgotten``.
+``corrected`` to ``forgotten``; the one-statement ``delete_source`` keeping the source's grant,
+retiring a source a pinned derived row names (its dependents left visible), or committing the
+delete and then declining it (the step path deletes again).
 ``check_same_answers`` of ``BackendStore(broken)`` against ``BackendStore(broken,
 pushdown=False)`` on one schema, at the PostgreSQL contract's own budget, must raise; the
 correct backend passes (``TestPostgresPushdownsAgainstTheGenericPath``), so the failure comes
@@ -25,7 +27,7 @@ from unittest import mock
 import attrs
 import pytest
 
-from ragport.adapters.postgres import PostgresStore, WriteSettings
+from ragport.adapters.postgres import PostgresStore, WriteSettings, statements
 from ragport.adapters.postgres import predicate as sql_predicate
 from ragport.adapters.postgres.backend import PostgresBackend
 from ragport.contract_tests.differential import check_same_answers
@@ -130,6 +132,45 @@ class NeverUpgradesATombstone(PostgresBackend):
         return super().merge_tombstones(view, [t for t in tombstones if t.id not in kept])
 
 
+_DELETE = statements.delete_source.__wrapped__
+
+
+def _delete_statement_with(old: str, new: str) -> Any:
+    def build(s: str) -> str:
+        sql = _DELETE(s)
+        assert old in sql, "the broken test no longer matches statements.delete_source"
+        return sql.replace(old, new)
+
+    return build
+
+
+class DeleteKeepsTheGrant(PostgresBackend):
+    """``delete_source``'s statement with its grant revoke matching no row."""
+
+    def delete_source(self, scope: Any, source_id: str) -> tuple[int, int] | None:
+        broken = _delete_statement_with("IS NOT NULL), pb", "IS NOT NULL AND false), pb")
+        with mock.patch.object(statements, "delete_source", broken):
+            return super().delete_source(scope, source_id)
+
+
+class DeleteIgnoresDerivedRows(PostgresBackend):
+    """``delete_source``'s statement retiring the source though a derived row names it (the
+    engine's steps would retire the pinned dependents too)."""
+
+    def delete_source(self, scope: Any, source_id: str) -> tuple[int, int] | None:
+        broken = _delete_statement_with("CASE WHEN EXISTS", "CASE WHEN false AND EXISTS")
+        with mock.patch.object(statements, "delete_source", broken):
+            return super().delete_source(scope, source_id)
+
+
+class DeleteCommitsThenDeclines(PostgresBackend):
+    """``delete_source`` commits the delete, then answers ``None`` (nothing done)."""
+
+    def delete_source(self, scope: Any, source_id: str) -> tuple[int, int] | None:
+        super().delete_source(scope, source_id)
+        return None
+
+
 @pytest.mark.parametrize(
     "broken",
     [
@@ -142,6 +183,9 @@ class NeverUpgradesATombstone(PostgresBackend):
         CompactsOneGenerationTooFar,
         RenamesNoLineage,
         NeverUpgradesATombstone,
+        DeleteKeepsTheGrant,
+        DeleteIgnoresDerivedRows,
+        DeleteCommitsThenDeclines,
     ],
     ids=[
         "lexical-tombstones",
@@ -153,6 +197,9 @@ class NeverUpgradesATombstone(PostgresBackend):
         "compact",
         "rename-lineage",
         "tombstone-strength",
+        "delete-keeps-grant",
+        "delete-ignores-derived",
+        "delete-commits-then-declines",
     ],
 )
 def test_a_wrong_pushdown_fails_the_differential(
