@@ -115,7 +115,7 @@ from ragport.contract_tests.storage_backend_engine import (  # noqa: E402
     StorageBackendEngineContract,
 )
 
-CONTRACT_VERSION = "2.6"
+CONTRACT_VERSION = "2.7"
 # Contract versions (bump the minor for added tests, the major for changed promises):
 # 1.0  ChunkStoreContract (scope, unit of work, replace, generations, grants, tombstones,
 #      query, capabilities, concurrency, isolation canary, override guard),
@@ -222,6 +222,8 @@ CONTRACT_VERSION = "2.6"
 # 2.6  DifferentialContract: fixed sequences first (forgotten rows visible again), a lexical
 #      read per caller in the final state, differential_lexical_sets (modes compared by the
 #      hits they admit, not by rank: PostgreSQL's bm25 against the engine's).
+# 2.7  DifferentialContract: a fifth fixed sequence, a source two pinned levels derive from,
+#      deleted then restored by a rollback (a delete pushdown must retire the dependents).
 
 __all__ = [
     "CONTRACT_VERSION",
