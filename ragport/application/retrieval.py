@@ -514,9 +514,9 @@ def _candidates(
     )
     ordered = _search(read, req if narrowed is None else narrowed)
     # 7. Skipped only where it can add nothing: every candidate came from one guarded
-    # statement per scope (no lexical leg), which applied the forgotten tombstones in the same
-    # snapshot it read the rows in (the SupportsGuardedQuery promise, checked by the contract
-    # suite). A hybrid query or a plain store is re-read: that is what catches a store whose
+    # statement per scope (no lexical leg), which applied every forgotten tombstone committed
+    # before it (the SupportsGuardedQuery promise, checked by the contract suite; a store
+    # reading a lagging replica checks its answer against the primary's). A hybrid query or a plain store is re-read: that is what catches a store whose
     # legs miss a tombstone.
     if not (read.guarded and req.lexical == "off"):
         ordered = _unforgotten(read.store, caps, req, ordered)

@@ -418,7 +418,10 @@ class SupportsGuardedQuery(Protocol):
     ``guarded_query`` returns what ``foreign_embedders(scope, embedder_id, dimensions)`` and
     ``query(scope, vector, ...)`` would (scores within 1e-5), from one snapshot (one statement
     on PostgreSQL) with ``forgotten`` tombstones (record id, source id, every lineage edge and
-    every root) and live grants applied in it, before ``limit``. ``retrieve_context``
+    every root) and live grants applied in it, before ``limit``. Every ``forgotten`` tombstone
+    committed before the call is applied, wherever the store reads: a store that answers
+    from a copy that may lag (PostgreSQL's read replica) checks its answer against the
+    primary's tombstones and, when one names a row, answers from the primary. ``retrieve_context``
     then skips its drift-guard read (a mismatch is raised from the leg's answer) and, when the
     vector leg is the only leg, its tombstone re-read; with a lexical leg (a second snapshot)
     the re-read still runs, which catches legs that miss a tombstone. Used only when

@@ -10,11 +10,13 @@ on the primary or raises ``ReplicaLagError``. A dead replica fails reads over to
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import create_engine
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
@@ -46,18 +48,32 @@ def cluster(pg_replicated: tuple[Any, Any]) -> Iterator[tuple[str, str, Postgres
     store.read_engine.dispose()
 
 
+class Served(list[int]):
+    """The port of the server each read statement ran on, the look-ups of forgotten ids
+    apart, in ``probes`` (a replica read that returned rows probes the primary's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.probes: list[int] = []
+
+    def clear(self) -> None:
+        super().clear()
+        self.probes.clear()
+
+
 @pytest.fixture
-def served_by(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The port of the server each read statement ran on."""
-    ports: list[int] = []
+def served_by(monkeypatch: pytest.MonkeyPatch) -> Served:
+    served = Served()
     real = reads.fetch
 
     def spy(conn: Any, sql: str, params: Any, **kw: Any) -> Any:
-        ports.append(int(conn.connection.driver_connection.info.port))
+        port = int(conn.connection.driver_connection.info.port)
+        probe = sql.startswith("SELECT id FROM") and "reason = 'forgotten' AND id = ANY" in sql
+        (served.probes if probe else served).append(port)
         return real(conn, sql, params, **kw)
 
     monkeypatch.setattr(reads, "fetch", spy)
-    return ports
+    return served
 
 
 def _write(store: PostgresStore, source: str, body: str) -> None:
@@ -94,6 +110,17 @@ def _replay(replica: str, *, paused: bool) -> None:
                 time.sleep(0.01)
 
 
+def _lagging(replica: str, source: str) -> bool:
+    """The replica still holds ``source``'s rows and no tombstone for it (not replayed yet)."""
+    with psycopg.connect(replica, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM ragport.records WHERE source_id = %(s)s), "
+            "(SELECT count(*) FROM ragport.tombstones WHERE id = %(s)s)",
+            {"s": source},
+        ).fetchone()
+    return row is not None and row[0] > 0 and row[1] == 0
+
+
 def _ids(store: PostgresStore, **kw: Any) -> set[str]:
     found = store.query(SCOPE, EMB.embed(["anything"])[0], limit=50, **kw)
     return {s.record.source_id for s in found}
@@ -109,22 +136,25 @@ def paused(cluster: tuple[str, str, PostgresStore]) -> Iterator[None]:
 
 
 def test_reads_run_on_the_replica_and_writes_on_the_primary(
-    cluster: tuple[str, str, PostgresStore], served_by: list[int]
+    cluster: tuple[str, str, PostgresStore], served_by: Served
 ) -> None:
-    """Queries and the tombstone list read the replica; get_by_source (a write path's read) the primary.
+    """Queries and the tombstone list read the replica; get_by_source (a write path's read) the
+    primary, and so does the probe of the primary's forgotten ids a replica query that
+    returned rows makes (one statement).
 
     If this fails, check which calls ``PostgresStore._read`` marks ``replica=True``."""
     primary, replica, store = cluster
     assert "seed" in _ids(store)
     store.list_invalidated_ids(SCOPE)
     assert set(served_by) == {_port(replica)}
+    assert served_by.probes == [_port(primary)]
     served_by.clear()
     store.get_by_source(SCOPE, "seed")
     assert set(served_by) == {_port(primary)}
 
 
 def test_write_is_invisible_on_the_replica_until_replayed(
-    cluster: tuple[str, str, PostgresStore], paused: None, served_by: list[int]
+    cluster: tuple[str, str, PostgresStore], paused: None, served_by: Served
 ) -> None:
     """A plain replica read may lag; one that asked for the write waits, then falls back or raises.
 
@@ -140,6 +170,7 @@ def test_write_is_invisible_on_the_replica_until_replayed(
     served_by.clear()
     assert "fresh" in _ids(store.with_min_position(position, fallback="primary", wait=0.2))
     assert served_by[-1] == _port(primary)
+    assert served_by.probes == []  # an answer of the primary's is checked by its own statement
     _replay(replica, paused=False)
     served_by.clear()
     view = store.with_min_position(position, fallback="raise", wait=5)
@@ -206,7 +237,7 @@ def test_hybrid_query_drops_a_source_forgotten_on_the_primary(
     with store.unit_of_work(SCOPE) as uow:  # on the primary only
         uow.tombstones.add([Tombstone("secret")])
         uow.commit()
-    assert "secret" in _ids(store)  # the lagging replica's own leg still has it
+    assert _lagging(replica, "secret")
     result = ragport.application.retrieve_context(
         "salaries",
         embedder=EMB,
@@ -216,6 +247,136 @@ def test_hybrid_query_drops_a_source_forgotten_on_the_primary(
     )
     assert "secret" not in {h.provenance.source_id for h in result.hits}
     assert result.hits  # "seed" is still served
+
+
+def _forget_in_a_unit_of_work(primary: str, store: PostgresStore, source: str) -> None:
+    with store.unit_of_work(SCOPE) as uow:
+        uow.tombstones.add([Tombstone(source)])
+        uow.commit()
+
+
+def _forget_by_propagation(primary: str, store: PostgresStore, source: str) -> None:
+    ragport.application.create_deletion_propagator(
+        scope=SCOPE, store=store, authorization=None, as_owner=True
+    ).propagate(source)
+
+
+def _forget_in_the_hosts_transaction(primary: str, store: PostgresStore, source: str) -> None:
+    url = primary.replace("postgresql://", "postgresql+psycopg://", 1)
+    host = create_engine(url, pool_size=1, max_overflow=0)
+    try:
+        with host.begin() as conn:  # the host's commit publishes the forget
+            _forget_by_propagation(primary, store.joined(conn), source)
+    finally:
+        host.dispose()
+
+
+FORGETS = {
+    "unit of work": _forget_in_a_unit_of_work,
+    "propagation": _forget_by_propagation,
+    "host transaction": _forget_in_the_hosts_transaction,
+}
+
+
+def _forgotten_while_lagging(cluster: tuple[str, str, PostgresStore], how: str) -> str:
+    """A new source alice may read, a derived note resting on it and a kept source of
+    nearly the same text, replayed on the replica; then replay paused and the source
+    forgotten on the primary (``how``). Answers the forgotten source's id."""
+    primary, replica, store = cluster
+    source = "gone-" + uuid.uuid4().hex[:8]
+    kept = "kept-" + source[5:]
+    _replay(replica, paused=False)
+    _write(store, source, BOARD)
+    _write(store, kept, "quarterly salaries of the staff")
+    ragport.application.index_derived(
+        record_id=f"note-{source}",
+        text="a note on quarterly salaries",
+        lineage=[source],
+        embedder=EMB,
+        store=store,
+        scope=SCOPE,
+    )
+    store.set_source_access(
+        SCOPE, [Grant(s, principal_ids=("alice",)) for s in (source, kept, "seed")]
+    )
+    _wait_replayed(replica, store.last_write_position)
+    _replay(replica, paused=True)
+    FORGETS[how](primary, store, source)
+    assert _lagging(replica, source)
+    return source
+
+
+BOARD = "quarterly salaries of the board"
+
+
+def _retrieved(store: PostgresStore, **kw: Any) -> set[str]:
+    """The source and record ids ``retrieve_context`` served for ``BOARD`` (some)."""
+    result = ragport.application.retrieve_context(
+        BOARD, embedder=EMB, store=store, scope=SCOPE, **kw
+    )
+    assert result.hits
+    return {h.provenance.source_id for h in result.hits} | {
+        h.provenance.chunk_id for h in result.hits
+    }
+
+
+@pytest.mark.parametrize("how", sorted(FORGETS))
+def test_vector_only_retrieval_drops_a_source_forgotten_on_the_primary(
+    cluster: tuple[str, str, PostgresStore], paused: None, served_by: Served, how: str
+) -> None:
+    """A forget committed on the primary (by a unit of work, a propagator or the host's own
+    transaction) withholds the source and the note resting on it from a vector-only
+    retrieval at once, while the lagging replica still holds no tombstone for them: the
+    replica's answer is checked against the primary's forgotten ids and, when it named one,
+    read again on the primary, so the top_k is still full. (rev48's finding: the guarded
+    statement applied only the replica's tombstones, and retrieve_context skipped its re-read.)
+
+    If this fails, check ``PostgresBackend.guarded_search`` (``_forgotten_on_primary``)."""
+    primary, _, store = cluster
+    source = _forgotten_while_lagging(cluster, how)
+    withheld = {source, f"note-{source}"}
+    served_by.clear()
+    assert not _retrieved(store) & withheld  # borrowed_query, narrowed to top_k
+    assert served_by.probes == [_port(primary)]
+    assert served_by[-1] == _port(primary)  # read again on the primary
+    assert not _retrieved(store, authorization=ALICE) & withheld
+    denials: list[Any] = []
+    found = _retrieved(store, authorization=ALICE, on_access_denied=denials.append)
+    assert not (found | {d.source_id for d in denials}) & withheld
+    # The forgotten source is the replica's best hit: the primary's answer fills its place.
+    one = ragport.RetrievalRequest(top_k=1, query_candidates=1)
+    assert not _retrieved(store, request=one) & withheld
+
+
+def test_every_store_read_on_the_replica_drops_a_source_forgotten_on_the_primary(
+    cluster: tuple[str, str, PostgresStore], paused: None
+) -> None:
+    """The store's own reads keep the promise too: query (with a denial report),
+    guarded_query, borrowed_query, lexical_query and both legs of hybrid_query (each leg
+    is checked apart: they share the replica's snapshot).
+
+    If this fails, check ``PostgresBackend._unforgotten`` and ``guarded_search``."""
+    _, _, store = cluster
+    source = _forgotten_while_lagging(cluster, "unit of work")
+    kept, withheld = "kept-" + source[5:], {source, f"note-{source}"}
+    vector = EMB.embed([BOARD])[0]
+    key: dict[str, Any] = {"embedder_id": EMB.id, "dimensions": 16}
+    hybrid = store.hybrid_query(SCOPE, vector, BOARD, limit=50, mode="bm25", **key)
+    answers = {
+        "query": store.query(SCOPE, vector, limit=50),
+        "reported": store.query(
+            SCOPE, vector, limit=50, authorization=ALICE, on_denied=lambda d: None
+        ),
+        "guarded": store.guarded_query(SCOPE, vector, limit=50, **key).records,
+        "borrowed": store.borrowed_query(SCOPE, vector, limit=50, **key).records,
+        "lexical": store.lexical_query(SCOPE, BOARD, limit=50),
+        "hybrid vector": hybrid.vector,
+        "hybrid lexical": hybrid.lexical,
+    }
+    for name, found in answers.items():
+        names = {s.record.source_id for s in found} | {s.record.id for s in found}
+        assert kept in names, name
+        assert not names & withheld, name
 
 
 def test_status_reads_run_on_the_replica(cluster: tuple[str, str, PostgresStore]) -> None:
@@ -246,14 +407,14 @@ def test_bad_positions_and_options_are_refused(cluster: tuple[str, str, Postgres
 
 def test_hybrid_legs_run_on_two_replica_connections_in_one_snapshot(
     cluster: tuple[str, str, PostgresStore],
-    served_by: list[int],
+    served_by: Served,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A hot standby exports and imports snapshots (PostgreSQL 10 on): a hybrid query's
     lexical leg runs on a second replica connection, never on the primary.
 
     If this fails, check ``Connections.second_read`` (the first connection's engine)."""
-    _, replica, store = cluster
+    primary, replica, store = cluster
     lent = count_companions(monkeypatch)
     answer = store.hybrid_query(
         SCOPE,
@@ -267,11 +428,12 @@ def test_hybrid_legs_run_on_two_replica_connections_in_one_snapshot(
     assert lent == [True]
     assert [s.record.source_id for s in answer.lexical] == ["seed"]
     assert set(served_by) == {_port(replica)}
+    assert served_by.probes == [_port(primary)] * 2  # each leg's hits, on the primary
 
 
 # Last in this module: it stops the module's replica.
 def test_a_dead_replica_fails_reads_over_or_raises_and_never_touches_writes(
-    cluster: tuple[str, str, PostgresStore], pg_replicated: tuple[Any, Any], served_by: list[int]
+    cluster: tuple[str, str, PostgresStore], pg_replicated: tuple[Any, Any], served_by: Served
 ) -> None:
     """Stop the replica: reads answer from the primary (or raise StoreError), writes carry on.
 

@@ -30,6 +30,10 @@ REPEATABLE READ, READ ONLY transaction (one snapshot), begun at its first statem
 (``guarded_search``, ``forgotten_among``, ...) runs with no transaction around it. A ``write`` locks
 the scope's row, so writers of one scope are serialized and readers never wait. On a joined
 store (``PostgresStore.joined``) both run in savepoints of the host's transaction.
+A ``retrieval_read`` on the replica may predate the primary's last forgets: a leg that read
+rows there probes the primary's ``forgotten`` tombstones for their ids, sources, lineage and
+roots (one statement) and withholds what they name; the guarded query, one snapshot on its
+own, is then read again on the primary (``guarded_search``).
 ``nearest`` streams through a server-side cursor, best first, so the engine reads only as far
 as it needs.
 """
@@ -60,7 +64,7 @@ from ragport.adapters.postgres.tombstones import tombstones_get_sql, tombstones_
 from ragport.adapters.postgres.unit_of_work import ScopeTransaction
 from ragport.adapters.postgres.vector_writes import VectorWriter
 from ragport.domain.filters import Filter
-from ragport.domain.model import Authorization, Grant, Record, Scope, Tombstone
+from ragport.domain.model import Authorization, Grant, Record, Scope, Tombstone, is_forgotten
 from ragport.ports.backend import GenerationState, RowKey, StorageBackend
 from ragport.ports.embedder import Vector, VectorMatrix
 from ragport.ports.history import GenerationChange
@@ -699,6 +703,14 @@ class PostgresBackend:
         if found is None:
             found = view.within("query", leg)
         foreign, hits, screened = found
+        if hits and self._on_replica(view) and self._forgotten_on_primary(view.scope, hits):
+            # The replica's snapshot predates a forget committed on the primary: the primary
+            # answers instead, from one snapshot of its own (its full limit, its report).
+            with self.read(view.scope) as fresh:
+                return self.guarded_search(
+                    fresh, vector, embedder=embedder, authorization=authorization,
+                    metadata_filter=metadata_filter, report_denied=report_denied, limit=limit,
+                )  # fmt: skip
         return GuardedAnswer(foreign, LegAnswer(hits, screened))
 
     def search_vectors(
@@ -711,7 +723,7 @@ class PostgresBackend:
             report=admission.report_denied,
         )  # fmt: skip
         _, hits, screened = view.within("query", leg)
-        return LegAnswer(hits, screened)
+        return LegAnswer(self._unforgotten(view, hits), screened)
 
     def search_lexical(
         self, view: _Reader, text: str, *, mode: str, admission: Admission, limit: int
@@ -728,7 +740,39 @@ class PostgresBackend:
         ):
             view.last()  # a companion's one statement: its COMMIT in one pipeline with it
         hits, screened = view.within("lexical query", leg)
-        return LegAnswer(hits, screened)
+        return LegAnswer(self._unforgotten(view, hits), screened)
+
+    # -- a replica's answer checked against the primary's forgets ----------------------------
+    def _on_replica(self, view: _Reader) -> bool:
+        """Whether ``view`` reads on the read replica (a ``retrieval_read`` block that was not
+        routed to the primary): its snapshot may predate the primary's last commits."""
+        replica = self._db.replica
+        return replica is not None and getattr(view._conn, "engine", None) is replica
+
+    def _forgotten_on_primary(self, scope: Scope, hits: Sequence[ScoredRecord]) -> frozenset[str]:
+        """The ids among the hits' ids, sources, lineage and roots that a ``forgotten``
+        tombstone names on the primary now: one probe of the tombstones' primary key per id,
+        one round trip, on a primary connection of its own."""
+        named = set[str]()
+        for hit in hits:
+            r = hit.record
+            named.update((r.id, r.source_id, *r.lineage, *r.roots))
+        sql = queries.forgotten_sql(self._db.s) + " AND id = ANY(CAST(:ids AS text[]))"
+        params = scope_params(scope, ids=sorted(named))
+        found = self._db.read("look up tombstones", lambda conn: reads.fetch(conn, sql, params))
+        return frozenset(row.id for row in found)
+
+    def _unforgotten(
+        self, view: _Reader, hits: tuple[ScoredRecord, ...]
+    ) -> tuple[ScoredRecord, ...]:
+        """A hybrid leg's hits, less those a forget committed on the primary withholds when
+        the leg read on the replica (the legs share one snapshot: none is read again)."""
+        if not hits or not self._on_replica(view):
+            return hits
+        forgotten = self._forgotten_on_primary(view.scope, hits)
+        if not forgotten:
+            return hits
+        return tuple(h for h in hits if not is_forgotten(h.record, forgotten))
 
     def embedders(self, view: _Reader) -> frozenset[EmbedderKey]:
         """The visible rows' keys, from the (scope, embedder_id, dimensions) index."""
@@ -971,7 +1015,8 @@ class PostgresBackend:
         """``read`` on the read replica when the store has one (``Connections``: its lag
         rules and fallback); a read of one statement (``guarded_search``) runs with no
         transaction around it (measured: BEGIN, the state and COMMIT around a vector query
-        cost about 0.2 ms, 10% of it)."""
+        cost about 0.2 ms, 10% of it). The legs' rows read there are checked against the
+        primary's forgets (``_forgotten_on_primary``)."""
         return _Snapshot(scope, self._db, replica=True)
 
     @contextmanager

@@ -4,8 +4,10 @@ Read replicas (``read_url``): reads that serve retrieval (the engine's ``retriev
 blocks: the legs, the drift guard, the embedder and tombstone lists) and status reads go to
 the replica; writes, every read inside a unit of work,
 the reads write paths decide on (``get_by_source``, ``current_generation``,
-``forgotten_among``) and the access
-recheck gate (``check_source_access``: grants where they are freshest) go to the primary.
+``forgotten_among``), the access
+recheck gate (``check_source_access``: grants where they are freshest) and the probe of the
+forgotten tombstones a replica leg's rows name (``PostgresBackend._forgotten_on_primary``)
+go to the primary.
 Lag is explicit: ``with_min_position(position)`` gives a view whose replica reads first wait
 (up to ``replica_wait`` seconds) for the replica to replay ``position``, then fall back to the
 primary or raise ``ReplicaLagError`` (``replica_fallback``). The routing lives in
