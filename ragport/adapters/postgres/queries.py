@@ -349,7 +349,10 @@ fell short of the true k-th score, and round two read 215,000 rows (2.7 s); ten 
 round one's theta within 1% of it."""
 
 
-TSV = "(SELECT y.v, length(y.v) AS dl FROM (SELECT ts_delete(r.tsv, ''::text) AS v OFFSET 0) y)"
+TSV = (
+    "(SELECT y.v, CAST(length(y.v) AS float8) AS dl "
+    "FROM (SELECT ts_delete(r.tsv, ''::text) AS v OFFSET 0) y)"
+)
 """A row's ``tsv`` detoasted once, as ``v``, with its length (distinct lexemes), ``dl``; for a
 LATERAL join on ``records r``. A ``tsv`` stored out of line or compressed (rows written
 before migration 16, or too large to keep in the row) is detoasted again by each reference
@@ -557,12 +560,14 @@ def _tsqueries(rows: str, column: str = "c.lexeme") -> str:
     return f"ARRAY(SELECT CAST({_operand(column)} AS tsquery) FROM {rows})"
 
 
-def _rows(s: str, where: str, condition: str, extra: str = "") -> str:
+def _rows(s: str, where: str, condition: str, extra: str = "", rank: str = _SCORE) -> str:
     """(row_key, id, generation, rank) of the rows matching ``:query`` that pass ``where``
     and ``condition``; ``condition`` reads ``r.tsv`` only where an index serves it, and the
-    row's tsvector as ``d.v`` elsewhere (``TSV``)."""
+    row's tsvector as ``d.v`` elsewhere (``TSV``). ``rank``: the score (``_SCORE``), or
+    another expression of ``d``, then followed by ``d.v`` and ``d.dl``."""
+    more = "" if rank is _SCORE else ", d.v, d.dl"
     return (
-        f"SELECT r.row_key, r.id, r.generation, {_SCORE} AS rank "
+        f"SELECT r.row_key, r.id, r.generation, {rank} AS rank{more} "
         f"FROM {s}.records r CROSS JOIN LATERAL {TSV} d, sc, q, p, tc{extra} "
         f"WHERE {where} AND {condition} "
         # the function, not the operator: the index conditions are ``condition``'s
@@ -604,6 +609,9 @@ def bm25_ctes(s: str, ts_config: str, where: str) -> str:
         + _maxscore()
         + _presence()
         + _pairs()
+        + _slots(
+            "sl", "w c WHERE c.lexeme IN (SELECT e.lexeme FROM ce e)", "(SELECT th.theta FROM th)"
+        )
         + _ranked(s, where)
     )
 
@@ -674,8 +682,9 @@ def _round_one(s: str, where: str) -> str:
         f"({_rows(s, where, 'r.tsv_impact @@ ANY(bb.keys)')} OFFSET 0) z"
     )
     return (
-        f"kr AS ({_rows(s, where, 'r.tsv @@ ANY(tc.rq)')}), "
-        "t0 AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(y.rank) END AS theta "
+        _slots("sr", "w c", "0")
+        + _rare_rows(s, where)
+        + "t0 AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(y.rank) END AS theta "
         "FROM (SELECT kr.rank FROM kr ORDER BY kr.rank DESC LIMIT :k) y), "
         # The common lexemes: running sum of ub, smallest first (MaxScore), and rank by ub.
         "ce AS (SELECT c.lexeme, c.ub, c.df, sum(c.ub) OVER (ORDER BY c.ub, c.lexeme) AS cum, "
@@ -695,6 +704,25 @@ def _round_one(s: str, where: str) -> str:
         f"ELSE least({_probe()}, :k) END)), "
         f"ta AS (SELECT * FROM (SELECT DISTINCT ON (x.row_key) x.* FROM ka x) s {_ORDER}), "
         "th AS (SELECT CASE WHEN count(*) < :k THEN 0 ELSE min(ta.rank) END AS theta FROM ta), "
+    )
+
+
+def _rare_rows(s: str, where: str) -> str:
+    """``kr``: the rows holding a rare lexeme, only the best ``:k`` of them scored exactly, the
+    others only when they can reach the k-th of those.
+
+    ``k0``: every such row with its bound (``_bound`` over ``sr``, the slots of all query
+    lexemes), not its score; ``k1``: the ``:k`` rows of ``k0`` with the best bounds, scored;
+    then every other row whose bound reaches their k-th score, scored. A row left out scores
+    below ``:k`` rows of ``kr``: ``kr``'s top ``:k`` (round one's rows, ``t0``) is that of
+    every rare row, and ``kr`` holds ``:k`` rows when they are ``:k`` or more (``ka``)."""
+    score = f"SELECT d.row_key, d.id, d.generation, {_SCORE} AS rank"
+    return (
+        f"k0 AS MATERIALIZED ({_rows(s, where, 'r.tsv @@ ANY(tc.rq)', ', sr', _bound('sr'))}), "
+        f"k1 AS ({score} FROM (SELECT * FROM k0 ORDER BY k0.rank DESC LIMIT :k) d, p), "
+        f"kr AS (SELECT * FROM k1 UNION ALL {score} FROM k0 d, p, (SELECT CASE WHEN "
+        f"count(*) < :k THEN 0 ELSE min(k1.rank) END - {_slack()} AS t FROM k1) m "
+        "WHERE d.rank >= m.t AND d.row_key NOT IN (SELECT k1.row_key FROM k1)), "
     )
 
 
@@ -869,6 +897,48 @@ the index condition, and runs only when it has keys; so do ``a`` and ``b`` when 
 are wide (``WIDE_ROWS``)."""
 
 
+CHECK_SLOTS = 8
+"""The per-row bound (``_bound``) looks up this many query lexemes, strongest first; each
+weaker one counts its ``ub``."""
+_TF1 = "'{0.03,0.068}'::real[]"
+"""``ts_rank`` of a one-lexeme tsquery on a tsvector without weights is 0 when the lexeme is
+absent, 0.1 / 1.6449 (0.0608) when it occurs once and at least 0.1 * 1.25 / 1.6449 (0.0760)
+when more often (``calc_rank_or``: the sum of 0.1 / j^2 over its positions j, divided by
+pi^2 / 6); a weighted position only raises it. ``width_bucket`` over these bounds: 0 absent,
+1 once, 2 more often (or weighted)."""
+
+
+def _slots(name: str, rows: str, theta: str) -> str:
+    """``name``: the ``CHECK_SLOTS`` lexemes of ``rows`` (``w`` rows, ``c``) with the largest
+    ``ub`` as one-operand tsqueries (``q``), their idf (``i``) and ``ub`` (``u``); ``rest``,
+    the ``ub`` of the others; ``t``, ``theta`` (SQL) minus the slack."""
+    n = int(CHECK_SLOTS)
+    slot = f"FILTER (WHERE x.o <= {n})"
+    return (
+        f"{name} AS (SELECT coalesce(array_agg(CAST({_operand('x.lexeme')} AS tsquery) "
+        f"ORDER BY x.o) {slot}, '{{}}') AS q, "
+        f"coalesce(array_agg(x.idf ORDER BY x.o) {slot}, '{{}}') AS i, "
+        f"coalesce(array_agg(x.ub ORDER BY x.o) {slot}, '{{}}') AS u, "
+        f"coalesce(sum(x.ub) FILTER (WHERE x.o > {n}), 0) AS rest, {theta} - {_slack()} AS t "
+        "FROM (SELECT c.lexeme, c.idf, c.ub, row_number() OVER (ORDER BY c.ub DESC, c.lexeme) "
+        f"AS o FROM {rows}) x), "
+    )
+
+
+def _bound(z: str) -> str:
+    """A row's upper bound over the slots ``z`` (``_slots``), read before the row is scored:
+    each slotted lexeme the row (``d``) holds once adds its exact share at the row's length
+    (idf * (k1 + 1) / (1 + K)), held more often its ``ub``, absent nothing; ``z.rest``
+    counts the others as held (``ts_rank``: ``_TF1``)."""
+    share = f"{_K1 + 1} / (1 + {_K1} * ({1 - _B} + {_B} * d.dl / p.avgdl))"
+    terms = " + ".join(
+        f"coalesce(CASE width_bucket(ts_rank(d.v, {z}.q[{j}]), {_TF1}) WHEN 0 THEN 0 "
+        f"WHEN 1 THEN {z}.i[{j}] * {share} ELSE {z}.u[{j}] END, 0)"
+        for j in range(1, int(CHECK_SLOTS) + 1)
+    )
+    return f"({z}.rest + {terms})"
+
+
 def _second(s: str, where: str) -> list[str]:
     """Round two's scans (see the comment above) but the levels': those checking the presence
     condition through the index (MaxScore's, and ``a`` / ``b`` when wide: ``cj.w``), then
@@ -886,7 +956,7 @@ def _second(s: str, where: str) -> list[str]:
     )
     return [
         f"SELECT z.* FROM eq, cj CROSS JOIN LATERAL {rows} CROSS JOIN LATERAL "
-        f"({_rows(s, where, f'{condition} AND {_FRESH}')} OFFSET 0) z WHERE x.go"
+        f"({_rows(s, where, f'{condition} AND {_reach()}', ', sl')} OFFSET 0) z WHERE x.go"
         for rows, condition in (index, per_row)
     ]
 
@@ -897,7 +967,10 @@ def _levels(s: str, where: str) -> str:
     every level, not one per level (OFFSET 0 keeps the level the outer side)."""
     each = ", ".join(f"(cj.l{j}, cj.r{j})" for j in range(LEVELS))
     scan = _rows(
-        s, where, f"{_HELD} AND r.tsv_impact @@ lv.l AND r.tsv_impact @@ lv.r AND {_FRESH}"
+        s,
+        where,
+        f"{_HELD} AND r.tsv_impact @@ lv.l AND r.tsv_impact @@ lv.r AND {_reach()}",
+        ", sl",
     )
     return (
         f"SELECT z.* FROM cj CROSS JOIN LATERAL (VALUES {each}) lv(l, r) "
@@ -906,6 +979,12 @@ def _levels(s: str, where: str) -> str:
 
 
 _FRESH = "NOT d.v @@ ANY(tc.rq) AND r.row_key NOT IN (SELECT ka.row_key FROM ka)"
+
+
+def _reach() -> str:
+    """Round two's per-row condition: the row was not read before (``_FRESH``) and its bound
+    over the common lexemes (``sl``, ``_bound``) reaches theta."""
+    return f"{_FRESH} AND {_bound('sl')} >= sl.t"
 
 
 def _ranked(s: str, where: str) -> str:
