@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
-from ragport.adapters.postgres import PostgresStore, WriteSettings
+from ragport.adapters.postgres import PostgresStore, WriteSettings, pipelined
 from ragport.adapters.postgres.backend import PostgresBackend, transaction_of
 from ragport.application import (
     compact,
@@ -119,11 +119,17 @@ def test_a_read_sees_one_snapshot_and_nearest_streams_best_first(stores) -> None
 @contextmanager
 def _round_trips() -> Iterator[list[str]]:
     """What each round trip to the server sent: a statement outside a pipeline, or
-    ``"pipeline"`` for a whole (outermost) pipeline, which psycopg syncs once at its end.
+    ``"pipeline"`` for a whole (outermost) pipeline, which psycopg syncs once at its end, and
+    for each of ``pipelined.transaction``'s (libpq's pipeline: one read per sync).
     The pool's idle ping (``SELECT 1``, only after 5 s idle) is left out."""
     sent: list[str] = []
     real_execute = psycopg.Cursor.execute
     real_pipeline = psycopg.Connection.pipeline
+    real_read = pipelined._read
+
+    def read(dbapi: Any) -> Any:
+        sent.append("pipeline")
+        return real_read(dbapi)
 
     def execute(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
         if self.connection._pipeline is None and str(query) != "SELECT 1":
@@ -141,6 +147,7 @@ def _round_trips() -> Iterator[list[str]]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(psycopg.Cursor, "execute", execute)
         patch.setattr(psycopg.Connection, "pipeline", pipeline)
+        patch.setattr(pipelined, "_read", read)
         yield sent
 
 

@@ -12,7 +12,7 @@ import time
 import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
-from sqlalchemy import event, text
+from sqlalchemy import create_engine, event, text
 
 import ragport
 from ragport.adapters.embedders import HashEmbedder
@@ -200,5 +200,81 @@ def test_delete_commit_failure(pg_url, pg_schema):
             c.execute(text(f"DROP TRIGGER boom ON {s}.scopes"))
         assert _delete(store, "a").deleted == 2
         _check_statistics(store, SCOPE, s)
+    finally:
+        engine.dispose()
+
+
+def _one_connection(pg_url, **connect_args):
+    url = pg_url.replace("postgresql://", "postgresql+psycopg://", 1)
+    return create_engine(url, pool_size=1, max_overflow=0, connect_args=connect_args)
+
+
+def _prepared(engine):
+    """The delete statement ragport prepared on the pool's one connection: (generic plans,
+    custom plans) per name."""
+    with engine.connect() as c:
+        rows = c.exec_driver_sql(
+            "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE starts_with(name, 'ragport_')"
+        ).all()
+        c.commit()
+    return {r.name: (r.generic_plans, r.custom_plans) for r in rows}
+
+
+def test_delete_after_its_prepared_statement_was_dropped(pg_url, pg_schema):
+    """The pipeline runs its statement prepared under ragport's own name, with its generic
+    plan; psycopg drops every prepared statement of a connection after a rollback (``DEALLOCATE
+    ALL``), and the next delete prepares it again and deletes (``pipelined.transaction``)."""
+    engine = _one_connection(pg_url)
+    try:
+        store = PostgresStore(engine, schema=pg_schema, create=True)
+        for source in "abc":
+            _write(store, source, f"{source} alpha", "beta")
+        g = _generation(store)
+        assert _delete(store, "a").deleted == 2
+        assert _delete(store, "b").deleted == 2
+        (plans,) = _prepared(engine).values()
+        assert plans[0] >= 2 and plans[1] == 0, plans  # its generic plan, every time
+        with engine.connect() as c:
+            c.exec_driver_sql("DEALLOCATE ALL")
+            c.commit()
+        assert _prepared(engine) == {}
+        done = _delete(store, "c")
+        assert done.deleted == 2 and done.generation == g + 3 == _generation(store)
+        assert len(_prepared(engine)) == 1
+        with engine.connect() as c:
+            assert c.connection.driver_connection.info.transaction_status == IDLE
+        _check_statistics(store, SCOPE, f'"{pg_schema}"')
+    finally:
+        engine.dispose()
+
+
+def test_delete_after_a_failure_in_the_pipeline_that_prepared_it(pg_url, pg_schema):
+    """The first delete on a connection prepares its statement in its pipeline; when a later
+    statement of that pipeline fails, the statement stays prepared, and the next delete uses it
+    (prepared again: ``DuplicatePreparedStatement``). psycopg prepares nothing of its own here
+    (``prepare_threshold=None``), so its rollback drops nothing."""
+    engine = _one_connection(pg_url, prepare_threshold=None)
+
+    @event.listens_for(engine, "connect")
+    def _lt(dbapi, rec):
+        with dbapi.cursor() as cur:
+            cur.execute("SET lock_timeout = 300")
+        dbapi.commit()
+
+    try:
+        store = PostgresStore(engine, schema=pg_schema, create=True)
+        _write(store, "a", "alpha beta", "gamma")
+        g = _generation(store)
+        locker = _locker(pg_url, pg_schema, "a")
+        try:
+            with pytest.raises(StoreError):
+                _delete(store, "a")
+        finally:
+            locker.rollback()
+            locker.close()
+        assert len(_prepared(engine)) == 1 and _generation(store) == g
+        assert _delete(store, "a").deleted == 2 and _generation(store) == g + 1
+        _check_statistics(store, SCOPE, f'"{pg_schema}"')
     finally:
         engine.dispose()

@@ -50,7 +50,7 @@ import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy import text
 
-from ragport.adapters.postgres import embedders, queries, reads, rows, statements
+from ragport.adapters.postgres import embedders, pipelined, queries, reads, rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
 from ragport.adapters.postgres.background import MaintenanceWorker
 from ragport.adapters.postgres.connections import Connections, Lent
@@ -605,21 +605,30 @@ def _delete_at_once(conn: Any, s: str, params: dict[str, Any]) -> tuple[Any, Any
     ``BEGIN``, ``statements.lock_scope`` (which also sets the transaction's
     ``plan_cache_mode`` for a generic plan: ``generic``), ``statements.delete_source``
     (prepared, so run with its generic plan) and ``COMMIT`` (which ends the setting), in one
-    pipeline; the scope's row as locked and the statement's answer."""
+    pipeline (``pipelined.transaction``: libpq's, below psycopg's); the scope's row as locked
+    and the statement's answer."""
     if not conn.in_transaction():
         conn.begin()  # SQLAlchemy's bookkeeping only: the driver begins at the statement
     dbapi = driver_connection(conn)
     query, names = statements.numbered(statements.delete_source(s))
-    lock = reads.pyformat(statements.lock_scope(s, generic=True))
-    with (
-        dbapi.cursor(row_factory=namedtuple_row) as locked,
-        psycopg.RawCursor(dbapi, row_factory=namedtuple_row) as cur,
-    ):
-        with dbapi.pipeline() if reads.PIPELINE else nullcontext():
-            locked.execute(lock, params)
+    if reads.PIPELINE:
+        lock, lock_names = statements.numbered(statements.lock_scope(s, generic=True))
+        state, done = pipelined.transaction(
+            dbapi,
+            [
+                pipelined.Step(lock, [params[n] for n in lock_names]),
+                pipelined.Step(query, [params[n] for n in names], prepared=True),
+            ],
+        )
+    else:  # a libpq without pipeline mode: one statement after the other
+        with (
+            dbapi.cursor(row_factory=namedtuple_row) as locked,
+            psycopg.RawCursor(dbapi, row_factory=namedtuple_row) as cur,
+        ):
+            locked.execute(reads.pyformat(statements.lock_scope(s, generic=True)), params)
             cur.execute(query, [params[n] for n in names], prepare=True)
             dbapi.commit()
-        state, done = locked.fetchone(), cur.fetchone()
+            state, done = locked.fetchone(), cur.fetchone()
     conn.commit()  # SQLAlchemy's bookkeeping: the driver is idle, nothing is sent
     assert state is not None and done is not None
     return state, done
