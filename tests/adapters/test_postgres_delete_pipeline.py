@@ -278,3 +278,25 @@ def test_delete_after_a_failure_in_the_pipeline_that_prepared_it(pg_url, pg_sche
         _check_statistics(store, SCOPE, f'"{pg_schema}"')
     finally:
         engine.dispose()
+
+
+def test_delete_without_pipeline_mode(pg_url, pg_schema, monkeypatch):
+    """On a libpq without pipeline mode (before 14) the same statements go one by one: the
+    same generation, rows and statistics."""
+    from ragport.adapters.postgres import reads
+
+    monkeypatch.setattr(reads, "PIPELINE", False)
+    engine = make_engine(pg_url)
+    try:
+        store = PostgresStore(engine, schema=pg_schema, create=True)
+        _write(store, "a", "alpha beta", "gamma")
+        _write(store, "b", "delta")
+        g = _generation(store)
+        done = _delete(store, "a")
+        assert (done.deleted, done.generation) == (2, g + 1) and _generation(store) == g + 1
+        assert store.get_by_source(SCOPE, "a") == [] and len(store.get_by_source(SCOPE, "b")) == 1
+        with engine.connect() as c:
+            assert c.connection.driver_connection.info.transaction_status == IDLE
+        _check_statistics(store, SCOPE, f'"{pg_schema}"')
+    finally:
+        engine.dispose()
