@@ -564,10 +564,9 @@ def _rows(s: str, where: str, condition: str, extra: str = "", rank: str = _SCOR
     """(row_key, id, generation, rank) of the rows matching ``:query`` that pass ``where``
     and ``condition``; ``condition`` reads ``r.tsv`` only where an index serves it, and the
     row's tsvector as ``d.v`` elsewhere (``TSV``). ``rank``: the score (``_SCORE``), or
-    another expression of ``d``, then followed by ``d.v`` and ``d.dl``."""
-    more = "" if rank is _SCORE else ", d.v, d.dl"
+    another expression of ``d`` (``_bound``)."""
     return (
-        f"SELECT r.row_key, r.id, r.generation, {rank} AS rank{more} "
+        f"SELECT r.row_key, r.id, r.generation, {rank} AS rank "
         f"FROM {s}.records r CROSS JOIN LATERAL {TSV} d, sc, q, p, tc{extra} "
         f"WHERE {where} AND {condition} "
         # the function, not the operator: the index conditions are ``condition``'s
@@ -715,14 +714,20 @@ def _rare_rows(s: str, where: str) -> str:
     lexemes), not its score; ``k1``: the ``:k`` rows of ``k0`` with the best bounds, scored;
     then every other row whose bound reaches their k-th score, scored. A row left out scores
     below ``:k`` rows of ``kr``: ``kr``'s top ``:k`` (round one's rows, ``t0``) is that of
-    every rare row, and ``kr`` holds ``:k`` rows when they are ``:k`` or more (``ka``)."""
-    score = f"SELECT d.row_key, d.id, d.generation, {_SCORE} AS rank"
+    every rare row, and ``kr`` holds ``:k`` rows when they are ``:k`` or more (``ka``). A
+    scored row is read again by its key (``k0`` keeps no tsvector: a few rows are read
+    twice, where every rare row's tsvector would be kept in memory)."""
+    score = (
+        f"SELECT r.row_key, r.id, r.generation, {_SCORE} AS rank FROM {s}.records r "
+        f"CROSS JOIN LATERAL {TSV} d, p, "
+    )
+    key = f"{RSCOPE} AND r.row_key = x.row_key"
     return (
         f"k0 AS MATERIALIZED ({_rows(s, where, 'r.tsv @@ ANY(tc.rq)', ', sr', _bound('sr'))}), "
-        f"k1 AS ({score} FROM (SELECT * FROM k0 ORDER BY k0.rank DESC LIMIT :k) d, p), "
-        f"kr AS (SELECT * FROM k1 UNION ALL {score} FROM k0 d, p, (SELECT CASE WHEN "
-        f"count(*) < :k THEN 0 ELSE min(k1.rank) END - {_slack()} AS t FROM k1) m "
-        "WHERE d.rank >= m.t AND d.row_key NOT IN (SELECT k1.row_key FROM k1)), "
+        f"k1 AS ({score}(SELECT * FROM k0 ORDER BY k0.rank DESC LIMIT :k) x WHERE {key}), "
+        f"kr AS (SELECT * FROM k1 UNION ALL {score}k0 x, (SELECT CASE WHEN count(*) < :k "
+        f"THEN 0 ELSE min(k1.rank) END - {_slack()} AS t FROM k1) m WHERE {key} "
+        "AND x.rank >= m.t AND x.row_key NOT IN (SELECT k1.row_key FROM k1)), "
     )
 
 
@@ -900,12 +905,24 @@ are wide (``WIDE_ROWS``)."""
 CHECK_SLOTS = 8
 """The per-row bound (``_bound``) looks up this many query lexemes, strongest first; each
 weaker one counts its ``ub``."""
-_TF1 = "'{0.03,0.068}'::real[]"
-"""``ts_rank`` of a one-lexeme tsquery on a tsvector without weights is 0 when the lexeme is
-absent, 0.1 / 1.6449 (0.0608) when it occurs once and at least 0.1 * 1.25 / 1.6449 (0.0760)
-when more often (``calc_rank_or``: the sum of 0.1 / j^2 over its positions j, divided by
-pi^2 / 6); a weighted position only raises it. ``width_bucket`` over these bounds: 0 absent,
-1 once, 2 more often (or weighted)."""
+TF_EXACT = 8
+"""The per-row bound knows a lexeme's tf up to this many positions (``_tf_classes``)."""
+
+
+def _tf_classes(n: int) -> str:
+    """``width_bucket`` bounds telling a one-lexeme ``ts_rank`` apart by tf: ``ts_rank`` of a
+    one-lexeme tsquery on a tsvector without weights is 0 when the lexeme is absent, else
+    ``0.1 * sum(1 / j^2 for j in 1..tf) / 1.6449`` (``calc_rank_or``; 0.0608 for tf 1,
+    0.0760 for 2, 0.0827 for 3...), and a weighted position only raises it. The bounds are
+    the midpoints (and half the tf-1 value): bucket 0 absent, bucket j tf j for j <= ``n``,
+    bucket ``n + 1`` more (or weighted). The gaps (0.00075 between tf 8 and 9) are five
+    orders of magnitude above ``ts_rank``'s float4 rounding."""
+    ranks, h = [], 0.0
+    for j in range(1, n + 2):
+        h += 0.1 / (j * j)
+        ranks.append(h / 1.64493406685)
+    bounds = [ranks[0] / 2] + [(ranks[j] + ranks[j + 1]) / 2 for j in range(n)]
+    return "'{" + ",".join(f"{b:.6f}" for b in bounds) + "}'::real[]"
 
 
 def _slots(name: str, rows: str, theta: str) -> str:
@@ -927,13 +944,18 @@ def _slots(name: str, rows: str, theta: str) -> str:
 
 def _bound(z: str) -> str:
     """A row's upper bound over the slots ``z`` (``_slots``), read before the row is scored:
-    each slotted lexeme the row (``d``) holds once adds its exact share at the row's length
-    (idf * (k1 + 1) / (1 + K)), held more often its ``ub``, absent nothing; ``z.rest``
-    counts the others as held (``ts_rank``: ``_TF1``)."""
-    share = f"{_K1 + 1} / (1 + {_K1} * ({1 - _B} + {_B} * d.dl / p.avgdl))"
+    each slotted lexeme the row (``d``) holds adds its exact share at its tf (``ts_rank``:
+    ``_tf_classes``) and the row's length, idf * tf * (k1 + 1) / (tf + K), or its ``ub``
+    when held more than ``TF_EXACT`` times; ``z.rest`` counts the others as held."""
+    n = int(TF_EXACT)
+    classes = _tf_classes(n)
+    k = f"{_K1} * ({1 - _B} + {_B} * d.dl / p.avgdl)"
     terms = " + ".join(
-        f"coalesce(CASE width_bucket(ts_rank(d.v, {z}.q[{j}]), {_TF1}) WHEN 0 THEN 0 "
-        f"WHEN 1 THEN {z}.i[{j}] * {share} ELSE {z}.u[{j}] END, 0)"
+        f"coalesce(CASE width_bucket(ts_rank(d.v, {z}.q[{j}]), {classes}) WHEN 0 THEN 0 "
+        + " ".join(
+            f"WHEN {tf} THEN {z}.i[{j}] * {tf} * {_K1 + 1} / ({tf} + {k})" for tf in range(1, n + 1)
+        )
+        + f" ELSE {z}.u[{j}] END, 0)"
         for j in range(1, int(CHECK_SLOTS) + 1)
     )
     return f"({z}.rest + {terms})"
