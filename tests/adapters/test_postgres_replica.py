@@ -21,6 +21,7 @@ from sqlalchemy import create_engine
 import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.postgres import PostgresStatusStore, PostgresStore, reads
+from ragport.adapters.postgres.connections import Connections
 from ragport.domain import Tombstone
 from ragport.domain.errors import ReplicaLagError, StoreError, ValidationError
 from ragport.domain.model import Authorization, Grant
@@ -377,6 +378,28 @@ def test_every_store_read_on_the_replica_drops_a_source_forgotten_on_the_primary
         names = {s.record.source_id for s in found} | {s.record.id for s in found}
         assert kept in names, name
         assert not names & withheld, name
+
+
+def test_a_replica_read_whose_forgets_the_primary_cannot_confirm_fails_closed(
+    cluster: tuple[str, str, PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the primary unreachable, a replica read that returned rows raises StoreError
+    (its forgets unconfirmed) rather than serve them unchecked, as the hybrid and the
+    access-checked paths do (their re-reads run on the primary too).
+
+    If this fails, check that ``_forgotten_on_primary`` lets the primary's failure through."""
+    _, _, store = cluster
+
+    def primary_down(self: Connections, operation: str, run: Any, *, replica: bool = False) -> Any:
+        if not replica:
+            raise StoreError(f"{operation}: the primary did not answer", lost_connection=True)
+        return real(self, operation, run, replica=replica)
+
+    real = Connections.read
+    monkeypatch.setattr(Connections, "read", primary_down)
+    with pytest.raises(StoreError) as caught:
+        ragport.application.retrieve_context("onboarding", embedder=EMB, store=store, scope=SCOPE)
+    assert caught.value.lost_connection
 
 
 def test_status_reads_run_on_the_replica(cluster: tuple[str, str, PostgresStore]) -> None:
