@@ -9,6 +9,10 @@ Two servers on 127.0.0.1 in streaming replication (``tests/support/pg_cluster.py
    query, 200 queries) on each schema.
 3. Throughput: queries/s of ``store.query`` from 2 client processes for ``--seconds`` each,
    against the primary alone and against primary + replica (``read_url``).
+4. The primary's forget probe (a replica read that returned rows looks up the primary's
+   ``forgotten`` tombstones for them): vector-only ``retrieve_context`` on the replica, 200
+   pairs interleaved ABBA, with the probe and with it switched off (``PostgresBackend.
+   _on_replica`` patched to answer ``False``: what a replica read cost before it).
 
 Run: .venv/bin/python bench/bench_scale_out.py [--rows N] [--seconds S]
 (figures and the partitioned-ingest target, within 10% of plain, go to
@@ -91,6 +95,31 @@ def _client(args: tuple[str, str | None, str, float, int]) -> int:
     return done
 
 
+def _probe_cost(url: str, read_url: str, rng: np.random.Generator) -> dict[str, list[float]]:
+    """Per-query times (ms) of vector-only retrieves on the replica, with the primary's forget
+    probe (``probe``) and without it (``none``), 200 pairs interleaved ABBA."""
+    from ragport.adapters.postgres.backend import PostgresBackend
+
+    store = PostgresStore(url, read_url=read_url, schema="plain")
+    switch = {"probe": PostgresBackend._on_replica, "none": lambda *_: False}
+    times: dict[str, list[float]] = {"probe": [], "none": []}
+    try:
+        for n in range(220):
+            for mode in ("probe", "none", "none", "probe")[:: 1 if n % 2 else -1]:
+                PostgresBackend._on_replica = switch[mode]
+                scope = ragport.Scope(f"tenant{rng.integers(TENANTS)}", "kb", "docs")
+                start = time.perf_counter()
+                ragport.application.retrieve_context(
+                    " ".join(rng.choice(WORDS, size=6)), embedder=EMB, store=store, scope=scope
+                )
+                if n >= 20:  # the first 20 pairs warm the pools up
+                    times[mode].append((time.perf_counter() - start) * 1000)
+    finally:
+        PostgresBackend._on_replica = switch["probe"]
+        store.engine.dispose()
+    return times
+
+
 def _throughput(url: str, read_url: str | None, schema: str, seconds: float) -> float:
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         counts = pool.map(_client, [(url, read_url, schema, seconds, s) for s in (1, 2)])
@@ -126,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         time.sleep(2)  # let the replica replay the load
         alone = _throughput(primary.url, None, "plain", args.seconds)
         both = _throughput(primary.url, replica.url, "plain", args.seconds)
+        samples.update(_probe_cost(primary.url, replica.url, rng))
         print(f"rows {args.rows} over {TENANTS} tenants, 384 dimensions, HashEmbedder")
         print("| schema | ingest rows/s | retrieve p50 ms | p95 ms |")
         print("|---|---|---|---|")
@@ -168,6 +198,20 @@ def write_json(
         ),
         "primary_qps": figure("store.query, 2 clients, primary alone", "q/s", alone),
         "replica_qps": figure("store.query, 2 clients, reads on the replica", "q/s", both),
+        "probe_ms": figure(
+            "retrieve_context on the replica, forget probe on the primary",
+            "ms",
+            samples=samples["probe"],
+        ),
+        "no_probe_ms": figure(
+            "the same, probe switched off (interleaved)", "ms", samples=samples["none"]
+        ),
+        "probe_ratio": ratio(
+            "with / without the forget probe (medians)",
+            statistics.median(samples["probe"]),
+            statistics.median(samples["none"]),
+            ("probe_ms", "no_probe_ms"),
+        ),
     }
     write_result(
         "scale_out",

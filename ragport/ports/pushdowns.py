@@ -279,7 +279,10 @@ class ReadsForRetrieval(Protocol):
         see (a streaming replica's). The engine opens it for the vector, lexical and hybrid
         queries, the drift guard and the embedder and forgotten-id lists; the reads a writer
         decides on (``get_by_source``, ``current_generation``, grants, ``forgotten_among``)
-        use ``read``."""
+        use ``read``. Forgetting may not lag: a leg pushdown that read rows in an older
+        state withholds those a ``forgotten`` tombstone committed before the call names
+        (their id, source, lineage or roots), as ``guarded_query`` promises; PostgreSQL's
+        legs on the replica look them up on the primary."""
         ...
 
 
