@@ -322,7 +322,9 @@ def test_the_check_catches_a_fold_that_subtracts_twice(
     original = statements.fold_retired
     for broken in ("-2 * sum(", "0 * sum("):
         monkeypatch.setattr(
-            statements, "fold_retired", lambda s, b=broken: original(s).replace("-sum(", b)
+            statements,
+            "fold_retired",
+            lambda s, b=broken, **kw: original(s, **kw).replace("-sum(", b),
         )
         scope, s = _scope(), f'"{pg_schema}"'
         _replay(unhurried, scope)

@@ -1,14 +1,17 @@
 """``finish_maintenance()`` runs what is due on the calling thread when the maintenance thread
-runs nothing (no hand-over to the thread and back), and waits for the thread when it does."""
+runs nothing (no hand-over to the thread and back), and waits for the thread when it does; the
+fold it runs skips a scope a writer holds."""
 
 from __future__ import annotations
 
 import threading
 
+import psycopg
+
 import ragport
 from ragport.adapters.embedders import HashEmbedder
 from ragport.adapters.postgres import PostgresStore, WriteSettings
-from ragport.adapters.postgres.background import MaintenanceWorker
+from ragport.adapters.postgres.background import MaintenanceWorker, fold_retired
 
 EMB = HashEmbedder(dimensions=16)
 SCOPE = ragport.Scope("tenant-f", "kb", "docs")
@@ -47,3 +50,33 @@ def test_finish_runs_due_work_on_the_calling_thread(pg_engine, pg_schema, monkey
         request=ragport.RetrievalRequest(top_k=3, lexical="bm25"),
     )  # fmt: skip
     assert [h.id for h in hits.hits] == ["a#0001"]
+
+
+def test_a_fold_skips_a_scope_a_writer_holds(pg_url, pg_engine, pg_schema):
+    """``fold_retired`` sends the scope's lock and the fold in one pipeline: while a writer
+    holds the lock the fold folds nothing (``fold_retired(guarded=True)``: the lock skipped
+    sets nothing), and folds once it is released, the statistics exact either way."""
+    from tests.adapters.test_postgres_lexical_stats import _check_statistics
+
+    s = f'"{pg_schema}"'
+    store = PostgresStore(
+        pg_engine, schema=pg_schema, create=True, writes=WriteSettings(maintenance_delay=60)
+    )
+    _write(store, "a", "alpha beta", "gamma")
+    _write(store, "a", "alpha delta")  # retires a batch whole: a fold is due
+    writer = psycopg.connect(pg_url)
+    try:
+        writer.execute(
+            f"SELECT 1 FROM {s}.scopes WHERE tenant_id = %s AND resource_id = %s "
+            "AND corpus_id = %s FOR UPDATE",
+            (SCOPE.tenant_id, SCOPE.resource_id, SCOPE.corpus_id),
+        )
+        with pg_engine.connect() as conn:
+            assert fold_retired(conn, s, SCOPE.tenant_id) == 0
+    finally:
+        writer.rollback()
+        writer.close()
+    _check_statistics(store, SCOPE, s)
+    with pg_engine.connect() as conn:
+        assert fold_retired(conn, s, SCOPE.tenant_id) == 1
+    _check_statistics(store, SCOPE, s)

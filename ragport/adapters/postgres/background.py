@@ -30,12 +30,13 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+import psycopg
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from ragport.adapters.postgres import statements
+from ragport.adapters.postgres import reads, statements
+from ragport.adapters.postgres._driver import driver_connection
 from ragport.adapters.postgres.indexes import VectorIndexes
-from ragport.adapters.postgres.predicate import SCOPE
 from ragport.adapters.postgres.schema import quote_schema
 from ragport.domain.errors import StoreError, ValidationError
 
@@ -228,32 +229,37 @@ def fold_retired(conn: Connection, s: str, tenant_id: str) -> int:
     """Fold the batches of ``tenant_id`` retired whole (``statements.fold_retired``), one
     transaction per scope, each under the scope's lock, which a writer holding it makes this
     skip (the next commit that retires, or compaction, folds them; readers are exact either
-    way). Answers how many batches were folded; a failure is logged, never raised."""
+    way). Answers how many batches were folded; a failure is logged, never raised.
+
+    One round trip finds the scopes, one per scope folds it: [``fold_lock``, the fold
+    (``guarded``: nothing unless the lock was got), ``COMMIT``] in one pipeline; the fold's
+    snapshot is taken after the lock is held, and it commits without waiting for the WAL
+    flush (``fold_lock``)."""
     folded = 0
     try:
-        scopes = conn.execute(
-            text(
-                f"SELECT DISTINCT b.resource_id, b.corpus_id FROM {s}.lexical_batches b "
-                "WHERE b.tenant_id = :t AND b.fold_docs IS NOT NULL"
-            ),
-            {"t": tenant_id},
-        ).all()
-        conn.commit()
-        for resource_id, corpus_id in scopes:
+        if not conn.in_transaction():
+            conn.begin()  # SQLAlchemy's bookkeeping only: the driver begins at the statement
+        dbapi = driver_connection(conn)
+        find = reads.pyformat(
+            f"SELECT DISTINCT b.resource_id, b.corpus_id FROM {s}.lexical_batches b "
+            "WHERE b.tenant_id = :t AND b.fold_docs IS NOT NULL"
+        )
+        with dbapi.pipeline() if reads.PIPELINE else contextlib.nullcontext():
+            found = dbapi.execute(find, {"t": tenant_id})
+            dbapi.commit()
+        lock = reads.pyformat(statements.fold_lock(s))
+        fold = reads.pyformat(statements.fold_retired(s, guarded=True))
+        for resource_id, corpus_id in found.fetchall():
             binds = {"t": tenant_id, "r": resource_id, "c": corpus_id}
-            # The fold commits without waiting for the WAL flush (as the GIN merge does): a
-            # fold lost to a crash leaves the batches unfolded, which readers subtract, and
-            # the next fold takes them. Set only once the lock is held (the outer SELECT
-            # sees the locked row alone): a skipped scope's empty transaction sets nothing.
-            lock = (
-                "SELECT set_config('synchronous_commit', 'off', true) FROM (SELECT 1 "
-                f"FROM {s}.scopes WHERE {SCOPE} FOR UPDATE SKIP LOCKED) AS held"
-            )
-            if conn.execute(text(lock), binds).first() is not None:
-                folded += int(conn.execute(text(statements.fold_retired(s)), binds).scalar_one())
-            conn.commit()
-    except SQLAlchemyError as exc:
-        with contextlib.suppress(SQLAlchemyError):
+            with dbapi.pipeline() if reads.PIPELINE else contextlib.nullcontext():
+                dbapi.execute(lock, binds)
+                done = dbapi.execute(fold, binds)
+                dbapi.commit()
+            row = done.fetchone()
+            folded += int(row[0]) if row is not None else 0
+        conn.commit()  # SQLAlchemy's bookkeeping: the driver is idle, nothing is sent
+    except (SQLAlchemyError, psycopg.Error) as exc:
+        with contextlib.suppress(SQLAlchemyError, psycopg.Error):
             conn.rollback()
         _LOG.warning(
             "ragport: folding retired BM25 batches in %s failed (SQLSTATE %s); readers "

@@ -21,6 +21,7 @@ from ragport.adapters.postgres.rows import COPY_COLUMNS, RECORD_COLUMNS, VECTOR_
 __all__ = [
     "BSCOPE",
     "DISCARD_ABOVE",
+    "FOLD_LOCKED",
     "NAMED_BY",
     "PURGE_RETIRED",
     "PURGE_SOURCE",
@@ -32,6 +33,7 @@ __all__ = [
     "delete_records",
     "delete_source",
     "dependents_sql",
+    "fold_lock",
     "fold_retired",
     "fold_stats",
     "grants_revoke",
@@ -311,18 +313,40 @@ def _fold_amounts(rows: str) -> str:
     )
 
 
-def fold_retired(s: str) -> str:
+FOLD_LOCKED = "ragport.fold_locked"
+"""The transaction-local setting ``fold_lock`` sets once it holds the scope's lock, which
+``fold_retired(guarded=True)`` requires."""
+
+
+def fold_lock(s: str) -> str:
+    """The scope's lock for a fold, skipped (no row) when a writer holds it. Once held, the
+    transaction commits without waiting for the WAL flush (a fold lost to a crash leaves the
+    batches unfolded, which readers subtract, and the next fold takes them) and
+    ``FOLD_LOCKED`` is set: the outer SELECT sees the locked row alone, so a skipped lock sets
+    nothing."""
+    return (
+        f"SELECT set_config('{FOLD_LOCKED}', 'on', true) AS held, "
+        "set_config('synchronous_commit', 'off', true) AS sync "
+        f"FROM (SELECT 1 FROM {s}.scopes WHERE {SCOPE} FOR UPDATE SKIP LOCKED) AS x"
+    )
+
+
+def fold_retired(s: str, *, guarded: bool = False) -> str:
     """Take the batches retired whole and not folded yet (``retire``) out of the scope's
     running totals and clear what they stored, in one statement; answers how many.
 
-    The caller holds the scope's lock (``lock_scope``): no writer changes the totals or the
-    batches meanwhile. Readers subtract a batch's stored amounts until this commits and the
-    totals hold them no more after, so at every snapshot they read the same statistics."""
+    The caller holds the scope's lock (``lock_scope``, or ``fold_lock`` in an earlier
+    statement of the transaction, so this statement's snapshot is taken after it): no writer
+    changes the totals or the batches meanwhile. With ``guarded`` it folds nothing unless
+    ``fold_lock`` got the lock (so both can go in one pipeline). Readers subtract a batch's
+    stored amounts until this commits and the totals hold them no more after, so at every
+    snapshot they read the same statistics."""
     scope = "tenant_id, resource_id, corpus_id"
+    held = f" AND current_setting('{FOLD_LOCKED}', true) = 'on'" if guarded else ""
     return (
         "WITH fb AS MATERIALIZED (SELECT b.batch, b.fold_docs, b.fold_length, "
         f"b.fold_lexemes, b.fold_counts FROM {s}.lexical_batches b "
-        f"WHERE {BSCOPE} AND b.fold_docs IS NOT NULL), "
+        f"WHERE {BSCOPE} AND b.fold_docs IS NOT NULL{held}), "
         f"cl AS (UPDATE {s}.lexical_batches b SET fold_docs = NULL, fold_length = NULL, "
         "fold_lexemes = NULL, fold_counts = NULL "
         f"WHERE {BSCOPE} AND {_among('SELECT fb.batch FROM fb')}), "
