@@ -46,6 +46,7 @@ see; on the unit of work's own connection the server sees it, or the DDL finishe
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import zlib
 from collections.abc import Sequence
@@ -55,7 +56,7 @@ import psycopg
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.pool import NullPool, QueuePool
 
-from ragport.adapters.postgres import rows, statements
+from ragport.adapters.postgres import reads, rows, statements
 from ragport.adapters.postgres._driver import driver_connection, translate_errors
 from ragport.adapters.postgres.pool import has_free_connection
 from ragport.adapters.postgres.predicate import scope_params
@@ -195,20 +196,24 @@ class VectorJob:
         writer, scope = self._writer, self._scope
         try:
             with translate_errors("add vectors"), writer.engine.connect() as conn:
-                conn.execute(text("SET LOCAL synchronous_commit = off"))
-                # A lock request that waits on the unit of work (DDL queued behind it: DROP
-                # SCHEMA, a migration) would wait forever: the unit of work waits here, out of
-                # the server's deadlock detector. So give up soon and let it write serially.
-                conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'"))
-                conn.execute(
-                    text(
-                        f"INSERT INTO {writer.s}.vector_writes (tenant_id, resource_id, "
-                        "corpus_id, first_key, keys) VALUES (:t, :r, :c, :k, :keys)"
-                    ),
-                    scope_params(scope, k=self.first_key, keys=self._keys),
-                )
+                conn.begin()  # SQLAlchemy's bookkeeping (its commit below commits)
                 dbapi = driver_connection(conn)
                 try:
+                    # BEGIN, the settings and the marker in one round trip, then the COPY.
+                    with dbapi.pipeline() if reads.PIPELINE else contextlib.nullcontext():
+                        dbapi.execute("SET LOCAL synchronous_commit = off")
+                        # A lock request that waits on the unit of work (DDL queued behind it:
+                        # DROP SCHEMA, a migration) would wait forever: the unit of work waits
+                        # here, out of the server's deadlock detector. So give up soon and let
+                        # it write serially.
+                        dbapi.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
+                        dbapi.execute(
+                            reads.pyformat(
+                                f"INSERT INTO {writer.s}.vector_writes (tenant_id, resource_id, "
+                                "corpus_id, first_key, keys) VALUES (:t, :r, :c, :k, :keys)"
+                            ),
+                            scope_params(scope, k=self.first_key, keys=self._keys),
+                        )
                     with dbapi.cursor() as cur:
                         copy_vectors(cur, writer.s, scope, self._keys, self._dims, self._matrix)
                 except psycopg.Error:
