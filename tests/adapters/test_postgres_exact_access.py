@@ -248,3 +248,20 @@ def test_ties_at_the_cut_are_broken_by_id(
         hits = store.query(SCOPE, same[0], limit=5, **kw)
         assert [h.record.id for h in hits] == want, kw
     assert _branch(store, monkeypatch, vector=same[0], authorization=caller) == branch
+
+
+@pytest.mark.parametrize(("cap", "branch"), [(SOURCES, "exact"), (SOURCES - 1, "walk")])
+def test_the_scope_s_grant_count_is_compared_with_the_cap(
+    pg_engine: Any, pg_schema: str, monkeypatch: pytest.MonkeyPatch, cap: int, branch: str
+) -> None:
+    """The branch rule's first test: the scope's grants (200 here, the caller's 10% of them
+    allowing 100 rows) counted against the cap, at most ``cap`` ranks exactly and one more
+    takes the walk. The count is an index-only scan of the scope's grant keys past the first
+    ``cap`` (``queries._share``), so an off-by-one there moves the boundary. If this fails,
+    check ``share`` in ``queries._share``."""
+    store = PostgresStore(
+        pg_engine, schema=pg_schema, create=True,
+        vector_index=VectorIndexSettings(exact_access_rows=cap),
+    )  # fmt: skip
+    vectors = _load(store)
+    assert _branch(store, monkeypatch, vector=vectors[0, 0], authorization=PEER) == branch
