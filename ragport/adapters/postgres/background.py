@@ -107,7 +107,7 @@ class MaintenanceWorker:
         # Per tenant: (monotonic time of its first scheduled write, merge?, re-analyse?,
         # fold the batches retired whole?).
         self._due: dict[str, tuple[float, bool, bool, bool]] = {}
-        self._busy = 0  # tenants taken (by the thread, or by ``finish``) and not finished yet
+        self._busy = 0  # tenants taken by the thread and not finished yet
         self._hurry = False  # finish(): run what is scheduled without waiting out the delay
 
     def schedule(self, tenant_id: str, *, merge: bool, analyze: bool, fold: bool = False) -> None:
@@ -138,26 +138,13 @@ class MaintenanceWorker:
 
     def finish(self, timeout: float = 60.0) -> None:
         """Run every merge and re-analysis scheduled so far now, and wait for them; raises
-        ``StoreError`` if they are still running after ``timeout`` seconds. When the thread
-        runs none, what is due runs here, on the calling thread (no hand-over to the thread
-        and back: two wake-ups fewer), and ``timeout`` bounds only the wait for the thread."""
+        ``StoreError`` if they are still running after ``timeout`` seconds. The work runs on
+        the maintenance thread, never on the caller's: a merge waiting on a lock or a server
+        that stopped answering cannot hold the caller (or the exit hook) past ``timeout``."""
         if os.getpid() != self._pid:
             self._reset()
             return
         deadline = time.monotonic() + timeout
-        with self._cond:
-            taken = None
-            if self._due and not self._busy:
-                taken = [(t, m, a, f) for t, (_, m, a, f) in self._due.items()]
-                self._due.clear()
-                self._busy += len(taken)
-        if taken:
-            try:
-                self._work(taken)
-            finally:
-                with self._cond:
-                    self._busy -= len(taken)
-                    self._cond.notify_all()
         with self._cond:
             self._hurry = True
             self._cond.notify_all()
