@@ -349,6 +349,30 @@ def test_vector_only_retrieval_drops_a_source_forgotten_on_the_primary(
     assert not _retrieved(store, request=one) & withheld
 
 
+@pytest.mark.parametrize("lexical", ["off", "bm25"])
+def test_a_denial_report_from_the_replica_names_no_source_forgotten_on_the_primary(
+    cluster: tuple[str, str, PostgresStore], paused: None, lexical: str
+) -> None:
+    """A caller granted nothing asks with ``on_access_denied`` while the replica lags behind
+    a forget: the forgotten source is among the rows the replica screened, never among its
+    hits, and the report does not name it (rev48: the primary's probe covered the hits only,
+    so the report named it, vector-only and hybrid). If this fails, check
+    ``PostgresBackend._forgotten_on_primary``'s ``screened`` and ``_unforgotten``."""
+    _, replica, store = cluster
+    source = _forgotten_while_lagging(cluster, "unit of work")
+    bob = Authorization("bob", "tenant-1")
+    denials: list[Any] = []
+    result = ragport.application.retrieve_context(
+        BOARD, embedder=EMB, store=store, scope=SCOPE, authorization=bob,
+        on_access_denied=denials.append,
+        request=ragport.RetrievalRequest(lexical=lexical, top_k=5),
+    )  # fmt: skip
+    assert _lagging(replica, source)
+    denied = {d.source_id for d in denials}
+    assert not result.hits and denied  # bob is denied the rest
+    assert source not in denied, denied
+
+
 def test_every_store_read_on_the_replica_drops_a_source_forgotten_on_the_primary(
     cluster: tuple[str, str, PostgresStore], paused: None
 ) -> None:

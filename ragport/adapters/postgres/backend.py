@@ -712,7 +712,8 @@ class PostgresBackend:
         if found is None:
             found = view.within("query", leg)
         foreign, hits, screened = found
-        if hits and self._on_replica(view) and self._forgotten_on_primary(view.scope, hits):
+        on_replica = bool(hits or screened) and self._on_replica(view)
+        if on_replica and self._forgotten_on_primary(view.scope, hits, screened):
             # The replica's snapshot predates a forget committed on the primary: the primary
             # answers instead, from one snapshot of its own (its full limit, its report).
             with self.read(view.scope) as fresh:
@@ -732,7 +733,7 @@ class PostgresBackend:
             report=admission.report_denied,
         )  # fmt: skip
         _, hits, screened = view.within("query", leg)
-        return LegAnswer(self._unforgotten(view, hits), screened)
+        return self._unforgotten(view, hits, screened)
 
     def search_lexical(
         self, view: _Reader, text: str, *, mode: str, admission: Admission, limit: int
@@ -749,7 +750,7 @@ class PostgresBackend:
         ):
             view.last()  # a companion's one statement: its COMMIT in one pipeline with it
         hits, screened = view.within("lexical query", leg)
-        return LegAnswer(self._unforgotten(view, hits), screened)
+        return self._unforgotten(view, hits, screened)
 
     # -- a replica's answer checked against the primary's forgets ----------------------------
     def _on_replica(self, view: _Reader) -> bool:
@@ -758,11 +759,14 @@ class PostgresBackend:
         replica = self._db.replica
         return replica is not None and getattr(view._conn, "engine", None) is replica
 
-    def _forgotten_on_primary(self, scope: Scope, hits: Sequence[ScoredRecord]) -> frozenset[str]:
-        """The ids among the hits' ids, sources, lineage and roots that a ``forgotten``
-        tombstone names on the primary now: one probe of the tombstones' primary key per id,
-        one round trip, on a primary connection of its own."""
-        named = set[str]()
+    def _forgotten_on_primary(
+        self, scope: Scope, hits: Sequence[ScoredRecord], screened: Sequence[str] = ()
+    ) -> frozenset[str]:
+        """The ids among the hits' ids, sources, lineage and roots, and the denial report's
+        ``screened`` source ids, that a ``forgotten`` tombstone names on the primary now: one
+        probe of the tombstones' primary key per id, one round trip, on a primary connection
+        of its own."""
+        named = set[str](screened)
         for hit in hits:
             r = hit.record
             named.update((r.id, r.source_id, *r.lineage, *r.roots))
@@ -772,16 +776,18 @@ class PostgresBackend:
         return frozenset(row.id for row in found)
 
     def _unforgotten(
-        self, view: _Reader, hits: tuple[ScoredRecord, ...]
-    ) -> tuple[ScoredRecord, ...]:
-        """A hybrid leg's hits, less those a forget committed on the primary withholds when
-        the leg read on the replica (the legs share one snapshot: none is read again)."""
-        if not hits or not self._on_replica(view):
-            return hits
-        forgotten = self._forgotten_on_primary(view.scope, hits)
+        self, view: _Reader, hits: tuple[ScoredRecord, ...], screened: tuple[str, ...]
+    ) -> LegAnswer:
+        """A hybrid leg's answer, less the hits and the denial report's sources a forget
+        committed on the primary withholds when the leg read on the replica (the legs share
+        one snapshot: none is read again)."""
+        if not (hits or screened) or not self._on_replica(view):
+            return LegAnswer(hits, screened)
+        forgotten = self._forgotten_on_primary(view.scope, hits, screened)
         if not forgotten:
-            return hits
-        return tuple(h for h in hits if not is_forgotten(h.record, forgotten))
+            return LegAnswer(hits, screened)
+        kept = tuple(h for h in hits if not is_forgotten(h.record, forgotten))
+        return LegAnswer(kept, tuple(s for s in screened if s not in forgotten))
 
     def embedders(self, view: _Reader) -> frozenset[EmbedderKey]:
         """The visible rows' keys, from the (scope, embedder_id, dimensions) index."""
