@@ -50,14 +50,20 @@ def _generation(store):
     return store.current_generation(SCOPE)
 
 
-def test_delete_statement_error_mid_pipeline_leaves_nothing(pg_url, pg_schema):
-    engine = make_engine(pg_url)
+def _lock_timeout(engine):
+    """Every new connection of ``engine`` waits at most 300 ms for a lock."""
 
     @event.listens_for(engine, "connect")
     def _lt(dbapi, rec):
         with dbapi.cursor() as cur:
             cur.execute("SET lock_timeout = 300")
         dbapi.commit()
+
+
+def test_delete_statement_error_mid_pipeline_leaves_nothing(pg_url, pg_schema):
+    engine = make_engine(pg_url)
+
+    _lock_timeout(engine)
 
     try:
         store = PostgresStore(engine, schema=pg_schema, create=True)
@@ -256,11 +262,7 @@ def test_delete_after_a_failure_in_the_pipeline_that_prepared_it(pg_url, pg_sche
     (``prepare_threshold=None``), so its rollback drops nothing."""
     engine = _one_connection(pg_url, prepare_threshold=None)
 
-    @event.listens_for(engine, "connect")
-    def _lt(dbapi, rec):
-        with dbapi.cursor() as cur:
-            cur.execute("SET lock_timeout = 300")
-        dbapi.commit()
+    _lock_timeout(engine)
 
     try:
         store = PostgresStore(engine, schema=pg_schema, create=True)

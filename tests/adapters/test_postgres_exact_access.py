@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -69,29 +70,10 @@ def _load(store: PostgresStore) -> np.ndarray:
     return vectors
 
 
-def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", ()):
-        yield from _nodes(child)
-
-
-def _scans_vectors(node: dict[str, Any]) -> bool:
-    return any(n.get("Relation Name") == "record_vectors" for n in _nodes(node))
-
-
-def _ran(node: dict[str, Any]) -> bool:
-    """Whether a scan of ``record_vectors`` under ``node`` was executed."""
-    return any(
-        n.get("Relation Name") == "record_vectors" and n.get("Actual Loops", 0) > 0
-        for n in _nodes(node)
-    )
-
-
-def _branch(store: PostgresStore, monkeypatch: pytest.MonkeyPatch, **query: Any) -> str:
-    """Which branch ``store.query(SCOPE, ...)`` took, from EXPLAIN ANALYZE of its own vector
-    statement (run just before it, same connection and binds): ``exact`` (the first arm of
-    ``allowed_leg``'s UNION ALL read vectors), ``walk`` (the second arm did), or ``walk
-    alone`` (no ``allowed_leg`` in the statement: no grants were read to decide)."""
+@contextmanager
+def vector_plans(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+    """The EXPLAIN ANALYZE plans of the vector statements the store sends inside the block,
+    each run just before its statement (same connection and binds)."""
     plans: list[dict[str, Any]] = []
     real = reads.fetch
 
@@ -104,15 +86,42 @@ def _branch(store: PostgresStore, monkeypatch: pytest.MonkeyPatch, **query: Any)
 
     monkeypatch.setattr(reads, "fetch", fetch)
     try:
-        store.query(SCOPE, query.pop("vector"), limit=10, **query)
+        yield plans
     finally:
         monkeypatch.setattr(reads, "fetch", real)
+
+
+def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from nodes(child)
+
+
+def _scans_vectors(node: dict[str, Any]) -> bool:
+    return any(n.get("Relation Name") == "record_vectors" for n in nodes(node))
+
+
+def _ran(node: dict[str, Any]) -> bool:
+    """Whether a scan of ``record_vectors`` under ``node`` was executed."""
+    return any(
+        n.get("Relation Name") == "record_vectors" and n.get("Actual Loops", 0) > 0
+        for n in nodes(node)
+    )
+
+
+def _branch(store: PostgresStore, monkeypatch: pytest.MonkeyPatch, **query: Any) -> str:
+    """Which branch ``store.query(SCOPE, ...)`` took, from EXPLAIN ANALYZE of its own vector
+    statement (run just before it, same connection and binds): ``exact`` (the first arm of
+    ``allowed_leg``'s UNION ALL read vectors), ``walk`` (the second arm did), or ``walk
+    alone`` (no ``allowed_leg`` in the statement: no grants were read to decide)."""
+    with vector_plans(monkeypatch) as plans:
+        store.query(SCOPE, query.pop("vector"), limit=10, **query)
     (plan,) = plans
-    if not any(n.get("Subplan Name") == "CTE seen" for n in _nodes(plan)):
+    if not any(n.get("Subplan Name") == "CTE seen" for n in nodes(plan)):
         return "walk alone"
     unions = [
         [c for c in n["Plans"] if c.get("Parent Relationship") == "Member"]
-        for n in _nodes(plan)
+        for n in nodes(plan)
         if n["Node Type"] == "Append"
     ]
     ((exact, walk),) = [arms for arms in unions if any(map(_scans_vectors, arms))]

@@ -9,17 +9,16 @@ store's own statement (``_plan``), on a corpus the planner has statistics of.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 from sqlalchemy import text
 
-from ragport.adapters.postgres import PostgresStore, reads
+from ragport.adapters.postgres import PostgresStore
 from ragport.contract_tests._support import make_batch
 from ragport.domain.model import Scope
+from tests.adapters.test_postgres_exact_access import nodes, vector_plans
 
 SCOPE = Scope("t", "r", "filtered")
 DIMS = 16
@@ -50,39 +49,20 @@ def _load(store: PostgresStore, schema: str) -> np.ndarray:
     return vectors
 
 
-def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", ()):
-        yield from _nodes(child)
-
-
 def _plan(
     store: PostgresStore, monkeypatch: pytest.MonkeyPatch, vector: np.ndarray, flt: Any
 ) -> tuple[list[str], dict[str, Any]]:
     """The ids ``store.query`` answers and the EXPLAIN ANALYZE plan of its vector statement
     (run just before it, same connection and binds)."""
-    plans: list[dict[str, Any]] = []
-    real = reads.fetch
-
-    def fetch(conn: Any, sql: str, params: Any, **kw: Any) -> list[Any]:
-        if "q" in params and "record_vectors" in sql:
-            explained = real(conn, "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params, prepare=False)
-            plan = explained[0][0]
-            plans.append((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"])
-        return real(conn, sql, params, **kw)
-
-    monkeypatch.setattr(reads, "fetch", fetch)
-    try:
+    with vector_plans(monkeypatch) as plans:
         hits = store.query(SCOPE, vector, limit=10, metadata_filter=flt)
-    finally:
-        monkeypatch.setattr(reads, "fetch", real)
     (plan,) = plans
     return [h.record.id for h in hits], plan
 
 
 def _indexes(plan: dict[str, Any]) -> set[str]:
     """The indexes the plan's executed nodes read."""
-    return {n["Index Name"] for n in _nodes(plan) if "Index Name" in n and n.get("Actual Loops", 0)}
+    return {n["Index Name"] for n in nodes(plan) if "Index Name" in n and n.get("Actual Loops", 0)}
 
 
 def _exact(vectors: np.ndarray, q: np.ndarray, sources: range) -> list[str]:
